@@ -1,0 +1,135 @@
+//! The one error type of the crate.
+
+use std::fmt;
+
+/// What went wrong, for callers that branch on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A name, duration, capacity, permit count or URL that tollgate rejects.
+    /// The message says what is allowed.
+    InvalidInput,
+    /// The request names a capacity that differs from the one stored with the
+    /// gate. Change it with `set_capacity` instead.
+    CapacityConflict,
+    /// The gate has no capacity stored and the request named none.
+    NoCapacity,
+    /// The lease ended (expired, or was never held) before this call.
+    LeaseLost,
+    /// The store could not be reached or did not answer in time.
+    Unavailable,
+    /// The store answered with something tollgate did not expect.
+    Store,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::CapacityConflict => "capacity conflict",
+            ErrorKind::NoCapacity => "no capacity",
+            ErrorKind::LeaseLost => "lease lost",
+            ErrorKind::Unavailable => "store unavailable",
+            ErrorKind::Store => "store error",
+        })
+    }
+}
+
+/// The error of every fallible tollgate call. Inspect it with [`Error::kind`]
+/// or the `is_*` predicates; the underlying cause, if any, is its `source()`.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+
+    pub(crate) fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The human-readable message, without the kind.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The caller passed something tollgate rejects; retrying will not help.
+    pub fn is_invalid_input(&self) -> bool {
+        self.kind == ErrorKind::InvalidInput
+    }
+
+    /// The store was unreachable; retrying later may help.
+    pub fn is_unavailable(&self) -> bool {
+        self.kind == ErrorKind::Unavailable
+    }
+
+    /// The lease had already ended.
+    pub fn is_lease_lost(&self) -> bool {
+        self.kind == ErrorKind::LeaseLost
+    }
+
+    /// The requested capacity conflicts with the gate's stored one.
+    pub fn is_conflict(&self) -> bool {
+        self.kind == ErrorKind::CapacityConflict
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, " ({source})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        let kind = if e.is_io_error()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_unrecoverable_error()
+        {
+            ErrorKind::Unavailable
+        } else {
+            ErrorKind::Store
+        };
+        let message = match kind {
+            ErrorKind::Unavailable => "redis is unreachable",
+            _ => "redis returned an error",
+        };
+        Error::new(kind, message).with_source(e)
+    }
+}
+
+/// `Result` with tollgate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,540 @@
+//! The Gate: a capacity, leased holders and a FIFO line of waiters. Locks and
+//! semaphores are thin facades over it.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::{Name, check_id, check_ttl, new_id};
+use crate::store::{
+    self, EnterRequest, Entry, GateStats, Grant, Occupancy, Place, Poll, Store, check_capacity,
+};
+
+/// How leases and waits behave. Every field has a default.
+#[derive(Debug, Clone)]
+pub struct GateOptions {
+    /// Lease length; with `auto_renew` it is renewed every third of it.
+    /// Default 30 s. Between 10 ms and 24 h.
+    pub ttl: Duration,
+    /// How long a waiter may go without asking about its ticket before the
+    /// store drops it from the line. Waiters ask at least every
+    /// `min(1 s, heartbeat / 3)`. Default 10 s.
+    pub heartbeat: Duration,
+    /// Renew leases in the background until released. Default `true`.
+    pub auto_renew: bool,
+}
+
+impl Default for GateOptions {
+    fn default() -> Self {
+        GateOptions {
+            ttl: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(10),
+            auto_renew: true,
+        }
+    }
+}
+
+/// A granted lease as plain data (what [`Gate::enter`] and
+/// [`Gate::status`] report).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Granted {
+    /// The owner token: only its holder can renew or release the lease.
+    pub token: String,
+    /// The fencing token: strictly greater than every earlier grant's.
+    pub fence: u64,
+    /// Time left on the lease, by the store's clock.
+    pub ttl: Duration,
+}
+
+/// What [`Gate::enter`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entered {
+    /// Permits taken now.
+    Granted(Granted),
+    /// In line; ask about the ticket with [`Gate::status`] at least once per
+    /// heartbeat.
+    Queued {
+        /// The ticket id; once granted, it is also the lease's owner token.
+        ticket: String,
+        /// Where the ticket stands.
+        place: Place,
+    },
+    /// Not admitted and not queued (the caller asked not to wait).
+    Busy(Occupancy),
+}
+
+/// What [`Gate::status`] found for a ticket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TicketStatus {
+    /// The ticket was granted; the lease now runs for the full TTL.
+    Granted(Granted),
+    /// Still waiting; the heartbeat deadline moved on.
+    Queued(Place),
+    /// Not in line and not holding: cancelled, dropped for missed
+    /// heartbeats, or its lease already ended.
+    Gone,
+}
+
+/// What [`Gate::leave`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// A held lease was released; its permits went to the line.
+    Released,
+    /// A ticket left the line.
+    Cancelled,
+    /// Nothing by that token: it had already ended.
+    Unknown,
+}
+
+/// A gate with a capacity, leased holders and a fair line of waiters.
+///
+/// A newcomer never overtakes the line: while anyone waits, freed permits
+/// belong to the head of the line, which gets them handed over directly.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    store: Store,
+    name: Name,
+    capacity: Option<u32>,
+    ttl_ms: u64,
+    heartbeat_ms: u64,
+    auto_renew: bool,
+}
+
+impl Gate {
+    /// A handle on gate `name`. `capacity` is stored with the gate by the
+    /// first request that names one; `None` uses whatever is stored. A
+    /// different capacity later is a [`ErrorKind::CapacityConflict`].
+    pub fn new(store: &Store, name: &str, capacity: Option<u32>, options: GateOptions) -> Result<Gate> {
+        let name = Name::new(name)?;
+        let capacity = capacity.map(check_capacity).transpose()?;
+        let ttl_ms = check_ttl("ttl", options.ttl)?;
+        let heartbeat_ms = check_ttl("heartbeat", options.heartbeat)?;
+        Ok(Gate {
+            store: store.clone(),
+            name,
+            capacity,
+            ttl_ms,
+            heartbeat_ms,
+            auto_renew: options.auto_renew,
+        })
+    }
+
+    /// The gate's name.
+    pub fn name(&self) -> &Name {
+        &self.name
+    }
+
+    fn check_permits(&self, permits: u32) -> Result<()> {
+        if permits == 0 {
+            return Err(Error::invalid("permits must be at least 1"));
+        }
+        if let Some(cap) = self.capacity
+            && permits > cap
+        {
+            return Err(Error::invalid(format!(
+                "asked for {permits} permits but the capacity is {cap}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn request<'a>(&self, id: &'a str, permits: u32, queue: bool) -> EnterRequest<'a> {
+        EnterRequest {
+            id,
+            permits,
+            capacity: self.capacity,
+            ttl_ms: self.ttl_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            queue,
+        }
+    }
+
+    /// One atomic step: take `permits` now, or (if `queue`) join the line.
+    pub async fn enter(&self, permits: u32, queue: bool) -> Result<Entered> {
+        self.check_permits(permits)?;
+        let id = new_id();
+        Ok(
+            match self
+                .store
+                .enter(&self.name, &self.request(&id, permits, queue))
+                .await?
+            {
+                Entry::Granted(g) => Entered::Granted(granted(id, g)),
+                Entry::Queued(place) => Entered::Queued { ticket: id, place },
+                Entry::Busy(o) => Entered::Busy(o),
+            },
+        )
+    }
+
+    /// Asks about a ticket: this is its heartbeat, and how a waiter picks up
+    /// a lease handed to it.
+    pub async fn status(&self, ticket: &str) -> Result<TicketStatus> {
+        check_id(ticket)?;
+        Ok(
+            match self
+                .store
+                .poll(&self.name, ticket, self.ttl_ms, self.heartbeat_ms)
+                .await?
+            {
+                Poll::Granted(g) => TicketStatus::Granted(granted(ticket.to_owned(), g)),
+                Poll::Queued(p) => TicketStatus::Queued(p),
+                Poll::Unknown => TicketStatus::Gone,
+            },
+        )
+    }
+
+    /// Extends a held lease to `ttl` from now. An ended lease is never
+    /// brought back: that is [`ErrorKind::LeaseLost`].
+    pub async fn renew(&self, token: &str, ttl: Duration) -> Result<Duration> {
+        check_id(token)?;
+        let ttl_ms = check_ttl("ttl", ttl)?;
+        match self.store.renew(&self.name, token, ttl_ms).await? {
+            Some(g) => Ok(Duration::from_millis(g.ttl_ms)),
+            None => Err(lost()),
+        }
+    }
+
+    /// Releases a lease or cancels a ticket.
+    pub async fn leave(&self, token: &str) -> Result<Left> {
+        check_id(token)?;
+        Ok(match self.store.leave(&self.name, token).await? {
+            store::Left::Released => Left::Released,
+            store::Left::Cancelled => Left::Cancelled,
+            store::Left::Unknown => Left::Unknown,
+        })
+    }
+
+    /// Changes the capacity. Lowering it never evicts a holder; raising it
+    /// admits the head of the line at once.
+    pub async fn set_capacity(&self, capacity: u32) -> Result<()> {
+        check_capacity(capacity)?;
+        self.store.set_capacity(&self.name, capacity).await
+    }
+
+    /// A snapshot: capacity, holders, line length, grants, expiries.
+    pub async fn stats(&self) -> Result<GateStats> {
+        self.store.stats(&self.name).await
+    }
+
+    /// Takes `permits` if they are free and nobody waits; `None` otherwise.
+    pub async fn try_acquire(&self, permits: u32) -> Result<Option<Lease>> {
+        self.acquire(permits, Duration::ZERO).await
+    }
+
+    /// Takes `permits`, waiting in line up to `wait`; `None` if the wait ran
+    /// out. Dropping the future leaves the line.
+    pub async fn acquire(&self, permits: u32, wait: Duration) -> Result<Option<Lease>> {
+        self.check_permits(permits)?;
+        let deadline = Instant::now() + wait;
+        let id = new_id();
+        // Registered before entering, so a hand-off cannot slip past us.
+        let watch = self.store.watch(&id);
+        let queue = !wait.is_zero();
+        let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
+
+        let mut sent = Instant::now();
+        match self
+            .store
+            .enter(&self.name, &self.request(&id, permits, queue))
+            .await?
+        {
+            Entry::Granted(g) => return Ok(Some(self.lease(id, permits, g, sent))),
+            Entry::Busy(_) => return Ok(None),
+            Entry::Queued(_) => {}
+        }
+        let mut ticket = InLine {
+            gate: Some(self.clone()),
+            id: id.clone(),
+        };
+        let listening = self.store.listen(&self.name).await?;
+        let mut look_now = listening.as_ref().is_some_and(|l| l.fresh);
+        loop {
+            if !look_now {
+                let left = deadline.saturating_duration_since(Instant::now());
+                watch.wait(recheck.min(left)).await;
+            }
+            look_now = false;
+            sent = Instant::now();
+            match self
+                .store
+                .poll(&self.name, &id, self.ttl_ms, self.heartbeat_ms)
+                .await?
+            {
+                Poll::Granted(g) => {
+                    ticket.gate = None;
+                    return Ok(Some(self.lease(id, permits, g, sent)));
+                }
+                Poll::Queued(_) => {}
+                Poll::Unknown => {
+                    // Dropped from the line (this process stalled past its
+                    // heartbeat, or the store lost its data): queue again.
+                    sent = Instant::now();
+                    if let Entry::Granted(g) = self
+                        .store
+                        .enter(&self.name, &self.request(&id, permits, true))
+                        .await?
+                    {
+                        ticket.gate = None;
+                        return Ok(Some(self.lease(id, permits, g, sent)));
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        ticket.gate = None;
+        // A hand-off racing with the deadline is released here, not leaked.
+        self.store.leave(&self.name, &id).await?;
+        Ok(None)
+    }
+
+    fn lease(&self, token: String, permits: u32, grant: Grant, sent: Instant) -> Lease {
+        Lease::start(self.clone(), token, permits, grant, sent)
+    }
+}
+
+fn granted(token: String, g: Grant) -> Granted {
+    Granted {
+        token,
+        fence: g.fence,
+        ttl: Duration::from_millis(g.ttl_ms),
+    }
+}
+
+fn lost() -> Error {
+    Error::new(ErrorKind::LeaseLost, "the lease had already ended")
+}
+
+/// A ticket in line; leaves the line if the waiting future is dropped.
+struct InLine {
+    gate: Option<Gate>,
+    id: String,
+}
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        if let (Some(gate), Ok(rt)) = (self.gate.take(), tokio::runtime::Handle::try_current()) {
+            let id = std::mem::take(&mut self.id);
+            rt.spawn(async move {
+                let _ = gate.store.leave(&gate.name, &id).await;
+            });
+        }
+    }
+}
+
+/// A held lease: some permits of a gate, until released or expired.
+///
+/// Release it with [`Lease::release`]. If dropped instead, it is released
+/// in a spawned best-effort task. Its loss (expiry, or renewal failing until
+/// the lease ran out) is never silent: [`Lease::lost`] resolves.
+#[derive(Debug)]
+pub struct Lease {
+    shared: Arc<Shared>,
+    keeper: JoinHandle<()>,
+    /// Released (or known lost): nothing left for `Drop` to do.
+    done: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    gate: Gate,
+    token: String,
+    fence: u64,
+    permits: u32,
+    /// When the lease ends at the latest, by this process's clock: measured
+    /// from before the request that granted or renewed it was sent.
+    deadline: Mutex<(Instant, u64)>,
+    changed: Notify,
+    lost: watch::Sender<bool>,
+}
+
+impl Lease {
+    fn start(gate: Gate, token: String, permits: u32, grant: Grant, sent: Instant) -> Lease {
+        let shared = Arc::new(Shared {
+            token,
+            fence: grant.fence,
+            permits,
+            deadline: Mutex::new((sent + Duration::from_millis(grant.ttl_ms), gate.ttl_ms)),
+            changed: Notify::new(),
+            lost: watch::Sender::new(false),
+            gate,
+        });
+        let keeper = tokio::spawn(keep(shared.clone()));
+        Lease {
+            shared,
+            keeper,
+            done: false,
+        }
+    }
+
+    /// The fencing token: pass it to the resource you protect and have it
+    /// reject writes with a smaller one than it has seen.
+    pub fn fence(&self) -> u64 {
+        self.shared.fence
+    }
+
+    /// The owner token.
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// Permits this lease holds.
+    pub fn permits(&self) -> u32 {
+        self.shared.permits
+    }
+
+    /// The gate's name.
+    pub fn gate(&self) -> &Name {
+        &self.shared.gate.name
+    }
+
+    /// When the lease ends unless renewed, by this process's clock (a safe
+    /// underestimate of the store's).
+    pub fn expires_at(&self) -> Instant {
+        self.shared.deadline().0
+    }
+
+    /// Whether the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        *self.shared.lost.borrow()
+    }
+
+    /// Resolves when the lease is lost: it expired, renewal was refused, or
+    /// renewal kept failing until the lease ran out. Never resolves for a
+    /// lease that is released in time.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.shared.lost.subscribe();
+        async move {
+            if rx.wait_for(|lost| *lost).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Extends the lease to `ttl` from now (and uses `ttl` for automatic
+    /// renewals from then on). Fails with [`ErrorKind::LeaseLost`] if it had
+    /// already ended.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        let ttl_ms = check_ttl("ttl", ttl)?;
+        let sent = Instant::now();
+        match self
+            .shared
+            .gate
+            .store
+            .renew(&self.shared.gate.name, &self.shared.token, ttl_ms)
+            .await?
+        {
+            Some(g) => {
+                self.shared
+                    .set_deadline(sent + Duration::from_millis(g.ttl_ms), ttl_ms);
+                Ok(())
+            }
+            None => {
+                self.shared.mark_lost();
+                Err(lost())
+            }
+        }
+    }
+
+    /// Releases the lease; its permits go to the head of the line at once.
+    /// Fails with [`ErrorKind::LeaseLost`] if it had already ended, since the
+    /// work done under it may not have been exclusive.
+    pub async fn release(mut self) -> Result<()> {
+        self.keeper.abort();
+        let s = &self.shared;
+        // On a store error `done` stays false and Drop tries once more.
+        let left = s.gate.store.leave(&s.gate.name, &s.token).await?;
+        self.done = true;
+        if left == store::Left::Unknown {
+            s.mark_lost();
+            return Err(lost());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.keeper.abort();
+        if self.done {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let s = self.shared.clone();
+            rt.spawn(async move {
+                let _ = s.gate.store.leave(&s.gate.name, &s.token).await;
+            });
+        }
+    }
+}
+
+impl Shared {
+    fn deadline(&self) -> (Instant, u64) {
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_deadline(&self, at: Instant, ttl_ms: u64) {
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = (at, ttl_ms);
+        self.changed.notify_one();
+    }
+
+    fn mark_lost(&self) {
+        self.lost.send_replace(true);
+    }
+}
+
+/// Watches one lease: renews it every third of its TTL (if asked to) and
+/// declares it lost when the store refuses, or when its deadline passes
+/// without a successful renewal.
+async fn keep(s: Arc<Shared>) {
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        let (deadline, ttl_ms) = s.deadline();
+        let ttl = Duration::from_millis(ttl_ms);
+        let wake = if s.gate.auto_renew {
+            retry_at.unwrap_or_else(|| deadline.checked_sub(ttl * 2 / 3).unwrap_or(deadline))
+        } else {
+            deadline
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake.min(deadline)) => {}
+            _ = s.changed.notified() => { retry_at = None; continue; }
+        }
+        let now = Instant::now();
+        if now >= s.deadline().0 {
+            s.mark_lost();
+            return;
+        }
+        if !s.gate.auto_renew {
+            continue;
+        }
+        let sent = now;
+        let left = deadline.saturating_duration_since(now);
+        match tokio::time::timeout(left, s.gate.store.renew(&s.gate.name, &s.token, ttl_ms)).await {
+            Ok(Ok(Some(g))) => {
+                retry_at = None;
+                *s.deadline.lock().unwrap_or_else(PoisonError::into_inner) =
+                    (sent + Duration::from_millis(g.ttl_ms), ttl_ms);
+            }
+            Ok(Ok(None)) => {
+                s.mark_lost();
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(gate = %s.gate.name, error = %e, "lease renewal failed; retrying");
+                retry_at = Some(Instant::now() + (ttl / 10).min(Duration::from_millis(250)));
+            }
+            Err(_) => {
+                // The store did not answer before the lease ran out.
+                s.mark_lost();
+                return;
+            }
+        }
+    }
+}

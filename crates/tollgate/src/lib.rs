@@ -1,0 +1,58 @@
+//! Fair, leased, fenced coordination primitives over an embedded store or
+//! Redis.
+//!
+//! Everything here stands on one primitive, the [`Gate`]: a capacity, leased
+//! holders and a FIFO line of waiters. [`Lock`] is a gate of capacity 1,
+//! [`Semaphore`] a gate of capacity N. Every grant is a [`Lease`] with an
+//! owner token, a TTL (renewed automatically by default) and a fencing token
+//! that strictly increases per gate. A newcomer never overtakes the line;
+//! freed permits are handed straight to the head of it.
+//!
+//! State lives in a [`Store`]: [`Store::memory`] (in-process) or
+//! [`Store::redis`] (many processes and machines). Both behave the same; on
+//! Redis each operation is one Lua script that reads Redis's own clock.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Lock, Semaphore, Store};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tollgate::Result<()> {
+//! let store = Store::memory(); // or Store::redis("redis://127.0.0.1:6379").await?
+//!
+//! let lock = Lock::new(&store, "cron:nightly-report")?;
+//! if let Some(guard) = lock.try_acquire().await? {
+//!     // Hand guard.fence() to whatever you write to, so a stale holder
+//!     // that wakes up late is refused.
+//!     println!("running with fence {}", guard.fence());
+//!     guard.release().await?;
+//! }
+//!
+//! let pool = Semaphore::new(&store, "api-slots", 3)?;
+//! let permit = pool.acquire(1, Duration::from_secs(5)).await?.expect("free");
+//! assert_eq!(pool.stats().await?.used, 1);
+//! permit.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+mod clock;
+mod error;
+mod gate;
+mod lock;
+mod name;
+mod semaphore;
+mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{Error, ErrorKind, Result};
+pub use gate::{Entered, Gate, GateOptions, Granted, Lease, Left, TicketStatus};
+pub use lock::Lock;
+pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
+pub use semaphore::Semaphore;
+pub use store::{GateStats, Occupancy, Place, RedisConfig, Store};
+
+/// The largest capacity a gate may have.
+pub const MAX_CAPACITY: u32 = 1_000_000;

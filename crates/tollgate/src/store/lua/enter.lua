@@ -1,0 +1,48 @@
+-- enter.lua: take permits now, or join the line.
+-- ARGV: 1 id (lease token, and ticket id if queued), 2 permits, 3 capacity
+--       (0: use the stored one), 4 ttl ms, 5 heartbeat ms, 6 queue (1/0)
+-- Reply: {1, fence, ttl_ms}           granted
+--        {2, position, waiting}       queued (position 1 is the head)
+--        {3, used, capacity, waiting} busy (not queued on request)
+--        {-1, capacity}  the request's capacity conflicts with the stored one
+--        {-2, capacity}  more permits than the capacity
+--        {-3}            no capacity stored and none given
+-- Invariant: a newcomer never overtakes the line; if anyone waits, it queues.
+local id, permits = ARGV[1], tonumber(ARGV[2])
+local asked, ttl, hb, queue = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
+
+if cap == nil then
+  if asked == 0 then return done({-3}) end
+  cap = asked
+  redis.call('HSET', KM, 'c', cap)
+elseif asked ~= 0 and asked ~= cap then
+  return done({-1, cap})
+end
+if permits > cap then return done({-2, cap}) end
+
+if waiting == 0 and used() + permits <= cap then
+  local f = next_fence()
+  redis.call('ZADD', KH, now + ttl, id)
+  holders_dirty = true
+  if permits > 1 then
+    redis.call('HSET', KP, 'k:' .. id, permits)
+    extra = extra + permits - 1
+    side_dirty = true
+  end
+  return done({1, f, ttl})
+end
+
+if not queue then return done({3, used(), cap, waiting}) end
+
+seq = seq + 1
+meta_dirty = true
+redis.call('ZADD', KQ, seq, id)
+redis.call('ZADD', KW, now + hb, id)
+if permits > 1 then
+  redis.call('HSET', KP, 'k:' .. id, permits)
+  multi = multi + 1
+  side_dirty = true
+end
+waiting = waiting + 1
+line_dirty = true
+return done({2, waiting, waiting})

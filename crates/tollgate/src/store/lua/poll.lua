@@ -1,0 +1,26 @@
+-- poll.lua: a waiter asks about its ticket; this is also its heartbeat, and
+-- how it picks up a lease that was handed to it.
+-- ARGV: 1 id, 2 ttl ms (the lease length once picked up), 3 heartbeat ms
+-- Reply: {1, fence, ttl_ms}        granted (fence 0 if it was never a ticket)
+--        {2, position, waiting}    still in line; heartbeat deadline moved on
+--        {0}                       unknown: dropped, cancelled or expired
+-- Invariant: a hand-off becomes a full lease only when its waiter asks.
+local id, ttl, hb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local expires = redis.call('ZSCORE', KH, id)
+if expires then
+  local f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0
+  if f < 0 then
+    redis.call('HSET', KP, 'f:' .. id, -f)
+    redis.call('ZADD', KH, now + ttl, id)
+    holders_dirty = true
+    return done({1, -f, ttl})
+  end
+  return done({1, f, tonumber(expires) - now})
+end
+
+local rank = redis.call('ZRANK', KQ, id)
+if not rank then return done({0}) end
+redis.call('ZADD', KW, 'XX', now + hb, id)
+line_dirty = true
+return done({2, rank + 1, waiting})

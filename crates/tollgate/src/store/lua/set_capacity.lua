@@ -1,0 +1,8 @@
+-- set_capacity.lua: change the gate's capacity at runtime.
+-- ARGV: 1 capacity
+-- Reply: {1}
+-- Invariant: lowering never evicts a holder; raising admits the line at once.
+cap = tonumber(ARGV[1])
+redis.call('HSET', KM, 'c', cap)
+promote()
+return done({1})

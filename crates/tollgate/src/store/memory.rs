@@ -1,0 +1,324 @@
+//! The embedded store: every operation is one critical section over one
+//! gate's state. It is also the reference model the Redis scripts are tested
+//! against, so it is written for clarity first.
+//!
+//! A std `Mutex` (not tokio's) is right here: no critical section awaits, and
+//! each is a handful of map operations. Wake-ups are sent after the lock is
+//! dropped so a woken waiter never contends with the waker.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::clock::Clock;
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::Name;
+
+use super::{EnterRequest, Entry, GateStats, Grant, Left, Occupancy, Place, Poll, Wakers};
+
+#[derive(Debug)]
+pub(crate) struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    gates: Mutex<HashMap<Name, GateState>>,
+    wakers: Arc<Wakers>,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    capacity: Option<u32>,
+    /// Last fencing token; 0 until the first grant.
+    fence: u64,
+    /// Line order: a counter, never a timestamp.
+    seq: u64,
+    grants: u64,
+    expiries: u64,
+    used: u64,
+    holders: HashMap<String, Holder>,
+    holder_expiry: BTreeSet<(u64, String)>,
+    line: BTreeMap<u64, String>,
+    tickets: HashMap<String, Ticket>,
+    ticket_deadline: BTreeSet<(u64, String)>,
+}
+
+#[derive(Debug)]
+struct Holder {
+    expires: u64,
+    permits: u32,
+    fence: u64,
+    /// Handed off to a waiter that has not picked it up yet; it lives only
+    /// until the waiter's heartbeat deadline.
+    pending: bool,
+}
+
+#[derive(Debug)]
+struct Ticket {
+    seq: u64,
+    permits: u32,
+    deadline: u64,
+}
+
+impl MemoryStore {
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            clock,
+            gates: Mutex::new(HashMap::new()),
+            wakers: Arc::default(),
+        }
+    }
+
+    pub(crate) fn wakers(&self) -> Arc<Wakers> {
+        self.wakers.clone()
+    }
+
+    /// Runs `op` on the gate's state after expiring what ended, then wakes
+    /// the waiters that were handed a lease along the way.
+    fn with_gate<T>(
+        &self,
+        gate: &Name,
+        op: impl FnOnce(&mut GateState, u64, &mut Vec<String>) -> Result<T>,
+    ) -> Result<T> {
+        let now = self.clock.now_ms();
+        let mut handed = Vec::new();
+        let out = {
+            let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+            let state = gates.entry(gate.clone()).or_default();
+            state.expire(now);
+            state.promote(now, &mut handed);
+            op(state, now, &mut handed)
+        };
+        for id in &handed {
+            self.wakers.wake(id);
+        }
+        out
+    }
+
+    pub(crate) fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
+        self.with_gate(gate, |s, now, _| {
+            let capacity = s.resolve_capacity(req.capacity)?;
+            if req.permits > capacity {
+                return Err(permits_exceed(req.permits, capacity));
+            }
+            if s.holders.contains_key(req.id) || s.tickets.contains_key(req.id) {
+                return Err(Error::invalid("that id is already in use on this gate"));
+            }
+            if s.line.is_empty() && s.used + u64::from(req.permits) <= u64::from(capacity) {
+                let fence = s.grant(req.id, req.permits, now + req.ttl_ms, now, false);
+                return Ok(Entry::Granted(Grant {
+                    fence,
+                    ttl_ms: req.ttl_ms,
+                }));
+            }
+            if !req.queue {
+                return Ok(Entry::Busy(Occupancy {
+                    used: s.used,
+                    capacity,
+                    waiting: s.line.len() as u64,
+                }));
+            }
+            s.seq += 1;
+            let deadline = now + req.heartbeat_ms;
+            s.line.insert(s.seq, req.id.to_owned());
+            s.ticket_deadline.insert((deadline, req.id.to_owned()));
+            s.tickets.insert(
+                req.id.to_owned(),
+                Ticket {
+                    seq: s.seq,
+                    permits: req.permits,
+                    deadline,
+                },
+            );
+            let waiting = s.line.len() as u64;
+            Ok(Entry::Queued(Place {
+                position: waiting,
+                waiting,
+            }))
+        })
+    }
+
+    pub(crate) fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+        self.with_gate(gate, |s, now, _| {
+            if let Some(h) = s.holders.get(id) {
+                if !h.pending {
+                    return Ok(Poll::Granted(Grant {
+                        fence: h.fence,
+                        ttl_ms: h.expires - now,
+                    }));
+                }
+                let fence = h.fence;
+                s.set_expiry(id, now + ttl_ms);
+                return Ok(Poll::Granted(Grant { fence, ttl_ms }));
+            }
+            let Some(t) = s.tickets.get_mut(id) else {
+                return Ok(Poll::Unknown);
+            };
+            let (seq, old) = (t.seq, t.deadline);
+            t.deadline = now + hb_ms;
+            s.ticket_deadline.remove(&(old, id.to_owned()));
+            s.ticket_deadline.insert((now + hb_ms, id.to_owned()));
+            Ok(Poll::Queued(Place {
+                position: s.line.range(..=seq).count() as u64,
+                waiting: s.line.len() as u64,
+            }))
+        })
+    }
+
+    pub(crate) fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+        self.with_gate(gate, |s, now, _| {
+            let Some(h) = s.holders.get(id) else {
+                return Ok(None);
+            };
+            let fence = h.fence;
+            s.set_expiry(id, now + ttl_ms);
+            Ok(Some(Grant { fence, ttl_ms }))
+        })
+    }
+
+    pub(crate) fn leave(&self, gate: &Name, id: &str) -> Result<Left> {
+        self.with_gate(gate, |s, now, handed| {
+            if let Some(h) = s.holders.remove(id) {
+                s.holder_expiry.remove(&(h.expires, id.to_owned()));
+                s.used -= u64::from(h.permits);
+                s.promote(now, handed);
+                return Ok(Left::Released);
+            }
+            if s.drop_ticket(id) {
+                // The head leaving may let the next one in.
+                s.promote(now, handed);
+                return Ok(Left::Cancelled);
+            }
+            Ok(Left::Unknown)
+        })
+    }
+
+    pub(crate) fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
+        self.with_gate(gate, |s, now, handed| {
+            s.capacity = Some(capacity);
+            s.promote(now, handed);
+            Ok(())
+        })
+    }
+
+    pub(crate) fn stats(&self, gate: &Name) -> Result<GateStats> {
+        self.with_gate(gate, |s, _, _| {
+            Ok(GateStats {
+                capacity: s.capacity,
+                used: s.used,
+                holders: s.holders.len() as u64,
+                waiting: s.line.len() as u64,
+                grants: s.grants,
+                expiries: s.expiries,
+                fence: s.fence,
+            })
+        })
+    }
+}
+
+fn permits_exceed(permits: u32, capacity: u32) -> Error {
+    Error::invalid(format!(
+        "asked for {permits} permits but the gate's capacity is {capacity}"
+    ))
+}
+
+impl GateState {
+    fn resolve_capacity(&mut self, asked: Option<u32>) -> Result<u32> {
+        match (self.capacity, asked) {
+            (Some(have), Some(want)) if have != want => Err(Error::new(
+                ErrorKind::CapacityConflict,
+                format!(
+                    "the gate's capacity is {have}, the request says {want}; change it with set_capacity"
+                ),
+            )),
+            (Some(have), _) => Ok(have),
+            (None, Some(want)) => {
+                self.capacity = Some(want);
+                Ok(want)
+            }
+            (None, None) => Err(Error::new(
+                ErrorKind::NoCapacity,
+                "the gate has no capacity yet; name one in the request or set_capacity",
+            )),
+        }
+    }
+
+    /// Drops leases whose time is up and tickets whose owner stopped asking.
+    fn expire(&mut self, now: u64) {
+        while let Some((expires, id)) = self.holder_expiry.first().cloned() {
+            if expires > now {
+                break;
+            }
+            self.holder_expiry.pop_first();
+            if let Some(h) = self.holders.remove(&id) {
+                self.used -= u64::from(h.permits);
+                self.expiries += 1;
+            }
+        }
+        while let Some((deadline, id)) = self.ticket_deadline.first().cloned() {
+            if deadline > now {
+                break;
+            }
+            self.drop_ticket(&id);
+        }
+    }
+
+    /// Hands free permits to the head of the line, in order, while the head
+    /// fits: a large request at the head is never overtaken by small ones.
+    fn promote(&mut self, now: u64, handed: &mut Vec<String>) {
+        let Some(capacity) = self.capacity else { return };
+        while let Some((_, id)) = self.line.first_key_value() {
+            let id = id.clone();
+            let Some(t) = self.tickets.get(&id) else { break };
+            let (permits, deadline) = (t.permits, t.deadline);
+            if permits > capacity {
+                // Capacity was lowered below what this ticket needs: it can
+                // never be served, and must not block everyone behind it.
+                self.drop_ticket(&id);
+                continue;
+            }
+            if self.used + u64::from(permits) > u64::from(capacity) {
+                break;
+            }
+            self.drop_ticket(&id);
+            self.grant(&id, permits, deadline, now, true);
+            handed.push(id);
+        }
+    }
+
+    fn grant(&mut self, id: &str, permits: u32, expires: u64, now: u64, pending: bool) -> u64 {
+        // Fences start from the clock so they keep growing even if the state
+        // is lost (a restarted process), as long as the clock does.
+        if self.fence == 0 {
+            self.fence = now * 1000;
+        }
+        self.fence += 1;
+        self.grants += 1;
+        self.used += u64::from(permits);
+        self.holders.insert(
+            id.to_owned(),
+            Holder {
+                expires,
+                permits,
+                fence: self.fence,
+                pending,
+            },
+        );
+        self.holder_expiry.insert((expires, id.to_owned()));
+        self.fence
+    }
+
+    fn set_expiry(&mut self, id: &str, expires: u64) {
+        if let Some(h) = self.holders.get_mut(id) {
+            self.holder_expiry.remove(&(h.expires, id.to_owned()));
+            h.expires = expires;
+            h.pending = false;
+            self.holder_expiry.insert((expires, id.to_owned()));
+        }
+    }
+
+    fn drop_ticket(&mut self, id: &str) -> bool {
+        let Some(t) = self.tickets.remove(id) else {
+            return false;
+        };
+        self.line.remove(&t.seq);
+        self.ticket_deadline.remove(&(t.deadline, id.to_owned()));
+        true
+    }
+}

@@ -1,0 +1,295 @@
+//! The two stores and the one set of operations they both implement.
+//!
+//! Every method here is one atomic step: one critical section in memory, one
+//! Lua script on Redis. Callers never combine reads and writes themselves.
+
+pub(crate) mod memory;
+pub(crate) mod redis;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::name::Name;
+
+pub use self::redis::RedisConfig;
+
+/// Where gate state lives. Cheap to clone; clones share connections.
+#[derive(Debug, Clone)]
+pub struct Store {
+    backend: Backend,
+}
+
+#[derive(Debug, Clone)]
+enum Backend {
+    Memory(Arc<memory::MemoryStore>),
+    Redis(Arc<redis::RedisStore>),
+}
+
+impl Store {
+    /// An embedded in-process store on the system clock.
+    pub fn memory() -> Store {
+        Store::memory_with_clock(Arc::new(SystemClock))
+    }
+
+    /// An embedded store reading time from `clock` (tests use
+    /// [`ManualClock`](crate::ManualClock) to move time without sleeping).
+    pub fn memory_with_clock(clock: Arc<dyn Clock>) -> Store {
+        Store {
+            backend: Backend::Memory(Arc::new(memory::MemoryStore::new(clock))),
+        }
+    }
+
+    /// Connects to Redis at `url` (`redis://`, `rediss://`, `redis+unix://`
+    /// or `unix://`) with the default configuration.
+    pub async fn redis(url: &str) -> Result<Store> {
+        Store::connect(RedisConfig::new(url)).await
+    }
+
+    /// Connects to Redis as `config` says. Fails if the URL is malformed or
+    /// the server cannot be reached now; after that, the connection is
+    /// re-established automatically whenever it drops.
+    pub async fn connect(config: RedisConfig) -> Result<Store> {
+        Ok(Store {
+            backend: Backend::Redis(Arc::new(redis::RedisStore::connect(config).await?)),
+        })
+    }
+
+    /// `"memory"` or `"redis"`.
+    pub fn kind(&self) -> &'static str {
+        match &self.backend {
+            Backend::Memory(_) => "memory",
+            Backend::Redis(_) => "redis",
+        }
+    }
+
+    pub(crate) async fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
+        match &self.backend {
+            Backend::Memory(s) => s.enter(gate, req),
+            Backend::Redis(s) => s.enter(gate, req).await,
+        }
+    }
+
+    pub(crate) async fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+        match &self.backend {
+            Backend::Memory(s) => s.poll(gate, id, ttl_ms, hb_ms),
+            Backend::Redis(s) => s.poll(gate, id, ttl_ms, hb_ms).await,
+        }
+    }
+
+    pub(crate) async fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+        match &self.backend {
+            Backend::Memory(s) => s.renew(gate, id, ttl_ms),
+            Backend::Redis(s) => s.renew(gate, id, ttl_ms).await,
+        }
+    }
+
+    pub(crate) async fn leave(&self, gate: &Name, id: &str) -> Result<Left> {
+        match &self.backend {
+            Backend::Memory(s) => s.leave(gate, id),
+            Backend::Redis(s) => s.leave(gate, id).await,
+        }
+    }
+
+    pub(crate) async fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
+        match &self.backend {
+            Backend::Memory(s) => s.set_capacity(gate, capacity),
+            Backend::Redis(s) => s.set_capacity(gate, capacity).await,
+        }
+    }
+
+    pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
+        match &self.backend {
+            Backend::Memory(s) => s.stats(gate),
+            Backend::Redis(s) => s.stats(gate).await,
+        }
+    }
+
+    /// Registers interest in `id` being granted. Registered before `enter`,
+    /// so a hand-off can never be announced before anyone listens for it.
+    pub(crate) fn watch(&self, id: &str) -> Watch {
+        let wakers = match &self.backend {
+            Backend::Memory(s) => s.wakers(),
+            Backend::Redis(s) => s.wakers(),
+        };
+        wakers.register(id)
+    }
+
+    /// Makes sure hand-offs on `gate` reach this process. Returns `true` when
+    /// it had to start listening just now, in which case a hand-off may have
+    /// been announced before and the caller should poll once.
+    pub(crate) async fn listen(&self, gate: &Name) -> Result<Option<Listening>> {
+        match &self.backend {
+            Backend::Memory(_) => Ok(None),
+            Backend::Redis(s) => s.listen(gate).await.map(Some),
+        }
+    }
+}
+
+/// One `enter` call: take `permits` of the gate for `ttl_ms`, or (if `queue`)
+/// join the line under ticket `id`.
+#[derive(Debug, Clone)]
+pub(crate) struct EnterRequest<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) permits: u32,
+    pub(crate) capacity: Option<u32>,
+    pub(crate) ttl_ms: u64,
+    pub(crate) heartbeat_ms: u64,
+    pub(crate) queue: bool,
+}
+
+/// A lease the store just granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) fence: u64,
+    /// Milliseconds until the lease ends, by the store's clock.
+    pub(crate) ttl_ms: u64,
+}
+
+/// A ticket's place in line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// 1 for the head of the line.
+    pub position: u64,
+    /// How many tickets wait in line, this one included.
+    pub waiting: u64,
+}
+
+/// Why an entry without queueing was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Occupancy {
+    /// Permits held now.
+    pub used: u64,
+    /// The gate's capacity.
+    pub capacity: u32,
+    /// Tickets waiting in line.
+    pub waiting: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    Granted(Grant),
+    Queued(Place),
+    Busy(Occupancy),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Poll {
+    Granted(Grant),
+    Queued(Place),
+    /// Neither holding nor waiting: dropped for missing heartbeats, cancelled,
+    /// or expired.
+    Unknown,
+}
+
+/// What `leave` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// A lease ended early; its permits went to the line.
+    Released,
+    /// A ticket left the line.
+    Cancelled,
+    /// Nothing by that id (already expired or never there).
+    Unknown,
+}
+
+/// A snapshot of one gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GateStats {
+    /// The stored capacity, if any request or `set_capacity` has set one.
+    pub capacity: Option<u32>,
+    /// Permits held now.
+    pub used: u64,
+    /// Leases held now.
+    pub holders: u64,
+    /// Tickets in line.
+    pub waiting: u64,
+    /// Leases granted since the gate was created.
+    pub grants: u64,
+    /// Leases that ended by expiry rather than release.
+    pub expiries: u64,
+    /// The last fencing token handed out (0 if none yet).
+    pub fence: u64,
+}
+
+/// Wake-ups for waiters in this process, keyed by ticket id. `Notify` keeps
+/// one permit, so a wake-up that arrives before the waiter sleeps is not lost.
+#[derive(Debug, Default)]
+pub(crate) struct Wakers {
+    map: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Wakers {
+    pub(crate) fn register(self: &Arc<Self>, id: &str) -> Watch {
+        let notify = Arc::new(Notify::new());
+        self.map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_owned(), notify.clone());
+        Watch {
+            wakers: self.clone(),
+            id: id.to_owned(),
+            notify,
+        }
+    }
+
+    pub(crate) fn wake(&self, id: &str) {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = map.get(id) {
+            n.notify_one();
+        }
+    }
+
+    pub(crate) fn wake_all(&self) {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        for n in map.values() {
+            n.notify_one();
+        }
+    }
+}
+
+/// A registered interest in one ticket; unregisters on drop.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    wakers: Arc<Wakers>,
+    id: String,
+    notify: Arc<Notify>,
+}
+
+impl Watch {
+    /// Waits for a wake-up or `timeout`, whichever is first.
+    pub(crate) async fn wait(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.notify.notified()).await;
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.wakers
+            .map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+/// Keeps this process subscribed to one gate's hand-off channel.
+#[derive(Debug)]
+pub(crate) struct Listening {
+    pub(crate) fresh: bool,
+    pub(crate) _guard: redis::SubscriptionGuard,
+}
+
+pub(crate) fn check_capacity(capacity: u32) -> Result<u32> {
+    if capacity == 0 || capacity > crate::MAX_CAPACITY {
+        return Err(Error::invalid(format!(
+            "capacity must be between 1 and {}, got {capacity}",
+            crate::MAX_CAPACITY
+        )));
+    }
+    Ok(capacity)
+}

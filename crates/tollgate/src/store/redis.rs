@@ -1,0 +1,412 @@
+//! The Redis store: every operation is one Lua script (EVALSHA, loaded again
+//! on NOSCRIPT), all keys of a gate share one hash tag, and every deadline is
+//! computed from `redis.call('TIME')` inside the script.
+//!
+//! Two connections per store: a multiplexed command connection (concurrent
+//! callers are pipelined on it) and a RESP3 connection that only listens for
+//! hand-off messages. Both reconnect by themselves.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, Msg, ProtocolVersion, PushKind, Script};
+use tokio::sync::{Mutex as AsyncMutex, OnceCell};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::Name;
+
+use super::{EnterRequest, Entry, GateStats, Grant, Left, Listening, Occupancy, Place, Poll, Wakers};
+
+macro_rules! gate_script {
+    ($file:literal) => {
+        concat!(include_str!("lua/prelude.lua"), "\n", include_str!($file))
+    };
+}
+
+struct Scripts {
+    enter: Script,
+    poll: Script,
+    renew: Script,
+    leave: Script,
+    set_capacity: Script,
+    stats: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            enter: Script::new(gate_script!("lua/enter.lua")),
+            poll: Script::new(gate_script!("lua/poll.lua")),
+            renew: Script::new(gate_script!("lua/renew.lua")),
+            leave: Script::new(gate_script!("lua/leave.lua")),
+            set_capacity: Script::new(gate_script!("lua/set_capacity.lua")),
+            stats: Script::new(gate_script!("lua/stats.lua")),
+        }
+    }
+}
+
+/// How to reach Redis. Build with [`RedisConfig::new`] and adjust fields.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:pass@]host:port[/db]`, `rediss://…` for TLS, or
+    /// `redis+unix:///path/to/socket` / `unix:///path`.
+    pub url: String,
+    /// Prefix of every key and channel. Default `tollgate`. Letters, digits
+    /// and `_ - . :` only.
+    pub prefix: String,
+    /// How long one operation may take before it fails as unavailable.
+    /// Default 5 s.
+    pub response_timeout: Duration,
+    /// How long connecting may take. Default 5 s.
+    pub connect_timeout: Duration,
+}
+
+impl RedisConfig {
+    /// The defaults, for `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            prefix: "tollgate".to_owned(),
+            response_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+pub(crate) struct RedisStore {
+    conn: ConnectionManager,
+    prefix: String,
+    scripts: Scripts,
+    wakers: Arc<Wakers>,
+    subs: Arc<Subscriptions>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_url(url: &str) -> Result<redis::ConnectionInfo> {
+    let lower = url.to_ascii_lowercase();
+    if ![
+        "redis://",
+        "rediss://",
+        "redis+unix://",
+        "unix://",
+        "valkey://",
+        "valkeys://",
+    ]
+    .iter()
+    .any(|s| lower.starts_with(s))
+    {
+        return Err(Error::invalid(format!(
+            "{url:?} is not a Redis URL; use redis://host:port, rediss://host:port or unix:///path"
+        )));
+    }
+    url.into_connection_info()
+        .map_err(|e| Error::invalid(format!("malformed Redis URL {url:?}")).with_source(e))
+}
+
+fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty()
+        || prefix.len() > 64
+        || !prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+    {
+        return Err(Error::invalid(
+            "key prefix must be 1 to 64 letters, digits or _ - . :",
+        ));
+    }
+    Ok(())
+}
+
+impl RedisStore {
+    pub(crate) async fn connect(config: RedisConfig) -> Result<Self> {
+        check_prefix(&config.prefix)?;
+        let info = check_url(&config.url)?;
+        let client = redis::Client::open(info.clone())
+            .map_err(|e| Error::invalid("unusable Redis URL").with_source(e))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_max_delay(Duration::from_secs(2))
+            .set_number_of_retries(2);
+        let conn = ConnectionManager::new_with_config(client, manager_config.clone())
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot reach Redis at {}", config.url),
+                )
+                .with_source(e)
+            })?;
+        let resp3 = info
+            .clone()
+            .set_redis_settings(info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3));
+        let wakers = Arc::<Wakers>::default();
+        Ok(RedisStore {
+            conn,
+            prefix: config.prefix,
+            scripts: Scripts::new(),
+            subs: Arc::new(Subscriptions {
+                info: resp3,
+                config: manager_config,
+                conn: OnceCell::new(),
+                counts: AsyncMutex::new(HashMap::new()),
+                wakers: wakers.clone(),
+            }),
+            wakers,
+        })
+    }
+
+    pub(crate) fn wakers(&self) -> Arc<Wakers> {
+        self.wakers.clone()
+    }
+
+    fn base(&self, gate: &Name) -> String {
+        format!("{}:gate:{{{}}}", self.prefix, gate.as_str())
+    }
+
+    async fn run(&self, script: &Script, gate: &Name, args: impl redis::ToRedisArgs) -> Result<Vec<i64>> {
+        let base = self.base(gate);
+        let mut inv = script.prepare_invoke();
+        for suffix in [":m", ":h", ":p", ":q", ":w"] {
+            inv.key(format!("{base}{suffix}"));
+        }
+        inv.arg(args);
+        let mut conn = self.conn.clone();
+        Ok(inv.invoke_async(&mut conn).await?)
+    }
+
+    pub(crate) async fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
+        let r = self
+            .run(
+                &self.scripts.enter,
+                gate,
+                (
+                    req.id,
+                    req.permits,
+                    req.capacity.unwrap_or(0),
+                    req.ttl_ms,
+                    req.heartbeat_ms,
+                    u8::from(req.queue),
+                ),
+            )
+            .await?;
+        match r.as_slice() {
+            [1, fence, ttl] => Ok(Entry::Granted(grant(*fence, *ttl))),
+            [2, position, waiting] => Ok(Entry::Queued(place(*position, *waiting))),
+            [3, used, capacity, waiting] => Ok(Entry::Busy(Occupancy {
+                used: *used as u64,
+                capacity: *capacity as u32,
+                waiting: *waiting as u64,
+            })),
+            [-1, have] => Err(Error::new(
+                ErrorKind::CapacityConflict,
+                format!(
+                    "the gate's capacity is {have}, the request says {}; change it with set_capacity",
+                    req.capacity.unwrap_or(0)
+                ),
+            )),
+            [-2, capacity] => Err(Error::invalid(format!(
+                "asked for {} permits but the gate's capacity is {capacity}",
+                req.permits
+            ))),
+            [-3] => Err(Error::new(
+                ErrorKind::NoCapacity,
+                "the gate has no capacity yet; name one in the request or set_capacity",
+            )),
+            other => Err(unexpected("enter", other)),
+        }
+    }
+
+    pub(crate) async fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+        let r = self.run(&self.scripts.poll, gate, (id, ttl_ms, hb_ms)).await?;
+        match r.as_slice() {
+            [1, fence, ttl] => Ok(Poll::Granted(grant(*fence, *ttl))),
+            [2, position, waiting] => Ok(Poll::Queued(place(*position, *waiting))),
+            [0] => Ok(Poll::Unknown),
+            other => Err(unexpected("poll", other)),
+        }
+    }
+
+    pub(crate) async fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+        let r = self.run(&self.scripts.renew, gate, (id, ttl_ms)).await?;
+        match r.as_slice() {
+            [1, ttl] => Ok(Some(grant(0, *ttl))),
+            [0] => Ok(None),
+            other => Err(unexpected("renew", other)),
+        }
+    }
+
+    pub(crate) async fn leave(&self, gate: &Name, id: &str) -> Result<Left> {
+        let r = self.run(&self.scripts.leave, gate, id).await?;
+        match r.as_slice() {
+            [1] => Ok(Left::Released),
+            [2] => Ok(Left::Cancelled),
+            [0] => Ok(Left::Unknown),
+            other => Err(unexpected("leave", other)),
+        }
+    }
+
+    pub(crate) async fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
+        let r = self.run(&self.scripts.set_capacity, gate, capacity).await?;
+        match r.as_slice() {
+            [1] => Ok(()),
+            other => Err(unexpected("set_capacity", other)),
+        }
+    }
+
+    pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
+        let r = self.run(&self.scripts.stats, gate, Vec::<String>::new()).await?;
+        match r.as_slice() {
+            [capacity, used, holders, waiting, grants, expiries, fence] => Ok(GateStats {
+                capacity: u32::try_from(*capacity).ok(),
+                used: *used as u64,
+                holders: *holders as u64,
+                waiting: *waiting as u64,
+                grants: *grants as u64,
+                expiries: *expiries as u64,
+                fence: *fence as u64,
+            }),
+            other => Err(unexpected("stats", other)),
+        }
+    }
+
+    pub(crate) async fn listen(&self, gate: &Name) -> Result<Listening> {
+        let channel = format!("{}:n", self.base(gate));
+        let fresh = self.subs.acquire(&channel).await?;
+        Ok(Listening {
+            fresh,
+            _guard: SubscriptionGuard {
+                subs: Arc::downgrade(&self.subs),
+                channel,
+            },
+        })
+    }
+}
+
+fn grant(fence: i64, ttl: i64) -> Grant {
+    Grant {
+        fence: fence.max(0) as u64,
+        ttl_ms: ttl.max(0) as u64,
+    }
+}
+
+fn place(position: i64, waiting: i64) -> Place {
+    Place {
+        position: position.max(0) as u64,
+        waiting: waiting.max(0) as u64,
+    }
+}
+
+fn unexpected(op: &str, reply: &[i64]) -> Error {
+    Error::new(ErrorKind::Store, format!("unexpected reply to {op}: {reply:?}"))
+}
+
+/// Per-channel subscription counts on the listening connection. Subscribing
+/// and unsubscribing happen under one async lock so a late unsubscribe can
+/// never undo a newer subscribe.
+struct Subscriptions {
+    info: redis::ConnectionInfo,
+    config: ConnectionManagerConfig,
+    conn: OnceCell<ConnectionManager>,
+    counts: AsyncMutex<HashMap<String, usize>>,
+    wakers: Arc<Wakers>,
+}
+
+impl Subscriptions {
+    async fn connection(&self) -> Result<ConnectionManager> {
+        let conn = self
+            .conn
+            .get_or_try_init(|| async {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let config = self
+                    .config
+                    .clone()
+                    .set_push_sender(tx)
+                    .set_automatic_resubscription();
+                let client = redis::Client::open(self.info.clone())?;
+                let conn = ConnectionManager::new_with_config(client, config).await?;
+                let wakers = self.wakers.clone();
+                tokio::spawn(async move {
+                    while let Some(push) = rx.recv().await {
+                        if push.kind == PushKind::Disconnection {
+                            // Whatever was published meanwhile is lost: let
+                            // every waiter look for itself.
+                            wakers.wake_all();
+                            continue;
+                        }
+                        if let Some(msg) = Msg::from_push_info(push)
+                            && let Ok(text) = std::str::from_utf8(msg.get_payload_bytes())
+                        {
+                            for id in text.split(' ') {
+                                wakers.wake(id);
+                            }
+                        }
+                    }
+                });
+                Ok::<_, redis::RedisError>(conn)
+            })
+            .await?;
+        Ok(conn.clone())
+    }
+
+    /// Counts one more listener on `channel`; subscribes if it is the first.
+    async fn acquire(&self, channel: &str) -> Result<bool> {
+        let mut counts = self.counts.lock().await;
+        if let Some(n) = counts.get_mut(channel) {
+            *n += 1;
+            return Ok(false);
+        }
+        let mut conn = self.connection().await?;
+        conn.subscribe(channel).await?;
+        counts.insert(channel.to_owned(), 1);
+        Ok(true)
+    }
+
+    async fn release(&self, channel: String) {
+        let mut counts = self.counts.lock().await;
+        let Some(n) = counts.get_mut(&channel) else { return };
+        *n -= 1;
+        if *n > 0 {
+            return;
+        }
+        counts.remove(&channel);
+        if let Ok(mut conn) = self.connection().await {
+            // Best effort: a failed unsubscribe only costs stray messages.
+            let _ = conn.unsubscribe(&channel).await;
+        }
+    }
+}
+
+/// Holds one count on a channel; releasing happens in a spawned task.
+pub(crate) struct SubscriptionGuard {
+    subs: Weak<Subscriptions>,
+    channel: String,
+}
+
+impl fmt::Debug for SubscriptionGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubscriptionGuard")
+            .field("channel", &self.channel)
+            .finish()
+    }
+}
+
+impl Drop for SubscriptionGuard {
+    fn drop(&mut self) {
+        let (Some(subs), Ok(handle)) = (self.subs.upgrade(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let channel = std::mem::take(&mut self.channel);
+        handle.spawn(async move { subs.release(channel).await });
+    }
+}

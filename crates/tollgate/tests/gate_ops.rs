@@ -1,0 +1,382 @@
+//! Conformance suite: every Gate operation, the same assertions on the memory
+//! store and on a real redis-server.
+
+mod support;
+
+use std::time::Duration;
+
+use support::TestStore;
+use tollgate::{Entered, ErrorKind, Gate, GateOptions, Granted, Left, Place, TicketStatus};
+
+const LONG: Duration = Duration::from_secs(30);
+const SHORT: Duration = Duration::from_millis(300);
+const PAST_SHORT: Duration = Duration::from_millis(450);
+
+fn opts(ttl: Duration, heartbeat: Duration) -> GateOptions {
+    GateOptions {
+        ttl,
+        heartbeat,
+        auto_renew: false,
+    }
+}
+
+fn gate(ts: &TestStore, capacity: Option<u32>, o: GateOptions) -> Gate {
+    Gate::new(&ts.store, "g", capacity, o).expect("valid gate")
+}
+
+fn granted(e: Entered) -> Granted {
+    match e {
+        Entered::Granted(g) => g,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+fn queued(e: Entered) -> (String, Place) {
+    match e {
+        Entered::Queued { ticket, place } => (ticket, place),
+        other => panic!("expected a ticket, got {other:?}"),
+    }
+}
+
+async fn status_granted(g: &Gate, ticket: &str) -> Granted {
+    match g.status(ticket).await.expect("status") {
+        TicketStatus::Granted(l) => l,
+        other => panic!("expected {ticket} granted, got {other:?}"),
+    }
+}
+
+async fn status_place(g: &Gate, ticket: &str) -> Place {
+    match g.status(ticket).await.expect("status") {
+        TicketStatus::Queued(p) => p,
+        other => panic!("expected {ticket} queued, got {other:?}"),
+    }
+}
+
+async fn grants_until_capacity_then_queues(ts: TestStore) {
+    let g = gate(&ts, Some(2), opts(LONG, LONG));
+    let a = granted(g.enter(1, true).await.unwrap());
+    let b = granted(g.enter(1, true).await.unwrap());
+    assert!(b.fence > a.fence);
+    assert_eq!(a.ttl, LONG);
+    let (_, p) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(
+        p,
+        Place {
+            position: 1,
+            waiting: 1
+        }
+    );
+    let (_, p) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(
+        p,
+        Place {
+            position: 2,
+            waiting: 2
+        }
+    );
+    match g.enter(1, false).await.unwrap() {
+        Entered::Busy(o) => {
+            assert_eq!((o.used, o.capacity, o.waiting), (2, 2, 2));
+        }
+        other => panic!("expected busy, got {other:?}"),
+    }
+    let s = g.stats().await.unwrap();
+    assert_eq!(
+        (s.capacity, s.used, s.holders, s.waiting, s.grants),
+        (Some(2), 2, 2, 2, 2)
+    );
+    assert_eq!(s.fence, b.fence);
+}
+
+async fn release_hands_off_to_head_in_order(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(LONG, LONG));
+    let a = granted(g.enter(1, true).await.unwrap());
+    let (b, _) = queued(g.enter(1, true).await.unwrap());
+    let (c, _) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(
+        status_place(&g, &c).await,
+        Place {
+            position: 2,
+            waiting: 2
+        }
+    );
+
+    assert_eq!(g.leave(&a.token).await.unwrap(), Left::Released);
+    let lb = status_granted(&g, &b).await;
+    assert!(
+        lb.fence > a.fence,
+        "hand-off fence {} after {}",
+        lb.fence,
+        a.fence
+    );
+    assert_eq!(lb.token, b);
+    assert_eq!(lb.ttl, LONG, "a picked-up hand-off runs for the full TTL");
+    // Asking again is harmless and reports the same lease.
+    assert_eq!(status_granted(&g, &b).await.fence, lb.fence);
+    assert_eq!(
+        status_place(&g, &c).await,
+        Place {
+            position: 1,
+            waiting: 1
+        }
+    );
+
+    // A newcomer queues behind c even though it asked after b's release.
+    let (d, _) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(g.leave(&b).await.unwrap(), Left::Released);
+    let lc = status_granted(&g, &c).await;
+    assert!(lc.fence > lb.fence);
+    assert_eq!(
+        status_place(&g, &d).await,
+        Place {
+            position: 1,
+            waiting: 1
+        }
+    );
+    assert_eq!(g.leave(&a.token).await.unwrap(), Left::Unknown, "released twice");
+}
+
+async fn newcomer_never_overtakes_a_large_head(ts: TestStore) {
+    let g = gate(&ts, Some(3), opts(LONG, LONG));
+    let a = granted(g.enter(2, true).await.unwrap());
+    // 1 permit is free, but the head wants 3: a 1-permit newcomer must wait.
+    let (big, p) = queued(g.enter(3, true).await.unwrap());
+    assert_eq!(p.position, 1);
+    let (small, p) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(p.position, 2);
+    assert!(matches!(g.enter(1, false).await.unwrap(), Entered::Busy(_)));
+
+    g.leave(&a.token).await.unwrap();
+    let lbig = status_granted(&g, &big).await;
+    assert_eq!(g.stats().await.unwrap().used, 3);
+    assert_eq!(status_place(&g, &small).await.position, 1);
+    g.leave(&lbig.token).await.unwrap();
+    status_granted(&g, &small).await;
+    assert_eq!(g.stats().await.unwrap().used, 1);
+}
+
+async fn expired_lease_frees_its_slot_and_cannot_renew(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(SHORT, LONG));
+    let a = granted(g.enter(1, true).await.unwrap());
+    assert!(matches!(g.enter(1, false).await.unwrap(), Entered::Busy(_)));
+    ts.advance(PAST_SHORT).await;
+    let b = granted(g.enter(1, false).await.unwrap());
+    assert!(b.fence > a.fence);
+    let e = g.renew(&a.token, SHORT).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::LeaseLost);
+    assert_eq!(g.leave(&a.token).await.unwrap(), Left::Unknown);
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.expiries, s.grants), (1, 1, 2));
+}
+
+async fn renewal_extends_a_held_lease(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(SHORT, LONG));
+    let a = granted(g.enter(1, true).await.unwrap());
+    for _ in 0..3 {
+        ts.advance(Duration::from_millis(200)).await;
+        assert_eq!(g.renew(&a.token, SHORT).await.unwrap(), SHORT);
+    }
+    assert_eq!(g.stats().await.unwrap().holders, 1);
+    assert!(matches!(g.enter(1, false).await.unwrap(), Entered::Busy(_)));
+    assert_eq!(g.leave(&a.token).await.unwrap(), Left::Released);
+}
+
+async fn silent_waiter_leaves_the_line(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(LONG, SHORT));
+    let _a = granted(g.enter(1, true).await.unwrap());
+    let (b, _) = queued(g.enter(1, true).await.unwrap());
+    let (c, _) = queued(g.enter(1, true).await.unwrap());
+    ts.advance(Duration::from_millis(200)).await;
+    assert_eq!(status_place(&g, &c).await.position, 2); // c keeps asking, b does not
+    ts.advance(Duration::from_millis(200)).await;
+    assert_eq!(
+        status_place(&g, &c).await,
+        Place {
+            position: 1,
+            waiting: 1
+        }
+    );
+    assert_eq!(g.status(&b).await.unwrap(), TicketStatus::Gone);
+}
+
+async fn hand_off_to_vanished_waiter_comes_back_within_its_grace(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(LONG, SHORT));
+    let a = granted(g.enter(1, true).await.unwrap());
+    let (b, _) = queued(g.enter(1, true).await.unwrap());
+    g.leave(&a.token).await.unwrap();
+    // b never asks: its hand-off lives only until b's heartbeat deadline,
+    // not for the 30 s TTL.
+    assert!(matches!(g.enter(1, false).await.unwrap(), Entered::Busy(_)));
+    ts.advance(PAST_SHORT).await;
+    let c = granted(g.enter(1, false).await.unwrap());
+    assert_eq!(c.ttl, LONG);
+    assert_eq!(g.status(&b).await.unwrap(), TicketStatus::Gone);
+    assert_eq!(g.stats().await.unwrap().expiries, 1);
+}
+
+async fn cancel_leaves_the_line(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(LONG, LONG));
+    let a = granted(g.enter(1, true).await.unwrap());
+    let (b, _) = queued(g.enter(1, true).await.unwrap());
+    let (c, _) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(g.leave(&b).await.unwrap(), Left::Cancelled);
+    assert_eq!(g.status(&b).await.unwrap(), TicketStatus::Gone);
+    assert_eq!(
+        status_place(&g, &c).await,
+        Place {
+            position: 1,
+            waiting: 1
+        }
+    );
+    g.leave(&a.token).await.unwrap();
+    status_granted(&g, &c).await;
+    // Cancelling a ticket that was just handed a lease releases it.
+    let (d, _) = queued(g.enter(1, true).await.unwrap());
+    let (e, _) = queued(g.enter(1, true).await.unwrap());
+    g.leave(&c).await.unwrap();
+    assert_eq!(g.leave(&d).await.unwrap(), Left::Released);
+    status_granted(&g, &e).await;
+}
+
+async fn capacity_changes_at_runtime(ts: TestStore) {
+    let g = gate(&ts, Some(2), opts(LONG, LONG));
+    let a = granted(g.enter(1, true).await.unwrap());
+    let b = granted(g.enter(1, true).await.unwrap());
+    let (c, _) = queued(g.enter(1, true).await.unwrap());
+    let any = gate(&ts, None, opts(LONG, LONG));
+    any.set_capacity(1).await.unwrap();
+    let s = g.stats().await.unwrap();
+    assert_eq!(
+        (s.capacity, s.holders, s.used),
+        (Some(1), 2, 2),
+        "lowering never evicts"
+    );
+    any.leave(&a.token).await.unwrap();
+    assert_eq!(
+        status_place(&any, &c).await.position,
+        1,
+        "still over the new capacity"
+    );
+    any.leave(&b.token).await.unwrap();
+    status_granted(&any, &c).await;
+
+    let (d, _) = queued(any.enter(1, true).await.unwrap());
+    let (e, _) = queued(any.enter(1, true).await.unwrap());
+    any.set_capacity(3).await.unwrap();
+    status_granted(&any, &d).await;
+    status_granted(&any, &e).await;
+    // The old handle's capacity no longer matches the stored one.
+    assert_eq!(
+        g.enter(1, true).await.unwrap_err().kind(),
+        ErrorKind::CapacityConflict
+    );
+}
+
+async fn capacity_is_stored_with_the_gate(ts: TestStore) {
+    let none = gate(&ts, None, opts(LONG, LONG));
+    assert_eq!(
+        none.enter(1, true).await.unwrap_err().kind(),
+        ErrorKind::NoCapacity
+    );
+    assert_eq!(none.stats().await.unwrap().capacity, None);
+    let two = gate(&ts, Some(2), opts(LONG, LONG));
+    granted(two.enter(1, true).await.unwrap());
+    let three = gate(&ts, Some(3), opts(LONG, LONG));
+    let e = three.enter(1, true).await.unwrap_err();
+    assert!(e.is_conflict());
+    assert!(
+        e.to_string().contains('2'),
+        "message names the stored capacity: {e}"
+    );
+    granted(none.enter(1, true).await.unwrap());
+    assert_eq!(none.stats().await.unwrap().used, 2);
+    // More permits than the stored capacity.
+    assert!(none.enter(3, true).await.unwrap_err().is_invalid_input());
+}
+
+async fn lowering_capacity_below_a_waiting_request_drops_it(ts: TestStore) {
+    let g = gate(&ts, None, opts(LONG, LONG));
+    g.set_capacity(3).await.unwrap();
+    let a = granted(g.enter(2, true).await.unwrap());
+    let (big, _) = queued(g.enter(3, true).await.unwrap());
+    let (small, _) = queued(g.enter(1, true).await.unwrap());
+    g.set_capacity(2).await.unwrap();
+    assert_eq!(g.status(&big).await.unwrap(), TicketStatus::Gone);
+    assert_eq!(status_place(&g, &small).await.position, 1);
+    g.leave(&a.token).await.unwrap();
+    status_granted(&g, &small).await;
+}
+
+async fn fences_strictly_increase(ts: TestStore) {
+    let g = gate(&ts, Some(2), opts(SHORT, LONG));
+    let mut last = 0;
+    for round in 0..5 {
+        let a = granted(g.enter(1, true).await.unwrap());
+        let b = granted(g.enter(1, true).await.unwrap());
+        let (c, _) = queued(g.enter(1, true).await.unwrap());
+        assert!(a.fence > last && b.fence > a.fence, "round {round}");
+        g.leave(&a.token).await.unwrap();
+        let lc = status_granted(&g, &c).await;
+        assert!(lc.fence > b.fence);
+        g.leave(&b.token).await.unwrap();
+        g.leave(&c).await.unwrap();
+        last = lc.fence;
+    }
+    assert_eq!(g.stats().await.unwrap().fence, last);
+}
+
+async fn bad_input_is_a_typed_error(ts: TestStore) {
+    let s = &ts.store;
+    let o = GateOptions::default;
+    for name in ["", "a b", "{x}", "ü", &"n".repeat(129)] {
+        assert!(
+            Gate::new(s, name, Some(1), o()).unwrap_err().is_invalid_input(),
+            "{name:?}"
+        );
+    }
+    assert!(Gate::new(s, "g", Some(0), o()).unwrap_err().is_invalid_input());
+    assert!(Gate::new(s, "g", Some(tollgate::MAX_CAPACITY + 1), o()).is_err());
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_millis(5),
+        Duration::from_secs(90_000),
+    ] {
+        let e = Gate::new(s, "g", Some(1), GateOptions { ttl, ..o() }).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{ttl:?}");
+        assert!(e.to_string().contains("ttl"), "{e}");
+    }
+    let g = Gate::new(s, "g", Some(2), o()).unwrap();
+    assert!(g.enter(0, true).await.unwrap_err().is_invalid_input());
+    let e = g.enter(3, true).await.unwrap_err();
+    assert!(
+        e.is_invalid_input() && e.to_string().contains("capacity is 2"),
+        "{e}"
+    );
+    assert!(g.status("").await.unwrap_err().is_invalid_input());
+    assert!(g.status("not a token!").await.unwrap_err().is_invalid_input());
+    assert!(g.leave(&"x".repeat(65)).await.unwrap_err().is_invalid_input());
+    assert!(
+        g.renew("abc", Duration::ZERO)
+            .await
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    assert!(g.set_capacity(0).await.unwrap_err().is_invalid_input());
+    assert_eq!(g.status("unknownticket").await.unwrap(), TicketStatus::Gone);
+}
+
+on_both_stores!(manual_clock:
+    grants_until_capacity_then_queues,
+    release_hands_off_to_head_in_order,
+    newcomer_never_overtakes_a_large_head,
+    expired_lease_frees_its_slot_and_cannot_renew,
+    renewal_extends_a_held_lease,
+    silent_waiter_leaves_the_line,
+    hand_off_to_vanished_waiter_comes_back_within_its_grace,
+    cancel_leaves_the_line,
+    capacity_changes_at_runtime,
+    capacity_is_stored_with_the_gate,
+    lowering_capacity_below_a_waiting_request_drops_it,
+    fences_strictly_increase,
+    bad_input_is_a_typed_error,
+);

@@ -1,0 +1,211 @@
+//! Test support: real redis-server processes, started and killed by the
+//! tests themselves, and a harness that runs one test body on both stores.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate::{ManualClock, Store};
+
+/// A redis-server child on a free loopback port, with persistence off and
+/// its own temp dir. Killed on drop. Panics loudly if it cannot start:
+/// these tests never skip for want of Redis.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let mut server = RedisServer {
+                child: None,
+                port: free_port(),
+                dir,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("could not start redis-server: {last_err}");
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.log_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!("cannot run redis-server ({e}); install it with `apt-get install -y redis-server`")
+            })?;
+        self.child = Some(child);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+                return Err(format!("redis-server exited with {status}: {log}"));
+            }
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        Err(format!("redis-server did not answer within 10 s: {log}"))
+    }
+
+    fn ping(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL: like a crash) and waits for it to go.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port (empty: persistence is off).
+    pub fn restart(&mut self) {
+        self.kill();
+        let start = Instant::now();
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if start.elapsed() > Duration::from_secs(10) => panic!("restart failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Runs a command through redis-cli-free raw RESP, for inspection.
+    pub fn command(&self, args: &[&str]) -> redis::Value {
+        let client = redis::Client::open(self.url()).expect("client");
+        let mut conn = client.get_connection().expect("connection");
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut conn).expect("command")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One store under test: memory on a hand-moved clock, or a fresh Redis.
+pub struct TestStore {
+    pub store: Store,
+    pub clock: Option<ManualClock>,
+    pub server: Option<RedisServer>,
+}
+
+impl TestStore {
+    /// Memory on the system clock, for tests of leases and waits that run
+    /// in real time on both stores.
+    pub fn memory_realtime() -> TestStore {
+        TestStore {
+            store: Store::memory(),
+            clock: None,
+            server: None,
+        }
+    }
+
+    pub fn memory() -> TestStore {
+        let clock = ManualClock::default();
+        TestStore {
+            store: Store::memory_with_clock(Arc::new(clock.clone())),
+            clock: Some(clock),
+            server: None,
+        }
+    }
+
+    pub async fn redis() -> TestStore {
+        let server = RedisServer::start();
+        let store = Store::redis(&server.url()).await.expect("connect to test redis");
+        TestStore {
+            store,
+            clock: None,
+            server: Some(server),
+        }
+    }
+
+    /// Lets `d` of store time pass: moves the manual clock, or sleeps while
+    /// Redis's clock runs.
+    pub async fn advance(&self, d: Duration) {
+        match &self.clock {
+            Some(c) => c.advance(d),
+            None => tokio::time::sleep(d).await,
+        }
+    }
+}
+
+/// Declares `async fn NAME(ts: TestStore)` bodies as tests on both stores.
+/// `manual_clock:` runs the memory variant on a hand-moved clock;
+/// `realtime:` on the system clock (for leases renewed in the background).
+#[macro_export]
+macro_rules! on_both_stores {
+    (manual_clock: $($name:ident),* $(,)?) => {
+        $crate::on_both_stores!(@ memory, $($name),*);
+    };
+    (realtime: $($name:ident),* $(,)?) => {
+        $crate::on_both_stores!(@ memory_realtime, $($name),*);
+    };
+    (@ $memory:ident, $($name:ident),*) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::support::TestStore::$memory()).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::support::TestStore::redis().await).await
+                }
+            )*
+        }
+    };
+}
