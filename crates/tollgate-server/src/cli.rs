@@ -1,0 +1,130 @@
+//! Command-line arguments.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about = "Fair distributed locks and semaphores")]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// A distributed mutual-exclusion lock.
+    #[command(subcommand)]
+    Lock(Primitive),
+    /// A distributed counting semaphore.
+    #[command(subcommand)]
+    Semaphore(Primitive),
+    /// Measure throughput, latency and fairness; prints one JSON line per case.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Primitive {
+    /// Run a command while holding the lock (or permits), renewing the lease
+    /// until it exits.
+    ///
+    /// Exit code: the command's own; 75 if the lock could not be had within
+    /// --wait; 76 if the lease was lost while the command ran (it got
+    /// SIGTERM); 69 if the store is unreachable; 64 for bad arguments.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    /// Redis URL (redis://, rediss://, unix://). Falls back to TOLLGATE_REDIS_URL.
+    #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
+    pub(crate) redis: Option<String>,
+    /// Prefix of every Redis key.
+    #[arg(long, default_value = "tollgate", value_name = "PREFIX")]
+    pub(crate) prefix: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Name of the lock or semaphore (letters, digits, _ - . : / @).
+    pub(crate) name: String,
+    /// Number of permits of the semaphore (semaphore only).
+    #[arg(long, value_name = "N")]
+    pub(crate) limit: Option<u32>,
+    /// Permits to take (semaphore only).
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub(crate) permits: u32,
+    /// Lease length; renewed every third of it while the command runs.
+    #[arg(long, default_value = "30s", value_parser = duration, value_name = "D")]
+    pub(crate) ttl: Duration,
+    /// How long to wait in line; 0 means try once.
+    #[arg(long, default_value = "0s", value_parser = duration, value_name = "D")]
+    pub(crate) wait: Duration,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum BenchTarget {
+    Lock,
+    Semaphore,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// `lock` (mutex_uncontended, or mutex_contended with --contended) or
+    /// `semaphore` (semaphore_contended).
+    pub(crate) target: BenchTarget,
+    /// Redis URL; without it the embedded memory store is measured.
+    #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
+    pub(crate) redis: Option<String>,
+    /// Concurrent workers.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) workers: usize,
+    /// How long to measure.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub(crate) seconds: Duration,
+    /// All workers share one lock (otherwise each has its own).
+    #[arg(long)]
+    pub(crate) contended: bool,
+    /// The semaphore's capacity.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) limit: u32,
+    /// Run the workers on one thread (a current-thread runtime) instead of
+    /// a thread per core.
+    #[arg(long)]
+    pub(crate) single_thread: bool,
+}
+
+/// Parses `250ms`, `30s`, `5m`, `1h`; a bare number is seconds.
+pub(crate) fn duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) {
+        return s
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| format!("{s:?} is too large"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 250ms, 30s or 5m ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(duration("7"), Ok(Duration::from_secs(7)));
+        assert!(duration("").is_err());
+        assert!(duration("-1s").is_err());
+        assert!(duration("soon").is_err());
+        assert!(duration("99999999999999999999").is_err());
+    }
+}

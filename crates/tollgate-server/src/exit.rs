@@ -1,0 +1,27 @@
+//! Exit codes, documented in the README. sysexits(3) numbering where one fits.
+
+/// Bad arguments, or no store named.
+pub(crate) const USAGE: i32 = 64;
+/// The store could not be reached.
+pub(crate) const UNAVAILABLE: i32 = 69;
+/// Something tollgate did not expect.
+pub(crate) const SOFTWARE: i32 = 70;
+/// The lock or permits could not be had within `--wait`.
+pub(crate) const BUSY: i32 = 75;
+/// The lease was lost while the command ran; the command got SIGTERM.
+pub(crate) const LEASE_LOST: i32 = 76;
+/// The command could not be started.
+pub(crate) const CANNOT_EXECUTE: i32 = 126;
+/// The command was not found.
+pub(crate) const NOT_FOUND: i32 = 127;
+
+/// The exit code for a library error.
+pub(crate) fn for_error(e: &tollgate::Error) -> i32 {
+    use tollgate::ErrorKind;
+    match e.kind() {
+        ErrorKind::InvalidInput | ErrorKind::CapacityConflict | ErrorKind::NoCapacity => USAGE,
+        ErrorKind::Unavailable => UNAVAILABLE,
+        ErrorKind::LeaseLost => LEASE_LOST,
+        _ => SOFTWARE,
+    }
+}

@@ -1,0 +1,199 @@
+//! `tollgate lock run` and `tollgate semaphore run`: hold a lease while a
+//! child command runs.
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tollgate::{Gate, GateOptions, Lease, RedisConfig, Store};
+
+use crate::cli::{RunArgs, StoreArgs};
+use crate::exit;
+
+/// How long a child gets after SIGTERM (lease lost) before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(10);
+
+pub(crate) async fn lock(args: RunArgs) -> i32 {
+    if args.limit.is_some() || args.permits != 1 {
+        eprintln!("tollgate: --limit and --permits are for `tollgate semaphore run`");
+        return exit::USAGE;
+    }
+    run(args, 1, 1, "lock").await
+}
+
+pub(crate) async fn semaphore(args: RunArgs) -> i32 {
+    let Some(limit) = args.limit else {
+        eprintln!("tollgate: `semaphore run` needs --limit N (the number of permits)");
+        return exit::USAGE;
+    };
+    let permits = args.permits;
+    run(args, limit, permits, "semaphore").await
+}
+
+pub(crate) async fn connect(store: &StoreArgs) -> Result<Store, i32> {
+    let Some(url) = &store.redis else {
+        eprintln!(
+            "tollgate: no store given: pass --redis URL (e.g. redis://127.0.0.1:6379) or set TOLLGATE_REDIS_URL"
+        );
+        return Err(exit::USAGE);
+    };
+    let mut config = RedisConfig::new(url.clone());
+    config.prefix = store.prefix.clone();
+    Store::connect(config).await.map_err(|e| {
+        eprintln!("tollgate: {e}");
+        exit::for_error(&e)
+    })
+}
+
+async fn run(args: RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
+    let options = GateOptions {
+        ttl: args.ttl,
+        ..GateOptions::default()
+    };
+    // Validate before connecting, so bad input never waits on the network.
+    if let Err(msg) = validate(&args, capacity, permits) {
+        eprintln!("tollgate: {msg}");
+        return exit::USAGE;
+    }
+    let store = match connect(&args.store).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let gate = match Gate::new(&store, &args.name, Some(capacity), options) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("tollgate: {}", e.message());
+            return exit::USAGE;
+        }
+    };
+    let lease = match gate.acquire(permits, args.wait).await {
+        Ok(Some(lease)) => lease,
+        Ok(None) => {
+            eprintln!(
+                "tollgate: {what} {:?} is busy; not acquired within {}",
+                args.name,
+                humantime::format_duration(args.wait)
+            );
+            return exit::BUSY;
+        }
+        Err(e) => {
+            eprintln!("tollgate: cannot acquire {what} {:?}: {e}", args.name);
+            return exit::for_error(&e);
+        }
+    };
+    supervise(lease, &args, what).await
+}
+
+fn validate(args: &RunArgs, capacity: u32, permits: u32) -> Result<(), String> {
+    tollgate::Name::new(&args.name).map_err(|e| e.message().to_owned())?;
+    if capacity == 0 || capacity > tollgate::MAX_CAPACITY {
+        return Err(format!(
+            "--limit must be between 1 and {}, got {capacity}",
+            tollgate::MAX_CAPACITY
+        ));
+    }
+    if permits == 0 || permits > capacity {
+        return Err(format!("--permits must be between 1 and --limit ({capacity}), got {permits}"));
+    }
+    if args.ttl < tollgate::MIN_TTL || args.ttl > tollgate::MAX_TTL {
+        return Err(format!(
+            "--ttl must be between {} and 24h, got {}",
+            humantime::format_duration(tollgate::MIN_TTL),
+            humantime::format_duration(args.ttl)
+        ));
+    }
+    if args.wait > tollgate::MAX_TTL {
+        return Err("--wait must be at most 24h".to_owned());
+    }
+    Ok(())
+}
+
+async fn supervise(lease: Lease, args: &RunArgs, what: &str) -> i32 {
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("TOLLGATE_FENCE", lease.fence().to_string())
+        .env("TOLLGATE_NAME", &args.name)
+        .kill_on_drop(false);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tollgate: cannot run {:?}: {e}", args.command[0]);
+            let _ = lease.release().await;
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+        }
+    };
+    let (Ok(mut sigterm), Ok(mut sigint), Ok(mut sighup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        eprintln!("tollgate: cannot install signal handlers");
+        terminate(&mut child).await;
+        let _ = lease.release().await;
+        return exit::SOFTWARE;
+    };
+    let lost = lease.lost();
+    tokio::pin!(lost);
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            () = &mut lost => {
+                eprintln!(
+                    "tollgate: lease on {what} {:?} was lost; stopping the command with SIGTERM",
+                    args.name
+                );
+                terminate(&mut child).await;
+                return exit::LEASE_LOST;
+            }
+            _ = sigterm.recv() => forward(&child, Signal::SIGTERM),
+            _ = sigint.recv() => forward(&child, Signal::SIGINT),
+            _ = sighup.recv() => forward(&child, Signal::SIGHUP),
+        }
+    };
+    let released = lease.release().await;
+    match released {
+        Err(e) if e.is_lease_lost() => {
+            eprintln!(
+                "tollgate: the lease on {what} {:?} had ended before the command finished",
+                args.name
+            );
+            return exit::LEASE_LOST;
+        }
+        Err(e) => eprintln!("tollgate: could not release {what} {:?}: {e} (it expires by itself)", args.name),
+        Ok(()) => {}
+    }
+    match status {
+        Ok(status) => code_of(status),
+        Err(e) => {
+            eprintln!("tollgate: lost track of the command: {e}");
+            exit::SOFTWARE
+        }
+    }
+}
+
+fn code_of(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+fn forward(child: &Child, sig: Signal) {
+    if let Some(pid) = child.id() {
+        let _ = kill(Pid::from_raw(pid as i32), sig);
+    }
+}
+
+async fn terminate(child: &mut Child) {
+    forward(child, Signal::SIGTERM);
+    if tokio::time::timeout(TERM_GRACE, child.wait()).await.is_err() {
+        let _ = child.kill().await;
+    }
+}
