@@ -1,0 +1,127 @@
+//! What happens when Redis goes away and comes back, and what a gate leaves
+//! behind in Redis.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::RedisServer;
+use tollgate::{Gate, GateOptions, Lock, Store};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_while_holding_and_waiting() {
+    let mut server = RedisServer::start();
+    let store = Store::redis(&server.url()).await.expect("connect");
+    let options = GateOptions {
+        ttl: Duration::from_secs(2),
+        heartbeat: Duration::from_secs(3),
+        auto_renew: true,
+    };
+    let lock = Lock::with_options(&store, "job", options).expect("lock");
+    let held = lock.acquire(Duration::from_secs(5)).await.expect("store").expect("free");
+    let fence_before = held.fence();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire(Duration::from_secs(30)).await })
+    };
+    while lock.stats().await.expect("stats").waiting == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    server.kill();
+    // While it is down: clear, typed errors, no panic.
+    let err = lock.try_acquire().await.expect_err("redis is down");
+    assert!(err.is_unavailable(), "{err:?}");
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("the waiter gives up, it does not hang")
+        .expect("task");
+    assert!(waited.expect_err("the waiter sees the outage").is_unavailable());
+
+    // Back, but empty (no persistence): the holder's renewal finds its lease
+    // gone and reports the loss instead of quietly re-acquiring.
+    server.restart();
+    tokio::time::timeout(Duration::from_secs(10), held.lost()).await.expect("lost() fires");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        match lock.try_acquire().await {
+            Ok(Some(g)) => break g,
+            Ok(None) => panic!("nobody should hold the lock on an empty server"),
+            Err(e) => {
+                assert!(e.is_unavailable(), "{e:?}");
+                assert!(Instant::now() < deadline, "no recovery after restart: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    // Fences are seeded from server time, so they still grow after the
+    // data was lost.
+    assert!(after.fence() > fence_before, "{} after {}", after.fence(), fence_before);
+    after.release().await.expect("release");
+    assert!(held.release().await.expect_err("was lost").is_lease_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_and_malformed_urls_are_typed_errors() {
+    let e = Store::redis("redis://127.0.0.1:1").await.expect_err("nothing listens on port 1");
+    assert!(e.is_unavailable(), "{e:?}");
+    for bad in ["", "localhost:6379", "http://127.0.0.1:6379", "redis://", "redis://host:notaport"] {
+        let e = Store::redis(bad).await.expect_err(bad);
+        assert!(e.is_invalid_input(), "{bad:?}: {e:?}");
+    }
+}
+
+fn keys(server: &RedisServer) -> Vec<String> {
+    match server.command(&["KEYS", "*"]) {
+        redis::Value::Array(v) => v
+            .into_iter()
+            .map(|k| match k {
+                redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect(),
+        other => panic!("KEYS answered {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_gate_keeps_one_small_key() {
+    let server = RedisServer::start();
+    let store = Store::redis(&server.url()).await.expect("connect");
+    let gate = Gate::new(&store, "idle", Some(2), GateOptions::default()).expect("gate");
+    let a = gate.acquire(2, Duration::from_secs(1)).await.expect("store").expect("free");
+    let b = {
+        let gate = gate.clone();
+        tokio::spawn(async move { gate.acquire(1, Duration::from_secs(10)).await })
+    };
+    while gate.stats().await.expect("stats").waiting == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(keys(&server).len() > 1);
+    a.release().await.expect("release");
+    b.await.expect("task").expect("store").expect("handed over").release().await.expect("release");
+    let left = keys(&server);
+    assert_eq!(left, vec!["tollgate:gate:{idle}:m".to_owned()], "only the meta hash stays");
+    let bytes = match server.command(&["MEMORY", "USAGE", &left[0]]) {
+        redis::Value::Int(n) => n,
+        other => panic!("MEMORY USAGE answered {other:?}"),
+    };
+    assert!(bytes < 256, "idle gate uses {bytes} bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_a_crashed_holder_expire_by_themselves() {
+    let server = RedisServer::start();
+    let store = Store::redis(&server.url()).await.expect("connect");
+    let options = GateOptions {
+        ttl: Duration::from_millis(200),
+        ..GateOptions::default()
+    };
+    let gate = Gate::new(&store, "crash", Some(1), options).expect("gate");
+    // A holder that vanishes: enter, never release, nobody touches the gate.
+    gate.enter(1, false).await.expect("enter");
+    assert_eq!(keys(&server).len(), 2);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(keys(&server), vec!["tollgate:gate:{crash}:m".to_owned()]);
+    assert_eq!(gate.stats().await.expect("stats").holders, 0);
+}
