@@ -71,7 +71,10 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         return exit::USAGE;
     }
     let shared = case != "mutex_uncontended";
-    let run_id = format!("{:x}", std::process::id() ^ Instant::now().elapsed().subsec_nanos());
+    let run_id = format!(
+        "{:x}",
+        std::process::id() ^ Instant::now().elapsed().subsec_nanos()
+    );
     let mut gates = Vec::with_capacity(args.workers);
     for w in 0..args.workers {
         let name = if shared {
@@ -145,7 +148,10 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
     let elapsed = start.elapsed().as_secs_f64();
     let n: u64 = workers.iter().map(|w| w.pairs).sum();
     let mut pair_us: Vec<u32> = workers.iter().flat_map(|w| w.pair_us.iter().copied()).collect();
-    let mut acquire_us: Vec<u32> = workers.iter().flat_map(|w| w.acquire_us.iter().copied()).collect();
+    let mut acquire_us: Vec<u32> = workers
+        .iter()
+        .flat_map(|w| w.acquire_us.iter().copied())
+        .collect();
     let report = Report {
         peer: "tollgate",
         case,

@@ -58,6 +58,10 @@ pub(crate) struct RunArgs {
     /// Lease length; renewed every third of it while the command runs.
     #[arg(long, default_value = "30s", value_parser = duration, value_name = "D")]
     pub(crate) ttl: Duration,
+    /// How long a waiter may go without a heartbeat (it sends one at least
+    /// every second) before it loses its place in line.
+    #[arg(long, default_value = "10s", value_parser = duration, value_name = "D")]
+    pub(crate) heartbeat: Duration,
     /// How long to wait in line; 0 means try once.
     #[arg(long, default_value = "0s", value_parser = duration, value_name = "D")]
     pub(crate) wait: Duration,

@@ -49,7 +49,9 @@ fn main() {
 /// cross-thread wake-ups cost more than they give.
 fn runtime_for(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     match command {
-        Command::Bench(b) if b.single_thread => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        Command::Bench(b) if b.single_thread => {
+            tokio::runtime::Builder::new_current_thread().enable_all().build()
+        }
         _ => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
     }
 }

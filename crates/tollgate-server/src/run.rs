@@ -51,6 +51,7 @@ pub(crate) async fn connect(store: &StoreArgs) -> Result<Store, i32> {
 async fn run(args: RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
     let options = GateOptions {
         ttl: args.ttl,
+        heartbeat: args.heartbeat,
         ..GateOptions::default()
     };
     // Validate before connecting, so bad input never waits on the network.
@@ -96,13 +97,22 @@ fn validate(args: &RunArgs, capacity: u32, permits: u32) -> Result<(), String> {
         ));
     }
     if permits == 0 || permits > capacity {
-        return Err(format!("--permits must be between 1 and --limit ({capacity}), got {permits}"));
+        return Err(format!(
+            "--permits must be between 1 and --limit ({capacity}), got {permits}"
+        ));
     }
     if args.ttl < tollgate::MIN_TTL || args.ttl > tollgate::MAX_TTL {
         return Err(format!(
             "--ttl must be between {} and 24h, got {}",
             humantime::format_duration(tollgate::MIN_TTL),
             humantime::format_duration(args.ttl)
+        ));
+    }
+    if args.heartbeat < tollgate::MIN_TTL || args.heartbeat > tollgate::MAX_TTL {
+        return Err(format!(
+            "--heartbeat must be between {} and 24h, got {}",
+            humantime::format_duration(tollgate::MIN_TTL),
+            humantime::format_duration(args.heartbeat)
         ));
     }
     if args.wait > tollgate::MAX_TTL {
@@ -166,7 +176,10 @@ async fn supervise(lease: Lease, args: &RunArgs, what: &str) -> i32 {
             );
             return exit::LEASE_LOST;
         }
-        Err(e) => eprintln!("tollgate: could not release {what} {:?}: {e} (it expires by itself)", args.name),
+        Err(e) => eprintln!(
+            "tollgate: could not release {what} {:?}: {e} (it expires by itself)",
+            args.name
+        ),
         Ok(()) => {}
     }
     match status {

@@ -28,7 +28,8 @@ async fn mutual_exclusion_with_50_tasks(ts: TestStore) {
     let fences = Arc::new(std::sync::Mutex::new(Vec::new()));
     let tasks: Vec<_> = (0..50)
         .map(|_| {
-            let (lock, counter, inside, fences) = (lock.clone(), counter.clone(), inside.clone(), fences.clone());
+            let (lock, counter, inside, fences) =
+                (lock.clone(), counter.clone(), inside.clone(), fences.clone());
             tokio::spawn(async move {
                 for _ in 0..4 {
                     let guard = lock.acquire(WAIT).await.expect("store").expect("acquired");
@@ -49,7 +50,10 @@ async fn mutual_exclusion_with_50_tasks(ts: TestStore) {
     }
     assert_eq!(*counter.lock().expect("counter"), 200);
     let fences = fences.lock().expect("fences");
-    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences out of order: {fences:?}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences out of order: {fences:?}"
+    );
     let s = lock.stats().await.expect("stats");
     assert_eq!((s.holders, s.waiting, s.grants), (0, 0, 200));
 }
@@ -128,8 +132,16 @@ async fn a_large_request_is_not_starved_by_small_ones(ts: TestStore) {
         .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let asked = Instant::now();
-    let big = sem.acquire(4, Duration::from_secs(5)).await.expect("store").expect("big request served");
-    assert!(asked.elapsed() < Duration::from_secs(1), "took {:?}", asked.elapsed());
+    let big = sem
+        .acquire(4, Duration::from_secs(5))
+        .await
+        .expect("store")
+        .expect("big request served");
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        asked.elapsed()
+    );
     assert_eq!(sem.stats().await.expect("stats").used, 4);
     big.release().await.expect("release");
     for t in small {
@@ -140,11 +152,22 @@ async fn a_large_request_is_not_starved_by_small_ones(ts: TestStore) {
 async fn expiry_is_reported_and_never_renewed(ts: TestStore) {
     let lock = Lock::with_options(&ts.store, "lapse", short_lease(false)).expect("lock");
     let old = lock.acquire(WAIT).await.expect("store").expect("free");
-    tokio::time::timeout(Duration::from_secs(2), old.lost()).await.expect("lost() fires after the TTL");
+    tokio::time::timeout(Duration::from_secs(2), old.lost())
+        .await
+        .expect("lost() fires after the TTL");
     assert!(old.is_lost());
-    let new = lock.try_acquire().await.expect("store").expect("free after expiry");
+    let new = lock
+        .try_acquire()
+        .await
+        .expect("store")
+        .expect("free after expiry");
     assert!(new.fence() > old.fence());
-    assert!(old.extend(Duration::from_secs(1)).await.expect_err("cannot renew").is_lease_lost());
+    assert!(
+        old.extend(Duration::from_secs(1))
+            .await
+            .expect_err("cannot renew")
+            .is_lease_lost()
+    );
     assert!(old.release().await.expect_err("cannot release").is_lease_lost());
     new.release().await.expect("release");
 }
@@ -154,10 +177,18 @@ async fn automatic_renewal_keeps_the_lease(ts: TestStore) {
     let held = lock.acquire(WAIT).await.expect("store").expect("free");
     let lost = held.lost();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert!(lock.try_acquire().await.expect("store").is_none(), "held past 3 TTLs");
+    assert!(
+        lock.try_acquire().await.expect("store").is_none(),
+        "held past 3 TTLs"
+    );
     assert!(!held.is_lost());
     held.release().await.expect("release");
-    assert!(tokio::time::timeout(Duration::from_millis(100), lost).await.is_err(), "no loss after release");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), lost)
+            .await
+            .is_err(),
+        "no loss after release"
+    );
 }
 
 async fn hand_off_wakes_the_waiter_without_polling(ts: TestStore) {
@@ -215,9 +246,18 @@ async fn wait_limit_is_honoured(ts: TestStore) {
     let sem = Semaphore::new(&ts.store, "full", 2).expect("semaphore");
     let a = sem.acquire(2, WAIT).await.expect("store").expect("free");
     let t = Instant::now();
-    assert!(sem.acquire(1, Duration::from_millis(300)).await.expect("store").is_none());
+    assert!(
+        sem.acquire(1, Duration::from_millis(300))
+            .await
+            .expect("store")
+            .is_none()
+    );
     assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(2));
-    assert_eq!(sem.stats().await.expect("stats").waiting, 0, "timed-out waiter left the line");
+    assert_eq!(
+        sem.stats().await.expect("stats").waiting,
+        0,
+        "timed-out waiter left the line"
+    );
     assert!(sem.try_acquire(1).await.expect("store").is_none());
     a.release().await.expect("release");
 }

@@ -18,7 +18,11 @@ async fn redis_restart_while_holding_and_waiting() {
         auto_renew: true,
     };
     let lock = Lock::with_options(&store, "job", options).expect("lock");
-    let held = lock.acquire(Duration::from_secs(5)).await.expect("store").expect("free");
+    let held = lock
+        .acquire(Duration::from_secs(5))
+        .await
+        .expect("store")
+        .expect("free");
     let fence_before = held.fence();
     let waiter = {
         let lock = lock.clone();
@@ -41,7 +45,9 @@ async fn redis_restart_while_holding_and_waiting() {
     // Back, but empty (no persistence): the holder's renewal finds its lease
     // gone and reports the loss instead of quietly re-acquiring.
     server.restart();
-    tokio::time::timeout(Duration::from_secs(10), held.lost()).await.expect("lost() fires");
+    tokio::time::timeout(Duration::from_secs(10), held.lost())
+        .await
+        .expect("lost() fires");
     let deadline = Instant::now() + Duration::from_secs(10);
     let after = loop {
         match lock.try_acquire().await {
@@ -56,16 +62,29 @@ async fn redis_restart_while_holding_and_waiting() {
     };
     // Fences are seeded from server time, so they still grow after the
     // data was lost.
-    assert!(after.fence() > fence_before, "{} after {}", after.fence(), fence_before);
+    assert!(
+        after.fence() > fence_before,
+        "{} after {}",
+        after.fence(),
+        fence_before
+    );
     after.release().await.expect("release");
     assert!(held.release().await.expect_err("was lost").is_lease_lost());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_and_malformed_urls_are_typed_errors() {
-    let e = Store::redis("redis://127.0.0.1:1").await.expect_err("nothing listens on port 1");
+    let e = Store::redis("redis://127.0.0.1:1")
+        .await
+        .expect_err("nothing listens on port 1");
     assert!(e.is_unavailable(), "{e:?}");
-    for bad in ["", "localhost:6379", "http://127.0.0.1:6379", "redis://", "redis://host:notaport"] {
+    for bad in [
+        "",
+        "localhost:6379",
+        "http://127.0.0.1:6379",
+        "redis://",
+        "redis://host:notaport",
+    ] {
         let e = Store::redis(bad).await.expect_err(bad);
         assert!(e.is_invalid_input(), "{bad:?}: {e:?}");
     }
@@ -89,7 +108,11 @@ async fn an_idle_gate_keeps_one_small_key() {
     let server = RedisServer::start();
     let store = Store::redis(&server.url()).await.expect("connect");
     let gate = Gate::new(&store, "idle", Some(2), GateOptions::default()).expect("gate");
-    let a = gate.acquire(2, Duration::from_secs(1)).await.expect("store").expect("free");
+    let a = gate
+        .acquire(2, Duration::from_secs(1))
+        .await
+        .expect("store")
+        .expect("free");
     let b = {
         let gate = gate.clone();
         tokio::spawn(async move { gate.acquire(1, Duration::from_secs(10)).await })
@@ -99,9 +122,19 @@ async fn an_idle_gate_keeps_one_small_key() {
     }
     assert!(keys(&server).len() > 1);
     a.release().await.expect("release");
-    b.await.expect("task").expect("store").expect("handed over").release().await.expect("release");
+    b.await
+        .expect("task")
+        .expect("store")
+        .expect("handed over")
+        .release()
+        .await
+        .expect("release");
     let left = keys(&server);
-    assert_eq!(left, vec!["tollgate:gate:{idle}:m".to_owned()], "only the meta hash stays");
+    assert_eq!(
+        left,
+        vec!["tollgate:gate:{idle}:m".to_owned()],
+        "only the meta hash stays"
+    );
     let bytes = match server.command(&["MEMORY", "USAGE", &left[0]]) {
         redis::Value::Int(n) => n,
         other => panic!("MEMORY USAGE answered {other:?}"),

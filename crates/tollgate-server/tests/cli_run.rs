@@ -1,0 +1,509 @@
+//! `tollgate lock run` / `semaphore run` as separate processes against a real
+//! redis-server: exclusion, exit codes, crashes, freezes and signals.
+
+#[path = "../../tollgate/tests/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use std::os::unix::process::CommandExt;
+use support::RedisServer;
+
+fn tollgate() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    c.env_remove("TOLLGATE_REDIS_URL");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    tollgate().args(args).output().expect("run tollgate")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Spawns tollgate in a process group of its own, so the test can clean up
+/// the command under it too.
+fn spawn(args: &[&str]) -> Child {
+    tollgate()
+        .args(args)
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate")
+}
+
+struct Group(Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = killpg(Pid::from_raw(self.0.id() as i32), Signal::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for_file(path: &Path, timeout: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && !s.trim().is_empty()
+        {
+            return s;
+        }
+        assert!(start.elapsed() < timeout, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> i32 {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status.code().unwrap_or(-1);
+        }
+        assert!(start.elapsed() < timeout, "tollgate did not exit in {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn eight_processes_share_one_lock_exactly() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let count = dir.path().join("count");
+    let fences = dir.path().join("fences");
+    std::fs::write(&count, "0").expect("write");
+    let script = format!(
+        "n=$(cat {c}); sleep 0.01; echo $((n + 1)) > {c}; echo $TOLLGATE_FENCE >> {f}",
+        c = count.display(),
+        f = fences.display()
+    );
+    let url = server.url();
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, script) = (url.clone(), script.clone());
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    let o = run(&[
+                        "lock", "run", "counter", "--wait", "60s", "--redis", &url, "--", "sh", "-c", &script,
+                    ]);
+                    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    assert_eq!(std::fs::read_to_string(&count).expect("count").trim(), "200");
+    let fences: Vec<u64> = std::fs::read_to_string(&fences)
+        .expect("fences")
+        .lines()
+        .map(|l| l.parse().expect("a number"))
+        .collect();
+    assert_eq!(fences.len(), 200);
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences not strictly increasing"
+    );
+}
+
+#[test]
+fn exit_codes() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let o = run(&["lock", "run", "x", "--redis", &url, "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "the command's own code");
+    let o = tollgate()
+        .args(["lock", "run", "x", "--", "sh", "-c", "echo $TOLLGATE_FENCE"])
+        .env("TOLLGATE_REDIS_URL", &url)
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "TOLLGATE_REDIS_URL is used: {}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).trim().parse::<u64>().is_ok());
+
+    let o = run(&["lock", "run", "x", "--redis", &url, "--", "/nonexistent/cmd"]);
+    assert_eq!(o.status.code(), Some(127));
+
+    // Busy: another process holds it.
+    let holder = Group(spawn(&[
+        "lock", "run", "busy", "--wait", "20s", "--redis", &url, "--", "sleep", "30",
+    ]));
+    let start = Instant::now();
+    loop {
+        let o = run(&[
+            "lock", "run", "busy", "--wait", "200ms", "--redis", &url, "--", "true",
+        ]);
+        if o.status.code() == Some(75) {
+            assert!(stderr(&o).contains("busy"), "{}", stderr(&o));
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "holder never took the lock"
+        );
+    }
+    drop(holder);
+}
+
+#[test]
+fn bad_input_gets_a_message_and_exit_64() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let cases: &[(&[&str], &str)] = &[
+        (&["lock", "run", "x", "--", "true"], "TOLLGATE_REDIS_URL"),
+        (
+            &["lock", "run", "bad name", "--redis", &url, "--", "true"],
+            "allowed",
+        ),
+        (&["lock", "run", "", "--redis", &url, "--", "true"], "empty"),
+        (
+            &["lock", "run", "x", "--ttl", "0s", "--redis", &url, "--", "true"],
+            "--ttl",
+        ),
+        (
+            &["lock", "run", "x", "--ttl", "30d", "--redis", &url, "--", "true"],
+            "--ttl",
+        ),
+        (
+            &["lock", "run", "x", "--ttl", "soon", "--redis", &url, "--", "true"],
+            "duration",
+        ),
+        (
+            &["lock", "run", "x", "--ttl", "-1s", "--redis", &url, "--", "true"],
+            "",
+        ),
+        (
+            &["lock", "run", "x", "--redis", "localhost:6379", "--", "true"],
+            "Redis URL",
+        ),
+        (
+            &["lock", "run", "x", "--redis", "redis://h:port", "--", "true"],
+            "URL",
+        ),
+        (&["lock", "run", "x", "--redis", &url], "CMD"),
+        (
+            &["semaphore", "run", "s", "--redis", &url, "--", "true"],
+            "--limit",
+        ),
+        (
+            &[
+                "semaphore",
+                "run",
+                "s",
+                "--limit",
+                "0",
+                "--redis",
+                &url,
+                "--",
+                "true",
+            ],
+            "--limit",
+        ),
+        (
+            &[
+                "semaphore",
+                "run",
+                "s",
+                "--limit",
+                "2",
+                "--permits",
+                "3",
+                "--redis",
+                &url,
+                "--",
+                "true",
+            ],
+            "--permits",
+        ),
+        (
+            &[
+                "semaphore",
+                "run",
+                "s",
+                "--limit",
+                "2",
+                "--permits",
+                "0",
+                "--redis",
+                &url,
+                "--",
+                "true",
+            ],
+            "--permits",
+        ),
+        (
+            &[
+                "semaphore",
+                "run",
+                "s",
+                "--limit",
+                "-2",
+                "--redis",
+                &url,
+                "--",
+                "true",
+            ],
+            "",
+        ),
+    ];
+    for (args, needle) in cases {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+    let o = run(&["lock", "run", "x", "--redis", "redis://127.0.0.1:1", "--", "true"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains("unavailable"), "{}", stderr(&o));
+    // A conflicting semaphore size is a usage error, not a hang.
+    let holder = Group(spawn(&[
+        "semaphore",
+        "run",
+        "sz",
+        "--limit",
+        "2",
+        "--wait",
+        "20s",
+        "--redis",
+        &url,
+        "--",
+        "sleep",
+        "30",
+    ]));
+    std::thread::sleep(Duration::from_millis(500));
+    let o = run(&[
+        "semaphore",
+        "run",
+        "sz",
+        "--limit",
+        "3",
+        "--redis",
+        &url,
+        "--",
+        "true",
+    ]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("capacity"), "{}", stderr(&o));
+    drop(holder);
+}
+
+#[test]
+fn semaphore_run_admits_at_most_the_limit() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let holders: Vec<Group> = (0..2)
+        .map(|_| {
+            Group(spawn(&[
+                "semaphore",
+                "run",
+                "pool",
+                "--limit",
+                "2",
+                "--wait",
+                "5s",
+                "--redis",
+                &url,
+                "--",
+                "sleep",
+                "30",
+            ]))
+        })
+        .collect();
+    let start = Instant::now();
+    loop {
+        let o = run(&[
+            "semaphore",
+            "run",
+            "pool",
+            "--limit",
+            "2",
+            "--redis",
+            &url,
+            "--",
+            "true",
+        ]);
+        if o.status.code() == Some(75) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the two holders never filled the semaphore"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(holders);
+}
+
+#[test]
+fn a_killed_holder_frees_the_lock_when_its_lease_ends() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("dir");
+    let started = dir.path().join("started");
+    let script = format!("echo $TOLLGATE_FENCE > {}; sleep 30", started.display());
+    let holder = Group(spawn(&[
+        "lock", "run", "cron", "--ttl", "1s", "--redis", &url, "--", "sh", "-c", &script,
+    ]));
+    let fence: u64 = wait_for_file(&started, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .expect("fence");
+    let o = run(&["lock", "run", "cron", "--redis", &url, "--", "true"]);
+    assert_eq!(o.status.code(), Some(75), "held while the holder lives");
+
+    kill(Pid::from_raw(holder.0.id() as i32), Signal::SIGKILL).expect("kill");
+    let killed = Instant::now();
+    let o = run(&[
+        "lock",
+        "run",
+        "cron",
+        "--wait",
+        "10s",
+        "--redis",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        "echo $TOLLGATE_FENCE",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(5), "freed {took:?} after the kill");
+    let next: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().expect("fence");
+    assert!(next > fence);
+}
+
+#[test]
+fn a_frozen_holder_loses_the_lock_and_its_command_is_stopped() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("dir");
+    let started = dir.path().join("started");
+    let termed = dir.path().join("termed");
+    let script = format!(
+        "trap 'echo TERM > {t}; exit 0' TERM; echo $TOLLGATE_FENCE > {s}; sleep 30 & wait",
+        t = termed.display(),
+        s = started.display()
+    );
+    let mut holder = Group(spawn(&[
+        "lock", "run", "frozen", "--ttl", "1s", "--redis", &url, "--", "sh", "-c", &script,
+    ]));
+    let old: u64 = wait_for_file(&started, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .expect("fence");
+    let pid = Pid::from_raw(holder.0.id() as i32);
+    kill(pid, Signal::SIGSTOP).expect("stop");
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let o = run(&[
+        "lock",
+        "run",
+        "frozen",
+        "--wait",
+        "5s",
+        "--redis",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        "echo $TOLLGATE_FENCE",
+    ]);
+    assert!(
+        o.status.success(),
+        "the lease of the frozen holder ended: {}",
+        stderr(&o)
+    );
+    let new: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().expect("fence");
+    assert!(new > old, "new holder's fence {new} > frozen holder's {old}");
+
+    kill(pid, Signal::SIGCONT).expect("continue");
+    let code = wait_exit(&mut holder.0, Duration::from_secs(15));
+    assert_eq!(code, 76, "lease-lost exit code");
+    assert_eq!(
+        wait_for_file(&termed, Duration::from_secs(5)).trim(),
+        "TERM",
+        "the command got SIGTERM"
+    );
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_lock_released() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("dir");
+    let started = dir.path().join("started");
+    let script = format!(
+        "trap 'exit 3' TERM; echo up > {}; sleep 30 & wait",
+        started.display()
+    );
+    let mut holder = Group(spawn(&[
+        "lock", "run", "sig", "--redis", &url, "--", "sh", "-c", &script,
+    ]));
+    wait_for_file(&started, Duration::from_secs(10));
+    kill(Pid::from_raw(holder.0.id() as i32), Signal::SIGTERM).expect("term");
+    assert_eq!(
+        wait_exit(&mut holder.0, Duration::from_secs(10)),
+        3,
+        "the command's exit code"
+    );
+    let o = run(&["lock", "run", "sig", "--redis", &url, "--", "true"]);
+    assert!(o.status.success(), "released at once: {}", stderr(&o));
+}
+
+#[test]
+fn a_killed_waiter_leaves_the_line() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("dir");
+    let started = dir.path().join("started");
+    let release = dir.path().join("release");
+    let script = format!(
+        "echo up > {s}; while [ ! -e {r} ]; do sleep 0.05; done",
+        s = started.display(),
+        r = release.display()
+    );
+    let mut holder = Group(spawn(&[
+        "lock", "run", "line", "--wait", "10s", "--redis", &url, "--", "sh", "-c", &script,
+    ]));
+    wait_for_file(&started, Duration::from_secs(10));
+    let waiter = Group(spawn(&[
+        "lock",
+        "run",
+        "line",
+        "--wait",
+        "60s",
+        "--heartbeat",
+        "500ms",
+        "--redis",
+        &url,
+        "--",
+        "true",
+    ]));
+    std::thread::sleep(Duration::from_millis(500));
+    kill(Pid::from_raw(waiter.0.id() as i32), Signal::SIGKILL).expect("kill");
+    // After its heartbeat grace the dead waiter is gone from the line, so
+    // when the holder finishes the lock goes to the next live waiter at once.
+    std::thread::sleep(Duration::from_millis(800));
+    let mut next = Group(spawn(&[
+        "lock", "run", "line", "--wait", "60s", "--redis", &url, "--", "true",
+    ]));
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&release, "go").expect("write");
+    assert_eq!(wait_exit(&mut holder.0, Duration::from_secs(10)), 0);
+    let freed = Instant::now();
+    assert_eq!(wait_exit(&mut next.0, Duration::from_secs(10)), 0);
+    assert!(
+        freed.elapsed() < Duration::from_millis(400),
+        "took {:?}",
+        freed.elapsed()
+    );
+    drop(waiter);
+}
