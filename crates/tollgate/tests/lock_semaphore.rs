@@ -108,7 +108,7 @@ async fn waiters_are_served_in_arrival_order(ts: TestStore) {
     for t in tasks {
         t.await.expect("task");
     }
-    let order = order.lock().expect("order");
+    let order = order.lock().expect("order").clone();
     let arrivals: Vec<u64> = order.iter().map(|(i, _)| *i).collect();
     assert_eq!(arrivals, (0..12).collect::<Vec<_>>());
     assert!(order.windows(2).all(|w| w[0].1 < w[1].1));
