@@ -2,7 +2,6 @@
 //! redis-server: exclusion, exit codes, crashes, freezes and signals.
 
 #[path = "../../tollgate/tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::path::Path;

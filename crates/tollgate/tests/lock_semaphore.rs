@@ -49,7 +49,7 @@ async fn mutual_exclusion_with_50_tasks(ts: TestStore) {
         t.await.expect("task");
     }
     assert_eq!(*counter.lock().expect("counter"), 200);
-    let fences = fences.lock().expect("fences");
+    let fences = fences.lock().expect("fences").clone();
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),
         "fences out of order: {fences:?}"
