@@ -251,12 +251,24 @@ impl Gate {
             gate: Some(self.clone()),
             id: id.clone(),
         };
+        let heartbeat = Duration::from_millis(self.heartbeat_ms);
         let listening = self.store.listen(&self.name).await?;
         let mut look_now = listening.as_ref().is_some_and(|l| l.fresh);
         loop {
             if !look_now {
                 let left = deadline.saturating_duration_since(Instant::now());
-                watch.wait(recheck.min(left)).await;
+                let handed = watch.wait(recheck.min(left)).await;
+                // A hand-off names the fence; the lease lives until our
+                // heartbeat deadline, and renewal extends it to a full TTL.
+                // Leases that are not renewed pick up the full TTL by polling.
+                let until = sent + heartbeat;
+                if let Some(fence) = handed
+                    && self.auto_renew
+                    && until > Instant::now() + heartbeat / 4
+                {
+                    ticket.gate = None;
+                    return Ok(Some(Lease::start(self.clone(), id, permits, fence, sent, until)));
+                }
             }
             look_now = false;
             sent = Instant::now();
@@ -295,10 +307,10 @@ impl Gate {
     }
 
     fn lease(&self, token: String, permits: u32, grant: Grant, sent: Instant) -> Lease {
-        Lease::start(self.clone(), token, permits, grant, sent)
+        let until = sent + Duration::from_millis(grant.ttl_ms);
+        Lease::start(self.clone(), token, permits, grant.fence, sent, until)
     }
 }
-
 fn granted(token: String, g: Grant) -> Granted {
     Granted {
         token,
@@ -347,20 +359,34 @@ struct Shared {
     token: String,
     fence: u64,
     permits: u32,
-    /// When the lease ends at the latest, by this process's clock: measured
-    /// from before the request that granted or renewed it was sent.
-    deadline: Mutex<(Instant, u64)>,
+    clock: Mutex<LeaseClock>,
     changed: Notify,
     lost: watch::Sender<bool>,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct LeaseClock {
+    /// When the request that granted or last renewed the lease was sent:
+    /// the store's deadline is at least the granted TTL after this.
+    sent: Instant,
+    /// The lease's end by this process's clock (a safe underestimate).
+    deadline: Instant,
+    /// TTL to renew with.
+    ttl_ms: u64,
+}
+
 impl Lease {
-    fn start(gate: Gate, token: String, permits: u32, grant: Grant, sent: Instant) -> Lease {
+    fn start(gate: Gate, token: String, permits: u32, fence: u64, sent: Instant, deadline: Instant) -> Lease {
+        let clock = LeaseClock {
+            sent,
+            deadline,
+            ttl_ms: gate.ttl_ms,
+        };
         let shared = Arc::new(Shared {
             token,
-            fence: grant.fence,
+            fence,
             permits,
-            deadline: Mutex::new((sent + Duration::from_millis(grant.ttl_ms), gate.ttl_ms)),
+            clock: Mutex::new(clock),
             changed: Notify::new(),
             lost: watch::Sender::new(false),
             gate,
@@ -397,7 +423,7 @@ impl Lease {
     /// When the lease ends unless renewed, by this process's clock (a safe
     /// underestimate of the store's).
     pub fn expires_at(&self) -> Instant {
-        self.shared.deadline().0
+        self.shared.clock().deadline
     }
 
     /// Whether the lease is known to be lost.
@@ -422,21 +448,20 @@ impl Lease {
     /// already ended.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         let ttl_ms = check_ttl("ttl", ttl)?;
+        let s = &self.shared;
         let sent = Instant::now();
-        match self
-            .shared
-            .gate
-            .store
-            .renew(&self.shared.gate.name, &self.shared.token, ttl_ms)
-            .await?
-        {
+        match s.gate.store.renew(&s.gate.name, &s.token, ttl_ms).await? {
             Some(g) => {
-                self.shared
-                    .set_deadline(sent + Duration::from_millis(g.ttl_ms), ttl_ms);
+                s.set_clock(LeaseClock {
+                    sent,
+                    deadline: sent + Duration::from_millis(g.ttl_ms),
+                    ttl_ms,
+                });
+                s.changed.notify_one();
                 Ok(())
             }
             None => {
-                self.shared.mark_lost();
+                s.mark_lost();
                 Err(lost())
             }
         }
@@ -475,13 +500,12 @@ impl Drop for Lease {
 }
 
 impl Shared {
-    fn deadline(&self) -> (Instant, u64) {
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
+    fn clock(&self) -> LeaseClock {
+        *self.clock.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn set_deadline(&self, at: Instant, ttl_ms: u64) {
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = (at, ttl_ms);
-        self.changed.notify_one();
+    fn set_clock(&self, clock: LeaseClock) {
+        *self.clock.lock().unwrap_or_else(PoisonError::into_inner) = clock;
     }
 
     fn mark_lost(&self) {
@@ -489,38 +513,40 @@ impl Shared {
     }
 }
 
-/// Watches one lease: renews it every third of its TTL (if asked to) and
-/// declares it lost when the store refuses, or when its deadline passes
-/// without a successful renewal.
+/// Watches one lease: renews it once a third of its current span has passed
+/// (if asked to) and declares it lost when the store refuses, or when its
+/// deadline passes without a successful renewal.
 async fn keep(s: Arc<Shared>) {
     let mut retry_at: Option<Instant> = None;
     loop {
-        let (deadline, ttl_ms) = s.deadline();
-        let ttl = Duration::from_millis(ttl_ms);
+        let c = s.clock();
         let wake = if s.gate.auto_renew {
-            retry_at.unwrap_or_else(|| deadline.checked_sub(ttl * 2 / 3).unwrap_or(deadline))
+            retry_at.unwrap_or(c.sent + (c.deadline - c.sent) / 3)
         } else {
-            deadline
+            c.deadline
         };
         tokio::select! {
-            _ = tokio::time::sleep_until(wake.min(deadline)) => {}
+            _ = tokio::time::sleep_until(wake.min(c.deadline)) => {}
             _ = s.changed.notified() => { retry_at = None; continue; }
         }
         let now = Instant::now();
-        if now >= s.deadline().0 {
+        if now >= s.clock().deadline {
             s.mark_lost();
             return;
         }
         if !s.gate.auto_renew {
             continue;
         }
-        let sent = now;
-        let left = deadline.saturating_duration_since(now);
-        match tokio::time::timeout(left, s.gate.store.renew(&s.gate.name, &s.token, ttl_ms)).await {
+        let left = c.deadline.saturating_duration_since(now);
+        let renewal = s.gate.store.renew(&s.gate.name, &s.token, c.ttl_ms);
+        match tokio::time::timeout(left, renewal).await {
             Ok(Ok(Some(g))) => {
                 retry_at = None;
-                *s.deadline.lock().unwrap_or_else(PoisonError::into_inner) =
-                    (sent + Duration::from_millis(g.ttl_ms), ttl_ms);
+                s.set_clock(LeaseClock {
+                    sent: now,
+                    deadline: now + Duration::from_millis(g.ttl_ms),
+                    ttl_ms: c.ttl_ms,
+                });
             }
             Ok(Ok(None)) => {
                 s.mark_lost();
@@ -528,6 +554,7 @@ async fn keep(s: Arc<Shared>) {
             }
             Ok(Err(e)) => {
                 tracing::warn!(gate = %s.gate.name, error = %e, "lease renewal failed; retrying");
+                let ttl = Duration::from_millis(c.ttl_ms);
                 retry_at = Some(Instant::now() + (ttl / 10).min(Duration::from_millis(250)));
             }
             Err(_) => {

@@ -80,8 +80,10 @@ pub(crate) fn check_ttl(what: &str, ttl: Duration) -> Result<u64> {
     Ok(ttl.as_millis() as u64)
 }
 
-/// Length of lease tokens and ticket ids: 16 alphanumerics, about 95 bits.
-const ID_LEN: usize = 16;
+/// Length of lease tokens and ticket ids: 12 alphanumerics, about 71 bits
+/// (unguessable, and short enough for Redis to store in its smallest string
+/// allocation, which keeps a waiting ticket small).
+const ID_LEN: usize = 12;
 
 /// A fresh random owner token. It doubles as the ticket id while waiting,
 /// so a granted ticket's lease is owned by the same secret.

@@ -158,3 +158,38 @@ async fn keys_of_a_crashed_holder_expire_by_themselves() {
     assert_eq!(keys(&server), vec!["tollgate:gate:{crash}:m".to_owned()]);
     assert_eq!(gate.stats().await.expect("stats").holders, 0);
 }
+
+fn memory_usage(server: &RedisServer, key: &str) -> i64 {
+    match server.command(&["MEMORY", "USAGE", key, "SAMPLES", "0"]) {
+        redis::Value::Int(n) => n,
+        redis::Value::Nil => 0,
+        other => panic!("MEMORY USAGE answered {other:?}"),
+    }
+}
+
+/// Bytes of Redis memory per waiting ticket, from `MEMORY USAGE` of the
+/// line's keys. Printed for docs/BENCHMARKS.md and held to the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_costs_at_most_200_bytes() {
+    let server = RedisServer::start();
+    let store = Store::redis(&server.url()).await.expect("connect");
+    for waiters in [100usize, 1000, 10_000] {
+        let name = format!("mem{waiters}");
+        let gate = Gate::new(&store, &name, Some(1), GateOptions::default()).expect("gate");
+        gate.enter(1, false).await.expect("holder");
+        let base: i64 = ["q", "w", "p"]
+            .iter()
+            .map(|s| memory_usage(&server, &format!("tollgate:gate:{{{name}}}:{s}")))
+            .sum();
+        for _ in 0..waiters {
+            gate.enter(1, true).await.expect("queue");
+        }
+        let total: i64 = ["q", "w", "p"]
+            .iter()
+            .map(|s| memory_usage(&server, &format!("tollgate:gate:{{{name}}}:{s}")))
+            .sum();
+        let per = (total - base) as f64 / waiters as f64;
+        println!("waiters={waiters} bytes_per_waiter={per:.1}");
+        assert!(per <= 200.0, "{per} bytes per waiter with {waiters} waiting");
+    }
+}

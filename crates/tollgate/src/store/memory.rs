@@ -74,7 +74,7 @@ impl MemoryStore {
     fn with_gate<T>(
         &self,
         gate: &Name,
-        op: impl FnOnce(&mut GateState, u64, &mut Vec<String>) -> Result<T>,
+        op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
     ) -> Result<T> {
         let now = self.clock.now_ms();
         let mut handed = Vec::new();
@@ -85,8 +85,8 @@ impl MemoryStore {
             state.promote(now, &mut handed);
             op(state, now, &mut handed)
         };
-        for id in &handed {
-            self.wakers.wake(id);
+        for (id, fence) in &handed {
+            self.wakers.hand_off(id, *fence);
         }
         out
     }
@@ -261,7 +261,7 @@ impl GateState {
 
     /// Hands free permits to the head of the line, in order, while the head
     /// fits: a large request at the head is never overtaken by small ones.
-    fn promote(&mut self, now: u64, handed: &mut Vec<String>) {
+    fn promote(&mut self, now: u64, handed: &mut Vec<(String, u64)>) {
         let Some(capacity) = self.capacity else { return };
         while let Some((_, id)) = self.line.first_key_value() {
             let id = id.clone();
@@ -277,8 +277,8 @@ impl GateState {
                 break;
             }
             self.drop_ticket(&id);
-            self.grant(&id, permits, deadline, now, true);
-            handed.push(id);
+            let fence = self.grant(&id, permits, deadline, now, true);
+            handed.push((id, fence));
         }
     }
 

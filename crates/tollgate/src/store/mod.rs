@@ -216,38 +216,50 @@ pub struct GateStats {
     pub fence: u64,
 }
 
-/// Wake-ups for waiters in this process, keyed by ticket id. `Notify` keeps
-/// one permit, so a wake-up that arrives before the waiter sleeps is not lost.
+/// Wake-ups for waiters in this process, keyed by ticket id. A hand-off
+/// carries the fence of the lease it grants, so the waiter can start work
+/// without another round trip. `Notify` keeps one permit, so a wake-up that
+/// arrives before the waiter sleeps is not lost.
 #[derive(Debug, Default)]
 pub(crate) struct Wakers {
-    map: Mutex<HashMap<String, Arc<Notify>>>,
+    map: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    notify: Notify,
+    /// Fence of a lease handed to this ticket, if a hand-off said so.
+    handed: Mutex<Option<u64>>,
 }
 
 impl Wakers {
     pub(crate) fn register(self: &Arc<Self>, id: &str) -> Watch {
-        let notify = Arc::new(Notify::new());
+        let slot = Arc::new(Slot::default());
         self.map
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.to_owned(), notify.clone());
+            .insert(id.to_owned(), slot.clone());
         Watch {
             wakers: self.clone(),
             id: id.to_owned(),
-            notify,
+            slot,
         }
     }
 
-    pub(crate) fn wake(&self, id: &str) {
+    /// Tells the waiter on `id` that it was handed the lease with `fence`.
+    pub(crate) fn hand_off(&self, id: &str, fence: u64) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = map.get(id) {
-            n.notify_one();
+        if let Some(slot) = map.get(id) {
+            *slot.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(fence);
+            slot.notify.notify_one();
         }
     }
 
+    /// Wakes every waiter to look for itself (hand-offs may have been lost).
     pub(crate) fn wake_all(&self) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        for n in map.values() {
-            n.notify_one();
+        for slot in map.values() {
+            slot.notify.notify_one();
         }
     }
 }
@@ -257,13 +269,19 @@ impl Wakers {
 pub(crate) struct Watch {
     wakers: Arc<Wakers>,
     id: String,
-    notify: Arc<Notify>,
+    slot: Arc<Slot>,
 }
 
 impl Watch {
-    /// Waits for a wake-up or `timeout`, whichever is first.
-    pub(crate) async fn wait(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.notify.notified()).await;
+    /// Waits for a wake-up or `timeout`, whichever is first. Returns the
+    /// fence if the wake-up was a hand-off.
+    pub(crate) async fn wait(&self, timeout: Duration) -> Option<u64> {
+        let _ = tokio::time::timeout(timeout, self.slot.notify.notified()).await;
+        self.slot
+            .handed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 }
 

@@ -177,7 +177,7 @@ impl RedisStore {
     async fn run(&self, script: &Script, gate: &Name, args: impl redis::ToRedisArgs) -> Result<Vec<i64>> {
         let base = self.base(gate);
         let mut inv = script.prepare_invoke();
-        for suffix in [":m", ":h", ":p", ":q", ":w"] {
+        for suffix in [":m", ":h", ":p", ":q"] {
             inv.key(format!("{base}{suffix}"));
         }
         inv.arg(args);
@@ -347,8 +347,12 @@ impl Subscriptions {
                         if let Some(msg) = Msg::from_push_info(push)
                             && let Ok(text) = std::str::from_utf8(msg.get_payload_bytes())
                         {
-                            for id in text.split(' ') {
-                                wakers.wake(id);
+                            for entry in text.split(' ') {
+                                if let Some((id, fence)) = entry.split_once(':')
+                                    && let Ok(fence) = fence.parse()
+                                {
+                                    wakers.hand_off(id, fence);
+                                }
                             }
                         }
                     }

@@ -22,27 +22,24 @@ if permits > cap then return done({-2, cap}) end
 
 if waiting == 0 and used() + permits <= cap then
   local f = next_fence()
-  redis.call('ZADD', KH, now + ttl, id)
-  holders_dirty = true
+  add_holder(id, now + ttl)
   if permits > 1 then
     redis.call('HSET', KP, 'k:' .. id, permits)
-    extra = extra + permits - 1
-    side_dirty = true
+    p_touched = true
+    M.e = M.e + permits - 1
   end
   return done({1, f, ttl})
 end
 
 if not queue then return done({3, used(), cap, waiting}) end
 
-seq = seq + 1
-meta_dirty = true
-redis.call('ZADD', KQ, seq, id)
-redis.call('ZADD', KW, now + hb, id)
+M.s = M.s + 1
+redis.call('ZADD', KQ, M.s, id)
+set_deadline(id, now + hb)
 if permits > 1 then
   redis.call('HSET', KP, 'k:' .. id, permits)
-  multi = multi + 1
-  side_dirty = true
+  p_touched = true
+  M.n = M.n + 1
 end
 waiting = waiting + 1
-line_dirty = true
 return done({2, waiting, waiting})

@@ -4,7 +4,7 @@
 -- Invariant: freed permits go to the head of the line in the same step.
 local id = ARGV[1]
 
-if redis.call('ZREM', KH, id) == 1 then
+if holders > 0 and redis.call('ZREM', KH, id) == 1 then
   holders = holders - 1
   forget_holder(id)
   promote()

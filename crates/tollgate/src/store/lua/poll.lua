@@ -9,18 +9,18 @@ local id, ttl, hb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local expires = redis.call('ZSCORE', KH, id)
 if expires then
-  local f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0
+  local f = 0
+  if M.o > 0 then f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0 end
   if f < 0 then
     redis.call('HSET', KP, 'f:' .. id, -f)
     redis.call('ZADD', KH, now + ttl, id)
-    holders_dirty = true
+    h_top = now + ttl
     return done({1, -f, ttl})
   end
   return done({1, f, tonumber(expires) - now})
 end
 
-local rank = redis.call('ZRANK', KQ, id)
+local rank = waiting > 0 and redis.call('ZRANK', KQ, id)
 if not rank then return done({0}) end
-redis.call('ZADD', KW, 'XX', now + hb, id)
-line_dirty = true
+set_deadline(id, now + hb)
 return done({2, rank + 1, waiting})

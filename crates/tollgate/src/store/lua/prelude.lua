@@ -1,111 +1,160 @@
 -- prelude.lua: prepended to every gate script. It reads server time, expires
 -- what ended, hands free permits to the head of the line, and at the end
--- writes the meta hash back once and keeps key TTLs past every deadline.
+-- writes back what changed in the meta hash and keeps key TTLs past every
+-- deadline in them.
 --
 -- Keys of one gate, all under one hash tag so the scripts run on Cluster:
---   KEYS[1] m  HASH  c capacity, f last fence, g grants, x expiries, s line
---                    seq, e extra permits held (sum of permits-1 over
---                    holders), n waiters asking for more than one permit,
---                    o holders that came by hand-off. The only key an idle
---                    gate keeps: it carries the fence, which never goes back.
+--   KEYS[1] m  HASH  c capacity, f last fence, b first fence minus one
+--                    (grants = f - b), x expiries, s line seq, e extra
+--                    permits held (sum of permits-1 over holders), n waiters
+--                    asking for more than one permit, o holders that came by
+--                    hand-off, H and W upper bounds of the holder and waiter
+--                    counts (0: that key is surely empty, so the common path
+--                    skips reading it), z no waiter's heartbeat deadline is
+--                    earlier than this. The only key an idle gate keeps: it
+--                    carries the fence, which never goes back.
 --   KEYS[2] h  ZSET  holders: lease id -> expiry (ms, server time)
---   KEYS[3] p  HASH  k:<id> permits (only when > 1); f:<id> fence of a lease
+--   KEYS[3] p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
+--                    k:<id> permits (only when > 1); f:<id> fence of a lease
 --                    handed to a waiter, negative until the waiter picks it up
---   KEYS[4] q  ZSET  the line: ticket id -> seq (INCR order, never time)
---   KEYS[5] w  ZSET  heartbeats: ticket id -> deadline (ms, server time)
+--   KEYS[4] q  ZSET  the line: ticket id -> seq (a counter, never time)
+-- Deadlines sit in a hash rather than a second sorted set to keep a waiting
+-- ticket under 200 bytes; finding stale tickets then takes a scan of p, done
+-- only once the earliest possible deadline (z) has passed.
 -- Hand-offs are published on the channel named like KEYS[1] with the final
--- "m" replaced by "n"; the message is the space-separated ticket ids.
+-- "m" replaced by "n"; the message is space-separated "<ticket id>:<fence>".
 --
--- Invariants: permits held (ZCARD h + e) never exceed c, except after c was
+-- Invariants: permits held (#h + e) never exceed c, except after c was
 -- lowered (holders are never evicted); nobody is granted while a ticket ahead
--- of them waits; fences strictly increase per gate.
-local KM, KH, KP, KQ, KW = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- of them waits; fences strictly increase per gate; every key but m carries
+-- a TTL beyond the last deadline it holds.
+local KM, KH, KP, KQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local MARGIN = 1000
+local SMALL = 16
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local meta = redis.call('HMGET', KM, 'c', 'f', 'g', 'x', 's', 'e', 'n', 'o')
-local cap = tonumber(meta[1])
-local fence = tonumber(meta[2]) or 0
-local grants = tonumber(meta[3]) or 0
-local expiries = tonumber(meta[4]) or 0
-local seq = tonumber(meta[5]) or 0
-local extra = tonumber(meta[6]) or 0
-local multi = tonumber(meta[7]) or 0
-local handoffs = tonumber(meta[8]) or 0
+local raw = redis.call('HMGET', KM, 'c', 'f', 'b', 'x', 's', 'e', 'n', 'o', 'H', 'W', 'z')
+local cap = tonumber(raw[1])
+local M = {
+  f = tonumber(raw[2]) or 0, b = tonumber(raw[3]) or 0, x = tonumber(raw[4]) or 0,
+  s = tonumber(raw[5]) or 0, e = tonumber(raw[6]) or 0, n = tonumber(raw[7]) or 0,
+  o = tonumber(raw[8]) or 0, H = tonumber(raw[9]) or 0, W = tonumber(raw[10]) or 0,
+  z = tonumber(raw[11]) or 0,
+}
+local was = {f = M.f, b = M.b, x = M.x, s = M.s, e = M.e, n = M.n, o = M.o, H = M.H, W = M.W, z = M.z}
 
-local meta_dirty, holders_dirty, line_dirty, side_dirty = false, false, false, false
+-- Latest expiry written to h / deadline written to p by this call (0: none),
+-- and whether those keys were empty (so without a TTL) before it.
+local h_top, w_top, p_touched = 0, 0, false
+local h_fresh, q_fresh, p_fresh = true, true, true
 local holders, waiting = 0, 0
 
 local function next_fence()
   -- Fences start from the clock, so they keep growing even if Redis loses
   -- the meta hash (a restart without persistence), as long as time does.
-  if fence == 0 then fence = now * 1000 end
-  fence = fence + 1
-  grants = grants + 1
-  meta_dirty = true
-  return fence
+  if M.f == 0 then
+    M.f = now * 1000
+    M.b = M.f
+  end
+  M.f = M.f + 1
+  return M.f
 end
 
 local function used()
-  return holders + extra
+  return holders + M.e
 end
 
-local function waiter_permits(id)
-  if multi == 0 then return 1 end
+local function permits_of(id, any_multi)
+  if not any_multi then return 1 end
   return tonumber(redis.call('HGET', KP, 'k:' .. id)) or 1
 end
 
--- Forgets a holder's side data; returns its permits.
+-- Forgets a departed holder's side data.
 local function forget_holder(id)
-  local k = 1
-  if extra > 0 then
-    k = tonumber(redis.call('HGET', KP, 'k:' .. id)) or 1
-    extra = extra - (k - 1)
-  end
-  if extra > 0 or k > 1 or handoffs > 0 then
-    if handoffs > 0 and redis.call('HDEL', KP, 'f:' .. id) == 1 then
-      handoffs = handoffs - 1
-    end
+  if M.e > 0 then
+    M.e = M.e - (permits_of(id, true) - 1)
     redis.call('HDEL', KP, 'k:' .. id)
   end
-  meta_dirty = true
-  return k
+  if M.o > 0 and redis.call('HDEL', KP, 'f:' .. id) == 1 then
+    M.o = M.o - 1
+  end
 end
 
 local function drop_ticket(id)
   if redis.call('ZREM', KQ, id) == 0 then return false end
-  redis.call('ZREM', KW, id)
-  if multi > 0 and redis.call('HDEL', KP, 'k:' .. id) == 1 then
-    multi = multi - 1
-    meta_dirty = true
-  end
+  if redis.call('HDEL', KP, 'd:' .. id, 'k:' .. id) == 2 then M.n = M.n - 1 end
   waiting = waiting - 1
-  line_dirty = true
   return true
 end
 
+local function add_holder(id, expires)
+  redis.call('ZADD', KH, expires, id)
+  holders = holders + 1
+  if expires > h_top then h_top = expires end
+end
+
+local function set_deadline(id, deadline)
+  redis.call('HSET', KP, 'd:' .. id, deadline)
+  if M.z == 0 or deadline < M.z then M.z = deadline end
+  if deadline > w_top then w_top = deadline end
+end
+
+-- Drops every ticket whose deadline passed, and learns the earliest left.
+local function sweep()
+  local all = redis.call('HGETALL', KP)
+  local earliest = 0
+  for i = 1, #all, 2 do
+    local field = all[i]
+    if string.sub(field, 1, 2) == 'd:' then
+      local d = tonumber(all[i + 1])
+      if d <= now then
+        drop_ticket(string.sub(field, 3))
+      elseif earliest == 0 or d < earliest then
+        earliest = d
+      end
+    end
+  end
+  M.z = earliest
+end
+
 local function expire()
-  local ended = redis.call('ZRANGEBYSCORE', KH, '-inf', now)
-  if #ended > 0 then
-    redis.call('ZREMRANGEBYSCORE', KH, '-inf', now)
-    for _, id in ipairs(ended) do forget_holder(id) end
-    expiries = expiries + #ended
-    meta_dirty = true
+  if M.H > 0 then
+    local ended = {}
+    if M.H <= SMALL then
+      local all = redis.call('ZRANGE', KH, 0, -1, 'WITHSCORES')
+      for i = 1, #all, 2 do
+        if tonumber(all[i + 1]) <= now then ended[#ended + 1] = all[i] end
+      end
+      holders = #all / 2
+    else
+      ended = redis.call('ZRANGEBYSCORE', KH, '-inf', now)
+      holders = redis.call('ZCARD', KH)
+    end
+    if holders > 0 then h_fresh = false end
+    if #ended > 0 then
+      for _, id in ipairs(ended) do
+        redis.call('ZREM', KH, id)
+        forget_holder(id)
+      end
+      holders = holders - #ended
+      M.x = M.x + #ended
+    end
   end
-  holders = redis.call('ZCARD', KH)
-  if holders == 0 and (extra ~= 0 or handoffs ~= 0) then
-    -- The holders key expired as a whole: its side counters are stale.
-    extra, handoffs, meta_dirty = 0, 0, true
+  if holders == 0 then
+    -- Nothing holds: side counters left by a key that expired whole are stale.
+    M.e, M.o = 0, 0
   end
-  waiting = redis.call('ZCARD', KQ)
-  if waiting == 0 then
-    if multi ~= 0 then multi, meta_dirty = 0, true end
-    return
+  if M.W > 0 then
+    waiting = redis.call('ZCARD', KQ)
+    if waiting > 0 then
+      q_fresh = false
+      if M.z <= now then sweep() end
+    end
   end
-  local stale = redis.call('ZRANGEBYSCORE', KW, '-inf', now)
-  for _, id in ipairs(stale) do drop_ticket(id) end
+  if waiting == 0 then M.n, M.z = 0, 0 end
+  p_fresh = waiting == 0 and M.e == 0 and M.o == 0
 end
 
 -- Grants free permits to the head of the line while the head fits.
@@ -115,7 +164,7 @@ local function promote()
   while waiting > 0 do
     local head = redis.call('ZRANGE', KQ, 0, 0)[1]
     if not head then break end
-    local k = waiter_permits(head)
+    local k = permits_of(head, M.n > 0)
     if k > cap then
       -- Capacity was lowered below what this ticket needs: it can never be
       -- served and must not block the line behind it.
@@ -125,21 +174,20 @@ local function promote()
     else
       -- The hand-off lives only until the waiter's heartbeat deadline: a
       -- vanished waiter gives it back within its grace, not a whole TTL.
-      local deadline = redis.call('ZSCORE', KW, head)
+      local deadline = tonumber(redis.call('HGET', KP, 'd:' .. head)) or now
       redis.call('ZREM', KQ, head)
-      redis.call('ZREM', KW, head)
       waiting = waiting - 1
       if k > 1 then
-        multi = multi - 1
-        extra = extra + k - 1
+        M.n = M.n - 1
+        M.e = M.e + k - 1
       end
       local f = next_fence()
-      redis.call('ZADD', KH, deadline, head)
+      add_holder(head, deadline)
+      redis.call('HDEL', KP, 'd:' .. head)
       redis.call('HSET', KP, 'f:' .. head, -f)
-      handoffs = handoffs + 1
-      holders = holders + 1
-      holders_dirty, line_dirty, side_dirty = true, true, true
-      handed[#handed + 1] = head
+      p_touched = true
+      M.o = M.o + 1
+      handed[#handed + 1] = head .. ':' .. string.format('%d', f)
     end
   end
   if #handed > 0 then
@@ -147,34 +195,31 @@ local function promote()
   end
 end
 
-local function top_score(key)
-  local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if r[2] then return tonumber(r[2]) end
-  return 0
+-- Sets a key's TTL to `at` + MARGIN: outright on a key this call created,
+-- otherwise only if that is later than the TTL it has.
+local function keep_until(key, at, fresh)
+  if fresh then
+    redis.call('PEXPIREAT', key, at + MARGIN)
+  else
+    redis.call('PEXPIREAT', key, at + MARGIN, 'GT')
+  end
 end
 
--- Writes meta back and keeps every key alive past its last deadline, so a
--- gate nobody touches again leaves only its meta hash behind.
 local function finish()
-  if meta_dirty then
-    redis.call('HSET', KM, 'f', fence, 'g', grants, 'x', expiries, 's', seq,
-      'e', extra, 'n', multi, 'o', handoffs)
-  end
-  local htop, wtop = 0, 0
-  if holders_dirty or side_dirty then
-    htop = top_score(KH)
-    if holders_dirty and htop > 0 then redis.call('PEXPIREAT', KH, htop + MARGIN) end
-  end
-  if line_dirty or side_dirty then
-    wtop = top_score(KW)
-    if line_dirty and wtop > 0 then
-      redis.call('PEXPIREAT', KQ, wtop + MARGIN)
-      redis.call('PEXPIREAT', KW, wtop + MARGIN)
+  M.H, M.W = holders, waiting
+  local changed, k = {}, 0
+  for _, name in ipairs({'f', 'b', 'x', 's', 'e', 'n', 'o', 'H', 'W', 'z'}) do
+    if M[name] ~= was[name] then
+      changed[k + 1], changed[k + 2] = name, M[name]
+      k = k + 2
     end
   end
-  if side_dirty then
-    local top = math.max(htop, wtop)
-    if top > 0 then redis.call('PEXPIREAT', KP, top + MARGIN) end
+  if k > 0 then redis.call('HSET', KM, unpack(changed)) end
+  if h_top > 0 then keep_until(KH, h_top, h_fresh) end
+  if w_top > 0 then keep_until(KQ, w_top, q_fresh) end
+  -- Side data lives as long as the longest of holders and line.
+  if p_touched or w_top > 0 or (M.e + M.o > 0 and h_top > 0) then
+    keep_until(KP, math.max(h_top, w_top, now), p_fresh)
   end
 end
 
