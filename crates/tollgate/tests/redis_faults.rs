@@ -193,3 +193,31 @@ async fn a_waiter_costs_at_most_200_bytes() {
         assert!(per <= 200.0, "{per} bytes per waiter with {waiters} waiting");
     }
 }
+
+async fn lock_round_trip(url: &str) {
+    let store = Store::redis(url).await.expect("connect");
+    let lock = Lock::new(&store, "transport").expect("lock");
+    let g = lock.try_acquire().await.expect("store").expect("free");
+    assert!(lock.try_acquire().await.expect("store").is_none());
+    g.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_urls_work() {
+    let server = RedisServer::start_unix();
+    lock_round_trip(&server.socket_url()).await;
+    lock_round_trip(&server.socket_url().replace("unix://", "redis+unix://")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_urls_work() {
+    let server = RedisServer::start_tls();
+    lock_round_trip(&server.url()).await;
+    // Plain TCP to a TLS-only port fails clearly instead of hanging.
+    let plain = format!("redis://127.0.0.1:{}", server.tls_port.expect("tls"));
+    let mut config = tollgate::RedisConfig::new(plain);
+    config.connect_timeout = Duration::from_secs(2);
+    config.response_timeout = Duration::from_secs(2);
+    let e = Store::connect(config).await.expect_err("not TLS");
+    assert!(e.is_unavailable(), "{e:?}");
+}

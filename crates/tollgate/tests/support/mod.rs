@@ -17,6 +17,9 @@ pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
+    extra: Vec<String>,
+    /// Set for a TLS-only server: the TLS port (`port` is then 0).
+    pub tls_port: Option<u16>,
 }
 
 fn free_port() -> u16 {
@@ -28,13 +31,78 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        RedisServer::start_with(|_, _| Vec::new(), false)
+    }
+
+    /// A server that listens on a unix socket in its temp dir as well.
+    pub fn start_unix() -> RedisServer {
+        RedisServer::start_with(
+            |dir, _| {
+                vec![
+                    "--unixsocket".into(),
+                    dir.join("redis.sock").display().to_string(),
+                ]
+            },
+            false,
+        )
+    }
+
+    /// A server that speaks only TLS, with a fresh self-signed certificate.
+    pub fn start_tls() -> RedisServer {
+        RedisServer::start_with(
+            |dir, port| {
+                let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+                let ok = Command::new("openssl")
+                    .args([
+                        "req",
+                        "-x509",
+                        "-newkey",
+                        "rsa:2048",
+                        "-nodes",
+                        "-days",
+                        "1",
+                        "-subj",
+                        "/CN=localhost",
+                    ])
+                    .arg("-keyout")
+                    .arg(&key)
+                    .arg("-out")
+                    .arg(&cert)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .expect("openssl must be installed for the TLS test");
+                assert!(ok.success(), "openssl could not make a certificate");
+                vec![
+                    "--tls-port".into(),
+                    port.to_string(),
+                    "--tls-cert-file".into(),
+                    cert.display().to_string(),
+                    "--tls-key-file".into(),
+                    key.display().to_string(),
+                    "--tls-ca-cert-file".into(),
+                    cert.display().to_string(),
+                    "--tls-auth-clients".into(),
+                    "no".into(),
+                ]
+            },
+            true,
+        )
+    }
+
+    fn start_with(extra: impl Fn(&std::path::Path, u16) -> Vec<String>, tls: bool) -> RedisServer {
         let mut last_err = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
+            let port = free_port();
+            let args = extra(dir.path(), port);
+            let (port, tls_port) = if tls { (0, Some(port)) } else { (port, None) };
             let mut server = RedisServer {
                 child: None,
-                port: free_port(),
+                port,
                 dir,
+                extra: args,
+                tls_port,
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -56,6 +124,7 @@ impl RedisServer {
             .arg(self.dir.path())
             .arg("--logfile")
             .arg(self.log_path())
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -81,6 +150,11 @@ impl RedisServer {
 
     fn ping(&self) -> bool {
         use std::io::{Read, Write};
+        if let Some(port) = self.tls_port {
+            // Not speaking TLS here: being accepted is enough.
+            return std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && std::fs::read_to_string(self.log_path()).is_ok_and(|l| l.contains("Ready to accept"));
+        }
         let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
@@ -90,7 +164,15 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match self.tls_port {
+            // The certificate is self-signed: skip verification.
+            Some(port) => format!("rediss://127.0.0.1:{port}/#insecure"),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    pub fn socket_url(&self) -> String {
+        format!("unix://{}", self.dir.path().join("redis.sock").display())
     }
 
     /// Kills the server (SIGKILL: like a crash) and waits for it to go.

@@ -26,20 +26,20 @@ if waiting == 0 and used() + permits <= cap then
   if permits > 1 then
     redis.call('HSET', KP, 'k:' .. id, permits)
     p_touched = true
-    M.e = M.e + permits - 1
+    Me = Me + permits - 1
   end
   return done({1, f, ttl})
 end
 
 if not queue then return done({3, used(), cap, waiting}) end
 
-M.s = M.s + 1
-redis.call('ZADD', KQ, M.s, id)
+Ms = Ms + 1
+redis.call('ZADD', KQ, Ms, id)
 set_deadline(id, now + hb)
 if permits > 1 then
   redis.call('HSET', KP, 'k:' .. id, permits)
   p_touched = true
-  M.n = M.n + 1
+  Mn = Mn + 1
 end
 waiting = waiting + 1
 return done({2, waiting, waiting})

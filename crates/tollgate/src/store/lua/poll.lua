@@ -10,7 +10,7 @@ local id, ttl, hb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local expires = redis.call('ZSCORE', KH, id)
 if expires then
   local f = 0
-  if M.o > 0 then f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0 end
+  if Mo > 0 then f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0 end
   if f < 0 then
     redis.call('HSET', KP, 'f:' .. id, -f)
     redis.call('ZADD', KH, now + ttl, id)

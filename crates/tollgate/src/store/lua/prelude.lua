@@ -37,13 +37,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local raw = redis.call('HMGET', KM, 'c', 'f', 'b', 'x', 's', 'e', 'n', 'o', 'H', 'W', 'z')
 local cap = tonumber(raw[1])
-local M = {
-  f = tonumber(raw[2]) or 0, b = tonumber(raw[3]) or 0, x = tonumber(raw[4]) or 0,
-  s = tonumber(raw[5]) or 0, e = tonumber(raw[6]) or 0, n = tonumber(raw[7]) or 0,
-  o = tonumber(raw[8]) or 0, H = tonumber(raw[9]) or 0, W = tonumber(raw[10]) or 0,
-  z = tonumber(raw[11]) or 0,
-}
-local was = {f = M.f, b = M.b, x = M.x, s = M.s, e = M.e, n = M.n, o = M.o, H = M.H, W = M.W, z = M.z}
+-- Plain locals, not tables: building tables on every call costs more here
+-- than the Redis commands themselves.
+local Mf, Mb, Mx = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0, tonumber(raw[4]) or 0
+local Ms, Me, Mn = tonumber(raw[5]) or 0, tonumber(raw[6]) or 0, tonumber(raw[7]) or 0
+local Mo, MH, MW, Mz = tonumber(raw[8]) or 0, tonumber(raw[9]) or 0, tonumber(raw[10]) or 0, tonumber(raw[11]) or 0
+local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z =
+  Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz
 
 -- Latest expiry written to h / deadline written to p by this call (0: none),
 -- and whether those keys were empty (so without a TTL) before it.
@@ -54,16 +54,16 @@ local holders, waiting = 0, 0
 local function next_fence()
   -- Fences start from the clock, so they keep growing even if Redis loses
   -- the meta hash (a restart without persistence), as long as time does.
-  if M.f == 0 then
-    M.f = now * 1000
-    M.b = M.f
+  if Mf == 0 then
+    Mf = now * 1000
+    Mb = Mf
   end
-  M.f = M.f + 1
-  return M.f
+  Mf = Mf + 1
+  return Mf
 end
 
 local function used()
-  return holders + M.e
+  return holders + Me
 end
 
 local function permits_of(id, any_multi)
@@ -73,18 +73,18 @@ end
 
 -- Forgets a departed holder's side data.
 local function forget_holder(id)
-  if M.e > 0 then
-    M.e = M.e - (permits_of(id, true) - 1)
+  if Me > 0 then
+    Me = Me - (permits_of(id, true) - 1)
     redis.call('HDEL', KP, 'k:' .. id)
   end
-  if M.o > 0 and redis.call('HDEL', KP, 'f:' .. id) == 1 then
-    M.o = M.o - 1
+  if Mo > 0 and redis.call('HDEL', KP, 'f:' .. id) == 1 then
+    Mo = Mo - 1
   end
 end
 
 local function drop_ticket(id)
   if redis.call('ZREM', KQ, id) == 0 then return false end
-  if redis.call('HDEL', KP, 'd:' .. id, 'k:' .. id) == 2 then M.n = M.n - 1 end
+  if redis.call('HDEL', KP, 'd:' .. id, 'k:' .. id) == 2 then Mn = Mn - 1 end
   waiting = waiting - 1
   return true
 end
@@ -97,7 +97,7 @@ end
 
 local function set_deadline(id, deadline)
   redis.call('HSET', KP, 'd:' .. id, deadline)
-  if M.z == 0 or deadline < M.z then M.z = deadline end
+  if Mz == 0 or deadline < Mz then Mz = deadline end
   if deadline > w_top then w_top = deadline end
 end
 
@@ -116,13 +116,13 @@ local function sweep()
       end
     end
   end
-  M.z = earliest
+  Mz = earliest
 end
 
 local function expire()
-  if M.H > 0 then
+  if MH > 0 then
     local ended = {}
-    if M.H <= SMALL then
+    if MH <= SMALL then
       local all = redis.call('ZRANGE', KH, 0, -1, 'WITHSCORES')
       for i = 1, #all, 2 do
         if tonumber(all[i + 1]) <= now then ended[#ended + 1] = all[i] end
@@ -139,22 +139,22 @@ local function expire()
         forget_holder(id)
       end
       holders = holders - #ended
-      M.x = M.x + #ended
+      Mx = Mx + #ended
     end
   end
   if holders == 0 then
     -- Nothing holds: side counters left by a key that expired whole are stale.
-    M.e, M.o = 0, 0
+    Me, Mo = 0, 0
   end
-  if M.W > 0 then
+  if MW > 0 then
     waiting = redis.call('ZCARD', KQ)
     if waiting > 0 then
       q_fresh = false
-      if M.z <= now then sweep() end
+      if Mz <= now then sweep() end
     end
   end
-  if waiting == 0 then M.n, M.z = 0, 0 end
-  p_fresh = waiting == 0 and M.e == 0 and M.o == 0
+  if waiting == 0 then Mn, Mz = 0, 0 end
+  p_fresh = waiting == 0 and Me == 0 and Mo == 0
 end
 
 -- Grants free permits to the head of the line while the head fits.
@@ -164,7 +164,7 @@ local function promote()
   while waiting > 0 do
     local head = redis.call('ZRANGE', KQ, 0, 0)[1]
     if not head then break end
-    local k = permits_of(head, M.n > 0)
+    local k = permits_of(head, Mn > 0)
     if k > cap then
       -- Capacity was lowered below what this ticket needs: it can never be
       -- served and must not block the line behind it.
@@ -178,15 +178,15 @@ local function promote()
       redis.call('ZREM', KQ, head)
       waiting = waiting - 1
       if k > 1 then
-        M.n = M.n - 1
-        M.e = M.e + k - 1
+        Mn = Mn - 1
+        Me = Me + k - 1
       end
       local f = next_fence()
       add_holder(head, deadline)
       redis.call('HDEL', KP, 'd:' .. head)
       redis.call('HSET', KP, 'f:' .. head, -f)
       p_touched = true
-      M.o = M.o + 1
+      Mo = Mo + 1
       handed[#handed + 1] = head .. ':' .. string.format('%d', f)
     end
   end
@@ -206,19 +206,22 @@ local function keep_until(key, at, fresh)
 end
 
 local function finish()
-  M.H, M.W = holders, waiting
+  MH, MW = holders, waiting
   local changed, k = {}, 0
-  for _, name in ipairs({'f', 'b', 'x', 's', 'e', 'n', 'o', 'H', 'W', 'z'}) do
-    if M[name] ~= was[name] then
-      changed[k + 1], changed[k + 2] = name, M[name]
+  local function put(name, v, was_v)
+    if v ~= was_v then
+      changed[k + 1], changed[k + 2] = name, v
       k = k + 2
     end
   end
+  put('f', Mf, was_f) put('b', Mb, was_b) put('x', Mx, was_x) put('s', Ms, was_s)
+  put('e', Me, was_e) put('n', Mn, was_n) put('o', Mo, was_o) put('H', MH, was_H)
+  put('W', MW, was_W) put('z', Mz, was_z)
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
   if h_top > 0 then keep_until(KH, h_top, h_fresh) end
   if w_top > 0 then keep_until(KQ, w_top, q_fresh) end
   -- Side data lives as long as the longest of holders and line.
-  if p_touched or w_top > 0 or (M.e + M.o > 0 and h_top > 0) then
+  if p_touched or w_top > 0 or (Me + Mo > 0 and h_top > 0) then
     keep_until(KP, math.max(h_top, w_top, now), p_fresh)
   end
 end
