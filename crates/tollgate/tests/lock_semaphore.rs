@@ -71,7 +71,7 @@ async fn semaphore_of_3_under_30_tasks(ts: TestStore) {
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
                     assert!(now <= 3, "{now} holders of a 3-permit semaphore");
-                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
                     permit.release().await.expect("release");
                 }
