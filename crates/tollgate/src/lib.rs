@@ -54,5 +54,10 @@ pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use semaphore::Semaphore;
 pub use store::{GateStats, Occupancy, Place, RedisConfig, Store};
 
+// The README's examples compile and run as doctests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// The largest capacity a gate may have.
 pub const MAX_CAPACITY: u32 = 1_000_000;

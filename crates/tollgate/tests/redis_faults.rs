@@ -139,6 +139,7 @@ async fn an_idle_gate_keeps_one_small_key() {
         redis::Value::Int(n) => n,
         other => panic!("MEMORY USAGE answered {other:?}"),
     };
+    println!("idle gate: 1 key, {bytes} bytes");
     assert!(bytes < 256, "idle gate uses {bytes} bytes");
 }
 
