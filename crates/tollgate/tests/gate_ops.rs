@@ -136,6 +136,37 @@ async fn release_hands_off_to_head_in_order(ts: TestStore) {
     assert_eq!(g.leave(&a.token).await.unwrap(), Left::Unknown, "released twice");
 }
 
+async fn counts_stay_exact_across_quick_and_queued_paths(ts: TestStore) {
+    // Idle-gate grants and releases without a line take a shorter path on
+    // Redis; what they leave behind must be exactly what the general path
+    // would, or a later waiter is kept out by a phantom holder.
+    let g = gate(&ts, Some(1), opts(LONG, LONG));
+    for _ in 0..3 {
+        let a = granted(g.enter(1, true).await.unwrap());
+        assert_eq!(g.stats().await.unwrap().holders, 1);
+        assert_eq!(g.leave(&a.token).await.unwrap(), Left::Released);
+        assert_eq!(g.stats().await.unwrap().holders, 0);
+    }
+    let b = granted(g.enter(1, true).await.unwrap());
+    let (c, _) = queued(g.enter(1, true).await.unwrap());
+    g.leave(&b.token).await.unwrap();
+    let lc = status_granted(&g, &c).await;
+    assert!(lc.fence > b.fence);
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.used, s.waiting, s.grants), (1, 1, 0, 5));
+    g.leave(&c).await.unwrap();
+    let two = Gate::new(&ts.store, "g2", Some(2), opts(LONG, LONG)).unwrap();
+    let x = granted(two.enter(1, true).await.unwrap());
+    let y = granted(two.enter(1, true).await.unwrap());
+    two.leave(&x.token).await.unwrap();
+    assert_eq!(two.stats().await.unwrap().holders, 1);
+    let z = granted(two.enter(1, false).await.unwrap());
+    assert!(matches!(two.enter(1, false).await.unwrap(), Entered::Busy(_)));
+    two.leave(&y.token).await.unwrap();
+    two.leave(&z.token).await.unwrap();
+    assert_eq!(two.stats().await.unwrap().used, 0);
+}
+
 async fn newcomer_never_overtakes_a_large_head(ts: TestStore) {
     let g = gate(&ts, Some(3), opts(LONG, LONG));
     let a = granted(g.enter(2, true).await.unwrap());
@@ -368,6 +399,7 @@ async fn bad_input_is_a_typed_error(ts: TestStore) {
 on_both_stores!(manual_clock:
     grants_until_capacity_then_queues,
     release_hands_off_to_head_in_order,
+    counts_stay_exact_across_quick_and_queued_paths,
     newcomer_never_overtakes_a_large_head,
     expired_lease_frees_its_slot_and_cannot_renew,
     renewal_extends_a_held_lease,

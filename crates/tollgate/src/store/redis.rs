@@ -20,9 +20,28 @@ use crate::name::Name;
 
 use super::{EnterRequest, Entry, GateStats, Grant, Left, Listening, Occupancy, Place, Poll, Wakers};
 
+/// A gate script: head (time, meta), an optional fast path, the general
+/// path's prelude, and the operation's body.
 macro_rules! gate_script {
-    ($file:literal) => {
-        concat!(include_str!("lua/prelude.lua"), "\n", include_str!($file))
+    ($body:literal) => {
+        concat!(
+            include_str!("lua/head.lua"),
+            "\n",
+            include_str!("lua/prelude.lua"),
+            "\n",
+            include_str!($body)
+        )
+    };
+    ($fast:literal, $body:literal) => {
+        concat!(
+            include_str!("lua/head.lua"),
+            "\n",
+            include_str!($fast),
+            "\n",
+            include_str!("lua/prelude.lua"),
+            "\n",
+            include_str!($body)
+        )
     };
 }
 
@@ -38,10 +57,10 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            enter: Script::new(gate_script!("lua/enter.lua")),
+            enter: Script::new(gate_script!("lua/enter_fast.lua", "lua/enter.lua")),
             poll: Script::new(gate_script!("lua/poll.lua")),
             renew: Script::new(gate_script!("lua/renew.lua")),
-            leave: Script::new(gate_script!("lua/leave.lua")),
+            leave: Script::new(gate_script!("lua/leave_fast.lua", "lua/leave.lua")),
             set_capacity: Script::new(gate_script!("lua/set_capacity.lua")),
             stats: Script::new(gate_script!("lua/stats.lua")),
         }

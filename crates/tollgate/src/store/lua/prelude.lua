@@ -1,7 +1,9 @@
--- prelude.lua: prepended to every gate script. It reads server time, expires
+-- prelude.lua: the general path of every gate script. It expires
 -- what ended, hands free permits to the head of the line, and at the end
 -- writes back what changed in the meta hash and keeps key TTLs past every
 -- deadline in them.
+--
+-- (Server time and the meta hash were read by head.lua.)
 --
 -- Keys of one gate, all under one hash tag so the scripts run on Cluster:
 --   KEYS[1] m  HASH  c capacity, f last fence, b first fence minus one
@@ -28,14 +30,8 @@
 -- lowered (holders are never evicted); nobody is granted while a ticket ahead
 -- of them waits; fences strictly increase per gate; every key but m carries
 -- a TTL beyond the last deadline it holds.
-local KM, KH, KP, KQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local MARGIN = 1000
-local SMALL = 16
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
-local raw = redis.call('HMGET', KM, 'c', 'f', 'b', 'x', 's', 'e', 'n', 'o', 'H', 'W', 'z')
+-- head.lua (and possibly a fast path) ran before this: KM..KQ, MARGIN,
+-- SMALL, now and raw (the meta fields) are already set.
 local cap = tonumber(raw[1])
 -- Plain locals, not tables: building tables on every call costs more here
 -- than the Redis commands themselves.
