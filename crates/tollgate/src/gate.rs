@@ -46,6 +46,9 @@ pub struct Granted {
     /// The owner token: only its holder can renew or release the lease.
     pub token: String,
     /// The fencing token: strictly greater than every earlier grant's.
+    /// [`Gate::status`] reports 0 for a lease that was granted at once by
+    /// [`Gate::enter`] (its fence came with that answer); for tickets it
+    /// reports the real fence.
     pub fence: u64,
     /// Time left on the lease, by the store's clock.
     pub ttl: Duration,

@@ -47,6 +47,10 @@ struct Holder {
     /// Handed off to a waiter that has not picked it up yet; it lives only
     /// until the waiter's heartbeat deadline.
     pending: bool,
+    /// Came through the line. `status` reports the fence only for these,
+    /// as the Redis store does (an immediate grant's fence was in the
+    /// answer to `enter`).
+    handed: bool,
 }
 
 #[derive(Debug)]
@@ -139,7 +143,7 @@ impl MemoryStore {
             if let Some(h) = s.holders.get(id) {
                 if !h.pending {
                     return Ok(Poll::Granted(Grant {
-                        fence: h.fence,
+                        fence: if h.handed { h.fence } else { 0 },
                         ttl_ms: h.expires - now,
                     }));
                 }
@@ -298,6 +302,7 @@ impl GateState {
                 permits,
                 fence: self.fence,
                 pending,
+                handed: pending,
             },
         );
         self.holder_expiry.insert((expires, id.to_owned()));

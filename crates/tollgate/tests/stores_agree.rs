@@ -1,0 +1,196 @@
+//! Random sequences of gate operations, run step by step on the memory store
+//! and on a real redis-server: every answer must match. The memory store is
+//! the reference model; this is what holds the Lua scripts (fast paths and
+//! general path alike) to it. Time does not pass here (long TTLs), so the
+//! answers are exact; expiry is covered by the conformance suite.
+
+mod support;
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use support::RedisServer;
+use tollgate::{Entered, Gate, GateOptions, Left, Store, TicketStatus};
+
+const LONG: Duration = Duration::from_secs(600);
+
+/// An answer with store-specific parts (ids, absolute fences, remaining
+/// TTLs) taken out.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    Granted {
+        fence: u64,
+    },
+    Queued {
+        position: u64,
+        waiting: u64,
+    },
+    Busy {
+        used: u64,
+        capacity: u32,
+        waiting: u64,
+    },
+    Gone,
+    Left(Left),
+    Renewed,
+    Stats {
+        capacity: Option<u32>,
+        used: u64,
+        holders: u64,
+        waiting: u64,
+        grants: u64,
+    },
+    Done,
+    Error(tollgate::ErrorKind),
+}
+
+/// One store's view: the gate and the tokens its actors hold.
+struct Side {
+    gate: Gate,
+    tokens: Vec<Option<String>>,
+    first_fence: Option<u64>,
+}
+
+impl Side {
+    fn fence(&mut self, f: u64) -> u64 {
+        let base = *self.first_fence.get_or_insert(f);
+        f - base
+    }
+
+    async fn apply(&mut self, op: &Op) -> Answer {
+        let result = match *op {
+            Op::Enter {
+                actor,
+                permits,
+                queue,
+            } => match self.gate.enter(permits, queue).await {
+                Ok(Entered::Granted(g)) => {
+                    self.tokens[actor] = Some(g.token);
+                    Ok(Answer::Granted {
+                        fence: self.fence(g.fence),
+                    })
+                }
+                Ok(Entered::Queued { ticket, place }) => {
+                    self.tokens[actor] = Some(ticket);
+                    Ok(Answer::Queued {
+                        position: place.position,
+                        waiting: place.waiting,
+                    })
+                }
+                Ok(Entered::Busy(o)) => Ok(Answer::Busy {
+                    used: o.used,
+                    capacity: o.capacity,
+                    waiting: o.waiting,
+                }),
+                Err(e) => Err(e),
+            },
+            Op::Status { actor } => match &self.tokens[actor] {
+                None => Ok(Answer::Gone),
+                Some(t) => match self.gate.status(t).await {
+                    Ok(TicketStatus::Granted(g)) if g.fence > 0 => Ok(Answer::Granted {
+                        fence: self.fence(g.fence),
+                    }),
+                    // An immediate grant asked about like a ticket: the
+                    // memory store knows its fence, Redis reports 0.
+                    Ok(TicketStatus::Granted(_)) => Ok(Answer::Granted { fence: 0 }),
+                    Ok(TicketStatus::Queued(p)) => Ok(Answer::Queued {
+                        position: p.position,
+                        waiting: p.waiting,
+                    }),
+                    Ok(TicketStatus::Gone) => Ok(Answer::Gone),
+                    Err(e) => Err(e),
+                },
+            },
+            Op::Leave { actor } => match self.tokens[actor].take() {
+                None => Ok(Answer::Left(Left::Unknown)),
+                Some(t) => self.gate.leave(&t).await.map(Answer::Left),
+            },
+            Op::Renew { actor } => match &self.tokens[actor] {
+                None => Ok(Answer::Renewed),
+                Some(t) => self.gate.renew(t, LONG).await.map(|_| Answer::Renewed),
+            },
+            Op::SetCapacity(n) => self.gate.set_capacity(n).await.map(|()| Answer::Done),
+            Op::Stats => self.gate.stats().await.map(|s| Answer::Stats {
+                capacity: s.capacity,
+                used: s.used,
+                holders: s.holders,
+                waiting: s.waiting,
+                grants: s.grants,
+            }),
+        };
+        result.unwrap_or_else(|e| Answer::Error(e.kind()))
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Enter { actor: usize, permits: u32, queue: bool },
+    Status { actor: usize },
+    Leave { actor: usize },
+    Renew { actor: usize },
+    SetCapacity(u32),
+    Stats,
+}
+
+const ACTORS: usize = 8;
+
+fn random_op(rng: &mut StdRng) -> Op {
+    let actor = rng.random_range(0..ACTORS);
+    match rng.random_range(0..100) {
+        0..=34 => Op::Enter {
+            actor,
+            permits: if rng.random_bool(0.8) {
+                1
+            } else {
+                rng.random_range(1..=3)
+            },
+            queue: rng.random_bool(0.8),
+        },
+        35..=59 => Op::Status { actor },
+        60..=84 => Op::Leave { actor },
+        85..=89 => Op::Renew { actor },
+        90..=94 => Op::SetCapacity(rng.random_range(1..=4)),
+        _ => Op::Stats,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_and_redis_answer_alike() {
+    let server = RedisServer::start();
+    let redis = Store::redis(&server.url()).await.expect("connect");
+    let memory = Store::memory();
+    let options = GateOptions {
+        ttl: LONG,
+        heartbeat: LONG,
+        auto_renew: false,
+    };
+    for seed in 0..150u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let capacity = rng.random_range(1..=3);
+        let name = format!("agree-{seed}");
+        let side = |store: &Store| Side {
+            // Capacity is named only by the first handle; the rest use the
+            // stored one, so set_capacity does not make later calls conflict.
+            gate: Gate::new(store, &name, None, options.clone()).expect("gate"),
+            tokens: vec![None; ACTORS],
+            first_fence: None,
+        };
+        let (mut m, mut r) = (side(&memory), side(&redis));
+        for s in [&m, &r] {
+            s.gate.set_capacity(capacity).await.expect("capacity");
+        }
+        let mut history = Vec::new();
+        for step in 0..80 {
+            let op = random_op(&mut rng);
+            let (a, b) = (m.apply(&op).await, r.apply(&op).await);
+            history.push(format!("{step}: {op:?} -> {a:?}"));
+            assert_eq!(
+                a,
+                b,
+                "seed {seed}, capacity {capacity}: memory and redis disagree at step {step} ({op:?});\nhistory:\n{}",
+                history.join("\n")
+            );
+        }
+    }
+}
