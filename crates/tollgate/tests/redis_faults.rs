@@ -149,15 +149,36 @@ async fn keys_of_a_crashed_holder_expire_by_themselves() {
     let store = Store::redis(&server.url()).await.expect("connect");
     let options = GateOptions {
         ttl: Duration::from_millis(200),
+        heartbeat: Duration::from_millis(200),
         ..GateOptions::default()
     };
     let gate = Gate::new(&store, "crash", Some(1), options).expect("gate");
-    // A holder that vanishes: enter, never release, nobody touches the gate.
+    // Holders and waiters that vanish: enter, never come back.
     gate.enter(1, false).await.expect("enter");
-    assert_eq!(keys(&server).len(), 2);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    gate.enter(1, true).await.expect("queue");
+    gate.enter(1, true).await.expect("queue");
+    let mut names = keys(&server);
+    names.sort();
+    assert_eq!(names.len(), 4, "{names:?}");
+    // Every key but the meta hash carries a TTL past its last deadline
+    // (200 ms) by at most a margin and a chunk (1 s + 10 s), so a gate
+    // whose users all vanished cleans up by itself.
+    for key in &names {
+        let pttl = match server.command(&["PTTL", key]) {
+            redis::Value::Int(n) => n,
+            other => panic!("PTTL answered {other:?}"),
+        };
+        if key.ends_with(":m") {
+            assert_eq!(pttl, -1, "the meta hash keeps the fence");
+        } else {
+            assert!(pttl > 200 && pttl <= 11_200, "{key} has PTTL {pttl}");
+        }
+    }
+    // Long before that, the next operation sees through the leftovers.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let s = gate.stats().await.expect("stats");
+    assert_eq!((s.holders, s.waiting, s.expiries), (0, 0, 1));
     assert_eq!(keys(&server), vec!["tollgate:gate:{crash}:m".to_owned()]);
-    assert_eq!(gate.stats().await.expect("stats").holders, 0);
 }
 
 fn memory_usage(server: &RedisServer, key: &str) -> i64 {

@@ -15,8 +15,9 @@ if (tonumber(raw[9]) or 0) == 0 and (tonumber(raw[10]) or 0) == 0
     end
     f = f + 1
     redis.call('ZADD', KH, now + ttl, ARGV[1])
-    redis.call('HSET', KM, 'c', stored or asked, 'f', f, 'b', b, 'H', 1)
-    redis.call('PEXPIREAT', KH, now + ttl + MARGIN)
+    local expiry = now + ttl + MARGIN + CHUNK
+    redis.call('HSET', KM, 'c', stored or asked, 'f', f, 'b', b, 'H', 1, 'T', expiry)
+    redis.call('PEXPIREAT', KH, expiry)
     return {1, f, ttl}
   end
 end

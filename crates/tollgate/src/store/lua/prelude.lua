@@ -13,8 +13,10 @@
 --                    hand-off, H and W upper bounds of the holder and waiter
 --                    counts (0: that key is surely empty, so the common path
 --                    skips reading it), z no waiter's heartbeat deadline is
---                    earlier than this. The only key an idle gate keeps: it
---                    carries the fence, which never goes back.
+--                    earlier than this, T and U the TTLs last set on h and
+--                    on q (set a CHUNK beyond what is needed, so most calls
+--                    need not extend them). The only key an idle gate keeps:
+--                    it carries the fence, which never goes back.
 --   KEYS[2] h  ZSET  holders: lease id -> expiry (ms, server time)
 --   KEYS[3] p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
 --                    k:<id> permits (only when > 1); f:<id> fence of a lease
@@ -33,16 +35,15 @@
 -- head.lua (and possibly a fast path) ran before this: KM..KQ, MARGIN,
 -- SMALL, now and raw (the meta fields) are already set.
 local cap = tonumber(raw[1])
--- Plain locals, not tables: building tables on every call costs more here
--- than the Redis commands themselves.
 local Mf, Mb, Mx = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0, tonumber(raw[4]) or 0
 local Ms, Me, Mn = tonumber(raw[5]) or 0, tonumber(raw[6]) or 0, tonumber(raw[7]) or 0
 local Mo, MH, MW, Mz = tonumber(raw[8]) or 0, tonumber(raw[9]) or 0, tonumber(raw[10]) or 0, tonumber(raw[11]) or 0
-local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z =
-  Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz
+local MT, MU = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0
+local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z, was_T, was_U =
+  Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz, MT, MU
 
 -- Latest expiry written to h / deadline written to p by this call (0: none),
--- and whether those keys were empty (so without a TTL) before it.
+-- and whether those keys may lack a TTL (empty before, or emptied since).
 local h_top, w_top, p_touched = 0, 0, false
 local h_fresh, q_fresh, p_fresh = true, true, true
 local holders, waiting = 0, 0
@@ -82,6 +83,7 @@ local function drop_ticket(id)
   if redis.call('ZREM', KQ, id) == 0 then return false end
   if redis.call('HDEL', KP, 'd:' .. id, 'k:' .. id) == 2 then Mn = Mn - 1 end
   waiting = waiting - 1
+  if waiting == 0 then q_fresh = true end
   return true
 end
 
@@ -135,6 +137,7 @@ local function expire()
         forget_holder(id)
       end
       holders = holders - #ended
+      if holders == 0 then h_fresh = true end
       Mx = Mx + #ended
     end
   end
@@ -143,11 +146,14 @@ local function expire()
     Me, Mo = 0, 0
   end
   if MW > 0 then
-    waiting = redis.call('ZCARD', KQ)
-    if waiting > 0 then
-      q_fresh = false
-      if Mz <= now then sweep() end
+    -- W is exact while q exists; q can only have expired whole once every
+    -- deadline in it passed, which z <= now reveals, so count only then.
+    waiting = MW
+    if Mz <= now then
+      waiting = redis.call('ZCARD', KQ)
+      if waiting > 0 then sweep() end
     end
+    q_fresh = waiting == 0
   end
   if waiting == 0 then Mn, Mz = 0, 0 end
   p_fresh = waiting == 0 and Me == 0 and Mo == 0
@@ -158,6 +164,8 @@ local function promote()
   if cap == nil or waiting == 0 then return end
   local handed = {}
   while waiting > 0 do
+    -- With only single-permit tickets in line, a full gate needs no look.
+    if Mn == 0 and used() >= cap then break end
     local head = redis.call('ZRANGE', KQ, 0, 0)[1]
     if not head then break end
     local k = permits_of(head, Mn > 0)
@@ -173,6 +181,7 @@ local function promote()
       local deadline = tonumber(redis.call('HGET', KP, 'd:' .. head)) or now
       redis.call('ZREM', KQ, head)
       waiting = waiting - 1
+      if waiting == 0 then q_fresh = true end
       if k > 1 then
         Mn = Mn - 1
         Me = Me + k - 1
@@ -191,17 +200,31 @@ local function promote()
   end
 end
 
--- Sets a key's TTL to `at` + MARGIN: outright on a key this call created,
--- otherwise only if that is later than the TTL it has.
-local function keep_until(key, at, fresh)
+-- Makes a key live past `at` + MARGIN. A key that may lack a TTL gets one
+-- outright; otherwise it is extended (by a CHUNK more than needed) only if
+-- its TTL, remembered in `marker`, falls short. Returns the new marker.
+local function keep_until(key, at, fresh, marker)
   if fresh then
-    redis.call('PEXPIREAT', key, at + MARGIN)
-  else
-    redis.call('PEXPIREAT', key, at + MARGIN, 'GT')
+    redis.call('PEXPIREAT', key, at + MARGIN + CHUNK)
+    return at + MARGIN + CHUNK
   end
+  if at + MARGIN <= marker then return marker end
+  redis.call('PEXPIREAT', key, at + MARGIN + CHUNK, 'GT')
+  return at + MARGIN + CHUNK
 end
 
 local function finish()
+  if h_top > 0 then MT = keep_until(KH, h_top, h_fresh, MT) end
+  if w_top > 0 then MU = keep_until(KQ, w_top, q_fresh, MU) end
+  -- Side data lives as long as the longest of holders and line.
+  if p_touched or w_top > 0 or (Me + Mo > 0 and h_top > 0) then
+    local at = math.max(h_top, w_top, now) + MARGIN
+    if p_fresh then
+      redis.call('PEXPIREAT', KP, at)
+    else
+      redis.call('PEXPIREAT', KP, at, 'GT')
+    end
+  end
   MH, MW = holders, waiting
   local changed, k = {}, 0
   local function put(name, v, was_v)
@@ -212,14 +235,8 @@ local function finish()
   end
   put('f', Mf, was_f) put('b', Mb, was_b) put('x', Mx, was_x) put('s', Ms, was_s)
   put('e', Me, was_e) put('n', Mn, was_n) put('o', Mo, was_o) put('H', MH, was_H)
-  put('W', MW, was_W) put('z', Mz, was_z)
+  put('W', MW, was_W) put('z', Mz, was_z) put('T', MT, was_T) put('U', MU, was_U)
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
-  if h_top > 0 then keep_until(KH, h_top, h_fresh) end
-  if w_top > 0 then keep_until(KQ, w_top, q_fresh) end
-  -- Side data lives as long as the longest of holders and line.
-  if p_touched or w_top > 0 or (Me + Mo > 0 and h_top > 0) then
-    keep_until(KP, math.max(h_top, w_top, now), p_fresh)
-  end
 end
 
 local function done(reply)
