@@ -506,3 +506,59 @@ fn a_killed_waiter_leaves_the_line() {
     );
     drop(waiter);
 }
+
+#[test]
+fn six_processes_never_exceed_a_semaphore_of_two() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("dir");
+    let inside = dir.path().join("inside");
+    std::fs::create_dir(&inside).expect("mkdir");
+    let seen = dir.path().join("seen");
+    // Each holder marks itself inside, counts the marks (a late arrival
+    // always sees every holder already in), holds briefly, and leaves.
+    let script = format!(
+        "touch {i}/$$; ls {i} | wc -l >> {s}; sleep 0.05; rm {i}/$$",
+        i = inside.display(),
+        s = seen.display()
+    );
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            let (url, script) = (url.clone(), script.clone());
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    let o = run(&[
+                        "semaphore",
+                        "run",
+                        "pool",
+                        "--limit",
+                        "2",
+                        "--wait",
+                        "60s",
+                        "--redis",
+                        &url,
+                        "--",
+                        "sh",
+                        "-c",
+                        &script,
+                    ]);
+                    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let counts: Vec<usize> = std::fs::read_to_string(&seen)
+        .expect("seen")
+        .lines()
+        .map(|l| l.trim().parse().expect("a count"))
+        .collect();
+    assert_eq!(counts.len(), 30);
+    assert!(
+        counts.iter().all(|&c| c <= 2),
+        "more than 2 holders at once: {counts:?}"
+    );
+    assert!(counts.contains(&2), "the limit was never reached: {counts:?}");
+}
