@@ -16,7 +16,7 @@ if (tonumber(raw[9]) or 0) == 0 and (tonumber(raw[10]) or 0) == 0
     f = f + 1
     redis.call('ZADD', KH, now + ttl, ARGV[1])
     local expiry = now + ttl + MARGIN + CHUNK
-    redis.call('HSET', KM, 'c', stored or asked, 'f', f, 'b', b, 'H', 1, 'T', expiry)
+    redis.call('HSET', KM, 'c', stored or asked, 'f', f, 'b', b, 'H', 1, 'T', expiry, 'X', now + ttl)
     redis.call('PEXPIREAT', KH, expiry)
     return {1, f, ttl}
   end

@@ -15,7 +15,9 @@
 --                    skips reading it), z no waiter's heartbeat deadline is
 --                    earlier than this, T and U the TTLs last set on h and
 --                    on q (set a CHUNK beyond what is needed, so most calls
---                    need not extend them). The only key an idle gate keeps:
+--                    need not extend them), X no lease ends before this
+--                    (so until then nothing needs expiring and H is exact
+--                    without reading h). The only key an idle gate keeps:
 --                    it carries the fence, which never goes back.
 --   KEYS[2] h  ZSET  holders: lease id -> expiry (ms, server time)
 --   KEYS[3] p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
@@ -38,9 +40,9 @@ local cap = tonumber(raw[1])
 local Mf, Mb, Mx = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0, tonumber(raw[4]) or 0
 local Ms, Me, Mn = tonumber(raw[5]) or 0, tonumber(raw[6]) or 0, tonumber(raw[7]) or 0
 local Mo, MH, MW, Mz = tonumber(raw[8]) or 0, tonumber(raw[9]) or 0, tonumber(raw[10]) or 0, tonumber(raw[11]) or 0
-local MT, MU = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0
-local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z, was_T, was_U =
-  Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz, MT, MU
+local MT, MU, MX = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0, tonumber(raw[14]) or 0
+local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z, was_T, was_U, was_X =
+  Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz, MT, MU, MX
 
 -- Latest expiry written to h / deadline written to p by this call (0: none),
 -- and whether those keys may lack a TTL (empty before, or emptied since).
@@ -91,6 +93,7 @@ local function add_holder(id, expires)
   redis.call('ZADD', KH, expires, id)
   holders = holders + 1
   if expires > h_top then h_top = expires end
+  if MX == 0 or expires < MX then MX = expires end
 end
 
 local function set_deadline(id, deadline)
@@ -118,18 +121,33 @@ local function sweep()
 end
 
 local function expire()
-  if MH > 0 then
+  -- H is exact while h exists, and no lease ends before X: until then
+  -- there is nothing to expire and h need not be read. (h can only have
+  -- expired whole after its last lease ended, which X <= now reveals.)
+  if MH > 0 and MX > now then
+    holders = MH
+    h_fresh = false
+  elseif MH > 0 then
     local ended = {}
+    local earliest = 0
     if MH <= SMALL then
       local all = redis.call('ZRANGE', KH, 0, -1, 'WITHSCORES')
       for i = 1, #all, 2 do
-        if tonumber(all[i + 1]) <= now then ended[#ended + 1] = all[i] end
+        local expires = tonumber(all[i + 1])
+        if expires <= now then
+          ended[#ended + 1] = all[i]
+        elseif earliest == 0 or expires < earliest then
+          earliest = expires
+        end
       end
       holders = #all / 2
     else
       ended = redis.call('ZRANGEBYSCORE', KH, '-inf', now)
       holders = redis.call('ZCARD', KH)
+      local first = redis.call('ZRANGEBYSCORE', KH, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if first[2] then earliest = tonumber(first[2]) end
     end
+    MX = earliest
     if holders > 0 then h_fresh = false end
     if #ended > 0 then
       for _, id in ipairs(ended) do
@@ -143,7 +161,7 @@ local function expire()
   end
   if holders == 0 then
     -- Nothing holds: side counters left by a key that expired whole are stale.
-    Me, Mo = 0, 0
+    Me, Mo, MX = 0, 0, 0
   end
   if MW > 0 then
     -- W is exact while q exists; q can only have expired whole once every
@@ -236,6 +254,8 @@ local function finish()
   put('f', Mf, was_f) put('b', Mb, was_b) put('x', Mx, was_x) put('s', Ms, was_s)
   put('e', Me, was_e) put('n', Mn, was_n) put('o', Mo, was_o) put('H', MH, was_H)
   put('W', MW, was_W) put('z', Mz, was_z) put('T', MT, was_T) put('U', MU, was_U)
+  if holders == 0 then MX = 0 end
+  put('X', MX, was_X)
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
 end
 
