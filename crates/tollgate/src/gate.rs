@@ -281,6 +281,10 @@ impl Gate {
                 .await?
             {
                 Poll::Granted(g) => {
+                    // Without a notification first, this is the fallback
+                    // re-check doing its job: a hand-off message was lost
+                    // (or this lease is not renewed, so it polls on purpose).
+                    tracing::debug!(gate = %self.name, fence = g.fence, "granted found by polling");
                     ticket.gate = None;
                     return Ok(Some(self.lease(id, permits, g, sent)));
                 }

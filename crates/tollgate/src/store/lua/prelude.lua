@@ -13,9 +13,9 @@
 --                    hand-off, H and W upper bounds of the holder and waiter
 --                    counts (0: that key is surely empty, so the common path
 --                    skips reading it), z no waiter's heartbeat deadline is
---                    earlier than this, T and U the TTLs last set on h and
---                    on q (set a CHUNK beyond what is needed, so most calls
---                    need not extend them), X no lease ends before this
+--                    earlier than this, T, U and V the TTLs last set on h,
+--                    q and p (set a CHUNK beyond what is needed, so most
+--                    calls need not extend them), X no lease ends before this
 --                    (so until then nothing needs expiring and H is exact
 --                    without reading h). The only key an idle gate keeps:
 --                    it carries the fence, which never goes back.
@@ -40,9 +40,10 @@ local cap = tonumber(raw[1])
 local Mf, Mb, Mx = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0, tonumber(raw[4]) or 0
 local Ms, Me, Mn = tonumber(raw[5]) or 0, tonumber(raw[6]) or 0, tonumber(raw[7]) or 0
 local Mo, MH, MW, Mz = tonumber(raw[8]) or 0, tonumber(raw[9]) or 0, tonumber(raw[10]) or 0, tonumber(raw[11]) or 0
-local MT, MU, MX = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0, tonumber(raw[14]) or 0
-local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z, was_T, was_U, was_X =
-  Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz, MT, MU, MX
+local MT, MU, MX, MV = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0, tonumber(raw[14]) or 0,
+  tonumber(raw[15]) or 0
+local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z, was_T, was_U, was_X, was_V =
+  Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz, MT, MU, MX, MV
 
 -- Latest expiry written to h / deadline written to p by this call (0: none),
 -- and whether those keys may lack a TTL (empty before, or emptied since).
@@ -70,6 +71,12 @@ local function permits_of(id, any_multi)
   return tonumber(redis.call('HGET', KP, 'k:' .. id)) or 1
 end
 
+-- p holds side data only while someone waits, holds several permits or
+-- holds a hand-off; once none does, Redis has deleted it (and its TTL).
+local function note_side_data()
+  if waiting == 0 and Me == 0 and Mo == 0 then p_fresh = true end
+end
+
 -- Forgets a departed holder's side data.
 local function forget_holder(id)
   if Me > 0 then
@@ -79,6 +86,7 @@ local function forget_holder(id)
   if Mo > 0 and redis.call('HDEL', KP, 'f:' .. id) == 1 then
     Mo = Mo - 1
   end
+  note_side_data()
 end
 
 local function drop_ticket(id)
@@ -86,6 +94,7 @@ local function drop_ticket(id)
   if redis.call('HDEL', KP, 'd:' .. id, 'k:' .. id) == 2 then Mn = Mn - 1 end
   waiting = waiting - 1
   if waiting == 0 then q_fresh = true end
+  note_side_data()
   return true
 end
 
@@ -182,11 +191,17 @@ local function promote()
   if cap == nil or waiting == 0 then return end
   local handed = {}
   while waiting > 0 do
-    -- With only single-permit tickets in line, a full gate needs no look.
-    if Mn == 0 and used() >= cap then break end
-    local head = redis.call('ZRANGE', KQ, 0, 0)[1]
+    -- With only single-permit tickets in line, a full gate needs no look,
+    -- and a gate with room takes the head off the line in one call.
+    local head, k, popped
+    if Mn == 0 then
+      if used() >= cap then break end
+      head, k, popped = redis.call('ZPOPMIN', KQ)[1], 1, true
+    else
+      head = redis.call('ZRANGE', KQ, 0, 0)[1]
+      if head then k = permits_of(head, true) end
+    end
     if not head then break end
-    local k = permits_of(head, Mn > 0)
     if k > cap then
       -- Capacity was lowered below what this ticket needs: it can never be
       -- served and must not block the line behind it.
@@ -197,7 +212,7 @@ local function promote()
       -- The hand-off lives only until the waiter's heartbeat deadline: a
       -- vanished waiter gives it back within its grace, not a whole TTL.
       local deadline = tonumber(redis.call('HGET', KP, 'd:' .. head)) or now
-      redis.call('ZREM', KQ, head)
+      if not popped then redis.call('ZREM', KQ, head) end
       waiting = waiting - 1
       if waiting == 0 then q_fresh = true end
       if k > 1 then
@@ -236,12 +251,7 @@ local function finish()
   if w_top > 0 then MU = keep_until(KQ, w_top, q_fresh, MU) end
   -- Side data lives as long as the longest of holders and line.
   if p_touched or w_top > 0 or (Me + Mo > 0 and h_top > 0) then
-    local at = math.max(h_top, w_top, now) + MARGIN
-    if p_fresh then
-      redis.call('PEXPIREAT', KP, at)
-    else
-      redis.call('PEXPIREAT', KP, at, 'GT')
-    end
+    MV = keep_until(KP, math.max(h_top, w_top, now), p_fresh, MV)
   end
   MH, MW = holders, waiting
   local changed, k = {}, 0
@@ -255,7 +265,7 @@ local function finish()
   put('e', Me, was_e) put('n', Mn, was_n) put('o', Mo, was_o) put('H', MH, was_H)
   put('W', MW, was_W) put('z', Mz, was_z) put('T', MT, was_T) put('U', MU, was_U)
   if holders == 0 then MX = 0 end
-  put('X', MX, was_X)
+  put('X', MX, was_X) put('V', MV, was_V)
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
 end
 
