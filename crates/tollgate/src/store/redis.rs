@@ -149,7 +149,11 @@ fn check_prefix(prefix: &str) -> Result<()> {
 impl RedisStore {
     pub(crate) async fn connect(config: RedisConfig) -> Result<Self> {
         check_prefix(&config.prefix)?;
+        // Small requests should not wait on Nagle's algorithm (TCP_NODELAY,
+        // as most Redis clients set it; redis-rs leaves it off by default).
         let info = check_url(&config.url)?;
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let info = info.set_tcp_settings(tcp);
         let client = redis::Client::open(info.clone())
             .map_err(|e| Error::invalid("unusable Redis URL").with_source(e))?;
         let manager_config = ConnectionManagerConfig::new()
