@@ -14,6 +14,8 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Run the HTTP/JSON service (embedded store unless --redis is given).
+    Serve(ServeArgs),
     /// A distributed mutual-exclusion lock.
     #[command(subcommand)]
     Lock(Primitive),
@@ -33,6 +35,20 @@ pub(crate) enum Primitive {
     /// --wait; 76 if the lease was lost while the command ran (it got
     /// SIGTERM); 69 if the store is unreachable; 64 for bad arguments.
     Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7700", value_name = "ADDR")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// Redis URL; without it the embedded in-memory store is used, and this
+    /// one process is the whole server.
+    #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
+    pub(crate) redis: Option<String>,
+    /// Prefix of every Redis key.
+    #[arg(long, default_value = "tollgate", value_name = "PREFIX")]
+    pub(crate) prefix: String,
 }
 
 #[derive(Debug, Args)]

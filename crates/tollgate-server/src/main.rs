@@ -1,10 +1,12 @@
-//! The `tollgate` executable: run a command under a distributed lock or
-//! semaphore, and benchmark the primitives.
+//! The `tollgate` executable: the HTTP/JSON service, running a command
+//! under a distributed lock or semaphore, and benchmarks.
 
 mod bench;
 mod cli;
 mod exit;
+mod http;
 mod run;
+mod serve;
 
 use clap::Parser;
 
@@ -35,6 +37,7 @@ fn main() {
     };
     let code = runtime.block_on(async move {
         match cli.command {
+            Command::Serve(args) => serve::run(args).await,
             Command::Lock(Primitive::Run(args)) => run::lock(args).await,
             Command::Semaphore(Primitive::Run(args)) => run::semaphore(args).await,
             Command::Bench(args) => bench::run(args).await,

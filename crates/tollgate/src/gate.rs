@@ -191,6 +191,26 @@ impl Gate {
         )
     }
 
+    /// Like [`Gate::status`], but a ticket still in line is watched for up
+    /// to `wait` and the answer comes the moment it is granted (long-poll).
+    /// The ticket keeps its heartbeat while watched.
+    pub async fn wait_status(&self, ticket: &str, wait: Duration) -> Result<TicketStatus> {
+        check_id(ticket)?;
+        let deadline = Instant::now() + wait;
+        // Registered before the first look, so no hand-off slips between.
+        let watch = self.store.watch(ticket);
+        let _listening = self.store.listen(&self.name).await?;
+        let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
+        loop {
+            let status = self.status(ticket).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !matches!(status, TicketStatus::Queued(_)) || left.is_zero() {
+                return Ok(status);
+            }
+            watch.wait(recheck.min(left)).await;
+        }
+    }
+
     /// Extends a held lease to `ttl` from now. An ended lease is never
     /// brought back: that is [`ErrorKind::LeaseLost`].
     pub async fn renew(&self, token: &str, ttl: Duration) -> Result<Duration> {

@@ -212,6 +212,30 @@ async fn renewal_extends_a_held_lease(ts: TestStore) {
     assert_eq!(g.leave(&a.token).await.unwrap(), Left::Released);
 }
 
+async fn a_picked_up_hand_off_ends_on_its_own_ttl(ts: TestStore) {
+    // The hand-off lives until the waiter's (long) heartbeat deadline; once
+    // picked up it runs for the (short) TTL, and must end then, not later.
+    let long = gate(&ts, Some(1), opts(LONG, LONG));
+    let g = gate(&ts, Some(1), opts(SHORT, LONG));
+    let a = granted(long.enter(1, true).await.unwrap());
+    let (b, _) = queued(g.enter(1, true).await.unwrap());
+    g.leave(&a.token).await.unwrap();
+    assert_eq!(status_granted(&g, &b).await.ttl, SHORT);
+    ts.advance(PAST_SHORT).await;
+    let c = granted(g.enter(1, false).await.unwrap());
+    assert_eq!(g.status(&b).await.unwrap(), TicketStatus::Gone);
+    assert!(c.fence > a.fence);
+}
+
+async fn renewing_to_a_shorter_ttl_takes_effect(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(LONG, LONG));
+    let a = granted(g.enter(1, true).await.unwrap());
+    assert_eq!(g.renew(&a.token, SHORT).await.unwrap(), SHORT);
+    ts.advance(PAST_SHORT).await;
+    granted(g.enter(1, false).await.unwrap());
+    assert_eq!(g.stats().await.unwrap().expiries, 1);
+}
+
 async fn silent_waiter_leaves_the_line(ts: TestStore) {
     let g = gate(&ts, Some(1), opts(LONG, SHORT));
     let _a = granted(g.enter(1, true).await.unwrap());
@@ -404,6 +428,8 @@ on_both_stores!(manual_clock:
     expired_lease_frees_its_slot_and_cannot_renew,
     renewal_extends_a_held_lease,
     silent_waiter_leaves_the_line,
+    a_picked_up_hand_off_ends_on_its_own_ttl,
+    renewing_to_a_shorter_ttl_takes_effect,
     hand_off_to_vanished_waiter_comes_back_within_its_grace,
     cancel_leaves_the_line,
     capacity_changes_at_runtime,

@@ -109,6 +109,14 @@ impl Store {
         }
     }
 
+    /// Checks that the store answers (Redis: `PING`).
+    pub async fn ping(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Memory(_) => Ok(()),
+            Backend::Redis(s) => s.ping().await,
+        }
+    }
+
     /// Registers interest in `id` being granted. Registered before `enter`,
     /// so a hand-off can never be announced before anyone listens for it.
     pub(crate) fn watch(&self, id: &str) -> Watch {
@@ -218,11 +226,12 @@ pub struct GateStats {
 
 /// Wake-ups for waiters in this process, keyed by ticket id. A hand-off
 /// carries the fence of the lease it grants, so the waiter can start work
-/// without another round trip. `Notify` keeps one permit, so a wake-up that
-/// arrives before the waiter sleeps is not lost.
+/// without another round trip. Several watchers of one ticket (a waiting
+/// `acquire` and a long-poll, say) each get the wake-up. `Notify` keeps one
+/// permit, so a wake-up that arrives before the watcher sleeps is not lost.
 #[derive(Debug, Default)]
 pub(crate) struct Wakers {
-    map: Mutex<HashMap<String, Arc<Slot>>>,
+    map: Mutex<HashMap<String, Vec<Arc<Slot>>>>,
 }
 
 #[derive(Debug, Default)]
@@ -238,7 +247,9 @@ impl Wakers {
         self.map
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.to_owned(), slot.clone());
+            .entry(id.to_owned())
+            .or_default()
+            .push(slot.clone());
         Watch {
             wakers: self.clone(),
             id: id.to_owned(),
@@ -246,19 +257,19 @@ impl Wakers {
         }
     }
 
-    /// Tells the waiter on `id` that it was handed the lease with `fence`.
+    /// Tells the watchers of `id` that it was handed the lease with `fence`.
     pub(crate) fn hand_off(&self, id: &str, fence: u64) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = map.get(id) {
+        for slot in map.get(id).into_iter().flatten() {
             *slot.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(fence);
             slot.notify.notify_one();
         }
     }
 
-    /// Wakes every waiter to look for itself (hand-offs may have been lost).
+    /// Wakes every watcher to look for itself (hand-offs may have been lost).
     pub(crate) fn wake_all(&self) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        for slot in map.values() {
+        for slot in map.values().flatten() {
             slot.notify.notify_one();
         }
     }
@@ -287,11 +298,13 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        self.wakers
-            .map
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.id);
+        let mut map = self.wakers.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slots) = map.get_mut(&self.id) {
+            slots.retain(|s| !Arc::ptr_eq(s, &self.slot));
+            if slots.is_empty() {
+                map.remove(&self.id);
+            }
+        }
     }
 }
 

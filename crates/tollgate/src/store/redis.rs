@@ -303,6 +303,12 @@ impl RedisStore {
         }
     }
 
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        Ok(())
+    }
+
     pub(crate) async fn listen(&self, gate: &Name) -> Result<Listening> {
         let channel = format!("{}:n", self.base(gate));
         let fresh = self.subs.acquire(&channel).await?;

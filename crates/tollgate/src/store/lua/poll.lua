@@ -13,8 +13,7 @@ if expires then
   if Mo > 0 then f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0 end
   if f < 0 then
     redis.call('HSET', KP, 'f:' .. id, -f)
-    redis.call('ZADD', KH, now + ttl, id)
-    h_top = now + ttl
+    set_expiry(id, now + ttl)
     return done({1, -f, ttl})
   end
   return done({1, f, tonumber(expires) - now})

@@ -98,6 +98,14 @@ local function drop_ticket(id)
   return true
 end
 
+-- Moves a held lease's end (renewal, or a waiter picking up a hand-off,
+-- which may shorten it). X must stay a lower bound of every lease's end.
+local function set_expiry(id, expires)
+  redis.call('ZADD', KH, 'XX', expires, id)
+  if expires > h_top then h_top = expires end
+  if MX == 0 or expires < MX then MX = expires end
+end
+
 local function add_holder(id, expires)
   redis.call('ZADD', KH, expires, id)
   holders = holders + 1

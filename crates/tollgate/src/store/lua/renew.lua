@@ -6,8 +6,7 @@
 local id, ttl = ARGV[1], tonumber(ARGV[2])
 
 if holders == 0 or not redis.call('ZSCORE', KH, id) then return done({0}) end
-redis.call('ZADD', KH, 'XX', now + ttl, id)
-h_top = now + ttl
+set_expiry(id, now + ttl)
 if Mo > 0 then
   local f = tonumber(redis.call('HGET', KP, 'f:' .. id))
   if f and f < 0 then redis.call('HSET', KP, 'f:' .. id, -f) end

@@ -1,0 +1,446 @@
+//! The HTTP/JSON API: thin handlers that parse, call a gate operation and
+//! render the answer. Semantics live in the library.
+//!
+//! Durations in bodies and query strings are milliseconds (`ttl_ms`,
+//! `heartbeat_ms`, `wait_ms`). A ticket handed out over HTTP carries the
+//! lease and heartbeat lengths it was issued with (`<id>.<ttl>.<heartbeat>`),
+//! so asking about it needs nothing but the ticket.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tollgate::{Entered, ErrorKind, Gate, GateOptions, GateStats, Left, Store, TicketStatus};
+
+/// Largest request body accepted.
+const BODY_LIMIT: usize = 16 * 1024;
+/// Longest a long-poll may wait.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+const DEFAULT_TTL_MS: u64 = 30_000;
+const DEFAULT_HEARTBEAT_MS: u64 = 10_000;
+
+#[derive(Debug, Clone)]
+pub(crate) struct AppState {
+    pub(crate) store: Store,
+}
+
+/// The router, with every route of the API.
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/gates/{name}", get(stats))
+        .route("/v1/gates/{name}/capacity", put(set_capacity))
+        .route("/v1/gates/{name}/enter", post(enter))
+        .route(
+            "/v1/gates/{name}/tickets/{ticket}",
+            get(ticket_status).delete(cancel),
+        )
+        .route("/v1/gates/{name}/leases/{token}", delete(release))
+        .route("/v1/gates/{name}/leases/{token}/renew", post(renew))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+/// The one error shape: `{"error": {"code", "message"}}` with a fitting
+/// status; never a 500 for a caller's mistake.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+}
+
+impl From<tollgate::Error> for ApiError {
+    fn from(e: tollgate::Error) -> Self {
+        let (status, code) = match e.kind() {
+            ErrorKind::InvalidInput => (StatusCode::BAD_REQUEST, "bad_request"),
+            ErrorKind::CapacityConflict => (StatusCode::CONFLICT, "capacity_conflict"),
+            ErrorKind::NoCapacity => (StatusCode::CONFLICT, "no_capacity"),
+            ErrorKind::LeaseLost => (StatusCode::NOT_FOUND, "lease_not_found"),
+            ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+            _ => (StatusCode::BAD_GATEWAY, "store_error"),
+        };
+        ApiError::new(status, code, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// JSON body extractor whose rejections use the API's error shape.
+pub(crate) struct Json<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Json(v)),
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send the body as JSON with Content-Type: application/json",
+            )),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("request bodies are limited to {BODY_LIMIT} bytes"),
+            )),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "malformed JSON body: {}",
+                e.body_text()
+            ))),
+        }
+    }
+}
+
+/// Query extractor whose rejections use the API's error shape.
+pub(crate) struct Query<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(v)| Query(v))
+            .map_err(|e: QueryRejection| {
+                ApiError::bad_request(format!("bad query string: {}", e.body_text()))
+            })
+    }
+}
+
+fn gate(
+    state: &AppState,
+    name: &str,
+    capacity: Option<u32>,
+    ttl_ms: u64,
+    heartbeat_ms: u64,
+) -> Result<Gate, ApiError> {
+    let options = GateOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        heartbeat: Duration::from_millis(heartbeat_ms),
+        auto_renew: false,
+    };
+    Ok(Gate::new(&state.store, name, capacity, options)?)
+}
+
+/// A ticket as handed to HTTP clients: the store's id plus the lease and
+/// heartbeat lengths it was issued with.
+struct HttpTicket {
+    id: String,
+    ttl_ms: u64,
+    heartbeat_ms: u64,
+}
+
+impl HttpTicket {
+    fn encode(&self) -> String {
+        format!("{}.{}.{}", self.id, self.ttl_ms, self.heartbeat_ms)
+    }
+
+    fn decode(s: &str) -> Result<HttpTicket, ApiError> {
+        let bad = || ApiError::bad_request(format!("{s:?} is not a ticket issued by this API"));
+        let mut parts = s.split('.');
+        let (Some(id), Some(ttl), Some(hb), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        Ok(HttpTicket {
+            id: id.to_owned(),
+            ttl_ms: ttl.parse().map_err(|_| bad())?,
+            heartbeat_ms: hb.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnterBody {
+    /// Permits to take. Default 1.
+    #[serde(default = "one")]
+    permits: u32,
+    /// The gate's capacity; stored by the first request that names one.
+    capacity: Option<u32>,
+    /// Lease length. Default 30 000.
+    #[serde(default = "default_ttl")]
+    ttl_ms: u64,
+    /// How long a ticket may go unasked before it leaves the line.
+    /// Default 10 000.
+    #[serde(default = "default_heartbeat")]
+    heartbeat_ms: u64,
+    /// Join the line if not granted at once. Default true.
+    #[serde(default = "yes")]
+    queue: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_ttl() -> u64 {
+    DEFAULT_TTL_MS
+}
+fn default_heartbeat() -> u64 {
+    DEFAULT_HEARTBEAT_MS
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+enum EnterAnswer {
+    Granted {
+        token: String,
+        fence: u64,
+        ttl_ms: u64,
+    },
+    Queued {
+        ticket: String,
+        position: u64,
+        waiting: u64,
+    },
+    Busy {
+        used: u64,
+        capacity: u32,
+        waiting: u64,
+    },
+}
+
+async fn enter(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<EnterBody>,
+) -> Result<axum::Json<EnterAnswer>, ApiError> {
+    let g = gate(&state, &name, body.capacity, body.ttl_ms, body.heartbeat_ms)?;
+    Ok(axum::Json(match g.enter(body.permits, body.queue).await? {
+        Entered::Granted(l) => EnterAnswer::Granted {
+            token: l.token,
+            fence: l.fence,
+            ttl_ms: l.ttl.as_millis() as u64,
+        },
+        Entered::Queued { ticket, place } => EnterAnswer::Queued {
+            ticket: HttpTicket {
+                id: ticket,
+                ttl_ms: body.ttl_ms,
+                heartbeat_ms: body.heartbeat_ms,
+            }
+            .encode(),
+            position: place.position,
+            waiting: place.waiting,
+        },
+        Entered::Busy(o) => EnterAnswer::Busy {
+            used: o.used,
+            capacity: o.capacity,
+            waiting: o.waiting,
+        },
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatusQuery {
+    /// Long-poll: wait up to this long for the grant. Default 0, at most
+    /// 60 000.
+    #[serde(default)]
+    wait_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+enum StatusAnswer {
+    Granted { token: String, fence: u64, ttl_ms: u64 },
+    Queued { position: u64, waiting: u64 },
+}
+
+async fn ticket_status(
+    State(state): State<AppState>,
+    Path((name, ticket)): Path<(String, String)>,
+    Query(q): Query<StatusQuery>,
+) -> Result<axum::Json<StatusAnswer>, ApiError> {
+    let t = HttpTicket::decode(&ticket)?;
+    let wait = Duration::from_millis(q.wait_ms);
+    if wait > MAX_WAIT {
+        return Err(ApiError::bad_request(format!(
+            "wait_ms must be at most {}",
+            MAX_WAIT.as_millis()
+        )));
+    }
+    let g = gate(&state, &name, None, t.ttl_ms, t.heartbeat_ms)?;
+    match g.wait_status(&t.id, wait).await? {
+        TicketStatus::Granted(l) => Ok(axum::Json(StatusAnswer::Granted {
+            token: l.token,
+            fence: l.fence,
+            ttl_ms: l.ttl.as_millis() as u64,
+        })),
+        TicketStatus::Queued(p) => Ok(axum::Json(StatusAnswer::Queued {
+            position: p.position,
+            waiting: p.waiting,
+        })),
+        TicketStatus::Gone => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ticket_not_found",
+            "no such ticket: cancelled, dropped after missed heartbeats, or its lease ended",
+        )),
+    }
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    Path((name, ticket)): Path<(String, String)>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let t = HttpTicket::decode(&ticket)?;
+    let g = gate(&state, &name, None, t.ttl_ms, t.heartbeat_ms)?;
+    match g.leave(&t.id).await? {
+        Left::Cancelled => Ok(axum::Json(json!({"cancelled": true}))),
+        // Granted meanwhile: cancelling gives the lease back.
+        Left::Released => Ok(axum::Json(json!({"cancelled": true, "released": true}))),
+        Left::Unknown => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ticket_not_found",
+            "no such ticket",
+        )),
+    }
+}
+
+async fn release(
+    State(state): State<AppState>,
+    Path((name, token)): Path<(String, String)>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let g = gate(&state, &name, None, DEFAULT_TTL_MS, DEFAULT_HEARTBEAT_MS)?;
+    match g.leave(&token).await? {
+        Left::Released => Ok(axum::Json(json!({"released": true}))),
+        Left::Cancelled => Ok(axum::Json(json!({"cancelled": true}))),
+        Left::Unknown => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "lease_not_found",
+            "no such lease: it ended (expired or released) or never existed",
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenewBody {
+    #[serde(default = "default_ttl")]
+    ttl_ms: u64,
+}
+
+async fn renew(
+    State(state): State<AppState>,
+    Path((name, token)): Path<(String, String)>,
+    Json(body): Json<RenewBody>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let g = gate(&state, &name, None, DEFAULT_TTL_MS, DEFAULT_HEARTBEAT_MS)?;
+    let ttl = g.renew(&token, Duration::from_millis(body.ttl_ms)).await?;
+    Ok(axum::Json(json!({"ttl_ms": ttl.as_millis() as u64})))
+}
+
+#[derive(Debug, Serialize)]
+struct StatsAnswer {
+    name: String,
+    capacity: Option<u32>,
+    used: u64,
+    holders: u64,
+    waiting: u64,
+    grants: u64,
+    expiries: u64,
+    fence: u64,
+}
+
+fn stats_answer(name: String, s: GateStats) -> StatsAnswer {
+    StatsAnswer {
+        name,
+        capacity: s.capacity,
+        used: s.used,
+        holders: s.holders,
+        waiting: s.waiting,
+        grants: s.grants,
+        expiries: s.expiries,
+        fence: s.fence,
+    }
+}
+
+async fn stats(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<StatsAnswer>, ApiError> {
+    let g = gate(&state, &name, None, DEFAULT_TTL_MS, DEFAULT_HEARTBEAT_MS)?;
+    Ok(axum::Json(stats_answer(name, g.stats().await?)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapacityBody {
+    capacity: u32,
+}
+
+async fn set_capacity(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<CapacityBody>,
+) -> Result<axum::Json<StatsAnswer>, ApiError> {
+    let g = gate(&state, &name, None, DEFAULT_TTL_MS, DEFAULT_HEARTBEAT_MS)?;
+    g.set_capacity(body.capacity).await?;
+    Ok(axum::Json(stats_answer(name, g.stats().await?)))
+}
+
+async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    state.store.ping().await?;
+    Ok(axum::Json(
+        json!({"status": "ready", "store": state.store.kind()}),
+    ))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method",
+    )
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route; the API lives under /v1/gates/{name}",
+    )
+}

@@ -1,0 +1,321 @@
+//! `tollgate serve` as a separate process, over real HTTP, on the embedded
+//! store and on a real redis-server.
+
+#[path = "../../tollgate/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::RedisServer;
+
+/// A `tollgate serve` child on a free port; killed on drop.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(redis: Option<&str>) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .env_remove("TOLLGATE_REDIS_URL");
+        if let Some(url) = redis {
+            cmd.args(["--redis", url]);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        Server { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+async fn enter(c: &reqwest::Client, s: &Server, gate: &str, body: Value) -> (u16, Value) {
+    send(c.post(s.url(&format!("/v1/gates/{gate}/enter"))).json(&body)).await
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key].as_str().unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+/// The seed scenario: one holder per resource, the rest wait in line.
+async fn seed_scenario(s: &Server) {
+    let c = reqwest::Client::new();
+    // user 1 takes title A; user 2 queues for A.
+    let (st, u1) = enter(&c, s, "title-A", json!({"capacity": 1, "ttl_ms": 30000})).await;
+    assert_eq!((st, str_of(&u1, "status")), (200, "granted"), "{u1}");
+    let (st, u2) = enter(&c, s, "title-A", json!({"capacity": 1, "ttl_ms": 1000})).await;
+    assert_eq!((st, str_of(&u2, "status")), (200, "queued"), "{u2}");
+    assert_eq!(
+        (u2["position"].as_u64(), u2["waiting"].as_u64()),
+        (Some(1), Some(1))
+    );
+    // A global "one request at a time" step, held briefly by someone else,
+    // does not hold up user 3, who gets title B at once.
+    let (_, global) = enter(&c, s, "global", json!({"capacity": 1})).await;
+    assert_eq!(str_of(&global, "status"), "granted");
+    let asked = Instant::now();
+    let (st, u3) = enter(&c, s, "title-B", json!({"capacity": 1})).await;
+    assert_eq!((st, str_of(&u3, "status")), (200, "granted"), "{u3}");
+    assert!(asked.elapsed() < Duration::from_millis(500));
+    let token = str_of(&global, "token");
+    assert_eq!(
+        send(c.delete(s.url(&format!("/v1/gates/global/leases/{token}"))))
+            .await
+            .0,
+        200
+    );
+
+    // User 2 long-polls; user 1 releases early; the long-poll answers.
+    let ticket = str_of(&u2, "ticket").to_owned();
+    let poll = {
+        let (c, url) = (
+            c.clone(),
+            s.url(&format!("/v1/gates/title-A/tickets/{ticket}?wait_ms=10000")),
+        );
+        tokio::spawn(async move {
+            let r = send(c.get(url)).await;
+            (r, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    let token = str_of(&u1, "token");
+    let (st, body) = send(c.delete(s.url(&format!("/v1/gates/title-A/leases/{token}")))).await;
+    assert_eq!(st, 200, "{body}");
+    let ((st, granted), at) = poll.await.expect("poll task");
+    assert_eq!((st, str_of(&granted, "status")), (200, "granted"), "{granted}");
+    let took = at.duration_since(released);
+    assert!(
+        took < Duration::from_millis(100),
+        "long-poll answered {took:?} after the release"
+    );
+    assert!(granted["fence"].as_u64() > u1["fence"].as_u64());
+    assert_eq!(granted["ttl_ms"].as_u64(), Some(1000));
+
+    // User 4 queues; user 2's hold ends without a release; user 4 is next.
+    let (_, u4) = enter(&c, s, "title-A", json!({"capacity": 1})).await;
+    assert_eq!(str_of(&u4, "status"), "queued");
+    let ticket4 = str_of(&u4, "ticket");
+    let started = Instant::now();
+    let (st, got) = send(c.get(s.url(&format!("/v1/gates/title-A/tickets/{ticket4}?wait_ms=10000")))).await;
+    assert_eq!((st, str_of(&got, "status")), (200, "granted"), "{got}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    let (_, stats) = send(c.get(s.url("/v1/gates/title-A"))).await;
+    assert_eq!(
+        (stats["holders"].as_u64(), stats["expiries"].as_u64()),
+        (Some(1), Some(1)),
+        "{stats}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_scenario_on_the_embedded_store() {
+    seed_scenario(&Server::start(None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_scenario_on_redis() {
+    let redis = RedisServer::start();
+    seed_scenario(&Server::start(Some(&redis.url()))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_json_error_never_a_500() {
+    let s = Server::start(None);
+    let c = reqwest::Client::new();
+    let raw = |body: &'static str| {
+        c.post(s.url("/v1/gates/g/enter"))
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+        (raw("{not json"), 400, "bad_request"),
+        (raw(r#"{"permits": -1}"#), 400, "bad_request"),
+        (raw(r#"{"surprise": 1}"#), 400, "bad_request"),
+        (raw(r#"{"capacity": 0}"#), 400, "bad_request"),
+        (raw(r#"{"capacity": 1, "ttl_ms": 0}"#), 400, "bad_request"),
+        (
+            raw(r#"{"capacity": 1, "ttl_ms": 999999999999}"#),
+            400,
+            "bad_request",
+        ),
+        (raw(r#"{"capacity": 1, "permits": 2}"#), 400, "bad_request"),
+        (
+            c.post(s.url("/v1/gates/g/enter")).body("{}"),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            c.post(s.url("/v1/gates/g/enter"))
+                .header("content-type", "application/json")
+                .body(format!("{{\"pad\": \"{}\"}}", "x".repeat(20_000))),
+            413,
+            "payload_too_large",
+        ),
+        (
+            c.post(s.url("/v1/gates/bad%20name/enter")).json(&json!({})),
+            400,
+            "bad_request",
+        ),
+        (
+            c.post(s.url(&format!("/v1/gates/{}/enter", "n".repeat(200))))
+                .json(&json!({})),
+            400,
+            "bad_request",
+        ),
+        (c.get(s.url("/v1/gates/g/tickets/nonsense")), 400, "bad_request"),
+        (
+            c.get(s.url("/v1/gates/g/tickets/abc.1000.1000?wait_ms=600000")),
+            400,
+            "bad_request",
+        ),
+        (
+            c.get(s.url("/v1/gates/g/tickets/abc.1000.1000?wait_ms=soon")),
+            400,
+            "bad_request",
+        ),
+        (
+            c.get(s.url("/v1/gates/g/tickets/abc.1000.1000")),
+            404,
+            "ticket_not_found",
+        ),
+        (c.delete(s.url("/v1/gates/g/leases/abc")), 404, "lease_not_found"),
+        (
+            c.post(s.url("/v1/gates/g/leases/abc/renew")).json(&json!({})),
+            404,
+            "lease_not_found",
+        ),
+        (
+            c.put(s.url("/v1/gates/g/capacity")).json(&json!({"capacity": 0})),
+            400,
+            "bad_request",
+        ),
+        (c.get(s.url("/v2/anything")), 404, "not_found"),
+        (c.patch(s.url("/v1/gates/g")), 405, "method_not_allowed"),
+    ];
+    for (req, status, code) in cases {
+        let (st, body) = send(req).await;
+        assert_eq!(st, status, "{body}");
+        assert_eq!(body["error"]["code"].as_str(), Some(code), "{body}");
+        assert!(
+            body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{body}"
+        );
+    }
+    // A conflicting capacity is a 409 that names the stored one.
+    enter(&c, &s, "sized", json!({"capacity": 2})).await;
+    let (st, body) = enter(&c, &s, "sized", json!({"capacity": 3})).await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (409, Some("capacity_conflict")),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_long_poll_keeps_its_place_until_the_heartbeat_lapses() {
+    let s = Server::start(None);
+    let c = reqwest::Client::new();
+    enter(&c, &s, "line", json!({"capacity": 1})).await;
+    let (_, t) = enter(&c, &s, "line", json!({"capacity": 1, "heartbeat_ms": 1500})).await;
+    let ticket = str_of(&t, "ticket").to_owned();
+    let url = s.url(&format!("/v1/gates/line/tickets/{ticket}"));
+    // Start a long-poll and walk away from it.
+    let poll = tokio::spawn({
+        let (c, url) = (c.clone(), format!("{url}?wait_ms=30000"));
+        async move { send(c.get(url)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    poll.abort();
+    // Still in line shortly after (a plain GET is itself a heartbeat, so
+    // only look once).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (st, body) = send(c.get(&url)).await;
+    assert_eq!((st, str_of(&body, "status")), (200, "queued"), "{body}");
+    // Then silence past the heartbeat grace: the ticket leaves the line.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let (st, body) = send(c.get(&url)).await;
+    assert_eq!(st, 404, "{body}");
+    let (_, stats) = send(c.get(s.url("/v1/gates/line"))).await;
+    assert_eq!(stats["waiting"].as_u64(), Some(0), "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_outage_is_a_503_with_retry_after_and_service_resumes() {
+    let mut redis = RedisServer::start();
+    let s = Server::start(Some(&redis.url()));
+    let c = reqwest::Client::new();
+    assert_eq!(send(c.get(s.url("/readyz"))).await.0, 200);
+    redis.kill();
+    let resp = c
+        .post(s.url("/v1/gates/g/enter"))
+        .json(&json!({"capacity": 1}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(
+        resp.headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap_or("")),
+        Some("1")
+    );
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(
+        body["error"]["code"].as_str(),
+        Some("store_unavailable"),
+        "{body}"
+    );
+    assert_eq!(send(c.get(s.url("/readyz"))).await.0, 503);
+    assert_eq!(send(c.get(s.url("/healthz"))).await.0, 200);
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (st, body) = enter(&c, &s, "g", json!({"capacity": 1})).await;
+        if st == 200 {
+            assert_eq!(str_of(&body, "status"), "granted");
+            break;
+        }
+        assert_eq!(st, 503, "{body}");
+        assert!(Instant::now() < deadline, "no recovery");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(send(c.get(s.url("/readyz"))).await.0, 200);
+}
