@@ -29,6 +29,9 @@ const DEFAULT_HEARTBEAT_MS: u64 = 10_000;
 #[derive(Debug, Clone)]
 pub(crate) struct AppState {
     pub(crate) store: Store,
+    /// Turns true when the server shuts down: pending long-polls answer at
+    /// once with the ticket's current status.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The router, with every route of the API.
@@ -300,7 +303,11 @@ async fn ticket_status(
         )));
     }
     let g = gate(&state, &name, None, t.ttl_ms, t.heartbeat_ms)?;
-    match g.wait_status(&t.id, wait).await? {
+    let status = tokio::select! {
+        status = g.wait_status(&t.id, wait) => status?,
+        () = stopped(state.stopping.clone()) => g.status(&t.id).await?,
+    };
+    match status {
         TicketStatus::Granted(l) => Ok(axum::Json(StatusAnswer::Granted {
             token: l.token,
             fence: l.fence,
@@ -315,6 +322,18 @@ async fn ticket_status(
             "ticket_not_found",
             "no such ticket: cancelled, dropped after missed heartbeats, or its lease ended",
         )),
+    }
+}
+
+/// Resolves once the server is shutting down.
+async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if *stopping.borrow_and_update() {
+            return;
+        }
+        if stopping.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 

@@ -39,11 +39,14 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         "tollgate serve: listening on http://{addr} (store: {})",
         store.kind()
     );
-    let app = router(AppState { store });
-    match axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown())
-        .await
-    {
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let app = router(AppState { store, stopping });
+    let signalled = async move {
+        shutdown().await;
+        eprintln!("tollgate serve: shutting down; answering pending long-polls");
+        let _ = stop.send(true);
+    };
+    match axum::serve(listener, app).with_graceful_shutdown(signalled).await {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("tollgate: server failed: {e}");
@@ -52,8 +55,8 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT: in-flight requests finish, new ones are
-/// refused.
+/// Resolves on SIGTERM or SIGINT: in-flight requests finish (long-polls
+/// answer at once), new connections are refused.
 async fn shutdown() {
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
     else {

@@ -319,3 +319,165 @@ async fn store_outage_is_a_503_with_retry_after_and_service_resumes() {
     }
     assert_eq!(send(c.get(s.url("/readyz"))).await.0, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_redis_share_their_gates() {
+    let redis = RedisServer::start();
+    let (one, two) = (
+        Server::start(Some(&redis.url())),
+        Server::start(Some(&redis.url())),
+    );
+    let c = reqwest::Client::new();
+    let (_, held) = enter(&c, &one, "shared", json!({"capacity": 1})).await;
+    assert_eq!(str_of(&held, "status"), "granted");
+    let (_, queued) = enter(&c, &two, "shared", json!({"capacity": 1})).await;
+    assert_eq!(
+        str_of(&queued, "status"),
+        "queued",
+        "the other server sees the holder"
+    );
+    let ticket = str_of(&queued, "ticket").to_owned();
+    let poll = tokio::spawn({
+        let (c, url) = (
+            c.clone(),
+            two.url(&format!("/v1/gates/shared/tickets/{ticket}?wait_ms=10000")),
+        );
+        async move { (send(c.get(url)).await, Instant::now()) }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    let token = str_of(&held, "token");
+    assert_eq!(
+        send(c.delete(one.url(&format!("/v1/gates/shared/leases/{token}"))))
+            .await
+            .0,
+        200
+    );
+    let ((st, got), at) = poll.await.expect("poll");
+    assert_eq!((st, str_of(&got, "status")), (200, "granted"), "{got}");
+    let took = at.duration_since(released);
+    assert!(
+        took < Duration::from_millis(100),
+        "hand-off across servers took {took:?}"
+    );
+    let (_, stats) = send(c.get(one.url("/v1/gates/shared"))).await;
+    assert_eq!(
+        (stats["holders"].as_u64(), stats["grants"].as_u64()),
+        (Some(1), Some(2)),
+        "{stats}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_clients_one_gate_embedded() {
+    two_hundred_clients_one_gate(&Server::start(None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_clients_one_gate_redis() {
+    let redis = RedisServer::start();
+    two_hundred_clients_one_gate(&Server::start(Some(&redis.url()))).await;
+}
+
+async fn two_hundred_clients_one_gate(s: &Server) {
+    let c = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()
+        .expect("client");
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let (c, inside, log) = (c.clone(), inside.clone(), log.clone());
+            let (enter_url, base) = (s.url("/v1/gates/one/enter"), s.url("/v1/gates/one"));
+            tokio::spawn(async move {
+                let (st, e) = send(c.post(enter_url).json(&json!({"capacity": 1, "ttl_ms": 30000}))).await;
+                assert_eq!(st, 200, "{e}");
+                // Arrival order in line: tickets are answered in this order.
+                let (token, fence, position) = match str_of(&e, "status") {
+                    "granted" => (
+                        str_of(&e, "token").to_owned(),
+                        e["fence"].as_u64().expect("fence"),
+                        0,
+                    ),
+                    _ => {
+                        let ticket = str_of(&e, "ticket").to_owned();
+                        let position = e["position"].as_u64().expect("position");
+                        loop {
+                            let url = format!("{base}/tickets/{ticket}?wait_ms=30000");
+                            let (st, g) = send(c.get(url)).await;
+                            assert_eq!(st, 200, "{g}");
+                            if str_of(&g, "status") == "granted" {
+                                break (
+                                    str_of(&g, "token").to_owned(),
+                                    g["fence"].as_u64().expect("fence"),
+                                    position,
+                                );
+                            }
+                        }
+                    }
+                };
+                let before = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                log.lock().expect("log").push((fence, position, before));
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                let (st, r) = send(c.delete(format!("{base}/leases/{token}"))).await;
+                assert_eq!(st, 200, "{r}");
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("client");
+    }
+    let mut log = log.lock().expect("log").clone();
+    assert_eq!(log.len(), 200);
+    assert!(
+        log.iter().all(|(_, _, before)| *before == 0),
+        "two holders at once"
+    );
+    log.sort_by_key(|(fence, _, _)| *fence);
+    // Grants in fence order follow the order tickets took in line.
+    let positions: Vec<u64> = log.iter().map(|(_, p, _)| *p).filter(|p| *p > 0).collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] <= w[1]),
+        "a waiter was overtaken: {positions:?}"
+    );
+    assert!(
+        log.windows(2).all(|w| w[0].0 < w[1].0),
+        "fences strictly increase"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_pending_long_polls() {
+    let mut s = Server::start(None);
+    let c = reqwest::Client::new();
+    enter(&c, &s, "g", json!({"capacity": 1})).await;
+    let (_, t) = enter(&c, &s, "g", json!({"capacity": 1})).await;
+    let ticket = str_of(&t, "ticket").to_owned();
+    let poll = tokio::spawn({
+        let (c, url) = (
+            c.clone(),
+            s.url(&format!("/v1/gates/g/tickets/{ticket}?wait_ms=30000")),
+        );
+        async move { send(c.get(url)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = Instant::now();
+    nix_kill(s.child.id(), "TERM");
+    let (st, body) = tokio::time::timeout(Duration::from_secs(5), poll)
+        .await
+        .expect("answered")
+        .expect("task");
+    assert_eq!((st, str_of(&body, "status")), (200, "queued"), "{body}");
+    assert!(asked.elapsed() < Duration::from_secs(2));
+    let status = s.child.wait().expect("exit");
+    assert!(status.success(), "{status:?}");
+}
+
+fn nix_kill(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+}
