@@ -49,6 +49,16 @@ pub(crate) struct ServeArgs {
     /// Prefix of every Redis key.
     #[arg(long, default_value = "tollgate", value_name = "PREFIX")]
     pub(crate) prefix: String,
+    /// Require `Authorization: Bearer <TOKEN>` on /v1 routes; repeat for
+    /// several accepted tokens (rotation). TOLLGATE_TOKENS takes a
+    /// comma-separated list.
+    #[arg(
+        long = "token",
+        env = "TOLLGATE_TOKENS",
+        value_delimiter = ',',
+        value_name = "TOKEN"
+    )]
+    pub(crate) tokens: Vec<String>,
 }
 
 #[derive(Debug, Args)]

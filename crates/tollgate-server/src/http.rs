@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,8 @@ const DEFAULT_HEARTBEAT_MS: u64 = 10_000;
 #[derive(Debug, Clone)]
 pub(crate) struct AppState {
     pub(crate) store: Store,
+    /// Bearer tokens accepted on /v1 routes; empty: no authentication.
+    pub(crate) tokens: std::sync::Arc<Vec<String>>,
     /// Turns true when the server shuts down: pending long-polls answer at
     /// once with the ticket's current status.
     pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
@@ -36,9 +39,7 @@ pub(crate) struct AppState {
 
 /// The router, with every route of the API.
 pub(crate) fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    let api = Router::new()
         .route("/v1/gates/{name}", get(stats))
         .route("/v1/gates/{name}/capacity", put(set_capacity))
         .route("/v1/gates/{name}/enter", post(enter))
@@ -48,10 +49,75 @@ pub(crate) fn router(state: AppState) -> Router {
         )
         .route("/v1/gates/{name}/leases/{token}", delete(release))
         .route("/v1/gates/{name}/leases/{token}/renew", post(renew))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    Router::new()
+        // Probes stay open so an orchestrator needs no token.
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(log_request))
         .with_state(state)
+}
+
+/// Checks `Authorization: Bearer <token>` when tokens are configured.
+async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if state.tokens.is_empty() {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !presented.is_empty()
+        && state
+            .tokens
+            .iter()
+            .any(|t| same(t.as_bytes(), presented.as_bytes()))
+    {
+        return next.run(req).await;
+    }
+    let mut response = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "send Authorization: Bearer <token> with one of the server's tokens",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// Compares without stopping at the first difference, so response timing
+/// does not tell how much of a guessed token was right.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// One structured log line per request: the route pattern (never the raw
+/// path, which carries tokens), status and duration.
+async fn log_request(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    tracing::info!(
+        %method,
+        route,
+        status = response.status().as_u16(),
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "request"
+    );
+    response
 }
 
 /// The one error shape: `{"error": {"code", "message"}}` with a fitting

@@ -24,9 +24,10 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_level(&cli.command))),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = match runtime_for(&cli.command) {
         Ok(rt) => rt,
@@ -46,6 +47,15 @@ fn main() {
     // Dropped leases release in spawned tasks; give them a moment.
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     std::process::exit(code);
+}
+
+/// The server logs requests at info; the CLI commands only warnings, so a
+/// command's output stays its own.
+fn default_log_level(command: &Command) -> &'static str {
+    match command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    }
 }
 
 /// Benchmarks run on one thread: on a 2-core machine shared with Redis,

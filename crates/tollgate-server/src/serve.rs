@@ -12,6 +12,17 @@ use crate::exit;
 use crate::http::{AppState, router};
 
 pub(crate) async fn run(args: ServeArgs) -> i32 {
+    if let Some(bad) = args
+        .tokens
+        .iter()
+        .find(|t| t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        let shown: String = bad.chars().take(4).collect();
+        eprintln!(
+            "tollgate: --token {shown}… is too weak or malformed: use at least 16 printable characters without spaces"
+        );
+        return exit::USAGE;
+    }
     let store = match &args.redis {
         None => Store::memory(),
         Some(url) => {
@@ -40,7 +51,11 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         store.kind()
     );
     let (stop, stopping) = tokio::sync::watch::channel(false);
-    let app = router(AppState { store, stopping });
+    let app = router(AppState {
+        store,
+        tokens: std::sync::Arc::new(args.tokens),
+        stopping,
+    });
     let signalled = async move {
         shutdown().await;
         eprintln!("tollgate serve: shutting down; answering pending long-polls");

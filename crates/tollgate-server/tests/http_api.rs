@@ -19,9 +19,16 @@ struct Server {
 
 impl Server {
     fn start(redis: Option<&str>) -> Server {
+        Server::start_with(redis, &[])
+    }
+
+    fn start_with(redis: Option<&str>, extra: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
         cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .env_remove("TOLLGATE_REDIS_URL");
+            .args(extra)
+            .env_remove("TOLLGATE_REDIS_URL")
+            .env_remove("TOLLGATE_TOKENS")
+            .env("TOLLGATE_LOG", "warn");
         if let Some(url) = redis {
             cmd.args(["--redis", url]);
         }
@@ -480,4 +487,40 @@ fn nix_kill(pid: u32, sig: &str) {
         .status()
         .expect("kill");
     assert!(ok.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_tokens_guard_the_api_but_not_the_probes() {
+    let (a, b) = ("first-token-0123456789", "second-token-0123456789");
+    let s = Server::start_with(None, &["--token", a, "--token", b]);
+    let c = reqwest::Client::new();
+    let url = s.url("/v1/gates/g/enter");
+    let body = json!({"capacity": 1});
+    let resp = c.post(&url).json(&body).send().await.expect("request");
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(
+        resp.headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap_or("")),
+        Some("Bearer")
+    );
+    let err: Value = resp.json().await.expect("json");
+    assert_eq!(err["error"]["code"].as_str(), Some("unauthorized"), "{err}");
+    let (st, _) = send(c.post(&url).bearer_auth("first-token-012345678X").json(&body)).await;
+    assert_eq!(st, 401, "a wrong token");
+    let (st, _) = send(c.post(&url).header("authorization", a).json(&body)).await;
+    assert_eq!(st, 401, "no Bearer scheme");
+    for token in [a, b] {
+        let (st, got) = send(c.post(&url).bearer_auth(token).json(&body)).await;
+        assert_eq!(st, 200, "{got}");
+    }
+    assert_eq!(send(c.get(s.url("/healthz"))).await.0, 200);
+    assert_eq!(send(c.get(s.url("/readyz"))).await.0, 200);
+
+    let weak = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--token", "short"])
+        .output()
+        .expect("run");
+    assert_eq!(weak.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&weak.stderr).contains("16"), "{weak:?}");
 }
