@@ -13,6 +13,7 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use serde::{Deserialize, Serialize};
@@ -47,6 +48,7 @@ pub(crate) fn router(state: AppState) -> Router {
             "/v1/gates/{name}/tickets/{ticket}",
             get(ticket_status).delete(cancel),
         )
+        .route("/v1/gates/{name}/tickets/{ticket}/events", get(ticket_events))
         .route("/v1/gates/{name}/leases/{token}", delete(release))
         .route("/v1/gates/{name}/leases/{token}/renew", post(renew))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
@@ -383,12 +385,89 @@ async fn ticket_status(
             position: p.position,
             waiting: p.waiting,
         })),
-        TicketStatus::Gone => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "ticket_not_found",
-            "no such ticket: cancelled, dropped after missed heartbeats, or its lease ended",
-        )),
+        TicketStatus::Gone => Err(ticket_gone()),
     }
+}
+
+/// Server-Sent Events for one ticket: `position` whenever its place in line
+/// changes (looked at least every second, which is also the ticket's
+/// heartbeat), then one `granted` (the moment it is granted) or `gone`, and
+/// the stream ends. A client that disconnects stops the heartbeat, so its
+/// ticket leaves the line after its grace.
+async fn ticket_events(
+    State(state): State<AppState>,
+    Path((name, ticket)): Path<(String, String)>,
+) -> Result<Sse<impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>>, ApiError> {
+    let t = HttpTicket::decode(&ticket)?;
+    let g = gate(&state, &name, None, t.ttl_ms, t.heartbeat_ms)?;
+    // Fail fast (404, 503) before the stream starts.
+    let first = g.status(&t.id).await?;
+    if first == TicketStatus::Gone {
+        return Err(ticket_gone());
+    }
+    struct Watching {
+        gate: Gate,
+        id: String,
+        next: Option<TicketStatus>,
+        last: Option<tollgate::Place>,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    }
+    let start = Watching {
+        gate: g,
+        id: t.id,
+        next: Some(first),
+        last: None,
+        stopping: state.stopping.clone(),
+    };
+    let stream = futures_util::stream::unfold(Some(start), |w| async move {
+        let mut w = w?;
+        loop {
+            let status = match w.next.take() {
+                Some(s) => s,
+                None => {
+                    let look = w.gate.wait_status(&w.id, Duration::from_secs(1));
+                    tokio::select! {
+                        s = look => match s {
+                            Ok(s) => s,
+                            Err(e) => {
+                                let event = Event::default().event("error").data(json!({"code": ApiError::from(e).code}).to_string());
+                                return Some((Ok(event), None));
+                            }
+                        },
+                        () = stopped(w.stopping.clone()) => return None,
+                    }
+                }
+            };
+            match status {
+                TicketStatus::Queued(p) if w.last == Some(p) => continue,
+                TicketStatus::Queued(p) => {
+                    w.last = Some(p);
+                    let data = json!({"position": p.position, "waiting": p.waiting});
+                    return Some((
+                        Ok(Event::default().event("position").data(data.to_string())),
+                        Some(w),
+                    ));
+                }
+                TicketStatus::Granted(l) => {
+                    let data =
+                        json!({"token": l.token, "fence": l.fence, "ttl_ms": l.ttl.as_millis() as u64});
+                    return Some((Ok(Event::default().event("granted").data(data.to_string())), None));
+                }
+                TicketStatus::Gone => {
+                    return Some((Ok(Event::default().event("gone").data("{}")), None));
+                }
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+fn ticket_gone() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "ticket_not_found",
+        "no such ticket: cancelled, dropped after missed heartbeats, or its lease ended",
+    )
 }
 
 /// Resolves once the server is shutting down.

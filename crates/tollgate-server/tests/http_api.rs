@@ -524,3 +524,98 @@ async fn bearer_tokens_guard_the_api_but_not_the_probes() {
     assert_eq!(weak.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&weak.stderr).contains("16"), "{weak:?}");
 }
+
+/// Reads Server-Sent Events until the stream ends: (event, data, when).
+async fn read_events(mut resp: reqwest::Response) -> Vec<(String, Value, Instant)> {
+    let mut buf = String::new();
+    let mut events = Vec::new();
+    while let Some(chunk) = resp.chunk().await.expect("chunk") {
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut event, mut data) = (String::new(), Value::Null);
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event: ") {
+                    event = e.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(d).expect("json data");
+                }
+            }
+            if !event.is_empty() {
+                events.push((event, data, Instant::now()));
+            }
+        }
+    }
+    events
+}
+
+async fn events_stream_positions_then_the_grant(s: &Server) {
+    let c = reqwest::Client::new();
+    let (_, holder) = enter(&c, s, "sse", json!({"capacity": 1})).await;
+    let (_, b) = enter(&c, s, "sse", json!({"capacity": 1})).await;
+    let (_, t) = enter(&c, s, "sse", json!({"capacity": 1})).await;
+    let ticket = str_of(&t, "ticket");
+    let resp = c
+        .get(s.url(&format!("/v1/gates/sse/tickets/{ticket}/events")))
+        .send()
+        .await
+        .expect("sse");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(
+        resp.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"))
+    );
+    let reader = tokio::spawn(read_events(resp));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // b leaves the line: the stream reports position 1 (within a second).
+    let b_ticket = str_of(&b, "ticket");
+    assert_eq!(
+        send(c.delete(s.url(&format!("/v1/gates/sse/tickets/{b_ticket}"))))
+            .await
+            .0,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = Instant::now();
+    let token = str_of(&holder, "token");
+    assert_eq!(
+        send(c.delete(s.url(&format!("/v1/gates/sse/leases/{token}"))))
+            .await
+            .0,
+        200
+    );
+    let events = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("stream ends")
+        .expect("task");
+    let names: Vec<&str> = events.iter().map(|(e, _, _)| e.as_str()).collect();
+    assert_eq!(names, ["position", "position", "granted"], "{events:?}");
+    assert_eq!(events[0].1["position"].as_u64(), Some(2));
+    assert_eq!(events[1].1["position"].as_u64(), Some(1));
+    let (_, granted, at) = &events[2];
+    assert!(granted["fence"].as_u64() > holder["fence"].as_u64());
+    let took = at.duration_since(released);
+    assert!(
+        took < Duration::from_millis(100),
+        "grant event {took:?} after the release"
+    );
+    let (st, body) = send(c.get(s.url("/v1/gates/sse/tickets/nobody1234ab.1000.1000/events"))).await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (404, Some("ticket_not_found")),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_on_the_embedded_store() {
+    events_stream_positions_then_the_grant(&Server::start(None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_on_redis() {
+    let redis = RedisServer::start();
+    events_stream_positions_then_the_grant(&Server::start(Some(&redis.url()))).await;
+}
