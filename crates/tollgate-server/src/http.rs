@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -28,9 +28,13 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 const DEFAULT_TTL_MS: u64 = 30_000;
 const DEFAULT_HEARTBEAT_MS: u64 = 10_000;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) store: Store,
+    /// Renders the Prometheus text format for /metrics.
+    pub(crate) metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// Gates this server has served, for the per-gate series (bounded).
+    pub(crate) gates: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     /// Bearer tokens accepted on /v1 routes; empty: no authentication.
     pub(crate) tokens: std::sync::Arc<Vec<String>>,
     /// Turns true when the server shuts down: pending long-polls answer at
@@ -39,6 +43,17 @@ pub(crate) struct AppState {
 }
 
 /// The router, with every route of the API.
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// At most this many gates get their own series in /metrics.
+const TRACKED_GATES: usize = 1000;
+
 pub(crate) fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/v1/gates/{name}", get(stats))
@@ -56,6 +71,7 @@ pub(crate) fn router(state: AppState) -> Router {
         // Probes stay open so an orchestrator needs no token.
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -104,7 +120,17 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// One structured log line per request: the route pattern (never the raw
 /// path, which carries tokens), status and duration.
 async fn log_request(req: Request, next: Next) -> Response {
-    let method = req.method().clone();
+    // Bounded label values: known methods only.
+    let method = match *req.method() {
+        Method::GET
+        | Method::POST
+        | Method::PUT
+        | Method::DELETE
+        | Method::HEAD
+        | Method::OPTIONS
+        | Method::PATCH => req.method().as_str().to_owned(),
+        _ => "other".to_owned(),
+    };
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -112,6 +138,15 @@ async fn log_request(req: Request, next: Next) -> Response {
         .unwrap_or_else(|| "unmatched".to_owned());
     let started = std::time::Instant::now();
     let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    let labels = [
+        ("route", route.clone()),
+        ("method", method.clone()),
+        ("status", status),
+    ];
+    metrics::counter!("tollgate_http_requests_total", &labels).increment(1);
+    metrics::histogram!("tollgate_http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
     tracing::info!(
         %method,
         route,
@@ -155,6 +190,9 @@ impl From<tollgate::Error> for ApiError {
             ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             _ => (StatusCode::BAD_GATEWAY, "store_error"),
         };
+        if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Store) {
+            metrics::counter!("tollgate_store_errors_total", "code" => code).increment(1);
+        }
         ApiError::new(status, code, e.to_string())
     }
 }
@@ -227,7 +265,15 @@ fn gate(
         heartbeat: Duration::from_millis(heartbeat_ms),
         auto_renew: false,
     };
-    Ok(Gate::new(&state.store, name, capacity, options)?)
+    let gate = Gate::new(&state.store, name, capacity, options)?;
+    let mut gates = state
+        .gates
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if gates.len() < TRACKED_GATES {
+        gates.insert(name.to_owned());
+    }
+    Ok(gate)
 }
 
 /// A ticket as handed to HTTP clients: the store's id plus the lease and
@@ -529,7 +575,20 @@ async fn renew(
     Json(body): Json<RenewBody>,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
     let g = gate(&state, &name, None, DEFAULT_TTL_MS, DEFAULT_HEARTBEAT_MS)?;
-    let ttl = g.renew(&token, Duration::from_millis(body.ttl_ms)).await?;
+    let ttl = g
+        .renew(&token, Duration::from_millis(body.ttl_ms))
+        .await
+        .inspect_err(|e| {
+            if e.is_lease_lost() {
+                let tracked = state
+                    .gates
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .contains(&name);
+                let label = if tracked { name.clone() } else { "other".to_owned() };
+                metrics::counter!("tollgate_lost_leases_total", "gate" => label).increment(1);
+            }
+        })?;
     Ok(axum::Json(json!({"ttl_ms": ttl.as_millis() as u64})))
 }
 
@@ -580,6 +639,47 @@ async fn set_capacity(
     let g = gate(&state, &name, None, DEFAULT_TTL_MS, DEFAULT_HEARTBEAT_MS)?;
     g.set_capacity(body.capacity).await?;
     Ok(axum::Json(stats_answer(name, g.stats().await?)))
+}
+
+/// Prometheus text format: request counts and latency by route and status,
+/// store errors, lost leases, and for each gate this server has served
+/// (up to 1,000) its capacity, holders, permits in use, line length, grants
+/// and expiries, read from the store at scrape time.
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    let names: Vec<String> = state
+        .gates
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect();
+    for name in names {
+        let Ok(g) = Gate::new(&state.store, &name, None, GateOptions::default()) else {
+            continue;
+        };
+        match g.stats().await {
+            Ok(s) => {
+                let gauge =
+                    |metric: &'static str, v: f64| metrics::gauge!(metric, "gate" => name.clone()).set(v);
+                gauge("tollgate_gate_capacity", s.capacity.map_or(0.0, f64::from));
+                gauge("tollgate_gate_holders", s.holders as f64);
+                gauge("tollgate_gate_used", s.used as f64);
+                gauge("tollgate_gate_waiting", s.waiting as f64);
+                metrics::counter!("tollgate_gate_grants_total", "gate" => name.clone()).absolute(s.grants);
+                metrics::counter!("tollgate_gate_expiries_total", "gate" => name.clone())
+                    .absolute(s.expiries);
+            }
+            Err(e) => {
+                // Counted by the conversion; the scrape goes on without it.
+                let _ = ApiError::from(e);
+            }
+        }
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        state.metrics.render(),
+    )
+        .into_response()
 }
 
 async fn healthz() -> axum::Json<serde_json::Value> {

@@ -50,9 +50,23 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         "tollgate serve: listening on http://{addr} (store: {})",
         store.kind()
     );
+    let metrics = match metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(&[
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        ])
+        .and_then(|b| b.install_recorder())
+    {
+        Ok(handle) => handle,
+        Err(e) => {
+            eprintln!("tollgate: cannot set up metrics: {e}");
+            return exit::SOFTWARE;
+        }
+    };
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let app = router(AppState {
         store,
+        metrics,
+        gates: Default::default(),
         tokens: std::sync::Arc::new(args.tokens),
         stopping,
     });

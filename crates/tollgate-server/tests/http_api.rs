@@ -312,6 +312,18 @@ async fn store_outage_is_a_503_with_retry_after_and_service_resumes() {
     );
     assert_eq!(send(c.get(s.url("/readyz"))).await.0, 503);
     assert_eq!(send(c.get(s.url("/healthz"))).await.0, 200);
+    let text = c
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        text.contains(r#"tollgate_store_errors_total{code="store_unavailable"}"#),
+        "{text}"
+    );
     redis.restart();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -618,4 +630,41 @@ async fn events_on_the_embedded_store() {
 async fn events_on_redis() {
     let redis = RedisServer::start();
     events_stream_positions_then_the_grant(&Server::start(Some(&redis.url()))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_in_prometheus_text_format() {
+    let s = Server::start(None);
+    let c = reqwest::Client::new();
+    let (_, held) = enter(&c, &s, "metered", json!({"capacity": 1, "ttl_ms": 50})).await;
+    enter(&c, &s, "metered", json!({"capacity": 1})).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let token = str_of(&held, "token");
+    let (st, _) = send(
+        c.post(s.url(&format!("/v1/gates/metered/leases/{token}/renew")))
+            .json(&json!({})),
+    )
+    .await;
+    assert_eq!(st, 404, "the lease ended");
+    let resp = c.get(s.url("/metrics")).send().await.expect("metrics");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(
+        resp.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/plain"))
+    );
+    let text = resp.text().await.expect("text");
+    for needle in [
+        r#"tollgate_http_requests_total{route="/v1/gates/{name}/enter",method="POST",status="200"} 2"#,
+        r#"tollgate_http_request_duration_seconds_bucket{route="/v1/gates/{name}/enter",method="POST",status="200",le="#,
+        r#"tollgate_lost_leases_total{gate="metered"} 1"#,
+        r#"tollgate_gate_capacity{gate="metered"} 1"#,
+        r#"tollgate_gate_waiting{gate="metered"} 0"#,
+        r#"tollgate_gate_holders{gate="metered"} 1"#,
+        r#"tollgate_gate_grants_total{gate="metered"} 2"#,
+        r#"tollgate_gate_expiries_total{gate="metered"} 1"#,
+    ] {
+        assert!(text.contains(needle), "missing {needle} in:\n{text}");
+    }
 }
