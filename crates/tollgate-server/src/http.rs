@@ -56,6 +56,8 @@ const TRACKED_GATES: usize = 1000;
 
 pub(crate) fn router(state: AppState) -> Router {
     let api = Router::new()
+        // Metrics name gates, so they sit behind the tokens too.
+        .route("/metrics", get(metrics_text))
         .route("/v1/gates/{name}", get(stats))
         .route("/v1/gates/{name}/capacity", put(set_capacity))
         .route("/v1/gates/{name}/enter", post(enter))
@@ -71,7 +73,6 @@ pub(crate) fn router(state: AppState) -> Router {
         // Probes stay open so an orchestrator needs no token.
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

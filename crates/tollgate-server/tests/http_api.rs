@@ -528,6 +528,25 @@ async fn bearer_tokens_guard_the_api_but_not_the_probes() {
     }
     assert_eq!(send(c.get(s.url("/healthz"))).await.0, 200);
     assert_eq!(send(c.get(s.url("/readyz"))).await.0, 200);
+    assert_eq!(
+        c.get(s.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .status()
+            .as_u16(),
+        401
+    );
+    assert_eq!(
+        c.get(s.url("/metrics"))
+            .bearer_auth(a)
+            .send()
+            .await
+            .expect("metrics")
+            .status()
+            .as_u16(),
+        200
+    );
 
     let weak = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(["serve", "--listen", "127.0.0.1:0", "--token", "short"])
