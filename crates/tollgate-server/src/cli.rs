@@ -39,19 +39,19 @@ pub(crate) enum Primitive {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:7700", value_name = "ADDR")]
-    pub(crate) listen: std::net::SocketAddr,
+    /// Address to listen on [default: 127.0.0.1:7700].
+    #[arg(long, env = "TOLLGATE_LISTEN", value_name = "ADDR")]
+    pub(crate) listen: Option<std::net::SocketAddr>,
     /// Redis URL; without it the embedded in-memory store is used, and this
     /// one process is the whole server.
     #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
     pub(crate) redis: Option<String>,
-    /// Prefix of every Redis key.
-    #[arg(long, default_value = "tollgate", value_name = "PREFIX")]
-    pub(crate) prefix: String,
-    /// Require `Authorization: Bearer <TOKEN>` on /v1 routes; repeat for
-    /// several accepted tokens (rotation). TOLLGATE_TOKENS takes a
-    /// comma-separated list.
+    /// Prefix of every Redis key [default: tollgate].
+    #[arg(long, env = "TOLLGATE_PREFIX", value_name = "PREFIX")]
+    pub(crate) prefix: Option<String>,
+    /// Require `Authorization: Bearer <TOKEN>` on /v1 routes and /metrics;
+    /// repeat for several accepted tokens (rotation). TOLLGATE_TOKENS takes
+    /// a comma-separated list.
     #[arg(
         long = "token",
         env = "TOLLGATE_TOKENS",
@@ -59,6 +59,10 @@ pub(crate) struct ServeArgs {
         value_name = "TOKEN"
     )]
     pub(crate) tokens: Vec<String>,
+    /// A TOML file with any of `listen`, `redis`, `prefix`, `tokens`.
+    /// Flags and environment variables override it.
+    #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
+    pub(crate) config: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

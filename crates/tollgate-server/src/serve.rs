@@ -8,10 +8,67 @@ use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{RedisConfig, Store};
 
 use crate::cli::ServeArgs;
+
+struct Resolved {
+    listen: SocketAddr,
+    redis: Option<String>,
+    prefix: String,
+    tokens: Vec<String>,
+}
 use crate::exit;
 use crate::http::{AppState, router};
 
+/// The settings `serve` runs with, after the config file, environment and
+/// flags are merged (flags and environment win).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    listen: Option<std::net::SocketAddr>,
+    redis: Option<String>,
+    prefix: Option<String>,
+    #[serde(default)]
+    tokens: Vec<String>,
+}
+
+fn settings(args: ServeArgs) -> Result<(SocketAddr, Option<String>, String, Vec<String>), String> {
+    let file = match &args.config {
+        None => Settings::default(),
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+    };
+    let listen = args
+        .listen
+        .or(file.listen)
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7700)));
+    let prefix = args
+        .prefix
+        .or(file.prefix)
+        .unwrap_or_else(|| "tollgate".to_owned());
+    let tokens = if args.tokens.is_empty() {
+        file.tokens
+    } else {
+        args.tokens
+    };
+    Ok((listen, args.redis.or(file.redis), prefix, tokens))
+}
+
 pub(crate) async fn run(args: ServeArgs) -> i32 {
+    let (listen, redis, prefix, tokens) = match settings(args) {
+        Ok(s) => s,
+        Err(msg) => {
+            eprintln!("tollgate: {msg}");
+            return exit::USAGE;
+        }
+    };
+    let args = Resolved {
+        listen,
+        redis,
+        prefix,
+        tokens,
+    };
     if let Some(bad) = args
         .tokens
         .iter()

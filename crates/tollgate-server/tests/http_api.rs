@@ -687,3 +687,75 @@ async fn metrics_in_prometheus_text_format() {
         assert!(text.contains(needle), "missing {needle} in:\n{text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_file_with_environment_overrides() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &file,
+        "listen = \"127.0.0.1:0\"\ntokens = [\"from-the-file-0123456789\"]\n",
+    )
+    .expect("write");
+    let path = file.display().to_string();
+    let c = reqwest::Client::new();
+    let body = json!({"capacity": 1});
+
+    let s = Server::start_with(None, &["--config", &path]);
+    let (st, _) = send(
+        c.post(s.url("/v1/gates/g/enter"))
+            .bearer_auth("from-the-file-0123456789")
+            .json(&body),
+    )
+    .await;
+    assert_eq!(st, 200, "the file's token is accepted");
+    drop(s);
+
+    // The environment overrides the file.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(["serve", "--config", &path])
+        .env("TOLLGATE_TOKENS", "from-the-env-0123456789")
+        .env("TOLLGATE_LOG", "warn")
+        .env_remove("TOLLGATE_REDIS_URL");
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("line");
+    let s = Server {
+        base: line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .expect("address")
+            .to_owned(),
+        child,
+    };
+    let url = s.url("/v1/gates/g/enter");
+    assert_eq!(
+        send(c.post(&url).bearer_auth("from-the-file-0123456789").json(&body))
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        send(c.post(&url).bearer_auth("from-the-env-0123456789").json(&body))
+            .await
+            .0,
+        200
+    );
+
+    // Mistakes in the file are reported, with its name, before starting.
+    std::fs::write(&file, "listen = \"127.0.0.1:0\"\nlisten_port = 8\n").expect("write");
+    for args in [
+        vec!["serve", "--config", path.as_str()],
+        vec!["serve", "--config", "/nonexistent.toml"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(&args)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(64), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(".toml"), "{err}");
+    }
+}
