@@ -70,6 +70,18 @@ pub(crate) struct StoreArgs {
     /// Redis URL (redis://, rediss://, unix://). Falls back to TOLLGATE_REDIS_URL.
     #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
     pub(crate) redis: Option<String>,
+    /// Work through a `tollgate serve` at this http:// URL instead of
+    /// Redis (it wins if both are given). Falls back to TOLLGATE_SERVER.
+    #[arg(long, env = "TOLLGATE_SERVER", value_name = "URL")]
+    pub(crate) server: Option<String>,
+    /// Bearer token for --server. Falls back to TOLLGATE_SERVER_TOKEN.
+    #[arg(
+        long,
+        env = "TOLLGATE_SERVER_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub(crate) server_token: Option<String>,
     /// Prefix of every Redis key.
     #[arg(long, default_value = "tollgate", value_name = "PREFIX")]
     pub(crate) prefix: String,

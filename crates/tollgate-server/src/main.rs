@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod exit;
 mod http;
+mod remote;
 mod run;
 mod serve;
 

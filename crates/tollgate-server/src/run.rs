@@ -10,6 +10,8 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{Gate, GateOptions, Lease, RedisConfig, Store};
 
+use crate::remote::{Remote, RemoteError, RemoteLease};
+
 use crate::cli::{RunArgs, StoreArgs};
 use crate::exit;
 
@@ -36,7 +38,8 @@ pub(crate) async fn semaphore(args: RunArgs) -> i32 {
 pub(crate) async fn connect(store: &StoreArgs) -> Result<Store, i32> {
     let Some(url) = &store.redis else {
         eprintln!(
-            "tollgate: no store given: pass --redis URL (e.g. redis://127.0.0.1:6379) or set TOLLGATE_REDIS_URL"
+            "tollgate: no store given: pass --redis URL (e.g. redis://127.0.0.1:6379) or set TOLLGATE_REDIS_URL, \
+             or --server URL of a `tollgate serve` (TOLLGATE_SERVER)"
         );
         return Err(exit::USAGE);
     };
@@ -59,6 +62,9 @@ async fn run(args: RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
         eprintln!("tollgate: {msg}");
         return exit::USAGE;
     }
+    if let Some(server) = &args.store.server {
+        return run_remote(server, &args, capacity, permits, what).await;
+    }
     let store = match connect(&args.store).await {
         Ok(s) => s,
         Err(code) => return code,
@@ -72,20 +78,92 @@ async fn run(args: RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
     };
     let lease = match gate.acquire(permits, args.wait).await {
         Ok(Some(lease)) => lease,
-        Ok(None) => {
-            eprintln!(
-                "tollgate: {what} {:?} is busy; not acquired within {}",
-                args.name,
-                humantime::format_duration(args.wait)
-            );
-            return exit::BUSY;
-        }
+        Ok(None) => return busy(&args, what),
         Err(e) => {
             eprintln!("tollgate: cannot acquire {what} {:?}: {e}", args.name);
             return exit::for_error(&e);
         }
     };
-    supervise(lease, &args, what).await
+    supervise(Held::Local(lease), &args, what).await
+}
+
+fn busy(args: &RunArgs, what: &str) -> i32 {
+    eprintln!(
+        "tollgate: {what} {:?} is busy; not acquired within {}",
+        args.name,
+        humantime::format_duration(args.wait)
+    );
+    exit::BUSY
+}
+
+async fn run_remote(server: &str, args: &RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
+    let remote = match Remote::new(server, &args.name, args.store.server_token.clone()) {
+        Ok(r) => r,
+        Err(msg) => {
+            eprintln!("tollgate: {msg}");
+            return exit::USAGE;
+        }
+    };
+    match remote
+        .acquire(capacity, permits, args.ttl, args.heartbeat, args.wait)
+        .await
+    {
+        Ok(Some(lease)) => supervise(Held::Remote(lease), args, what).await,
+        Ok(None) => busy(args, what),
+        Err(RemoteError::Refused(msg)) => {
+            eprintln!("tollgate: cannot acquire {what} {:?}: {msg}", args.name);
+            exit::USAGE
+        }
+        Err(RemoteError::Unavailable(msg)) => {
+            eprintln!("tollgate: cannot acquire {what} {:?}: {msg}", args.name);
+            exit::UNAVAILABLE
+        }
+    }
+}
+
+/// A lease held directly on the store or through a tollgate server.
+enum Held {
+    Local(Lease),
+    Remote(RemoteLease),
+}
+
+/// How releasing went.
+enum Released {
+    Done,
+    /// The lease had ended before the release.
+    AlreadyEnded,
+    Failed(String),
+}
+
+impl Held {
+    fn fence(&self) -> u64 {
+        match self {
+            Held::Local(l) => l.fence(),
+            Held::Remote(r) => r.fence,
+        }
+    }
+
+    async fn lost(&self) {
+        match self {
+            Held::Local(l) => l.lost().await,
+            Held::Remote(r) => r.lost().await,
+        }
+    }
+
+    async fn release(self) -> Released {
+        match self {
+            Held::Local(l) => match l.release().await {
+                Ok(()) => Released::Done,
+                Err(e) if e.is_lease_lost() => Released::AlreadyEnded,
+                Err(e) => Released::Failed(e.to_string()),
+            },
+            Held::Remote(r) => match r.release().await {
+                Ok(true) => Released::Done,
+                Ok(false) => Released::AlreadyEnded,
+                Err(RemoteError::Refused(m) | RemoteError::Unavailable(m)) => Released::Failed(m),
+            },
+        }
+    }
 }
 
 fn validate(args: &RunArgs, capacity: u32, permits: u32) -> Result<(), String> {
@@ -121,7 +199,7 @@ fn validate(args: &RunArgs, capacity: u32, permits: u32) -> Result<(), String> {
     Ok(())
 }
 
-async fn supervise(lease: Lease, args: &RunArgs, what: &str) -> i32 {
+async fn supervise(lease: Held, args: &RunArgs, what: &str) -> i32 {
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("TOLLGATE_FENCE", lease.fence().to_string())
@@ -149,38 +227,41 @@ async fn supervise(lease: Lease, args: &RunArgs, what: &str) -> i32 {
         let _ = lease.release().await;
         return exit::SOFTWARE;
     };
-    let lost = lease.lost();
-    tokio::pin!(lost);
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            () = &mut lost => {
-                eprintln!(
-                    "tollgate: lease on {what} {:?} was lost; stopping the command with SIGTERM",
-                    args.name
-                );
-                terminate(&mut child).await;
-                return exit::LEASE_LOST;
+    let status = {
+        let lost = lease.lost();
+        tokio::pin!(lost);
+        loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                () = &mut lost => {
+                    eprintln!(
+                        "tollgate: lease on {what} {:?} was lost; stopping the command with SIGTERM",
+                        args.name
+                    );
+                    terminate(&mut child).await;
+                    return exit::LEASE_LOST;
+                }
+                _ = sigterm.recv() => forward(&child, Signal::SIGTERM),
+                _ = sigint.recv() => forward(&child, Signal::SIGINT),
+                _ = sighup.recv() => forward(&child, Signal::SIGHUP),
             }
-            _ = sigterm.recv() => forward(&child, Signal::SIGTERM),
-            _ = sigint.recv() => forward(&child, Signal::SIGINT),
-            _ = sighup.recv() => forward(&child, Signal::SIGHUP),
         }
     };
-    let released = lease.release().await;
-    match released {
-        Err(e) if e.is_lease_lost() => {
+    match lease.release().await {
+        Released::AlreadyEnded => {
             eprintln!(
                 "tollgate: the lease on {what} {:?} had ended before the command finished",
                 args.name
             );
             return exit::LEASE_LOST;
         }
-        Err(e) => eprintln!(
-            "tollgate: could not release {what} {:?}: {e} (it expires by itself)",
-            args.name
-        ),
-        Ok(()) => {}
+        Released::Failed(e) => {
+            eprintln!(
+                "tollgate: could not release {what} {:?}: {e} (it expires by itself)",
+                args.name
+            )
+        }
+        Released::Done => {}
     }
     match status {
         Ok(status) => code_of(status),

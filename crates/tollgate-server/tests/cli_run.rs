@@ -562,3 +562,167 @@ fn six_processes_never_exceed_a_semaphore_of_two() {
     );
     assert!(counts.contains(&2), "the limit was never reached: {counts:?}");
 }
+
+/// A `tollgate serve` on the embedded store, for `--server` runs.
+struct Serve(Child, String);
+
+impl Serve {
+    fn start() -> Serve {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("TOLLGATE_LOG", "warn")
+            .env_remove("TOLLGATE_REDIS_URL")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("line");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .expect("address")
+            .to_owned();
+        Serve(child, url)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn processes_share_a_lock_through_a_server() {
+    let serve = Serve::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let count = dir.path().join("count");
+    let fences = dir.path().join("fences");
+    std::fs::write(&count, "0").expect("write");
+    let script = format!(
+        "n=$(cat {c}); sleep 0.01; echo $((n + 1)) > {c}; echo $TOLLGATE_FENCE >> {f}",
+        c = count.display(),
+        f = fences.display()
+    );
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, script) = (serve.1.clone(), script.clone());
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let o = run(&[
+                        "lock", "run", "counter", "--wait", "60s", "--server", &url, "--", "sh", "-c",
+                        &script,
+                    ]);
+                    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    assert_eq!(std::fs::read_to_string(&count).expect("count").trim(), "80");
+    let fences: Vec<u64> = std::fs::read_to_string(&fences)
+        .expect("fences")
+        .lines()
+        .map(|l| l.parse().expect("a number"))
+        .collect();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences not strictly increasing"
+    );
+}
+
+#[test]
+fn through_a_server_busy_lost_and_bad_urls_have_their_exit_codes() {
+    let serve = Serve::start();
+    let url = serve.1.clone();
+    let dir = tempfile::tempdir().expect("dir");
+    let started = dir.path().join("started");
+    let termed = dir.path().join("termed");
+    let script = format!(
+        "trap 'echo TERM > {t}; exit 0' TERM; echo $TOLLGATE_FENCE > {s}; sleep 30 & wait",
+        t = termed.display(),
+        s = started.display()
+    );
+    let mut holder = Group(spawn(&[
+        "lock", "run", "frozen", "--ttl", "1s", "--server", &url, "--", "sh", "-c", &script,
+    ]));
+    let old: u64 = wait_for_file(&started, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .expect("fence");
+    let o = run(&[
+        "lock", "run", "frozen", "--wait", "200ms", "--server", &url, "--", "true",
+    ]);
+    assert_eq!(o.status.code(), Some(75), "busy: {}", stderr(&o));
+
+    let pid = Pid::from_raw(holder.0.id() as i32);
+    kill(pid, Signal::SIGSTOP).expect("stop");
+    std::thread::sleep(Duration::from_millis(1500));
+    let o = run(&[
+        "lock",
+        "run",
+        "frozen",
+        "--wait",
+        "5s",
+        "--server",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        "echo $TOLLGATE_FENCE",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let new: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().expect("fence");
+    assert!(new > old);
+    kill(pid, Signal::SIGCONT).expect("continue");
+    assert_eq!(
+        wait_exit(&mut holder.0, Duration::from_secs(15)),
+        76,
+        "lease lost"
+    );
+    assert_eq!(wait_for_file(&termed, Duration::from_secs(5)).trim(), "TERM");
+
+    let o = run(&[
+        "lock",
+        "run",
+        "x",
+        "--server",
+        "https://example.invalid",
+        "--",
+        "true",
+    ]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("http://"), "{}", stderr(&o));
+    let o = run(&["lock", "run", "x", "--server", "http://127.0.0.1:1", "--", "true"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    let o = run(&[
+        "semaphore",
+        "run",
+        "s",
+        "--limit",
+        "2",
+        "--server",
+        &url,
+        "--",
+        "true",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&[
+        "semaphore",
+        "run",
+        "s",
+        "--limit",
+        "3",
+        "--server",
+        &url,
+        "--",
+        "true",
+    ]);
+    assert_eq!(o.status.code(), Some(64), "capacity conflict: {}", stderr(&o));
+}
