@@ -73,6 +73,7 @@ pub(crate) fn router(state: AppState) -> Router {
         // Probes stay open so an orchestrator needs no token.
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -681,6 +682,13 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// The API's OpenAPI 3 document, kept in docs/openapi.json.
+const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 async fn healthz() -> axum::Json<serde_json::Value> {

@@ -759,3 +759,33 @@ async fn config_file_with_environment_overrides() {
         assert!(err.contains(".toml"), "{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_is_served_and_covers_every_route() {
+    let s = Server::start(None);
+    let served: Value = reqwest::get(s.url("/openapi.json"))
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    let kept: Value =
+        serde_json::from_str(include_str!("../../../docs/openapi.json")).expect("docs/openapi.json");
+    assert_eq!(served, kept);
+    assert_eq!(served["openapi"].as_str(), Some("3.0.3"));
+    for path in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+        "/v1/gates/{name}",
+        "/v1/gates/{name}/capacity",
+        "/v1/gates/{name}/enter",
+        "/v1/gates/{name}/tickets/{ticket}",
+        "/v1/gates/{name}/tickets/{ticket}/events",
+        "/v1/gates/{name}/leases/{token}",
+        "/v1/gates/{name}/leases/{token}/renew",
+    ] {
+        assert!(served["paths"].get(path).is_some(), "{path} is not documented");
+    }
+}
