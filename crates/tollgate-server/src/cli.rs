@@ -118,6 +118,8 @@ pub(crate) struct RunArgs {
 pub(crate) enum BenchTarget {
     Lock,
     Semaphore,
+    /// The HTTP API of a running `tollgate serve` (--server).
+    Http,
 }
 
 #[derive(Debug, Args)]
@@ -144,6 +146,16 @@ pub(crate) struct BenchArgs {
     /// a thread per core.
     #[arg(long)]
     pub(crate) single_thread: bool,
+    /// `http` only: the server to measure.
+    #[arg(long, value_name = "URL")]
+    pub(crate) server: Option<String>,
+    /// `http` only: also hold this many long-polls open at once and report
+    /// the server's memory (needs --server-pid).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) long_polls: usize,
+    /// `http` only: the server's process id, to read its RSS.
+    #[arg(long)]
+    pub(crate) server_pid: Option<u32>,
 }
 
 /// Parses `250ms`, `30s`, `5m`, `1h`; a bare number is seconds.

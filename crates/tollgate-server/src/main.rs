@@ -2,6 +2,7 @@
 //! under a distributed lock or semaphore, and benchmarks.
 
 mod bench;
+mod bench_http;
 mod cli;
 mod exit;
 mod http;
