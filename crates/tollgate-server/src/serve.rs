@@ -3,6 +3,12 @@
 
 use std::net::SocketAddr;
 
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{RedisConfig, Store};
@@ -127,18 +133,47 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         tokens: std::sync::Arc::new(args.tokens),
         stopping,
     });
-    let signalled = async move {
-        shutdown().await;
-        eprintln!("tollgate serve: shutting down; answering pending long-polls");
-        let _ = stop.send(true);
-    };
-    match axum::serve(listener, app).with_graceful_shutdown(signalled).await {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("tollgate: server failed: {e}");
-            exit::SOFTWARE
+    // Connections are served with hyper's HTTP/1 builder directly rather
+    // than axum's auto-detecting `serve`: it keeps an idle connection (and
+    // so an open long-poll) markedly smaller.
+    let graceful = GracefulShutdown::new();
+    let signalled = shutdown();
+    tokio::pin!(signalled);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors, say: back off, keep serving.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(30))
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            () = &mut signalled => break,
         }
     }
+    eprintln!("tollgate serve: shutting down; answering pending long-polls");
+    drop(listener);
+    let _ = stop.send(true);
+    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        eprintln!("tollgate serve: some connections did not finish within 30 s; closing them");
+    }
+    0
 }
 
 /// Resolves on SIGTERM or SIGINT: in-flight requests finish (long-polls
