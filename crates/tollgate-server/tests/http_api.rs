@@ -789,3 +789,33 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         assert!(served["paths"].get(path).is_some(), "{path} is not documented");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_event_stream_keeps_its_place_until_the_heartbeat_lapses() {
+    let redis = RedisServer::start();
+    let s = Server::start(Some(&redis.url()));
+    let c = reqwest::Client::new();
+    enter(&c, &s, "stream", json!({"capacity": 1})).await;
+    let (_, t) = enter(&c, &s, "stream", json!({"capacity": 1, "heartbeat_ms": 1500})).await;
+    let ticket = str_of(&t, "ticket").to_owned();
+    let resp = c
+        .get(s.url(&format!("/v1/gates/stream/tickets/{ticket}/events")))
+        .send()
+        .await
+        .expect("sse");
+    assert_eq!(resp.status().as_u16(), 200);
+    // Hold the stream for a while (it heartbeats), then walk away.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    drop(resp);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let url = s.url(&format!("/v1/gates/stream/tickets/{ticket}"));
+    let (st, body) = send(c.get(&url)).await;
+    assert_eq!(
+        (st, str_of(&body, "status")),
+        (200, "queued"),
+        "still in line after 2 s: {body}"
+    );
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let (st, body) = send(c.get(&url)).await;
+    assert_eq!(st, 404, "gone after the grace: {body}");
+}
