@@ -2,7 +2,6 @@
 //! `--redis` names one.
 
 use std::net::SocketAddr;
-
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -14,66 +13,64 @@ use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{RedisConfig, Store};
 
 use crate::cli::ServeArgs;
-
-struct Resolved {
-    listen: SocketAddr,
-    redis: Option<String>,
-    prefix: String,
-    tokens: Vec<String>,
-}
 use crate::exit;
 use crate::http::{AppState, router};
 
-/// The settings `serve` runs with, after the config file, environment and
-/// flags are merged (flags and environment win).
+/// What a TOML config file may set.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Settings {
-    listen: Option<std::net::SocketAddr>,
+struct FileSettings {
+    listen: Option<SocketAddr>,
     redis: Option<String>,
     prefix: Option<String>,
     #[serde(default)]
     tokens: Vec<String>,
 }
 
-fn settings(args: ServeArgs) -> Result<(SocketAddr, Option<String>, String, Vec<String>), String> {
+/// The settings `serve` runs with.
+struct Settings {
+    listen: SocketAddr,
+    redis: Option<String>,
+    prefix: String,
+    tokens: Vec<String>,
+}
+
+/// Merges the config file, the environment and the flags: flags and
+/// environment (which clap has already merged) win over the file.
+fn settings(args: ServeArgs) -> Result<Settings, String> {
     let file = match &args.config {
-        None => Settings::default(),
+        None => FileSettings::default(),
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
         }
     };
-    let listen = args
-        .listen
-        .or(file.listen)
-        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7700)));
-    let prefix = args
-        .prefix
-        .or(file.prefix)
-        .unwrap_or_else(|| "tollgate".to_owned());
-    let tokens = if args.tokens.is_empty() {
-        file.tokens
-    } else {
-        args.tokens
-    };
-    Ok((listen, args.redis.or(file.redis), prefix, tokens))
+    Ok(Settings {
+        listen: args
+            .listen
+            .or(file.listen)
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7700))),
+        redis: args.redis.or(file.redis),
+        prefix: args
+            .prefix
+            .or(file.prefix)
+            .unwrap_or_else(|| "tollgate".to_owned()),
+        tokens: if args.tokens.is_empty() {
+            file.tokens
+        } else {
+            args.tokens
+        },
+    })
 }
 
 pub(crate) async fn run(args: ServeArgs) -> i32 {
-    let (listen, redis, prefix, tokens) = match settings(args) {
+    let args = match settings(args) {
         Ok(s) => s,
         Err(msg) => {
             eprintln!("tollgate: {msg}");
             return exit::USAGE;
         }
-    };
-    let args = Resolved {
-        listen,
-        redis,
-        prefix,
-        tokens,
     };
     if let Some(bad) = args
         .tokens
