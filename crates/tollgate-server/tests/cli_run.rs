@@ -72,9 +72,11 @@ fn wait_exit(child: &mut Child, timeout: Duration) -> i32 {
     }
 }
 
-#[test]
-fn eight_processes_share_one_lock_exactly() {
-    let server = RedisServer::start();
+/// `workers` threads each run `tollgate lock run counter <store> -- …`
+/// `iterations` times; the command does a non-atomic read-modify-write of a
+/// counter file and logs its fence. The count must be exact and the fences,
+/// in the order the commands ran, strictly increasing.
+fn exclusive_counter(store: &[&str], workers: usize, iterations: usize) {
     let dir = tempfile::tempdir().expect("dir");
     let count = dir.path().join("count");
     let fences = dir.path().join("fences");
@@ -84,34 +86,45 @@ fn eight_processes_share_one_lock_exactly() {
         c = count.display(),
         f = fences.display()
     );
-    let url = server.url();
-    let workers: Vec<_> = (0..8)
+    let store: Vec<String> = store.iter().map(|s| (*s).to_owned()).collect();
+    let threads: Vec<_> = (0..workers)
         .map(|_| {
-            let (url, script) = (url.clone(), script.clone());
+            let (store, script) = (store.clone(), script.clone());
             std::thread::spawn(move || {
-                for _ in 0..25 {
-                    let o = run(&[
-                        "lock", "run", "counter", "--wait", "60s", "--redis", &url, "--", "sh", "-c", &script,
-                    ]);
+                let mut args = vec!["lock", "run", "counter", "--wait", "60s"];
+                args.extend(store.iter().map(String::as_str));
+                args.extend(["--", "sh", "-c", &script]);
+                for _ in 0..iterations {
+                    let o = run(&args);
                     assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
                 }
             })
         })
         .collect();
-    for w in workers {
-        w.join().expect("worker");
+    for t in threads {
+        t.join().expect("worker");
     }
-    assert_eq!(std::fs::read_to_string(&count).expect("count").trim(), "200");
+    let total = workers * iterations;
+    assert_eq!(
+        std::fs::read_to_string(&count).expect("count").trim(),
+        total.to_string()
+    );
     let fences: Vec<u64> = std::fs::read_to_string(&fences)
         .expect("fences")
         .lines()
         .map(|l| l.parse().expect("a number"))
         .collect();
-    assert_eq!(fences.len(), 200);
+    assert_eq!(fences.len(), total);
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),
         "fences not strictly increasing"
     );
+}
+
+#[test]
+fn eight_processes_share_one_lock_exactly() {
+    let server = RedisServer::start();
+    exclusive_counter(&["--redis", &server.url()], 8, 25);
 }
 
 #[test]
@@ -599,42 +612,7 @@ impl Drop for Serve {
 #[test]
 fn processes_share_a_lock_through_a_server() {
     let serve = Serve::start();
-    let dir = tempfile::tempdir().expect("dir");
-    let count = dir.path().join("count");
-    let fences = dir.path().join("fences");
-    std::fs::write(&count, "0").expect("write");
-    let script = format!(
-        "n=$(cat {c}); sleep 0.01; echo $((n + 1)) > {c}; echo $TOLLGATE_FENCE >> {f}",
-        c = count.display(),
-        f = fences.display()
-    );
-    let workers: Vec<_> = (0..8)
-        .map(|_| {
-            let (url, script) = (serve.1.clone(), script.clone());
-            std::thread::spawn(move || {
-                for _ in 0..10 {
-                    let o = run(&[
-                        "lock", "run", "counter", "--wait", "60s", "--server", &url, "--", "sh", "-c",
-                        &script,
-                    ]);
-                    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
-                }
-            })
-        })
-        .collect();
-    for w in workers {
-        w.join().expect("worker");
-    }
-    assert_eq!(std::fs::read_to_string(&count).expect("count").trim(), "80");
-    let fences: Vec<u64> = std::fs::read_to_string(&fences)
-        .expect("fences")
-        .lines()
-        .map(|l| l.parse().expect("a number"))
-        .collect();
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "fences not strictly increasing"
-    );
+    exclusive_counter(&["--server", &serve.1], 8, 10);
 }
 
 #[test]
