@@ -351,6 +351,7 @@ enum EnterAnswer {
         ticket: String,
         position: u64,
         waiting: u64,
+        eta_ms: Option<u64>,
     },
     Busy {
         used: u64,
@@ -380,6 +381,7 @@ async fn enter(
             .encode(),
             position: place.position,
             waiting: place.waiting,
+            eta_ms: place.eta.map(|d| d.as_millis() as u64),
         },
         Entered::Busy(o) => EnterAnswer::Busy {
             used: o.used,
@@ -401,8 +403,16 @@ struct StatusQuery {
 #[derive(Debug, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 enum StatusAnswer {
-    Granted { token: String, fence: u64, ttl_ms: u64 },
-    Queued { position: u64, waiting: u64 },
+    Granted {
+        token: String,
+        fence: u64,
+        ttl_ms: u64,
+    },
+    Queued {
+        position: u64,
+        waiting: u64,
+        eta_ms: Option<u64>,
+    },
 }
 
 async fn ticket_status(
@@ -432,6 +442,7 @@ async fn ticket_status(
         TicketStatus::Queued(p) => Ok(axum::Json(StatusAnswer::Queued {
             position: p.position,
             waiting: p.waiting,
+            eta_ms: p.eta.map(|d| d.as_millis() as u64),
         })),
         TicketStatus::Gone => Err(ticket_gone()),
     }
@@ -490,7 +501,8 @@ async fn ticket_events(
                 TicketStatus::Queued(p) if w.last == Some(p) => continue,
                 TicketStatus::Queued(p) => {
                     w.last = Some(p);
-                    let data = json!({"position": p.position, "waiting": p.waiting});
+                    let eta_ms = p.eta.map(|d| d.as_millis() as u64);
+                    let data = json!({"position": p.position, "waiting": p.waiting, "eta_ms": eta_ms});
                     return Some((
                         Ok(Event::default().event("position").data(data.to_string())),
                         Some(w),

@@ -45,6 +45,11 @@ async fn status_granted(g: &Gate, ticket: &str) -> Granted {
     }
 }
 
+/// A place as (position, waiting); the estimated wait is checked apart.
+fn pw(p: Place) -> (u64, u64) {
+    (p.position, p.waiting)
+}
+
 async fn status_place(g: &Gate, ticket: &str) -> Place {
     match g.status(ticket).await.expect("status") {
         TicketStatus::Queued(p) => p,
@@ -59,21 +64,9 @@ async fn grants_until_capacity_then_queues(ts: TestStore) {
     assert!(b.fence > a.fence);
     assert_eq!(a.ttl, LONG);
     let (_, p) = queued(g.enter(1, true).await.unwrap());
-    assert_eq!(
-        p,
-        Place {
-            position: 1,
-            waiting: 1
-        }
-    );
+    assert_eq!(pw(p), (1, 1));
     let (_, p) = queued(g.enter(1, true).await.unwrap());
-    assert_eq!(
-        p,
-        Place {
-            position: 2,
-            waiting: 2
-        }
-    );
+    assert_eq!(pw(p), (2, 2));
     match g.enter(1, false).await.unwrap() {
         Entered::Busy(o) => {
             assert_eq!((o.used, o.capacity, o.waiting), (2, 2, 2));
@@ -93,13 +86,7 @@ async fn release_hands_off_to_head_in_order(ts: TestStore) {
     let a = granted(g.enter(1, true).await.unwrap());
     let (b, _) = queued(g.enter(1, true).await.unwrap());
     let (c, _) = queued(g.enter(1, true).await.unwrap());
-    assert_eq!(
-        status_place(&g, &c).await,
-        Place {
-            position: 2,
-            waiting: 2
-        }
-    );
+    assert_eq!(pw(status_place(&g, &c).await), (2, 2));
 
     assert_eq!(g.leave(&a.token).await.unwrap(), Left::Released);
     let lb = status_granted(&g, &b).await;
@@ -113,26 +100,14 @@ async fn release_hands_off_to_head_in_order(ts: TestStore) {
     assert_eq!(lb.ttl, LONG, "a picked-up hand-off runs for the full TTL");
     // Asking again is harmless and reports the same lease.
     assert_eq!(status_granted(&g, &b).await.fence, lb.fence);
-    assert_eq!(
-        status_place(&g, &c).await,
-        Place {
-            position: 1,
-            waiting: 1
-        }
-    );
+    assert_eq!(pw(status_place(&g, &c).await), (1, 1));
 
     // A newcomer queues behind c even though it asked after b's release.
     let (d, _) = queued(g.enter(1, true).await.unwrap());
     assert_eq!(g.leave(&b).await.unwrap(), Left::Released);
     let lc = status_granted(&g, &c).await;
     assert!(lc.fence > lb.fence);
-    assert_eq!(
-        status_place(&g, &d).await,
-        Place {
-            position: 1,
-            waiting: 1
-        }
-    );
+    assert_eq!(pw(status_place(&g, &d).await), (1, 1));
     assert_eq!(g.leave(&a.token).await.unwrap(), Left::Unknown, "released twice");
 }
 
@@ -236,6 +211,46 @@ async fn renewing_to_a_shorter_ttl_takes_effect(ts: TestStore) {
     assert_eq!(g.stats().await.unwrap().expiries, 1);
 }
 
+async fn estimated_wait_follows_the_departure_rate(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(LONG, LONG));
+    let a = granted(g.enter(1, true).await.unwrap());
+    let (b, p) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(p.eta, None, "no departures measured yet");
+    // Two departures 200 ms apart: the average gap is ~200 ms.
+    ts.advance(Duration::from_millis(200)).await;
+    g.leave(&a.token).await.unwrap();
+    let lb = status_granted(&g, &b).await;
+    ts.advance(Duration::from_millis(200)).await;
+    g.leave(&lb.token).await.unwrap();
+    let c = granted(g.enter(1, true).await.unwrap());
+    let (_, first) = queued(g.enter(1, true).await.unwrap());
+    let (second, p2) = queued(g.enter(1, true).await.unwrap());
+    let e1 = first.eta.expect("measured");
+    assert!(
+        e1 >= Duration::from_millis(150) && e1 <= Duration::from_millis(400),
+        "{e1:?}"
+    );
+    let e2 = p2.eta.expect("measured");
+    assert_eq!(e2.as_millis(), 2 * e1.as_millis(), "two departures away");
+    assert_eq!(status_place(&g, &second).await.eta, Some(e2));
+    g.leave(&c.token).await.unwrap();
+
+    // Releases with nobody in line (Redis's short path) count as well.
+    let quick = Gate::new(&ts.store, "quick", Some(1), opts(LONG, LONG)).unwrap();
+    for _ in 0..2 {
+        let l = granted(quick.enter(1, true).await.unwrap());
+        ts.advance(Duration::from_millis(300)).await;
+        quick.leave(&l.token).await.unwrap();
+    }
+    granted(quick.enter(1, true).await.unwrap());
+    let (_, p) = queued(quick.enter(1, true).await.unwrap());
+    let e = p.eta.expect("measured");
+    assert!(
+        e >= Duration::from_millis(250) && e <= Duration::from_millis(500),
+        "{e:?}"
+    );
+}
+
 async fn silent_waiter_leaves_the_line(ts: TestStore) {
     let g = gate(&ts, Some(1), opts(LONG, SHORT));
     let _a = granted(g.enter(1, true).await.unwrap());
@@ -244,13 +259,7 @@ async fn silent_waiter_leaves_the_line(ts: TestStore) {
     ts.advance(Duration::from_millis(200)).await;
     assert_eq!(status_place(&g, &c).await.position, 2); // c keeps asking, b does not
     ts.advance(Duration::from_millis(200)).await;
-    assert_eq!(
-        status_place(&g, &c).await,
-        Place {
-            position: 1,
-            waiting: 1
-        }
-    );
+    assert_eq!(pw(status_place(&g, &c).await), (1, 1));
     assert_eq!(g.status(&b).await.unwrap(), TicketStatus::Gone);
 }
 
@@ -276,13 +285,7 @@ async fn cancel_leaves_the_line(ts: TestStore) {
     let (c, _) = queued(g.enter(1, true).await.unwrap());
     assert_eq!(g.leave(&b).await.unwrap(), Left::Cancelled);
     assert_eq!(g.status(&b).await.unwrap(), TicketStatus::Gone);
-    assert_eq!(
-        status_place(&g, &c).await,
-        Place {
-            position: 1,
-            waiting: 1
-        }
-    );
+    assert_eq!(pw(status_place(&g, &c).await), (1, 1));
     g.leave(&a.token).await.unwrap();
     status_granted(&g, &c).await;
     // Cancelling a ticket that was just handed a lease releases it.
@@ -428,6 +431,7 @@ on_both_stores!(manual_clock:
     expired_lease_frees_its_slot_and_cannot_renew,
     renewal_extends_a_held_lease,
     silent_waiter_leaves_the_line,
+    estimated_wait_follows_the_departure_rate,
     a_picked_up_hand_off_ends_on_its_own_ttl,
     renewing_to_a_shorter_ttl_takes_effect,
     hand_off_to_vanished_waiter_comes_back_within_its_grace,

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
@@ -32,6 +33,10 @@ struct GateState {
     grants: u64,
     expiries: u64,
     used: u64,
+    /// Moving average of the gap between departures (ms), once measured.
+    gap_ms: Option<u64>,
+    /// When the last holder departed (ms; 0: never).
+    last_departure: u64,
     holders: HashMap<String, Holder>,
     holder_expiry: BTreeSet<(u64, String)>,
     line: BTreeMap<u64, String>,
@@ -134,6 +139,7 @@ impl MemoryStore {
             Ok(Entry::Queued(Place {
                 position: waiting,
                 waiting,
+                eta: s.eta(waiting),
             }))
         })
     }
@@ -158,9 +164,11 @@ impl MemoryStore {
             t.deadline = now + hb_ms;
             s.ticket_deadline.remove(&(old, id.to_owned()));
             s.ticket_deadline.insert((now + hb_ms, id.to_owned()));
+            let position = s.line.range(..=seq).count() as u64;
             Ok(Poll::Queued(Place {
-                position: s.line.range(..=seq).count() as u64,
+                position,
                 waiting: s.line.len() as u64,
+                eta: s.eta(position),
             }))
         })
     }
@@ -181,6 +189,7 @@ impl MemoryStore {
             if let Some(h) = s.holders.remove(id) {
                 s.holder_expiry.remove(&(h.expires, id.to_owned()));
                 s.used -= u64::from(h.permits);
+                s.depart(now);
                 s.promote(now, handed);
                 return Ok(Left::Released);
             }
@@ -253,6 +262,7 @@ impl GateState {
             if let Some(h) = self.holders.remove(&id) {
                 self.used -= u64::from(h.permits);
                 self.expiries += 1;
+                self.depart(now);
             }
         }
         while let Some((deadline, id)) = self.ticket_deadline.first().cloned() {
@@ -307,6 +317,22 @@ impl GateState {
         );
         self.holder_expiry.insert((expires, id.to_owned()));
         self.fence
+    }
+
+    /// Records a departure, for the estimated wait (as the Lua prelude).
+    fn depart(&mut self, now: u64) {
+        if self.last_departure > 0 {
+            let gap = now.saturating_sub(self.last_departure);
+            self.gap_ms = Some(match self.gap_ms {
+                None => gap,
+                Some(avg) => (avg * 8 + gap * 2 + 5) / 10,
+            });
+        }
+        self.last_departure = now;
+    }
+
+    fn eta(&self, position: u64) -> Option<Duration> {
+        self.gap_ms.map(|gap| Duration::from_millis(position * gap))
     }
 
     fn set_expiry(&mut self, id: &str, expires: u64) {

@@ -165,6 +165,10 @@ pub struct Place {
     pub position: u64,
     /// How many tickets wait in line, this one included.
     pub waiting: u64,
+    /// Estimated wait: position × the average interval between departures
+    /// (releases and expiries) measured on this gate, as a moving average.
+    /// `None` until two departures have been seen.
+    pub eta: Option<Duration>,
 }
 
 /// Why an entry without queueing was refused.

@@ -225,7 +225,7 @@ impl RedisStore {
             .await?;
         match r.as_slice() {
             [1, fence, ttl] => Ok(Entry::Granted(grant(*fence, *ttl))),
-            [2, position, waiting] => Ok(Entry::Queued(place(*position, *waiting))),
+            [2, position, waiting, eta] => Ok(Entry::Queued(place(*position, *waiting, *eta))),
             [3, used, capacity, waiting] => Ok(Entry::Busy(Occupancy {
                 used: *used as u64,
                 capacity: *capacity as u32,
@@ -254,7 +254,7 @@ impl RedisStore {
         let r = self.run(&self.scripts.poll, gate, (id, ttl_ms, hb_ms)).await?;
         match r.as_slice() {
             [1, fence, ttl] => Ok(Poll::Granted(grant(*fence, *ttl))),
-            [2, position, waiting] => Ok(Poll::Queued(place(*position, *waiting))),
+            [2, position, waiting, eta] => Ok(Poll::Queued(place(*position, *waiting, *eta))),
             [0] => Ok(Poll::Unknown),
             other => Err(unexpected("poll", other)),
         }
@@ -329,10 +329,11 @@ fn grant(fence: i64, ttl: i64) -> Grant {
     }
 }
 
-fn place(position: i64, waiting: i64) -> Place {
+fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
     Place {
         position: position.max(0) as u64,
         waiting: waiting.max(0) as u64,
+        eta: u64::try_from(eta_ms).ok().map(Duration::from_millis),
     }
 }
 

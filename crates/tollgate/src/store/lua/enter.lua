@@ -2,7 +2,8 @@
 -- ARGV: 1 id (lease token, and ticket id if queued), 2 permits, 3 capacity
 --       (0: use the stored one), 4 ttl ms, 5 heartbeat ms, 6 queue (1/0)
 -- Reply: {1, fence, ttl_ms}           granted
---        {2, position, waiting}       queued (position 1 is the head)
+--        {2, position, waiting, eta}  queued (position 1 is the head;
+--                                     eta ms, -1 if not known yet)
 --        {3, used, capacity, waiting} busy (not queued on request)
 --        {-1, capacity}  the request's capacity conflicts with the stored one
 --        {-2, capacity}  more permits than the capacity
@@ -42,4 +43,4 @@ if permits > 1 then
   Mn = Mn + 1
 end
 waiting = waiting + 1
-return done({2, waiting, waiting})
+return done({2, waiting, waiting, eta(waiting)})

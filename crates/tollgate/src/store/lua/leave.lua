@@ -7,6 +7,7 @@ local id = ARGV[1]
 if holders > 0 and redis.call('ZREM', KH, id) == 1 then
   holders = holders - 1
   if holders == 0 then h_fresh = true end
+  depart(1)
   forget_holder(id)
   promote()
   return done({1})

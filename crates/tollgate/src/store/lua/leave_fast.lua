@@ -8,11 +8,15 @@ if (tonumber(raw[10]) or 0) == 0 and (tonumber(raw[6]) or 0) == 0 and (tonumber(
   and fast_H >= 1 and (tonumber(raw[14]) or 0) > now then
   -- No lease has ended (X > now) and H is exact: removing ours is all.
   if redis.call('ZREM', KH, ARGV[1]) == 1 then
-    if fast_H == 1 then
-      redis.call('HSET', KM, 'H', 0, 'X', 0)
-    else
-      redis.call('HSET', KM, 'H', fast_H - 1)
+    -- A departure, for the estimated wait (as depart() in the prelude).
+    local r, l = tonumber(raw[16]), tonumber(raw[17]) or 0
+    if l > 0 then
+      if r == nil then r = now - l else r = math.floor(r * 0.8 + (now - l) * 0.2 + 0.5) end
     end
+    local fields = {'H', fast_H - 1, 'l', now}
+    if fast_H == 1 then fields[#fields + 1], fields[#fields + 2] = 'X', 0 end
+    if r ~= nil then fields[#fields + 1], fields[#fields + 2] = 'r', r end
+    redis.call('HSET', KM, unpack(fields))
     return {1}
   end
 end

@@ -2,7 +2,8 @@
 -- how it picks up a lease that was handed to it.
 -- ARGV: 1 id, 2 ttl ms (the lease length once picked up), 3 heartbeat ms
 -- Reply: {1, fence, ttl_ms}        granted (fence 0 if it was never a ticket)
---        {2, position, waiting}    still in line; heartbeat deadline moved on
+--        {2, position, waiting, eta}  still in line (eta ms, -1 if not
+--                                     known); heartbeat deadline moved on
 --        {0}                       unknown: dropped, cancelled or expired
 -- Invariant: a hand-off becomes a full lease only when its waiter asks.
 local id, ttl, hb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -22,4 +23,4 @@ end
 local rank = waiting > 0 and redis.call('ZRANK', KQ, id)
 if not rank then return done({0}) end
 set_deadline(id, now + hb)
-return done({2, rank + 1, waiting})
+return done({2, rank + 1, waiting, eta(rank + 1)})

@@ -17,7 +17,10 @@
 --                    q and p (set a CHUNK beyond what is needed, so most
 --                    calls need not extend them), X no lease ends before this
 --                    (so until then nothing needs expiring and H is exact
---                    without reading h). The only key an idle gate keeps:
+--                    without reading h), r the average gap between
+--                    departures (releases and expiries, ms, a moving
+--                    average) and l the last departure: a waiter's estimated
+--                    wait is its position times r. The only key an idle gate keeps:
 --                    it carries the fence, which never goes back.
 --   KEYS[2] h  ZSET  holders: lease id -> expiry (ms, server time)
 --   KEYS[3] p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
@@ -42,8 +45,11 @@ local Ms, Me, Mn = tonumber(raw[5]) or 0, tonumber(raw[6]) or 0, tonumber(raw[7]
 local Mo, MH, MW, Mz = tonumber(raw[8]) or 0, tonumber(raw[9]) or 0, tonumber(raw[10]) or 0, tonumber(raw[11]) or 0
 local MT, MU, MX, MV = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0, tonumber(raw[14]) or 0,
   tonumber(raw[15]) or 0
+-- r is absent (nil) until a first gap between departures was measured.
+local Mr, Ml = tonumber(raw[16]), tonumber(raw[17]) or 0
 local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z, was_T, was_U, was_X, was_V =
   Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz, MT, MU, MX, MV
+local was_r, was_l = Mr, Ml
 
 -- Latest expiry written to h / deadline written to p by this call (0: none),
 -- and whether those keys may lack a TTL (empty before, or emptied since).
@@ -60,6 +66,23 @@ local function next_fence()
   end
   Mf = Mf + 1
   return Mf
+end
+
+-- Records `n` departures now, for the estimated wait.
+local function depart(n)
+  for _ = 1, n do
+    if Ml > 0 then
+      local gap = now - Ml
+      if Mr == nil then Mr = gap else Mr = math.floor(Mr * 0.8 + gap * 0.2 + 0.5) end
+    end
+    Ml = now
+  end
+end
+
+-- A waiter's estimated wait, -1 until two departures have been seen.
+local function eta(position)
+  if Mr == nil then return -1 end
+  return position * Mr
 end
 
 local function used()
@@ -174,6 +197,7 @@ local function expire()
       holders = holders - #ended
       if holders == 0 then h_fresh = true end
       Mx = Mx + #ended
+      depart(#ended)
     end
   end
   if holders == 0 then
@@ -264,7 +288,7 @@ local function finish()
   MH, MW = holders, waiting
   local changed, k = {}, 0
   local function put(name, v, was_v)
-    if v ~= was_v then
+    if v ~= nil and v ~= was_v then
       changed[k + 1], changed[k + 2] = name, v
       k = k + 2
     end
@@ -273,7 +297,7 @@ local function finish()
   put('e', Me, was_e) put('n', Mn, was_n) put('o', Mo, was_o) put('H', MH, was_H)
   put('W', MW, was_W) put('z', Mz, was_z) put('T', MT, was_T) put('U', MU, was_U)
   if holders == 0 then MX = 0 end
-  put('X', MX, was_X) put('V', MV, was_V)
+  put('X', MX, was_X) put('V', MV, was_V) put('r', Mr, was_r) put('l', Ml, was_l)
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
 end
 
