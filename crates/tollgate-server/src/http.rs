@@ -60,6 +60,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/v1/gates/{name}", get(stats))
         .route("/v1/gates/{name}/capacity", put(set_capacity))
+        .route("/v1/gates/{name}/holders", get(holders))
         .route("/v1/gates/{name}/enter", post(enter))
         .route(
             "/v1/gates/{name}/tickets/{ticket}",
@@ -324,6 +325,8 @@ struct EnterBody {
     /// Join the line if not granted at once. Default true.
     #[serde(default = "yes")]
     queue: bool,
+    /// Who is asking; shown in the holder list while they hold.
+    label: Option<String>,
 }
 
 fn one() -> u32 {
@@ -366,29 +369,34 @@ async fn enter(
     Json(body): Json<EnterBody>,
 ) -> Result<axum::Json<EnterAnswer>, ApiError> {
     let g = gate(&state, &name, body.capacity, body.ttl_ms, body.heartbeat_ms)?;
-    Ok(axum::Json(match g.enter(body.permits, body.queue).await? {
-        Entered::Granted(l) => EnterAnswer::Granted {
-            token: l.token,
-            fence: l.fence,
-            ttl_ms: l.ttl.as_millis() as u64,
+    Ok(axum::Json(
+        match g
+            .enter_as(body.permits, body.queue, body.label.as_deref())
+            .await?
+        {
+            Entered::Granted(l) => EnterAnswer::Granted {
+                token: l.token,
+                fence: l.fence,
+                ttl_ms: l.ttl.as_millis() as u64,
+            },
+            Entered::Queued { ticket, place } => EnterAnswer::Queued {
+                ticket: HttpTicket {
+                    id: ticket,
+                    ttl_ms: body.ttl_ms,
+                    heartbeat_ms: body.heartbeat_ms,
+                }
+                .encode(),
+                position: place.position,
+                waiting: place.waiting,
+                eta_ms: place.eta.map(|d| d.as_millis() as u64),
+            },
+            Entered::Busy(o) => EnterAnswer::Busy {
+                used: o.used,
+                capacity: o.capacity,
+                waiting: o.waiting,
+            },
         },
-        Entered::Queued { ticket, place } => EnterAnswer::Queued {
-            ticket: HttpTicket {
-                id: ticket,
-                ttl_ms: body.ttl_ms,
-                heartbeat_ms: body.heartbeat_ms,
-            }
-            .encode(),
-            position: place.position,
-            waiting: place.waiting,
-            eta_ms: place.eta.map(|d| d.as_millis() as u64),
-        },
-        Entered::Busy(o) => EnterAnswer::Busy {
-            used: o.used,
-            capacity: o.capacity,
-            waiting: o.waiting,
-        },
-    }))
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -637,6 +645,33 @@ async fn stats(
 ) -> Result<axum::Json<StatsAnswer>, ApiError> {
     let g = gate(&state, &name, None, DEFAULT_TTL_MS, DEFAULT_HEARTBEAT_MS)?;
     Ok(axum::Json(stats_answer(name, g.stats().await?)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HoldersQuery {
+    /// At most this many, soonest to end first. Default 100, at most 10 000.
+    #[serde(default = "hundred")]
+    limit: u32,
+}
+
+fn hundred() -> u32 {
+    100
+}
+
+async fn holders(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(q): Query<HoldersQuery>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let g = gate(&state, &name, None, DEFAULT_TTL_MS, DEFAULT_HEARTBEAT_MS)?;
+    let list: Vec<serde_json::Value> = g
+        .holders(q.limit)
+        .await?
+        .into_iter()
+        .map(|h| json!({"label": h.label, "ttl_ms": h.ttl.as_millis() as u64}))
+        .collect();
+    Ok(axum::Json(json!({"holders": list})))
 }
 
 #[derive(Debug, Deserialize)]

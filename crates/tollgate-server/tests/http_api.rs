@@ -81,8 +81,17 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 async fn seed_scenario(s: &Server) {
     let c = reqwest::Client::new();
     // user 1 takes title A; user 2 queues for A.
-    let (st, u1) = enter(&c, s, "title-A", json!({"capacity": 1, "ttl_ms": 30000})).await;
+    let (st, u1) = enter(
+        &c,
+        s,
+        "title-A",
+        json!({"capacity": 1, "ttl_ms": 30000, "label": "user 1"}),
+    )
+    .await;
     assert_eq!((st, str_of(&u1, "status")), (200, "granted"), "{u1}");
+    let (st, held) = send(c.get(s.url("/v1/gates/title-A/holders"))).await;
+    assert_eq!(st, 200, "{held}");
+    assert_eq!(held["holders"][0]["label"].as_str(), Some("user 1"), "{held}");
     let (st, u2) = enter(&c, s, "title-A", json!({"capacity": 1, "ttl_ms": 1000})).await;
     assert_eq!((st, str_of(&u2, "status")), (200, "queued"), "{u2}");
     assert_eq!(
@@ -780,6 +789,7 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/openapi.json",
         "/v1/gates/{name}",
         "/v1/gates/{name}/capacity",
+        "/v1/gates/{name}/holders",
         "/v1/gates/{name}/enter",
         "/v1/gates/{name}/tickets/{ticket}",
         "/v1/gates/{name}/tickets/{ticket}/events",

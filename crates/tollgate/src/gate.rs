@@ -10,9 +10,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::name::{Name, check_id, check_ttl, new_id};
+use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::{
-    self, EnterRequest, Entry, GateStats, Grant, Occupancy, Place, Poll, Store, check_capacity,
+    self, EnterRequest, Entry, GateStats, Grant, Holding, Occupancy, Place, Poll, Store, check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -154,24 +154,32 @@ impl Gate {
             ttl_ms: self.ttl_ms,
             heartbeat_ms: self.heartbeat_ms,
             queue,
+            label: None,
         }
     }
 
     /// One atomic step: take `permits` now, or (if `queue`) join the line.
     pub async fn enter(&self, permits: u32, queue: bool) -> Result<Entered> {
+        self.enter_as(permits, queue, None).await
+    }
+
+    /// [`Gate::enter`] with a label saying who holds (or waits), shown by
+    /// [`Gate::holders`]: 1 to 64 printable ASCII characters.
+    pub async fn enter_as(&self, permits: u32, queue: bool, label: Option<&str>) -> Result<Entered> {
         self.check_permits(permits)?;
+        if let Some(label) = label {
+            check_label(label)?;
+        }
         let id = new_id();
-        Ok(
-            match self
-                .store
-                .enter(&self.name, &self.request(&id, permits, queue))
-                .await?
-            {
-                Entry::Granted(g) => Entered::Granted(granted(id, g)),
-                Entry::Queued(place) => Entered::Queued { ticket: id, place },
-                Entry::Busy(o) => Entered::Busy(o),
-            },
-        )
+        let req = EnterRequest {
+            label,
+            ..self.request(&id, permits, queue)
+        };
+        Ok(match self.store.enter(&self.name, &req).await? {
+            Entry::Granted(g) => Entered::Granted(granted(id, g)),
+            Entry::Queued(place) => Entered::Queued { ticket: id, place },
+            Entry::Busy(o) => Entered::Busy(o),
+        })
     }
 
     /// Asks about a ticket: this is its heartbeat, and how a waiter picks up
@@ -237,6 +245,15 @@ impl Gate {
     pub async fn set_capacity(&self, capacity: u32) -> Result<()> {
         check_capacity(capacity)?;
         self.store.set_capacity(&self.name, capacity).await
+    }
+
+    /// Up to `limit` current holders, soonest to end first, with their
+    /// labels.
+    pub async fn holders(&self, limit: u32) -> Result<Vec<Holding>> {
+        if limit == 0 || limit > 10_000 {
+            return Err(Error::invalid("limit must be between 1 and 10000"));
+        }
+        self.store.holders(&self.name, limit).await
     }
 
     /// A snapshot: capacity, holders, line length, grants, expiries.

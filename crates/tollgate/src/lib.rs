@@ -52,7 +52,7 @@ pub use gate::{Entered, Gate, GateOptions, Granted, Lease, Left, TicketStatus};
 pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use semaphore::Semaphore;
-pub use store::{GateStats, Occupancy, Place, RedisConfig, Store};
+pub use store::{GateStats, Holding, Occupancy, Place, RedisConfig, Store};
 
 // The README's examples compile and run as doctests.
 #[doc = include_str!("../../../README.md")]

@@ -105,6 +105,14 @@ pub(crate) fn check_id(id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a holder label: 1 to 64 printable ASCII characters.
+pub(crate) fn check_label(label: &str) -> Result<()> {
+    if label.is_empty() || label.len() > 64 || !label.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+        return Err(Error::invalid("a label is 1 to 64 printable ASCII characters"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -251,6 +251,44 @@ async fn estimated_wait_follows_the_departure_rate(ts: TestStore) {
     );
 }
 
+async fn labels_follow_the_lease(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(LONG, LONG));
+    let labels = |v: Vec<tollgate::Holding>| v.into_iter().map(|h| h.label).collect::<Vec<_>>();
+    let a = granted(g.enter_as(1, true, Some("alice")).await.unwrap());
+    let (b, _) = queued(g.enter_as(1, true, Some("bob")).await.unwrap());
+    let (c, _) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(labels(g.holders(10).await.unwrap()), [Some("alice".to_owned())]);
+    let h = g.holders(10).await.unwrap();
+    assert!(h[0].ttl > Duration::from_secs(25) && h[0].ttl <= LONG, "{h:?}");
+    g.leave(&a.token).await.unwrap();
+    // Handed over (not yet picked up): the waiter's label comes along.
+    assert_eq!(labels(g.holders(10).await.unwrap()), [Some("bob".to_owned())]);
+    status_granted(&g, &b).await;
+    g.leave(&b).await.unwrap();
+    status_granted(&g, &c).await;
+    assert_eq!(labels(g.holders(10).await.unwrap()), [None]);
+    g.leave(&c).await.unwrap();
+    assert!(g.holders(10).await.unwrap().is_empty());
+    // A cancelled ticket's label goes with it.
+    let d = granted(g.enter(1, true).await.unwrap());
+    let (e, _) = queued(g.enter_as(1, true, Some("eve")).await.unwrap());
+    assert_eq!(g.leave(&e).await.unwrap(), Left::Cancelled);
+    g.leave(&d.token).await.unwrap();
+    let f = granted(g.enter(1, true).await.unwrap());
+    assert_eq!(labels(g.holders(10).await.unwrap()), [None]);
+    g.leave(&f.token).await.unwrap();
+    for bad in ["", "ü", "tab\there", &"x".repeat(65)] {
+        assert!(
+            g.enter_as(1, true, Some(bad))
+                .await
+                .unwrap_err()
+                .is_invalid_input(),
+            "{bad:?}"
+        );
+    }
+    assert!(g.holders(0).await.unwrap_err().is_invalid_input());
+}
+
 async fn silent_waiter_leaves_the_line(ts: TestStore) {
     let g = gate(&ts, Some(1), opts(LONG, SHORT));
     let _a = granted(g.enter(1, true).await.unwrap());
@@ -431,6 +469,7 @@ on_both_stores!(manual_clock:
     expired_lease_frees_its_slot_and_cannot_renew,
     renewal_extends_a_held_lease,
     silent_waiter_leaves_the_line,
+    labels_follow_the_lease,
     estimated_wait_follows_the_departure_rate,
     a_picked_up_hand_off_ends_on_its_own_ttl,
     renewing_to_a_shorter_ttl_takes_effect,

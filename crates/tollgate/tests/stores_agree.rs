@@ -34,6 +34,7 @@ enum Answer {
     Gone,
     Left(Left),
     Renewed,
+    Holders(Vec<Option<String>>),
     Stats {
         capacity: Option<u32>,
         used: u64,
@@ -60,11 +61,26 @@ impl Side {
 
     async fn apply(&mut self, op: &Op) -> Answer {
         let result = match *op {
+            Op::Holders => self.gate.holders(100).await.map(|v| {
+                // Leases ending in the same millisecond are ordered by
+                // their (random) ids: compare the set of labels.
+                let mut labels: Vec<_> = v.into_iter().map(|h| h.label).collect();
+                labels.sort();
+                Answer::Holders(labels)
+            }),
             Op::Enter {
                 actor,
                 permits,
                 queue,
-            } => match self.gate.enter(permits, queue).await {
+            } => match self
+                .gate
+                .enter_as(
+                    permits,
+                    queue,
+                    (actor % 2 == 0).then(|| format!("actor-{actor}")).as_deref(),
+                )
+                .await
+            {
                 Ok(Entered::Granted(g)) => {
                     self.tokens[actor] = Some(g.token);
                     Ok(Answer::Granted {
@@ -131,6 +147,7 @@ enum Op {
     Renew { actor: usize },
     SetCapacity(u32),
     Stats,
+    Holders,
 }
 
 const ACTORS: usize = 8;
@@ -150,7 +167,8 @@ fn random_op(rng: &mut StdRng) -> Op {
         35..=59 => Op::Status { actor },
         60..=84 => Op::Leave { actor },
         85..=89 => Op::Renew { actor },
-        90..=94 => Op::SetCapacity(rng.random_range(1..=4)),
+        90..=93 => Op::SetCapacity(rng.random_range(1..=4)),
+        94..=96 => Op::Holders,
         _ => Op::Stats,
     }
 }

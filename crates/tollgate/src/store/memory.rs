@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
 
-use super::{EnterRequest, Entry, GateStats, Grant, Left, Occupancy, Place, Poll, Wakers};
+use super::{EnterRequest, Entry, GateStats, Grant, Holding, Left, Occupancy, Place, Poll, Wakers};
 
 #[derive(Debug)]
 pub(crate) struct MemoryStore {
@@ -52,6 +52,7 @@ struct Holder {
     /// Handed off to a waiter that has not picked it up yet; it lives only
     /// until the waiter's heartbeat deadline.
     pending: bool,
+    label: Option<String>,
     /// Came through the line. `status` reports the fence only for these,
     /// as the Redis store does (an immediate grant's fence was in the
     /// answer to `enter`).
@@ -63,6 +64,7 @@ struct Ticket {
     seq: u64,
     permits: u32,
     deadline: u64,
+    label: Option<String>,
 }
 
 impl MemoryStore {
@@ -110,7 +112,8 @@ impl MemoryStore {
                 return Err(Error::invalid("that id is already in use on this gate"));
             }
             if s.line.is_empty() && s.used + u64::from(req.permits) <= u64::from(capacity) {
-                let fence = s.grant(req.id, req.permits, now + req.ttl_ms, now, false);
+                let label = req.label.map(str::to_owned);
+                let fence = s.grant(req.id, req.permits, now + req.ttl_ms, now, false, label);
                 return Ok(Entry::Granted(Grant {
                     fence,
                     ttl_ms: req.ttl_ms,
@@ -133,6 +136,7 @@ impl MemoryStore {
                     seq: s.seq,
                     permits: req.permits,
                     deadline,
+                    label: req.label.map(str::to_owned),
                 },
             );
             let waiting = s.line.len() as u64;
@@ -207,6 +211,21 @@ impl MemoryStore {
             s.capacity = Some(capacity);
             s.promote(now, handed);
             Ok(())
+        })
+    }
+
+    pub(crate) fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
+        self.with_gate(gate, |s, now, _| {
+            Ok(s.holder_expiry
+                .iter()
+                .take(limit as usize)
+                .filter_map(|(expires, id)| {
+                    s.holders.get(id).map(|h| Holding {
+                        label: h.label.clone(),
+                        ttl: Duration::from_millis(expires.saturating_sub(now)),
+                    })
+                })
+                .collect())
         })
     }
 
@@ -290,13 +309,21 @@ impl GateState {
             if self.used + u64::from(permits) > u64::from(capacity) {
                 break;
             }
-            self.drop_ticket(&id);
-            let fence = self.grant(&id, permits, deadline, now, true);
+            let label = self.take_ticket(&id).and_then(|t| t.label);
+            let fence = self.grant(&id, permits, deadline, now, true, label);
             handed.push((id, fence));
         }
     }
 
-    fn grant(&mut self, id: &str, permits: u32, expires: u64, now: u64, pending: bool) -> u64 {
+    fn grant(
+        &mut self,
+        id: &str,
+        permits: u32,
+        expires: u64,
+        now: u64,
+        pending: bool,
+        label: Option<String>,
+    ) -> u64 {
         // Fences start from the clock so they keep growing even if the state
         // is lost (a restarted process), as long as the clock does.
         if self.fence == 0 {
@@ -312,6 +339,7 @@ impl GateState {
                 permits,
                 fence: self.fence,
                 pending,
+                label,
                 handed: pending,
             },
         );
@@ -345,11 +373,13 @@ impl GateState {
     }
 
     fn drop_ticket(&mut self, id: &str) -> bool {
-        let Some(t) = self.tickets.remove(id) else {
-            return false;
-        };
+        self.take_ticket(id).is_some()
+    }
+
+    fn take_ticket(&mut self, id: &str) -> Option<Ticket> {
+        let t = self.tickets.remove(id)?;
         self.line.remove(&t.seq);
         self.ticket_deadline.remove(&(t.deadline, id.to_owned()));
-        true
+        Some(t)
     }
 }

@@ -102,6 +102,13 @@ impl Store {
         }
     }
 
+    pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
+        match &self.backend {
+            Backend::Memory(s) => s.holders(gate, limit),
+            Backend::Redis(s) => s.holders(gate, limit).await,
+        }
+    }
+
     pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
         match &self.backend {
             Backend::Memory(s) => s.stats(gate),
@@ -148,6 +155,8 @@ pub(crate) struct EnterRequest<'a> {
     pub(crate) ttl_ms: u64,
     pub(crate) heartbeat_ms: u64,
     pub(crate) queue: bool,
+    /// Who is asking, shown in the holder list while they hold.
+    pub(crate) label: Option<&'a str>,
 }
 
 /// A lease the store just granted.
@@ -207,6 +216,16 @@ pub(crate) enum Left {
     Cancelled,
     /// Nothing by that id (already expired or never there).
     Unknown,
+}
+
+/// One current holder of a gate, as [`Gate::holders`](crate::Gate::holders)
+/// lists them: soonest to end first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// The label given when entering, if any.
+    pub label: Option<String>,
+    /// Time left on the lease, by the store's clock.
+    pub ttl: Duration,
 }
 
 /// A snapshot of one gate.

@@ -18,7 +18,9 @@ use tokio::sync::{Mutex as AsyncMutex, OnceCell};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
 
-use super::{EnterRequest, Entry, GateStats, Grant, Left, Listening, Occupancy, Place, Poll, Wakers};
+use super::{
+    EnterRequest, Entry, GateStats, Grant, Holding, Left, Listening, Occupancy, Place, Poll, Wakers,
+};
 
 /// A gate script: head (time, meta), an optional fast path, the general
 /// path's prelude, and the operation's body.
@@ -52,6 +54,7 @@ struct Scripts {
     leave: Script,
     set_capacity: Script,
     stats: Script,
+    holders: Script,
 }
 
 impl Scripts {
@@ -63,6 +66,7 @@ impl Scripts {
             leave: Script::new(gate_script!("lua/leave_fast.lua", "lua/leave.lua")),
             set_capacity: Script::new(gate_script!("lua/set_capacity.lua")),
             stats: Script::new(gate_script!("lua/stats.lua")),
+            holders: Script::new(gate_script!("lua/holders.lua")),
         }
     }
 }
@@ -198,6 +202,15 @@ impl RedisStore {
     }
 
     async fn run(&self, script: &Script, gate: &Name, args: impl redis::ToRedisArgs) -> Result<Vec<i64>> {
+        self.run_as(script, gate, args).await
+    }
+
+    async fn run_as<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        gate: &Name,
+        args: impl redis::ToRedisArgs,
+    ) -> Result<T> {
         let base = self.base(gate);
         let mut inv = script.prepare_invoke();
         for suffix in [":m", ":h", ":p", ":q"] {
@@ -220,6 +233,7 @@ impl RedisStore {
                     req.ttl_ms,
                     req.heartbeat_ms,
                     u8::from(req.queue),
+                    req.label.unwrap_or(""),
                 ),
             )
             .await?;
@@ -285,6 +299,25 @@ impl RedisStore {
             [1] => Ok(()),
             other => Err(unexpected("set_capacity", other)),
         }
+    }
+
+    pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
+        let r: Vec<redis::Value> = self.run_as(&self.scripts.holders, gate, limit).await?;
+        let mut out = Vec::with_capacity(r.len() / 2);
+        for pair in r.chunks(2) {
+            let [redis::Value::Int(ttl), label] = pair else {
+                return Err(Error::new(ErrorKind::Store, "unexpected reply to holders"));
+            };
+            let label = match label {
+                redis::Value::BulkString(b) if !b.is_empty() => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            };
+            out.push(Holding {
+                label,
+                ttl: Duration::from_millis((*ttl).max(0) as u64),
+            });
+        }
+        Ok(out)
     }
 
     pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {

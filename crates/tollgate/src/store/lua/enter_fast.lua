@@ -1,5 +1,5 @@
 -- enter_fast.lua: an idle gate (no holder, nobody in line, no side data)
--- with a known capacity grants one permit without the general path: five
+-- with a known capacity grants one unlabelled permit without the general path: five
 -- Redis calls in all, and none of the prelude's set-up.
 -- ARGV as enter.lua. Reply: {1, fence, ttl_ms}, or falls through.
 -- Invariant: identical outcome to enter.lua for the same state.
@@ -7,7 +7,7 @@ if (tonumber(raw[9]) or 0) == 0 and (tonumber(raw[10]) or 0) == 0
   and (tonumber(raw[6]) or 0) == 0 and (tonumber(raw[8]) or 0) == 0 then
   local permits, asked, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
   local stored = tonumber(raw[1])
-  if permits == 1 and (stored == nil and asked > 0 or stored ~= nil and (asked == 0 or asked == stored)) then
+  if permits == 1 and ARGV[7] == '' and (stored == nil and asked > 0 or stored ~= nil and (asked == 0 or asked == stored)) then
     local f, b = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0
     if f == 0 then
       f = now * 1000

@@ -24,6 +24,7 @@
 --                    it carries the fence, which never goes back.
 --   KEYS[2] h  ZSET  holders: lease id -> expiry (ms, server time)
 --   KEYS[3] p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
+--                    L:<id> label given at entry (counted in m's a);
 --                    k:<id> permits (only when > 1); f:<id> fence of a lease
 --                    handed to a waiter, negative until the waiter picks it up
 --   KEYS[4] q  ZSET  the line: ticket id -> seq (a counter, never time)
@@ -47,9 +48,11 @@ local MT, MU, MX, MV = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0, tonumber(
   tonumber(raw[15]) or 0
 -- r is absent (nil) until a first gap between departures was measured.
 local Mr, Ml = tonumber(raw[16]), tonumber(raw[17]) or 0
+-- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
+local Ma = tonumber(raw[18]) or 0
 local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z, was_T, was_U, was_X, was_V =
   Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz, MT, MU, MX, MV
-local was_r, was_l = Mr, Ml
+local was_r, was_l, was_a = Mr, Ml, Ma
 
 -- Latest expiry written to h / deadline written to p by this call (0: none),
 -- and whether those keys may lack a TTL (empty before, or emptied since).
@@ -97,7 +100,12 @@ end
 -- p holds side data only while someone waits, holds several permits or
 -- holds a hand-off; once none does, Redis has deleted it (and its TTL).
 local function note_side_data()
-  if waiting == 0 and Me == 0 and Mo == 0 then p_fresh = true end
+  if waiting == 0 and Me == 0 and Mo == 0 and Ma == 0 then p_fresh = true end
+end
+
+-- Forgets the label of a departed holder or ticket.
+local function forget_label(id)
+  if Ma > 0 and redis.call('HDEL', KP, 'L:' .. id) == 1 then Ma = Ma - 1 end
 end
 
 -- Forgets a departed holder's side data.
@@ -109,12 +117,14 @@ local function forget_holder(id)
   if Mo > 0 and redis.call('HDEL', KP, 'f:' .. id) == 1 then
     Mo = Mo - 1
   end
+  forget_label(id)
   note_side_data()
 end
 
 local function drop_ticket(id)
   if redis.call('ZREM', KQ, id) == 0 then return false end
   if redis.call('HDEL', KP, 'd:' .. id, 'k:' .. id) == 2 then Mn = Mn - 1 end
+  forget_label(id)
   waiting = waiting - 1
   if waiting == 0 then q_fresh = true end
   note_side_data()
@@ -215,7 +225,9 @@ local function expire()
     q_fresh = waiting == 0
   end
   if waiting == 0 then Mn, Mz = 0, 0 end
-  p_fresh = waiting == 0 and Me == 0 and Mo == 0
+  -- Nobody holds or waits: a label count left by keys that expired is stale.
+  if holders == 0 and waiting == 0 then Ma = 0 end
+  p_fresh = waiting == 0 and Me == 0 and Mo == 0 and Ma == 0
 end
 
 -- Grants free permits to the head of the line while the head fits.
@@ -282,7 +294,7 @@ local function finish()
   if h_top > 0 then MT = keep_until(KH, h_top, h_fresh, MT) end
   if w_top > 0 then MU = keep_until(KQ, w_top, q_fresh, MU) end
   -- Side data lives as long as the longest of holders and line.
-  if p_touched or w_top > 0 or (Me + Mo > 0 and h_top > 0) then
+  if p_touched or w_top > 0 or (Me + Mo + Ma > 0 and h_top > 0) then
     MV = keep_until(KP, math.max(h_top, w_top, now), p_fresh, MV)
   end
   MH, MW = holders, waiting
@@ -297,7 +309,7 @@ local function finish()
   put('e', Me, was_e) put('n', Mn, was_n) put('o', Mo, was_o) put('H', MH, was_H)
   put('W', MW, was_W) put('z', Mz, was_z) put('T', MT, was_T) put('U', MU, was_U)
   if holders == 0 then MX = 0 end
-  put('X', MX, was_X) put('V', MV, was_V) put('r', Mr, was_r) put('l', Ml, was_l)
+  put('X', MX, was_X) put('V', MV, was_V) put('r', Mr, was_r) put('l', Ml, was_l) put('a', Ma, was_a)
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
 end
 

@@ -1,0 +1,17 @@
+-- holders.lua: the current holders, soonest to end first (after expiring
+-- what ended).
+-- ARGV: 1 limit
+-- Reply: {ttl_ms, label or '', ttl_ms, label or '', ...}
+-- Invariant: reads only; the prelude's expiry is its only write.
+local limit = tonumber(ARGV[1])
+local reply = {}
+if holders > 0 then
+  local all = redis.call('ZRANGE', KH, 0, limit - 1, 'WITHSCORES')
+  for i = 1, #all, 2 do
+    local label = ''
+    if Ma > 0 then label = redis.call('HGET', KP, 'L:' .. all[i]) or '' end
+    reply[#reply + 1] = math.max(0, tonumber(all[i + 1]) - now)
+    reply[#reply + 1] = label
+  end
+end
+return done(reply)
