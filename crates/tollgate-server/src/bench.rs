@@ -51,9 +51,12 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         eprintln!("tollgate: --seconds must be between 1ms and 10m");
         return exit::USAGE;
     }
-    if matches!(args.target, BenchTarget::Http) {
-        return crate::bench_http::run(&args).await;
-    }
+    let (case, capacity) = match (args.target, args.contended) {
+        (BenchTarget::Http, _) => return crate::bench_http::run(&args).await,
+        (BenchTarget::Lock, false) => ("mutex_uncontended", 1),
+        (BenchTarget::Lock, true) => ("mutex_contended", 1),
+        (BenchTarget::Semaphore, _) => ("semaphore_contended", args.limit),
+    };
     let store = match &args.redis {
         Some(url) => match Store::connect(RedisConfig::new(url.clone())).await {
             Ok(s) => s,
@@ -63,12 +66,6 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
             }
         },
         None => Store::memory(),
-    };
-    let (case, capacity) = match (args.target, args.contended) {
-        (BenchTarget::Lock, false) => ("mutex_uncontended", 1),
-        (BenchTarget::Lock, true) => ("mutex_contended", 1),
-        (BenchTarget::Semaphore, _) => ("semaphore_contended", args.limit),
-        (BenchTarget::Http, _) => unreachable!("measured by bench_http"),
     };
     if capacity == 0 {
         eprintln!("tollgate: --limit must be at least 1");

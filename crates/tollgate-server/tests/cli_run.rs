@@ -392,10 +392,11 @@ fn a_killed_holder_frees_the_lock_when_its_lease_ends() {
     assert!(next > fence);
 }
 
-#[test]
-fn a_frozen_holder_loses_the_lock_and_its_command_is_stopped() {
-    let server = RedisServer::start();
-    let url = server.url();
+/// A holder (`lock run --ttl 1s <store> …`) is frozen with SIGSTOP past its
+/// lease: a newcomer gets the lock with a higher fence, and on SIGCONT the
+/// frozen one finds its lease lost, stops its command with SIGTERM and
+/// exits 76. While it holds, a try-once newcomer is refused with 75.
+fn frozen_holder_loses_the_lock(store: &[&str]) {
     let dir = tempfile::tempdir().expect("dir");
     let started = dir.path().join("started");
     let termed = dir.path().join("termed");
@@ -404,30 +405,34 @@ fn a_frozen_holder_loses_the_lock_and_its_command_is_stopped() {
         t = termed.display(),
         s = started.display()
     );
-    let mut holder = Group(spawn(&[
-        "lock", "run", "frozen", "--ttl", "1s", "--redis", &url, "--", "sh", "-c", &script,
-    ]));
+    let with_store = |head: &[&'static str], tail: &[&str]| -> Vec<String> {
+        head.iter()
+            .chain(store)
+            .chain(tail)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let args = with_store(
+        &["lock", "run", "frozen", "--ttl", "1s"],
+        &["--", "sh", "-c", &script],
+    );
+    let mut holder = Group(spawn(&args.iter().map(String::as_str).collect::<Vec<_>>()));
     let old: u64 = wait_for_file(&started, Duration::from_secs(10))
         .trim()
         .parse()
         .expect("fence");
+    let busy = with_store(&["lock", "run", "frozen", "--wait", "200ms"], &["--", "true"]);
+    let o = run(&busy.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(75), "busy: {}", stderr(&o));
+
     let pid = Pid::from_raw(holder.0.id() as i32);
     kill(pid, Signal::SIGSTOP).expect("stop");
     std::thread::sleep(Duration::from_millis(1500));
-
-    let o = run(&[
-        "lock",
-        "run",
-        "frozen",
-        "--wait",
-        "5s",
-        "--redis",
-        &url,
-        "--",
-        "sh",
-        "-c",
-        "echo $TOLLGATE_FENCE",
-    ]);
+    let next = with_store(
+        &["lock", "run", "frozen", "--wait", "5s"],
+        &["--", "sh", "-c", "echo $TOLLGATE_FENCE"],
+    );
+    let o = run(&next.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(
         o.status.success(),
         "the lease of the frozen holder ended: {}",
@@ -444,6 +449,12 @@ fn a_frozen_holder_loses_the_lock_and_its_command_is_stopped() {
         "TERM",
         "the command got SIGTERM"
     );
+}
+
+#[test]
+fn a_frozen_holder_loses_the_lock_and_its_command_is_stopped() {
+    let server = RedisServer::start();
+    frozen_holder_loses_the_lock(&["--redis", &server.url()]);
 }
 
 #[test]
@@ -619,52 +630,7 @@ fn processes_share_a_lock_through_a_server() {
 fn through_a_server_busy_lost_and_bad_urls_have_their_exit_codes() {
     let serve = Serve::start();
     let url = serve.1.clone();
-    let dir = tempfile::tempdir().expect("dir");
-    let started = dir.path().join("started");
-    let termed = dir.path().join("termed");
-    let script = format!(
-        "trap 'echo TERM > {t}; exit 0' TERM; echo $TOLLGATE_FENCE > {s}; sleep 30 & wait",
-        t = termed.display(),
-        s = started.display()
-    );
-    let mut holder = Group(spawn(&[
-        "lock", "run", "frozen", "--ttl", "1s", "--server", &url, "--", "sh", "-c", &script,
-    ]));
-    let old: u64 = wait_for_file(&started, Duration::from_secs(10))
-        .trim()
-        .parse()
-        .expect("fence");
-    let o = run(&[
-        "lock", "run", "frozen", "--wait", "200ms", "--server", &url, "--", "true",
-    ]);
-    assert_eq!(o.status.code(), Some(75), "busy: {}", stderr(&o));
-
-    let pid = Pid::from_raw(holder.0.id() as i32);
-    kill(pid, Signal::SIGSTOP).expect("stop");
-    std::thread::sleep(Duration::from_millis(1500));
-    let o = run(&[
-        "lock",
-        "run",
-        "frozen",
-        "--wait",
-        "5s",
-        "--server",
-        &url,
-        "--",
-        "sh",
-        "-c",
-        "echo $TOLLGATE_FENCE",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let new: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().expect("fence");
-    assert!(new > old);
-    kill(pid, Signal::SIGCONT).expect("continue");
-    assert_eq!(
-        wait_exit(&mut holder.0, Duration::from_secs(15)),
-        76,
-        "lease lost"
-    );
-    assert_eq!(wait_for_file(&termed, Duration::from_secs(5)).trim(), "TERM");
+    frozen_holder_loses_the_lock(&["--server", &url]);
 
     let o = run(&[
         "lock",
