@@ -6,46 +6,82 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
 use crate::cli::BenchArgs;
 use crate::exit;
 
-struct Http {
-    client: reqwest::Client,
-    base: String,
+/// One HTTP/1.1 keep-alive connection driven by hyper's client directly: a
+/// light load generator, so that the figures measure the server rather than
+/// the client's own overhead (both share this machine's two cores).
+struct Conn {
+    send: SendRequest<Full<Bytes>>,
+    host: Arc<str>,
 }
 
-impl Http {
-    async fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
-        let resp = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .json(body)
-            .send()
+impl Conn {
+    async fn open(host: &Arc<str>) -> Result<Conn, String> {
+        let stream = tokio::net::TcpStream::connect(&**host)
             .await
             .map_err(|e| e.to_string())?;
-        resp.json().await.map_err(|e| e.to_string())
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        Ok(Conn {
+            send,
+            host: host.clone(),
+        })
     }
 
-    async fn get(&self, path: &str) -> Result<Value, String> {
-        let resp = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
+    /// Sends one request and reads the whole answer: status and body.
+    async fn call(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), String> {
+        self.send.ready().await.map_err(|e| e.to_string())?;
+        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, &*self.host)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
             .map_err(|e| e.to_string())?;
-        resp.json().await.map_err(|e| e.to_string())
+        let response = self.send.send_request(request).await.map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).map_err(|e| e.to_string())?
+        };
+        Ok((status, value))
     }
 
-    async fn delete(&self, path: &str) -> Result<u16, String> {
-        let resp = self
-            .client
-            .delete(format!("{}{path}", self.base))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(resp.status().as_u16())
+    async fn post(&mut self, path: &str, body: &Value) -> Result<Value, String> {
+        self.call(Method::POST, path, Some(body)).await.map(|(_, v)| v)
+    }
+
+    async fn get(&mut self, path: &str) -> Result<Value, String> {
+        self.call(Method::GET, path, None).await.map(|(_, v)| v)
+    }
+
+    async fn delete(&mut self, path: &str) -> Result<u16, String> {
+        self.call(Method::DELETE, path, None).await.map(|(s, _)| s)
     }
 }
 
@@ -66,46 +102,80 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
         eprintln!("tollgate: `bench http` needs --server URL of a running `tollgate serve`");
         return exit::USAGE;
     };
-    let client = match reqwest::Client::builder()
-        .pool_max_idle_per_host(args.workers.max(64))
-        .build()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("tollgate: {e}");
-            return exit::SOFTWARE;
-        }
+    let Some(host) = server.strip_prefix("http://").map(|h| h.trim_end_matches('/')) else {
+        eprintln!("tollgate: `bench http` needs an http:// server URL, got {server:?}");
+        return exit::USAGE;
     };
-    let http = Arc::new(Http {
-        client,
-        base: server.trim_end_matches('/').to_owned(),
-    });
-    let run_id = format!("{:x}", std::process::id());
-    for line in [
-        enter_release(&http, &run_id, args).await,
-        handoff(&http, &run_id, args).await,
-    ] {
-        println!("{line}");
+    let host: Arc<str> = host.into();
+    if let Err(e) = Conn::open(&host).await {
+        eprintln!("tollgate: cannot connect to {server}: {e}");
+        return exit::UNAVAILABLE;
     }
+    let run_id = format!("{:x}", std::process::id());
+    println!("{}", healthz(&host, args).await);
+    println!("{}", enter_release(&host, &run_id, args).await);
+    println!("{}", handoff(&host, &run_id, args).await);
     if args.long_polls > 0 {
-        println!("{}", long_polls(&http, &run_id, args).await);
+        println!("{}", long_polls(&host, &run_id, args).await);
     }
     0
 }
 
-/// Each worker its own gate: enter (granted at once) then release.
-async fn enter_release(http: &Arc<Http>, run_id: &str, args: &BenchArgs) -> Value {
+/// The ceiling: the requests per second this server answers for its most
+/// trivial route (`GET /healthz`) with the same workers and client. An
+/// enter+release pair is two requests, so no store can give more than half
+/// of this in pairs/s.
+async fn healthz(host: &Arc<str>, args: &BenchArgs) -> Value {
+    let end = Instant::now() + args.seconds;
+    let tasks: Vec<_> = (0..args.workers)
+        .map(|_| {
+            let host = host.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = Conn::open(&host).await else {
+                    return (0u64, 1u64);
+                };
+                let (mut n, mut errors) = (0, 0);
+                while Instant::now() < end {
+                    match conn.call(Method::GET, "/healthz", None).await {
+                        Ok((200, _)) => n += 1,
+                        _ => errors += 1,
+                    }
+                }
+                (n, errors)
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let (mut n, mut errors) = (0, 0);
+    for t in tasks {
+        let (a, b) = t.await.unwrap_or((0, 1));
+        n += a;
+        errors += b;
+    }
+    let secs = started.elapsed().as_secs_f64().max(args.seconds.as_secs_f64());
+    json!({
+        "peer": "tollgate", "case": "http_healthz", "workers": args.workers,
+        "requests_per_s": (n as f64 / secs).round(), "n": n, "errors": errors,
+    })
+}
+
+/// Each worker its own gate and connection: enter (granted at once), then
+/// release.
+async fn enter_release(host: &Arc<str>, run_id: &str, args: &BenchArgs) -> Value {
     let end = Instant::now() + args.seconds;
     let tasks: Vec<_> = (0..args.workers)
         .map(|w| {
-            let http = http.clone();
+            let host = host.clone();
             let gate = format!("/v1/gates/bench:http:{run_id}:{w}");
             tokio::spawn(async move {
                 let (mut enters, mut pairs, mut errors) = (Vec::new(), 0u64, 0u64);
-                let body = json!({"capacity": 1, "queue": false});
+                let Ok(mut conn) = Conn::open(&host).await else {
+                    return (enters, pairs, 1);
+                };
+                let (enter, body) = (format!("{gate}/enter"), json!({"capacity": 1, "queue": false}));
                 while Instant::now() < end {
                     let t0 = Instant::now();
-                    let Ok(answer) = http.post(&format!("{gate}/enter"), &body).await else {
+                    let Ok(answer) = conn.post(&enter, &body).await else {
                         errors += 1;
                         continue;
                     };
@@ -114,7 +184,7 @@ async fn enter_release(http: &Arc<Http>, run_id: &str, args: &BenchArgs) -> Valu
                         errors += 1;
                         continue;
                     };
-                    match http.delete(&format!("{gate}/leases/{token}")).await {
+                    match conn.delete(&format!("{gate}/leases/{token}")).await {
                         Ok(200) => pairs += 1,
                         _ => errors += 1,
                     }
@@ -144,39 +214,48 @@ async fn enter_release(http: &Arc<Http>, run_id: &str, args: &BenchArgs) -> Valu
 /// Two clients pass one lock back and forth: one holds, the other waits in
 /// a long-poll; the time from the release to the long-poll's answer is the
 /// hand-off latency.
-async fn handoff(http: &Arc<Http>, run_id: &str, args: &BenchArgs) -> Value {
+async fn handoff(host: &Arc<str>, run_id: &str, args: &BenchArgs) -> Value {
+    let failed = || json!({"peer": "tollgate", "case": "http_handoff", "errors": 1});
     let gate = format!("/v1/gates/bench:handoff:{run_id}");
+    let (Ok(mut a), Ok(mut b)) = (Conn::open(host).await, Conn::open(host).await) else {
+        return failed();
+    };
     let end = Instant::now() + args.seconds;
     let mut latencies = Vec::new();
     let mut errors = 0u64;
-    let Ok(first) = http.post(&format!("{gate}/enter"), &json!({"capacity": 1})).await else {
-        return json!({"peer": "tollgate", "case": "http_handoff", "errors": 1});
+    let Ok(first) = a.post(&format!("{gate}/enter"), &json!({"capacity": 1})).await else {
+        return failed();
     };
     let mut holder = first["token"].as_str().unwrap_or_default().to_owned();
     while Instant::now() < end {
-        let Ok(queued) = http.post(&format!("{gate}/enter"), &json!({"capacity": 1})).await else {
+        // `a` holds the lease; `b` queues and long-polls; then they swap.
+        let Ok(queued) = b.post(&format!("{gate}/enter"), &json!({"capacity": 1})).await else {
             errors += 1;
-            continue;
+            break;
         };
         let Some(ticket) = queued["ticket"].as_str().map(str::to_owned) else {
             errors += 1;
             break;
         };
         let waiter = {
-            let (http, path) = (http.clone(), format!("{gate}/tickets/{ticket}?wait_ms=10000"));
+            let path = format!("{gate}/tickets/{ticket}?wait_ms=10000");
             tokio::spawn(async move {
-                let answer = http.get(&path).await;
-                (answer, Instant::now())
+                let answer = b.get(&path).await;
+                (answer, Instant::now(), b)
             })
         };
         // Let the long-poll arrive and settle before releasing.
         tokio::time::sleep(Duration::from_millis(5)).await;
         let sent = Instant::now();
-        if http.delete(&format!("{gate}/leases/{holder}")).await != Ok(200) {
+        if a.delete(&format!("{gate}/leases/{holder}")).await != Ok(200) {
             errors += 1;
         }
-        match waiter.await {
-            Ok((Ok(answer), at)) if answer["status"] == "granted" => {
+        let Ok((answer, at, waiter_conn)) = waiter.await else {
+            errors += 1;
+            break;
+        };
+        match answer {
+            Ok(answer) if answer["status"] == "granted" => {
                 latencies.push(at.saturating_duration_since(sent));
                 holder = answer["token"].as_str().unwrap_or_default().to_owned();
             }
@@ -185,6 +264,7 @@ async fn handoff(http: &Arc<Http>, run_id: &str, args: &BenchArgs) -> Value {
                 break;
             }
         }
+        (a, b) = (waiter_conn, a);
     }
     let n = latencies.len();
     json!({
@@ -207,31 +287,30 @@ fn rss_mib(pid: u32) -> Option<f64> {
     Some((kb / 1024.0 * 10.0).round() / 10.0)
 }
 
-/// Holds `--long-polls` long-polls open on one gate and reads the server's
-/// resident memory while they are.
-async fn long_polls(http: &Arc<Http>, run_id: &str, args: &BenchArgs) -> Value {
+/// Holds `--long-polls` long-polls open on one gate, each on a connection
+/// of its own, and reads the server's resident memory while they are.
+async fn long_polls(host: &Arc<str>, run_id: &str, args: &BenchArgs) -> Value {
+    let failed = || json!({"peer": "tollgate", "case": "http_long_polls", "errors": 1});
     let gate = format!("/v1/gates/bench:polls:{run_id}");
     let before = args.server_pid.and_then(rss_mib);
-    let Ok(holder) = http
+    let Ok(mut control) = Conn::open(host).await else {
+        return failed();
+    };
+    let Ok(holder) = control
         .post(
             &format!("{gate}/enter"),
             &json!({"capacity": 1, "ttl_ms": 600_000}),
         )
         .await
     else {
-        return json!({"peer": "tollgate", "case": "http_long_polls", "errors": 1});
+        return failed();
     };
     let open = Arc::new(AtomicBool::new(true));
     let mut tickets = Vec::with_capacity(args.long_polls);
     let mut errors = 0u64;
+    let body = json!({"capacity": 1, "heartbeat_ms": 120_000});
     for _ in 0..args.long_polls {
-        match http
-            .post(
-                &format!("{gate}/enter"),
-                &json!({"capacity": 1, "heartbeat_ms": 120_000}),
-            )
-            .await
-        {
+        match control.post(&format!("{gate}/enter"), &body).await {
             Ok(a) => match a["ticket"].as_str() {
                 Some(t) => tickets.push(t.to_owned()),
                 None => errors += 1,
@@ -242,14 +321,17 @@ async fn long_polls(http: &Arc<Http>, run_id: &str, args: &BenchArgs) -> Value {
     let polls: Vec<_> = tickets
         .iter()
         .map(|t| {
-            let (http, path, open) = (
-                http.clone(),
+            let (host, path, open) = (
+                host.clone(),
                 format!("{gate}/tickets/{t}?wait_ms=60000"),
                 open.clone(),
             );
             tokio::spawn(async move {
+                let Ok(mut conn) = Conn::open(&host).await else {
+                    return false;
+                };
                 while open.load(Ordering::Relaxed) {
-                    if http.get(&path).await.is_err() {
+                    if conn.get(&path).await.is_err() {
                         return false;
                     }
                 }
@@ -262,10 +344,10 @@ async fn long_polls(http: &Arc<Http>, run_id: &str, args: &BenchArgs) -> Value {
     let during = args.server_pid.and_then(rss_mib);
     open.store(false, Ordering::Relaxed);
     if let Some(token) = holder["token"].as_str() {
-        let _ = http.delete(&format!("{gate}/leases/{token}")).await;
+        let _ = control.delete(&format!("{gate}/leases/{token}")).await;
     }
     for t in &tickets {
-        let _ = http.delete(&format!("{gate}/tickets/{t}")).await;
+        let _ = control.delete(&format!("{gate}/tickets/{t}")).await;
     }
     let mut failed = 0;
     for p in polls {

@@ -273,7 +273,7 @@ fn gate(
         .gates
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if gates.len() < TRACKED_GATES {
+    if gates.len() < TRACKED_GATES && !gates.contains(name) {
         gates.insert(name.to_owned());
     }
     Ok(gate)
