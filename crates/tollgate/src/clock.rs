@@ -7,10 +7,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A source of milliseconds since the Unix epoch.
+/// A source of time since the Unix epoch.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Now, in milliseconds since the Unix epoch.
-    fn now_ms(&self) -> u64;
+    fn now_ms(&self) -> u64 {
+        self.now_us() / 1000
+    }
+
+    /// Now, in microseconds since the Unix epoch (the resolution of Redis's
+    /// `TIME`, which rate limiters need).
+    fn now_us(&self) -> u64;
 }
 
 /// The wall clock of this machine: the memory store's "server time".
@@ -18,27 +24,28 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
+    fn now_us(&self) -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
+            .map(|d| d.as_micros() as u64)
             .unwrap_or(0)
     }
 }
 
 /// A clock that moves only when told to. Cloning shares the same time.
+/// It counts microseconds.
 #[derive(Debug, Clone)]
 pub struct ManualClock(Arc<AtomicU64>);
 
 impl ManualClock {
     /// A clock reading `start_ms`.
     pub fn new(start_ms: u64) -> Self {
-        ManualClock(Arc::new(AtomicU64::new(start_ms)))
+        ManualClock(Arc::new(AtomicU64::new(start_ms * 1000)))
     }
 
-    /// Moves time forward.
+    /// Moves time forward (to the microsecond).
     pub fn advance(&self, by: Duration) {
-        self.0.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+        self.0.fetch_add(by.as_micros() as u64, Ordering::SeqCst);
     }
 }
 
@@ -49,7 +56,7 @@ impl Default for ManualClock {
 }
 
 impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
+    fn now_us(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
 }

@@ -41,6 +41,7 @@
 mod clock;
 mod error;
 mod gate;
+mod limit;
 mod lock;
 mod name;
 mod semaphore;
@@ -49,6 +50,10 @@ mod store;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result};
 pub use gate::{Entered, Gate, GateOptions, Granted, Lease, Left, TicketStatus};
+pub use limit::{
+    Algorithm, DEFAULT_TIMEOUT, Decision, Limit, MAX_KEY_LEN, MAX_LIMIT, MAX_PERIOD, MAX_REFILL, MIN_PERIOD,
+    OnStoreError, Rate, RateLimiter,
+};
 pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use semaphore::Semaphore;

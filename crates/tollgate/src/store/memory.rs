@@ -14,12 +14,16 @@ use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
 
+use super::limits::Limits;
+use crate::limit::{Decision, Limit};
+
 use super::{EnterRequest, Entry, GateStats, Grant, Holding, Left, Occupancy, Place, Poll, Wakers};
 
 #[derive(Debug)]
 pub(crate) struct MemoryStore {
     clock: Arc<dyn Clock>,
     gates: Mutex<HashMap<Name, GateState>>,
+    limits: Mutex<Limits>,
     wakers: Arc<Wakers>,
 }
 
@@ -72,12 +76,19 @@ impl MemoryStore {
         MemoryStore {
             clock,
             gates: Mutex::new(HashMap::new()),
+            limits: Mutex::default(),
             wakers: Arc::default(),
         }
     }
 
     pub(crate) fn wakers(&self) -> Arc<Wakers> {
         self.wakers.clone()
+    }
+
+    pub(crate) fn limit(&self, limiter: &Name, key: &str, limit: &Limit, cost: u64) -> Decision {
+        let now = self.clock.now_us();
+        let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+        limits.check(limiter, key, limit, cost, now)
     }
 
     /// Runs `op` on the gate's state after expiring what ended, then wakes

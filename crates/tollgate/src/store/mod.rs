@@ -3,6 +3,7 @@
 //! Every method here is one atomic step: one critical section in memory, one
 //! Lua script on Redis. Callers never combine reads and writes themselves.
 
+mod limits;
 pub(crate) mod memory;
 pub(crate) mod redis;
 
@@ -14,6 +15,7 @@ use tokio::sync::Notify;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
+use crate::limit::{Decision, Limit};
 use crate::name::Name;
 
 pub use self::redis::RedisConfig;
@@ -71,6 +73,21 @@ impl Store {
         match &self.backend {
             Backend::Memory(s) => s.enter(gate, req),
             Backend::Redis(s) => s.enter(gate, req).await,
+        }
+    }
+
+    /// One rate-limit decision for `key` of `limiter`: spends `cost` if it
+    /// fits.
+    pub(crate) async fn limit(
+        &self,
+        limiter: &Name,
+        key: &str,
+        limit: &Limit,
+        cost: u64,
+    ) -> Result<Decision> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.limit(limiter, key, limit, cost)),
+            Backend::Redis(s) => s.limit(limiter, key, limit, cost).await,
         }
     }
 

@@ -16,6 +16,7 @@ use redis::{IntoConnectionInfo, Msg, ProtocolVersion, PushKind, Script};
 use tokio::sync::{Mutex as AsyncMutex, OnceCell};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::limit::{Algorithm, Decision, Limit, decision};
 use crate::name::Name;
 
 use super::{
@@ -55,6 +56,7 @@ struct Scripts {
     set_capacity: Script,
     stats: Script,
     holders: Script,
+    limit: Script,
 }
 
 impl Scripts {
@@ -67,6 +69,7 @@ impl Scripts {
             set_capacity: Script::new(gate_script!("lua/set_capacity.lua")),
             stats: Script::new(gate_script!("lua/stats.lua")),
             holders: Script::new(gate_script!("lua/holders.lua")),
+            limit: Script::new(include_str!("lua/limit.lua")),
         }
     }
 }
@@ -261,6 +264,41 @@ impl RedisStore {
                 "the gate has no capacity yet; name one in the request or set_capacity",
             )),
             other => Err(unexpected("enter", other)),
+        }
+    }
+
+    /// One rate-limit decision. GCRA keys are strings and window keys
+    /// hashes, so they live under different names.
+    pub(crate) async fn limit(
+        &self,
+        limiter: &Name,
+        key: &str,
+        limit: &Limit,
+        cost: u64,
+    ) -> Result<Decision> {
+        let (space, algo, a, b) = match limit.algorithm() {
+            Algorithm::Gcra => ("g", "g", limit.interval_ns(), limit.burst()),
+            Algorithm::FixedWindow => ("w", "f", limit.rate().count(), limit.period_us()),
+            Algorithm::SlidingWindow => ("w", "s", limit.rate().count(), limit.period_us()),
+        };
+        let mut inv = self.scripts.limit.prepare_invoke();
+        inv.key(format!(
+            "{}:limit:{{{}}}:{space}:{key}",
+            self.prefix,
+            limiter.as_str()
+        ));
+        inv.arg((algo, cost, a, b));
+        let mut conn = self.conn.clone();
+        let r: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        match r.as_slice() {
+            [allowed, remaining, retry, reset] => Ok(decision(
+                limit,
+                *allowed == 1,
+                (*remaining).max(0) as u64,
+                (*retry).max(0) as u64,
+                (*reset).max(0) as u64,
+            )),
+            other => Err(unexpected("limit", other)),
         }
     }
 

@@ -175,6 +175,12 @@ impl RedisServer {
         format!("unix://{}", self.dir.path().join("redis.sock").display())
     }
 
+    /// The server's process id, for signals (SIGSTOP freezes it).
+    pub fn pid(&self) -> nix::unistd::Pid {
+        let child = self.child.as_ref().expect("redis-server is running");
+        nix::unistd::Pid::from_raw(child.id() as i32)
+    }
+
     /// Kills the server (SIGKILL: like a crash) and waits for it to go.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
