@@ -42,6 +42,7 @@ mod clock;
 mod error;
 mod gate;
 mod limit;
+mod limit_layer;
 mod lock;
 mod name;
 mod semaphore;
@@ -53,6 +54,9 @@ pub use gate::{Entered, Gate, GateOptions, Granted, Lease, Left, TicketStatus};
 pub use limit::{
     Algorithm, DEFAULT_TIMEOUT, Decision, Limit, MAX_KEY_LEN, MAX_LIMIT, MAX_PERIOD, MAX_REFILL, MIN_PERIOD,
     OnStoreError, Rate, RateLimiter,
+};
+pub use limit_layer::{
+    KeyBy, PeerAddr, RateLimit, RateLimitLayer, RequestInfo, client_ip, set_rate_limit_headers,
 };
 pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};

@@ -445,7 +445,14 @@ impl RateLimiter {
     pub async fn check_with(&self, key: &str, cost: u64, limit: &Limit) -> Result<Decision> {
         check_key(key)?;
         limit.check_cost(cost)?;
-        let asked = tokio::time::timeout(self.timeout, self.store.limit(&self.name, key, limit, cost)).await;
+        let ask = self.store.limit(&self.name, key, limit, cost);
+        // The embedded store answers at once; only a remote one needs the
+        // deadline (and the timer it costs).
+        let asked = if self.store.is_remote() {
+            tokio::time::timeout(self.timeout, ask).await
+        } else {
+            Ok(ask.await)
+        };
         let error = match asked {
             Ok(Ok(d)) => {
                 let counter = if d.allowed {

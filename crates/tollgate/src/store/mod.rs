@@ -61,6 +61,11 @@ impl Store {
         })
     }
 
+    /// Whether operations cross a network (and so can fail or stall).
+    pub(crate) fn is_remote(&self) -> bool {
+        matches!(self.backend, Backend::Redis(_))
+    }
+
     /// `"memory"` or `"redis"`.
     pub fn kind(&self) -> &'static str {
         match &self.backend {

@@ -1,0 +1,383 @@
+//! A tower [`Layer`] that rate-limits requests with a [`RateLimiter`]:
+//! usable in any axum or hyper application.
+//!
+//! ```
+//! # fn demo() -> tollgate::Result<()> {
+//! use tollgate::{KeyBy, Limit, Rate, RateLimitLayer, RateLimiter, Store};
+//! let limiter = RateLimiter::new(&Store::memory(), "web", Limit::gcra(Rate::per_second(20)?, 40)?)?;
+//! let trusted = vec!["10.0.0.0/8".parse().expect("network")];
+//! let layer = RateLimitLayer::new(limiter, KeyBy::ClientIp { trusted_proxies: trusted });
+//! // axum: Router::new().route(..).layer(layer)
+//! # let _ = layer; Ok(()) }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use http::{Method, Request, Response, StatusCode, Uri};
+use ipnet::IpNet;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::error::ErrorKind;
+use crate::limit::{Decision, RateLimiter};
+
+/// The client's address as the connection saw it. Insert it into each
+/// request's extensions when serving with plain hyper; with axum, enable
+/// this crate's `axum` feature and serve with `into_make_service_with_connect_info`
+/// (`ConnectInfo<SocketAddr>` is read too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// What a request is limited by.
+#[derive(Clone)]
+pub enum KeyBy {
+    /// The client's IP address. `X-Forwarded-For` is read only when the
+    /// connection comes from one of `trusted_proxies`: then the client is
+    /// the right-most address in it that is not itself a trusted proxy.
+    ClientIp {
+        /// Proxies (addresses or networks) whose `X-Forwarded-For` is
+        /// believed.
+        trusted_proxies: Vec<IpNet>,
+    },
+    /// The value of a request header (an API key, a user id). Requests
+    /// without it are not limited.
+    Header(HeaderName),
+    /// The request path: one budget per URL path.
+    Path,
+    /// Any function of the request; `None` lets the request through
+    /// unlimited.
+    Custom(Arc<dyn Fn(&RequestInfo<'_>) -> Option<String> + Send + Sync>),
+}
+
+impl fmt::Debug for KeyBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyBy::ClientIp { trusted_proxies } => f
+                .debug_struct("ClientIp")
+                .field("trusted_proxies", trusted_proxies)
+                .finish(),
+            KeyBy::Header(h) => f.debug_tuple("Header").field(h).finish(),
+            KeyBy::Path => f.write_str("Path"),
+            KeyBy::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
+}
+
+/// What a [`KeyBy::Custom`] function sees of a request.
+#[derive(Debug)]
+pub struct RequestInfo<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The URI.
+    pub uri: &'a Uri,
+    /// The headers.
+    pub headers: &'a HeaderMap,
+    /// The connection's peer, when known.
+    pub peer: Option<SocketAddr>,
+}
+
+impl KeyBy {
+    fn key<B>(&self, req: &Request<B>) -> Option<String> {
+        let peer = peer(req);
+        match self {
+            KeyBy::ClientIp { trusted_proxies } => {
+                peer.map(|p| client_ip(p.ip(), req.headers(), trusted_proxies).to_string())
+            }
+            KeyBy::Header(name) => req
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            KeyBy::Path => Some(req.uri().path().to_owned()),
+            KeyBy::Custom(f) => f(&RequestInfo {
+                method: req.method(),
+                uri: req.uri(),
+                headers: req.headers(),
+                peer,
+            }),
+        }
+    }
+}
+
+fn peer<B>(req: &Request<B>) -> Option<SocketAddr> {
+    if let Some(PeerAddr(addr)) = req.extensions().get::<PeerAddr>() {
+        return Some(*addr);
+    }
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) =
+        req.extensions().get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*addr);
+    }
+    None
+}
+
+/// The client's address: `peer` itself unless `peer` is a trusted proxy;
+/// then the right-most `X-Forwarded-For` entry that is not a trusted proxy
+/// (or the left-most entry when all are). An entry that does not parse
+/// stops the walk at the last trusted hop.
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    let mut client = canonical(peer);
+    if !is_trusted(&client) {
+        return client;
+    }
+    // Several X-Forwarded-For headers are one list, in order.
+    let hops: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    for hop in hops.iter().rev() {
+        let Ok(ip) = hop.parse::<IpAddr>() else {
+            return client;
+        };
+        client = canonical(ip);
+        if !is_trusted(&client) {
+            return client;
+        }
+    }
+    client
+}
+
+/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) as plain IPv4.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Sets the `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
+/// headers (and `Retry-After` on refusal), in whole seconds rounded up.
+pub fn set_rate_limit_headers(headers: &mut HeaderMap, d: &Decision) {
+    let secs = |ms: u128| ms.div_ceil(1000) as u64;
+    headers.insert("ratelimit-limit", HeaderValue::from(d.limit));
+    headers.insert("ratelimit-remaining", HeaderValue::from(d.remaining));
+    headers.insert(
+        "ratelimit-reset",
+        HeaderValue::from(secs(d.reset_after.as_millis())),
+    );
+    if !d.allowed {
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from(secs(d.retry_after.as_millis()).max(1)),
+        );
+    }
+}
+
+/// Rate-limits every request of the wrapped service; refused requests get
+/// 429 with the rate-limit headers and a JSON error, allowed ones carry the
+/// headers too. When the store cannot be asked, the limiter's
+/// [`OnStoreError`](crate::OnStoreError) decides; with `Error` the answer
+/// is 503.
+#[derive(Debug, Clone)]
+pub struct RateLimitLayer {
+    limiter: RateLimiter,
+    key_by: KeyBy,
+    cost: u64,
+}
+
+impl RateLimitLayer {
+    /// Limits requests by `key_by`, each costing 1.
+    pub fn new(limiter: RateLimiter, key_by: KeyBy) -> Self {
+        RateLimitLayer {
+            limiter,
+            key_by,
+            cost: 1,
+        }
+    }
+
+    /// What each request costs (default 1).
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] wraps around another.
+#[derive(Debug, Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    layer: RateLimitLayer,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: From<String> + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Response<ResBody>, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The clone that was polled ready serves this request.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let key = self.layer.key_by.key(&req);
+        let (limiter, cost) = (self.layer.limiter.clone(), self.layer.cost);
+        Box::pin(async move {
+            let Some(key) = key else {
+                return inner.call(req).await;
+            };
+            match limiter.check(&key, cost).await {
+                Ok(d) if d.allowed => {
+                    let mut response = inner.call(req).await?;
+                    set_rate_limit_headers(response.headers_mut(), &d);
+                    Ok(response)
+                }
+                Ok(d) => {
+                    let message = format!("rate limit exceeded; retry in {} ms", d.retry_after.as_millis());
+                    let mut response =
+                        error_response(StatusCode::TOO_MANY_REQUESTS, "rate_limited", &message);
+                    set_rate_limit_headers(response.headers_mut(), &d);
+                    Ok(response)
+                }
+                Err(e) if e.kind() == ErrorKind::InvalidInput => Ok(error_response(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    &format!("cannot rate-limit this request: {e}"),
+                )),
+                Err(e) => {
+                    let mut response = error_response(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "store_unavailable",
+                        &e.to_string(),
+                    );
+                    response
+                        .headers_mut()
+                        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                    Ok(response)
+                }
+            }
+        })
+    }
+}
+
+/// tollgate's one error shape: `{"error": {"code", "message"}}`.
+fn error_response<B: From<String>>(status: StatusCode, code: &str, message: &str) -> Response<B> {
+    let body = format!(
+        r#"{{"error":{{"code":"{code}","message":{}}}}}"#,
+        json_string(message)
+    );
+    let mut response = Response::new(B::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(xff: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in xff {
+            h.append("x-forwarded-for", HeaderValue::from_str(v).expect("header"));
+        }
+        h
+    }
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_trusted_proxies() {
+        let trusted: Vec<IpNet> = vec![
+            "10.0.0.0/8".parse().expect("net"),
+            "::1/128".parse().expect("net"),
+        ];
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        // Untrusted peer: its own address, whatever it claims.
+        assert_eq!(
+            client_ip(ip("203.0.113.9"), &headers(&["1.2.3.4"]), &trusted),
+            ip("203.0.113.9")
+        );
+        // Trusted peer: the right-most untrusted hop.
+        assert_eq!(
+            client_ip(
+                ip("10.0.0.2"),
+                &headers(&["6.6.6.6, 198.51.100.7, 10.0.0.5"]),
+                &trusted
+            ),
+            ip("198.51.100.7")
+        );
+        // Several headers form one list.
+        assert_eq!(
+            client_ip(ip("10.0.0.2"), &headers(&["6.6.6.6", "198.51.100.7"]), &trusted),
+            ip("198.51.100.7")
+        );
+        // No header: the proxy itself.
+        assert_eq!(
+            client_ip(ip("10.0.0.2"), &HeaderMap::new(), &trusted),
+            ip("10.0.0.2")
+        );
+        // Garbage stops the walk at the last trusted hop.
+        assert_eq!(
+            client_ip(
+                ip("10.0.0.2"),
+                &headers(&["1.1.1.1, nonsense, 10.0.0.7"]),
+                &trusted
+            ),
+            ip("10.0.0.7")
+        );
+        // IPv4-mapped IPv6 peers count as IPv4.
+        assert_eq!(
+            client_ip(ip("::ffff:10.1.2.3"), &headers(&["192.0.2.1"]), &trusted),
+            ip("192.0.2.1")
+        );
+        assert_eq!(
+            client_ip(ip("::1"), &headers(&["2001:db8::7"]), &trusted),
+            ip("2001:db8::7")
+        );
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_string("a\"b\\c\n"), r#""a\"b\\c\u000a""#);
+    }
+}
