@@ -34,6 +34,9 @@ use crate::limit::{Decision, RateLimiter};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
 
+/// A function picking a request's key.
+pub type KeyFn = Arc<dyn Fn(&RequestInfo<'_>) -> Option<String> + Send + Sync>;
+
 /// What a request is limited by.
 #[derive(Clone)]
 pub enum KeyBy {
@@ -52,7 +55,7 @@ pub enum KeyBy {
     Path,
     /// Any function of the request; `None` lets the request through
     /// unlimited.
-    Custom(Arc<dyn Fn(&RequestInfo<'_>) -> Option<String> + Send + Sync>),
+    Custom(KeyFn),
 }
 
 impl fmt::Debug for KeyBy {
