@@ -22,8 +22,48 @@ pub(crate) enum Command {
     /// A distributed counting semaphore.
     #[command(subcommand)]
     Semaphore(Primitive),
+    /// Rate limits: check a key against a limit.
+    #[command(subcommand)]
+    Limit(LimitCommand),
     /// Measure throughput, latency and fairness; prints one JSON line per case.
     Bench(BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum LimitCommand {
+    /// Spend COST of KEY's allowance under limit NAME and print the
+    /// decision as JSON.
+    ///
+    /// Exit code: 0 allowed; 1 refused (retry_after_ms says when to try
+    /// again); 69 if the store or server is unreachable; 64 for bad
+    /// arguments.
+    Check(LimitCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LimitCheckArgs {
+    /// Name of the limiter (letters, digits, _ - . : / @).
+    pub(crate) name: String,
+    /// Whose allowance: a user, an IP, a job name.
+    pub(crate) key: String,
+    /// N/s, N/min, N/h or N/<duration> (e.g. 5/250ms). Optional with
+    /// --server when the server configures NAME.
+    #[arg(long, value_name = "RATE")]
+    pub(crate) rate: Option<String>,
+    /// GCRA burst: how many at once [default: the rate's N].
+    #[arg(long, value_name = "B")]
+    pub(crate) burst: Option<u64>,
+    /// gcra (default), fixed_window or sliding_window.
+    #[arg(long, value_name = "ALGORITHM")]
+    pub(crate) algorithm: Option<String>,
+    /// What this check spends.
+    #[arg(long, default_value_t = 1, value_name = "C")]
+    pub(crate) cost: u64,
+    /// Longest wait for Redis per decision.
+    #[arg(long, default_value = "100ms", value_parser = duration, value_name = "D")]
+    pub(crate) timeout: Duration,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
 }
 
 #[derive(Debug, Subcommand)]

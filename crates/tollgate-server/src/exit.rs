@@ -1,5 +1,7 @@
 //! Exit codes, documented in the README. sysexits(3) numbering where one fits.
 
+/// `limit check`: the request was refused.
+pub(crate) const REFUSED: i32 = 1;
 /// Bad arguments, or no store named.
 pub(crate) const USAGE: i32 = 64;
 /// The store could not be reached.

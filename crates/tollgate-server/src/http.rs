@@ -35,6 +35,10 @@ pub(crate) struct AppState {
     pub(crate) metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// Gates this server has served, for the per-gate series (bounded).
     pub(crate) gates: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Configured and ad-hoc rate limiters.
+    pub(crate) limits: std::sync::Arc<crate::limits::Limiters>,
+    /// Rate-limits the /v1 routes when `[protect]` is configured.
+    pub(crate) protect: Option<tollgate::RateLimitLayer>,
     /// Bearer tokens accepted on /v1 routes; empty: no authentication.
     pub(crate) tokens: std::sync::Arc<Vec<String>>,
     /// Turns true when the server shuts down: pending long-polls answer at
@@ -69,7 +73,15 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/gates/{name}/tickets/{ticket}/events", get(ticket_events))
         .route("/v1/gates/{name}/leases/{token}", delete(release))
         .route("/v1/gates/{name}/leases/{token}/renew", post(renew))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+        .route("/v1/limits/{name}", get(crate::limits::describe))
+        .route("/v1/limits/{name}/check", post(crate::limits::check));
+    // Rate limiting runs after authentication: a caller without a token
+    // is turned away without spending anyone's allowance.
+    let api = match &state.protect {
+        Some(layer) => api.route_layer(layer.clone()),
+        None => api,
+    }
+    .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         // Probes stay open so an orchestrator needs no token.
         .route("/healthz", get(healthz))
@@ -170,7 +182,7 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -178,7 +190,7 @@ impl ApiError {
         }
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 }
@@ -214,7 +226,7 @@ impl IntoResponse for ApiError {
 }
 
 /// JSON body extractor whose rejections use the API's error shape.
-pub(crate) struct Json<T>(T);
+pub(crate) struct Json<T>(pub(crate) T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
@@ -761,6 +773,6 @@ async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        "no such route; the API lives under /v1/gates/{name}",
+        "no such route; the API lives under /v1/gates/{name} and /v1/limits/{name}",
     )
 }

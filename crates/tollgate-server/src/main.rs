@@ -6,13 +6,14 @@ mod bench_http;
 mod cli;
 mod exit;
 mod http;
+mod limits;
 mod remote;
 mod run;
 mod serve;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, Primitive};
+use crate::cli::{Cli, Command, LimitCommand, Primitive};
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -43,6 +44,7 @@ fn main() {
             Command::Serve(args) => serve::run(args).await,
             Command::Lock(Primitive::Run(args)) => run::lock(args).await,
             Command::Semaphore(Primitive::Run(args)) => run::semaphore(args).await,
+            Command::Limit(LimitCommand::Check(args)) => limits::cli_check(args).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

@@ -1,6 +1,7 @@
 //! `tollgate serve`: the HTTP/JSON service, on the embedded store unless
 //! `--redis` names one.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,11 +11,12 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
-use tollgate::{RedisConfig, Store};
+use tollgate::{PeerAddr, RedisConfig, Store};
 
 use crate::cli::ServeArgs;
 use crate::exit;
 use crate::http::{AppState, router};
+use crate::limits::{LimitSettings, Limiters, ProtectSettings};
 
 /// What a TOML config file may set.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -25,6 +27,11 @@ struct FileSettings {
     prefix: Option<String>,
     #[serde(default)]
     tokens: Vec<String>,
+    /// Named rate limits: `[limits.NAME]`.
+    #[serde(default)]
+    limits: HashMap<String, LimitSettings>,
+    /// Rate-limit tollgate's own /v1 API.
+    protect: Option<ProtectSettings>,
 }
 
 /// The settings `serve` runs with.
@@ -33,6 +40,8 @@ struct Settings {
     redis: Option<String>,
     prefix: String,
     tokens: Vec<String>,
+    limits: HashMap<String, LimitSettings>,
+    protect: Option<ProtectSettings>,
 }
 
 /// Merges the config file, the environment and the flags: flags and
@@ -61,6 +70,8 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
         } else {
             args.tokens
         },
+        limits: file.limits,
+        protect: file.protect,
     })
 }
 
@@ -122,11 +133,26 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
             return exit::SOFTWARE;
         }
     };
+    // After the recorder: limiters register their metrics when made.
+    let limits = Limiters::configure(&store, &args.limits);
+    let protect = limits
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|l| args.protect.as_ref().map(|p| l.layer(p)).transpose());
+    let (limits, protect) = match (limits, protect) {
+        (Ok(l), Ok(p)) => (l, p),
+        (Err(msg), _) | (_, Err(msg)) => {
+            eprintln!("tollgate: {msg}");
+            return exit::USAGE;
+        }
+    };
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let app = router(AppState {
         store,
         metrics,
         gates: Default::default(),
+        limits: std::sync::Arc::new(limits),
+        protect,
         tokens: std::sync::Arc::new(args.tokens),
         stopping,
     });
@@ -139,8 +165,8 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors, say: back off, keep serving.
                         tracing::warn!(error = %e, "accept failed");
@@ -152,7 +178,7 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(Duration::from_secs(30))
-                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(with_peer(app.clone(), peer)));
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     let _ = conn.await;
@@ -171,6 +197,21 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         eprintln!("tollgate serve: some connections did not finish within 30 s; closing them");
     }
     0
+}
+
+/// Tells the app (the rate-limit layer's client-IP key) who is connected.
+type Incoming = hyper::Request<hyper::body::Incoming>;
+
+fn with_peer(
+    app: axum::Router,
+    peer: SocketAddr,
+) -> tower::util::MapRequest<axum::Router, impl FnMut(Incoming) -> Incoming + Clone> {
+    tower::ServiceBuilder::new()
+        .map_request(move |mut req: Incoming| {
+            req.extensions_mut().insert(PeerAddr(peer));
+            req
+        })
+        .service(app)
 }
 
 /// Resolves on SIGTERM or SIGINT: in-flight requests finish (long-polls

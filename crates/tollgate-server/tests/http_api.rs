@@ -1,73 +1,17 @@
 //! `tollgate serve` as a separate process, over real HTTP, on the embedded
 //! store and on a real redis-server.
 
+mod serve_support;
 #[path = "../../tollgate/tests/support/mod.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use serve_support::{Server, send};
 use support::RedisServer;
-
-/// A `tollgate serve` child on a free port; killed on drop.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(redis: Option<&str>) -> Server {
-        Server::start_with(redis, &[])
-    }
-
-    fn start_with(redis: Option<&str>, extra: &[&str]) -> Server {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env_remove("TOLLGATE_REDIS_URL")
-            .env_remove("TOLLGATE_TOKENS")
-            .env("TOLLGATE_LOG", "warn");
-        if let Some(url) = redis {
-            cmd.args(["--redis", url]);
-        }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read the listening line");
-        let base = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_owned();
-        Server { child, base }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
-    let resp = req.send().await.expect("request");
-    let status = resp.status().as_u16();
-    let body = resp.json::<Value>().await.unwrap_or(Value::Null);
-    (status, body)
-}
 
 async fn enter(c: &reqwest::Client, s: &Server, gate: &str, body: Value) -> (u16, Value) {
     send(c.post(s.url(&format!("/v1/gates/{gate}/enter"))).json(&body)).await
@@ -795,6 +739,8 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/v1/gates/{name}/tickets/{ticket}/events",
         "/v1/gates/{name}/leases/{token}",
         "/v1/gates/{name}/leases/{token}/renew",
+        "/v1/limits/{name}",
+        "/v1/limits/{name}/check",
     ] {
         assert!(served["paths"].get(path).is_some(), "{path} is not documented");
     }

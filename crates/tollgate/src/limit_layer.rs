@@ -254,7 +254,11 @@ where
             match limiter.check(&key, cost).await {
                 Ok(d) if d.allowed => {
                     let mut response = inner.call(req).await?;
-                    set_rate_limit_headers(response.headers_mut(), &d);
+                    // A limit applied further in (a check endpoint, a
+                    // nested layer) speaks for itself.
+                    if !response.headers().contains_key("ratelimit-limit") {
+                        set_rate_limit_headers(response.headers_mut(), &d);
+                    }
                     Ok(response)
                 }
                 Ok(d) => {

@@ -1,0 +1,426 @@
+//! Rate limits in the service: limits named in the config file, the check
+//! endpoint, the layer that protects tollgate's own API, and
+//! `tollgate limit check`.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tollgate::{
+    Algorithm, Decision, KeyBy, Limit, OnStoreError, Rate, RateLimitLayer, RateLimiter, Store,
+    set_rate_limit_headers,
+};
+
+use crate::cli::LimitCheckArgs;
+use crate::exit;
+use crate::http::{ApiError, AppState, Json};
+
+/// A limit as written in the config file (`[limits.NAME]`) or sent with a
+/// check.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitSpec {
+    /// `N/s`, `N/min`, `N/h` or `N/<duration>`.
+    pub(crate) rate: String,
+    /// GCRA only; default: the rate's count.
+    pub(crate) burst: Option<u64>,
+    /// `gcra` (default), `fixed_window` or `sliding_window`.
+    pub(crate) algorithm: Option<String>,
+}
+
+impl LimitSpec {
+    pub(crate) fn limit(&self) -> tollgate::Result<Limit> {
+        let rate: Rate = self.rate.parse()?;
+        let algorithm: Algorithm = self.algorithm.as_deref().unwrap_or("gcra").parse()?;
+        Limit::new(algorithm, rate, self.burst)
+    }
+}
+
+/// `[limits.NAME]` in the config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitSettings {
+    #[serde(flatten)]
+    pub(crate) spec: LimitSpec,
+    /// `error` (default: the caller gets 503), `open` or `closed`.
+    pub(crate) on_store_error: Option<String>,
+    /// How long a decision may wait for the store. Default 100.
+    pub(crate) timeout_ms: Option<u64>,
+}
+
+/// `[protect]`: rate-limit tollgate's own /v1 API with a configured limit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProtectSettings {
+    /// A name from `[limits]`.
+    pub(crate) limit: String,
+    /// `ip` (default), `header:NAME` or `path`.
+    pub(crate) key: Option<String>,
+    /// Proxies whose `X-Forwarded-For` is believed (addresses or CIDR
+    /// networks); only with `key = "ip"`.
+    #[serde(default)]
+    pub(crate) trusted_proxies: Vec<String>,
+}
+
+/// Configured limiters, plus the ad-hoc ones made for checks that carry
+/// their own limit.
+#[derive(Debug, Default)]
+pub(crate) struct Limiters {
+    configured: HashMap<String, RateLimiter>,
+    ad_hoc: Mutex<HashMap<String, RateLimiter>>,
+}
+
+/// Ad-hoc limiters kept (and given their own metric series); past this,
+/// checks still work but go unmetered.
+const TRACKED_AD_HOC: usize = 1000;
+
+impl Limiters {
+    pub(crate) fn configure(
+        store: &Store,
+        settings: &HashMap<String, LimitSettings>,
+    ) -> Result<Limiters, String> {
+        let mut configured = HashMap::new();
+        for (name, s) in settings {
+            let bad = |e: tollgate::Error| format!("[limits.{name}]: {e}");
+            let limit = s.spec.limit().map_err(bad)?;
+            let policy: OnStoreError = s
+                .on_store_error
+                .as_deref()
+                .unwrap_or("error")
+                .parse()
+                .map_err(bad)?;
+            let timeout = Duration::from_millis(s.timeout_ms.unwrap_or(100));
+            if timeout.is_zero() || timeout > Duration::from_secs(10) {
+                return Err(format!("[limits.{name}]: timeout_ms must be 1 to 10000"));
+            }
+            let limiter = RateLimiter::new(store, name, limit)
+                .map_err(bad)?
+                .on_store_error(policy)
+                .timeout(timeout);
+            configured.insert(name.clone(), limiter);
+        }
+        Ok(Limiters {
+            configured,
+            ad_hoc: Mutex::default(),
+        })
+    }
+
+    pub(crate) fn layer(&self, protect: &ProtectSettings) -> Result<RateLimitLayer, String> {
+        let limiter = self
+            .configured
+            .get(&protect.limit)
+            .ok_or_else(|| format!("[protect]: no limit named {:?} in [limits]", protect.limit))?;
+        let key = protect.key.as_deref().unwrap_or("ip");
+        if key != "ip" && !protect.trusted_proxies.is_empty() {
+            return Err("[protect]: trusted_proxies only applies with key = \"ip\"".to_owned());
+        }
+        let key_by = match key {
+            "ip" => KeyBy::ClientIp {
+                trusted_proxies: protect
+                    .trusted_proxies
+                    .iter()
+                    .map(|p| {
+                        p.parse::<ipnet::IpNet>()
+                            .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                            .map_err(|_| {
+                                format!("[protect]: trusted proxy {p:?} is not an address or network")
+                            })
+                    })
+                    .collect::<Result<_, _>>()?,
+            },
+            "path" => KeyBy::Path,
+            other => match other
+                .strip_prefix("header:")
+                .map(axum::http::HeaderName::try_from)
+            {
+                Some(Ok(h)) => KeyBy::Header(h),
+                _ => {
+                    return Err(format!("[protect]: key {other:?} is not ip, path or header:NAME"));
+                }
+            },
+        };
+        Ok(RateLimitLayer::new(limiter.clone(), key_by))
+    }
+
+    /// The limiter for `name` and the limit this check runs under.
+    fn resolve(
+        &self,
+        store: &Store,
+        name: &str,
+        spec: Option<&LimitSpec>,
+    ) -> Result<(RateLimiter, Limit), ApiError> {
+        if let Some(limiter) = self.configured.get(name) {
+            let configured = limiter.limit();
+            if let Some(spec) = spec {
+                let asked = spec.limit()?;
+                if asked != configured {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "limit_conflict",
+                        format!(
+                            "limit {name:?} is configured on the server as {configured}; the request says {asked}"
+                        ),
+                    ));
+                }
+            }
+            return Ok((limiter.clone(), configured));
+        }
+        let Some(spec) = spec else {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "limit_not_found",
+                format!(
+                    "no limit {name:?} is configured on this server; send rate (and burst) with the check"
+                ),
+            ));
+        };
+        let limit = spec.limit()?;
+        let mut ad_hoc = self.ad_hoc.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(l) = ad_hoc.get(name) {
+            return Ok((l.clone(), limit));
+        }
+        if ad_hoc.len() >= TRACKED_AD_HOC {
+            let limiter = metrics::with_local_recorder(&metrics::NoopRecorder, || {
+                RateLimiter::new(store, name, limit)
+            })?;
+            return Ok((limiter, limit));
+        }
+        let limiter = RateLimiter::new(store, name, limit)?;
+        ad_hoc.insert(name.to_owned(), limiter.clone());
+        Ok((limiter, limit))
+    }
+
+    fn configured(&self, name: &str) -> Option<&RateLimiter> {
+        self.configured.get(name)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CheckBody {
+    /// Whose allowance: a client id, an IP, an API key.
+    key: String,
+    /// What this request costs. Default 1.
+    #[serde(default = "one")]
+    cost: u64,
+    /// The limit, unless the server has one configured under this name
+    /// (then it may be repeated but must match).
+    rate: Option<String>,
+    burst: Option<u64>,
+    algorithm: Option<String>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// A decision as JSON.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct DecisionBody {
+    pub(crate) allowed: bool,
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) retry_after_ms: u64,
+    pub(crate) reset_after_ms: u64,
+    /// The store was unreachable and the limiter's policy decided.
+    pub(crate) degraded: bool,
+}
+
+impl From<&Decision> for DecisionBody {
+    fn from(d: &Decision) -> Self {
+        DecisionBody {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            retry_after_ms: d.retry_after.as_millis() as u64,
+            reset_after_ms: d.reset_after.as_millis() as u64,
+            degraded: d.degraded,
+        }
+    }
+}
+
+/// `POST /v1/limits/{name}/check`: 200 when allowed, 429 when refused; the
+/// decision in the body and in the RateLimit-* headers either way.
+pub(crate) async fn check(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<CheckBody>,
+) -> Result<Response, ApiError> {
+    let spec = match (body.rate, body.burst, body.algorithm) {
+        (None, None, None) => None,
+        (Some(rate), burst, algorithm) => Some(LimitSpec {
+            rate,
+            burst,
+            algorithm,
+        }),
+        (None, _, _) => return Err(ApiError::bad_request("burst and algorithm need a rate")),
+    };
+    let (limiter, limit) = state.limits.resolve(&state.store, &name, spec.as_ref())?;
+    let d = limiter.check_with(&body.key, body.cost, &limit).await?;
+    let status = if d.allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let mut response = (status, axum::Json(DecisionBody::from(&d))).into_response();
+    set_rate_limit_headers(response.headers_mut(), &d);
+    Ok(response)
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct LimitInfo {
+    name: String,
+    algorithm: &'static str,
+    rate: String,
+    burst: u64,
+}
+
+/// `GET /v1/limits/{name}`: a configured limit.
+pub(crate) async fn describe(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<LimitInfo>, ApiError> {
+    let limiter = state.limits.configured(&name).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "limit_not_found",
+            format!("no limit {name:?} is configured on this server"),
+        )
+    })?;
+    let limit = limiter.limit();
+    Ok(axum::Json(LimitInfo {
+        name,
+        algorithm: limit.algorithm().as_str(),
+        rate: limit.rate().to_string(),
+        burst: limit.burst(),
+    }))
+}
+
+/// `tollgate limit check NAME KEY`: prints the decision as JSON; exit 0
+/// when allowed, 1 when refused.
+pub(crate) async fn cli_check(args: LimitCheckArgs) -> i32 {
+    let spec = match (&args.rate, args.burst, &args.algorithm) {
+        (None, None, None) => None,
+        (Some(rate), burst, algorithm) => Some(LimitSpec {
+            rate: rate.clone(),
+            burst,
+            algorithm: algorithm.clone(),
+        }),
+        (None, _, _) => {
+            eprintln!("tollgate: --burst and --algorithm need --rate");
+            return exit::USAGE;
+        }
+    };
+    if let Some(server) = &args.store.server {
+        return remote_check(server, args.store.server_token.as_deref(), &args, spec).await;
+    }
+    let Some(url) = &args.store.redis else {
+        eprintln!(
+            "tollgate: limit check needs --redis URL or --server URL (or TOLLGATE_REDIS_URL / TOLLGATE_SERVER)"
+        );
+        return exit::USAGE;
+    };
+    let Some(spec) = spec else {
+        eprintln!("tollgate: limit check on Redis needs --rate (and optionally --burst, --algorithm)");
+        return exit::USAGE;
+    };
+    let limit = match spec.limit() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return exit::USAGE;
+        }
+    };
+    let mut config = tollgate::RedisConfig::new(url.clone());
+    config.prefix = args.store.prefix.clone();
+    config.connect_timeout = args.timeout.max(Duration::from_secs(1));
+    let decided = async {
+        let store = Store::connect(config).await?;
+        let limiter = RateLimiter::new(&store, &args.name, limit)?.timeout(args.timeout);
+        limiter.check(&args.key, args.cost).await
+    };
+    match decided.await {
+        Ok(d) => print_decision(&DecisionBody::from(&d)),
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            exit::for_error(&e)
+        }
+    }
+}
+
+fn print_decision(d: &DecisionBody) -> i32 {
+    println!("{}", serde_json::to_string(d).unwrap_or_default());
+    if d.allowed { 0 } else { exit::REFUSED }
+}
+
+async fn remote_check(
+    server: &str,
+    token: Option<&str>,
+    args: &LimitCheckArgs,
+    spec: Option<LimitSpec>,
+) -> i32 {
+    let base = server.trim_end_matches('/');
+    if !base.starts_with("http://") {
+        eprintln!("tollgate: --server {server:?}: give an http:// URL of a `tollgate serve`");
+        return exit::USAGE;
+    }
+    let mut body = serde_json::json!({"key": args.key, "cost": args.cost});
+    if let Some(spec) = spec {
+        body["rate"] = spec.rate.into();
+        if let Some(b) = spec.burst {
+            body["burst"] = b.into();
+        }
+        if let Some(a) = spec.algorithm {
+            body["algorithm"] = a.into();
+        }
+    }
+    let client = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tollgate: cannot set up an HTTP client: {e}");
+            return exit::SOFTWARE;
+        }
+    };
+    let url = format!("{base}/v1/limits/{}/check", args.name.replace('/', "%2F"));
+    let mut req = client.post(url).json(&body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tollgate: cannot reach the tollgate server: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    match (status, serde_json::from_str::<DecisionBody>(&text)) {
+        (200 | 429, Ok(d)) => print_decision(&d),
+        (429, _) => {
+            // The server's own [protect] limit turned the check away; the
+            // key was not checked.
+            eprintln!("tollgate: the server is rate-limiting this client; try again later");
+            exit::BUSY
+        }
+        _ => {
+            let message = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("the server answered {status}"));
+            eprintln!("tollgate: {message}");
+            if status >= 500 {
+                exit::UNAVAILABLE
+            } else {
+                exit::USAGE
+            }
+        }
+    }
+}

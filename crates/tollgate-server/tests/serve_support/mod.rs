@@ -1,0 +1,70 @@
+//! A `tollgate serve` child process for the HTTP tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+/// A `tollgate serve` child on a free port; killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+}
+
+impl Server {
+    pub fn start(redis: Option<&str>) -> Server {
+        Server::start_with(redis, &[])
+    }
+
+    pub fn start_with(redis: Option<&str>, extra: &[&str]) -> Server {
+        Server::start_full(redis, extra, Stdio::inherit())
+    }
+
+    /// With its standard error going to `stderr` (a file, to read logs).
+    pub fn start_full(redis: Option<&str>, extra: &[&str], stderr: Stdio) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("TOLLGATE_REDIS_URL")
+            .env_remove("TOLLGATE_TOKENS")
+            .env("TOLLGATE_LOG", "warn");
+        if let Some(url) = redis {
+            cmd.args(["--redis", url]);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        Server { child, base }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+    (status, body)
+}
