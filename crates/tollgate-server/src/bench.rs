@@ -53,6 +53,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
     }
     let (case, capacity) = match (args.target, args.contended) {
         (BenchTarget::Http, _) => return crate::bench_http::run(&args).await,
+        (BenchTarget::Limit, _) => return crate::bench_limit::run(&args).await,
         (BenchTarget::Lock, false) => ("mutex_uncontended", 1),
         (BenchTarget::Lock, true) => ("mutex_contended", 1),
         (BenchTarget::Semaphore, _) => ("semaphore_contended", args.limit),

@@ -160,6 +160,8 @@ pub(crate) enum BenchTarget {
     Semaphore,
     /// The HTTP API of a running `tollgate serve` (--server).
     Http,
+    /// GCRA rate-limit decisions over --keys keys (limit_gcra).
+    Limit,
 }
 
 #[derive(Debug, Args)]
@@ -182,6 +184,9 @@ pub(crate) struct BenchArgs {
     /// The semaphore's capacity.
     #[arg(long, default_value_t = 5)]
     pub(crate) limit: u32,
+    /// `limit` only: how many keys the decisions spread over.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) keys: usize,
     /// Run the workers on one thread (a current-thread runtime) instead of
     /// a thread per core.
     #[arg(long)]

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_http;
+mod bench_limit;
 mod cli;
 mod exit;
 mod http;

@@ -68,5 +68,10 @@ pub use store::{GateStats, Holding, Occupancy, Place, RedisConfig, Store};
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+// So do the rate-limit guide's.
+#[doc = include_str!("../../../docs/LIMITS.md")]
+#[cfg(doctest)]
+pub struct LimitsDoctests;
+
 /// The largest capacity a gate may have.
 pub const MAX_CAPACITY: u32 = 1_000_000;
