@@ -259,6 +259,37 @@ async fn exact_under_overload_in_real_time(l: RateLimiter) {
     );
 }
 
+/// 50 tasks race 500 checks at a budget of 100 that does not refill
+/// meanwhile: exactly 100 pass, whatever the algorithm.
+async fn never_more_than_the_budget_under_concurrency(ts: TestStore) {
+    let rate = Rate::new(100, Duration::from_secs(24 * 3600)).expect("rate");
+    for limit in [
+        Limit::gcra(rate, 100).expect("limit"),
+        Limit::fixed_window(rate),
+        Limit::sliding_window(rate),
+    ] {
+        let l = limiter(&ts, limit);
+        let passed = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..50)
+            .map(|_| {
+                let (l, passed) = (l.clone(), passed.clone());
+                tokio::spawn(async move {
+                    for _ in 0..10 {
+                        let key = limit.algorithm().as_str();
+                        if l.check(key, 1).await.expect("decision").allowed {
+                            passed.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("task");
+        }
+        assert_eq!(passed.load(Ordering::SeqCst), 100, "{limit}");
+    }
+}
+
 async fn bad_input_is_refused(ts: TestStore) {
     let l = limiter(&ts, gcra(10, Duration::from_secs(1), 5));
     for key in ["", "has space", "tab\there", &"k".repeat(257)] {
@@ -300,6 +331,7 @@ on_both_stores!(
     changing_the_limit_takes_effect_at_once,
     window_edges,
     exact_under_overload,
+    never_more_than_the_budget_under_concurrency,
     bad_input_is_refused,
 );
 
