@@ -82,6 +82,10 @@ pub(crate) struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1:7700].
     #[arg(long, env = "TOLLGATE_LISTEN", value_name = "ADDR")]
     pub(crate) listen: Option<std::net::SocketAddr>,
+    /// Address the waiting rooms ([rooms.NAME] in the config) listen on
+    /// [default: 127.0.0.1:7780].
+    #[arg(long, env = "TOLLGATE_PROXY_LISTEN", value_name = "ADDR")]
+    pub(crate) proxy_listen: Option<std::net::SocketAddr>,
     /// Redis URL; without it the embedded in-memory store is used, and this
     /// one process is the whole server.
     #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]

@@ -37,6 +37,8 @@ pub(crate) struct AppState {
     pub(crate) gates: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     /// Configured and ad-hoc rate limiters.
     pub(crate) limits: std::sync::Arc<crate::limits::Limiters>,
+    /// The waiting rooms, for their admin routes.
+    pub(crate) rooms: std::sync::Arc<crate::room::Rooms>,
     /// Rate-limits the /v1 routes when `[protect]` is configured.
     pub(crate) protect: Option<tollgate::RateLimitLayer>,
     /// Bearer tokens accepted on /v1 routes; empty: no authentication.
@@ -74,7 +76,13 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/gates/{name}/leases/{token}", delete(release))
         .route("/v1/gates/{name}/leases/{token}/renew", post(renew))
         .route("/v1/limits/{name}", get(crate::limits::describe))
-        .route("/v1/limits/{name}/check", post(crate::limits::check));
+        .route("/v1/limits/{name}/check", post(crate::limits::check))
+        .route("/v1/rooms/{room}", get(crate::room::admin::stats))
+        .route("/v1/rooms/{room}/capacity", put(crate::room::admin::set_capacity))
+        .route(
+            "/v1/rooms/{room}/sessions/{session}",
+            delete(crate::room::admin::end_session),
+        );
     // Rate limiting runs after authentication: a caller without a token
     // is turned away without spending anyone's allowance.
     let api = match &state.protect {

@@ -9,6 +9,7 @@ mod exit;
 mod http;
 mod limits;
 mod remote;
+mod room;
 mod run;
 mod serve;
 

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -17,6 +18,7 @@ use crate::cli::ServeArgs;
 use crate::exit;
 use crate::http::{AppState, router};
 use crate::limits::{LimitSettings, Limiters, ProtectSettings};
+use crate::room::{RoomSettings, Rooms};
 
 /// What a TOML config file may set.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -32,6 +34,11 @@ struct FileSettings {
     limits: HashMap<String, LimitSettings>,
     /// Rate-limit tollgate's own /v1 API.
     protect: Option<ProtectSettings>,
+    /// Where the waiting rooms listen.
+    proxy_listen: Option<SocketAddr>,
+    /// Waiting rooms: `[rooms.NAME]`.
+    #[serde(default)]
+    rooms: HashMap<String, RoomSettings>,
 }
 
 /// The settings `serve` runs with.
@@ -42,6 +49,8 @@ struct Settings {
     tokens: Vec<String>,
     limits: HashMap<String, LimitSettings>,
     protect: Option<ProtectSettings>,
+    proxy_listen: SocketAddr,
+    rooms: HashMap<String, RoomSettings>,
 }
 
 /// Merges the config file, the environment and the flags: flags and
@@ -72,6 +81,11 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
         },
         limits: file.limits,
         protect: file.protect,
+        proxy_listen: args
+            .proxy_listen
+            .or(file.proxy_listen)
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7780))),
+        rooms: file.rooms,
     })
 }
 
@@ -108,6 +122,13 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
             }
         }
     };
+    let rooms = match Rooms::new(&args.rooms, &store) {
+        Ok(r) => Arc::new(r),
+        Err(msg) => {
+            eprintln!("tollgate: {msg}");
+            return exit::USAGE;
+        }
+    };
     let listener = match TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -116,11 +137,41 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         }
     };
     let addr: SocketAddr = listener.local_addr().unwrap_or(args.listen);
+    let proxy = if rooms.is_empty() {
+        None
+    } else {
+        match TcpListener::bind(args.proxy_listen).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!(
+                    "tollgate: cannot listen on {} for the waiting rooms: {e}",
+                    args.proxy_listen
+                );
+                return exit::UNAVAILABLE;
+            }
+        }
+    };
     // The one line a person (or a test) needs: where to send requests.
+    let rooms_at = match &proxy {
+        Some(p) => {
+            let names: Vec<&str> = rooms.all().iter().map(|r| r.name()).collect();
+            format!(
+                "; waiting rooms on http://{} ({})",
+                p.local_addr().unwrap_or(args.proxy_listen),
+                names.join(", ")
+            )
+        }
+        None => String::new(),
+    };
     println!(
-        "tollgate serve: listening on http://{addr} (store: {})",
+        "tollgate serve: listening on http://{addr} (store: {}){rooms_at}",
         store.kind()
     );
+    for room in rooms.all() {
+        if let Err(e) = room.apply_capacity().await {
+            tracing::warn!(room = room.name(), error = %e, "could not set the room's capacity; the stored one stays");
+        }
+    }
     let metrics = match metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&[
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -152,6 +203,7 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         metrics,
         gates: Default::default(),
         limits: std::sync::Arc::new(limits),
+        rooms: rooms.clone(),
         protect,
         tokens: std::sync::Arc::new(args.tokens),
         stopping,
@@ -160,10 +212,46 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
     // than axum's auto-detecting `serve`: it keeps an idle connection (and
     // so an open long-poll) markedly smaller.
     let graceful = GracefulShutdown::new();
+    let (proxy_open, mut proxy_closed) = tokio::sync::mpsc::channel::<()>(1);
     let signalled = shutdown();
     tokio::pin!(signalled);
     loop {
         tokio::select! {
+            accepted = accept(proxy.as_ref()), if proxy.is_some() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed (waiting rooms)");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let rooms = rooms.clone();
+                let service = hyper::service::service_fn(move |req| {
+                    let rooms = rooms.clone();
+                    async move { Ok::<_, std::convert::Infallible>(rooms.handle(req, peer).await) }
+                });
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(30))
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
+                // hyper-util's GracefulShutdown does not take upgradeable
+                // connections: watch the stop signal here, and hold a
+                // sender so shutdown can wait for the last one.
+                let (mut stopping, open) = (stop.subscribe(), proxy_open.clone());
+                tokio::spawn(async move {
+                    let _open = open;
+                    tokio::pin!(conn);
+                    tokio::select! {
+                        _ = conn.as_mut() => return,
+                        _ = stopping.wait_for(|s| *s) => {}
+                    }
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                });
+            }
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
                     Ok(accepted) => accepted,
@@ -190,13 +278,28 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
     eprintln!("tollgate serve: shutting down; answering pending long-polls");
     drop(listener);
     let _ = stop.send(true);
-    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+    drop(proxy);
+    drop(proxy_open);
+    let all_closed = async {
+        graceful.shutdown().await;
+        // Every proxy connection holds a sender: recv() ends with the last.
+        let _ = proxy_closed.recv().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(30), all_closed)
         .await
         .is_err()
     {
         eprintln!("tollgate serve: some connections did not finish within 30 s; closing them");
     }
     0
+}
+
+/// Accepts on the waiting rooms' listener (only polled when there is one).
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Tells the app (the rate-limit layer's client-IP key) who is connected.

@@ -53,6 +53,12 @@ impl Error {
         }
     }
 
+    /// An `Unavailable` error: for callers that bound store calls with
+    /// their own deadline and need to report one that passed.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Unavailable, message)
+    }
+
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::InvalidInput, message)
     }

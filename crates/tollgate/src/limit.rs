@@ -94,9 +94,14 @@ impl Rate {
                 "a rate's count must be 1 to {MAX_LIMIT}, got {count}"
             )));
         }
-        if period < MIN_PERIOD || period > MAX_PERIOD {
+        if period < MIN_PERIOD || period > MAX_PERIOD || period.as_nanos() % 1_000_000 != 0 {
             return Err(Error::invalid(format!(
-                "a rate's period must be 1ms to 24h, got {period:?}"
+                "a rate's period must be whole milliseconds from 1ms to 24h, got {period:?}"
+            )));
+        }
+        if count > period.as_millis() as u64 * 1000 {
+            return Err(Error::invalid(format!(
+                "{count} per {period:?} is more than one a microsecond; use a longer period"
             )));
         }
         Ok(Rate { count, period })

@@ -40,21 +40,22 @@ pub type KeyFn = Arc<dyn Fn(&RequestInfo<'_>) -> Option<String> + Send + Sync>;
 /// What a request is limited by.
 #[derive(Clone)]
 pub enum KeyBy {
-    /// The client's IP address. `X-Forwarded-For` is read only when the
-    /// connection comes from one of `trusted_proxies`: then the client is
-    /// the right-most address in it that is not itself a trusted proxy.
+    /// The client's IP address (IPv6 by its /64). `X-Forwarded-For` is read
+    /// only when the connection comes from one of `trusted_proxies`: then
+    /// the client is the right-most address in it that is not itself a
+    /// trusted proxy.
     ClientIp {
         /// Proxies (addresses or networks) whose `X-Forwarded-For` is
         /// believed.
         trusted_proxies: Vec<IpNet>,
     },
-    /// The value of a request header (an API key, a user id). Requests
-    /// without it are not limited.
+    /// The value of a request header (an API key, a user id), stored
+    /// hashed. Requests without it are not limited.
     Header(HeaderName),
-    /// The request path: one budget per URL path.
+    /// The request path (stored hashed): one budget per URL path.
     Path,
-    /// Any function of the request; `None` lets the request through
-    /// unlimited.
+    /// Any function of the request (its result is stored hashed); `None`
+    /// lets the request through unlimited.
     Custom(KeyFn),
 }
 
@@ -89,21 +90,31 @@ impl KeyBy {
     fn key<B>(&self, req: &Request<B>) -> Option<String> {
         let peer = peer(req);
         match self {
-            KeyBy::ClientIp { trusted_proxies } => {
-                peer.map(|p| client_ip(p.ip(), req.headers(), trusted_proxies).to_string())
-            }
+            KeyBy::ClientIp { trusted_proxies } => match peer {
+                Some(p) => Some(ip_key(client_ip(p.ip(), req.headers(), trusted_proxies))),
+                None => {
+                    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        tracing::warn!(
+                            "rate limit by client IP, but requests carry no PeerAddr or ConnectInfo: \
+                             they pass unlimited (serve with connect info)"
+                        );
+                    }
+                    None
+                }
+            },
             KeyBy::Header(name) => req
                 .headers()
                 .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            KeyBy::Path => Some(req.uri().path().to_owned()),
+                .map(|v| hashed(&String::from_utf8_lossy(v.as_bytes()))),
+            KeyBy::Path => Some(hashed(req.uri().path())),
             KeyBy::Custom(f) => f(&RequestInfo {
                 method: req.method(),
                 uri: req.uri(),
                 headers: req.headers(),
                 peer,
-            }),
+            })
+            .map(|k| hashed(&k)),
         }
     }
 }
@@ -131,16 +142,16 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr
     if !is_trusted(&client) {
         return client;
     }
-    // Several X-Forwarded-For headers are one list, in order.
-    let hops: Vec<&str> = headers
+    // Several X-Forwarded-For headers are one list, in order. Entries are
+    // split on the raw bytes, so one undecodable entry (a client can send
+    // any bytes) does not hide the entries a proxy appended after it.
+    let hops: Vec<&[u8]> = headers
         .get_all("x-forwarded-for")
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
         .collect();
     for hop in hops.iter().rev() {
-        let Ok(ip) = hop.parse::<IpAddr>() else {
+        let Some(ip) = parse_hop(hop) else {
             return client;
         };
         client = canonical(ip);
@@ -149,6 +160,36 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr
         }
     }
     client
+}
+
+/// One `X-Forwarded-For` entry: an address, or an address with a port
+/// (`1.2.3.4:5678`, `[2001:db8::1]:443`) as some load balancers write them.
+fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(hop).ok()?.trim();
+    text.parse::<IpAddr>()
+        .ok()
+        .or_else(|| text.parse::<SocketAddr>().ok().map(|s| s.ip()))
+}
+
+/// The key for a client address: IPv4 as is, IPv6 by its /64 (one
+/// subscriber's usual allocation, so rotating addresses within it does
+/// not buy a fresh budget).
+fn ip_key(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    }
+}
+
+/// Keys that may hold secrets (API keys, tokens) or arbitrary text are
+/// stored hashed: SHA-256, hex.
+fn hashed(text: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) as plain IPv4.
@@ -199,10 +240,17 @@ impl RateLimitLayer {
         }
     }
 
-    /// What each request costs (default 1).
-    pub fn cost(mut self, cost: u64) -> Self {
+    /// What each request costs (default 1): at least 1, at most what the
+    /// limiter's limit allows at once.
+    pub fn cost(mut self, cost: u64) -> crate::Result<Self> {
+        let most = self.limiter.limit().burst();
+        if cost == 0 || cost > most {
+            return Err(crate::Error::invalid(format!(
+                "a request's cost must be 1 to {most} under this limit, got {cost}"
+            )));
+        }
         self.cost = cost;
-        self
+        Ok(self)
     }
 }
 
@@ -372,6 +420,22 @@ mod tests {
             ),
             ip("10.0.0.7")
         );
+        // Undecodable bytes in one entry do not hide the proxy's own entry.
+        let mut raw = HeaderMap::new();
+        raw.append(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"\xff\xfe, 198.51.100.9").expect("header"),
+        );
+        assert_eq!(client_ip(ip("10.0.0.2"), &raw, &trusted), ip("198.51.100.9"));
+        // Entries with ports, as some load balancers write them.
+        assert_eq!(
+            client_ip(ip("10.0.0.2"), &headers(&["198.51.100.8:5678"]), &trusted),
+            ip("198.51.100.8")
+        );
+        assert_eq!(
+            client_ip(ip("10.0.0.2"), &headers(&["[2001:db8::9]:443"]), &trusted),
+            ip("2001:db8::9")
+        );
         // IPv4-mapped IPv6 peers count as IPv4.
         assert_eq!(
             client_ip(ip("::ffff:10.1.2.3"), &headers(&["192.0.2.1"]), &trusted),
@@ -381,6 +445,16 @@ mod tests {
             client_ip(ip("::1"), &headers(&["2001:db8::7"]), &trusted),
             ip("2001:db8::7")
         );
+    }
+
+    #[test]
+    fn ipv6_clients_share_their_64() {
+        let a = ip_key("2001:db8:1:2:aaaa::1".parse().expect("ip"));
+        let b = ip_key("2001:db8:1:2:bbbb::7".parse().expect("ip"));
+        assert_eq!(a, b);
+        assert_eq!(a, "2001:db8:1:2::/64");
+        assert_ne!(a, ip_key("2001:db8:1:3::1".parse().expect("ip")));
+        assert_eq!(ip_key("192.0.2.1".parse().expect("ip")), "192.0.2.1");
     }
 
     #[test]

@@ -128,9 +128,15 @@ async fn limits_by_header_and_lets_keyless_requests_through() {
         assert_eq!(r.status(), StatusCode::OK);
         assert!(!r.headers().contains_key("ratelimit-limit"));
     }
-    // A key the limiter cannot take is the caller's mistake: 400.
-    let r = status(&svc, request("192.0.2.1:1", None, Some("has space"))).await;
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // Header keys are hashed: any value works (say "Bearer x") and the
+    // secret never becomes part of a Redis key.
+    let r = status(&svc, request("192.0.2.1:1", None, Some("Bearer has space"))).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    // A cost the limit can never allow is refused when the layer is made.
+    let l = limiter(&Store::memory());
+    assert!(RateLimitLayer::new(l.clone(), KeyBy::Path).cost(0).is_err());
+    assert!(RateLimitLayer::new(l.clone(), KeyBy::Path).cost(3).is_err());
+    assert!(RateLimitLayer::new(l, KeyBy::Path).cost(2).is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

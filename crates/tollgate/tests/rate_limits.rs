@@ -301,7 +301,18 @@ async fn bad_input_is_refused(ts: TestStore) {
     assert!(Rate::new(0, Duration::from_secs(1)).is_err());
     assert!(Rate::new(1, Duration::ZERO).is_err());
     assert!(Rate::new(1, Duration::from_secs(25 * 3600)).is_err());
-    for bad in ["", "10", "-5/s", "0/s", "ten/s", "5/fortnight", "1.5/s", "5/0s"] {
+    for bad in [
+        "",
+        "10",
+        "-5/s",
+        "0/s",
+        "ten/s",
+        "5/fortnight",
+        "1.5/s",
+        "5/0s",
+        "5/1500us",
+        "1000000000/100ms",
+    ] {
         let e = bad.parse::<Rate>().expect_err(bad);
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
     }

@@ -10,6 +10,8 @@ use serde_json::Value;
 pub struct Server {
     pub child: Child,
     pub base: String,
+    /// The waiting rooms' address, when rooms are configured.
+    pub proxy: Option<String>,
 }
 
 impl Server {
@@ -42,12 +44,21 @@ impl Server {
         BufReader::new(stdout)
             .read_line(&mut line)
             .expect("read the listening line");
-        let base = line
+        let mut addresses = line
             .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_owned();
-        Server { child, base }
+            .filter(|w| w.starts_with("http://"))
+            .map(|w| {
+                w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+                    .to_owned()
+            });
+        let base = addresses
+            .next()
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        Server {
+            child,
+            base,
+            proxy: addresses.next(),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

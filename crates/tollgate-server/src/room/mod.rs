@@ -1,0 +1,877 @@
+//! Waiting rooms: a reverse proxy that admits at most N active visitors to
+//! an unchanged upstream, queues the rest FIFO on a Gate, and shows them a
+//! live page. See docs/ROOMS.md.
+//!
+//! A visitor is a lease (admitted) or a ticket (in line) on the room's gate,
+//! named by an HMAC-signed token in a cookie (or the `Tollgate-Token`
+//! header). Admission is the gate's: never more than its capacity, handed
+//! to the head of the line in the same atomic step that frees a slot.
+
+pub(crate) mod admin;
+mod page;
+mod proxy;
+mod token;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use axum::http::{Method, Request, Response, StatusCode};
+use ipnet::IpNet;
+use serde::Deserialize;
+use serde_json::json;
+use tollgate::{Entered, ErrorKind, Gate, GateOptions, Limit, RateLimiter, Store, TicketStatus, client_ip};
+
+use self::page::Page;
+use self::proxy::Upstream;
+use self::token::{Keys, Visitor};
+
+/// The request header (and response header) that carries a visitor's token
+/// for API and mobile clients.
+pub(crate) const TOKEN_HEADER: &str = "tollgate-token";
+/// Response header an upstream sets to end the visitor's session at once.
+pub(crate) const SESSION_HEADER: &str = "tollgate-session";
+/// Request header the upstream gets: the admitted visitor's session id, to
+/// end it through the admin API.
+pub(crate) const VISITOR_HEADER: &str = "tollgate-visitor";
+/// Paths under this prefix are the rooms' own endpoints.
+pub(crate) const OWN_PATHS: &str = "/.tollgate/";
+
+/// `[rooms.NAME]` in the config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RoomSettings {
+    /// `http://host:port` of the site behind the room.
+    pub(crate) upstream: String,
+    /// Requests for these hosts (the `Host` header, without port) go to
+    /// this room; empty: any host.
+    #[serde(default)]
+    pub(crate) hosts: Vec<String>,
+    /// Requests whose path starts with this go to this room. Default `/`.
+    pub(crate) path_prefix: Option<String>,
+    /// Most visitors active at once.
+    pub(crate) capacity: u32,
+    /// How long an admitted visitor stays active without a request.
+    /// Default 5m.
+    pub(crate) session_ttl: Option<String>,
+    /// How long a waiter may go without asking before losing its place.
+    /// Default 30s.
+    pub(crate) grace: Option<String>,
+    /// HMAC keys for visitor tokens, 32+ characters each: the first signs,
+    /// all verify.
+    pub(crate) cookie_keys: Vec<String>,
+    /// How often one waiting visitor may ask for its status. Default 5/s.
+    pub(crate) status_rate: Option<String>,
+    /// `closed` (default: a "try again" page, 503) or `open` (let
+    /// visitors through) while the store is unreachable.
+    pub(crate) on_store_error: Option<String>,
+    /// Longest wait for the store per request. Default 500.
+    pub(crate) store_timeout_ms: Option<u64>,
+    /// Longest wait for the upstream's response head. Default 30000.
+    pub(crate) upstream_timeout_ms: Option<u64>,
+    /// An HTML file replacing the default waiting page.
+    pub(crate) page: Option<std::path::PathBuf>,
+    /// Status of the waiting page: 503 (default; crawlers do not index it)
+    /// or 200.
+    pub(crate) queued_status: Option<u16>,
+    /// Paths (prefixes) that pass without queueing: health checks, assets.
+    #[serde(default)]
+    pub(crate) bypass_paths: Vec<String>,
+    /// Client addresses or networks that pass without queueing.
+    #[serde(default)]
+    pub(crate) bypass_ips: Vec<String>,
+    /// `Name: value`: requests with this header pass without queueing.
+    pub(crate) bypass_header: Option<String>,
+    /// Proxies in front of tollgate whose `X-Forwarded-For` is believed.
+    #[serde(default)]
+    pub(crate) trusted_proxies: Vec<String>,
+    /// Mark the cookie `Secure` (set when visitors reach tollgate over
+    /// HTTPS through a proxy). Default false.
+    pub(crate) secure_cookie: Option<bool>,
+}
+
+/// What happens while the store cannot be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnStoreError {
+    Open,
+    Closed,
+}
+
+/// One configured room.
+pub(crate) struct Room {
+    name: String,
+    gate: Gate,
+    capacity: u32,
+    keys: Keys,
+    upstream: Upstream,
+    session_ttl: Duration,
+    /// Renew an active visitor's lease when its token is older than this.
+    renew_every: Duration,
+    status_limit: RateLimiter,
+    on_store_error: OnStoreError,
+    store_timeout: Duration,
+    page: Page,
+    queued_status: StatusCode,
+    hosts: Vec<String>,
+    path_prefix: String,
+    bypass_paths: Vec<String>,
+    bypass_ips: Vec<IpNet>,
+    bypass_header: Option<(HeaderName, HeaderValue)>,
+    trusted_proxies: Vec<IpNet>,
+    cookie_name: String,
+    secure_cookie: bool,
+    metrics: RoomMetrics,
+}
+
+impl std::fmt::Debug for Room {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Room")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn duration(field: &str, text: Option<&str>, default: Duration) -> Result<Duration, String> {
+    match text {
+        None => Ok(default),
+        Some(t) => humantime::parse_duration(t).map_err(|e| format!("{field} = {t:?}: {e}")),
+    }
+}
+
+fn nets(field: &str, list: &[String]) -> Result<Vec<IpNet>, String> {
+    list.iter()
+        .map(|p| {
+            p.parse::<IpNet>()
+                .or_else(|_| p.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("{field}: {p:?} is not an address or network"))
+        })
+        .collect()
+}
+
+fn check_room_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!("room name {name:?}: use 1 to 64 letters, digits, - or _"));
+    }
+    Ok(())
+}
+
+impl Room {
+    pub(crate) fn new(name: &str, s: &RoomSettings, store: &Store) -> Result<Room, String> {
+        check_room_name(name)?;
+        let at = |e: String| format!("[rooms.{name}] {e}");
+        let session_ttl =
+            duration("session_ttl", s.session_ttl.as_deref(), Duration::from_secs(300)).map_err(at)?;
+        let grace = duration("grace", s.grace.as_deref(), Duration::from_secs(30)).map_err(at)?;
+        if s.capacity == 0 || s.capacity > tollgate::MAX_CAPACITY {
+            return Err(at(format!("capacity must be 1 to {}", tollgate::MAX_CAPACITY)));
+        }
+        let options = GateOptions {
+            ttl: session_ttl,
+            heartbeat: grace,
+            auto_renew: false,
+        };
+        // The stored capacity is the room's: set from the config at start,
+        // changed at runtime through the admin API.
+        let gate = Gate::new(store, &format!("room:{name}"), None, options).map_err(|e| at(e.to_string()))?;
+        let status_rate: tollgate::Rate = s
+            .status_rate
+            .as_deref()
+            .unwrap_or("5/s")
+            .parse()
+            .map_err(|e: tollgate::Error| at(format!("status_rate: {e}")))?;
+        let status_limit = RateLimiter::new(
+            store,
+            &format!("room:{name}:status"),
+            Limit::gcra(status_rate, status_rate.count()).map_err(|e| at(e.to_string()))?,
+        )
+        .map_err(|e| at(e.to_string()))?
+        .on_store_error(tollgate::OnStoreError::Open);
+        let on_store_error = match s.on_store_error.as_deref().unwrap_or("closed") {
+            "open" => OnStoreError::Open,
+            "closed" => OnStoreError::Closed,
+            other => return Err(at(format!("on_store_error = {other:?}: use open or closed"))),
+        };
+        let queued_status = match s.queued_status.unwrap_or(503) {
+            200 => StatusCode::OK,
+            503 => StatusCode::SERVICE_UNAVAILABLE,
+            other => return Err(at(format!("queued_status = {other}: use 503 or 200"))),
+        };
+        let bypass_header = match &s.bypass_header {
+            None => None,
+            Some(h) => {
+                let (n, v) = h
+                    .split_once(':')
+                    .ok_or_else(|| at(format!("bypass_header = {h:?}: write it as \"Name: value\"")))?;
+                let name = HeaderName::try_from(n.trim())
+                    .map_err(|_| at(format!("bypass_header: bad name {n:?}")))?;
+                let value = HeaderValue::try_from(v.trim())
+                    .map_err(|_| at(format!("bypass_header: bad value {v:?}")))?;
+                Some((name, value))
+            }
+        };
+        let path_prefix = s.path_prefix.clone().unwrap_or_else(|| "/".to_owned());
+        if !path_prefix.starts_with('/') {
+            return Err(at(format!("path_prefix = {path_prefix:?} must start with /")));
+        }
+        let page = match &s.page {
+            None => Page::default_page(),
+            Some(path) => Page::from_file(path).map_err(at)?,
+        };
+        Ok(Room {
+            name: name.to_owned(),
+            gate,
+            capacity: s.capacity,
+            keys: Keys::new(&s.cookie_keys).map_err(at)?,
+            upstream: Upstream::new(
+                &s.upstream,
+                Duration::from_millis(s.upstream_timeout_ms.unwrap_or(30_000)),
+            )
+            .map_err(at)?,
+            session_ttl,
+            renew_every: session_ttl / 4,
+            status_limit,
+            on_store_error,
+            store_timeout: Duration::from_millis(s.store_timeout_ms.unwrap_or(500).clamp(1, 60_000)),
+            page,
+            queued_status,
+            hosts: s.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            path_prefix,
+            bypass_paths: s.bypass_paths.clone(),
+            bypass_ips: nets("bypass_ips", &s.bypass_ips).map_err(at)?,
+            bypass_header,
+            trusted_proxies: nets("trusted_proxies", &s.trusted_proxies).map_err(at)?,
+            cookie_name: format!("tollgate_{name}"),
+            secure_cookie: s.secure_cookie.unwrap_or(false),
+            metrics: RoomMetrics::new(name),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// Sets the gate's capacity to the configured one (at start).
+    pub(crate) async fn apply_capacity(&self) -> tollgate::Result<()> {
+        self.gate.set_capacity(self.capacity).await
+    }
+
+    fn matches(&self, host: Option<&str>, path: &str) -> bool {
+        let host_ok = self.hosts.is_empty()
+            || host.is_some_and(|h| {
+                let h = h
+                    .rsplit_once(':')
+                    .map_or(h, |(name, _)| name)
+                    .to_ascii_lowercase();
+                self.hosts.iter().any(|x| *x == h)
+            });
+        host_ok && path.starts_with(&self.path_prefix)
+    }
+}
+
+/// All rooms, matched in order of their path prefixes, longest first.
+#[derive(Debug, Default)]
+pub(crate) struct Rooms {
+    rooms: Vec<Arc<Room>>,
+}
+
+impl Rooms {
+    pub(crate) fn new(settings: &HashMap<String, RoomSettings>, store: &Store) -> Result<Rooms, String> {
+        let mut rooms = settings
+            .iter()
+            .map(|(name, s)| Room::new(name, s, store).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        rooms.sort_by(|a, b| {
+            b.path_prefix
+                .len()
+                .cmp(&a.path_prefix.len())
+                .then(a.name.cmp(&b.name))
+        });
+        Ok(Rooms { rooms })
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rooms.is_empty()
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Room>> {
+        self.rooms.iter().find(|r| r.name == name)
+    }
+
+    pub(crate) fn all(&self) -> &[Arc<Room>] {
+        &self.rooms
+    }
+
+    /// Answers one request on the proxy listener.
+    pub(crate) async fn handle(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        peer: SocketAddr,
+    ) -> Response<Body> {
+        let path = req.uri().path().to_owned();
+        if let Some(rest) = path.strip_prefix(OWN_PATHS) {
+            let (room, action) = rest.split_once('/').unwrap_or((rest, ""));
+            return match self.get(room) {
+                Some(r) => r.own(req, action).await,
+                None => plain(StatusCode::NOT_FOUND, "no such waiting room"),
+            };
+        }
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| req.uri().host())
+            .map(str::to_owned);
+        match self.rooms.iter().find(|r| r.matches(host.as_deref(), &path)) {
+            Some(room) => room.visit(req, peer).await,
+            None => plain(StatusCode::NOT_FOUND, "no waiting room serves this address"),
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    let mut r = Response::new(Body::from(format!("{text}\n")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"))
+}
+
+/// A store call bounded by the room's timeout; a timeout is `Unavailable`.
+async fn bounded<T>(
+    timeout: Duration,
+    f: impl std::future::Future<Output = tollgate::Result<T>>,
+) -> tollgate::Result<T> {
+    match tokio::time::timeout(timeout, f).await {
+        Ok(r) => r,
+        Err(_) => Err(tollgate::Error::unavailable(format!(
+            "the store did not answer within {timeout:?}"
+        ))),
+    }
+}
+
+fn is_store_error(e: &tollgate::Error) -> bool {
+    matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Store)
+}
+
+/// A visitor's place, as shown on the page and in JSON.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shown {
+    position: u64,
+    waiting: u64,
+    /// The estimate as a range: from the measured departure rate, widened
+    /// because departures are irregular; `None` before there is data.
+    eta: Option<(Duration, Duration)>,
+}
+
+impl Shown {
+    fn of(place: &tollgate::Place) -> Shown {
+        Shown {
+            position: place.position,
+            waiting: place.waiting,
+            eta: place.eta.map(|e| (e.mul_f64(0.75), e.mul_f64(1.5))),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let (low, high) = match self.eta {
+            Some((l, h)) => (Some(l.as_millis() as u64), Some(h.as_millis() as u64)),
+            None => (None, None),
+        };
+        json!({"status": "queued", "position": self.position, "waiting": self.waiting,
+               "eta_low_ms": low, "eta_high_ms": high})
+    }
+}
+
+impl Room {
+    fn cookie(&self, value: &str, max_age: Duration) -> HeaderValue {
+        let secure = if self.secure_cookie { "; Secure" } else { "" };
+        let text = format!(
+            "{}={value}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{secure}",
+            self.cookie_name,
+            max_age.as_secs()
+        );
+        HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    fn clear_cookie(&self) -> HeaderValue {
+        HeaderValue::try_from(format!("{}=; Path=/; Max-Age=0", self.cookie_name))
+            .unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    /// The visitor's token from the `Tollgate-Token` header or the cookie.
+    fn presented(&self, headers: &HeaderMap) -> Option<String> {
+        if let Some(v) = headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
+            return Some(v.trim().to_owned());
+        }
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|pair| {
+                let (k, v) = pair.trim().split_once('=')?;
+                (k == self.cookie_name).then(|| v.to_owned())
+            })
+    }
+
+    fn visitor(&self, headers: &HeaderMap) -> Option<Visitor> {
+        let token = self.presented(headers)?;
+        let v = self.keys.verify(&self.name, &token, now_ms());
+        if v.is_none() {
+            self.metrics.rejected_tokens.increment(1);
+        }
+        v
+    }
+
+    /// Signs an active visitor's token and attaches it to `response`.
+    fn admit_token(&self, response: &mut Response<Body>, token: &str) {
+        let now = now_ms();
+        let visitor = Visitor::Active {
+            token: token.to_owned(),
+            renewed_ms: now,
+        };
+        let signed = self
+            .keys
+            .sign(&self.name, &visitor, now + self.session_ttl.as_millis() as u64);
+        self.attach(response, &signed, self.session_ttl);
+    }
+
+    fn attach(&self, response: &mut Response<Body>, signed: &str, max_age: Duration) {
+        response
+            .headers_mut()
+            .append(header::SET_COOKIE, self.cookie(signed, max_age));
+        if let Ok(v) = HeaderValue::try_from(signed) {
+            response.headers_mut().insert(TOKEN_HEADER, v);
+        }
+    }
+
+    fn bypassed(&self, req: &Request<hyper::body::Incoming>, client: IpAddr) -> bool {
+        let path = req.uri().path();
+        self.bypass_paths.iter().any(|p| path.starts_with(p.as_str()))
+            || self.bypass_ips.iter().any(|n| n.contains(&client))
+            || self
+                .bypass_header
+                .as_ref()
+                .is_some_and(|(n, v)| req.headers().get(n) == Some(v))
+    }
+
+    /// A request for the site behind the room.
+    async fn visit(&self, mut req: Request<hyper::body::Incoming>, peer: SocketAddr) -> Response<Body> {
+        // Tollgate-Visitor reaching the upstream is only ever the room's own.
+        req.headers_mut().remove(VISITOR_HEADER);
+        let client = client_ip(peer.ip(), req.headers(), &self.trusted_proxies);
+        if self.bypassed(&req, client) {
+            self.metrics.bypassed.increment(1);
+            return self
+                .upstream
+                .forward(req, client, &self.cookie_name, &self.metrics)
+                .await;
+        }
+        match self.visitor(req.headers()) {
+            Some(Visitor::Active { token, renewed_ms }) => self.active(req, client, token, renewed_ms).await,
+            Some(Visitor::Waiting { ticket, since_ms }) => self.waiting(req, client, ticket, since_ms).await,
+            None => self.arrive(req, client).await,
+        }
+    }
+
+    async fn arrive(&self, req: Request<hyper::body::Incoming>, client: IpAddr) -> Response<Body> {
+        match bounded(self.store_timeout, self.gate.enter(1, true)).await {
+            Ok(Entered::Granted(g)) => {
+                self.metrics.admitted.increment(1);
+                self.metrics.wait.record(0.0);
+                self.pass(req, client, g.token).await
+            }
+            Ok(Entered::Queued { ticket, place }) => {
+                self.metrics.queued.increment(1);
+                let now = now_ms();
+                let signed = self.keys.sign(
+                    &self.name,
+                    &Visitor::Waiting {
+                        ticket,
+                        since_ms: now,
+                    },
+                    now + 24 * 3600 * 1000,
+                );
+                let mut response = self.queued_page(req.headers(), Shown::of(&place));
+                self.attach(&mut response, &signed, Duration::from_secs(24 * 3600));
+                response
+            }
+            Ok(Entered::Busy(_)) => self.store_down(req, client, None).await,
+            Err(e) => self.store_down(req, client, Some(e)).await,
+        }
+    }
+
+    async fn active(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        client: IpAddr,
+        token: String,
+        renewed_ms: u64,
+    ) -> Response<Body> {
+        let age = Duration::from_millis(now_ms().saturating_sub(renewed_ms));
+        if age < self.renew_every {
+            return self.forward_active(req, client, &token, false).await;
+        }
+        // Activity refreshes the session; a lease that ended (idle past its
+        // TTL, or the session was ended) means starting over.
+        match bounded(self.store_timeout, self.gate.renew(&token, self.session_ttl)).await {
+            Ok(_) => self.forward_active(req, client, &token, true).await,
+            Err(e) if e.kind() == ErrorKind::LeaseLost => {
+                self.metrics.expired_sessions.increment(1);
+                self.arrive(req, client).await
+            }
+            Err(e) if is_store_error(&e) => self.store_down(req, client, Some(e)).await,
+            Err(_) => self.arrive(req, client).await,
+        }
+    }
+
+    /// Forwards an admitted visitor's request; ends the session if the
+    /// upstream says so.
+    async fn forward_active(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        client: IpAddr,
+        token: &str,
+        renewed: bool,
+    ) -> Response<Body> {
+        let mut req = req;
+        if let Ok(v) = HeaderValue::try_from(token) {
+            req.headers_mut().insert(VISITOR_HEADER, v);
+        }
+        let mut response = self
+            .upstream
+            .forward(req, client, &self.cookie_name, &self.metrics)
+            .await;
+        let end = response
+            .headers_mut()
+            .remove(SESSION_HEADER)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
+        if end {
+            self.end_session(token).await;
+            response
+                .headers_mut()
+                .append(header::SET_COOKIE, self.clear_cookie());
+        } else if renewed {
+            self.admit_token(&mut response, token);
+        }
+        response
+    }
+
+    /// Frees an admitted visitor's slot at once (the next in line is
+    /// admitted in the same step).
+    pub(crate) async fn end_session(&self, token: &str) -> bool {
+        match bounded(self.store_timeout, self.gate.leave(token)).await {
+            Ok(tollgate::Left::Released) => {
+                self.metrics.ended_sessions.increment(1);
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(room = %self.name, error = %e, "could not end a session");
+                false
+            }
+        }
+    }
+
+    /// Admits the visitor with lease `token`: forwards the request and
+    /// hands over the active token.
+    async fn pass(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        client: IpAddr,
+        token: String,
+    ) -> Response<Body> {
+        let mut response = self.forward_active(req, client, &token, false).await;
+        if !response.headers().get_all(header::SET_COOKIE).iter().any(|v| {
+            v.as_bytes()
+                .starts_with(format!("{}=;", self.cookie_name).as_bytes())
+        }) {
+            self.admit_token(&mut response, &token);
+        }
+        response
+    }
+
+    async fn waiting(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        client: IpAddr,
+        ticket: String,
+        since_ms: u64,
+    ) -> Response<Body> {
+        // A visitor refreshing too often is answered without touching the
+        // line: their place is kept either way.
+        if let Ok(d) = self.status_limit.check(&ticket, 1).await
+            && !d.allowed
+        {
+            self.metrics.status_limited.increment(1);
+            return self.slow_down(req.headers(), d.retry_after);
+        }
+        match bounded(self.store_timeout, self.gate.status(&ticket)).await {
+            Ok(TicketStatus::Granted(g)) => {
+                self.admitted_after(since_ms);
+                self.pass(req, client, g.token).await
+            }
+            Ok(TicketStatus::Queued(place)) => self.queued_page(req.headers(), Shown::of(&place)),
+            Ok(TicketStatus::Gone) => {
+                // Left the line (silent past the grace): a new arrival.
+                self.metrics.abandoned.increment(1);
+                self.arrive(req, client).await
+            }
+            Err(e) if is_store_error(&e) => self.store_down(req, client, Some(e)).await,
+            Err(_) => self.arrive(req, client).await,
+        }
+    }
+
+    /// Counts an admission from the line, and how long it waited.
+    fn admitted_after(&self, since_ms: u64) {
+        self.metrics.admitted.increment(1);
+        self.metrics
+            .wait
+            .record(now_ms().saturating_sub(since_ms) as f64 / 1000.0);
+    }
+
+    fn retry_seconds(&self) -> u64 {
+        2
+    }
+
+    fn queued_page(&self, headers: &HeaderMap, shown: Shown) -> Response<Body> {
+        let retry = self.retry_seconds();
+        let mut response = if wants_json(headers) {
+            let mut r = Response::new(Body::from(shown.json().to_string()));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r
+        } else {
+            let html = self.page.render(&self.name, &shown, retry);
+            let mut r = Response::new(Body::from(html));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            r
+        };
+        *response.status_mut() = self.queued_status;
+        let h = response.headers_mut();
+        h.insert(header::RETRY_AFTER, HeaderValue::from(retry));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
+
+    fn slow_down(&self, headers: &HeaderMap, retry_after: Duration) -> Response<Body> {
+        let secs = retry_after.as_millis().div_ceil(1000).max(1) as u64;
+        let mut response = if wants_json(headers) {
+            let body = json!({"error": {"code": "rate_limited",
+                "message": "asking too often; your place in line is kept"}});
+            let mut r = Response::new(Body::from(body.to_string()));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r
+        } else {
+            let html = self.page.render_unknown(&self.name, secs);
+            let mut r = Response::new(Body::from(html));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            r
+        };
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        response
+    }
+
+    /// The store could not be asked: pass the visitor through (open) or
+    /// ask them to come back (closed).
+    async fn store_down(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        client: IpAddr,
+        error: Option<tollgate::Error>,
+    ) -> Response<Body> {
+        let error = error.map_or_else(|| "unexpected answer".to_owned(), |e| e.to_string());
+        tracing::warn!(room = %self.name, error, open = self.on_store_error == OnStoreError::Open, "waiting room: store error");
+        match self.on_store_error {
+            OnStoreError::Open => {
+                self.metrics.failed_open.increment(1);
+                self.upstream
+                    .forward(req, client, &self.cookie_name, &self.metrics)
+                    .await
+            }
+            OnStoreError::Closed => {
+                self.metrics.failed_closed.increment(1);
+                let mut r = if wants_json(req.headers()) {
+                    let body = json!({"error": {"code": "store_unavailable",
+                        "message": "the waiting room cannot decide right now; try again shortly"}});
+                    let mut r = Response::new(Body::from(body.to_string()));
+                    r.headers_mut()
+                        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                    r
+                } else {
+                    let mut r = Response::new(Body::from(page::TRY_AGAIN));
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("text/html; charset=utf-8"),
+                    );
+                    r
+                };
+                *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                r
+            }
+        }
+    }
+
+    /// The room's own endpoints: `status` (JSON), `events` (SSE), `leave`.
+    async fn own(&self, req: Request<hyper::body::Incoming>, action: &str) -> Response<Body> {
+        let visitor = self.visitor(req.headers());
+        match (req.method(), action, visitor) {
+            (&Method::GET, "status", Some(Visitor::Waiting { ticket, since_ms })) => {
+                if let Ok(d) = self.status_limit.check(&ticket, 1).await
+                    && !d.allowed
+                {
+                    self.metrics.status_limited.increment(1);
+                    let mut h = req.headers().clone();
+                    h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+                    return self.slow_down(&h, d.retry_after);
+                }
+                match bounded(self.store_timeout, self.gate.status(&ticket)).await {
+                    Ok(TicketStatus::Queued(place)) => {
+                        let mut r = json_response(StatusCode::OK, Shown::of(&place).json());
+                        r.headers_mut()
+                            .insert(header::RETRY_AFTER, HeaderValue::from(self.retry_seconds()));
+                        r
+                    }
+                    Ok(TicketStatus::Granted(g)) => {
+                        self.admitted_after(since_ms);
+                        let mut r = json_response(StatusCode::OK, json!({"status": "admitted"}));
+                        self.admit_token(&mut r, &g.token);
+                        r
+                    }
+                    Ok(TicketStatus::Gone) => json_response(StatusCode::OK, json!({"status": "gone"})),
+                    Err(_) => json_error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "store_unavailable",
+                        "try again shortly",
+                    ),
+                }
+            }
+            (&Method::GET, "status", Some(Visitor::Active { .. })) => {
+                json_response(StatusCode::OK, json!({"status": "active"}))
+            }
+            (&Method::GET, "status", None) => json_response(StatusCode::OK, json!({"status": "none"})),
+            (&Method::GET, "events", Some(Visitor::Waiting { ticket, .. })) => {
+                page::events(self, ticket).await
+            }
+            (&Method::GET, "events", _) => {
+                json_error(StatusCode::NOT_FOUND, "not_waiting", "no place in line")
+            }
+            (&Method::POST, "leave", v) => {
+                match v {
+                    Some(Visitor::Active { token, .. }) => {
+                        self.end_session(&token).await;
+                    }
+                    Some(Visitor::Waiting { ticket, .. }) => {
+                        let _ = bounded(self.store_timeout, self.gate.leave(&ticket)).await;
+                    }
+                    None => {}
+                }
+                let mut r = json_response(StatusCode::OK, json!({"status": "left"}));
+                r.headers_mut().append(header::SET_COOKIE, self.clear_cookie());
+                r
+            }
+            (_, "status" | "events" | "leave", _) => json_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "wrong method",
+            ),
+            _ => json_error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such waiting-room endpoint",
+            ),
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Body> {
+    let mut r = Response::new(Body::from(body.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn json_error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    json_response(status, json!({"error": {"code": code, "message": message}}))
+}
+
+/// Per-room metric handles.
+pub(crate) struct RoomMetrics {
+    admitted: metrics::Counter,
+    queued: metrics::Counter,
+    abandoned: metrics::Counter,
+    ended_sessions: metrics::Counter,
+    expired_sessions: metrics::Counter,
+    bypassed: metrics::Counter,
+    status_limited: metrics::Counter,
+    rejected_tokens: metrics::Counter,
+    failed_open: metrics::Counter,
+    failed_closed: metrics::Counter,
+    wait: metrics::Histogram,
+    pub(crate) upstream_seconds: metrics::Histogram,
+    pub(crate) room: String,
+}
+
+impl RoomMetrics {
+    fn new(room: &str) -> RoomMetrics {
+        let c = |name: &'static str| metrics::counter!(name, "room" => room.to_owned());
+        RoomMetrics {
+            admitted: c("tollgate_room_admitted_total"),
+            queued: c("tollgate_room_queued_total"),
+            abandoned: c("tollgate_room_abandoned_total"),
+            ended_sessions: c("tollgate_room_sessions_ended_total"),
+            expired_sessions: c("tollgate_room_sessions_expired_total"),
+            bypassed: c("tollgate_room_bypassed_total"),
+            status_limited: c("tollgate_room_status_limited_total"),
+            rejected_tokens: c("tollgate_room_rejected_tokens_total"),
+            failed_open: c("tollgate_room_store_failed_open_total"),
+            failed_closed: c("tollgate_room_store_failed_closed_total"),
+            wait: metrics::histogram!("tollgate_room_wait_seconds", "room" => room.to_owned()),
+            upstream_seconds: metrics::histogram!("tollgate_room_upstream_seconds", "room" => room.to_owned()),
+            room: room.to_owned(),
+        }
+    }
+}
