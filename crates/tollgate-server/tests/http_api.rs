@@ -682,6 +682,7 @@ async fn config_file_with_environment_overrides() {
             .expect("address")
             .to_owned(),
         child,
+        proxy: None,
     };
     let url = s.url("/v1/gates/g/enter");
     assert_eq!(

@@ -94,7 +94,7 @@ impl Rate {
                 "a rate's count must be 1 to {MAX_LIMIT}, got {count}"
             )));
         }
-        if period < MIN_PERIOD || period > MAX_PERIOD || period.as_nanos() % 1_000_000 != 0 {
+        if period < MIN_PERIOD || period > MAX_PERIOD || !period.as_nanos().is_multiple_of(1_000_000) {
             return Err(Error::invalid(format!(
                 "a rate's period must be whole milliseconds from 1ms to 24h, got {period:?}"
             )));
