@@ -274,7 +274,7 @@ impl Room {
                     .rsplit_once(':')
                     .map_or(h, |(name, _)| name)
                     .to_ascii_lowercase();
-                self.hosts.iter().any(|x| *x == h)
+                self.hosts.contains(&h)
             });
         host_ok && path.starts_with(&self.path_prefix)
     }
