@@ -122,6 +122,19 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
             }
         }
     };
+    // Before anything that registers metrics (rooms, limiters).
+    let metrics = match metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(&[
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        ])
+        .and_then(|b| b.install_recorder())
+    {
+        Ok(handle) => handle,
+        Err(e) => {
+            eprintln!("tollgate: cannot set up metrics: {e}");
+            return exit::SOFTWARE;
+        }
+    };
     let rooms = match Rooms::new(&args.rooms, &store) {
         Ok(r) => Arc::new(r),
         Err(msg) => {
@@ -172,18 +185,6 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
             tracing::warn!(room = room.name(), error = %e, "could not set the room's capacity; the stored one stays");
         }
     }
-    let metrics = match metrics_exporter_prometheus::PrometheusBuilder::new()
-        .set_buckets(&[
-            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-        ])
-        .and_then(|b| b.install_recorder())
-    {
-        Ok(handle) => handle,
-        Err(e) => {
-            eprintln!("tollgate: cannot set up metrics: {e}");
-            return exit::SOFTWARE;
-        }
-    };
     // After the recorder: limiters register their metrics when made.
     let limits = Limiters::configure(&store, &args.limits);
     let protect = limits

@@ -2,9 +2,9 @@
 //! front of a real upstream HTTP server run by the test, on the embedded
 //! store and on a real redis-server.
 
+mod serve_support;
 #[path = "../../tollgate/tests/support/mod.rs"]
 mod support;
-mod serve_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -52,7 +52,8 @@ async fn page(State(seen): State<Shared>, headers: HeaderMap) -> impl IntoRespon
     let now = Instant::now();
     // A visitor idle past its session TTL has been let go by tollgate.
     if let Some(ttl) = s.ttl {
-        s.active.retain(|_, last| now.duration_since(*last) + Duration::from_millis(50) < ttl);
+        s.active
+            .retain(|_, last| now.duration_since(*last) + Duration::from_millis(50) < ttl);
     }
     if !s.active.contains_key(&who) {
         s.first_seen.push(who.clone());
@@ -183,7 +184,10 @@ impl Visitor {
         let headers = resp.headers().clone();
         for set in headers.get_all("set-cookie") {
             let text = set.to_str().expect("cookie");
-            let value = text.split(';').next().and_then(|p| p.strip_prefix("tollgate_shop="));
+            let value = text
+                .split(';')
+                .next()
+                .and_then(|p| p.strip_prefix("tollgate_shop="));
             if let Some(v) = value {
                 self.cookie = if v.is_empty() { None } else { Some(v.to_owned()) };
             }
@@ -230,7 +234,12 @@ async fn ten_visitors_three_slots(redis: Option<&str>) {
     // The HTML page for a waiter: position, and a live-update script.
     let a = visitors[9].get(&c, &proxy, "/page", false).await;
     assert_eq!(a.status, 503);
-    assert!(a.headers["content-type"].to_str().expect("ct").starts_with("text/html"));
+    assert!(
+        a.headers["content-type"]
+            .to_str()
+            .expect("ct")
+            .starts_with("text/html")
+    );
     assert!(a.text.contains(r#"id="position">7<"#), "{}", a.text);
     assert!(a.text.contains("/.tollgate/shop/events"));
 
@@ -252,7 +261,12 @@ async fn ten_visitors_three_slots(redis: Option<&str>) {
                     let a = v.get(&c, &proxy, "/page", true).await;
                     if admitted.contains(&v.name) {
                         // Admitted visitors stay active by browsing on.
-                        assert!(is_admitted(&a, &v.name), "{} lost its session: {}", v.name, a.text);
+                        assert!(
+                            is_admitted(&a, &v.name),
+                            "{} lost its session: {}",
+                            v.name,
+                            a.text
+                        );
                         continue;
                     }
                     if admitted.len() == 3 {
@@ -277,7 +291,13 @@ async fn ten_visitors_three_slots(redis: Option<&str>) {
         assert!(Instant::now() < deadline, "nobody admitted after v1 left");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let session = seen.lock().expect("lock").sessions.get("v2").cloned().expect("v2's session id");
+    let session = seen
+        .lock()
+        .expect("lock")
+        .sessions
+        .get("v2")
+        .cloned()
+        .expect("v2's session id");
     seen.lock().expect("lock").active.remove("v2");
     let resp = c
         .delete(format!("{}/v1/rooms/shop/sessions/{session}", s.base))
@@ -319,4 +339,403 @@ async fn ten_visitors_three_slots_embedded() {
 async fn ten_visitors_three_slots_redis() {
     let redis = RedisServer::start();
     ten_visitors_three_slots(Some(&redis.url())).await;
+}
+
+/// Two `tollgate serve` processes on one redis-server serve one room: the
+/// capacity holds across both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_room() {
+    let redis = RedisServer::start();
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let config = room_config(up, 3, "");
+    let (a, b) = (
+        start(&dir, &config, Some(&redis.url())),
+        start(&dir, &config, Some(&redis.url())),
+    );
+    let proxies = [a.proxy.clone().expect("a"), b.proxy.clone().expect("b")];
+    let c = reqwest::Client::new();
+    let mut admitted = 0;
+    let mut positions = Vec::new();
+    for i in 0..8 {
+        let mut v = Visitor::new(&format!("v{i}"));
+        let r = v.get(&c, &proxies[i % 2], "/page", true).await;
+        if is_admitted(&r, &v.name) {
+            admitted += 1;
+        } else {
+            positions.push(r.json()["position"].as_u64().expect("position"));
+        }
+    }
+    assert_eq!(admitted, 3);
+    assert_eq!(positions, [1, 2, 3, 4, 5]);
+    assert!(seen.lock().expect("lock").violations.is_empty());
+}
+
+/// Tokens that are forged, edited, signed with another key, expired or
+/// for another room count for nothing: the request is a new visitor's.
+/// A valid token works from the Tollgate-Token header too, and keys can be
+/// rotated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_cannot_be_forged_or_moved() {
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let s = start(&dir, &room_config(up, 1, ""), None);
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut holder = Visitor::new("holder");
+    assert!(is_admitted(
+        &holder.get(&c, &proxy, "/page", true).await,
+        "holder"
+    ));
+    let mut waiter = Visitor::new("waiter");
+    assert_eq!(waiter.get(&c, &proxy, "/page", true).await.json()["position"], 1);
+    let good = waiter.cookie.clone().expect("cookie");
+
+    let edited = good.replacen(".w.", ".a.", 1);
+    let other_key = good
+        .rsplit_once('.')
+        .map(|(p, _)| format!("{p}.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"))
+        .expect("sig");
+    let other_room = good.replacen("v1.shop.", "v1.other.", 1);
+    for forged in [
+        "garbage",
+        "v1.shop.a.abc.1.99999999999999.xyz",
+        &edited,
+        &other_key,
+        &other_room,
+    ] {
+        let mut v = Visitor::new("forger");
+        v.cookie = Some(forged.to_owned());
+        let a = v.get(&c, &proxy, "/page", true).await;
+        // Not let in, and treated as a newcomer: behind the real waiter.
+        assert_eq!(a.status, 503, "{forged}: {}", a.text);
+        assert!(
+            a.json()["position"].as_u64().expect("position") >= 2,
+            "{forged}: {}",
+            a.text
+        );
+        assert_ne!(v.cookie.as_deref(), Some(forged));
+    }
+    // The header works like the cookie (API and mobile clients).
+    let a = c
+        .get(format!("{proxy}/page"))
+        .header("tollgate-token", &good)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .expect("request");
+    let body: Value = a.json().await.expect("json");
+    assert_eq!(body["position"], 1, "{body}");
+
+    // Rotation: a server whose keys are [new, old] still honours the old
+    // key's tokens and signs with the new one.
+    let rotated = room_config(up, 1, "").replace(
+        &format!("cookie_keys = [\"{KEY}\"]"),
+        &format!("cookie_keys = [\"new-key-0123456789abcdef0123456789abcd\", \"{KEY}\"]"),
+    );
+    drop(s);
+    let s2 = start(&dir, &rotated, None);
+    let proxy2 = s2.proxy.clone().expect("proxy");
+    let mut v = Visitor::new("rotating");
+    assert!(is_admitted(&v.get(&c, &proxy2, "/page", true).await, "rotating"));
+    let new_token = v.cookie.clone().expect("cookie");
+    let old_only = room_config(up, 1, "");
+    drop(s2);
+    let s3 = start(&dir, &old_only, None);
+    let mut stale = Visitor::new("rotating");
+    stale.cookie = Some(new_token);
+    let a = stale
+        .get(&c, &s3.proxy.clone().expect("proxy"), "/page", true)
+        .await;
+    // Signed with a key this server does not have: a new visitor, who
+    // gets in (the room is empty) under a fresh token.
+    assert!(is_admitted(&a, "rotating"));
+    assert_ne!(stale.cookie, v.cookie);
+}
+
+/// A visitor refreshing 100 times a second keeps its place (it is slowed
+/// down, never moved back); one that stops asking leaves after the grace
+/// and the next moves up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refreshing_keeps_the_place_and_vanishing_loses_it() {
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let s = start(
+        &dir,
+        &room_config(up, 1, "")
+            .replace("status_rate = \"50/s\"", "status_rate = \"5/s\"")
+            .replace("grace = \"3s\"", "grace = \"1s\"")
+            .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
+        None,
+    );
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut holder = Visitor::new("holder");
+    assert!(is_admitted(
+        &holder.get(&c, &proxy, "/page", true).await,
+        "holder"
+    ));
+    let mut eager = Visitor::new("eager");
+    let mut quiet = Visitor::new("quiet");
+    let mut patient = Visitor::new("patient");
+    assert_eq!(eager.get(&c, &proxy, "/page", true).await.json()["position"], 1);
+    assert_eq!(quiet.get(&c, &proxy, "/page", true).await.json()["position"], 2);
+    assert_eq!(patient.get(&c, &proxy, "/page", true).await.json()["position"], 3);
+    let (mut limited, started) = (0, Instant::now());
+    for _ in 0..100 {
+        let a = eager.get(&c, &proxy, "/page", true).await;
+        match a.status {
+            503 => assert_eq!(a.json()["position"], 1),
+            429 => {
+                limited += 1;
+                assert!(a.headers.contains_key("retry-after"));
+            }
+            other => panic!("unexpected {other}: {}", a.text),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        limited > 50,
+        "only {limited} of 100 slowed down in {:?}",
+        started.elapsed()
+    );
+    // `quiet` stops asking; `patient` asks every 300 ms. After the grace
+    // (1 s), quiet is gone and patient moves up.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = eager.get(&c, &proxy, "/page", true).await;
+        let a = patient.get(&c, &proxy, "/page", true).await;
+        if a.status == 503 && a.json()["position"] == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "quiet never left: {}", a.text);
+    }
+    let a = eager.get(&c, &proxy, "/page", true).await;
+    assert!(a.status == 429 || a.json()["position"] == 1, "{}", a.text);
+    // The quiet visitor comes back: its ticket is gone, so it queues anew
+    // at the end.
+    let a = quiet.get(&c, &proxy, "/page", true).await;
+    assert_eq!(a.json()["position"], 3, "{}", a.text);
+}
+
+/// Lowering the capacity from 5 to 2 with 5 active evicts nobody; new
+/// admissions resume only when fewer than 2 are active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lowering_capacity_drains_without_evicting() {
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let s = start(
+        &dir,
+        &room_config(up, 5, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
+        None,
+    );
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut active: Vec<Visitor> = (0..5).map(|i| Visitor::new(&format!("a{i}"))).collect();
+    for v in active.iter_mut() {
+        assert!(is_admitted(&v.get(&c, &proxy, "/page", true).await, &v.name));
+    }
+    let resp = c
+        .put(format!("{}/v1/rooms/shop/capacity", s.base))
+        .bearer_auth("admin-token-0123456789")
+        .json(&serde_json::json!({"capacity": 2}))
+        .send()
+        .await
+        .expect("admin");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut newcomer = Visitor::new("new");
+    assert_eq!(newcomer.get(&c, &proxy, "/page", true).await.status, 503);
+    // Everyone active stays active.
+    for v in active.iter_mut() {
+        assert!(is_admitted(&v.get(&c, &proxy, "/page", true).await, &v.name));
+    }
+    // Three leave: 2 remain, the newcomer still waits.
+    for v in active.iter_mut().take(3) {
+        assert_eq!(v.get(&c, &proxy, "/done", true).await.text, "bye");
+    }
+    assert_eq!(newcomer.get(&c, &proxy, "/page", true).await.status, 503);
+    // One more leaves: 1 < 2, the newcomer is let in.
+    assert_eq!(active[3].get(&c, &proxy, "/done", true).await.text, "bye");
+    assert!(is_admitted(&newcomer.get(&c, &proxy, "/page", true).await, "new"));
+}
+
+/// The proxy passes requests through faithfully: X-Forwarded-*, the
+/// body, the site's own cookies (never the room's), bypass paths, and
+/// clear 502/504 pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_forwards_faithfully() {
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let s = start(&dir, &room_config(up, 1, ""), None);
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut v = Visitor::new("v");
+    assert!(is_admitted(&v.get(&c, &proxy, "/page", true).await, "v"));
+    let req = c
+        .post(format!("{proxy}/headers?x=1"))
+        .header(
+            "cookie",
+            format!(
+                "site=abc; tollgate_shop={}; other=1",
+                v.cookie.clone().expect("cookie")
+            ),
+        )
+        .header("x-visitor", "v")
+        .header("tollgate-visitor", "spoofed")
+        .body("payload");
+    let a = v.send(req).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let h = a.json();
+    assert_eq!(h["cookie"], "site=abc; other=1", "{h}");
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"], "http");
+    assert_eq!(h["x-forwarded-host"], proxy.trim_start_matches("http://"));
+    assert_eq!(h["content-length"], "7");
+    assert!(h.get("tollgate-token").is_none());
+    assert_ne!(h["tollgate-visitor"], "spoofed", "{h}");
+    // Bypass: health checks pass without a place in line, even when full.
+    let r = c.get(format!("{proxy}/healthz")).send().await.expect("healthz");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("set-cookie").is_none());
+    // The upstream too slow: 504 page.
+    let a = v.get(&c, &proxy, "/slow", false).await;
+    assert_eq!(a.status, 504, "{}", a.text);
+    assert!(a.text.contains("taking too long"));
+    // Unknown room endpoints and addresses no room serves.
+    assert_eq!(
+        c.get(format!("{proxy}/.tollgate/nope/status"))
+            .send()
+            .await
+            .expect("r")
+            .status()
+            .as_u16(),
+        404
+    );
+    drop(s);
+    // The upstream down: 502 page.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_addr = dead.local_addr().expect("addr");
+    drop(dead);
+    let s = start(&dir, &room_config(dead_addr, 1, ""), None);
+    let mut v = Visitor::new("v");
+    let a = v.get(&c, &s.proxy.clone().expect("proxy"), "/page", false).await;
+    assert_eq!(a.status, 502, "{}", a.text);
+}
+
+/// Redis down: an `open` room lets visitors through, a `closed` one shows
+/// a "try again" page with 503 and Retry-After; neither hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_down_open_or_closed() {
+    let mut redis = RedisServer::start();
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let open = start(
+        &dir,
+        &room_config(up, 1, "on_store_error = \"open\"\nstore_timeout_ms = 200"),
+        Some(&redis.url()),
+    );
+    let closed = start(
+        &dir,
+        &room_config(up, 1, "store_timeout_ms = 200"),
+        Some(&redis.url()),
+    );
+    redis.kill();
+    let c = reqwest::Client::new();
+    for (s, want_in) in [(&open, true), (&closed, false)] {
+        let t = Instant::now();
+        let mut v = Visitor::new("v");
+        let a = v.get(&c, &s.proxy.clone().expect("proxy"), "/page", false).await;
+        assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
+        if want_in {
+            assert!(is_admitted(&a, "v"), "{}: {}", a.status, a.text);
+        } else {
+            assert_eq!(a.status, 503);
+            assert_eq!(a.headers["retry-after"], "5");
+            assert!(a.text.contains("try again"), "{}", a.text);
+        }
+        let metrics = c
+            .get(format!("{}/metrics", s.base))
+            .bearer_auth("admin-token-0123456789")
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        let series = if want_in {
+            "tollgate_room_store_failed_open_total"
+        } else {
+            "tollgate_room_store_failed_closed_total"
+        };
+        assert!(
+            metrics.contains(&format!("{series}{{room=\"shop\"}} 1")),
+            "{metrics}"
+        );
+    }
+}
+
+/// The waiting page's live feed: position events, then `admitted` the
+/// moment a slot is handed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stream_positions_then_admission() {
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let s = start(
+        &dir,
+        &room_config(up, 1, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
+        None,
+    );
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut holder = Visitor::new("holder");
+    assert!(is_admitted(
+        &holder.get(&c, &proxy, "/page", true).await,
+        "holder"
+    ));
+    let mut waiter = Visitor::new("waiter");
+    assert_eq!(waiter.get(&c, &proxy, "/page", true).await.status, 503);
+    let mut resp = c
+        .get(format!("{proxy}/.tollgate/shop/events"))
+        .header(
+            "cookie",
+            format!("tollgate_shop={}", waiter.cookie.clone().expect("cookie")),
+        )
+        .send()
+        .await
+        .expect("events");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut text = String::new();
+    while !text.contains("event: position") {
+        let chunk = resp.chunk().await.expect("chunk").expect("more");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("\"position\":1"), "{text}");
+    let released = Instant::now();
+    assert_eq!(holder.get(&c, &proxy, "/done", true).await.text, "bye");
+    while !text.contains("event: admitted") {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), resp.chunk())
+            .await
+            .expect("admitted in time")
+            .expect("chunk")
+            .expect("more");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        released.elapsed()
+    );
+    // The reload that follows lets the visitor in.
+    assert!(is_admitted(
+        &waiter.get(&c, &proxy, "/page", false).await,
+        "waiter"
+    ));
 }
