@@ -313,9 +313,11 @@ async fn ten_visitors_three_slots(redis: Option<&str>) {
         let a = v.get(&c, &proxy, "/page", true).await;
         assert_eq!(a.json()["position"], i as u64 + 1, "{}: {}", v.name, a.text);
     }
-    let seen = seen.lock().expect("lock");
-    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
-    assert_eq!(seen.first_seen, ["v1", "v2", "v3", "v4", "v5", "v6"]);
+    {
+        let seen = seen.lock().expect("lock");
+        assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+        assert_eq!(seen.first_seen, ["v1", "v2", "v3", "v4", "v5", "v6"]);
+    }
     // Admin stats agree.
     let stats: Value = reqwest::Client::new()
         .get(format!("{}/v1/rooms/shop", s.base))
