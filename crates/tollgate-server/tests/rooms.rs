@@ -741,3 +741,57 @@ async fn events_stream_positions_then_admission() {
         "waiter"
     ));
 }
+
+/// WebSocket (any `Upgrade`) passes through: the 101 and then bytes both
+/// ways, spliced between visitor and upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_pass_through() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn head(stream: &mut tokio::net::TcpStream) -> String {
+        let mut buf = Vec::new();
+        let mut byte = [0u8; 1];
+        while !buf.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).await.expect("read head");
+            buf.push(byte[0]);
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+    // An upstream that switches to an echo protocol.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let up = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let request = head(&mut s).await;
+        assert!(request.to_ascii_lowercase().contains("upgrade: echo"), "{request}");
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+            .await
+            .expect("101");
+        let mut buf = [0u8; 64];
+        loop {
+            let n = s.read(&mut buf).await.expect("read");
+            if n == 0 {
+                break;
+            }
+            s.write_all(&buf[..n]).await.expect("echo");
+        }
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let s = start(&dir, &room_config(up, 1, ""), None);
+    let proxy = s.proxy.clone().expect("proxy");
+    let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://")).await.expect("connect");
+    conn.write_all(b"GET /ws HTTP/1.1\r\nHost: shop\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+        .await
+        .expect("request");
+    let response = head(&mut conn).await;
+    assert!(response.starts_with("HTTP/1.1 101"), "{response}");
+    assert!(response.contains("tollgate_shop="), "the visitor is admitted: {response}");
+    for msg in [&b"hello"[..], b"through the room"] {
+        conn.write_all(msg).await.expect("write");
+        let mut back = vec![0u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(5), conn.read_exact(&mut back))
+            .await
+            .expect("echo in time")
+            .expect("read");
+        assert_eq!(back, msg);
+    }
+}
