@@ -744,6 +744,9 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
             }
         }
     }
+    for room in state.rooms.all() {
+        room.scrape().await;
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         state.metrics.render(),

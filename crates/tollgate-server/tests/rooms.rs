@@ -330,6 +330,26 @@ async fn ten_visitors_three_slots(redis: Option<&str>) {
         .expect("json");
     assert_eq!(stats["capacity"], 3, "{stats}");
     assert_eq!(stats["waiting"], 4, "{stats}");
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", s.base))
+        .bearer_auth("admin-token-0123456789")
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for series in [
+        r#"tollgate_room_capacity{room="shop"} 3"#,
+        r#"tollgate_room_waiting{room="shop"} 4"#,
+        r#"tollgate_room_admitted_total{room="shop"} 6"#,
+        r#"tollgate_room_sessions_ended_total{room="shop"} 2"#,
+        r#"tollgate_room_wait_seconds_count{room="shop"} 6"#,
+        r#"tollgate_room_proxied_total{room="shop",status="2xx"}"#,
+        r#"tollgate_room_upstream_seconds_count{room="shop"}"#,
+    ] {
+        assert!(metrics.contains(series), "{series} missing from\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -762,7 +782,10 @@ async fn upgrades_pass_through() {
     tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.expect("accept");
         let request = head(&mut s).await;
-        assert!(request.to_ascii_lowercase().contains("upgrade: echo"), "{request}");
+        assert!(
+            request.to_ascii_lowercase().contains("upgrade: echo"),
+            "{request}"
+        );
         s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
             .await
             .expect("101");
@@ -778,13 +801,18 @@ async fn upgrades_pass_through() {
     let dir = tempfile::tempdir().expect("dir");
     let s = start(&dir, &room_config(up, 1, ""), None);
     let proxy = s.proxy.clone().expect("proxy");
-    let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://")).await.expect("connect");
+    let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://"))
+        .await
+        .expect("connect");
     conn.write_all(b"GET /ws HTTP/1.1\r\nHost: shop\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
         .await
         .expect("request");
     let response = head(&mut conn).await;
     assert!(response.starts_with("HTTP/1.1 101"), "{response}");
-    assert!(response.contains("tollgate_shop="), "the visitor is admitted: {response}");
+    assert!(
+        response.contains("tollgate_shop="),
+        "the visitor is admitted: {response}"
+    );
     for msg in [&b"hello"[..], b"through the room"] {
         conn.write_all(msg).await.expect("write");
         let mut back = vec![0u8; msg.len()];

@@ -262,6 +262,24 @@ impl Room {
         &self.gate
     }
 
+    /// Reads the room's gate for the scrape: active, waiting, capacity,
+    /// admissions and expiries as the store has them (so they are right
+    /// across every server sharing the room).
+    pub(crate) async fn scrape(&self) {
+        let Ok(s) = bounded(self.store_timeout, self.gate.stats()).await else {
+            self.metrics.scrape_errors.increment(1);
+            return;
+        };
+        let gauge =
+            |metric: &'static str, v: f64| metrics::gauge!(metric, "room" => self.name.clone()).set(v);
+        gauge("tollgate_room_capacity", s.capacity.map_or(0.0, f64::from));
+        gauge("tollgate_room_active", s.holders as f64);
+        gauge("tollgate_room_waiting", s.waiting as f64);
+        metrics::counter!("tollgate_room_sessions_total", "room" => self.name.clone()).absolute(s.grants);
+        metrics::counter!("tollgate_room_sessions_timed_out_total", "room" => self.name.clone())
+            .absolute(s.expiries);
+    }
+
     /// Sets the gate's capacity to the configured one (at start).
     pub(crate) async fn apply_capacity(&self) -> tollgate::Result<()> {
         self.gate.set_capacity(self.capacity).await
@@ -497,7 +515,11 @@ impl Room {
         }
         match self.visitor(req.headers()) {
             Some(Visitor::Active { token, renewed_ms }) => self.active(req, client, token, renewed_ms).await,
-            Some(Visitor::Waiting { ticket, since_ms }) => self.waiting(req, client, ticket, since_ms).await,
+            Some(Visitor::Waiting {
+                ticket,
+                since_ms,
+                eta_ms,
+            }) => self.waiting(req, client, ticket, since_ms, eta_ms).await,
             None => self.arrive(req, client).await,
         }
     }
@@ -517,6 +539,7 @@ impl Room {
                     &Visitor::Waiting {
                         ticket,
                         since_ms: now,
+                        eta_ms: place.eta.map(|e| e.as_millis() as u64),
                     },
                     now + 24 * 3600 * 1000,
                 );
@@ -625,6 +648,7 @@ impl Room {
         client: IpAddr,
         ticket: String,
         since_ms: u64,
+        eta_ms: Option<u64>,
     ) -> Response<Body> {
         // A visitor refreshing too often is answered without touching the
         // line: their place is kept either way.
@@ -636,7 +660,7 @@ impl Room {
         }
         match bounded(self.store_timeout, self.gate.status(&ticket)).await {
             Ok(TicketStatus::Granted(g)) => {
-                self.admitted_after(since_ms);
+                self.admitted_after(since_ms, eta_ms);
                 self.pass(req, client, g.token).await
             }
             Ok(TicketStatus::Queued(place)) => self.queued_page(req.headers(), Shown::of(&place)),
@@ -650,12 +674,17 @@ impl Room {
         }
     }
 
-    /// Counts an admission from the line, and how long it waited.
-    fn admitted_after(&self, since_ms: u64) {
+    /// Counts an admission from the line, how long it waited, and how far
+    /// off the estimate it was given on joining was.
+    fn admitted_after(&self, since_ms: u64, eta_ms: Option<u64>) {
         self.metrics.admitted.increment(1);
-        self.metrics
-            .wait
-            .record(now_ms().saturating_sub(since_ms) as f64 / 1000.0);
+        let waited = now_ms().saturating_sub(since_ms);
+        self.metrics.wait.record(waited as f64 / 1000.0);
+        if let Some(eta) = eta_ms {
+            self.metrics
+                .eta_error
+                .record(waited.abs_diff(eta) as f64 / 1000.0);
+        }
     }
 
     fn retry_seconds(&self) -> u64 {
@@ -756,7 +785,15 @@ impl Room {
     async fn own(&self, req: Request<hyper::body::Incoming>, action: &str) -> Response<Body> {
         let visitor = self.visitor(req.headers());
         match (req.method(), action, visitor) {
-            (&Method::GET, "status", Some(Visitor::Waiting { ticket, since_ms })) => {
+            (
+                &Method::GET,
+                "status",
+                Some(Visitor::Waiting {
+                    ticket,
+                    since_ms,
+                    eta_ms,
+                }),
+            ) => {
                 if let Ok(d) = self.status_limit.check(&ticket, 1).await
                     && !d.allowed
                 {
@@ -773,7 +810,7 @@ impl Room {
                         r
                     }
                     Ok(TicketStatus::Granted(g)) => {
-                        self.admitted_after(since_ms);
+                        self.admitted_after(since_ms, eta_ms);
                         let mut r = json_response(StatusCode::OK, json!({"status": "admitted"}));
                         self.admit_token(&mut r, &g.token);
                         r
@@ -850,7 +887,9 @@ pub(crate) struct RoomMetrics {
     rejected_tokens: metrics::Counter,
     failed_open: metrics::Counter,
     failed_closed: metrics::Counter,
+    scrape_errors: metrics::Counter,
     wait: metrics::Histogram,
+    eta_error: metrics::Histogram,
     pub(crate) upstream_seconds: metrics::Histogram,
     pub(crate) room: String,
 }
@@ -869,7 +908,9 @@ impl RoomMetrics {
             rejected_tokens: c("tollgate_room_rejected_tokens_total"),
             failed_open: c("tollgate_room_store_failed_open_total"),
             failed_closed: c("tollgate_room_store_failed_closed_total"),
+            scrape_errors: c("tollgate_room_scrape_errors_total"),
             wait: metrics::histogram!("tollgate_room_wait_seconds", "room" => room.to_owned()),
+            eta_error: metrics::histogram!("tollgate_room_eta_error_seconds", "room" => room.to_owned()),
             upstream_seconds: metrics::histogram!("tollgate_room_upstream_seconds", "room" => room.to_owned()),
             room: room.to_owned(),
         }

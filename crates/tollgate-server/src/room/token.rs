@@ -1,9 +1,11 @@
 //! Visitor tokens: what a visitor's cookie (or `Tollgate-Token` header)
 //! carries, signed with HMAC-SHA256 so it cannot be forged or edited.
 //!
-//! `v1.<room>.<kind>.<id>.<stamp>.<expires>.<signature>`: `kind` is `a`
-//! (active: `id` is a lease token, `stamp` when it was last renewed) or `w`
-//! (waiting: `id` is a ticket). Times are Unix milliseconds. The signature
+//! `v1.<room>.<kind>.<id>.<stamp>.<hint>.<expires>.<signature>`: `kind` is
+//! `a` (active: `id` is a lease token, `stamp` when it was last renewed) or
+//! `w` (waiting: `id` is a ticket, `stamp` when it joined the line, `hint`
+//! the wait it was told in ms plus one, 0 for none). Times are Unix
+//! milliseconds. The signature
 //! covers everything before it, so a token is bound to its room.
 
 use base64::Engine;
@@ -18,8 +20,12 @@ type HmacSha256 = Hmac<Sha256>;
 pub(crate) enum Visitor {
     /// Admitted: holds the lease `token`, last renewed at `renewed_ms`.
     Active { token: String, renewed_ms: u64 },
-    /// In line with `ticket` since `since_ms`.
-    Waiting { ticket: String, since_ms: u64 },
+    /// In line with `ticket` since `since_ms`, told to expect `eta_ms`.
+    Waiting {
+        ticket: String,
+        since_ms: u64,
+        eta_ms: Option<u64>,
+    },
 }
 
 /// Signing keys: the first signs, all verify (so keys can be rotated by
@@ -54,11 +60,20 @@ impl Keys {
 
     /// A signed token for `visitor` in `room`, valid until `expires_ms`.
     pub(crate) fn sign(&self, room: &str, visitor: &Visitor, expires_ms: u64) -> String {
-        let (kind, id, stamp) = match visitor {
-            Visitor::Active { token, renewed_ms } => ("a", token.as_str(), *renewed_ms),
-            Visitor::Waiting { ticket, since_ms } => ("w", ticket.as_str(), *since_ms),
+        let (kind, id, stamp, hint) = match visitor {
+            Visitor::Active { token, renewed_ms } => ("a", token.as_str(), *renewed_ms, 0),
+            Visitor::Waiting {
+                ticket,
+                since_ms,
+                eta_ms,
+            } => (
+                "w",
+                ticket.as_str(),
+                *since_ms,
+                eta_ms.map_or(0, |e| e.saturating_add(1)),
+            ),
         };
-        let payload = format!("v1.{room}.{kind}.{id}.{stamp}.{expires_ms}");
+        let payload = format!("v1.{room}.{kind}.{id}.{stamp}.{hint}.{expires_ms}");
         let signature = URL_SAFE_NO_PAD.encode(Keys::mac(&self.0[0], &payload).finalize().into_bytes());
         format!("{payload}.{signature}")
     }
@@ -78,11 +93,12 @@ impl Keys {
             return None;
         }
         let mut parts = payload.split('.');
-        let (version, in_room, kind, id, stamp, expires) = (
+        let (version, in_room, kind, id, stamp, hint, expires) = (
             parts.next()?,
             parts.next()?,
             parts.next()?,
             parts.next()?,
+            parts.next()?.parse::<u64>().ok()?,
             parts.next()?.parse::<u64>().ok()?,
             parts.next()?.parse::<u64>().ok()?,
         );
@@ -97,6 +113,7 @@ impl Keys {
             "w" => Some(Visitor::Waiting {
                 ticket: id.to_owned(),
                 since_ms: stamp,
+                eta_ms: hint.checked_sub(1),
             }),
             _ => None,
         }
@@ -120,6 +137,7 @@ mod tests {
         let v = Visitor::Waiting {
             ticket: "abcDEF123456".into(),
             since_ms: 1_000,
+            eta_ms: Some(0),
         };
         let t = k.sign("shop", &v, 5_000);
         assert_eq!(k.verify("shop", &t, 2_000), Some(v.clone()));
@@ -130,6 +148,7 @@ mod tests {
         let edited = t.replacen("abcDEF123456", "abcDEF123457", 1);
         assert_eq!(k.verify("shop", &edited, 2_000), None);
         let longer = t.replacen(".5000.", ".9000.", 1);
+        assert!(t.contains(".1.5000."), "{t}");
         assert_eq!(k.verify("shop", &longer, 2_000), None);
         for junk in [
             "",
