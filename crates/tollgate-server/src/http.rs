@@ -80,6 +80,12 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/rooms/{room}", get(crate::room::admin::stats))
         .route("/v1/rooms/{room}/capacity", put(crate::room::admin::set_capacity))
         .route(
+            "/v1/rooms/{room}/admission_rate",
+            put(crate::room::admin::set_admission_rate),
+        )
+        .route("/v1/rooms/{room}/pause", post(crate::room::admin::pause))
+        .route("/v1/rooms/{room}/resume", post(crate::room::admin::resume))
+        .route(
             "/v1/rooms/{room}/sessions/{session}",
             delete(crate::room::admin::end_session),
         );

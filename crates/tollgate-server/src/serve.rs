@@ -181,8 +181,8 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         store.kind()
     );
     for room in rooms.all() {
-        if let Err(e) = room.apply_capacity().await {
-            tracing::warn!(room = room.name(), error = %e, "could not set the room's capacity; the stored one stays");
+        if let Err(e) = room.apply_config().await {
+            tracing::warn!(room = room.name(), error = %e, "could not set the room's capacity and admission rate; the stored ones stay");
         }
     }
     // After the recorder: limiters register their metrics when made.

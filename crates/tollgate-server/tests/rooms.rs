@@ -823,3 +823,94 @@ async fn upgrades_pass_through() {
         assert_eq!(back, msg);
     }
 }
+
+async fn admin(
+    c: &reqwest::Client,
+    s: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
+    let mut req = c
+        .request(method, format!("{}/v1/rooms/shop{path}", s.base))
+        .bearer_auth("admin-token-0123456789");
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.expect("admin");
+    assert_eq!(resp.status().as_u16(), 200);
+    resp.json().await.expect("json")
+}
+
+/// Pausing queues everyone new even with free slots; resuming lets the
+/// line in. An admission rate paces entries whatever the free capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_admission_rate() {
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let s = start(
+        &dir,
+        &room_config(up, 5, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
+        None,
+    );
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut a = Visitor::new("a");
+    assert!(is_admitted(&a.get(&c, &proxy, "/page", true).await, "a"));
+    let stats = admin(&c, &s, reqwest::Method::POST, "/pause", None).await;
+    assert_eq!(stats["paused"], true, "{stats}");
+    let mut b = Visitor::new("b");
+    assert_eq!(b.get(&c, &proxy, "/page", true).await.json()["position"], 1);
+    // Active visitors are not affected.
+    assert!(is_admitted(&a.get(&c, &proxy, "/page", true).await, "a"));
+    let stats = admin(&c, &s, reqwest::Method::POST, "/resume", None).await;
+    assert_eq!(
+        (stats["paused"].as_bool(), stats["active"].as_u64()),
+        (Some(false), Some(2)),
+        "{stats}"
+    );
+    assert!(is_admitted(&b.get(&c, &proxy, "/page", true).await, "b"));
+
+    // 60 a minute: one a second, even with three slots free.
+    let stats = admin(
+        &c,
+        &s,
+        reqwest::Method::PUT,
+        "/admission_rate",
+        Some(serde_json::json!({"per_minute": 60})),
+    )
+    .await;
+    assert_eq!(stats["admissions_per_minute"], 60, "{stats}");
+    let mut admitted_at = Vec::new();
+    let mut visitors: Vec<Visitor> = (0..3).map(|i| Visitor::new(&format!("r{i}"))).collect();
+    let started = Instant::now();
+    while admitted_at.len() < 3 && started.elapsed() < Duration::from_secs(10) {
+        for v in visitors.iter_mut() {
+            if admitted_at.iter().any(|(n, _)| *n == v.name) {
+                continue;
+            }
+            if is_admitted(&v.get(&c, &proxy, "/page", true).await, &v.name) {
+                admitted_at.push((v.name.clone(), started.elapsed()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(admitted_at.len(), 3, "{admitted_at:?}");
+    for pair in admitted_at.windows(2) {
+        let gap = pair[1].1 - pair[0].1;
+        assert!(
+            gap >= Duration::from_millis(900),
+            "admitted {gap:?} apart: {admitted_at:?}"
+        );
+    }
+    let stats = admin(
+        &c,
+        &s,
+        reqwest::Method::PUT,
+        "/admission_rate",
+        Some(serde_json::json!({"per_minute": null})),
+    )
+    .await;
+    assert!(stats["admissions_per_minute"].is_null(), "{stats}");
+}

@@ -247,6 +247,30 @@ impl Gate {
         self.store.set_capacity(&self.name, capacity).await
     }
 
+    /// Pauses admissions: nobody new is granted, everyone queues. Holders
+    /// keep their leases. Undo with [`resume`](Self::resume).
+    pub async fn pause(&self) -> Result<()> {
+        self.store.set_admission(&self.name, Some(true), None).await
+    }
+
+    /// Resumes admissions; free permits go to the line at once.
+    pub async fn resume(&self) -> Result<()> {
+        self.store.set_admission(&self.name, Some(false), None).await
+    }
+
+    /// Caps the rate of admissions (grants, from the line or not) at one
+    /// per `interval`, whatever the free capacity: for an upstream that
+    /// cannot tell when a visitor leaves. `None` removes the cap. Waiters
+    /// are admitted as they ask (each status is also a chance to admit).
+    pub async fn set_admission_interval(&self, interval: Option<Duration>) -> Result<()> {
+        let ms = match interval {
+            None => 0,
+            Some(d) if d.is_zero() => return Err(Error::invalid("an admission interval must be positive")),
+            Some(d) => check_ttl("admission interval", d)?,
+        };
+        self.store.set_admission(&self.name, None, Some(ms)).await
+    }
+
     /// Up to `limit` current holders, soonest to end first, with their
     /// labels.
     pub async fn holders(&self, limit: u32) -> Result<Vec<Holding>> {

@@ -461,6 +461,57 @@ async fn bad_input_is_a_typed_error(ts: TestStore) {
     assert_eq!(g.status("unknownticket").await.unwrap(), TicketStatus::Gone);
 }
 
+/// Paused, nobody new is granted (a free permit stays free, newcomers
+/// queue behind the line); resuming hands the free permits to the line.
+async fn pausing_holds_admissions(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(LONG, LONG));
+    let a = granted(g.enter(1, true).await.unwrap());
+    let (b, _) = queued(g.enter(1, true).await.unwrap());
+    g.pause().await.unwrap();
+    assert!(g.stats().await.unwrap().paused);
+    assert_eq!(g.leave(&a.token).await.unwrap(), Left::Released);
+    assert_eq!(pw(status_place(&g, &b).await), (1, 1));
+    let (c, p) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(pw(p), (2, 2));
+    assert!(matches!(g.enter(1, false).await.unwrap(), Entered::Busy(_)));
+    assert_eq!(g.stats().await.unwrap().used, 0);
+    g.resume().await.unwrap();
+    let s = g.stats().await.unwrap();
+    assert!(!s.paused);
+    assert_eq!((s.used, s.waiting), (1, 1));
+    status_granted(&g, &b).await;
+    assert_eq!(pw(status_place(&g, &c).await), (1, 1));
+}
+
+/// With an admission interval, at most one grant per interval even with
+/// free capacity; waiters are admitted as time allows; removing the
+/// interval admits the line at once.
+async fn admission_interval_paces_grants(ts: TestStore) {
+    let g = gate(&ts, Some(10), opts(LONG, LONG));
+    g.set_admission_interval(Some(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert_eq!(
+        g.stats().await.unwrap().admission_interval,
+        Some(Duration::from_secs(1))
+    );
+    granted(g.enter(1, true).await.unwrap());
+    let (b, _) = queued(g.enter(1, true).await.unwrap());
+    let (c, _) = queued(g.enter(1, true).await.unwrap());
+    let (d, _) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(pw(status_place(&g, &b).await), (1, 3));
+    ts.advance(Duration::from_millis(1100)).await;
+    status_granted(&g, &b).await;
+    assert_eq!(pw(status_place(&g, &c).await), (1, 2));
+    ts.advance(Duration::from_millis(1100)).await;
+    status_granted(&g, &c).await;
+    g.set_admission_interval(None).await.unwrap();
+    status_granted(&g, &d).await;
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.used, s.waiting, s.admission_interval), (4, 0, None));
+    assert!(g.set_admission_interval(Some(Duration::ZERO)).await.is_err());
+}
+
 on_both_stores!(manual_clock:
     grants_until_capacity_then_queues,
     release_hands_off_to_head_in_order,
@@ -480,4 +531,6 @@ on_both_stores!(manual_clock:
     lowering_capacity_below_a_waiting_request_drops_it,
     fences_strictly_increase,
     bad_input_is_a_typed_error,
+    pausing_holds_admissions,
+    admission_interval_paces_grants,
 );

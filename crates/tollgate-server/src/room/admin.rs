@@ -1,5 +1,5 @@
 //! The rooms' admin API, on the main listener behind the bearer tokens:
-//! stats, capacity, and ending a session.
+//! stats, capacity, admission rate, pause and resume, and ending a session.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -28,6 +28,8 @@ async fn stats_of(room: &Room) -> Result<Value, ApiError> {
         "waiting": s.waiting,
         "admitted": s.grants,
         "expired": s.expiries,
+        "paused": s.paused,
+        "admissions_per_minute": s.admission_interval.map(|d| (60_000.0 / d.as_millis() as f64).round() as u64),
     }))
 }
 
@@ -74,4 +76,51 @@ pub(crate) async fn end_session(
             "no active session with this id",
         ))
     }
+}
+
+/// `POST /v1/rooms/{room}/pause`: everyone new queues; nobody is evicted.
+pub(crate) async fn pause(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let room = room(&state, &name)?;
+    room.gate().pause().await?;
+    Ok(axum::Json(stats_of(&room).await?))
+}
+
+/// `POST /v1/rooms/{room}/resume`: free slots go to the line at once.
+pub(crate) async fn resume(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let room = room(&state, &name)?;
+    room.gate().resume().await?;
+    Ok(axum::Json(stats_of(&room).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RateBody {
+    /// New admissions a minute at most; null removes the cap.
+    per_minute: Option<u32>,
+}
+
+/// `PUT /v1/rooms/{room}/admission_rate`.
+pub(crate) async fn set_admission_rate(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<RateBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let room = room(&state, &name)?;
+    let interval = match body.per_minute {
+        None => None,
+        Some(0) => {
+            return Err(ApiError::bad_request(
+                "per_minute must be at least 1, or null for no cap",
+            ));
+        }
+        Some(n) => Some(super::admission_interval(n)),
+    };
+    room.gate().set_admission_interval(interval).await?;
+    Ok(axum::Json(stats_of(&room).await?))
 }

@@ -54,6 +54,9 @@ pub(crate) struct RoomSettings {
     pub(crate) path_prefix: Option<String>,
     /// Most visitors active at once.
     pub(crate) capacity: u32,
+    /// At most this many new admissions a minute, whatever the free
+    /// capacity (for a site that cannot tell when a visitor has left).
+    pub(crate) admissions_per_minute: Option<u32>,
     /// How long an admitted visitor stays active without a request.
     /// Default 5m.
     pub(crate) session_ttl: Option<String>,
@@ -105,6 +108,7 @@ pub(crate) struct Room {
     name: String,
     gate: Gate,
     capacity: u32,
+    admission_interval: Option<Duration>,
     keys: Keys,
     upstream: Upstream,
     session_ttl: Duration,
@@ -149,6 +153,11 @@ fn nets(field: &str, list: &[String]) -> Result<Vec<IpNet>, String> {
                 .map_err(|_| format!("{field}: {p:?} is not an address or network"))
         })
         .collect()
+}
+
+/// The least interval between admissions for `per_minute` of them.
+pub(crate) fn admission_interval(per_minute: u32) -> Duration {
+    Duration::from_millis(60_000u64.div_ceil(u64::from(per_minute.max(1))).max(10))
 }
 
 fn check_room_name(name: &str) -> Result<(), String> {
@@ -225,10 +234,16 @@ impl Room {
             None => Page::default_page(),
             Some(path) => Page::from_file(path).map_err(at)?,
         };
+        let admission_interval = match s.admissions_per_minute {
+            None => None,
+            Some(0) => return Err(at("admissions_per_minute must be at least 1".to_owned())),
+            Some(n) => Some(admission_interval(n)),
+        };
         Ok(Room {
             name: name.to_owned(),
             gate,
             capacity: s.capacity,
+            admission_interval,
             keys: Keys::new(&s.cookie_keys).map_err(at)?,
             upstream: Upstream::new(
                 &s.upstream,
@@ -280,9 +295,11 @@ impl Room {
             .absolute(s.expiries);
     }
 
-    /// Sets the gate's capacity to the configured one (at start).
-    pub(crate) async fn apply_capacity(&self) -> tollgate::Result<()> {
-        self.gate.set_capacity(self.capacity).await
+    /// Sets the gate's capacity and admission rate to the configured ones
+    /// (at start; the admin API changes them at runtime).
+    pub(crate) async fn apply_config(&self) -> tollgate::Result<()> {
+        self.gate.set_capacity(self.capacity).await?;
+        self.gate.set_admission_interval(self.admission_interval).await
     }
 
     fn matches(&self, host: Option<&str>, path: &str) -> bool {

@@ -41,6 +41,11 @@ struct GateState {
     gap_ms: Option<u64>,
     /// When the last holder departed (ms; 0: never).
     last_departure: u64,
+    /// Admission control: no new grants while paused; at most one grant
+    /// per `admit_every_ms` (0: no limit), the next allowed at `admit_at`.
+    paused: bool,
+    admit_every_ms: u64,
+    admit_at: u64,
     holders: HashMap<String, Holder>,
     holder_expiry: BTreeSet<(u64, String)>,
     line: BTreeMap<u64, String>,
@@ -122,7 +127,9 @@ impl MemoryStore {
             if s.holders.contains_key(req.id) || s.tickets.contains_key(req.id) {
                 return Err(Error::invalid("that id is already in use on this gate"));
             }
-            if s.line.is_empty() && s.used + u64::from(req.permits) <= u64::from(capacity) {
+            if s.line.is_empty() && s.used + u64::from(req.permits) <= u64::from(capacity) && s.may_admit(now)
+            {
+                s.admitted(now);
                 let label = req.label.map(str::to_owned);
                 let fence = s.grant(req.id, req.permits, now + req.ttl_ms, now, false, label);
                 return Ok(Entry::Granted(Grant {
@@ -225,6 +232,27 @@ impl MemoryStore {
         })
     }
 
+    pub(crate) fn set_admission(
+        &self,
+        gate: &Name,
+        paused: Option<bool>,
+        every_ms: Option<u64>,
+    ) -> Result<()> {
+        self.with_gate(gate, |s, now, handed| {
+            if let Some(p) = paused {
+                s.paused = p;
+            }
+            if let Some(every) = every_ms {
+                s.admit_every_ms = every;
+                if every == 0 {
+                    s.admit_at = 0;
+                }
+            }
+            s.promote(now, handed);
+            Ok(())
+        })
+    }
+
     pub(crate) fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
         self.with_gate(gate, |s, now, _| {
             Ok(s.holder_expiry
@@ -250,6 +278,8 @@ impl MemoryStore {
                 grants: s.grants,
                 expiries: s.expiries,
                 fence: s.fence,
+                paused: s.paused,
+                admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
             })
         })
     }
@@ -305,6 +335,18 @@ impl GateState {
 
     /// Hands free permits to the head of the line, in order, while the head
     /// fits: a large request at the head is never overtaken by small ones.
+    /// Whether admission control lets one more in now.
+    fn may_admit(&self, now: u64) -> bool {
+        !self.paused && (self.admit_every_ms == 0 || self.admit_at <= now)
+    }
+
+    /// Spends one admission of the admission rate.
+    fn admitted(&mut self, now: u64) {
+        if self.admit_every_ms > 0 {
+            self.admit_at = self.admit_at.max(now) + self.admit_every_ms;
+        }
+    }
+
     fn promote(&mut self, now: u64, handed: &mut Vec<(String, u64)>) {
         let Some(capacity) = self.capacity else { return };
         while let Some((_, id)) = self.line.first_key_value() {
@@ -317,9 +359,10 @@ impl GateState {
                 self.drop_ticket(&id);
                 continue;
             }
-            if self.used + u64::from(permits) > u64::from(capacity) {
+            if self.used + u64::from(permits) > u64::from(capacity) || !self.may_admit(now) {
                 break;
             }
+            self.admitted(now);
             let label = self.take_ticket(&id).and_then(|t| t.label);
             let fence = self.grant(&id, permits, deadline, now, true, label);
             handed.push((id, fence));

@@ -96,6 +96,21 @@ impl Store {
         }
     }
 
+    /// Changes admission control: pause or resume (`paused`), and the
+    /// least interval between admissions in ms (`every_ms`, 0: none);
+    /// `None` leaves a setting as it is.
+    pub(crate) async fn set_admission(
+        &self,
+        gate: &Name,
+        paused: Option<bool>,
+        every_ms: Option<u64>,
+    ) -> Result<()> {
+        match &self.backend {
+            Backend::Memory(s) => s.set_admission(gate, paused, every_ms),
+            Backend::Redis(s) => s.set_admission(gate, paused, every_ms).await,
+        }
+    }
+
     pub(crate) async fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
         match &self.backend {
             Backend::Memory(s) => s.poll(gate, id, ttl_ms, hb_ms),
@@ -267,6 +282,11 @@ pub struct GateStats {
     pub expiries: u64,
     /// The last fencing token handed out (0 if none yet).
     pub fence: u64,
+    /// Admissions are paused: everyone new queues (see `Gate::pause`).
+    pub paused: bool,
+    /// At most one admission per this interval, if set
+    /// (`Gate::set_admission_interval`).
+    pub admission_interval: Option<Duration>,
 }
 
 /// Wake-ups for waiters in this process, keyed by ticket id. A hand-off

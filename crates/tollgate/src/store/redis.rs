@@ -57,6 +57,7 @@ struct Scripts {
     stats: Script,
     holders: Script,
     limit: Script,
+    set_admission: Script,
 }
 
 impl Scripts {
@@ -70,6 +71,7 @@ impl Scripts {
             stats: Script::new(gate_script!("lua/stats.lua")),
             holders: Script::new(gate_script!("lua/holders.lua")),
             limit: Script::new(include_str!("lua/limit.lua")),
+            set_admission: Script::new(gate_script!("lua/set_admission.lua")),
         }
     }
 }
@@ -361,7 +363,17 @@ impl RedisStore {
     pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
         let r = self.run(&self.scripts.stats, gate, Vec::<String>::new()).await?;
         match r.as_slice() {
-            [capacity, used, holders, waiting, grants, expiries, fence] => Ok(GateStats {
+            [
+                capacity,
+                used,
+                holders,
+                waiting,
+                grants,
+                expiries,
+                fence,
+                paused,
+                every,
+            ] => Ok(GateStats {
                 capacity: u32::try_from(*capacity).ok(),
                 used: *used as u64,
                 holders: *holders as u64,
@@ -369,8 +381,31 @@ impl RedisStore {
                 grants: *grants as u64,
                 expiries: *expiries as u64,
                 fence: *fence as u64,
+                paused: *paused == 1,
+                admission_interval: (*every > 0).then(|| Duration::from_millis(*every as u64)),
             }),
             other => Err(unexpected("stats", other)),
+        }
+    }
+
+    pub(crate) async fn set_admission(
+        &self,
+        gate: &Name,
+        paused: Option<bool>,
+        every_ms: Option<u64>,
+    ) -> Result<()> {
+        let paused = match paused {
+            Some(true) => "1".to_owned(),
+            Some(false) => "0".to_owned(),
+            None => String::new(),
+        };
+        let every = every_ms.map(|e| e.to_string()).unwrap_or_default();
+        let r = self
+            .run(&self.scripts.set_admission, gate, (paused, every))
+            .await?;
+        match r.as_slice() {
+            [1] => Ok(()),
+            other => Err(unexpected("set_admission", other)),
         }
     }
 

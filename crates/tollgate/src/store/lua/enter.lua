@@ -32,7 +32,8 @@ elseif asked ~= 0 and asked ~= cap then
 end
 if permits > cap then return done({-2, cap}) end
 
-if waiting == 0 and used() + permits <= cap then
+if waiting == 0 and used() + permits <= cap and may_admit() then
+  admitted()
   local f = next_fence()
   add_holder(id, now + ttl)
   keep_label()

@@ -1,10 +1,11 @@
--- enter_fast.lua: an idle gate (no holder, nobody in line, no side data)
--- with a known capacity grants one unlabelled permit without the general path: five
+-- enter_fast.lua: an idle gate (no holder, nobody in line, no side data,
+-- no admission control) with a known capacity grants one unlabelled
+-- permit without the general path: five
 -- Redis calls in all, and none of the prelude's set-up.
 -- ARGV as enter.lua. Reply: {1, fence, ttl_ms}, or falls through.
 -- Invariant: identical outcome to enter.lua for the same state.
 if (tonumber(raw[9]) or 0) == 0 and (tonumber(raw[10]) or 0) == 0
-  and (tonumber(raw[6]) or 0) == 0 and (tonumber(raw[8]) or 0) == 0 then
+  and (tonumber(raw[6]) or 0) == 0 and (tonumber(raw[8]) or 0) == 0 and not raw[19] and not raw[20] then
   local permits, asked, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
   local stored = tonumber(raw[1])
   if permits == 1 and ARGV[7] == '' and (stored == nil and asked > 0 or stored ~= nil and (asked == 0 or asked == stored)) then

@@ -20,7 +20,10 @@
 --                    without reading h), r the average gap between
 --                    departures (releases and expiries, ms, a moving
 --                    average) and l the last departure: a waiter's estimated
---                    wait is its position times r. The only key an idle gate keeps:
+--                    wait is its position times r; P 1 while admissions
+--                    are paused, R the least interval between admissions
+--                    (ms) and A when the next one may happen (absent: no
+--                    admission control). The only key an idle gate keeps:
 --                    it carries the fence, which never goes back.
 --   KEYS[2] h  ZSET  holders: lease id -> expiry (ms, server time)
 --   KEYS[3] p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
@@ -50,6 +53,9 @@ local MT, MU, MX, MV = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0, tonumber(
 local Mr, Ml = tonumber(raw[16]), tonumber(raw[17]) or 0
 -- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
 local Ma = tonumber(raw[18]) or 0
+-- Admission control (written by set_admission.lua, A also here).
+local MP, MR, MA = tonumber(raw[19]) or 0, tonumber(raw[20]) or 0, tonumber(raw[21]) or 0
+local was_A = MA
 local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z, was_T, was_U, was_X, was_V =
   Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz, MT, MU, MX, MV
 local was_r, was_l, was_a = Mr, Ml, Ma
@@ -231,6 +237,14 @@ local function expire()
 end
 
 -- Grants free permits to the head of the line while the head fits.
+-- Whether admission control lets one more in now, and spending it.
+local function may_admit()
+  return MP ~= 1 and (MR == 0 or MA <= now)
+end
+local function admitted()
+  if MR > 0 then MA = math.max(MA, now) + MR end
+end
+
 local function promote()
   if cap == nil or waiting == 0 then return end
   local handed = {}
@@ -239,7 +253,7 @@ local function promote()
     -- and a gate with room takes the head off the line in one call.
     local head, k, popped
     if Mn == 0 then
-      if used() >= cap then break end
+      if used() >= cap or not may_admit() then break end
       head, k, popped = redis.call('ZPOPMIN', KQ)[1], 1, true
     else
       head = redis.call('ZRANGE', KQ, 0, 0)[1]
@@ -250,9 +264,10 @@ local function promote()
       -- Capacity was lowered below what this ticket needs: it can never be
       -- served and must not block the line behind it.
       drop_ticket(head)
-    elseif used() + k > cap then
+    elseif used() + k > cap or not may_admit() then
       break
     else
+      admitted()
       -- The hand-off lives only until the waiter's heartbeat deadline: a
       -- vanished waiter gives it back within its grace, not a whole TTL.
       local deadline = tonumber(redis.call('HGET', KP, 'd:' .. head)) or now
@@ -310,6 +325,7 @@ local function finish()
   put('W', MW, was_W) put('z', Mz, was_z) put('T', MT, was_T) put('U', MU, was_U)
   if holders == 0 then MX = 0 end
   put('X', MX, was_X) put('V', MV, was_V) put('r', Mr, was_r) put('l', Ml, was_l) put('a', Ma, was_a)
+  put('A', MA, was_A)
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
 end
 

@@ -1,0 +1,25 @@
+-- set_admission.lua: admission control. Paused, nobody new is granted
+-- (everyone queues; holders are not touched); with an interval, at most one
+-- grant per interval. Resuming or loosening admits the line at once.
+-- ARGV: 1 paused ('1', '0', or '' to leave it), 2 least ms between
+--       admissions ('0' for none, '' to leave it)
+-- Reply: {1}
+if ARGV[1] == '1' then
+  MP = 1
+  redis.call('HSET', KM, 'P', 1)
+elseif ARGV[1] == '0' then
+  MP = 0
+  redis.call('HDEL', KM, 'P')
+end
+if ARGV[2] ~= '' then
+  MR = tonumber(ARGV[2])
+  if MR > 0 then
+    redis.call('HSET', KM, 'R', MR)
+  else
+    MA = 0
+    redis.call('HDEL', KM, 'R', 'A')
+    was_A = 0
+  end
+end
+promote()
+return done({1})
