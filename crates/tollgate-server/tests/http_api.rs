@@ -742,6 +742,12 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/v1/gates/{name}/leases/{token}/renew",
         "/v1/limits/{name}",
         "/v1/limits/{name}/check",
+        "/v1/rooms/{room}",
+        "/v1/rooms/{room}/capacity",
+        "/v1/rooms/{room}/admission_rate",
+        "/v1/rooms/{room}/pause",
+        "/v1/rooms/{room}/resume",
+        "/v1/rooms/{room}/sessions/{session}",
     ] {
         assert!(served["paths"].get(path).is_some(), "{path} is not documented");
     }
