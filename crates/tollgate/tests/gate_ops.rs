@@ -512,6 +512,35 @@ async fn admission_interval_paces_grants(ts: TestStore) {
     assert!(g.set_admission_interval(Some(Duration::ZERO)).await.is_err());
 }
 
+/// A line longer than one sweep step (Redis scans stale tickets of a long
+/// line in bounded steps): silent waiters still leave within a few
+/// operations after their grace, and everyone behind them moves up.
+async fn silent_waiters_leave_a_long_line(ts: TestStore) {
+    // Timings leave room for a slow machine on Redis (real time): a live
+    // ticket's last heartbeat is at least 1.6 s before its deadline at the
+    // check; a silent one's deadline passed at least 0.1 s before.
+    let g = gate(&ts, Some(1), opts(LONG, Duration::from_millis(3000)));
+    granted(g.enter(1, true).await.unwrap());
+    let mut tickets = Vec::new();
+    for _ in 0..1000 {
+        tickets.push(queued(g.enter(1, true).await.unwrap()).0);
+    }
+    ts.advance(Duration::from_millis(1500)).await;
+    // The second half keeps asking; the first half has gone quiet.
+    for t in &tickets[500..] {
+        status_place(&g, t).await;
+    }
+    ts.advance(Duration::from_millis(1600)).await;
+    let mut ops = 0;
+    while g.stats().await.unwrap().waiting > 500 {
+        ops += 1;
+        assert!(ops <= 12, "stale tickets still in line after {ops} operations");
+    }
+    assert_eq!(g.stats().await.unwrap().waiting, 500);
+    assert_eq!(pw(status_place(&g, &tickets[500]).await), (1, 500));
+    assert_eq!(g.status(&tickets[0]).await.unwrap(), TicketStatus::Gone);
+}
+
 on_both_stores!(manual_clock:
     grants_until_capacity_then_queues,
     release_hands_off_to_head_in_order,
@@ -533,4 +562,5 @@ on_both_stores!(manual_clock:
     bad_input_is_a_typed_error,
     pausing_holds_admissions,
     admission_interval_paces_grants,
+    silent_waiters_leave_a_long_line,
 );

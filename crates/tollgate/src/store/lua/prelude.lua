@@ -33,7 +33,11 @@
 --   KEYS[4] q  ZSET  the line: ticket id -> seq (a counter, never time)
 -- Deadlines sit in a hash rather than a second sorted set to keep a waiting
 -- ticket under 200 bytes; finding stale tickets then takes a scan of p, done
--- only once the earliest possible deadline (z) has passed.
+-- only once the earliest possible deadline (z) has passed. A short line is
+-- scanned whole at once; a long one in steps of SWEEP_STEP entries, one step
+-- per operation, resuming from the cursor Y, with Q the earliest deadline
+-- seen (or set) during the pass, which becomes z when the pass ends. So no
+-- operation touches more than a bounded slice of a line of any length.
 -- Hand-offs are published on the channel named like KEYS[1] with the final
 -- "m" replaced by "n"; the message is space-separated "<ticket id>:<fence>".
 --
@@ -53,6 +57,11 @@ local MT, MU, MX, MV = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0, tonumber(
 local Mr, Ml = tonumber(raw[16]), tonumber(raw[17]) or 0
 -- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
 local Ma = tonumber(raw[18]) or 0
+-- The stale-ticket sweep of a long line: cursor ('0' or absent: none under
+-- way) and the earliest deadline seen in the pass so far.
+local MY, MQ = raw[22] or '0', tonumber(raw[23]) or 0
+local was_Y, was_Q = MY, MQ
+local SWEEP_ALL, SWEEP_STEP = 512, 256
 -- Admission control (written by set_admission.lua, A also here).
 local MP, MR, MA = tonumber(raw[19]) or 0, tonumber(raw[20]) or 0, tonumber(raw[21]) or 0
 local was_A = MA
@@ -155,12 +164,14 @@ end
 local function set_deadline(id, deadline)
   redis.call('HSET', KP, 'd:' .. id, deadline)
   if Mz == 0 or deadline < Mz then Mz = deadline end
+  -- A pass under way may not reach this field: count it in the pass.
+  if MY ~= '0' and (MQ == 0 or deadline < MQ) then MQ = deadline end
   if deadline > w_top then w_top = deadline end
 end
 
--- Drops every ticket whose deadline passed, and learns the earliest left.
-local function sweep()
-  local all = redis.call('HGETALL', KP)
+-- Drops the tickets in `all` (field, value, ...) whose deadline passed;
+-- returns the earliest deadline left among them (0: none).
+local function drop_stale(all)
   local earliest = 0
   for i = 1, #all, 2 do
     local field = all[i]
@@ -173,7 +184,24 @@ local function sweep()
       end
     end
   end
-  Mz = earliest
+  return earliest
+end
+
+-- Drops tickets whose deadline passed, and learns the earliest left: all
+-- at once for a short line, one bounded step of a pass for a long one.
+local function sweep()
+  if waiting <= SWEEP_ALL and MY == '0' then
+    Mz = drop_stale(redis.call('HGETALL', KP))
+    return
+  end
+  local step = redis.call('HSCAN', KP, MY, 'COUNT', SWEEP_STEP)
+  local earliest = drop_stale(step[2])
+  if earliest > 0 and (MQ == 0 or earliest < MQ) then MQ = earliest end
+  MY = step[1]
+  if MY == '0' then
+    -- The pass is over: every deadline still in p is at least MQ.
+    Mz, MQ = MQ, 0
+  end
 end
 
 local function expire()
@@ -230,7 +258,7 @@ local function expire()
     end
     q_fresh = waiting == 0
   end
-  if waiting == 0 then Mn, Mz = 0, 0 end
+  if waiting == 0 then Mn, Mz, MY, MQ = 0, 0, '0', 0 end
   -- Nobody holds or waits: a label count left by keys that expired is stale.
   if holders == 0 and waiting == 0 then Ma = 0 end
   p_fresh = waiting == 0 and Me == 0 and Mo == 0 and Ma == 0
@@ -325,7 +353,7 @@ local function finish()
   put('W', MW, was_W) put('z', Mz, was_z) put('T', MT, was_T) put('U', MU, was_U)
   if holders == 0 then MX = 0 end
   put('X', MX, was_X) put('V', MV, was_V) put('r', Mr, was_r) put('l', Ml, was_l) put('a', Ma, was_a)
-  put('A', MA, was_A)
+  put('A', MA, was_A) put('Y', MY, was_Y) put('Q', MQ, was_Q)
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
 end
 
