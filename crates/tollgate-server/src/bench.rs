@@ -54,6 +54,8 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
     let (case, capacity) = match (args.target, args.contended) {
         (BenchTarget::Http, _) => return crate::bench_http::run(&args).await,
         (BenchTarget::Limit, _) => return crate::bench_limit::run(&args).await,
+        (BenchTarget::Upstream, _) => return crate::bench_room::upstream(&args).await,
+        (BenchTarget::Line, _) => return crate::bench_room::line(&args).await,
         (BenchTarget::Lock, false) => ("mutex_uncontended", 1),
         (BenchTarget::Lock, true) => ("mutex_contended", 1),
         (BenchTarget::Semaphore, _) => ("semaphore_contended", args.limit),

@@ -166,6 +166,12 @@ pub(crate) enum BenchTarget {
     Http,
     /// GCRA rate-limit decisions over --keys keys (limit_gcra).
     Limit,
+    /// A trivial HTTP upstream for proxy benchmarks: answers every request
+    /// with 200 "ok" on --listen for --seconds, then exits.
+    Upstream,
+    /// A waiting line filled to each of --sizes waiters on --redis:
+    /// join and status latency, and Redis memory per waiter (line_scaling).
+    Line,
 }
 
 #[derive(Debug, Args)]
@@ -191,6 +197,12 @@ pub(crate) struct BenchArgs {
     /// `limit` only: how many keys the decisions spread over.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) keys: usize,
+    /// `upstream` only: where to listen.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<std::net::SocketAddr>,
+    /// `line` only: the line lengths to measure at, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    pub(crate) sizes: Vec<u64>,
     /// Run the workers on one thread (a current-thread runtime) instead of
     /// a thread per core.
     #[arg(long)]

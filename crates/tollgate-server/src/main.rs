@@ -4,6 +4,7 @@
 mod bench;
 mod bench_http;
 mod bench_limit;
+mod bench_room;
 mod cli;
 mod exit;
 mod http;

@@ -66,7 +66,8 @@ pub(crate) struct RoomSettings {
     /// HMAC keys for visitor tokens, 32+ characters each: the first signs,
     /// all verify.
     pub(crate) cookie_keys: Vec<String>,
-    /// How often one waiting visitor may ask for its status. Default 5/s.
+    /// How often one waiting visitor may ask for its status, per server.
+    /// Default 5/s.
     pub(crate) status_rate: Option<String>,
     /// `closed` (default: a "try again" page, 503) or `open` (let
     /// visitors through) while the store is unreachable.
@@ -196,8 +197,11 @@ impl Room {
             .unwrap_or("5/s")
             .parse()
             .map_err(|e: tollgate::Error| at(format!("status_rate: {e}")))?;
+        // Per server, in memory: slowing down an anxious refresher needs no
+        // agreement between servers, and it saves a store round trip on
+        // every status request.
         let status_limit = RateLimiter::new(
-            store,
+            &Store::memory(),
             &format!("room:{name}:status"),
             Limit::gcra(status_rate, status_rate.count()).map_err(|e| at(e.to_string()))?,
         )

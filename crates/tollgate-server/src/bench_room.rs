@@ -1,0 +1,190 @@
+//! Waiting-room benchmarks: a trivial upstream to proxy to, and a waiting
+//! line filled to a million to show how joining and status scale and what
+//! a waiter costs in Redis.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tollgate::{Entered, Gate, GateOptions, RedisConfig, Store, TicketStatus};
+
+use crate::cli::BenchArgs;
+use crate::exit;
+
+/// Answers every request with 200 "ok" until --seconds have passed.
+pub(crate) async fn upstream(args: &BenchArgs) -> i32 {
+    let Some(addr) = args.listen else {
+        eprintln!("tollgate: `bench upstream` needs --listen ADDR");
+        return exit::USAGE;
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tollgate: cannot listen on {addr}: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    println!(
+        "bench upstream: listening on http://{}",
+        listener.local_addr().unwrap_or(addr)
+    );
+    let serve = async {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                        bytes::Bytes::from_static(b"ok"),
+                    )))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    };
+    let _ = tokio::time::timeout(args.seconds, serve).await;
+    0
+}
+
+fn micros(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e7).round() / 10.0
+}
+
+fn percentile(v: &mut [Duration], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    micros(v[((v.len() as f64 - 1.0) * q).round() as usize])
+}
+
+/// Fills one gate's line to each of --sizes waiters (50 tasks joining
+/// concurrently), and at each size times 1,000 joins and 1,000 status
+/// lookups of random waiters, and reads the line's Redis memory.
+pub(crate) async fn line(args: &BenchArgs) -> i32 {
+    let Some(url) = &args.redis else {
+        eprintln!("tollgate: `bench line` needs --redis URL");
+        return exit::USAGE;
+    };
+    let store = match Store::connect(RedisConfig::new(url.clone())).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return exit::for_error(&e);
+        }
+    };
+    let raw = match redis::Client::open(url.as_str()) {
+        Ok(c) => match c.get_multiplexed_async_connection().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("tollgate: {e}");
+                return exit::UNAVAILABLE;
+            }
+        },
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return exit::USAGE;
+        }
+    };
+    let name = format!("bench:line:{:x}", std::process::id());
+    // Waiters stay for the whole run: a day-long heartbeat.
+    let options = GateOptions {
+        ttl: Duration::from_secs(3600),
+        heartbeat: Duration::from_secs(86_400),
+        auto_renew: false,
+    };
+    let gate = match Gate::new(&store, &name, Some(1), options) {
+        Ok(g) => Arc::new(g),
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return exit::SOFTWARE;
+        }
+    };
+    // One holder, so everyone else queues.
+    if !matches!(gate.enter(1, true).await, Ok(Entered::Granted(_))) {
+        eprintln!("tollgate: the bench gate was not empty");
+        return exit::SOFTWARE;
+    }
+    let mut tickets: Vec<String> = Vec::new();
+    let mut sizes = args.sizes.clone();
+    sizes.sort_unstable();
+    for size in sizes {
+        let missing = size.saturating_sub(tickets.len() as u64);
+        let filled = Instant::now();
+        let workers = args.workers.max(1) as u64;
+        let tasks: Vec<_> = (0..workers)
+            .map(|w| {
+                let gate = gate.clone();
+                let n = missing / workers + u64::from(w < missing % workers);
+                tokio::spawn(async move {
+                    let mut mine = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        if let Ok(Entered::Queued { ticket, .. }) = gate.enter(1, true).await {
+                            mine.push(ticket);
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for t in tasks {
+            tickets.extend(t.await.unwrap_or_default());
+        }
+        let fill_secs = filled.elapsed().as_secs_f64();
+        // Memory of the line's keys (the line and the per-waiter hash).
+        let mut conn = raw.clone();
+        let mut bytes = 0i64;
+        for suffix in [":q", ":p"] {
+            let key = format!("tollgate:gate:{{{name}}}{suffix}");
+            let used: Option<i64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&key)
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(None);
+            bytes += used.unwrap_or(0);
+        }
+        let waiting = tickets.len() as u64;
+        // Join latency: 1,000 more, one at a time (they stay in line).
+        let mut joins = Vec::with_capacity(1000);
+        for _ in 0..1000 {
+            let t0 = Instant::now();
+            if let Ok(Entered::Queued { ticket, .. }) = gate.enter(1, true).await {
+                joins.push(t0.elapsed());
+                tickets.push(ticket);
+            }
+        }
+        // Status latency of waiters spread over the line.
+        let mut looks = Vec::with_capacity(1000);
+        let mut positions_ok = true;
+        for i in 0..1000u64 {
+            let idx = ((i * 7919) % tickets.len() as u64) as usize;
+            let t0 = Instant::now();
+            match gate.status(&tickets[idx]).await {
+                Ok(TicketStatus::Queued(p)) => {
+                    looks.push(t0.elapsed());
+                    positions_ok &= p.position >= 1 && p.position <= p.waiting;
+                }
+                _ => positions_ok = false,
+            }
+        }
+        println!(
+            "{}",
+            json!({
+                "peer": "tollgate", "case": "line_scaling", "store": "redis", "waiting": waiting,
+                "fill_joins_per_s": (missing as f64 / fill_secs).round(),
+                "join_p50_us": percentile(&mut joins, 0.5), "join_p99_us": percentile(&mut joins, 0.99),
+                "status_p50_us": percentile(&mut looks, 0.5), "status_p99_us": percentile(&mut looks, 0.99),
+                "positions_valid": positions_ok,
+                "line_bytes": bytes, "bytes_per_waiter": (bytes as f64 / waiting.max(1) as f64 * 10.0).round() / 10.0,
+            })
+        );
+    }
+    0
+}
