@@ -911,11 +911,18 @@ pub(crate) struct RoomMetrics {
     scrape_errors: metrics::Counter,
     wait: metrics::Histogram,
     eta_error: metrics::Histogram,
+    /// Proxied requests by upstream status class: 1xx to 5xx.
+    proxied: [metrics::Counter; 5],
     pub(crate) upstream_seconds: metrics::Histogram,
     pub(crate) room: String,
 }
 
 impl RoomMetrics {
+    /// The counter for responses of `status`'s class.
+    pub(crate) fn proxied(&self, status: StatusCode) -> &metrics::Counter {
+        &self.proxied[(status.as_u16() / 100).clamp(1, 5) as usize - 1]
+    }
+
     fn new(room: &str) -> RoomMetrics {
         let c = |name: &'static str| metrics::counter!(name, "room" => room.to_owned());
         RoomMetrics {
@@ -932,6 +939,8 @@ impl RoomMetrics {
             scrape_errors: c("tollgate_room_scrape_errors_total"),
             wait: metrics::histogram!("tollgate_room_wait_seconds", "room" => room.to_owned()),
             eta_error: metrics::histogram!("tollgate_room_eta_error_seconds", "room" => room.to_owned()),
+            proxied: ["1xx", "2xx", "3xx", "4xx", "5xx"]
+                .map(|class| metrics::counter!("tollgate_room_proxied_total", "room" => room.to_owned(), "status" => class)),
             upstream_seconds: metrics::histogram!("tollgate_room_upstream_seconds", "room" => room.to_owned()),
             room: room.to_owned(),
         }

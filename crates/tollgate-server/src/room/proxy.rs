@@ -90,13 +90,6 @@ impl Upstream {
         )
         .await;
         metrics.upstream_seconds.record(started.elapsed().as_secs_f64());
-        let status_class = |s: StatusCode| match s.as_u16() {
-            100..=199 => "1xx",
-            200..=299 => "2xx",
-            300..=399 => "3xx",
-            400..=499 => "4xx",
-            _ => "5xx",
-        };
         let mut response = match answer {
             Err(_) => {
                 tracing::warn!(room = %metrics.room, "upstream timed out");
@@ -131,8 +124,7 @@ impl Upstream {
                 response.map(Body::new)
             }
         };
-        metrics::counter!("tollgate_room_proxied_total", "room" => metrics.room.clone(), "status" => status_class(response.status()))
-            .increment(1);
+        metrics.proxied(response.status()).increment(1);
         response.headers_mut().remove(TOKEN_HEADER);
         response
     }
