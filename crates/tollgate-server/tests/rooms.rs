@@ -594,7 +594,11 @@ async fn the_proxy_forwards_faithfully() {
     let seen: Shared = Arc::default();
     let up = upstream(seen.clone()).await;
     let dir = tempfile::tempdir().expect("dir");
-    let s = start(&dir, &room_config(up, 1, ""), None);
+    let s = start(
+        &dir,
+        &room_config(up, 1, "bypass_header = \"X-Internal: let-me-in\""),
+        None,
+    );
     let proxy = s.proxy.clone().expect("proxy");
     let c = reqwest::Client::new();
     let mut v = Visitor::new("v");
@@ -621,10 +625,30 @@ async fn the_proxy_forwards_faithfully() {
     assert_eq!(h["content-length"], "7");
     assert!(h.get("tollgate-token").is_none());
     assert_ne!(h["tollgate-visitor"], "spoofed", "{h}");
-    // Bypass: health checks pass without a place in line, even when full.
+    // Bypass: health checks pass without a place in line, even when full;
+    // so does a request with the bypass header.
     let r = c.get(format!("{proxy}/healthz")).send().await.expect("healthz");
     assert_eq!(r.status().as_u16(), 200);
     assert!(r.headers().get("set-cookie").is_none());
+    let r = c
+        .get(format!("{proxy}/page"))
+        .header("x-internal", "let-me-in")
+        .send()
+        .await
+        .expect("bypass");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("set-cookie").is_none());
+    let r = c
+        .get(format!("{proxy}/page"))
+        .header("x-internal", "guess")
+        .send()
+        .await
+        .expect("no bypass");
+    assert_eq!(
+        r.status().as_u16(),
+        503,
+        "a wrong bypass value queues like anyone"
+    );
     // The upstream too slow: 504 page.
     let a = v.get(&c, &proxy, "/slow", false).await;
     assert_eq!(a.status, 504, "{}", a.text);
@@ -1091,4 +1115,36 @@ async fn the_waiting_page_in_a_real_browser() {
     driver
         .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
         .await;
+}
+
+/// An operator's own page replaces the default, placeholders filled in;
+/// `queued_status = 200` serves it with 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_waiting_page() {
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let page = dir.path().join("page.html");
+    std::fs::write(
+        &page,
+        "<p>Place {{position}} of {{waiting}}, about {{eta}}; live at {{events_url}}</p>",
+    )
+    .expect("page");
+    let extra = format!("page = \"{}\"\nqueued_status = 200", page.display());
+    let s = start(&dir, &room_config(up, 1, &extra), None);
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut holder = Visitor::new("holder");
+    assert!(is_admitted(
+        &holder.get(&c, &proxy, "/page", false).await,
+        "holder"
+    ));
+    let mut v = Visitor::new("v");
+    let a = v.get(&c, &proxy, "/page", false).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.headers["retry-after"], "2");
+    assert_eq!(
+        a.text,
+        "<p>Place 1 of 1, about unknown; live at /.tollgate/shop/events</p>"
+    );
 }

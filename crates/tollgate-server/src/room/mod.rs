@@ -299,6 +299,12 @@ impl Room {
             .absolute(s.expiries);
     }
 
+    /// Expires ended sessions and stale waiters and hands slots on (any
+    /// gate operation does; stats is the cheapest).
+    pub(crate) async fn reap(&self) {
+        let _ = bounded(self.store_timeout, self.gate.stats()).await;
+    }
+
     /// Sets the gate's capacity and admission rate to the configured ones
     /// (at start; the admin API changes them at runtime).
     pub(crate) async fn apply_config(&self) -> tollgate::Result<()> {
