@@ -41,6 +41,7 @@
 mod clock;
 mod error;
 mod gate;
+mod jobs;
 mod limit;
 mod limit_layer;
 mod lock;
@@ -51,6 +52,10 @@ mod store;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result};
 pub use gate::{Entered, Gate, GateOptions, Granted, Lease, Left, TicketStatus};
+pub use jobs::{
+    Backoff, Cancelled, DEFAULT_MAX_PAYLOAD, DeadJob, Job, JobQueue, MAX_JOB_DELAY, MAX_JOB_ID_LEN, Nacked,
+    OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry,
+};
 pub use limit::{
     Algorithm, DEFAULT_TIMEOUT, Decision, Limit, MAX_KEY_LEN, MAX_LIMIT, MAX_PERIOD, MAX_REFILL, MIN_PERIOD,
     OnStoreError, Rate, RateLimiter,

@@ -14,6 +14,7 @@ use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
 
+use super::jobs::{ClaimOutcome, PushOutcome, PushReq, Queue};
 use super::limits::Limits;
 use crate::limit::{Decision, Limit};
 
@@ -24,6 +25,7 @@ pub(crate) struct MemoryStore {
     clock: Arc<dyn Clock>,
     gates: Mutex<HashMap<Name, GateState>>,
     limits: Mutex<Limits>,
+    queues: Mutex<HashMap<Name, Queue>>,
     wakers: Arc<Wakers>,
 }
 
@@ -82,12 +84,35 @@ impl MemoryStore {
             clock,
             gates: Mutex::new(HashMap::new()),
             limits: Mutex::default(),
+            queues: Mutex::default(),
             wakers: Arc::default(),
         }
     }
 
     pub(crate) fn wakers(&self) -> Arc<Wakers> {
         self.wakers.clone()
+    }
+
+    /// Runs `op` on job queue `q` (now in store ms); wakes one sleeping
+    /// consumer if it says so.
+    pub(crate) fn with_queue<T>(&self, q: &Name, op: impl FnOnce(&mut Queue, u64) -> (T, bool)) -> T {
+        let now = self.clock.now_ms();
+        let (out, wake) = {
+            let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+            op(queues.entry(q.clone()).or_default(), now)
+        };
+        if wake {
+            self.wakers.wake_one(&super::Store::job_wake_key(q));
+        }
+        out
+    }
+
+    pub(crate) fn job_push(&self, q: &Name, req: &PushReq<'_>) -> PushOutcome {
+        self.with_queue(q, |queue, now| queue.push(req, now))
+    }
+
+    pub(crate) fn job_claim(&self, q: &Name, lease_ms: u64) -> ClaimOutcome {
+        self.with_queue(q, |queue, now| queue.claim(lease_ms, now))
     }
 
     pub(crate) fn limit(&self, limiter: &Name, key: &str, limit: &Limit, cost: u64) -> Decision {

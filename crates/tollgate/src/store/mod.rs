@@ -3,6 +3,7 @@
 //! Every method here is one atomic step: one critical section in memory, one
 //! Lua script on Redis. Callers never combine reads and writes themselves.
 
+pub(crate) mod jobs;
 mod limits;
 pub(crate) mod memory;
 pub(crate) mod redis;
@@ -171,6 +172,122 @@ impl Store {
         wakers.register(id)
     }
 
+    /// The wake-up key of job queue `queue` (pushes announce on it).
+    pub(crate) fn job_wake_key(queue: &Name) -> String {
+        format!("job-queue/{}", queue.as_str())
+    }
+
+    /// Makes sure pushes to job queue `queue` wake consumers in this
+    /// process (Redis: subscribes to the queue's channel).
+    pub(crate) async fn listen_jobs(&self, queue: &Name) -> Result<Option<Listening>> {
+        match &self.backend {
+            Backend::Memory(_) => Ok(None),
+            Backend::Redis(s) => s.listen_jobs(queue).await.map(Some),
+        }
+    }
+
+    pub(crate) async fn job_push(&self, q: &Name, req: &jobs::PushReq<'_>) -> Result<jobs::PushOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_push(q, req)),
+            Backend::Redis(s) => s.job_push(q, req).await,
+        }
+    }
+
+    pub(crate) async fn job_claim(&self, q: &Name, lease_ms: u64) -> Result<jobs::ClaimOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_claim(q, lease_ms)),
+            Backend::Redis(s) => s.job_claim(q, lease_ms).await,
+        }
+    }
+
+    pub(crate) async fn job_ack(&self, q: &Name, id: &str, fence: u64) -> Result<bool> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.ack(id, fence), false))),
+            Backend::Redis(s) => s.job_ack(q, id, fence).await,
+        }
+    }
+
+    pub(crate) async fn job_nack(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        delay_ms: Option<u64>,
+        jitter: f64,
+    ) -> Result<jobs::NackOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => {
+                Ok(s.with_queue(q, |queue, now| queue.nack(id, fence, delay_ms, jitter, now)))
+            }
+            Backend::Redis(s) => s.job_nack(q, id, fence, delay_ms, jitter).await,
+        }
+    }
+
+    pub(crate) async fn job_extend(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        lease_ms: u64,
+    ) -> Result<Option<u64>> {
+        match &self.backend {
+            Backend::Memory(s) => {
+                Ok(s.with_queue(q, |queue, now| (queue.extend(id, fence, lease_ms, now), false)))
+            }
+            Backend::Redis(s) => s.job_extend(q, id, fence, lease_ms).await,
+        }
+    }
+
+    pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<jobs::CancelOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.cancel(id), false))),
+            Backend::Redis(s) => s.job_cancel(q, id).await,
+        }
+    }
+
+    pub(crate) async fn job_reschedule(
+        &self,
+        q: &Name,
+        id: &str,
+        when: jobs::When,
+    ) -> Result<jobs::RescheduleOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| queue.reschedule(id, when, now))),
+            Backend::Redis(s) => s.job_reschedule(q, id, when).await,
+        }
+    }
+
+    pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.dead(limit), false))),
+            Backend::Redis(s) => s.job_dead(q, limit).await,
+        }
+    }
+
+    pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| {
+                let n = queue.replay(id);
+                (n, n > 0)
+            })),
+            Backend::Redis(s) => s.job_replay(q, id).await,
+        }
+    }
+
+    pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.purge(id), false))),
+            Backend::Redis(s) => s.job_purge(q, id).await,
+        }
+    }
+
+    pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| (queue.stats(now), false))),
+            Backend::Redis(s) => s.job_stats(q).await,
+        }
+    }
+
     /// Makes sure hand-offs on `gate` reach this process. Returns `true` when
     /// it had to start listening just now, in which case a hand-off may have
     /// been announced before and the caller should poll once.
@@ -327,6 +444,14 @@ impl Wakers {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         for slot in map.get(id).into_iter().flatten() {
             *slot.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(fence);
+            slot.notify.notify_one();
+        }
+    }
+
+    /// Wakes one watcher of `id` (a job queue's sleeping consumer).
+    pub(crate) fn wake_one(&self, id: &str) {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = map.get(id).and_then(|slots| slots.first()) {
             slot.notify.notify_one();
         }
     }

@@ -17,6 +17,11 @@ use tokio::sync::{Mutex as AsyncMutex, OnceCell};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::limit::{Algorithm, Decision, Limit, decision};
+
+use super::jobs::{
+    CancelOutcome, ClaimOutcome, NackOutcome, PushOutcome, PushReq, RawDead, RawJob, RawStats,
+    RescheduleOutcome, When,
+};
 use crate::name::Name;
 
 use super::{
@@ -58,6 +63,7 @@ struct Scripts {
     holders: Script,
     limit: Script,
     set_admission: Script,
+    jobs: Script,
 }
 
 impl Scripts {
@@ -72,6 +78,7 @@ impl Scripts {
             holders: Script::new(gate_script!("lua/holders.lua")),
             limit: Script::new(include_str!("lua/limit.lua")),
             set_admission: Script::new(gate_script!("lua/set_admission.lua")),
+            jobs: Script::new(include_str!("lua/jobs.lua")),
         }
     }
 }
@@ -428,6 +435,230 @@ impl RedisStore {
     }
 }
 
+/// Job queues on Redis: one script (`lua/jobs.lua`), the operation in
+/// ARGV[1].
+impl RedisStore {
+    fn jobs_base(&self, q: &Name) -> String {
+        format!("{}:jobs:{{{}}}", self.prefix, q.as_str())
+    }
+
+    async fn run_jobs<T: redis::FromRedisValue>(
+        &self,
+        q: &Name,
+        op: &str,
+        args: impl redis::ToRedisArgs,
+    ) -> Result<T> {
+        let base = self.jobs_base(q);
+        let mut inv = self.scripts.jobs.prepare_invoke();
+        for suffix in [":m", ":d", ":r", ":w", ":f", ":l", ":n", ":x", ":t"] {
+            inv.key(format!("{base}{suffix}"));
+        }
+        inv.arg(op)
+            .arg(format!("{base}:n"))
+            .arg(format!("!{}", super::Store::job_wake_key(q)))
+            .arg(args);
+        let mut conn = self.conn.clone();
+        Ok(inv.invoke_async(&mut conn).await?)
+    }
+
+    pub(crate) async fn listen_jobs(&self, q: &Name) -> Result<Listening> {
+        let channel = format!("{}:n", self.jobs_base(q));
+        let fresh = self.subs.acquire(&channel).await?;
+        Ok(Listening {
+            fresh,
+            _guard: SubscriptionGuard {
+                subs: Arc::downgrade(&self.subs),
+                channel,
+            },
+        })
+    }
+
+    pub(crate) async fn job_push(&self, q: &Name, req: &PushReq<'_>) -> Result<PushOutcome> {
+        let (delay, at) = match req.when {
+            When::Delay(d) => (d as i64, 0),
+            When::At(at) => (-1, at as i64),
+        };
+        let r: Vec<i64> = self
+            .run_jobs(
+                q,
+                "push",
+                (
+                    req.id,
+                    req.payload,
+                    delay,
+                    at,
+                    req.priority,
+                    req.max_attempts,
+                    req.backoff.kind.to_string(),
+                    req.backoff.base_ms,
+                    req.backoff.max_ms,
+                    if req.replace { "replace" } else { "keep" },
+                ),
+            )
+            .await?;
+        match r.as_slice() {
+            [1, at] => Ok(PushOutcome::New {
+                run_at_ms: *at as u64,
+            }),
+            [2] => Ok(PushOutcome::Kept),
+            [3, at] => Ok(PushOutcome::Replaced {
+                run_at_ms: *at as u64,
+            }),
+            [4] => Ok(PushOutcome::Busy),
+            other => Err(unexpected("push", other)),
+        }
+    }
+
+    pub(crate) async fn job_claim(&self, q: &Name, lease_ms: u64) -> Result<ClaimOutcome> {
+        let v: redis::Value = self.run_jobs(q, "claim", lease_ms).await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
+        let redis::Value::Array(items) = v else {
+            return Err(bad());
+        };
+        let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
+        match items.as_slice() {
+            [flag, next, now] if int(flag) == Some(0) => Ok(ClaimOutcome::Empty {
+                next_due_ms: int(next).and_then(|n| u64::try_from(n).ok()),
+                now_ms: int(now).ok_or_else(bad)? as u64,
+            }),
+            [flag, id, payload, attempt, fence, deadline] if int(flag) == Some(1) => {
+                let id: String = redis::from_redis_value_ref(id).map_err(|_| bad())?;
+                let payload: Vec<u8> = redis::from_redis_value_ref(payload).map_err(|_| bad())?;
+                let fence: String = redis::from_redis_value_ref(fence).map_err(|_| bad())?;
+                Ok(ClaimOutcome::Job(RawJob {
+                    id,
+                    payload,
+                    attempt: int(attempt).ok_or_else(bad)? as u32,
+                    fence: fence.parse().map_err(|_| bad())?,
+                    deadline_ms: int(deadline).ok_or_else(bad)? as u64,
+                }))
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    pub(crate) async fn job_ack(&self, q: &Name, id: &str, fence: u64) -> Result<bool> {
+        let r: Vec<i64> = self.run_jobs(q, "ack", (id, fence.to_string())).await?;
+        Ok(r.as_slice() == [1])
+    }
+
+    pub(crate) async fn job_nack(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        delay_ms: Option<u64>,
+        jitter: f64,
+    ) -> Result<NackOutcome> {
+        let delay = delay_ms.map_or(-1, |d| d as i64);
+        let r: Vec<i64> = self
+            .run_jobs(q, "nack", (id, fence.to_string(), delay, format!("{jitter:.6}")))
+            .await?;
+        match r.as_slice() {
+            [1, at] => Ok(NackOutcome::Retry {
+                run_at_ms: *at as u64,
+            }),
+            [2] => Ok(NackOutcome::Dead),
+            [0] => Ok(NackOutcome::NotHeld),
+            other => Err(unexpected("nack", other)),
+        }
+    }
+
+    pub(crate) async fn job_extend(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        lease_ms: u64,
+    ) -> Result<Option<u64>> {
+        let r: Vec<i64> = self
+            .run_jobs(q, "extend", (id, fence.to_string(), lease_ms))
+            .await?;
+        match r.as_slice() {
+            [1, deadline] => Ok(Some(*deadline as u64)),
+            [0] => Ok(None),
+            other => Err(unexpected("extend", other)),
+        }
+    }
+
+    pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<CancelOutcome> {
+        let r: Vec<i64> = self.run_jobs(q, "cancel", id).await?;
+        match r.as_slice() {
+            [1] => Ok(CancelOutcome::Cancelled),
+            [2] => Ok(CancelOutcome::Running),
+            [3] => Ok(CancelOutcome::Purged),
+            [0] => Ok(CancelOutcome::Unknown),
+            other => Err(unexpected("cancel", other)),
+        }
+    }
+
+    pub(crate) async fn job_reschedule(&self, q: &Name, id: &str, when: When) -> Result<RescheduleOutcome> {
+        let (delay, at) = match when {
+            When::Delay(d) => (d as i64, 0),
+            When::At(at) => (-1, at as i64),
+        };
+        let r: Vec<i64> = self.run_jobs(q, "reschedule", (id, delay, at)).await?;
+        match r.as_slice() {
+            [1, at] => Ok(RescheduleOutcome::Moved {
+                run_at_ms: *at as u64,
+            }),
+            [2] => Ok(RescheduleOutcome::Running),
+            [0] => Ok(RescheduleOutcome::Unknown),
+            other => Err(unexpected("reschedule", other)),
+        }
+    }
+
+    pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<RawDead>> {
+        let v: Vec<redis::Value> = self.run_jobs(q, "dead", limit.max(1)).await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to dead");
+        v.chunks(4)
+            .map(|row| match row {
+                [id, died, attempts, payload] => Ok(RawDead {
+                    id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
+                    died_ms: redis::from_redis_value_ref::<String>(died)
+                        .ok()
+                        .and_then(|d| d.parse::<f64>().ok())
+                        .ok_or_else(bad)? as u64,
+                    attempts: redis::from_redis_value_ref::<i64>(attempts).map_err(|_| bad())? as u32,
+                    payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
+                }),
+                _ => Err(bad()),
+            })
+            .collect()
+    }
+
+    pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        let r: Vec<i64> = self.run_jobs(q, "replay", id.unwrap_or("")).await?;
+        Ok(r.first().copied().unwrap_or(0).max(0) as u64)
+    }
+
+    pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        let r: Vec<i64> = self.run_jobs(q, "purge", id.unwrap_or("")).await?;
+        Ok(r.first().copied().unwrap_or(0).max(0) as u64)
+    }
+
+    pub(crate) async fn job_stats(&self, q: &Name) -> Result<RawStats> {
+        let r: Vec<i64> = self.run_jobs(q, "stats", Vec::<String>::new()).await?;
+        if r.len() < 10 {
+            return Err(unexpected("stats", &r));
+        }
+        let u = |i: usize| r[i].max(0) as u64;
+        Ok(RawStats {
+            ready: u(0),
+            delayed: u(1),
+            in_flight: u(2),
+            dead: u(3),
+            pushed: u(4),
+            claimed: u(5),
+            acked: u(6),
+            retried: u(7),
+            dead_total: u(8),
+            redelivered: u(9),
+            lateness_ms: r[10..].iter().map(|v| (*v).max(0) as u64).collect(),
+        })
+    }
+}
+
 fn grant(fence: i64, ttl: i64) -> Grant {
     Grant {
         fence: fence.max(0) as u64,
@@ -483,6 +714,11 @@ impl Subscriptions {
                         if let Some(msg) = Msg::from_push_info(push)
                             && let Ok(text) = std::str::from_utf8(msg.get_payload_bytes())
                         {
+                            // "!<key>": a job queue's push; wake one consumer.
+                            if let Some(key) = text.strip_prefix('!') {
+                                wakers.wake_one(key);
+                                continue;
+                            }
                             for entry in text.split(' ') {
                                 if let Some((id, fence)) = entry.split_once(':')
                                     && let Ok(fence) = fence.parse()

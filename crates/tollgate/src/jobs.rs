@@ -1,0 +1,509 @@
+//! Job queues: delayed and reliable delivery. Exactly one consumer gets a
+//! due job, under a visibility lease with a fencing token; a job whose
+//! lease ends without an ack is delivered again; after its last attempt it
+//! goes to the dead letters.
+//!
+//! Every operation is one atomic step in the store (one script on Redis).
+//! Due jobs are promoted inside `claim` itself, in bounded batches: there
+//! is no scheduler, leader or mover that can stall. A waiting consumer
+//! sleeps until the next due time or a push, whichever comes first.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::{Name, new_id};
+use crate::store::Store;
+use crate::store::jobs::{
+    BackoffSpec, CancelOutcome, ClaimOutcome, NackOutcome, PushOutcome, PushReq, RawJob, RescheduleOutcome,
+    When,
+};
+
+/// The largest payload a queue accepts by default (1 MiB).
+pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+/// The longest job id, in bytes.
+pub const MAX_JOB_ID_LEN: usize = 128;
+/// The longest delay or lease: 365 days.
+pub const MAX_JOB_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// How a job waits before its next attempt after a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backoff {
+    /// Always the same wait.
+    Fixed(Duration),
+    /// `base × 2^(attempt−1)`, at most `max`, times a random factor in
+    /// [0.5, 1) so that jobs that failed together do not retry together.
+    Exponential { base: Duration, max: Duration },
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::Exponential {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What a push does when a job with the same id already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnDuplicate {
+    /// Keep the existing job untouched (dedupe).
+    #[default]
+    Keep,
+    /// Replace a waiting job's payload, time and options (upsert). A job
+    /// being run, or dead, is never replaced.
+    Replace,
+}
+
+/// How to push one job. `Default` is: a fresh id, due now, priority 0,
+/// 5 attempts, exponential backoff from 1 s to 5 min.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushOptions {
+    /// Your own id (for dedupe or upsert); a random one if `None`.
+    pub id: Option<String>,
+    /// Due this long after now (the store's now).
+    pub delay: Option<Duration>,
+    /// Due at this time (wins over `delay`).
+    pub at: Option<SystemTime>,
+    /// Higher runs first among due jobs; equal priorities run in push order.
+    pub priority: u8,
+    /// Deliveries before the job goes to the dead letters (1 to 1000).
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    pub on_duplicate: OnDuplicate,
+}
+
+impl Default for PushOptions {
+    fn default() -> Self {
+        PushOptions {
+            id: None,
+            delay: None,
+            at: None,
+            priority: 0,
+            max_attempts: 5,
+            backoff: Backoff::default(),
+            on_duplicate: OnDuplicate::Keep,
+        }
+    }
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushResult {
+    /// A new job.
+    Created,
+    /// A job with this id existed and was kept (`OnDuplicate::Keep`).
+    Kept,
+    /// A waiting job with this id was replaced.
+    Replaced,
+    /// A job with this id is running or dead; it was not replaced.
+    Busy,
+}
+
+/// The answer to a push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pushed {
+    pub id: String,
+    pub result: PushResult,
+    /// When the job is due (store time), for created and replaced jobs.
+    pub due: Option<SystemTime>,
+}
+
+/// A claimed job. Ack, nack or extend it through its queue before its
+/// lease ends; after that it is delivered again and this delivery's fence
+/// is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub id: String,
+    pub payload: Vec<u8>,
+    /// 1 for the first delivery.
+    pub attempt: u32,
+    /// Grows with every delivery of every job of the queue: pass it to what
+    /// the job writes to, so a redelivered job's late first run is refused.
+    pub fence: u64,
+    /// When the lease ends (store time).
+    pub lease_until: SystemTime,
+}
+
+impl Job {
+    /// The payload parsed as JSON.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.payload)
+            .map_err(|e| Error::invalid(format!("the payload is not the JSON expected: {e}")))
+    }
+}
+
+/// When a failed job runs again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// After the job's own backoff.
+    Backoff,
+    /// After this long.
+    After(Duration),
+}
+
+/// What a nack did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nacked {
+    /// The job runs again at this time (store time).
+    RetryAt(SystemTime),
+    /// That was its last attempt: it is in the dead letters.
+    Dead,
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// The job was waiting; it is gone and will not run.
+    Cancelled,
+    /// The job is being run: not cancelled.
+    Running,
+    /// The job was dead; it is purged.
+    Purged,
+    /// No such job.
+    Unknown,
+}
+
+/// A job in the dead letters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadJob {
+    pub id: String,
+    pub died: SystemTime,
+    pub attempts: u32,
+    pub payload: Vec<u8>,
+}
+
+/// A queue's counts and recent lateness.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Due, waiting for a consumer.
+    pub ready: u64,
+    /// Not due yet (including retries waiting out their backoff).
+    pub delayed: u64,
+    /// Claimed, lease running.
+    pub in_flight: u64,
+    /// In the dead letters now.
+    pub dead: u64,
+    pub pushed: u64,
+    pub claimed: u64,
+    pub acked: u64,
+    pub retried: u64,
+    pub dead_total: u64,
+    /// Leases that ended without ack (the job went back, or died).
+    pub redelivered: u64,
+    /// How late the last promoted delayed jobs were made claimable (up to
+    /// 200, newest first).
+    pub recent_lateness: Vec<Duration>,
+}
+
+/// A named job queue over a store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct JobQueue {
+    store: Store,
+    name: Name,
+    lease: Duration,
+    max_payload: usize,
+}
+
+fn to_time(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+fn ms_of(d: Duration, what: &str) -> Result<u64> {
+    if d > MAX_JOB_DELAY {
+        return Err(Error::invalid(format!("{what} of {d:?} is longer than a year")));
+    }
+    Ok(d.as_millis() as u64)
+}
+
+fn check_job_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > MAX_JOB_ID_LEN {
+        return Err(Error::invalid(format!(
+            "a job id must be 1 to {MAX_JOB_ID_LEN} bytes"
+        )));
+    }
+    if let Some(bad) = id.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::invalid(format!(
+            "job id contains {bad:?}; whitespace and control characters are not allowed"
+        )));
+    }
+    Ok(())
+}
+
+fn lost(what: &str) -> Error {
+    Error::new(
+        ErrorKind::LeaseLost,
+        format!("{what}: this delivery's lease ended (the job was delivered again, acked, or cancelled)"),
+    )
+}
+
+impl JobQueue {
+    /// The queue `name` (same rules as gate names) with a 30 s lease and a
+    /// 1 MiB payload limit.
+    pub fn new(store: &Store, name: &str) -> Result<JobQueue> {
+        Ok(JobQueue {
+            store: store.clone(),
+            name: Name::new(name)?,
+            lease: Duration::from_secs(30),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+        })
+    }
+
+    /// How long a claimed job is a consumer's before it is delivered again
+    /// (extend it for long jobs).
+    pub fn lease(mut self, lease: Duration) -> Result<Self> {
+        if lease < Duration::from_millis(10) || lease > MAX_JOB_DELAY {
+            return Err(Error::invalid("a lease must be 10 ms to a year"));
+        }
+        self.lease = lease;
+        Ok(self)
+    }
+
+    /// The largest payload accepted.
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// Pushes a job.
+    pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
+        let payload = payload.as_ref();
+        if payload.len() > self.max_payload {
+            return Err(Error::invalid(format!(
+                "payload of {} bytes is over this queue's limit of {}",
+                payload.len(),
+                self.max_payload
+            )));
+        }
+        if options.max_attempts == 0 || options.max_attempts > 1000 {
+            return Err(Error::invalid("max_attempts must be 1 to 1000"));
+        }
+        let backoff = match options.backoff {
+            Backoff::Fixed(d) => BackoffSpec {
+                kind: 'f',
+                base_ms: ms_of(d, "a backoff")?,
+                max_ms: ms_of(d, "a backoff")?,
+            },
+            Backoff::Exponential { base, max } => {
+                if base.is_zero() || max < base {
+                    return Err(Error::invalid("exponential backoff needs 0 < base <= max"));
+                }
+                BackoffSpec {
+                    kind: 'e',
+                    base_ms: ms_of(base, "a backoff")?.max(1),
+                    max_ms: ms_of(max, "a backoff")?,
+                }
+            }
+        };
+        let when = match (options.at, options.delay) {
+            (Some(at), _) => When::At(
+                at.duration_since(UNIX_EPOCH)
+                    .map_err(|_| Error::invalid("run-at time is before 1970"))?
+                    .as_millis() as u64,
+            ),
+            (None, Some(d)) => When::Delay(ms_of(d, "a delay")?),
+            (None, None) => When::Delay(0),
+        };
+        let id = match &options.id {
+            Some(id) => {
+                check_job_id(id)?;
+                id.clone()
+            }
+            None => new_id(),
+        };
+        let req = PushReq {
+            id: &id,
+            payload,
+            when,
+            priority: options.priority,
+            max_attempts: options.max_attempts,
+            backoff,
+            replace: options.on_duplicate == OnDuplicate::Replace,
+        };
+        let (result, due) = match self.store.job_push(&self.name, &req).await? {
+            PushOutcome::New { run_at_ms } => (PushResult::Created, Some(to_time(run_at_ms))),
+            PushOutcome::Kept => (PushResult::Kept, None),
+            PushOutcome::Replaced { run_at_ms } => (PushResult::Replaced, Some(to_time(run_at_ms))),
+            PushOutcome::Busy => (PushResult::Busy, None),
+        };
+        Ok(Pushed { id, result, due })
+    }
+
+    /// Pushes `value` as JSON.
+    pub async fn push_json<T: serde::Serialize>(&self, value: &T, options: &PushOptions) -> Result<Pushed> {
+        let payload =
+            serde_json::to_vec(value).map_err(|e| Error::invalid(format!("not serializable: {e}")))?;
+        self.push(payload, options).await
+    }
+
+    fn job(raw: RawJob) -> Job {
+        Job {
+            id: raw.id,
+            payload: raw.payload,
+            attempt: raw.attempt,
+            fence: raw.fence,
+            lease_until: to_time(raw.deadline_ms),
+        }
+    }
+
+    /// Claims the first due job, if any, without waiting.
+    pub async fn claim(&self) -> Result<Option<Job>> {
+        match self
+            .store
+            .job_claim(&self.name, self.lease.as_millis() as u64)
+            .await?
+        {
+            ClaimOutcome::Job(raw) => Ok(Some(JobQueue::job(raw))),
+            ClaimOutcome::Empty { .. } => Ok(None),
+        }
+    }
+
+    /// Claims the first due job, waiting up to `wait` for one: until the
+    /// next due time or a push, whichever is first, with a re-check at
+    /// least every second in case a wake-up was lost.
+    pub async fn next(&self, wait: Duration) -> Result<Option<Job>> {
+        let _listening = self.store.listen_jobs(&self.name).await?;
+        let key = Store::job_wake_key(&self.name);
+        let deadline = Instant::now() + wait;
+        loop {
+            // Registered before the claim, so a push in between wakes us.
+            let watch = self.store.watch(&key);
+            let next_due = match self
+                .store
+                .job_claim(&self.name, self.lease.as_millis() as u64)
+                .await?
+            {
+                ClaimOutcome::Job(raw) => return Ok(Some(JobQueue::job(raw))),
+                ClaimOutcome::Empty { next_due_ms, now_ms } => {
+                    next_due_ms.map(|due| Duration::from_millis(due.saturating_sub(now_ms)))
+                }
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let sleep = [Some(left), next_due, Some(Duration::from_secs(1))]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(left);
+            watch.wait(sleep).await;
+        }
+    }
+
+    /// Acknowledges job `id`'s delivery `fence`: it is done and deleted.
+    /// `Err(LeaseLost)` if that delivery's lease had ended.
+    pub async fn ack(&self, id: &str, fence: u64) -> Result<()> {
+        check_job_id(id)?;
+        if self.store.job_ack(&self.name, id, fence).await? {
+            Ok(())
+        } else {
+            Err(lost("ack"))
+        }
+    }
+
+    /// Gives job `id`'s delivery `fence` back for a retry (or to the dead
+    /// letters after its last attempt).
+    pub async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<Nacked> {
+        check_job_id(id)?;
+        let delay = match retry {
+            Retry::Backoff => None,
+            Retry::After(d) => Some(ms_of(d, "a retry delay")?),
+        };
+        let jitter = rand::random::<f64>();
+        match self.store.job_nack(&self.name, id, fence, delay, jitter).await? {
+            NackOutcome::Retry { run_at_ms } => Ok(Nacked::RetryAt(to_time(run_at_ms))),
+            NackOutcome::Dead => Ok(Nacked::Dead),
+            NackOutcome::NotHeld => Err(lost("nack")),
+        }
+    }
+
+    /// Extends job `id`'s delivery `fence` to `lease` from now.
+    pub async fn extend(&self, id: &str, fence: u64, lease: Duration) -> Result<SystemTime> {
+        check_job_id(id)?;
+        let ms = ms_of(lease, "a lease")?;
+        match self.store.job_extend(&self.name, id, fence, ms).await? {
+            Some(deadline) => Ok(to_time(deadline)),
+            None => Err(lost("extend")),
+        }
+    }
+
+    /// Cancels a waiting job (O(log n)). A running job is not cancelled.
+    pub async fn cancel(&self, id: &str) -> Result<Cancelled> {
+        check_job_id(id)?;
+        Ok(match self.store.job_cancel(&self.name, id).await? {
+            CancelOutcome::Cancelled => Cancelled::Cancelled,
+            CancelOutcome::Running => Cancelled::Running,
+            CancelOutcome::Purged => Cancelled::Purged,
+            CancelOutcome::Unknown => Cancelled::Unknown,
+        })
+    }
+
+    /// Moves a waiting job to be due `delay` from now. `Ok(None)` if it is
+    /// unknown or dead; `Err(InvalidInput)` if it is running.
+    pub async fn reschedule(&self, id: &str, delay: Duration) -> Result<Option<SystemTime>> {
+        check_job_id(id)?;
+        let when = When::Delay(ms_of(delay, "a delay")?);
+        match self.store.job_reschedule(&self.name, id, when).await? {
+            RescheduleOutcome::Moved { run_at_ms } => Ok(Some(to_time(run_at_ms))),
+            RescheduleOutcome::Running => Err(Error::invalid("the job is running; it cannot be rescheduled")),
+            RescheduleOutcome::Unknown => Ok(None),
+        }
+    }
+
+    /// Up to `limit` dead jobs, oldest first.
+    pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>> {
+        Ok(self
+            .store
+            .job_dead(&self.name, limit.clamp(1, 10_000))
+            .await?
+            .into_iter()
+            .map(|d| DeadJob {
+                id: d.id,
+                died: to_time(d.died_ms),
+                attempts: d.attempts,
+                payload: d.payload,
+            })
+            .collect())
+    }
+
+    /// Makes a dead job (or all, with `None`) ready again with fresh
+    /// attempts. Returns how many.
+    pub async fn replay(&self, id: Option<&str>) -> Result<u64> {
+        if let Some(id) = id {
+            check_job_id(id)?;
+        }
+        self.store.job_replay(&self.name, id).await
+    }
+
+    /// Deletes a dead job (or all, with `None`). Returns how many.
+    pub async fn purge(&self, id: Option<&str>) -> Result<u64> {
+        if let Some(id) = id {
+            check_job_id(id)?;
+        }
+        self.store.job_purge(&self.name, id).await
+    }
+
+    /// Counts and recent lateness.
+    pub async fn stats(&self) -> Result<QueueStats> {
+        let s = self.store.job_stats(&self.name).await?;
+        Ok(QueueStats {
+            ready: s.ready,
+            delayed: s.delayed,
+            in_flight: s.in_flight,
+            dead: s.dead,
+            pushed: s.pushed,
+            claimed: s.claimed,
+            acked: s.acked,
+            retried: s.retried,
+            dead_total: s.dead_total,
+            redelivered: s.redelivered,
+            recent_lateness: s.lateness_ms.into_iter().map(Duration::from_millis).collect(),
+        })
+    }
+}

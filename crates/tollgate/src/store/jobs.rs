@@ -1,0 +1,497 @@
+//! Job queues: the operations both stores implement, and the memory
+//! store's version (the reference for `lua/jobs.lua`).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+/// When a pushed job becomes due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum When {
+    /// This long after the store's now (ms).
+    Delay(u64),
+    /// At this store time (ms since the epoch).
+    At(u64),
+}
+
+/// How a job waits between attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BackoffSpec {
+    /// `f` fixed or `e` exponential (with jitter).
+    pub(crate) kind: char,
+    pub(crate) base_ms: u64,
+    pub(crate) max_ms: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct PushReq<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) payload: &'a [u8],
+    pub(crate) when: When,
+    pub(crate) priority: u8,
+    pub(crate) max_attempts: u32,
+    pub(crate) backoff: BackoffSpec,
+    pub(crate) replace: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PushOutcome {
+    New { run_at_ms: u64 },
+    Kept,
+    Replaced { run_at_ms: u64 },
+    Busy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawJob {
+    pub(crate) id: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempt: u32,
+    pub(crate) fence: u64,
+    pub(crate) deadline_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClaimOutcome {
+    Job(RawJob),
+    /// Nothing claimable; when something may be (store ms), if known, and
+    /// the store's now (so the consumer can sleep exactly until then).
+    Empty {
+        next_due_ms: Option<u64>,
+        now_ms: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NackOutcome {
+    Retry { run_at_ms: u64 },
+    Dead,
+    NotHeld,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelOutcome {
+    Cancelled,
+    Running,
+    Purged,
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RescheduleOutcome {
+    Moved { run_at_ms: u64 },
+    Running,
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawDead {
+    pub(crate) id: String,
+    pub(crate) died_ms: u64,
+    pub(crate) attempts: u32,
+    pub(crate) payload: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RawStats {
+    pub(crate) ready: u64,
+    pub(crate) delayed: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) dead: u64,
+    pub(crate) pushed: u64,
+    pub(crate) claimed: u64,
+    pub(crate) acked: u64,
+    pub(crate) retried: u64,
+    pub(crate) dead_total: u64,
+    pub(crate) redelivered: u64,
+    pub(crate) lateness_ms: Vec<u64>,
+}
+
+const BATCH: usize = 100;
+const LATENESS_KEPT: usize = 200;
+
+#[derive(Debug)]
+struct JobData {
+    prio: u8,
+    seq: u64,
+    max: u32,
+    backoff: BackoffSpec,
+    payload: Vec<u8>,
+    attempts: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Ready,
+    Delayed(u64),
+    InFlight { deadline: u64, fence: u64 },
+    Dead(u64),
+}
+
+/// One queue's state in memory.
+#[derive(Debug, Default)]
+pub(crate) struct Queue {
+    seq: u64,
+    fence: u64,
+    jobs: HashMap<String, (JobData, Place)>,
+    ready: BTreeSet<(u8, u64, String)>,
+    delayed: BTreeSet<(u64, String)>,
+    in_flight: BTreeSet<(u64, String)>,
+    dead: BTreeSet<(u64, String)>,
+    lateness: VecDeque<u64>,
+    stats: RawStats,
+}
+
+/// Readiness order: higher priority first, then push order.
+fn ready_key(id: &str, d: &JobData) -> (u8, u64, String) {
+    (255 - d.prio, d.seq, id.to_owned())
+}
+
+impl Queue {
+    fn set_ready(&mut self, id: &str) {
+        if let Some((d, place)) = self.jobs.get_mut(id) {
+            *place = Place::Ready;
+            self.ready.insert(ready_key(id, d));
+        }
+    }
+
+    fn set_delayed(&mut self, id: &str, at: u64) {
+        if let Some((_, place)) = self.jobs.get_mut(id) {
+            *place = Place::Delayed(at);
+            self.delayed.insert((at, id.to_owned()));
+        }
+    }
+
+    /// Takes the job out of whichever set holds it; returns where it was.
+    fn unplace(&mut self, id: &str) -> Option<Place> {
+        let (d, place) = self.jobs.get(id)?;
+        let place = *place;
+        match place {
+            Place::Ready => {
+                self.ready.remove(&ready_key(id, d));
+            }
+            Place::Delayed(at) => {
+                self.delayed.remove(&(at, id.to_owned()));
+            }
+            Place::InFlight { deadline, .. } => {
+                self.in_flight.remove(&(deadline, id.to_owned()));
+            }
+            Place::Dead(at) => {
+                self.dead.remove(&(at, id.to_owned()));
+            }
+        }
+        Some(place)
+    }
+
+    fn bury(&mut self, id: &str, now: u64) {
+        if let Some((_, place)) = self.jobs.get_mut(id) {
+            *place = Place::Dead(now);
+            self.dead.insert((now, id.to_owned()));
+            self.stats.dead_total += 1;
+        }
+    }
+
+    /// Returns how many jobs became ready.
+    fn promote(&mut self, now: u64) -> usize {
+        let mut readied = 0;
+        let due: Vec<(u64, String)> = self
+            .delayed
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(BATCH)
+            .cloned()
+            .collect();
+        for (at, id) in due {
+            self.delayed.remove(&(at, id.clone()));
+            self.set_ready(&id);
+            self.lateness.push_front(now - at);
+            readied += 1;
+        }
+        self.lateness.truncate(LATENESS_KEPT);
+        let ended: Vec<(u64, String)> = self
+            .in_flight
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(BATCH)
+            .cloned()
+            .collect();
+        for (at, id) in ended {
+            self.in_flight.remove(&(at, id.clone()));
+            self.stats.redelivered += 1;
+            let exhausted = self.jobs.get(&id).is_some_and(|(d, _)| d.attempts >= d.max);
+            if exhausted {
+                self.bury(&id, now);
+            } else {
+                self.set_ready(&id);
+                readied += 1;
+            }
+        }
+        readied
+    }
+
+    fn next_due(&self) -> Option<u64> {
+        let a = self.delayed.first().map(|(at, _)| *at);
+        let b = self.in_flight.first().map(|(at, _)| *at);
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Returns the outcome and whether sleeping consumers should be woken.
+    pub(crate) fn push(&mut self, req: &PushReq<'_>, now: u64) -> (PushOutcome, bool) {
+        let run_at = match req.when {
+            When::Delay(d) => now + d,
+            When::At(at) => at,
+        };
+        let mut outcome = PushOutcome::New { run_at_ms: run_at };
+        let mut attempts = 0;
+        match self.jobs.get(req.id).map(|(d, p)| (d.attempts, *p)) {
+            Some(_) if !req.replace => return (PushOutcome::Kept, false),
+            Some((_, Place::InFlight { .. } | Place::Dead(_))) => return (PushOutcome::Busy, false),
+            Some((tried, _)) => {
+                // Attempts of a replaced job carry over, as on Redis.
+                attempts = tried;
+                self.unplace(req.id);
+                outcome = PushOutcome::Replaced { run_at_ms: run_at };
+            }
+            None => self.stats.pushed += 1,
+        }
+        self.seq += 1;
+        self.jobs.insert(
+            req.id.to_owned(),
+            (
+                JobData {
+                    prio: req.priority,
+                    seq: self.seq,
+                    max: req.max_attempts,
+                    backoff: req.backoff,
+                    payload: req.payload.to_vec(),
+                    attempts,
+                },
+                Place::Ready,
+            ),
+        );
+        let wake = if run_at <= now {
+            self.set_ready(req.id);
+            true
+        } else {
+            self.set_delayed(req.id, run_at);
+            self.delayed.first().is_some_and(|(_, first)| first == req.id)
+        };
+        (outcome, wake)
+    }
+
+    /// Returns the outcome and whether another consumer should be woken.
+    pub(crate) fn claim(&mut self, lease_ms: u64, now: u64) -> (ClaimOutcome, bool) {
+        let wake = self.promote(now) > 1;
+        let Some(first) = self.ready.pop_first() else {
+            return (
+                ClaimOutcome::Empty {
+                    next_due_ms: self.next_due(),
+                    now_ms: now,
+                },
+                wake,
+            );
+        };
+        let id = first.2;
+        if self.fence == 0 {
+            self.fence = now * 1000;
+        }
+        self.fence += 1;
+        let fence = self.fence;
+        let deadline = now + lease_ms;
+        let Some((d, place)) = self.jobs.get_mut(&id) else {
+            return (
+                ClaimOutcome::Empty {
+                    next_due_ms: self.next_due(),
+                    now_ms: now,
+                },
+                wake,
+            );
+        };
+        d.attempts += 1;
+        *place = Place::InFlight { deadline, fence };
+        let job = RawJob {
+            id: id.clone(),
+            payload: d.payload.clone(),
+            attempt: d.attempts,
+            fence,
+            deadline_ms: deadline,
+        };
+        self.in_flight.insert((deadline, id));
+        self.stats.claimed += 1;
+        (ClaimOutcome::Job(job), wake)
+    }
+
+    fn held(&self, id: &str, fence: u64) -> bool {
+        matches!(self.jobs.get(id), Some((_, Place::InFlight { fence: f, .. })) if *f == fence)
+    }
+
+    pub(crate) fn ack(&mut self, id: &str, fence: u64) -> bool {
+        if !self.held(id, fence) {
+            return false;
+        }
+        self.unplace(id);
+        self.jobs.remove(id);
+        self.stats.acked += 1;
+        true
+    }
+
+    pub(crate) fn nack(
+        &mut self,
+        id: &str,
+        fence: u64,
+        delay_ms: Option<u64>,
+        jitter: f64,
+        now: u64,
+    ) -> (NackOutcome, bool) {
+        if !self.held(id, fence) {
+            return (NackOutcome::NotHeld, false);
+        }
+        self.unplace(id);
+        let Some((d, _)) = self.jobs.get(id) else {
+            return (NackOutcome::NotHeld, false);
+        };
+        if d.attempts >= d.max {
+            self.bury(id, now);
+            return (NackOutcome::Dead, false);
+        }
+        let delay = delay_ms.unwrap_or_else(|| backoff_delay(&d.backoff, d.attempts, jitter));
+        self.stats.retried += 1;
+        if delay == 0 {
+            self.set_ready(id);
+            return (NackOutcome::Retry { run_at_ms: now }, true);
+        }
+        self.set_delayed(id, now + delay);
+        let first = self.delayed.first().is_some_and(|(_, f)| f == id);
+        (
+            NackOutcome::Retry {
+                run_at_ms: now + delay,
+            },
+            first,
+        )
+    }
+
+    pub(crate) fn extend(&mut self, id: &str, fence: u64, lease_ms: u64, now: u64) -> Option<u64> {
+        if !self.held(id, fence) {
+            return None;
+        }
+        self.unplace(id);
+        let deadline = now + lease_ms;
+        if let Some((_, place)) = self.jobs.get_mut(id) {
+            *place = Place::InFlight { deadline, fence };
+        }
+        self.in_flight.insert((deadline, id.to_owned()));
+        Some(deadline)
+    }
+
+    pub(crate) fn cancel(&mut self, id: &str) -> CancelOutcome {
+        match self.jobs.get(id).map(|(_, p)| *p) {
+            None => CancelOutcome::Unknown,
+            Some(Place::InFlight { .. }) => CancelOutcome::Running,
+            Some(place) => {
+                self.unplace(id);
+                self.jobs.remove(id);
+                if matches!(place, Place::Dead(_)) {
+                    CancelOutcome::Purged
+                } else {
+                    CancelOutcome::Cancelled
+                }
+            }
+        }
+    }
+
+    pub(crate) fn reschedule(&mut self, id: &str, when: When, now: u64) -> (RescheduleOutcome, bool) {
+        let run_at = match when {
+            When::Delay(d) => now + d,
+            When::At(at) => at,
+        };
+        match self.jobs.get(id).map(|(_, p)| *p) {
+            None | Some(Place::Dead(_)) => (RescheduleOutcome::Unknown, false),
+            Some(Place::InFlight { .. }) => (RescheduleOutcome::Running, false),
+            Some(_) => {
+                self.unplace(id);
+                if run_at <= now {
+                    self.set_ready(id);
+                    (RescheduleOutcome::Moved { run_at_ms: run_at }, true)
+                } else {
+                    self.set_delayed(id, run_at);
+                    let first = self.delayed.first().is_some_and(|(_, f)| f == id);
+                    (RescheduleOutcome::Moved { run_at_ms: run_at }, first)
+                }
+            }
+        }
+    }
+
+    pub(crate) fn dead(&self, limit: usize) -> Vec<RawDead> {
+        self.dead
+            .iter()
+            .take(limit)
+            .filter_map(|(at, id)| {
+                self.jobs.get(id).map(|(d, _)| RawDead {
+                    id: id.clone(),
+                    died_ms: *at,
+                    attempts: d.attempts,
+                    payload: d.payload.clone(),
+                })
+            })
+            .collect()
+    }
+
+    fn dead_ids(&self, id: Option<&str>) -> Vec<String> {
+        match id {
+            Some(id) => vec![id.to_owned()],
+            None => self.dead.iter().map(|(_, id)| id.clone()).collect(),
+        }
+    }
+
+    pub(crate) fn replay(&mut self, id: Option<&str>) -> u64 {
+        let mut n = 0;
+        for id in self.dead_ids(id) {
+            if matches!(self.jobs.get(&id), Some((_, Place::Dead(_)))) {
+                self.unplace(&id);
+                if let Some((d, _)) = self.jobs.get_mut(&id) {
+                    d.attempts = 0;
+                }
+                self.set_ready(&id);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub(crate) fn purge(&mut self, id: Option<&str>) -> u64 {
+        let mut n = 0;
+        for id in self.dead_ids(id) {
+            if matches!(self.jobs.get(&id), Some((_, Place::Dead(_)))) {
+                self.unplace(&id);
+                self.jobs.remove(&id);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub(crate) fn stats(&mut self, now: u64) -> RawStats {
+        self.promote(now);
+        RawStats {
+            ready: self.ready.len() as u64,
+            delayed: self.delayed.len() as u64,
+            in_flight: self.in_flight.len() as u64,
+            dead: self.dead.len() as u64,
+            lateness_ms: self.lateness.iter().copied().collect(),
+            ..self.stats.clone()
+        }
+    }
+}
+
+/// The wait before retry `attempts` + 1: fixed, or exponential
+/// (base × 2^(attempts−1), capped) scaled by 0.5 + 0.5 × jitter.
+pub(crate) fn backoff_delay(b: &BackoffSpec, attempts: u32, jitter: f64) -> u64 {
+    if b.kind == 'e' {
+        let exp =
+            (b.base_ms as f64 * 2f64.powi(attempts.saturating_sub(1).min(62) as i32)).min(b.max_ms as f64);
+        (exp * (0.5 + 0.5 * jitter)).floor() as u64
+    } else {
+        b.base_ms
+    }
+}

@@ -1,0 +1,318 @@
+-- jobs.lua: every job-queue operation, chosen by ARGV[1]. The same steps
+-- as src/store/jobs.rs (the memory store); both pass one conformance suite.
+--
+-- Keys of one queue, all under one hash tag:
+--   KEYS[1] m  HASH  s push sequence, f last fence, counters: pushed,
+--                    claimed, acked, retried, dead, redelivered
+--   KEYS[2] d  HASH  id -> "<prio>,<seq>,<max attempts>,<backoff kind>,
+--                    <backoff base ms>,<backoff max ms>\n<payload>"
+--   KEYS[3] r  ZSET  ready: id -> (255 - prio) * 2^44 + seq
+--   KEYS[4] w  ZSET  delayed (and retrying): id -> run-at ms
+--   KEYS[5] f  ZSET  in flight: id -> lease deadline ms
+--   KEYS[6] l  HASH  in flight: id -> fence of the current delivery
+--   KEYS[7] n  HASH  id -> attempts so far (only once claimed)
+--   KEYS[8] x  ZSET  dead letters: id -> when it died (ms)
+--   KEYS[9] t  LIST  lateness (ms) of the last promoted delayed jobs
+-- A job is in exactly one of r, w, f, x, and in d while it exists.
+-- Pushes that make a job ready publish "!<wake key>" on the queue's channel
+-- (ARGV[2]) so a sleeping consumer claims it at once.
+local KM, KD, KR, KW, KF, KL, KN, KX, KT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
+  KEYS[8], KEYS[9]
+local op, channel = ARGV[1], ARGV[2]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local BATCH, LATENESS_KEPT = 100, 200
+
+local function meta_of(id)
+  local v = redis.call('HGET', KD, id)
+  if not v then return nil end
+  local nl = string.find(v, '\n', 1, true)
+  local prio, seq, max, kind, base, cap = string.match(string.sub(v, 1, nl - 1),
+    '^(%d+),(%d+),(%d+),(%a),(%d+),(%d+)$')
+  return {prio = tonumber(prio), seq = tonumber(seq), max = tonumber(max), kind = kind,
+          base = tonumber(base), cap = tonumber(cap), payload = string.sub(v, nl + 1)}
+end
+
+local function ready_score(m)
+  return (255 - m.prio) * 17592186044416 + m.seq
+end
+
+local function count(field, by)
+  redis.call('HINCRBY', KM, field, by or 1)
+end
+
+local function wake()
+  redis.call('PUBLISH', channel, ARGV[3])
+end
+
+-- Makes job `id` ready, or dead if it has used all its attempts.
+local function requeue_or_bury(id, m)
+  local attempts = tonumber(redis.call('HGET', KN, id)) or 0
+  if attempts >= m.max then
+    redis.call('ZADD', KX, now, id)
+    count('dead')
+    return false
+  end
+  redis.call('ZADD', KR, ready_score(m), id)
+  return true
+end
+
+-- Moves due delayed jobs to ready, and jobs whose lease ended back to ready
+-- (or to the dead letters), in bounded batches. Returns how many became
+-- ready.
+local function promote()
+  local readied = 0
+  local due = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'WITHSCORES', 'LIMIT', 0, BATCH)
+  for i = 1, #due, 2 do
+    local id = due[i]
+    redis.call('ZREM', KW, id)
+    local m = meta_of(id)
+    if m then
+      redis.call('ZADD', KR, ready_score(m), id)
+      redis.call('LPUSH', KT, now - tonumber(due[i + 1]))
+      readied = readied + 1
+    end
+  end
+  if #due > 0 then redis.call('LTRIM', KT, 0, LATENESS_KEPT - 1) end
+  local ended = redis.call('ZRANGEBYSCORE', KF, '-inf', now, 'LIMIT', 0, BATCH)
+  for _, id in ipairs(ended) do
+    redis.call('ZREM', KF, id)
+    redis.call('HDEL', KL, id)
+    local m = meta_of(id)
+    if m then
+      count('redelivered')
+      if requeue_or_bury(id, m) then readied = readied + 1 end
+    end
+  end
+  return readied
+end
+
+-- The soonest time something may become claimable (ms), or -1.
+local function next_due()
+  local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
+  local f = redis.call('ZRANGE', KF, 0, 0, 'WITHSCORES')
+  local a, b = tonumber(w[2]), tonumber(f[2])
+  if a and b then return math.min(a, b) end
+  return a or b or -1
+end
+
+-- Checks that `id` is in flight under `fence`.
+local function holds(id, fence)
+  return redis.call('HGET', KL, id) == fence
+end
+
+local function forget(id)
+  redis.call('HDEL', KD, id)
+  redis.call('HDEL', KN, id)
+end
+
+if op == 'push' then
+  -- ARGV: 4 id, 5 payload, 6 delay ms (-1: use 7), 7 run-at ms, 8 prio,
+  --       9 max attempts, 10 backoff kind, 11 base ms, 12 max ms,
+  --       13 on duplicate ('keep' | 'replace')
+  -- Reply: {1, run_at} pushed; {2} kept the existing job; {3} replaced;
+  --        {4} in flight or dead: not replaced
+  local id = ARGV[4]
+  local delay, at = tonumber(ARGV[6]), tonumber(ARGV[7])
+  local run_at = at
+  if delay >= 0 then run_at = now + delay end
+  local exists = redis.call('HEXISTS', KD, id) == 1
+  local outcome = 1
+  if exists then
+    if ARGV[13] ~= 'replace' then return {2} end
+    if redis.call('ZSCORE', KF, id) or redis.call('ZSCORE', KX, id) then return {4} end
+    redis.call('ZREM', KR, id)
+    redis.call('ZREM', KW, id)
+    outcome = 3
+  end
+  local seq = redis.call('HINCRBY', KM, 's', 1)
+  local m = {prio = tonumber(ARGV[8]), seq = seq}
+  redis.call('HSET', KD, id, string.format('%d,%d,%d,%s,%d,%d\n', ARGV[8], seq, ARGV[9], ARGV[10], ARGV[11],
+    ARGV[12]) .. ARGV[5])
+  if not exists then count('pushed') end
+  if run_at <= now then
+    redis.call('ZADD', KR, ready_score(m), id)
+    wake()
+  else
+    redis.call('ZADD', KW, run_at, id)
+    -- A sleeping consumer may be waiting for a later due time.
+    local first = redis.call('ZRANGE', KW, 0, 0)[1]
+    if first == id then wake() end
+  end
+  return {outcome, run_at}
+end
+
+if op == 'claim' then
+  -- ARGV: 4 lease ms. Reply: {1, id, payload, attempt, fence, deadline}
+  -- or {0, next due ms or -1, now ms}. More than one job readied at once: wake
+  -- another consumer for the rest (each claim takes one).
+  if promote() > 1 then wake() end
+  local popped = redis.call('ZPOPMIN', KR)
+  local id = popped[1]
+  if not id then return {0, next_due(), now} end
+  local m = meta_of(id)
+  if not m then return {0, next_due(), now} end
+  local f = tonumber(redis.call('HGET', KM, 'f')) or 0
+  if f == 0 then f = now * 1000 end
+  f = f + 1
+  redis.call('HSET', KM, 'f', f)
+  local fence = string.format('%d', f)
+  local attempt = redis.call('HINCRBY', KN, id, 1)
+  local deadline = now + tonumber(ARGV[4])
+  redis.call('ZADD', KF, deadline, id)
+  redis.call('HSET', KL, id, fence)
+  count('claimed')
+  return {1, id, m.payload, attempt, fence, deadline}
+end
+
+if op == 'ack' then
+  -- ARGV: 4 id, 5 fence. Reply: {1} acked, {0} not this delivery's.
+  local id = ARGV[4]
+  if not holds(id, ARGV[5]) then return {0} end
+  redis.call('ZREM', KF, id)
+  redis.call('HDEL', KL, id)
+  forget(id)
+  count('acked')
+  return {1}
+end
+
+if op == 'nack' then
+  -- ARGV: 4 id, 5 fence, 6 delay ms (-1: the job's backoff), 7 jitter
+  -- (0..1). Reply: {1, run_at} retried later, {2} dead, {0} not ours.
+  local id = ARGV[4]
+  if not holds(id, ARGV[5]) then return {0} end
+  redis.call('ZREM', KF, id)
+  redis.call('HDEL', KL, id)
+  local m = meta_of(id)
+  local attempts = tonumber(redis.call('HGET', KN, id)) or 0
+  if attempts >= m.max then
+    redis.call('ZADD', KX, now, id)
+    count('dead')
+    return {2}
+  end
+  local delay = tonumber(ARGV[6])
+  if delay < 0 then
+    if m.kind == 'e' then
+      delay = math.min(m.cap, m.base * 2 ^ (attempts - 1))
+      delay = math.floor(delay * (0.5 + 0.5 * tonumber(ARGV[7])))
+    else
+      delay = m.base
+    end
+  end
+  count('retried')
+  if delay <= 0 then
+    redis.call('ZADD', KR, ready_score(m), id)
+    wake()
+    return {1, now}
+  end
+  redis.call('ZADD', KW, now + delay, id)
+  if redis.call('ZRANGE', KW, 0, 0)[1] == id then wake() end
+  return {1, now + delay}
+end
+
+if op == 'extend' then
+  -- ARGV: 4 id, 5 fence, 6 lease ms. Reply: {1, deadline} or {0}.
+  local id = ARGV[4]
+  if not holds(id, ARGV[5]) then return {0} end
+  local deadline = now + tonumber(ARGV[6])
+  redis.call('ZADD', KF, 'XX', deadline, id)
+  return {1, deadline}
+end
+
+if op == 'cancel' then
+  -- ARGV: 4 id. Reply: {1} cancelled, {2} running (not cancelled),
+  -- {3} dead (purged), {0} unknown.
+  local id = ARGV[4]
+  if redis.call('ZREM', KR, id) + redis.call('ZREM', KW, id) > 0 then
+    forget(id)
+    return {1}
+  end
+  if redis.call('ZSCORE', KF, id) then return {2} end
+  if redis.call('ZREM', KX, id) == 1 then
+    forget(id)
+    return {3}
+  end
+  return {0}
+end
+
+if op == 'reschedule' then
+  -- ARGV: 4 id, 5 delay ms (-1: use 6), 6 run-at ms. Reply: {1, run_at},
+  -- {2} running, {0} unknown or dead.
+  local id = ARGV[4]
+  local delay, at = tonumber(ARGV[5]), tonumber(ARGV[6])
+  local run_at = at
+  if delay >= 0 then run_at = now + delay end
+  if redis.call('ZREM', KR, id) + redis.call('ZREM', KW, id) == 0 then
+    if redis.call('ZSCORE', KF, id) then return {2} end
+    return {0}
+  end
+  local m = meta_of(id)
+  if run_at <= now then
+    redis.call('ZADD', KR, ready_score(m), id)
+    wake()
+  else
+    redis.call('ZADD', KW, run_at, id)
+    if redis.call('ZRANGE', KW, 0, 0)[1] == id then wake() end
+  end
+  return {1, run_at}
+end
+
+if op == 'dead' then
+  -- ARGV: 4 limit. Reply: {id, died ms, attempts, payload, ...}
+  local rows = redis.call('ZRANGE', KX, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')
+  local out = {}
+  for i = 1, #rows, 2 do
+    local m = meta_of(rows[i])
+    out[#out + 1] = rows[i]
+    out[#out + 1] = rows[i + 1]
+    out[#out + 1] = tonumber(redis.call('HGET', KN, rows[i])) or 0
+    out[#out + 1] = m and m.payload or ''
+  end
+  return out
+end
+
+if op == 'replay' then
+  -- ARGV: 4 id ('' for every dead job). Reply: {replayed}
+  local ids = {ARGV[4]}
+  if ARGV[4] == '' then ids = redis.call('ZRANGE', KX, 0, -1) end
+  local n = 0
+  for _, id in ipairs(ids) do
+    if redis.call('ZREM', KX, id) == 1 then
+      local m = meta_of(id)
+      if m then
+        redis.call('HDEL', KN, id)
+        redis.call('ZADD', KR, ready_score(m), id)
+        n = n + 1
+      end
+    end
+  end
+  if n > 0 then wake() end
+  return {n}
+end
+
+if op == 'purge' then
+  -- ARGV: 4 id ('' for every dead job). Reply: {purged}
+  local ids = {ARGV[4]}
+  if ARGV[4] == '' then ids = redis.call('ZRANGE', KX, 0, -1) end
+  local n = 0
+  for _, id in ipairs(ids) do
+    if redis.call('ZREM', KX, id) == 1 then
+      forget(id)
+      n = n + 1
+    end
+  end
+  return {n}
+end
+
+if op == 'stats' then
+  -- Reply: {ready, delayed, in flight, dead, pushed, claimed, acked,
+  --         retried, dead total, redelivered, lateness samples...}
+  promote()
+  local c = redis.call('HMGET', KM, 'pushed', 'claimed', 'acked', 'retried', 'dead', 'redelivered')
+  local out = {redis.call('ZCARD', KR), redis.call('ZCARD', KW), redis.call('ZCARD', KF), redis.call('ZCARD', KX)}
+  for i = 1, 6 do out[#out + 1] = tonumber(c[i]) or 0 end
+  for _, v in ipairs(redis.call('LRANGE', KT, 0, -1)) do out[#out + 1] = tonumber(v) end
+  return out
+end
+
+return redis.error_reply('unknown job operation ' .. op)

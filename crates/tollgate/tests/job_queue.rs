@@ -1,0 +1,423 @@
+//! Job queue conformance: the same assertions on the memory store (on a
+//! hand-moved clock where time matters) and on a real redis-server.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::TestStore;
+use tollgate::{
+    Backoff, Cancelled, ErrorKind, Job, JobQueue, Nacked, OnDuplicate, PushOptions, PushResult, Retry,
+};
+
+fn queue(ts: &TestStore) -> JobQueue {
+    JobQueue::new(&ts.store, "q").expect("queue")
+}
+
+fn later(ms: u64) -> PushOptions {
+    PushOptions {
+        delay: Some(Duration::from_millis(ms)),
+        ..PushOptions::default()
+    }
+}
+
+fn with_id(id: &str) -> PushOptions {
+    PushOptions {
+        id: Some(id.to_owned()),
+        ..PushOptions::default()
+    }
+}
+
+async fn claim(q: &JobQueue) -> Job {
+    q.claim().await.expect("claim").expect("a due job")
+}
+
+async fn none(q: &JobQueue) {
+    let got = q.claim().await.expect("claim");
+    assert!(got.is_none(), "expected nothing due, got {got:?}");
+}
+
+async fn delayed_jobs_come_due_in_order(ts: TestStore) {
+    let q = queue(&ts);
+    q.push("a", &later(600)).await.unwrap();
+    q.push("b", &later(300)).await.unwrap();
+    q.push("c", &PushOptions::default()).await.unwrap();
+    assert_eq!(claim(&q).await.payload, b"c");
+    none(&q).await;
+    ts.advance(Duration::from_millis(350)).await;
+    assert_eq!(claim(&q).await.payload, b"b");
+    none(&q).await;
+    ts.advance(Duration::from_millis(300)).await;
+    assert_eq!(claim(&q).await.payload, b"a");
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.ready, s.delayed, s.in_flight, s.pushed, s.claimed),
+        (0, 0, 3, 3, 3)
+    );
+    assert_eq!(s.recent_lateness.len(), 2, "two delayed jobs were promoted");
+}
+
+async fn priority_then_push_order(ts: TestStore) {
+    let q = queue(&ts);
+    for (p, prio) in [("low-1", 0), ("high-1", 9), ("low-2", 0), ("high-2", 9)] {
+        let o = PushOptions {
+            priority: prio,
+            ..PushOptions::default()
+        };
+        q.push(p, &o).await.unwrap();
+    }
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        order.push(String::from_utf8(claim(&q).await.payload).unwrap());
+    }
+    assert_eq!(order, ["high-1", "high-2", "low-1", "low-2"]);
+}
+
+async fn fences_guard_ack_nack_and_extend(ts: TestStore) {
+    let q = queue(&ts).lease(Duration::from_millis(300)).unwrap();
+    let pushed = q.push("x", &PushOptions::default()).await.unwrap();
+    assert_eq!(pushed.result, PushResult::Created);
+    let job = claim(&q).await;
+    assert_eq!((job.id.as_str(), job.attempt), (pushed.id.as_str(), 1));
+    for wrong in [job.fence + 1, job.fence - 1] {
+        assert_eq!(
+            q.ack(&job.id, wrong).await.unwrap_err().kind(),
+            ErrorKind::LeaseLost
+        );
+        assert_eq!(
+            q.extend(&job.id, wrong, Duration::from_secs(1))
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::LeaseLost
+        );
+        assert_eq!(
+            q.nack(&job.id, wrong, Retry::Backoff).await.unwrap_err().kind(),
+            ErrorKind::LeaseLost
+        );
+    }
+    // Extending keeps it past the first lease.
+    q.extend(&job.id, job.fence, Duration::from_secs(2))
+        .await
+        .unwrap();
+    ts.advance(Duration::from_millis(500)).await;
+    none(&q).await;
+    q.ack(&job.id, job.fence).await.unwrap();
+    assert_eq!(
+        q.ack(&job.id, job.fence).await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.in_flight, s.acked), (0, 1));
+}
+
+async fn an_unacked_job_is_delivered_again(ts: TestStore) {
+    let q = queue(&ts).lease(Duration::from_millis(200)).unwrap();
+    q.push("x", &PushOptions::default()).await.unwrap();
+    let first = claim(&q).await;
+    none(&q).await;
+    ts.advance(Duration::from_millis(300)).await;
+    let second = claim(&q).await;
+    assert_eq!(second.id, first.id);
+    assert_eq!(second.attempt, 2);
+    assert!(
+        second.fence > first.fence,
+        "{} after {}",
+        second.fence,
+        first.fence
+    );
+    // The first consumer woke up late: its fence is refused.
+    assert_eq!(
+        q.ack(&first.id, first.fence).await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    q.ack(&second.id, second.fence).await.unwrap();
+    assert_eq!(q.stats().await.unwrap().redelivered, 1);
+}
+
+async fn retries_back_off_then_die_and_replay(ts: TestStore) {
+    let q = queue(&ts);
+    let o = PushOptions {
+        max_attempts: 2,
+        backoff: Backoff::Fixed(Duration::from_millis(300)),
+        ..PushOptions::default()
+    };
+    let id = q.push("flaky", &o).await.unwrap().id;
+    let job = claim(&q).await;
+    assert!(matches!(
+        q.nack(&job.id, job.fence, Retry::Backoff).await.unwrap(),
+        Nacked::RetryAt(_)
+    ));
+    none(&q).await;
+    ts.advance(Duration::from_millis(350)).await;
+    let job = claim(&q).await;
+    assert_eq!(job.attempt, 2);
+    assert_eq!(
+        q.nack(&job.id, job.fence, Retry::Backoff).await.unwrap(),
+        Nacked::Dead
+    );
+    none(&q).await;
+    let dead = q.dead(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].id.as_str(), dead[0].attempts, dead[0].payload.as_slice()),
+        (id.as_str(), 2, &b"flaky"[..])
+    );
+    assert_eq!(q.replay(Some(&id)).await.unwrap(), 1);
+    let job = claim(&q).await;
+    assert_eq!(job.attempt, 1, "a replayed job starts its attempts afresh");
+    // A given retry delay wins over the backoff.
+    q.nack(&job.id, job.fence, Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    let job = claim(&q).await;
+    q.ack(&job.id, job.fence).await.unwrap();
+    // Exponential backoff with jitter stays within [0.5, 1) x base x 2^(n-1).
+    let o = PushOptions {
+        backoff: Backoff::Exponential {
+            base: Duration::from_millis(400),
+            max: Duration::from_secs(60),
+        },
+        ..PushOptions::default()
+    };
+    q.push("exp", &o).await.unwrap();
+    let job = claim(&q).await;
+    let started = std::time::SystemTime::now();
+    let Nacked::RetryAt(at) = q.nack(&job.id, job.fence, Retry::Backoff).await.unwrap() else {
+        panic!("expected a retry")
+    };
+    let wait = at.duration_since(started).unwrap_or_default();
+    if ts.clock.is_none() {
+        assert!(
+            wait >= Duration::from_millis(150) && wait <= Duration::from_millis(450),
+            "{wait:?}"
+        );
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.retried, s.dead_total, s.dead), (3, 1, 0));
+}
+
+async fn dead_letters_can_be_purged(ts: TestStore) {
+    let q = queue(&ts);
+    let o = PushOptions {
+        max_attempts: 1,
+        ..PushOptions::default()
+    };
+    for p in ["a", "b", "c"] {
+        q.push(p, &o).await.unwrap();
+        let job = claim(&q).await;
+        assert_eq!(
+            q.nack(&job.id, job.fence, Retry::Backoff).await.unwrap(),
+            Nacked::Dead
+        );
+    }
+    let dead = q.dead(10).await.unwrap();
+    assert_eq!(dead.len(), 3);
+    assert_eq!(q.purge(Some(&dead[0].id)).await.unwrap(), 1);
+    assert_eq!(q.cancel(&dead[1].id).await.unwrap(), Cancelled::Purged);
+    assert_eq!(q.replay(None).await.unwrap(), 1);
+    assert_eq!(q.purge(None).await.unwrap(), 0);
+    assert_eq!(claim(&q).await.payload, b"c");
+}
+
+async fn cancel_and_reschedule_by_id(ts: TestStore) {
+    let q = queue(&ts);
+    q.push("waiting", &with_id("w")).await.unwrap();
+    q.push(
+        "later",
+        &PushOptions {
+            delay: Some(Duration::from_secs(60)),
+            ..with_id("l")
+        },
+    )
+    .await
+    .unwrap();
+    q.push("running", &with_id("r")).await.unwrap();
+    assert_eq!(q.cancel("w").await.unwrap(), Cancelled::Cancelled);
+    let job = claim(&q).await;
+    assert_eq!(job.id, "r");
+    assert_eq!(q.cancel("r").await.unwrap(), Cancelled::Running);
+    assert_eq!(q.cancel("nope").await.unwrap(), Cancelled::Unknown);
+    assert!(
+        q.reschedule("r", Duration::ZERO).await.is_err(),
+        "a running job cannot be moved"
+    );
+    assert_eq!(q.reschedule("nope", Duration::ZERO).await.unwrap(), None);
+    none(&q).await;
+    assert!(q.reschedule("l", Duration::ZERO).await.unwrap().is_some());
+    assert_eq!(claim(&q).await.id, "l");
+    q.ack("r", job.fence).await.unwrap();
+}
+
+async fn duplicate_ids_keep_or_replace(ts: TestStore) {
+    let q = queue(&ts);
+    assert_eq!(
+        q.push("one", &with_id("d")).await.unwrap().result,
+        PushResult::Created
+    );
+    assert_eq!(
+        q.push("two", &with_id("d")).await.unwrap().result,
+        PushResult::Kept
+    );
+    let replace = PushOptions {
+        on_duplicate: OnDuplicate::Replace,
+        ..with_id("d")
+    };
+    assert_eq!(
+        q.push("three", &replace).await.unwrap().result,
+        PushResult::Replaced
+    );
+    let job = claim(&q).await;
+    assert_eq!(job.payload, b"three");
+    assert_eq!(q.push("four", &replace).await.unwrap().result, PushResult::Busy);
+    none(&q).await;
+    q.ack("d", job.fence).await.unwrap();
+    // Once acked the id is free again.
+    assert_eq!(
+        q.push("five", &with_id("d")).await.unwrap().result,
+        PushResult::Created
+    );
+    assert_eq!(q.stats().await.unwrap().pushed, 2);
+}
+
+async fn bad_input_is_refused(ts: TestStore) {
+    assert_eq!(
+        JobQueue::new(&ts.store, "").unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        JobQueue::new(&ts.store, "has space").unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    let q = queue(&ts).max_payload(16);
+    let err = q.push(vec![0u8; 17], &PushOptions::default()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    for bad in [
+        PushOptions {
+            max_attempts: 0,
+            ..PushOptions::default()
+        },
+        PushOptions {
+            delay: Some(Duration::from_secs(400 * 24 * 3600)),
+            ..PushOptions::default()
+        },
+        with_id(""),
+        with_id("has space"),
+        with_id(&"x".repeat(200)),
+        PushOptions {
+            backoff: Backoff::Exponential {
+                base: Duration::from_secs(2),
+                max: Duration::from_secs(1),
+            },
+            ..PushOptions::default()
+        },
+    ] {
+        let err = q.push("p", &bad).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{bad:?}: {err}");
+    }
+    assert!(queue(&ts).lease(Duration::ZERO).is_err());
+    assert_eq!(q.ack("", 1).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+    // Binary payloads go through untouched.
+    let bytes: Vec<u8> = (0..=255u8).collect();
+    let q = queue(&ts);
+    q.push(&bytes, &PushOptions::default()).await.unwrap();
+    assert_eq!(claim(&q).await.payload, bytes);
+    // JSON convenience.
+    q.push_json(
+        &serde_json::json!({"to": "a@example.org"}),
+        &PushOptions::default(),
+    )
+    .await
+    .unwrap();
+    let v: serde_json::Value = claim(&q).await.json().unwrap();
+    assert_eq!(v["to"], "a@example.org");
+}
+
+on_both_stores!(
+    manual_clock: delayed_jobs_come_due_in_order,
+    priority_then_push_order,
+    fences_guard_ack_nack_and_extend,
+    an_unacked_job_is_delivered_again,
+    retries_back_off_then_die_and_replay,
+    dead_letters_can_be_purged,
+    cancel_and_reschedule_by_id,
+    duplicate_ids_keep_or_replace,
+    bad_input_is_refused,
+);
+
+/// Real-time behaviour on both stores: many consumers, and waking.
+mod realtime {
+    use super::*;
+
+    /// 20 consumers, 10,000 jobs: every job acked exactly once.
+    async fn every_job_once(ts: TestStore) {
+        let q = queue(&ts);
+        for i in 0..10_000 {
+            q.push(format!("{i}"), &PushOptions::default()).await.unwrap();
+        }
+        let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        let consumers: Vec<_> = (0..20)
+            .map(|_| {
+                let (q, acked) = (q.clone(), acked.clone());
+                tokio::spawn(async move {
+                    while let Some(job) = q.next(Duration::from_millis(300)).await.unwrap() {
+                        q.ack(&job.id, job.fence).await.unwrap();
+                        *acked
+                            .lock()
+                            .unwrap()
+                            .entry(String::from_utf8(job.payload).unwrap())
+                            .or_default() += 1;
+                    }
+                })
+            })
+            .collect();
+        for c in consumers {
+            c.await.unwrap();
+        }
+        {
+            let acked = acked.lock().unwrap();
+            assert_eq!(acked.len(), 10_000);
+            assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
+        }
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.ready, s.in_flight, s.acked, s.redelivered), (0, 0, 10_000, 0));
+    }
+
+    /// A sleeping consumer is woken by a push at once, and by a delayed
+    /// job's due time to the millisecond, not by polling.
+    async fn sleeping_consumers_wake_on_time(ts: TestStore) {
+        let q = queue(&ts);
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let job = q.next(Duration::from_secs(10)).await.unwrap().expect("a job");
+                (job, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pushed = Instant::now();
+        q.push("now", &PushOptions::default()).await.unwrap();
+        let (job, at) = waiter.await.unwrap();
+        assert_eq!(job.payload, b"now");
+        assert!(
+            at.duration_since(pushed) < Duration::from_millis(100),
+            "woke {:?} after the push",
+            at - pushed
+        );
+        q.ack(&job.id, job.fence).await.unwrap();
+
+        let pushed = Instant::now();
+        q.push("soon", &later(400)).await.unwrap();
+        let job = q.next(Duration::from_secs(10)).await.unwrap().expect("a job");
+        let waited = pushed.elapsed();
+        assert!(
+            waited >= Duration::from_millis(390) && waited < Duration::from_millis(500),
+            "the 400 ms job came after {waited:?}"
+        );
+        q.ack(&job.id, job.fence).await.unwrap();
+    }
+
+    on_both_stores!(realtime: every_job_once, sleeping_consumers_wake_on_time);
+}
