@@ -25,6 +25,9 @@ pub(crate) enum Command {
     /// Rate limits: check a key against a limit.
     #[command(subcommand)]
     Limit(LimitCommand),
+    /// Job queues: push jobs, run a worker, inspect.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
     /// Measure throughput, latency and fairness; prints one JSON line per case.
     Bench(BenchArgs),
 }
@@ -38,6 +41,91 @@ pub(crate) enum LimitCommand {
     /// again); 69 if the store or server is unreachable; 64 for bad
     /// arguments.
     Check(LimitCheckArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum JobsCommand {
+    /// Push one job; the payload is read from standard input. Prints
+    /// {"id", "result", "due_ms"}.
+    Push(JobsPushArgs),
+    /// Run CMD once per job, with the payload on its standard input and
+    /// TOLLGATE_JOB_ID, TOLLGATE_FENCE, TOLLGATE_ATTEMPT, TOLLGATE_QUEUE in
+    /// its environment: ack on exit 0, nack (retry after backoff)
+    /// otherwise; the lease is extended while CMD runs. SIGTERM/SIGINT: no
+    /// new jobs; running ones finish (or, after --shutdown-grace, are
+    /// stopped and released at once).
+    Work(JobsWorkArgs),
+    /// The queue's counts, as JSON.
+    Stats(JobsQueueArgs),
+    /// Dead jobs (oldest first), as JSON lines.
+    Dead(JobsQueueArgs),
+    /// Make dead jobs ready again: one by --id, or all.
+    Replay(JobsReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct JobsQueueArgs {
+    /// The queue's name.
+    pub(crate) queue: String,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct JobsReplayArgs {
+    pub(crate) queue: String,
+    /// Only this dead job.
+    #[arg(long)]
+    pub(crate) id: Option<String>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct JobsPushArgs {
+    pub(crate) queue: String,
+    /// Due this long from now.
+    #[arg(long, value_parser = duration, value_name = "D", conflicts_with = "at")]
+    pub(crate) delay: Option<Duration>,
+    /// Due at this time (RFC 3339, e.g. 2026-11-21T18:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) at: Option<String>,
+    /// Your own id: a second push with it is ignored (or replaces a waiting
+    /// job with --replace).
+    #[arg(long)]
+    pub(crate) id: Option<String>,
+    #[arg(long)]
+    pub(crate) replace: bool,
+    /// Deliveries before the job goes to the dead letters.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub(crate) max_attempts: u32,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) priority: u8,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct JobsWorkArgs {
+    pub(crate) queue: String,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub(crate) concurrency: usize,
+    /// Visibility lease; extended every third of it while CMD runs.
+    #[arg(long, default_value = "30s", value_parser = duration, value_name = "D")]
+    pub(crate) lease: Duration,
+    /// Exit (0) once no job has come for this long.
+    #[arg(long, value_parser = duration, value_name = "D")]
+    pub(crate) idle_exit: Option<Duration>,
+    /// On SIGTERM, how long running jobs may take to finish.
+    #[arg(long, default_value = "30s", value_parser = duration, value_name = "D")]
+    pub(crate) shutdown_grace: Duration,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ mod bench_room;
 mod cli;
 mod exit;
 mod http;
+mod jobs_cli;
 mod limits;
 mod remote;
 mod room;
@@ -48,6 +49,7 @@ fn main() {
             Command::Lock(Primitive::Run(args)) => run::lock(args).await,
             Command::Semaphore(Primitive::Run(args)) => run::semaphore(args).await,
             Command::Limit(LimitCommand::Check(args)) => limits::cli_check(args).await,
+            Command::Jobs(command) => jobs_cli::run(command).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

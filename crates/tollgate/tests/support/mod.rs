@@ -34,6 +34,19 @@ impl RedisServer {
         RedisServer::start_with(|_, _| Vec::new(), false)
     }
 
+    /// A server that logs every write to its append-only file before
+    /// answering (`appendfsync always`): a restart loses nothing.
+    pub fn start_aof() -> RedisServer {
+        RedisServer::start_with(
+            |_, _| {
+                ["--appendonly", "yes", "--appendfsync", "always"]
+                    .map(String::from)
+                    .to_vec()
+            },
+            false,
+        )
+    }
+
     /// A server that listens on a unix socket in its temp dir as well.
     pub fn start_unix() -> RedisServer {
         RedisServer::start_with(

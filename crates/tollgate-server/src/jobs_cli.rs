@@ -1,0 +1,346 @@
+//! `tollgate jobs push|work|stats|dead|replay`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+use tokio::signal::unix::{SignalKind, signal};
+use tollgate::{Job, JobQueue, OnDuplicate, PushOptions, PushResult, Retry};
+
+use crate::cli::{JobsCommand, JobsPushArgs, JobsQueueArgs, JobsReplayArgs, JobsWorkArgs, StoreArgs};
+use crate::exit;
+use crate::run::connect;
+
+pub(crate) async fn run(command: JobsCommand) -> i32 {
+    match command {
+        JobsCommand::Push(a) => push(a).await,
+        JobsCommand::Work(a) => work(a).await,
+        JobsCommand::Stats(a) => stats(a).await,
+        JobsCommand::Dead(a) => dead(a).await,
+        JobsCommand::Replay(a) => replay(a).await,
+    }
+}
+
+async fn queue_of(name: &str, store: &StoreArgs) -> Result<JobQueue, i32> {
+    if store.server.is_some() {
+        eprintln!(
+            "tollgate: the jobs commands work on Redis (--redis); --server is not supported for them yet"
+        );
+        return Err(exit::USAGE);
+    }
+    // Check the name before connecting, so bad input never waits on the
+    // network.
+    if let Err(e) = tollgate::Name::new(name) {
+        eprintln!("tollgate: {e}");
+        return Err(exit::USAGE);
+    }
+    let store = connect(store).await?;
+    JobQueue::new(&store, name).map_err(|e| {
+        eprintln!("tollgate: {e}");
+        exit::USAGE
+    })
+}
+
+fn fail(e: &tollgate::Error) -> i32 {
+    eprintln!("tollgate: {e}");
+    exit::for_error(e)
+}
+
+async fn push(args: JobsPushArgs) -> i32 {
+    let at = match &args.at {
+        None => None,
+        Some(t) => match humantime::parse_rfc3339_weak(t) {
+            Ok(at) => Some(at),
+            Err(e) => {
+                eprintln!("tollgate: --at {t:?}: {e} (give RFC 3339, e.g. 2026-11-21T18:00:00Z)");
+                return exit::USAGE;
+            }
+        },
+    };
+    let options = PushOptions {
+        id: args.id.clone(),
+        delay: args.delay,
+        at,
+        priority: args.priority,
+        max_attempts: args.max_attempts,
+        on_duplicate: if args.replace {
+            OnDuplicate::Replace
+        } else {
+            OnDuplicate::Keep
+        },
+        ..PushOptions::default()
+    };
+    let mut payload = Vec::new();
+    let read = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        std::io::stdin().read_to_end(&mut payload).map(|_| payload)
+    })
+    .await;
+    let payload = match read {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            eprintln!("tollgate: cannot read the payload from standard input: {e}");
+            return exit::USAGE;
+        }
+        Err(e) => {
+            eprintln!("tollgate: cannot read the payload from standard input: {e}");
+            return exit::SOFTWARE;
+        }
+    };
+    let q = match queue_of(&args.queue, &args.store).await {
+        Ok(q) => q,
+        Err(code) => return code,
+    };
+    match q.push(&payload, &options).await {
+        Ok(p) => {
+            let result = match p.result {
+                PushResult::Created => "created",
+                PushResult::Kept => "kept",
+                PushResult::Replaced => "replaced",
+                PushResult::Busy => "busy",
+            };
+            let due_ms = p
+                .due
+                .and_then(|d| d.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as u64);
+            println!("{}", json!({"id": p.id, "result": result, "due_ms": due_ms}));
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+async fn stats(args: JobsQueueArgs) -> i32 {
+    let q = match queue_of(&args.queue, &args.store).await {
+        Ok(q) => q,
+        Err(code) => return code,
+    };
+    match q.stats().await {
+        Ok(s) => {
+            let mut lateness: Vec<u64> = s.recent_lateness.iter().map(|d| d.as_millis() as u64).collect();
+            lateness.sort_unstable();
+            let pick = |q: f64| {
+                lateness
+                    .get(((lateness.len() as f64 - 1.0) * q).round() as usize)
+                    .copied()
+            };
+            println!(
+                "{}",
+                json!({
+                    "queue": args.queue, "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
+                    "dead": s.dead, "pushed": s.pushed, "claimed": s.claimed, "acked": s.acked,
+                    "retried": s.retried, "dead_total": s.dead_total, "redelivered": s.redelivered,
+                    "recent_lateness_p50_ms": pick(0.5), "recent_lateness_max_ms": lateness.last(),
+                })
+            );
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+async fn dead(args: JobsQueueArgs) -> i32 {
+    let q = match queue_of(&args.queue, &args.store).await {
+        Ok(q) => q,
+        Err(code) => return code,
+    };
+    match q.dead(10_000).await {
+        Ok(list) => {
+            for d in list {
+                let died_ms = d
+                    .died
+                    .duration_since(UNIX_EPOCH)
+                    .map(|t| t.as_millis() as u64)
+                    .unwrap_or(0);
+                println!(
+                    "{}",
+                    json!({"id": d.id, "died_ms": died_ms, "attempts": d.attempts,
+                           "payload": String::from_utf8_lossy(&d.payload)})
+                );
+            }
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+async fn replay(args: JobsReplayArgs) -> i32 {
+    let q = match queue_of(&args.queue, &args.store).await {
+        Ok(q) => q,
+        Err(code) => return code,
+    };
+    match q.replay(args.id.as_deref()).await {
+        Ok(n) => {
+            println!("{}", json!({"replayed": n}));
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// What became of one job run.
+enum Ran {
+    Acked,
+    Retried,
+    /// The lease ended while the command ran (the job was delivered again).
+    Lost,
+    /// Shutting down: the command was stopped and the job released.
+    Released,
+}
+
+async fn work(args: JobsWorkArgs) -> i32 {
+    if args.concurrency == 0 || args.concurrency > 1000 {
+        eprintln!("tollgate: --concurrency must be 1 to 1000");
+        return exit::USAGE;
+    }
+    let q = match queue_of(&args.queue, &args.store).await {
+        Ok(q) => q,
+        Err(code) => return code,
+    };
+    let q = match q.lease(args.lease) {
+        Ok(q) => q,
+        Err(e) => return fail(&e),
+    };
+    let (Ok(mut sigterm), Ok(mut sigint)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        eprintln!("tollgate: cannot install signal handlers");
+        return exit::SOFTWARE;
+    };
+    let stopping = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let args = Arc::new(args);
+    let workers: Vec<_> = (0..args.concurrency)
+        .map(|_| {
+            let (q, args, stopping, stop_rx) = (q.clone(), args.clone(), stopping.clone(), stop_rx.clone());
+            tokio::spawn(async move { worker(q, args, stopping, stop_rx).await })
+        })
+        .collect();
+    let all = futures_util::future::join_all(workers);
+    tokio::pin!(all);
+    let results = tokio::select! {
+        r = &mut all => r,
+        _ = sigterm.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
+        _ = sigint.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
+    };
+    if results.iter().any(|r| !matches!(r, Ok(0))) {
+        exit::UNAVAILABLE
+    } else {
+        0
+    }
+}
+
+/// Lets running jobs finish for the grace, then tells the workers to stop
+/// their commands and release their jobs.
+async fn shutdown(
+    args: &JobsWorkArgs,
+    stop: &tokio::sync::watch::Sender<bool>,
+    mut all: std::pin::Pin<&mut impl std::future::Future<Output = Vec<Result<i32, tokio::task::JoinError>>>>,
+) -> Vec<Result<i32, tokio::task::JoinError>> {
+    eprintln!(
+        "tollgate: stopping: no new jobs; waiting up to {:?} for running ones",
+        args.shutdown_grace
+    );
+    if let Ok(r) = tokio::time::timeout(args.shutdown_grace, &mut all).await {
+        return r;
+    }
+    let _ = stop.send(true);
+    all.await
+}
+
+async fn worker(
+    q: JobQueue,
+    args: Arc<JobsWorkArgs>,
+    stopping: Arc<AtomicBool>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> i32 {
+    let mut idle_since = Instant::now();
+    while !stopping.load(Ordering::SeqCst) {
+        let wait = Duration::from_millis(500);
+        let job = match q.next(wait).await {
+            Ok(Some(job)) => job,
+            Ok(None) => {
+                if args.idle_exit.is_some_and(|idle| idle_since.elapsed() >= idle) {
+                    return 0;
+                }
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "claiming a job failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        idle_since = Instant::now();
+        match run_one(&q, &args, &job, stop.clone()).await {
+            Ran::Acked | Ran::Retried | Ran::Released => {}
+            Ran::Lost => eprintln!(
+                "tollgate: job {} was delivered again before it finished here",
+                job.id
+            ),
+        }
+    }
+    0
+}
+
+async fn run_one(
+    q: &JobQueue,
+    args: &JobsWorkArgs,
+    job: &Job,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Ran {
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("TOLLGATE_JOB_ID", &job.id)
+        .env("TOLLGATE_FENCE", job.fence.to_string())
+        .env("TOLLGATE_ATTEMPT", job.attempt.to_string())
+        .env("TOLLGATE_QUEUE", q.name())
+        .stdin(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tollgate: cannot run {:?}: {e}", args.command[0]);
+            let _ = q.nack(&job.id, job.fence, Retry::Backoff).await;
+            return Ran::Retried;
+        }
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let payload = job.payload.clone();
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&payload).await;
+        });
+    }
+    let every = args.lease / 3;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            () = tokio::time::sleep(every) => {
+                if q.extend(&job.id, job.fence, args.lease).await.is_err() {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    return Ran::Lost;
+                }
+            }
+            _ = stop.changed() => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                let _ = q.nack(&job.id, job.fence, Retry::After(Duration::ZERO)).await;
+                return Ran::Released;
+            }
+        }
+    };
+    match status {
+        Ok(s) if s.success() => match q.ack(&job.id, job.fence).await {
+            Ok(()) => Ran::Acked,
+            Err(_) => Ran::Lost,
+        },
+        _ => match q.nack(&job.id, job.fence, Retry::Backoff).await {
+            Ok(_) => Ran::Retried,
+            Err(_) => Ran::Lost,
+        },
+    }
+}

@@ -1,0 +1,333 @@
+//! `tollgate jobs` as separate processes against a real redis-server:
+//! push and work, retries to the dead letters, a worker killed mid-job,
+//! and no job lost while workers are killed at random and Redis restarts.
+
+#[path = "../../tollgate/tests/support/mod.rs"]
+mod support;
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use support::RedisServer;
+use tollgate::{ErrorKind, JobQueue, PushOptions, Store};
+
+fn tollgate() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    c.env_remove("TOLLGATE_REDIS_URL").env("TOLLGATE_LOG", "warn");
+    c
+}
+
+fn push(url: &str, queue: &str, payload: &str, extra: &[&str]) -> Output {
+    let mut child = tollgate()
+        .args(["jobs", "push", queue, "--redis", url])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn push");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(payload.as_bytes())
+        .expect("payload");
+    child.wait_with_output().expect("push")
+}
+
+/// A worker in its own process group, killed (with its commands) on drop.
+struct Worker(Child);
+
+impl Worker {
+    fn start(url: &str, queue: &str, extra: &[&str], cmd: &[&str]) -> Worker {
+        let child = tollgate()
+            .args(["jobs", "work", queue, "--redis", url])
+            .args(extra)
+            .arg("--")
+            .args(cmd)
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn worker");
+        Worker(child)
+    }
+
+    fn kill(&mut self) {
+        let _ = killpg(Pid::from_raw(self.0.id() as i32), Signal::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(
+            start.elapsed() < timeout,
+            "{what} did not happen within {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn push_work_retry_and_dead_letters() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let dir = tempfile::tempdir().expect("dir");
+    for i in 0..10 {
+        let out = push(&url, "mail", &format!("message {i}\n"), &[]);
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["result"], "created");
+    }
+    // A job that always fails, with two attempts.
+    let out = push(
+        &url,
+        "mail",
+        "poison\n",
+        &["--id", "poison", "--max-attempts", "2"],
+    );
+    assert!(out.status.success());
+    assert_eq!(
+        push(&url, "mail", "again\n", &["--id", "poison"]).status.code(),
+        Some(0)
+    );
+    let log = dir.path().join("log");
+    let script = format!(
+        r#"read line; case "$line" in poison) exit 3;; esac; echo "$TOLLGATE_JOB_ID $TOLLGATE_ATTEMPT $line" >> {}"#,
+        log.display()
+    );
+    let mut w = Worker::start(
+        &url,
+        "mail",
+        &["--concurrency", "3", "--idle-exit", "3s"],
+        &["sh", "-c", &script],
+    );
+    let status = w.0.wait().expect("worker");
+    assert!(status.success(), "{status}");
+    let lines = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(lines.lines().count(), 10, "{lines}");
+    for i in 0..10 {
+        assert!(lines.contains(&format!(" 1 message {i}")), "{lines}");
+    }
+    let stats: serde_json::Value = serde_json::from_slice(
+        &tollgate()
+            .args(["jobs", "stats", "mail", "--redis", &url])
+            .output()
+            .expect("stats")
+            .stdout,
+    )
+    .expect("json");
+    assert_eq!(
+        (
+            stats["acked"].as_u64(),
+            stats["dead"].as_u64(),
+            stats["retried"].as_u64()
+        ),
+        (Some(10), Some(1), Some(1)),
+        "{stats}"
+    );
+    let dead = tollgate()
+        .args(["jobs", "dead", "mail", "--redis", &url])
+        .output()
+        .expect("dead");
+    let dead = String::from_utf8_lossy(&dead.stdout).into_owned();
+    assert!(
+        dead.contains(r#""id":"poison""#) && dead.contains(r#""attempts":2"#),
+        "{dead}"
+    );
+    let out = tollgate()
+        .args(["jobs", "replay", "mail", "--redis", &url])
+        .output()
+        .expect("replay");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), r#"{"replayed":1}"#);
+    // Bad input: clear messages, exit 64.
+    for args in [
+        vec!["jobs", "push", "", "--redis", url.as_str()],
+        vec!["jobs", "push", "q", "--delay", "-5s", "--redis", url.as_str()],
+        vec!["jobs", "push", "q", "--at", "yesterday", "--redis", url.as_str()],
+        vec![
+            "jobs",
+            "push",
+            "q",
+            "--max-attempts",
+            "0",
+            "--redis",
+            url.as_str(),
+        ],
+        vec![
+            "jobs",
+            "work",
+            "q",
+            "--concurrency",
+            "0",
+            "--redis",
+            url.as_str(),
+            "--",
+            "true",
+        ],
+        vec!["jobs", "stats", "q"],
+    ] {
+        let out = tollgate().args(&args).stdin(Stdio::null()).output().expect("run");
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.stderr.is_empty());
+    }
+}
+
+/// A worker killed with SIGKILL in the middle of a job: the job comes back
+/// after its lease, to another worker, with a higher fence; the first
+/// delivery's fence can no longer ack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_job_is_delivered_again() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let store = Store::redis(&url).await.expect("connect");
+    let q = JobQueue::new(&store, "crashy").expect("queue");
+    let id = q.push("work", &PushOptions::default()).await.expect("push").id;
+    let dir = tempfile::tempdir().expect("dir");
+    let record = |name: &str| {
+        format!(
+            r#"echo "$TOLLGATE_FENCE $TOLLGATE_ATTEMPT" > {}; sleep 30"#,
+            dir.path().join(name).display()
+        )
+    };
+    let mut first = Worker::start(
+        &url,
+        "crashy",
+        &["--lease", "1s"],
+        &["sh", "-c", &record("first")],
+    );
+    let path = dir.path().join("first");
+    wait_for(
+        "the first worker to start the job",
+        Duration::from_secs(10),
+        || path.exists(),
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    first.kill();
+    let (fence1, attempt1) = read_pair(&std::fs::read_to_string(&path).expect("first"));
+    assert_eq!(attempt1, 1);
+    let killed = Instant::now();
+    let _second = Worker::start(
+        &url,
+        "crashy",
+        &["--lease", "5s"],
+        &["sh", "-c", &record("second")],
+    );
+    let path = dir.path().join("second");
+    wait_for("another worker to get the job", Duration::from_secs(10), || {
+        std::fs::read_to_string(&path).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let (fence2, attempt2) = read_pair(&std::fs::read_to_string(&path).expect("second"));
+    assert!(
+        killed.elapsed() >= Duration::from_millis(700),
+        "redelivered before the lease ended"
+    );
+    assert_eq!(attempt2, 2);
+    assert!(fence2 > fence1, "{fence2} after {fence1}");
+    let err = q.ack(&id, fence1).await.expect_err("the dead worker's fence");
+    assert_eq!(err.kind(), ErrorKind::LeaseLost);
+    assert_eq!(q.stats().await.expect("stats").redelivered, 1);
+}
+
+fn read_pair(s: &str) -> (u64, u32) {
+    let mut parts = s.split_whitespace();
+    (
+        parts.next().and_then(|p| p.parse().ok()).expect("fence"),
+        parts.next().and_then(|p| p.parse().ok()).expect("attempt"),
+    )
+}
+
+/// 20,000 jobs; workers killed at random 50 times while they run; Redis
+/// restarted once (AOF, appendfsync always). Every job is acked, none is
+/// lost; runs beyond one per job only come from redelivery, and are
+/// counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_job_is_lost_through_kills_and_a_redis_restart() {
+    let mut redis = RedisServer::start_aof();
+    let url = redis.url();
+    let store = Store::redis(&url).await.expect("connect");
+    let q = JobQueue::new(&store, "durable").expect("queue");
+    const JOBS: usize = 20_000;
+    let pushers: Vec<_> = (0..10)
+        .map(|p| {
+            let q = q.clone();
+            tokio::spawn(async move {
+                for i in (p..JOBS).step_by(10) {
+                    q.push(format!("{i}"), &PushOptions::default())
+                        .await
+                        .expect("push");
+                }
+            })
+        })
+        .collect();
+    for p in pushers {
+        p.await.expect("pusher");
+    }
+    let args = ["--concurrency", "8", "--lease", "1s"];
+    let mut workers: Vec<Worker> = (0..3)
+        .map(|_| Worker::start(&url, "durable", &args, &["true"]))
+        .collect();
+    let started = Instant::now();
+    let mut kills = 0;
+    let mut restarted = false;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    while kills < 50 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let victim = (rng % workers.len() as u64) as usize;
+        workers[victim].kill();
+        workers[victim] = Worker::start(&url, "durable", &args, &["true"]);
+        kills += 1;
+        if kills == 25 && !restarted {
+            redis.kill();
+            redis.restart();
+            restarted = true;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "took too long");
+    }
+    // Let the workers finish what is left.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let stats = loop {
+        match q.stats().await {
+            Ok(s) if s.ready + s.delayed + s.in_flight == 0 => break s,
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queue never drained: {:?}",
+            q.stats().await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(stats.acked, JOBS as u64, "{stats:?}");
+    assert_eq!((stats.dead, stats.pushed), (0, JOBS as u64), "{stats:?}");
+    assert!(stats.claimed >= JOBS as u64);
+    assert_eq!(
+        stats.claimed - JOBS as u64,
+        stats.redelivered,
+        "runs beyond one per job are redeliveries: {stats:?}"
+    );
+    eprintln!(
+        "{JOBS} jobs, 50 kills, 1 Redis restart: {} redelivered",
+        stats.redelivered
+    );
+}
