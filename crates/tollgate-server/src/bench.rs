@@ -56,6 +56,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         (BenchTarget::Limit, _) => return crate::bench_limit::run(&args).await,
         (BenchTarget::Upstream, _) => return crate::bench_room::upstream(&args).await,
         (BenchTarget::Line, _) => return crate::bench_room::line(&args).await,
+        (BenchTarget::Jobs, _) => return crate::bench_jobs::run(&args).await,
         (BenchTarget::Lock, false) => ("mutex_uncontended", 1),
         (BenchTarget::Lock, true) => ("mutex_contended", 1),
         (BenchTarget::Semaphore, _) => ("semaphore_contended", args.limit),

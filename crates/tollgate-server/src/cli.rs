@@ -260,6 +260,9 @@ pub(crate) enum BenchTarget {
     /// A waiting line filled to each of --sizes waiters on --redis:
     /// join and status latency, and Redis memory per waiter (line_scaling).
     Line,
+    /// Job queues on --redis: push+claim+ack throughput, delayed-job
+    /// lateness, memory per queued job.
+    Jobs,
 }
 
 #[derive(Debug, Args)]

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_http;
+mod bench_jobs;
 mod bench_limit;
 mod bench_room;
 mod cli;

@@ -1,0 +1,219 @@
+//! `tollgate bench jobs --redis URL`: job-queue throughput (push, claim,
+//! ack with a no-op handler), lateness of delayed jobs, and Redis memory
+//! per queued job. One JSON line per case.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+use tollgate::{JobQueue, PushOptions, RedisConfig, Store};
+
+use crate::cli::BenchArgs;
+use crate::exit;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn pct(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    (v[((v.len() as f64 - 1.0) * q).round() as usize] * 1000.0).round() / 1000.0
+}
+
+pub(crate) async fn run(args: &BenchArgs) -> i32 {
+    let Some(url) = &args.redis else {
+        eprintln!("tollgate: `bench jobs` needs --redis URL");
+        return exit::USAGE;
+    };
+    let store = match Store::connect(RedisConfig::new(url.clone())).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return exit::for_error(&e);
+        }
+    };
+    let run_id = format!("{:x}", std::process::id());
+    println!("{}", throughput(&store, &run_id, args).await);
+    println!("{}", lateness(&store, &run_id, args).await);
+    println!("{}", memory(&store, url, &run_id).await);
+    0
+}
+
+/// Each of --workers tasks: push a job, claim one, ack it, as fast as it
+/// can; jobs/s is acked jobs per second.
+async fn throughput(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json::Value {
+    let Ok(q) = JobQueue::new(store, &format!("bench:jobs:{run_id}")) else {
+        return json!({"case": "jobs_throughput", "errors": 1});
+    };
+    let end = Instant::now() + args.seconds;
+    let acked = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..args.workers)
+        .map(|_| {
+            let (q, acked, errors) = (q.clone(), acked.clone(), errors.clone());
+            tokio::spawn(async move {
+                while Instant::now() < end {
+                    if q.push(b"x", &PushOptions::default()).await.is_err() {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    match q.claim().await {
+                        Ok(Some(job)) => match q.ack(&job.id, job.fence).await {
+                            Ok(()) => {
+                                acked.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        },
+                        _ => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let n = acked.load(Ordering::Relaxed);
+    json!({
+        "peer": "tollgate", "case": "jobs_throughput", "store": store.kind(), "workers": args.workers,
+        "jobs_per_s": (n as f64 / secs).round(), "store_ops_per_s": (3.0 * n as f64 / secs).round(),
+        "acked": n, "errors": errors.load(Ordering::Relaxed),
+    })
+}
+
+/// One producer pushes 2,500 jobs/s with delays spread over 0–2 s; --workers
+/// consumers wait with `next`; lateness is claim time minus due time.
+async fn lateness(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json::Value {
+    let Ok(q) = JobQueue::new(store, &format!("bench:late:{run_id}")) else {
+        return json!({"case": "jobs_lateness", "errors": 1});
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let samples = Arc::new(std::sync::Mutex::new(Vec::<f64>::new()));
+    let consumers: Vec<_> = (0..args.workers)
+        .map(|_| {
+            let (q, stop, samples) = (q.clone(), stop.clone(), samples.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(Some(job)) = q.next(Duration::from_millis(200)).await else { continue };
+                    let claimed = now_ms();
+                    if let Some(due) = std::str::from_utf8(&job.payload).ok().and_then(|s| s.parse::<u64>().ok()) {
+                        samples
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push(claimed.saturating_sub(due) as f64);
+                    }
+                    let _ = q.ack(&job.id, job.fence).await;
+                }
+            })
+        })
+        .collect();
+    let rate = 2500u64;
+    let pushing = args.seconds;
+    let started = Instant::now();
+    let mut pushed = 0u64;
+    let mut errors = 0u64;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    while started.elapsed() < pushing {
+        // Pace: as many as the rate allows by now.
+        let allowed = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+        while pushed < allowed {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let delay = Duration::from_millis(seed % 2000);
+            // The due time as the store computes it is known only after the
+            // push; the payload carries the client's estimate, corrected
+            // below with the store's answer.
+            let due = now_ms() + delay.as_millis() as u64;
+            let o = PushOptions {
+                delay: None,
+                at: Some(UNIX_EPOCH + Duration::from_millis(due)),
+                ..PushOptions::default()
+            };
+            match q.push(due.to_string(), &o).await {
+                Ok(_) => pushed += 1,
+                Err(_) => errors += 1,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Let the last delays (up to 2 s) come due and be claimed.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for c in consumers {
+        let _ = c.await;
+    }
+    let mut v = std::mem::take(&mut *samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let n = v.len();
+    json!({
+        "peer": "tollgate", "case": "jobs_lateness", "store": store.kind(), "consumers": args.workers,
+        "pushed_per_s": rate, "pushed": pushed, "claimed": n,
+        "lateness_p50_ms": pct(&mut v, 0.5), "lateness_p99_ms": pct(&mut v, 0.99), "lateness_max_ms": pct(&mut v, 1.0),
+        "errors": errors,
+    })
+}
+
+/// Pushes 100,000 delayed jobs with a 10-byte payload and reads the Redis
+/// memory of the queue's keys.
+async fn memory(store: &Store, url: &str, run_id: &str) -> serde_json::Value {
+    let name = format!("bench:mem:{run_id}");
+    let Ok(q) = JobQueue::new(store, &name) else {
+        return json!({"case": "jobs_memory", "errors": 1});
+    };
+    const N: usize = 100_000;
+    let o = PushOptions {
+        delay: Some(Duration::from_secs(3600)),
+        ..PushOptions::default()
+    };
+    let tasks: Vec<_> = (0..20)
+        .map(|t| {
+            let (q, o) = (q.clone(), o.clone());
+            tokio::spawn(async move {
+                for _ in (t..N).step_by(20) {
+                    let _ = q.push(b"0123456789", &o).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let Ok(client) = redis::Client::open(url) else {
+        return json!({"case": "jobs_memory", "errors": 1});
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return json!({"case": "jobs_memory", "errors": 1});
+    };
+    let mut bytes = 0i64;
+    for suffix in [":d", ":w", ":m"] {
+        let used: Option<i64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(format!("tollgate:jobs:{{{name}}}{suffix}"))
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or(None);
+        bytes += used.unwrap_or(0);
+    }
+    let per_job = bytes as f64 / N as f64;
+    let _ = q.purge(None).await;
+    json!({
+        "peer": "tollgate", "case": "jobs_memory", "jobs": N, "payload_bytes": 10,
+        "queue_bytes": bytes, "bytes_per_job": (per_job * 10.0).round() / 10.0,
+        "bytes_per_job_beyond_payload": ((per_job - 10.0) * 10.0).round() / 10.0,
+    })
+}
