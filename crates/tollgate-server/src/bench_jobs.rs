@@ -107,9 +107,14 @@ async fn lateness(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json::
             let (q, stop, samples) = (q.clone(), stop.clone(), samples.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok(Some(job)) = q.next(Duration::from_millis(200)).await else { continue };
+                    let Ok(Some(job)) = q.next(Duration::from_millis(200)).await else {
+                        continue;
+                    };
                     let claimed = now_ms();
-                    if let Some(due) = std::str::from_utf8(&job.payload).ok().and_then(|s| s.parse::<u64>().ok()) {
+                    if let Some(due) = std::str::from_utf8(&job.payload)
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                    {
                         samples
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner)

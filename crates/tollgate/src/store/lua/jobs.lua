@@ -2,10 +2,13 @@
 -- as src/store/jobs.rs (the memory store); both pass one conformance suite.
 --
 -- Keys of one queue, all under one hash tag:
---   KEYS[1] m  HASH  s push sequence, f last fence, counters: pushed,
---                    claimed, acked, retried, dead, redelivered
---   KEYS[2] d  HASH  id -> "<prio>,<seq>,<max attempts>,<backoff kind>,
---                    <backoff base ms>,<backoff max ms>\n<payload>"
+--   KEYS[1] m  HASH  s push sequence (pushes and replacements), f last
+--                    fence, b first fence minus one (claims = f - b),
+--                    counters: replaced, acked, retried, dead, redelivered
+--   KEYS[2] d  HASH  id -> "<seq>\n<payload>" for a job with the default
+--                    options (priority 0, 5 attempts, exponential backoff
+--                    from 1 s to 5 min), else "<seq>,<prio>,<max attempts>,
+--                    <backoff kind>,<backoff base ms>,<backoff max ms>\n<payload>"
 --   KEYS[3] r  ZSET  ready: id -> (255 - prio) * 2^44 + seq
 --   KEYS[4] w  ZSET  delayed (and retrying): id -> run-at ms
 --   KEYS[5] f  ZSET  in flight: id -> lease deadline ms
@@ -27,8 +30,11 @@ local function meta_of(id)
   local v = redis.call('HGET', KD, id)
   if not v then return nil end
   local nl = string.find(v, '\n', 1, true)
-  local prio, seq, max, kind, base, cap = string.match(string.sub(v, 1, nl - 1),
-    '^(%d+),(%d+),(%d+),(%a),(%d+),(%d+)$')
+  local head = string.sub(v, 1, nl - 1)
+  local seq, prio, max, kind, base, cap = string.match(head, '^(%d+),(%d+),(%d+),(%a),(%d+),(%d+)$')
+  if not seq then
+    seq, prio, max, kind, base, cap = head, 0, 5, 'e', 1000, 300000
+  end
   return {prio = tonumber(prio), seq = tonumber(seq), max = tonumber(max), kind = kind,
           base = tonumber(base), cap = tonumber(cap), payload = string.sub(v, nl + 1)}
 end
@@ -125,11 +131,17 @@ if op == 'push' then
     redis.call('ZREM', KW, id)
     outcome = 3
   end
+  -- s counts pushes and replacements (pushed = s - replaced).
   local seq = redis.call('HINCRBY', KM, 's', 1)
   local m = {prio = tonumber(ARGV[8]), seq = seq}
-  redis.call('HSET', KD, id, string.format('%d,%d,%d,%s,%d,%d\n', ARGV[8], seq, ARGV[9], ARGV[10], ARGV[11],
-    ARGV[12]) .. ARGV[5])
-  if not exists then count('pushed') end
+  local head
+  if ARGV[8] == '0' and ARGV[9] == '5' and ARGV[10] == 'e' and ARGV[11] == '1000' and ARGV[12] == '300000' then
+    head = string.format('%d\n', seq)
+  else
+    head = string.format('%d,%d,%d,%s,%d,%d\n', seq, ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12])
+  end
+  redis.call('HSET', KD, id, head .. ARGV[5])
+  if exists then count('replaced') end
   if run_at <= now then
     redis.call('ZADD', KR, ready_score(m), id)
     wake()
@@ -152,16 +164,18 @@ if op == 'claim' then
   if not id then return {0, next_due(), now} end
   local m = meta_of(id)
   if not m then return {0, next_due(), now} end
-  local f = tonumber(redis.call('HGET', KM, 'f')) or 0
-  if f == 0 then f = now * 1000 end
-  f = f + 1
-  redis.call('HSET', KM, 'f', f)
+  -- Fences start from the clock (ms x 1000) so they keep growing even if
+  -- the queue is lost; b remembers the start (claims = f - b).
+  local f = redis.call('HINCRBY', KM, 'f', 1)
+  if f == 1 then
+    f = now * 1000 + 1
+    redis.call('HSET', KM, 'f', f, 'b', now * 1000)
+  end
   local fence = string.format('%d', f)
   local attempt = redis.call('HINCRBY', KN, id, 1)
   local deadline = now + tonumber(ARGV[4])
   redis.call('ZADD', KF, deadline, id)
   redis.call('HSET', KL, id, fence)
-  count('claimed')
   return {1, id, m.payload, attempt, fence, deadline}
 end
 
@@ -308,9 +322,11 @@ if op == 'stats' then
   -- Reply: {ready, delayed, in flight, dead, pushed, claimed, acked,
   --         retried, dead total, redelivered, lateness samples...}
   promote()
-  local c = redis.call('HMGET', KM, 'pushed', 'claimed', 'acked', 'retried', 'dead', 'redelivered')
-  local out = {redis.call('ZCARD', KR), redis.call('ZCARD', KW), redis.call('ZCARD', KF), redis.call('ZCARD', KX)}
-  for i = 1, 6 do out[#out + 1] = tonumber(c[i]) or 0 end
+  local c = redis.call('HMGET', KM, 's', 'replaced', 'f', 'b', 'acked', 'retried', 'dead', 'redelivered')
+  local v = {}
+  for i = 1, 8 do v[i] = tonumber(c[i]) or 0 end
+  local out = {redis.call('ZCARD', KR), redis.call('ZCARD', KW), redis.call('ZCARD', KF), redis.call('ZCARD', KX),
+               v[1] - v[2], v[3] - v[4], v[5], v[6], v[7], v[8]}
   for _, v in ipairs(redis.call('LRANGE', KT, 0, -1)) do out[#out + 1] = tonumber(v) end
   return out
 end
