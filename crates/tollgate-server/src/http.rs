@@ -35,6 +35,8 @@ pub(crate) struct AppState {
     pub(crate) metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// Gates this server has served, for the per-gate series (bounded).
     pub(crate) gates: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Job queues this server has served, for the per-queue series.
+    pub(crate) queues: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     /// Configured and ad-hoc rate limiters.
     pub(crate) limits: std::sync::Arc<crate::limits::Limiters>,
     /// The waiting rooms, for their admin routes.
@@ -77,6 +79,26 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/gates/{name}/leases/{token}/renew", post(renew))
         .route("/v1/limits/{name}", get(crate::limits::describe))
         .route("/v1/limits/{name}/check", post(crate::limits::check))
+        .route("/v1/queues/{queue}", get(crate::jobs_http::stats))
+        .route(
+            "/v1/queues/{queue}/jobs",
+            post(crate::jobs_http::push).layer(DefaultBodyLimit::max(crate::jobs_http::PUSH_BODY_LIMIT)),
+        )
+        .route("/v1/queues/{queue}/claim", post(crate::jobs_http::claim))
+        .route("/v1/queues/{queue}/jobs/{id}", delete(crate::jobs_http::cancel))
+        .route("/v1/queues/{queue}/jobs/{id}/ack", post(crate::jobs_http::ack))
+        .route("/v1/queues/{queue}/jobs/{id}/nack", post(crate::jobs_http::nack))
+        .route(
+            "/v1/queues/{queue}/jobs/{id}/extend",
+            post(crate::jobs_http::extend),
+        )
+        .route(
+            "/v1/queues/{queue}/jobs/{id}/reschedule",
+            post(crate::jobs_http::reschedule),
+        )
+        .route("/v1/queues/{queue}/dead", get(crate::jobs_http::dead))
+        .route("/v1/queues/{queue}/dead/replay", post(crate::jobs_http::replay))
+        .route("/v1/queues/{queue}/dead/purge", post(crate::jobs_http::purge))
         .route("/v1/rooms/{room}", get(crate::room::admin::stats))
         .route("/v1/rooms/{room}/capacity", put(crate::room::admin::set_capacity))
         .route(
@@ -267,7 +289,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> 
 }
 
 /// Query extractor whose rejections use the API's error shape.
-pub(crate) struct Query<T>(T);
+pub(crate) struct Query<T>(pub(crate) T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Query<T> {
     type Rejection = ApiError;
@@ -753,6 +775,7 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
     for room in state.rooms.all() {
         room.scrape().await;
     }
+    crate::jobs_http::scrape(&state).await;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         state.metrics.render(),

@@ -10,6 +10,7 @@ mod cli;
 mod exit;
 mod http;
 mod jobs_cli;
+mod jobs_http;
 mod limits;
 mod remote;
 mod room;

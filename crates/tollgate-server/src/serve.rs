@@ -219,6 +219,7 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         store,
         metrics,
         gates: Default::default(),
+        queues: Default::default(),
         limits: std::sync::Arc::new(limits),
         rooms: rooms.clone(),
         protect,

@@ -1,0 +1,415 @@
+//! The job-queue routes of the HTTP API: `/v1/queues/{queue}/…`.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tollgate::{
+    Backoff, Cancelled, ErrorKind, Job, JobQueue, Nacked, OnDuplicate, PushOptions, PushResult, Retry,
+};
+
+use crate::http::{ApiError, AppState, Json, Query};
+
+/// Largest push body: a 1 MiB payload, base64-encoded, plus options.
+pub(crate) const PUSH_BODY_LIMIT: usize = 1_500_000;
+/// Longest a claim may wait.
+const MAX_WAIT_MS: u64 = 60_000;
+/// Queues that get their own series in /metrics.
+const TRACKED_QUEUES: usize = 1000;
+
+fn queue(state: &AppState, name: &str, lease_ms: Option<u64>) -> Result<JobQueue, ApiError> {
+    let mut q = JobQueue::new(&state.store, name)?;
+    if let Some(ms) = lease_ms {
+        q = q.lease(Duration::from_millis(ms))?;
+    }
+    let mut seen = state
+        .queues
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if seen.len() < TRACKED_QUEUES && !seen.contains(name) {
+        seen.insert(name.to_owned());
+    }
+    Ok(q)
+}
+
+fn ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn lease_lost(e: tollgate::Error) -> ApiError {
+    if e.kind() == ErrorKind::LeaseLost {
+        ApiError::new(StatusCode::CONFLICT, "lease_lost", e.to_string())
+    } else {
+        ApiError::from(e)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BackoffBody {
+    /// `fixed` or `exponential`.
+    kind: String,
+    base_ms: u64,
+    /// Exponential only: the longest wait. Default 300 000.
+    max_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PushBody {
+    /// Any JSON value, stored as its JSON text.
+    payload: Option<Value>,
+    /// Or raw bytes, base64 (standard alphabet).
+    payload_base64: Option<String>,
+    id: Option<String>,
+    delay_ms: Option<u64>,
+    /// Due at this Unix time in ms (wins over `delay_ms`).
+    at_ms: Option<u64>,
+    #[serde(default)]
+    priority: u8,
+    max_attempts: Option<u32>,
+    backoff: Option<BackoffBody>,
+    /// `keep` (default) or `replace`.
+    on_duplicate: Option<String>,
+}
+
+/// `POST /v1/queues/{queue}/jobs`.
+pub(crate) async fn push(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<PushBody>,
+) -> Result<Response, ApiError> {
+    let q = queue(&state, &name, None)?;
+    let payload = match (body.payload, body.payload_base64) {
+        (Some(v), None) => v.to_string().into_bytes(),
+        (None, Some(b)) => STANDARD
+            .decode(b.as_bytes())
+            .map_err(|_| ApiError::bad_request("payload_base64 is not valid base64"))?,
+        (None, None) => return Err(ApiError::bad_request("give payload (JSON) or payload_base64")),
+        (Some(_), Some(_)) => return Err(ApiError::bad_request("give payload or payload_base64, not both")),
+    };
+    let defaults = PushOptions::default();
+    let backoff = match body.backoff {
+        None => defaults.backoff,
+        Some(b) => match b.kind.as_str() {
+            "fixed" => Backoff::Fixed(Duration::from_millis(b.base_ms)),
+            "exponential" => Backoff::Exponential {
+                base: Duration::from_millis(b.base_ms),
+                max: Duration::from_millis(b.max_ms.unwrap_or(300_000)),
+            },
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "backoff kind {other:?}: use fixed or exponential"
+                )));
+            }
+        },
+    };
+    let on_duplicate = match body.on_duplicate.as_deref() {
+        None | Some("keep") => OnDuplicate::Keep,
+        Some("replace") => OnDuplicate::Replace,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "on_duplicate {other:?}: use keep or replace"
+            )));
+        }
+    };
+    let options = PushOptions {
+        id: body.id,
+        delay: body.delay_ms.map(Duration::from_millis),
+        at: body.at_ms.map(|at| UNIX_EPOCH + Duration::from_millis(at)),
+        priority: body.priority,
+        max_attempts: body.max_attempts.unwrap_or(defaults.max_attempts),
+        backoff,
+        on_duplicate,
+    };
+    let p = q.push(&payload, &options).await?;
+    let (status, result) = match p.result {
+        PushResult::Created => (StatusCode::CREATED, "created"),
+        PushResult::Kept => (StatusCode::OK, "kept"),
+        PushResult::Replaced => (StatusCode::OK, "replaced"),
+        PushResult::Busy => (StatusCode::OK, "busy"),
+    };
+    Ok((
+        status,
+        axum::Json(json!({"id": p.id, "result": result, "due_ms": p.due.map(ms)})),
+    )
+        .into_response())
+}
+
+fn job_json(job: &Job) -> Value {
+    let payload = serde_json::from_slice::<Value>(&job.payload).ok();
+    json!({
+        "id": job.id, "payload": payload, "payload_base64": STANDARD.encode(&job.payload),
+        "attempt": job.attempt, "fence": job.fence, "lease_until_ms": ms(job.lease_until),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClaimQuery {
+    /// Wait up to this long for a due job (long-poll). Default 0, at most
+    /// 60 000.
+    #[serde(default)]
+    wait_ms: u64,
+    /// The visibility lease. Default 30 000.
+    lease_ms: Option<u64>,
+}
+
+/// `POST /v1/queues/{queue}/claim?wait_ms=&lease_ms=`: `{"job": {…}}` or
+/// `{"job": null}` when none came due within the wait.
+pub(crate) async fn claim(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<ClaimQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    if query.wait_ms > MAX_WAIT_MS {
+        return Err(ApiError::bad_request(format!(
+            "wait_ms must be at most {MAX_WAIT_MS}"
+        )));
+    }
+    let q = queue(&state, &name, query.lease_ms)?;
+    let mut stopping = state.stopping.clone();
+    let job = tokio::select! {
+        job = q.next(Duration::from_millis(query.wait_ms)) => job?,
+        // Shutting down: answer a pending long-poll at once, empty.
+        _ = stopping.wait_for(|s| *s) => None,
+    };
+    Ok(axum::Json(json!({"job": job.as_ref().map(job_json)})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FenceBody {
+    fence: u64,
+    /// nack: retry after this long instead of the job's backoff.
+    delay_ms: Option<u64>,
+    /// extend: the new lease from now. Default 30 000.
+    lease_ms: Option<u64>,
+}
+
+/// `POST /v1/queues/{queue}/jobs/{id}/ack`.
+pub(crate) async fn ack(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+    Json(body): Json<FenceBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    queue(&state, &name, None)?
+        .ack(&id, body.fence)
+        .await
+        .map_err(lease_lost)?;
+    Ok(axum::Json(json!({"acked": true})))
+}
+
+/// `POST /v1/queues/{queue}/jobs/{id}/nack`.
+pub(crate) async fn nack(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+    Json(body): Json<FenceBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let retry = body
+        .delay_ms
+        .map_or(Retry::Backoff, |d| Retry::After(Duration::from_millis(d)));
+    let answer = match queue(&state, &name, None)?
+        .nack(&id, body.fence, retry)
+        .await
+        .map_err(lease_lost)?
+    {
+        Nacked::RetryAt(at) => json!({"result": "retry", "due_ms": ms(at)}),
+        Nacked::Dead => json!({"result": "dead"}),
+    };
+    Ok(axum::Json(answer))
+}
+
+/// `POST /v1/queues/{queue}/jobs/{id}/extend`.
+pub(crate) async fn extend(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+    Json(body): Json<FenceBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let lease = Duration::from_millis(body.lease_ms.unwrap_or(30_000));
+    let until = queue(&state, &name, None)?
+        .extend(&id, body.fence, lease)
+        .await
+        .map_err(lease_lost)?;
+    Ok(axum::Json(json!({"lease_until_ms": ms(until)})))
+}
+
+fn not_found(what: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "job_not_found", format!("no such {what}"))
+}
+
+fn running() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "job_running",
+        "the job is being run; it cannot be changed now",
+    )
+}
+
+/// `DELETE /v1/queues/{queue}/jobs/{id}`: cancel a waiting job (or purge a
+/// dead one).
+pub(crate) async fn cancel(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<axum::Json<Value>, ApiError> {
+    match queue(&state, &name, None)?.cancel(&id).await? {
+        Cancelled::Cancelled => Ok(axum::Json(json!({"result": "cancelled"}))),
+        Cancelled::Purged => Ok(axum::Json(json!({"result": "purged"}))),
+        Cancelled::Running => Err(running()),
+        Cancelled::Unknown => Err(not_found("job")),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RescheduleBody {
+    delay_ms: u64,
+}
+
+/// `POST /v1/queues/{queue}/jobs/{id}/reschedule`.
+pub(crate) async fn reschedule(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+    Json(body): Json<RescheduleBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let q = queue(&state, &name, None)?;
+    match q.reschedule(&id, Duration::from_millis(body.delay_ms)).await {
+        Ok(Some(at)) => Ok(axum::Json(json!({"due_ms": ms(at)}))),
+        Ok(None) => Err(not_found("waiting job")),
+        Err(e) if e.kind() == ErrorKind::InvalidInput && e.to_string().contains("running") => Err(running()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `GET /v1/queues/{queue}`.
+pub(crate) async fn stats(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let s = queue(&state, &name, None)?.stats().await?;
+    let mut lateness: Vec<u64> = s.recent_lateness.iter().map(|d| d.as_millis() as u64).collect();
+    lateness.sort_unstable();
+    let pick = |q: f64| {
+        lateness
+            .get(((lateness.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
+    Ok(axum::Json(json!({
+        "queue": name, "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead,
+        "pushed": s.pushed, "claimed": s.claimed, "acked": s.acked, "retried": s.retried,
+        "dead_total": s.dead_total, "redelivered": s.redelivered,
+        "recent_lateness_p50_ms": pick(0.5), "recent_lateness_p99_ms": pick(0.99),
+        "recent_lateness_max_ms": lateness.last(),
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeadQuery {
+    #[serde(default = "hundred")]
+    limit: usize,
+}
+
+fn hundred() -> usize {
+    100
+}
+
+/// `GET /v1/queues/{queue}/dead?limit=100`.
+pub(crate) async fn dead(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<DeadQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    if query.limit == 0 || query.limit > 10_000 {
+        return Err(ApiError::bad_request("limit must be 1 to 10000"));
+    }
+    let list = queue(&state, &name, None)?.dead(query.limit).await?;
+    let jobs: Vec<Value> = list
+        .iter()
+        .map(|d| {
+            json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
+                   "payload": serde_json::from_slice::<Value>(&d.payload).ok(),
+                   "payload_base64": STANDARD.encode(&d.payload)})
+        })
+        .collect();
+    Ok(axum::Json(json!({"jobs": jobs})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeadBody {
+    /// One dead job; every dead job if left out.
+    id: Option<String>,
+}
+
+/// `POST /v1/queues/{queue}/dead/replay`.
+pub(crate) async fn replay(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<DeadBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let n = queue(&state, &name, None)?.replay(body.id.as_deref()).await?;
+    Ok(axum::Json(json!({"replayed": n})))
+}
+
+/// `POST /v1/queues/{queue}/dead/purge`.
+pub(crate) async fn purge(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<DeadBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let n = queue(&state, &name, None)?.purge(body.id.as_deref()).await?;
+    Ok(axum::Json(json!({"purged": n})))
+}
+
+/// Per-queue series for /metrics, read from the store at scrape time.
+pub(crate) async fn scrape(state: &AppState) {
+    let names: Vec<String> = state
+        .queues
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect();
+    for name in names {
+        let Ok(q) = JobQueue::new(&state.store, &name) else {
+            continue;
+        };
+        let Ok(s) = q.stats().await else { continue };
+        let label = || ("queue", name.clone());
+        for (metric, v) in [
+            ("tollgate_queue_pushed_total", s.pushed),
+            ("tollgate_queue_claimed_total", s.claimed),
+            ("tollgate_queue_acked_total", s.acked),
+            ("tollgate_queue_retried_total", s.retried),
+            ("tollgate_queue_dead_lettered_total", s.dead_total),
+            ("tollgate_queue_redelivered_total", s.redelivered),
+        ] {
+            metrics::counter!(metric, &[label()]).absolute(v);
+        }
+        for (metric, v) in [
+            ("tollgate_queue_ready", s.ready),
+            ("tollgate_queue_delayed", s.delayed),
+            ("tollgate_queue_in_flight", s.in_flight),
+            ("tollgate_queue_dead", s.dead),
+        ] {
+            metrics::gauge!(metric, &[label()]).set(v as f64);
+        }
+        let mut lateness: Vec<f64> = s.recent_lateness.iter().map(Duration::as_secs_f64).collect();
+        lateness.sort_by(f64::total_cmp);
+        if !lateness.is_empty() {
+            for (q, quantile) in [(0.5, "0.5"), (0.99, "0.99"), (1.0, "1")] {
+                let v = lateness[((lateness.len() as f64 - 1.0) * q).round() as usize];
+                metrics::gauge!("tollgate_queue_recent_lateness_seconds", "queue" => name.clone(), "quantile" => quantile)
+                    .set(v);
+            }
+        }
+    }
+}
