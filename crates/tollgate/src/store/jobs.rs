@@ -107,6 +107,8 @@ pub(crate) struct RawStats {
 
 const BATCH: usize = 100;
 const LATENESS_KEPT: usize = 200;
+/// Dead letters kept per queue; the oldest beyond go.
+pub(crate) const DEAD_KEPT: usize = 10_000;
 
 #[derive(Debug)]
 struct JobData {
@@ -186,6 +188,11 @@ impl Queue {
             *place = Place::Dead(now);
             self.dead.insert((now, id.to_owned()));
             self.stats.dead_total += 1;
+        }
+        if self.dead.len() > DEAD_KEPT
+            && let Some((_, oldest)) = self.dead.pop_first()
+        {
+            self.jobs.remove(&oldest);
         }
     }
 
@@ -493,5 +500,44 @@ pub(crate) fn backoff_delay(b: &BackoffSpec, attempts: u32, jitter: f64) -> u64 
         (exp * (0.5 + 0.5 * jitter)).floor() as u64
     } else {
         b.base_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_letters_are_capped() {
+        let mut q = Queue::default();
+        let backoff = BackoffSpec {
+            kind: 'f',
+            base_ms: 0,
+            max_ms: 0,
+        };
+        let now = 1_700_000_000_000;
+        for i in 0..DEAD_KEPT + 5 {
+            let id = format!("j{i}");
+            let req = PushReq {
+                id: &id,
+                payload: b"x",
+                when: When::Delay(0),
+                priority: 0,
+                max_attempts: 1,
+                backoff,
+                replace: false,
+            };
+            q.push(&req, now + i as u64);
+            let (ClaimOutcome::Job(job), _) = q.claim(1000, now + i as u64) else {
+                panic!("no job")
+            };
+            assert_eq!(
+                q.nack(&job.id, job.fence, None, 0.0, now + i as u64).0,
+                NackOutcome::Dead
+            );
+        }
+        assert_eq!(q.dead.len(), DEAD_KEPT);
+        assert_eq!(q.jobs.len(), DEAD_KEPT, "the dropped ones are forgotten too");
+        assert_eq!(q.dead(1)[0].id, "j5", "the oldest went first");
     }
 }

@@ -24,7 +24,7 @@ local KM, KD, KR, KW, KF, KL, KN, KX, KT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], K
 local op, channel = ARGV[1], ARGV[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local BATCH, LATENESS_KEPT = 100, 200
+local BATCH, LATENESS_KEPT, DEAD_KEPT = 100, 200, 10000
 
 local function meta_of(id)
   local v = redis.call('HGET', KD, id)
@@ -51,12 +51,26 @@ local function wake()
   redis.call('PUBLISH', channel, ARGV[3])
 end
 
+local function forget(id)
+  redis.call('HDEL', KD, id)
+  redis.call('HDEL', KN, id)
+end
+
+-- Moves job `id` to the dead letters; the oldest beyond DEAD_KEPT go.
+local function bury(id)
+  redis.call('ZADD', KX, now, id)
+  count('dead')
+  if redis.call('ZCARD', KX) > DEAD_KEPT then
+    local oldest = redis.call('ZPOPMIN', KX)[1]
+    if oldest then forget(oldest) end
+  end
+end
+
 -- Makes job `id` ready, or dead if it has used all its attempts.
 local function requeue_or_bury(id, m)
   local attempts = tonumber(redis.call('HGET', KN, id)) or 0
   if attempts >= m.max then
-    redis.call('ZADD', KX, now, id)
-    count('dead')
+    bury(id)
     return false
   end
   redis.call('ZADD', KR, ready_score(m), id)
@@ -105,11 +119,6 @@ end
 -- Checks that `id` is in flight under `fence`.
 local function holds(id, fence)
   return redis.call('HGET', KL, id) == fence
-end
-
-local function forget(id)
-  redis.call('HDEL', KD, id)
-  redis.call('HDEL', KN, id)
 end
 
 if op == 'push' then
@@ -200,8 +209,7 @@ if op == 'nack' then
   local m = meta_of(id)
   local attempts = tonumber(redis.call('HGET', KN, id)) or 0
   if attempts >= m.max then
-    redis.call('ZADD', KX, now, id)
-    count('dead')
+    bury(id)
     return {2}
   end
   local delay = tonumber(ARGV[6])
