@@ -46,8 +46,9 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
     0
 }
 
-/// Each of --workers tasks: push a job, claim one, ack it, as fast as it
-/// can; jobs/s is acked jobs per second.
+/// Each of --workers tasks: push a job, then ack the job it holds and claim
+/// the next in one call (`ack_and_claim`), as fast as it can; jobs/s is
+/// acked jobs per second. Two script calls per job.
 async fn throughput(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json::Value {
     let Ok(q) = JobQueue::new(store, &format!("bench:jobs:{run_id}")) else {
         return json!({"case": "jobs_throughput", "errors": 1});
@@ -60,24 +61,32 @@ async fn throughput(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json
         .map(|_| {
             let (q, acked, errors) = (q.clone(), acked.clone(), errors.clone());
             tokio::spawn(async move {
+                // A busy consumer acks and claims its next job in one call.
+                let mut held: Option<tollgate::Job> = None;
                 while Instant::now() < end {
                     if q.push(b"x", &PushOptions::default()).await.is_err() {
                         errors.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    match q.claim().await {
-                        Ok(Some(job)) => match q.ack(&job.id, job.fence).await {
-                            Ok(()) => {
+                    let next = match held.take() {
+                        Some(job) => match q.ack_and_claim(&job.id, job.fence).await {
+                            Ok((true, next)) => {
                                 acked.fetch_add(1, Ordering::Relaxed);
+                                next
                             }
-                            Err(_) => {
+                            _ => {
                                 errors.fetch_add(1, Ordering::Relaxed);
+                                None
                             }
                         },
-                        _ => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+                        None => q.claim().await.unwrap_or(None),
+                    };
+                    held = next;
+                }
+                if let Some(job) = held
+                    && q.ack(&job.id, job.fence).await.is_ok()
+                {
+                    acked.fetch_add(1, Ordering::Relaxed);
                 }
             })
         })
@@ -89,7 +98,7 @@ async fn throughput(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json
     let n = acked.load(Ordering::Relaxed);
     json!({
         "peer": "tollgate", "case": "jobs_throughput", "store": store.kind(), "workers": args.workers,
-        "jobs_per_s": (n as f64 / secs).round(), "store_ops_per_s": (3.0 * n as f64 / secs).round(),
+        "jobs_per_s": (n as f64 / secs).round(), "store_ops_per_s": (2.0 * n as f64 / secs).round(),
         "acked": n, "errors": errors.load(Ordering::Relaxed),
     })
 }

@@ -407,6 +407,23 @@ impl JobQueue {
         }
     }
 
+    /// Acks job `id`'s delivery `fence` and claims the next due job in the
+    /// same atomic step (one round trip for a busy consumer). Returns
+    /// whether the ack happened (`false`: that delivery's lease had ended)
+    /// and the next job, if one is due.
+    pub async fn ack_and_claim(&self, id: &str, fence: u64) -> Result<(bool, Option<Job>)> {
+        check_job_id(id)?;
+        let (acked, claimed) = self
+            .store
+            .job_ack_claim(&self.name, id, fence, self.lease.as_millis() as u64)
+            .await?;
+        let next = match claimed {
+            ClaimOutcome::Job(raw) => Some(JobQueue::job(raw)),
+            ClaimOutcome::Empty { .. } => None,
+        };
+        Ok((acked, next))
+    }
+
     /// Gives job `id`'s delivery `fence` back for a retry (or to the dead
     /// letters after its last attempt).
     pub async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<Nacked> {

@@ -113,6 +113,25 @@ async fn fences_guard_ack_nack_and_extend(ts: TestStore) {
     assert_eq!((s.in_flight, s.acked), (0, 1));
 }
 
+async fn ack_and_claim_in_one_step(ts: TestStore) {
+    let q = queue(&ts);
+    for p in ["a", "b"] {
+        q.push(p, &PushOptions::default()).await.unwrap();
+    }
+    let a = claim(&q).await;
+    let (acked, b) = q.ack_and_claim(&a.id, a.fence).await.unwrap();
+    let b = b.expect("the next job");
+    assert!(acked);
+    assert_eq!(b.payload, b"b");
+    // A stale fence is not acked, but the claim still happens (nothing due).
+    let (acked, none_left) = q.ack_and_claim(&a.id, a.fence).await.unwrap();
+    assert!(!acked);
+    assert!(none_left.is_none());
+    let (acked, _) = q.ack_and_claim(&b.id, b.fence).await.unwrap();
+    assert!(acked);
+    assert_eq!(q.stats().await.unwrap().acked, 2);
+}
+
 async fn an_unacked_job_is_delivered_again(ts: TestStore) {
     let q = queue(&ts).lease(Duration::from_millis(200)).unwrap();
     q.push("x", &PushOptions::default()).await.unwrap();
@@ -341,6 +360,7 @@ on_both_stores!(
     manual_clock: delayed_jobs_come_due_in_order,
     priority_then_push_order,
     fences_guard_ack_nack_and_extend,
+    ack_and_claim_in_one_step,
     an_unacked_job_is_delivered_again,
     retries_back_off_then_die_and_replay,
     dead_letters_can_be_purged,

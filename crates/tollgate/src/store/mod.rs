@@ -200,6 +200,24 @@ impl Store {
         }
     }
 
+    /// Acks one delivery and claims the next job, in one step.
+    pub(crate) async fn job_ack_claim(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        lease_ms: u64,
+    ) -> Result<(bool, jobs::ClaimOutcome)> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| {
+                let acked = queue.ack(id, fence);
+                let (claimed, wake) = queue.claim(lease_ms, now);
+                ((acked, claimed), wake)
+            })),
+            Backend::Redis(s) => s.job_ack_claim(q, id, fence, lease_ms).await,
+        }
+    }
+
     pub(crate) async fn job_ack(&self, q: &Name, id: &str, fence: u64) -> Result<bool> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.ack(id, fence), false))),

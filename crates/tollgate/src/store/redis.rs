@@ -511,30 +511,31 @@ impl RedisStore {
 
     pub(crate) async fn job_claim(&self, q: &Name, lease_ms: u64) -> Result<ClaimOutcome> {
         let v: redis::Value = self.run_jobs(q, "claim", lease_ms).await?;
-        let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
+        let redis::Value::Array(items) = v else {
+            return Err(Error::new(ErrorKind::Store, "unexpected reply to claim"));
+        };
+        claim_reply(&items)
+    }
+
+    pub(crate) async fn job_ack_claim(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        lease_ms: u64,
+    ) -> Result<(bool, ClaimOutcome)> {
+        let v: redis::Value = self
+            .run_jobs(q, "ackclaim", (id, fence.to_string(), lease_ms))
+            .await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to ackclaim");
         let redis::Value::Array(items) = v else {
             return Err(bad());
         };
-        let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
-        match items.as_slice() {
-            [flag, next, now] if int(flag) == Some(0) => Ok(ClaimOutcome::Empty {
-                next_due_ms: int(next).and_then(|n| u64::try_from(n).ok()),
-                now_ms: int(now).ok_or_else(bad)? as u64,
-            }),
-            [flag, id, payload, attempt, fence, deadline] if int(flag) == Some(1) => {
-                let id: String = redis::from_redis_value_ref(id).map_err(|_| bad())?;
-                let payload: Vec<u8> = redis::from_redis_value_ref(payload).map_err(|_| bad())?;
-                let fence: String = redis::from_redis_value_ref(fence).map_err(|_| bad())?;
-                Ok(ClaimOutcome::Job(RawJob {
-                    id,
-                    payload,
-                    attempt: int(attempt).ok_or_else(bad)? as u32,
-                    fence: fence.parse().map_err(|_| bad())?,
-                    deadline_ms: int(deadline).ok_or_else(bad)? as u64,
-                }))
-            }
-            _ => Err(bad()),
-        }
+        let Some((acked, rest)) = items.split_first() else {
+            return Err(bad());
+        };
+        let acked: i64 = redis::from_redis_value_ref(acked).map_err(|_| bad())?;
+        Ok((acked == 1, claim_reply(rest)?))
     }
 
     pub(crate) async fn job_ack(&self, q: &Name, id: &str, fence: u64) -> Result<bool> {
@@ -656,6 +657,32 @@ impl RedisStore {
             redelivered: u(9),
             lateness_ms: r[10..].iter().map(|v| (*v).max(0) as u64).collect(),
         })
+    }
+}
+
+/// A claim's reply: `{1, id, payload, attempt, fence, deadline}` or
+/// `{0, next due or -1, now}`.
+fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
+    let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
+    let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
+    match items {
+        [flag, next, now] if int(flag) == Some(0) => Ok(ClaimOutcome::Empty {
+            next_due_ms: int(next).and_then(|n| u64::try_from(n).ok()),
+            now_ms: int(now).ok_or_else(bad)? as u64,
+        }),
+        [flag, id, payload, attempt, fence, deadline] if int(flag) == Some(1) => {
+            let id: String = redis::from_redis_value_ref(id).map_err(|_| bad())?;
+            let payload: Vec<u8> = redis::from_redis_value_ref(payload).map_err(|_| bad())?;
+            let fence: String = redis::from_redis_value_ref(fence).map_err(|_| bad())?;
+            Ok(ClaimOutcome::Job(RawJob {
+                id,
+                payload,
+                attempt: int(attempt).ok_or_else(bad)? as u32,
+                fence: fence.parse().map_err(|_| bad())?,
+                deadline_ms: int(deadline).ok_or_else(bad)? as u64,
+            }))
+        }
+        _ => Err(bad()),
     }
 }
 

@@ -4,7 +4,8 @@
 -- Keys of one queue, all under one hash tag:
 --   KEYS[1] m  HASH  s push sequence (pushes and replacements), f last
 --                    fence, b first fence minus one (claims = f - b),
---                    counters: replaced, acked, retried, dead, redelivered
+--                    counters: replaced (pushes that created no job),
+--                    acked, retried, dead, redelivered
 --   KEYS[2] d  HASH  id -> "<seq>\n<payload>" for a job with the default
 --                    options (priority 0, 5 attempts, exponential backoff
 --                    from 1 s to 5 min), else "<seq>,<prio>,<max attempts>,
@@ -22,8 +23,12 @@
 local KM, KD, KR, KW, KF, KL, KN, KX, KT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
   KEYS[8], KEYS[9]
 local op, channel = ARGV[1], ARGV[2]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Server time, read only by the operations that need it (ack does not).
+local now = 0
+if op ~= 'ack' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local BATCH, LATENESS_KEPT, DEAD_KEPT = 100, 200, 10000
 
 local function meta_of(id)
@@ -131,16 +136,9 @@ if op == 'push' then
   local delay, at = tonumber(ARGV[6]), tonumber(ARGV[7])
   local run_at = at
   if delay >= 0 then run_at = now + delay end
-  local exists = redis.call('HEXISTS', KD, id) == 1
-  local outcome = 1
-  if exists then
-    if ARGV[13] ~= 'replace' then return {2} end
-    if redis.call('ZSCORE', KF, id) or redis.call('ZSCORE', KX, id) then return {4} end
-    redis.call('ZREM', KR, id)
-    redis.call('ZREM', KW, id)
-    outcome = 3
-  end
-  -- s counts pushes and replacements (pushed = s - replaced).
+  local replace = ARGV[13] == 'replace'
+  -- s counts pushes and replacements (pushed = s - replaced); a kept
+  -- duplicate leaves a gap in it, which is harmless.
   local seq = redis.call('HINCRBY', KM, 's', 1)
   local m = {prio = tonumber(ARGV[8]), seq = seq}
   local head
@@ -149,8 +147,26 @@ if op == 'push' then
   else
     head = string.format('%d,%d,%d,%s,%d,%d\n', seq, ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12])
   end
-  redis.call('HSET', KD, id, head .. ARGV[5])
-  if exists then count('replaced') end
+  local outcome = 1
+  if not replace then
+    -- Dedupe: one call both checks and writes.
+    if redis.call('HSETNX', KD, id, head .. ARGV[5]) == 0 then
+      count('replaced')
+      return {2}
+    end
+  else
+    if redis.call('HEXISTS', KD, id) == 1 then
+      if redis.call('ZSCORE', KF, id) or redis.call('ZSCORE', KX, id) then
+        count('replaced')
+        return {4}
+      end
+      redis.call('ZREM', KR, id)
+      redis.call('ZREM', KW, id)
+      outcome = 3
+      count('replaced')
+    end
+    redis.call('HSET', KD, id, head .. ARGV[5])
+  end
   if run_at <= now then
     redis.call('ZADD', KR, ready_score(m), id)
     wake()
@@ -163,10 +179,10 @@ if op == 'push' then
   return {outcome, run_at}
 end
 
-if op == 'claim' then
-  -- ARGV: 4 lease ms. Reply: {1, id, payload, attempt, fence, deadline}
-  -- or {0, next due ms or -1, now ms}. More than one job readied at once: wake
-  -- another consumer for the rest (each claim takes one).
+-- Claims the first due job: {1, id, payload, attempt, fence, deadline}, or
+-- {0, next due ms or -1, now ms}. More than one job readied at once wakes
+-- another consumer for the rest (each claim takes one).
+local function claim_one(lease)
   if promote() > 1 then wake() end
   local popped = redis.call('ZPOPMIN', KR)
   local id = popped[1]
@@ -182,21 +198,42 @@ if op == 'claim' then
   end
   local fence = string.format('%d', f)
   local attempt = redis.call('HINCRBY', KN, id, 1)
-  local deadline = now + tonumber(ARGV[4])
+  local deadline = now + lease
   redis.call('ZADD', KF, deadline, id)
   redis.call('HSET', KL, id, fence)
   return {1, id, m.payload, attempt, fence, deadline}
 end
 
-if op == 'ack' then
-  -- ARGV: 4 id, 5 fence. Reply: {1} acked, {0} not this delivery's.
-  local id = ARGV[4]
-  if not holds(id, ARGV[5]) then return {0} end
+-- Acks job `id` if `fence` is its delivery's; returns whether it did.
+local function ack_one(id, fence)
+  if not holds(id, fence) then return false end
   redis.call('ZREM', KF, id)
   redis.call('HDEL', KL, id)
   forget(id)
   count('acked')
-  return {1}
+  return true
+end
+
+if op == 'claim' then
+  -- ARGV: 4 lease ms.
+  return claim_one(tonumber(ARGV[4]))
+end
+
+if op == 'ackclaim' then
+  -- Acks one delivery and claims the next job in the same step.
+  -- ARGV: 4 id, 5 fence, 6 lease ms. Reply: the claim's, with whether the
+  -- ack happened (1/0) in front.
+  local acked = 0
+  if ack_one(ARGV[4], ARGV[5]) then acked = 1 end
+  local r = claim_one(tonumber(ARGV[6]))
+  table.insert(r, 1, acked)
+  return r
+end
+
+if op == 'ack' then
+  -- ARGV: 4 id, 5 fence. Reply: {1} acked, {0} not this delivery's.
+  if ack_one(ARGV[4], ARGV[5]) then return {1} end
+  return {0}
 end
 
 if op == 'nack' then
