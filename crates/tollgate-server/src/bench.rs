@@ -42,6 +42,17 @@ struct Worker {
     acquire_us: Vec<u32>,
 }
 
+/// The store a benchmark measures: Redis at `url`, or the embedded one.
+pub(crate) async fn store_for(url: Option<&str>) -> Result<Store, i32> {
+    match url {
+        Some(url) => Store::connect(RedisConfig::new(url)).await.map_err(|e| {
+            eprintln!("tollgate: {e}");
+            exit::for_error(&e)
+        }),
+        None => Ok(Store::memory()),
+    }
+}
+
 pub(crate) async fn run(args: BenchArgs) -> i32 {
     if args.workers == 0 || args.workers > 10_000 {
         eprintln!("tollgate: --workers must be between 1 and 10000");
@@ -61,15 +72,9 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         (BenchTarget::Lock, true) => ("mutex_contended", 1),
         (BenchTarget::Semaphore, _) => ("semaphore_contended", args.limit),
     };
-    let store = match &args.redis {
-        Some(url) => match Store::connect(RedisConfig::new(url.clone())).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("tollgate: {e}");
-                return exit::for_error(&e);
-            }
-        },
-        None => Store::memory(),
+    let store = match store_for(args.redis.as_deref()).await {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     if capacity == 0 {
         eprintln!("tollgate: --limit must be at least 1");

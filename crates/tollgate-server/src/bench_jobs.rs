@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
-use tollgate::{JobQueue, PushOptions, RedisConfig, Store};
+use tollgate::{JobQueue, PushOptions, Store};
 
 use crate::cli::BenchArgs;
 use crate::exit;
@@ -32,12 +32,9 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
         eprintln!("tollgate: `bench jobs` needs --redis URL");
         return exit::USAGE;
     };
-    let store = match Store::connect(RedisConfig::new(url.clone())).await {
+    let store = match crate::bench::store_for(Some(url)).await {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("tollgate: {e}");
-            return exit::for_error(&e);
-        }
+        Err(code) => return code,
     };
     let run_id = format!("{:x}", std::process::id());
     println!("{}", throughput(&store, &run_id, args).await);

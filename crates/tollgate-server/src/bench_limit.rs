@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tollgate::{Limit, Rate, RateLimiter, RedisConfig, Store};
+use tollgate::{Limit, Rate, RateLimiter};
 
 use crate::cli::BenchArgs;
 use crate::exit;
@@ -14,15 +14,9 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
         eprintln!("tollgate: --keys must be between 1 and 10000000");
         return exit::USAGE;
     }
-    let store = match &args.redis {
-        Some(url) => match Store::connect(RedisConfig::new(url.clone())).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("tollgate: {e}");
-                return exit::for_error(&e);
-            }
-        },
-        None => Store::memory(),
+    let store = match crate::bench::store_for(args.redis.as_deref()).await {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     // 10,000/s with a burst of 1,000 per key: at the rates measured here
     // nearly every decision allows and so writes, the costlier path.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tollgate::{Entered, Gate, GateOptions, RedisConfig, Store, TicketStatus};
+use tollgate::{Entered, Gate, GateOptions, TicketStatus};
 
 use crate::cli::BenchArgs;
 use crate::exit;
@@ -70,12 +70,9 @@ pub(crate) async fn line(args: &BenchArgs) -> i32 {
         eprintln!("tollgate: `bench line` needs --redis URL");
         return exit::USAGE;
     };
-    let store = match Store::connect(RedisConfig::new(url.clone())).await {
+    let store = match crate::bench::store_for(Some(url)).await {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("tollgate: {e}");
-            return exit::for_error(&e);
-        }
+        Err(code) => return code,
     };
     let raw = match redis::Client::open(url.as_str()) {
         Ok(c) => match c.get_multiplexed_async_connection().await {

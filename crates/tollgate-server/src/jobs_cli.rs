@@ -120,20 +120,14 @@ async fn stats(args: JobsQueueArgs) -> i32 {
     };
     match q.stats().await {
         Ok(s) => {
-            let mut lateness: Vec<u64> = s.recent_lateness.iter().map(|d| d.as_millis() as u64).collect();
-            lateness.sort_unstable();
-            let pick = |q: f64| {
-                lateness
-                    .get(((lateness.len() as f64 - 1.0) * q).round() as usize)
-                    .copied()
-            };
+            let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
             println!(
                 "{}",
                 json!({
                     "queue": args.queue, "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
                     "dead": s.dead, "pushed": s.pushed, "claimed": s.claimed, "acked": s.acked,
                     "retried": s.retried, "dead_total": s.dead_total, "redelivered": s.redelivered,
-                    "recent_lateness_p50_ms": pick(0.5), "recent_lateness_max_ms": lateness.last(),
+                    "recent_lateness_p50_ms": pick(0.5), "recent_lateness_max_ms": pick(1.0),
                 })
             );
             0

@@ -294,19 +294,13 @@ pub(crate) async fn stats(
     Path(name): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let s = queue(&state, &name, None)?.stats().await?;
-    let mut lateness: Vec<u64> = s.recent_lateness.iter().map(|d| d.as_millis() as u64).collect();
-    lateness.sort_unstable();
-    let pick = |q: f64| {
-        lateness
-            .get(((lateness.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-    };
+    let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
     Ok(axum::Json(json!({
         "queue": name, "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead,
         "pushed": s.pushed, "claimed": s.claimed, "acked": s.acked, "retried": s.retried,
         "dead_total": s.dead_total, "redelivered": s.redelivered,
         "recent_lateness_p50_ms": pick(0.5), "recent_lateness_p99_ms": pick(0.99),
-        "recent_lateness_max_ms": lateness.last(),
+        "recent_lateness_max_ms": pick(1.0),
     })))
 }
 
@@ -402,13 +396,10 @@ pub(crate) async fn scrape(state: &AppState) {
         ] {
             metrics::gauge!(metric, &[label()]).set(v as f64);
         }
-        let mut lateness: Vec<f64> = s.recent_lateness.iter().map(Duration::as_secs_f64).collect();
-        lateness.sort_by(f64::total_cmp);
-        if !lateness.is_empty() {
-            for (q, quantile) in [(0.5, "0.5"), (0.99, "0.99"), (1.0, "1")] {
-                let v = lateness[((lateness.len() as f64 - 1.0) * q).round() as usize];
+        for (q, quantile) in [(0.5, "0.5"), (0.99, "0.99"), (1.0, "1")] {
+            if let Some(v) = s.recent_lateness_quantile(q) {
                 metrics::gauge!("tollgate_queue_recent_lateness_seconds", "queue" => name.clone(), "quantile" => quantile)
-                    .set(v);
+                    .set(v.as_secs_f64());
             }
         }
     }

@@ -160,14 +160,7 @@ async fn jobs_over_http(s: &Server) {
     let big = json!({"payload_base64": base64_of(&vec![0u8; 1_100_000])});
     assert_eq!(send(c.post(url("/jobs")).json(&big)).await.0, 400);
     // Metrics for the queue.
-    let text = c
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = s.metrics(None).await;
     assert!(
         text.contains(r#"tollgate_queue_acked_total{queue="mail"} 1"#),
         "{text}"

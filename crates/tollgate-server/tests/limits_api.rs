@@ -161,14 +161,7 @@ async fn limits_over_http(redis: Option<&str>) {
     assert_eq!(send(c.get(s.url("/v1/limits/adhoc"))).await.0, 404);
 
     // Decisions are counted by limiter and outcome.
-    let text = c
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = s.metrics(None).await;
     for series in [
         r#"tollgate_limit_decisions_total{limiter="api",outcome="allowed"} 5"#,
         r#"tollgate_limit_decisions_total{limiter="api",outcome="refused"} 1"#,
@@ -278,14 +271,7 @@ async fn store_down_follows_each_limits_policy() {
             }
         }
     }
-    let text = c
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = s.metrics(None).await;
     for series in [
         r#"tollgate_limit_store_errors_total{limiter="soft"} 1"#,
         r#"tollgate_limit_decisions_total{limiter="soft",outcome="failed_open"} 1"#,

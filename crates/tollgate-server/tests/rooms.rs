@@ -330,15 +330,7 @@ async fn ten_visitors_three_slots(redis: Option<&str>) {
         .expect("json");
     assert_eq!(stats["capacity"], 3, "{stats}");
     assert_eq!(stats["waiting"], 4, "{stats}");
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", s.base))
-        .bearer_auth("admin-token-0123456789")
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = s.metrics(Some("admin-token-0123456789")).await;
     for series in [
         r#"tollgate_room_capacity{room="shop"} 3"#,
         r#"tollgate_room_waiting{room="shop"} 4"#,
@@ -706,15 +698,7 @@ async fn store_down_open_or_closed() {
             assert_eq!(a.headers["retry-after"], "5");
             assert!(a.text.contains("try again"), "{}", a.text);
         }
-        let metrics = c
-            .get(format!("{}/metrics", s.base))
-            .bearer_auth("admin-token-0123456789")
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
+        let metrics = s.metrics(Some("admin-token-0123456789")).await;
         let series = if want_in {
             "tollgate_room_store_failed_open_total"
         } else {

@@ -196,6 +196,17 @@ pub struct QueueStats {
     pub recent_lateness: Vec<Duration>,
 }
 
+impl QueueStats {
+    /// The `q` quantile (0.0 to 1.0) of `recent_lateness`, if there are
+    /// samples.
+    pub fn recent_lateness_quantile(&self, q: f64) -> Option<Duration> {
+        let mut v = self.recent_lateness.clone();
+        v.sort_unstable();
+        let i = ((v.len() as f64 - 1.0) * q.clamp(0.0, 1.0)).round() as usize;
+        v.get(i).copied()
+    }
+}
+
 /// A named job queue over a store. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct JobQueue {

@@ -61,6 +61,20 @@ impl Server {
         }
     }
 
+    /// The /metrics text, with `token` as bearer if given.
+    pub async fn metrics(&self, token: Option<&str>) -> String {
+        let mut req = reqwest::Client::new().get(self.url("/metrics"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
