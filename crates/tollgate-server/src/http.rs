@@ -34,9 +34,9 @@ pub(crate) struct AppState {
     /// Renders the Prometheus text format for /metrics.
     pub(crate) metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// Gates this server has served, for the per-gate series (bounded).
-    pub(crate) gates: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    pub(crate) gates: Tracked,
     /// Job queues this server has served, for the per-queue series.
-    pub(crate) queues: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    pub(crate) queues: Tracked,
     /// Configured and ad-hoc rate limiters.
     pub(crate) limits: std::sync::Arc<crate::limits::Limiters>,
     /// The waiting rooms, for their admin routes.
@@ -60,7 +60,7 @@ impl std::fmt::Debug for AppState {
 }
 
 /// At most this many gates get their own series in /metrics.
-const TRACKED_GATES: usize = 1000;
+const TRACKED: usize = 1000;
 
 pub(crate) fn router(state: AppState) -> Router {
     let api = Router::new()
@@ -317,14 +317,20 @@ fn gate(
         auto_renew: false,
     };
     let gate = Gate::new(&state.store, name, capacity, options)?;
-    let mut gates = state
-        .gates
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if gates.len() < TRACKED_GATES && !gates.contains(name) {
-        gates.insert(name.to_owned());
-    }
+    track(&state.gates, name);
     Ok(gate)
+}
+
+/// Names (of gates, queues) this server has served, bounded so a client
+/// cannot blow up the /metrics series count with made-up names.
+pub(crate) type Tracked = std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>;
+
+/// Remembers `name` for the per-name series, up to TRACKED names each.
+pub(crate) fn track(set: &Tracked, name: &str) {
+    let mut names = set.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if names.len() < TRACKED && !names.contains(name) {
+        names.insert(name.to_owned());
+    }
 }
 
 /// A ticket as handed to HTTP clients: the store's id plus the lease and

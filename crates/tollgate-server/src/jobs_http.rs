@@ -19,21 +19,13 @@ use crate::http::{ApiError, AppState, Json, Query};
 pub(crate) const PUSH_BODY_LIMIT: usize = 1_500_000;
 /// Longest a claim may wait.
 const MAX_WAIT_MS: u64 = 60_000;
-/// Queues that get their own series in /metrics.
-const TRACKED_QUEUES: usize = 1000;
 
 fn queue(state: &AppState, name: &str, lease_ms: Option<u64>) -> Result<JobQueue, ApiError> {
     let mut q = JobQueue::new(&state.store, name)?;
     if let Some(ms) = lease_ms {
         q = q.lease(Duration::from_millis(ms))?;
     }
-    let mut seen = state
-        .queues
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if seen.len() < TRACKED_QUEUES && !seen.contains(name) {
-        seen.insert(name.to_owned());
-    }
+    crate::http::track(&state.queues, name);
     Ok(q)
 }
 
