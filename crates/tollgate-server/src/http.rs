@@ -59,7 +59,8 @@ impl std::fmt::Debug for AppState {
     }
 }
 
-/// At most this many gates get their own series in /metrics.
+/// At most this many gates (and as many queues) get their own series in
+/// /metrics.
 const TRACKED: usize = 1000;
 
 pub(crate) fn router(state: AppState) -> Router {
