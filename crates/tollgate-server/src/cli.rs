@@ -121,6 +121,13 @@ pub(crate) struct JobsWorkArgs {
     /// On SIGTERM, how long running jobs may take to finish.
     #[arg(long, default_value = "30s", value_parser = duration, value_name = "D")]
     pub(crate) shutdown_grace: Duration,
+    /// Keep this many acked jobs (listable, and still counting for dedupe)
+    /// instead of deleting them.
+    #[arg(long, value_name = "N")]
+    pub(crate) keep_completed: Option<usize>,
+    /// With --keep-completed: none kept longer than this.
+    #[arg(long, default_value = "24h", value_parser = duration, value_name = "D")]
+    pub(crate) keep_for: Duration,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
     /// The command and its arguments, after `--`.

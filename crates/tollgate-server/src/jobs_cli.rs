@@ -198,6 +198,16 @@ async fn work(args: JobsWorkArgs) -> i32 {
         Ok(q) => q,
         Err(e) => return fail(&e),
     };
+    let q = match args.keep_completed {
+        None => q,
+        Some(n) => match q.keep_completed(n, args.keep_for) {
+            Ok(q) => q,
+            Err(e) => {
+                eprintln!("tollgate: {e}");
+                return exit::USAGE;
+            }
+        },
+    };
     let (Ok(mut sigterm), Ok(mut sigint)) =
         (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
     else {

@@ -14,8 +14,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, new_id};
 use crate::store::Store;
 use crate::store::jobs::{
-    BackoffSpec, CancelOutcome, ClaimOutcome, NackOutcome, PushOutcome, PushReq, RawJob, RescheduleOutcome,
-    When,
+    BackoffSpec, CancelOutcome, ClaimOutcome, Keep, NackOutcome, PushOutcome, PushReq, RawJob,
+    RescheduleOutcome, When,
 };
 
 /// The largest payload a queue accepts by default (1 MiB).
@@ -184,6 +184,8 @@ pub struct QueueStats {
     pub in_flight: u64,
     /// In the dead letters now.
     pub dead: u64,
+    /// Acked jobs kept (only with `keep_completed`).
+    pub completed: u64,
     pub pushed: u64,
     pub claimed: u64,
     pub acked: u64,
@@ -214,6 +216,15 @@ pub struct JobQueue {
     name: Name,
     lease: Duration,
     max_payload: usize,
+    keep: Option<Keep>,
+}
+
+/// A completed job kept after its ack (see [`JobQueue::keep_completed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedJob {
+    pub id: String,
+    pub acked: SystemTime,
+    pub payload: Vec<u8>,
 }
 
 fn to_time(ms: u64) -> SystemTime {
@@ -257,6 +268,7 @@ impl JobQueue {
             name: Name::new(name)?,
             lease: Duration::from_secs(30),
             max_payload: DEFAULT_MAX_PAYLOAD,
+            keep: None,
         })
     }
 
@@ -268,6 +280,36 @@ impl JobQueue {
         }
         self.lease = lease;
         Ok(self)
+    }
+
+    /// Keeps acked jobs instead of deleting them: the last `count` (1 to
+    /// 1,000,000), none for longer than `max_age`, applied as jobs are
+    /// acked through this handle. A kept job still counts for dedupe: a
+    /// push with its id is `Kept` (or `Busy` with `Replace`) until it goes.
+    pub fn keep_completed(mut self, count: usize, max_age: Duration) -> Result<Self> {
+        if count == 0 || count > 1_000_000 {
+            return Err(Error::invalid("keep_completed: count must be 1 to 1000000"));
+        }
+        self.keep = Some(Keep {
+            count: count as u64,
+            ms: ms_of(max_age, "a retention")?,
+        });
+        Ok(self)
+    }
+
+    /// Kept completed jobs, most recent first.
+    pub async fn completed(&self, limit: usize) -> Result<Vec<CompletedJob>> {
+        Ok(self
+            .store
+            .job_done(&self.name, limit.clamp(1, 10_000))
+            .await?
+            .into_iter()
+            .map(|d| CompletedJob {
+                id: d.id,
+                acked: to_time(d.acked_ms),
+                payload: d.payload,
+            })
+            .collect())
     }
 
     /// The largest payload accepted.
@@ -411,7 +453,7 @@ impl JobQueue {
     /// `Err(LeaseLost)` if that delivery's lease had ended.
     pub async fn ack(&self, id: &str, fence: u64) -> Result<()> {
         check_job_id(id)?;
-        if self.store.job_ack(&self.name, id, fence).await? {
+        if self.store.job_ack(&self.name, id, fence, self.keep).await? {
             Ok(())
         } else {
             Err(lost("ack"))
@@ -426,7 +468,7 @@ impl JobQueue {
         check_job_id(id)?;
         let (acked, claimed) = self
             .store
-            .job_ack_claim(&self.name, id, fence, self.lease.as_millis() as u64)
+            .job_ack_claim(&self.name, id, fence, self.keep, self.lease.as_millis() as u64)
             .await?;
         let next = match claimed {
             ClaimOutcome::Job(raw) => Some(JobQueue::job(raw)),
@@ -525,6 +567,7 @@ impl JobQueue {
             delayed: s.delayed,
             in_flight: s.in_flight,
             dead: s.dead,
+            completed: s.completed,
             pushed: s.pushed,
             claimed: s.claimed,
             acked: s.acked,

@@ -132,6 +132,38 @@ async fn ack_and_claim_in_one_step(ts: TestStore) {
     assert_eq!(q.stats().await.unwrap().acked, 2);
 }
 
+async fn completed_jobs_kept_by_count_and_age(ts: TestStore) {
+    let q = queue(&ts).keep_completed(2, Duration::from_millis(1000)).unwrap();
+    for id in ["a", "b", "c"] {
+        q.push(id, &with_id(id)).await.unwrap();
+        let job = claim(&q).await;
+        q.ack(&job.id, job.fence).await.unwrap();
+    }
+    let done: Vec<String> = q.completed(10).await.unwrap().into_iter().map(|d| d.id).collect();
+    assert_eq!(done, ["c", "b"], "the last two, most recent first");
+    assert_eq!(q.stats().await.unwrap().completed, 2);
+    // A kept job still counts for dedupe; a dropped one does not.
+    assert_eq!(
+        q.push("again", &with_id("b")).await.unwrap().result,
+        PushResult::Kept
+    );
+    assert_eq!(
+        q.push("again", &with_id("a")).await.unwrap().result,
+        PushResult::Created
+    );
+    ts.advance(Duration::from_millis(1100)).await;
+    let job = claim(&q).await;
+    assert_eq!(job.id, "a");
+    q.ack(&job.id, job.fence).await.unwrap();
+    let done: Vec<String> = q.completed(10).await.unwrap().into_iter().map(|d| d.id).collect();
+    assert_eq!(done, ["a"], "older than a second: gone");
+    assert_eq!(
+        q.push("again", &with_id("b")).await.unwrap().result,
+        PushResult::Created
+    );
+    assert!(queue(&ts).keep_completed(0, Duration::from_secs(1)).is_err());
+}
+
 async fn an_unacked_job_is_delivered_again(ts: TestStore) {
     let q = queue(&ts).lease(Duration::from_millis(200)).unwrap();
     q.push("x", &PushOptions::default()).await.unwrap();
@@ -361,6 +393,7 @@ on_both_stores!(
     priority_then_push_order,
     fences_guard_ack_nack_and_extend,
     ack_and_claim_in_one_step,
+    completed_jobs_kept_by_count_and_age,
     an_unacked_job_is_delivered_again,
     retries_back_off_then_die_and_replay,
     dead_letters_can_be_purged,

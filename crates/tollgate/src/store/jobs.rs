@@ -102,7 +102,24 @@ pub(crate) struct RawStats {
     pub(crate) retried: u64,
     pub(crate) dead_total: u64,
     pub(crate) redelivered: u64,
+    /// Completed jobs kept after their ack.
+    pub(crate) completed: u64,
     pub(crate) lateness_ms: Vec<u64>,
+}
+
+/// A completed job kept after its ack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawDone {
+    pub(crate) id: String,
+    pub(crate) acked_ms: u64,
+    pub(crate) payload: Vec<u8>,
+}
+
+/// How many acked jobs to keep, and for how long (ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keep {
+    pub(crate) count: u64,
+    pub(crate) ms: u64,
 }
 
 const BATCH: usize = 100;
@@ -126,6 +143,7 @@ enum Place {
     Delayed(u64),
     InFlight { deadline: u64, fence: u64 },
     Dead(u64),
+    Done(u64),
 }
 
 /// One queue's state in memory.
@@ -138,6 +156,7 @@ pub(crate) struct Queue {
     delayed: BTreeSet<(u64, String)>,
     in_flight: BTreeSet<(u64, String)>,
     dead: BTreeSet<(u64, String)>,
+    done: BTreeSet<(u64, String)>,
     lateness: VecDeque<u64>,
     stats: RawStats,
 }
@@ -178,6 +197,9 @@ impl Queue {
             }
             Place::Dead(at) => {
                 self.dead.remove(&(at, id.to_owned()));
+            }
+            Place::Done(at) => {
+                self.done.remove(&(at, id.to_owned()));
             }
         }
         Some(place)
@@ -253,7 +275,9 @@ impl Queue {
         let mut attempts = 0;
         match self.jobs.get(req.id).map(|(d, p)| (d.attempts, *p)) {
             Some(_) if !req.replace => return (PushOutcome::Kept, false),
-            Some((_, Place::InFlight { .. } | Place::Dead(_))) => return (PushOutcome::Busy, false),
+            Some((_, Place::InFlight { .. } | Place::Dead(_) | Place::Done(_))) => {
+                return (PushOutcome::Busy, false);
+            }
             Some((tried, _)) => {
                 // Attempts of a replaced job carry over, as on Redis.
                 attempts = tried;
@@ -333,14 +357,53 @@ impl Queue {
         matches!(self.jobs.get(id), Some((_, Place::InFlight { fence: f, .. })) if *f == fence)
     }
 
-    pub(crate) fn ack(&mut self, id: &str, fence: u64) -> bool {
+    pub(crate) fn ack(&mut self, id: &str, fence: u64, keep: Option<Keep>, now: u64) -> bool {
         if !self.held(id, fence) {
             return false;
         }
         self.unplace(id);
-        self.jobs.remove(id);
         self.stats.acked += 1;
+        let Some(keep) = keep else {
+            self.jobs.remove(id);
+            return true;
+        };
+        if let Some((d, place)) = self.jobs.get_mut(id) {
+            d.attempts = 0;
+            *place = Place::Done(now);
+            self.done.insert((now, id.to_owned()));
+        }
+        while self.done.len() as u64 > keep.count {
+            if let Some((_, old)) = self.done.pop_first() {
+                self.jobs.remove(&old);
+            }
+        }
+        let stale: Vec<(u64, String)> = self
+            .done
+            .iter()
+            .take_while(|(at, _)| *at <= now.saturating_sub(keep.ms))
+            .take(BATCH)
+            .cloned()
+            .collect();
+        for (at, old) in stale {
+            self.done.remove(&(at, old.clone()));
+            self.jobs.remove(&old);
+        }
         true
+    }
+
+    pub(crate) fn done(&self, limit: usize) -> Vec<RawDone> {
+        self.done
+            .iter()
+            .rev()
+            .take(limit)
+            .filter_map(|(at, id)| {
+                self.jobs.get(id).map(|(d, _)| RawDone {
+                    id: id.clone(),
+                    acked_ms: *at,
+                    payload: d.payload.clone(),
+                })
+            })
+            .collect()
     }
 
     pub(crate) fn nack(
@@ -398,7 +461,7 @@ impl Queue {
             Some(place) => {
                 self.unplace(id);
                 self.jobs.remove(id);
-                if matches!(place, Place::Dead(_)) {
+                if matches!(place, Place::Dead(_) | Place::Done(_)) {
                     CancelOutcome::Purged
                 } else {
                     CancelOutcome::Cancelled
@@ -413,7 +476,7 @@ impl Queue {
             When::At(at) => at,
         };
         match self.jobs.get(id).map(|(_, p)| *p) {
-            None | Some(Place::Dead(_)) => (RescheduleOutcome::Unknown, false),
+            None | Some(Place::Dead(_) | Place::Done(_)) => (RescheduleOutcome::Unknown, false),
             Some(Place::InFlight { .. }) => (RescheduleOutcome::Running, false),
             Some(_) => {
                 self.unplace(id);
@@ -485,6 +548,7 @@ impl Queue {
             delayed: self.delayed.len() as u64,
             in_flight: self.in_flight.len() as u64,
             dead: self.dead.len() as u64,
+            completed: self.done.len() as u64,
             lateness_ms: self.lateness.iter().copied().collect(),
             ..self.stats.clone()
         }

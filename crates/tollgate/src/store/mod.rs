@@ -206,22 +206,36 @@ impl Store {
         q: &Name,
         id: &str,
         fence: u64,
+        keep: Option<jobs::Keep>,
         lease_ms: u64,
     ) -> Result<(bool, jobs::ClaimOutcome)> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| {
-                let acked = queue.ack(id, fence);
+                let acked = queue.ack(id, fence, keep, now);
                 let (claimed, wake) = queue.claim(lease_ms, now);
                 ((acked, claimed), wake)
             })),
-            Backend::Redis(s) => s.job_ack_claim(q, id, fence, lease_ms).await,
+            Backend::Redis(s) => s.job_ack_claim(q, id, fence, keep, lease_ms).await,
         }
     }
 
-    pub(crate) async fn job_ack(&self, q: &Name, id: &str, fence: u64) -> Result<bool> {
+    pub(crate) async fn job_ack(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        keep: Option<jobs::Keep>,
+    ) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.ack(id, fence), false))),
-            Backend::Redis(s) => s.job_ack(q, id, fence).await,
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| (queue.ack(id, fence, keep, now), false))),
+            Backend::Redis(s) => s.job_ack(q, id, fence, keep).await,
+        }
+    }
+
+    pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.done(limit), false))),
+            Backend::Redis(s) => s.job_done(q, limit).await,
         }
     }
 

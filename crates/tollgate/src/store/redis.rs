@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::limit::{Algorithm, Decision, Limit, decision};
 
 use super::jobs::{
-    CancelOutcome, ClaimOutcome, NackOutcome, PushOutcome, PushReq, RawDead, RawJob, RawStats,
+    CancelOutcome, ClaimOutcome, Keep, NackOutcome, PushOutcome, PushReq, RawDead, RawDone, RawJob, RawStats,
     RescheduleOutcome, When,
 };
 use crate::name::Name;
@@ -450,7 +450,7 @@ impl RedisStore {
     ) -> Result<T> {
         let base = self.jobs_base(q);
         let mut inv = self.scripts.jobs.prepare_invoke();
-        for suffix in [":m", ":d", ":r", ":w", ":f", ":l", ":n", ":x", ":t"] {
+        for suffix in [":m", ":d", ":r", ":w", ":f", ":l", ":n", ":x", ":t", ":c"] {
             inv.key(format!("{base}{suffix}"));
         }
         inv.arg(op)
@@ -522,10 +522,12 @@ impl RedisStore {
         q: &Name,
         id: &str,
         fence: u64,
+        keep: Option<Keep>,
         lease_ms: u64,
     ) -> Result<(bool, ClaimOutcome)> {
+        let (n, ms) = keep.map_or((0, 0), |k| (k.count, k.ms));
         let v: redis::Value = self
-            .run_jobs(q, "ackclaim", (id, fence.to_string(), lease_ms))
+            .run_jobs(q, "ackclaim", (id, fence.to_string(), n, ms, lease_ms))
             .await?;
         let bad = || Error::new(ErrorKind::Store, "unexpected reply to ackclaim");
         let redis::Value::Array(items) = v else {
@@ -538,9 +540,28 @@ impl RedisStore {
         Ok((acked == 1, claim_reply(rest)?))
     }
 
-    pub(crate) async fn job_ack(&self, q: &Name, id: &str, fence: u64) -> Result<bool> {
-        let r: Vec<i64> = self.run_jobs(q, "ack", (id, fence.to_string())).await?;
+    pub(crate) async fn job_ack(&self, q: &Name, id: &str, fence: u64, keep: Option<Keep>) -> Result<bool> {
+        let (n, ms) = keep.map_or((0, 0), |k| (k.count, k.ms));
+        let r: Vec<i64> = self.run_jobs(q, "ack", (id, fence.to_string(), n, ms)).await?;
         Ok(r.as_slice() == [1])
+    }
+
+    pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<RawDone>> {
+        let v: Vec<redis::Value> = self.run_jobs(q, "done", limit.max(1)).await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to done");
+        v.chunks(3)
+            .map(|row| match row {
+                [id, at, payload] => Ok(RawDone {
+                    id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
+                    acked_ms: redis::from_redis_value_ref::<String>(at)
+                        .ok()
+                        .and_then(|d| d.parse::<f64>().ok())
+                        .ok_or_else(bad)? as u64,
+                    payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
+                }),
+                _ => Err(bad()),
+            })
+            .collect()
     }
 
     pub(crate) async fn job_nack(
@@ -640,7 +661,7 @@ impl RedisStore {
 
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<RawStats> {
         let r: Vec<i64> = self.run_jobs(q, "stats", Vec::<String>::new()).await?;
-        if r.len() < 10 {
+        if r.len() < 11 {
             return Err(unexpected("stats", &r));
         }
         let u = |i: usize| r[i].max(0) as u64;
@@ -655,7 +676,8 @@ impl RedisStore {
             retried: u(7),
             dead_total: u(8),
             redelivered: u(9),
-            lateness_ms: r[10..].iter().map(|v| (*v).max(0) as u64).collect(),
+            completed: u(10),
+            lateness_ms: r[11..].iter().map(|v| (*v).max(0) as u64).collect(),
         })
     }
 }

@@ -17,15 +17,19 @@
 --   KEYS[7] n  HASH  id -> attempts so far (only once claimed)
 --   KEYS[8] x  ZSET  dead letters: id -> when it died (ms)
 --   KEYS[9] t  LIST  lateness (ms) of the last promoted delayed jobs
+--   KEYS[10] c ZSET  completed jobs kept after their ack (only when the
+--                    consumer asks to keep some): id -> when acked (ms);
+--                    their records stay in d until they leave c
 -- A job is in exactly one of r, w, f, x, and in d while it exists.
 -- Pushes that make a job ready publish "!<wake key>" on the queue's channel
 -- (ARGV[2]) so a sleeping consumer claims it at once.
-local KM, KD, KR, KW, KF, KL, KN, KX, KT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  KEYS[8], KEYS[9]
+local KM, KD, KR, KW, KF, KL, KN, KX, KT, KC = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
+  KEYS[8], KEYS[9], KEYS[10]
 local op, channel = ARGV[1], ARGV[2]
--- Server time, read only by the operations that need it (ack does not).
+-- Server time, read only by the operations that need it (an ack that
+-- keeps nothing does not).
 local now = 0
-if op ~= 'ack' then
+if op ~= 'ack' or ARGV[6] ~= '0' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -156,7 +160,7 @@ if op == 'push' then
     end
   else
     if redis.call('HEXISTS', KD, id) == 1 then
-      if redis.call('ZSCORE', KF, id) or redis.call('ZSCORE', KX, id) then
+      if redis.call('ZSCORE', KF, id) or redis.call('ZSCORE', KX, id) or redis.call('ZSCORE', KC, id) then
         count('replaced')
         return {4}
       end
@@ -205,12 +209,29 @@ local function claim_one(lease)
 end
 
 -- Acks job `id` if `fence` is its delivery's; returns whether it did.
-local function ack_one(id, fence)
+-- With keep_n > 0 the job is kept as completed: at most keep_n of them,
+-- none older than keep_ms.
+local function ack_one(id, fence, keep_n, keep_ms)
   if not holds(id, fence) then return false end
   redis.call('ZREM', KF, id)
   redis.call('HDEL', KL, id)
-  forget(id)
   count('acked')
+  if keep_n <= 0 then
+    forget(id)
+    return true
+  end
+  redis.call('HDEL', KN, id)
+  redis.call('ZADD', KC, now, id)
+  local over = redis.call('ZCARD', KC) - keep_n
+  if over > 0 then
+    local old = redis.call('ZPOPMIN', KC, over)
+    for i = 1, #old, 2 do redis.call('HDEL', KD, old[i]) end
+  end
+  local stale = redis.call('ZRANGEBYSCORE', KC, '-inf', now - keep_ms, 'LIMIT', 0, BATCH)
+  for _, old in ipairs(stale) do
+    redis.call('ZREM', KC, old)
+    redis.call('HDEL', KD, old)
+  end
   return true
 end
 
@@ -221,18 +242,19 @@ end
 
 if op == 'ackclaim' then
   -- Acks one delivery and claims the next job in the same step.
-  -- ARGV: 4 id, 5 fence, 6 lease ms. Reply: the claim's, with whether the
-  -- ack happened (1/0) in front.
+  -- ARGV: 4 id, 5 fence, 6 keep count, 7 keep ms, 8 lease ms. Reply: the
+  -- claim's, with whether the ack happened (1/0) in front.
   local acked = 0
-  if ack_one(ARGV[4], ARGV[5]) then acked = 1 end
-  local r = claim_one(tonumber(ARGV[6]))
+  if ack_one(ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])) then acked = 1 end
+  local r = claim_one(tonumber(ARGV[8]))
   table.insert(r, 1, acked)
   return r
 end
 
 if op == 'ack' then
-  -- ARGV: 4 id, 5 fence. Reply: {1} acked, {0} not this delivery's.
-  if ack_one(ARGV[4], ARGV[5]) then return {1} end
+  -- ARGV: 4 id, 5 fence, 6 keep count (0: delete), 7 keep ms.
+  -- Reply: {1} acked, {0} not this delivery's.
+  if ack_one(ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])) then return {1} end
   return {0}
 end
 
@@ -287,7 +309,7 @@ if op == 'cancel' then
     return {1}
   end
   if redis.call('ZSCORE', KF, id) then return {2} end
-  if redis.call('ZREM', KX, id) == 1 then
+  if redis.call('ZREM', KX, id) + redis.call('ZREM', KC, id) > 0 then
     forget(id)
     return {3}
   end
@@ -330,6 +352,19 @@ if op == 'dead' then
   return out
 end
 
+if op == 'done' then
+  -- ARGV: 4 limit. Reply: {id, acked ms, payload, ...}, most recent first.
+  local rows = redis.call('ZREVRANGE', KC, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')
+  local out = {}
+  for i = 1, #rows, 2 do
+    local m = meta_of(rows[i])
+    out[#out + 1] = rows[i]
+    out[#out + 1] = rows[i + 1]
+    out[#out + 1] = m and m.payload or ''
+  end
+  return out
+end
+
 if op == 'replay' then
   -- ARGV: 4 id ('' for every dead job). Reply: {replayed}
   local ids = {ARGV[4]}
@@ -365,13 +400,14 @@ end
 
 if op == 'stats' then
   -- Reply: {ready, delayed, in flight, dead, pushed, claimed, acked,
-  --         retried, dead total, redelivered, lateness samples...}
+  --         retried, dead total, redelivered, completed kept, lateness
+  --         samples...}
   promote()
   local c = redis.call('HMGET', KM, 's', 'replaced', 'f', 'b', 'acked', 'retried', 'dead', 'redelivered')
   local v = {}
   for i = 1, 8 do v[i] = tonumber(c[i]) or 0 end
   local out = {redis.call('ZCARD', KR), redis.call('ZCARD', KW), redis.call('ZCARD', KF), redis.call('ZCARD', KX),
-               v[1] - v[2], v[3] - v[4], v[5], v[6], v[7], v[8]}
+               v[1] - v[2], v[3] - v[4], v[5], v[6], v[7], v[8], redis.call('ZCARD', KC)}
   for _, v in ipairs(redis.call('LRANGE', KT, 0, -1)) do out[#out + 1] = tonumber(v) end
   return out
 end
