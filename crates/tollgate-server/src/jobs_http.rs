@@ -288,7 +288,7 @@ pub(crate) async fn stats(
     let s = queue(&state, &name, None)?.stats().await?;
     let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
     Ok(axum::Json(json!({
-        "queue": name, "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead,
+        "queue": name, "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead, "completed": s.completed,
         "pushed": s.pushed, "claimed": s.claimed, "acked": s.acked, "retried": s.retried,
         "dead_total": s.dead_total, "redelivered": s.redelivered,
         "recent_lateness_p50_ms": pick(0.5), "recent_lateness_p99_ms": pick(0.99),
