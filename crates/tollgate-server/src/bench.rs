@@ -53,6 +53,26 @@ pub(crate) async fn store_for(url: Option<&str>) -> Result<Store, i32> {
     }
 }
 
+/// The Redis memory of `keys` together (`MEMORY USAGE … SAMPLES 0`: exact),
+/// or `None` if Redis cannot be asked.
+pub(crate) async fn memory_usage(url: &str, keys: &[String]) -> Option<i64> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let mut bytes = 0;
+    for key in keys {
+        let used: Option<i64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        bytes += used.unwrap_or(0);
+    }
+    Some(bytes)
+}
+
 pub(crate) async fn run(args: BenchArgs) -> i32 {
     if args.workers == 0 || args.workers > 10_000 {
         eprintln!("tollgate: --workers must be between 1 and 10000");

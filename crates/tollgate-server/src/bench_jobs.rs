@@ -202,24 +202,13 @@ async fn memory(store: &Store, url: &str, run_id: &str) -> serde_json::Value {
     for t in tasks {
         let _ = t.await;
     }
-    let Ok(client) = redis::Client::open(url) else {
+    let keys: Vec<String> = [":d", ":w", ":m"]
+        .iter()
+        .map(|suffix| format!("tollgate:jobs:{{{name}}}{suffix}"))
+        .collect();
+    let Some(bytes) = crate::bench::memory_usage(url, &keys).await else {
         return json!({"case": "jobs_memory", "errors": 1});
     };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
-        return json!({"case": "jobs_memory", "errors": 1});
-    };
-    let mut bytes = 0i64;
-    for suffix in [":d", ":w", ":m"] {
-        let used: Option<i64> = redis::cmd("MEMORY")
-            .arg("USAGE")
-            .arg(format!("tollgate:jobs:{{{name}}}{suffix}"))
-            .arg("SAMPLES")
-            .arg(0)
-            .query_async(&mut conn)
-            .await
-            .unwrap_or(None);
-        bytes += used.unwrap_or(0);
-    }
     let per_job = bytes as f64 / N as f64;
     let _ = q.purge(None).await;
     json!({

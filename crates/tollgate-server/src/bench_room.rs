@@ -74,19 +74,6 @@ pub(crate) async fn line(args: &BenchArgs) -> i32 {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let raw = match redis::Client::open(url.as_str()) {
-        Ok(c) => match c.get_multiplexed_async_connection().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("tollgate: {e}");
-                return exit::UNAVAILABLE;
-            }
-        },
-        Err(e) => {
-            eprintln!("tollgate: {e}");
-            return exit::USAGE;
-        }
-    };
     let name = format!("bench:line:{:x}", std::process::id());
     // Waiters stay for the whole run: a day-long heartbeat.
     let options = GateOptions {
@@ -133,20 +120,11 @@ pub(crate) async fn line(args: &BenchArgs) -> i32 {
         }
         let fill_secs = filled.elapsed().as_secs_f64();
         // Memory of the line's keys (the line and the per-waiter hash).
-        let mut conn = raw.clone();
-        let mut bytes = 0i64;
-        for suffix in [":q", ":p"] {
-            let key = format!("tollgate:gate:{{{name}}}{suffix}");
-            let used: Option<i64> = redis::cmd("MEMORY")
-                .arg("USAGE")
-                .arg(&key)
-                .arg("SAMPLES")
-                .arg(0)
-                .query_async(&mut conn)
-                .await
-                .unwrap_or(None);
-            bytes += used.unwrap_or(0);
-        }
+        let keys: Vec<String> = [":q", ":p"]
+            .iter()
+            .map(|suffix| format!("tollgate:gate:{{{name}}}{suffix}"))
+            .collect();
+        let bytes = crate::bench::memory_usage(url, &keys).await.unwrap_or(0);
         let waiting = tickets.len() as u64;
         // Join latency: 1,000 more, one at a time (they stay in line).
         let mut joins = Vec::with_capacity(1000);

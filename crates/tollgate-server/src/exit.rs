@@ -21,7 +21,10 @@ pub(crate) const NOT_FOUND: i32 = 127;
 pub(crate) fn for_error(e: &tollgate::Error) -> i32 {
     use tollgate::ErrorKind;
     match e.kind() {
-        ErrorKind::InvalidInput | ErrorKind::CapacityConflict | ErrorKind::NoCapacity => USAGE,
+        ErrorKind::InvalidInput
+        | ErrorKind::CapacityConflict
+        | ErrorKind::NoCapacity
+        | ErrorKind::JobRunning => USAGE,
         ErrorKind::Unavailable => UNAVAILABLE,
         ErrorKind::LeaseLost => LEASE_LOST,
         _ => SOFTWARE,

@@ -239,6 +239,7 @@ impl From<tollgate::Error> for ApiError {
             ErrorKind::CapacityConflict => (StatusCode::CONFLICT, "capacity_conflict"),
             ErrorKind::NoCapacity => (StatusCode::CONFLICT, "no_capacity"),
             ErrorKind::LeaseLost => (StatusCode::NOT_FOUND, "lease_not_found"),
+            ErrorKind::JobRunning => (StatusCode::CONFLICT, "job_running"),
             ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             _ => (StatusCode::BAD_GATEWAY, "store_error"),
         };
@@ -325,6 +326,15 @@ fn gate(
 /// Names (of gates, queues) this server has served, bounded so a client
 /// cannot blow up the /metrics series count with made-up names.
 pub(crate) type Tracked = std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>;
+
+/// The names tracked so far.
+pub(crate) fn tracked(set: &Tracked) -> Vec<String> {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect()
+}
 
 /// Remembers `name` for the per-name series, up to TRACKED names each.
 pub(crate) fn track(set: &Tracked, name: &str) {
@@ -750,14 +760,7 @@ async fn set_capacity(
 /// (up to 1,000) its capacity, holders, permits in use, line length, grants
 /// and expiries, read from the store at scrape time.
 async fn metrics_text(State(state): State<AppState>) -> Response {
-    let names: Vec<String> = state
-        .gates
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .cloned()
-        .collect();
-    for name in names {
+    for name in tracked(&state.gates) {
         let Ok(g) = Gate::new(&state.store, &name, None, GateOptions::default()) else {
             continue;
         };

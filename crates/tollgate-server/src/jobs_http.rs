@@ -272,11 +272,9 @@ pub(crate) async fn reschedule(
     Json(body): Json<RescheduleBody>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let q = queue(&state, &name, None)?;
-    match q.reschedule(&id, Duration::from_millis(body.delay_ms)).await {
-        Ok(Some(at)) => Ok(axum::Json(json!({"due_ms": ms(at)}))),
-        Ok(None) => Err(not_found("waiting job")),
-        Err(e) if e.kind() == ErrorKind::InvalidInput && e.to_string().contains("running") => Err(running()),
-        Err(e) => Err(e.into()),
+    match q.reschedule(&id, Duration::from_millis(body.delay_ms)).await? {
+        Some(at) => Ok(axum::Json(json!({"due_ms": ms(at)}))),
+        None => Err(not_found("waiting job")),
     }
 }
 
@@ -357,14 +355,7 @@ pub(crate) async fn purge(
 
 /// Per-queue series for /metrics, read from the store at scrape time.
 pub(crate) async fn scrape(state: &AppState) {
-    let names: Vec<String> = state
-        .queues
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .cloned()
-        .collect();
-    for name in names {
+    for name in crate::http::tracked(&state.queues) {
         let Ok(q) = JobQueue::new(&state.store, &name) else {
             continue;
         };

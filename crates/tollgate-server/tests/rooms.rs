@@ -106,6 +106,14 @@ async fn upstream(seen: Shared) -> SocketAddr {
     addr
 }
 
+/// A fresh upstream (what it sees goes to the returned `Shared`) and a
+/// temp dir for config files.
+async fn site() -> (Shared, SocketAddr, tempfile::TempDir) {
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    (seen, up, tempfile::tempdir().expect("dir"))
+}
+
 fn room_config(upstream: SocketAddr, capacity: u32, extra: &str) -> String {
     format!(
         r#"
@@ -209,10 +217,8 @@ fn is_admitted(a: &Answer, who: &str) -> bool {
 /// through the admin API and by TTL, and the next in line are admitted in
 /// FIFO order, never more than 3 active at once (checked at the upstream).
 async fn ten_visitors_three_slots(redis: Option<&str>) {
-    let seen: Shared = Arc::default();
+    let (seen, up, dir) = site().await;
     seen.lock().expect("lock").ttl = Some(Duration::from_millis(1500));
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
     let s = start(&dir, &room_config(up, 3, ""), redis);
     let proxy = s.proxy.clone().expect("proxy");
     let c = reqwest::Client::new();
@@ -360,9 +366,7 @@ async fn ten_visitors_three_slots_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_share_one_room() {
     let redis = RedisServer::start();
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (seen, up, dir) = site().await;
     let config = room_config(up, 3, "");
     let (a, b) = (
         start(&dir, &config, Some(&redis.url())),
@@ -392,9 +396,7 @@ async fn two_servers_share_one_room() {
 /// rotated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_cannot_be_forged_or_moved() {
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (_seen, up, dir) = site().await;
     let s = start(&dir, &room_config(up, 1, ""), None);
     let proxy = s.proxy.clone().expect("proxy");
     let c = reqwest::Client::new();
@@ -474,9 +476,7 @@ async fn tokens_cannot_be_forged_or_moved() {
 /// and the next moves up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refreshing_keeps_the_place_and_vanishing_loses_it() {
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (_seen, up, dir) = site().await;
     let s = start(
         &dir,
         &room_config(up, 1, "")
@@ -540,9 +540,7 @@ async fn refreshing_keeps_the_place_and_vanishing_loses_it() {
 /// admissions resume only when fewer than 2 are active.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lowering_capacity_drains_without_evicting() {
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (_seen, up, dir) = site().await;
     let s = start(
         &dir,
         &room_config(up, 5, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
@@ -583,9 +581,7 @@ async fn lowering_capacity_drains_without_evicting() {
 /// clear 502/504 pages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_forwards_faithfully() {
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (_seen, up, dir) = site().await;
     let s = start(
         &dir,
         &room_config(up, 1, "bypass_header = \"X-Internal: let-me-in\""),
@@ -671,9 +667,7 @@ async fn the_proxy_forwards_faithfully() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_down_open_or_closed() {
     let mut redis = RedisServer::start();
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (_seen, up, dir) = site().await;
     let open = start(
         &dir,
         &room_config(up, 1, "on_store_error = \"open\"\nstore_timeout_ms = 200"),
@@ -715,9 +709,7 @@ async fn store_down_open_or_closed() {
 /// moment a slot is handed over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_stream_positions_then_admission() {
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (_seen, up, dir) = site().await;
     let s = start(
         &dir,
         &room_config(up, 1, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
@@ -854,9 +846,7 @@ async fn admin(
 /// line in. An admission rate paces entries whatever the free capacity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_resume_and_admission_rate() {
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (_seen, up, dir) = site().await;
     let s = start(
         &dir,
         &room_config(up, 5, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
@@ -997,9 +987,7 @@ impl Driver {
 /// when admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_page_in_a_real_browser() {
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (_seen, up, dir) = site().await;
     let s = start(
         &dir,
         &room_config(up, 1, "")
@@ -1105,9 +1093,7 @@ async fn the_waiting_page_in_a_real_browser() {
 /// `queued_status = 200` serves it with 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_waiting_page() {
-    let seen: Shared = Arc::default();
-    let up = upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("dir");
+    let (_seen, up, dir) = site().await;
     let page = dir.path().join("page.html");
     std::fs::write(
         &page,

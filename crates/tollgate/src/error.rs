@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Unavailable,
     /// The store answered with something tollgate did not expect.
     Store,
+    /// The job is being run, so it cannot be changed now (rescheduled).
+    JobRunning,
 }
 
 impl fmt::Display for ErrorKind {
@@ -31,6 +33,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::LeaseLost => "lease lost",
             ErrorKind::Unavailable => "store unavailable",
             ErrorKind::Store => "store error",
+            ErrorKind::JobRunning => "job running",
         })
     }
 }

@@ -515,13 +515,16 @@ impl JobQueue {
     }
 
     /// Moves a waiting job to be due `delay` from now. `Ok(None)` if it is
-    /// unknown or dead; `Err(InvalidInput)` if it is running.
+    /// unknown or dead; `Err(JobRunning)` if it is running.
     pub async fn reschedule(&self, id: &str, delay: Duration) -> Result<Option<SystemTime>> {
         check_job_id(id)?;
         let when = When::Delay(ms_of(delay, "a delay")?);
         match self.store.job_reschedule(&self.name, id, when).await? {
             RescheduleOutcome::Moved { run_at_ms } => Ok(Some(to_time(run_at_ms))),
-            RescheduleOutcome::Running => Err(Error::invalid("the job is running; it cannot be rescheduled")),
+            RescheduleOutcome::Running => Err(Error::new(
+                ErrorKind::JobRunning,
+                "the job is being run; it cannot be rescheduled",
+            )),
             RescheduleOutcome::Unknown => Ok(None),
         }
     }

@@ -556,7 +556,7 @@ impl Room {
             Ok(Entered::Granted(g)) => {
                 self.metrics.admitted.increment(1);
                 self.metrics.wait.record(0.0);
-                self.pass(req, client, g.token).await
+                self.forward_active(req, client, &g.token, true).await
             }
             Ok(Entered::Queued { ticket, place }) => {
                 self.metrics.queued.increment(1);
@@ -604,13 +604,14 @@ impl Room {
     }
 
     /// Forwards an admitted visitor's request; ends the session if the
-    /// upstream says so.
+    /// upstream says so, else hands over a freshly signed token when
+    /// `fresh_token` (just admitted, or just renewed).
     async fn forward_active(
         &self,
         req: Request<hyper::body::Incoming>,
         client: IpAddr,
         token: &str,
-        renewed: bool,
+        fresh_token: bool,
     ) -> Response<Body> {
         let mut req = req;
         if let Ok(v) = HeaderValue::try_from(token) {
@@ -629,7 +630,7 @@ impl Room {
             response
                 .headers_mut()
                 .append(header::SET_COOKIE, self.clear_cookie());
-        } else if renewed {
+        } else if fresh_token {
             self.admit_token(&mut response, token);
         }
         response
@@ -651,24 +652,6 @@ impl Room {
         }
     }
 
-    /// Admits the visitor with lease `token`: forwards the request and
-    /// hands over the active token.
-    async fn pass(
-        &self,
-        req: Request<hyper::body::Incoming>,
-        client: IpAddr,
-        token: String,
-    ) -> Response<Body> {
-        let mut response = self.forward_active(req, client, &token, false).await;
-        if !response.headers().get_all(header::SET_COOKIE).iter().any(|v| {
-            v.as_bytes()
-                .starts_with(format!("{}=;", self.cookie_name).as_bytes())
-        }) {
-            self.admit_token(&mut response, &token);
-        }
-        response
-    }
-
     async fn waiting(
         &self,
         req: Request<hyper::body::Incoming>,
@@ -688,7 +671,7 @@ impl Room {
         match bounded(self.store_timeout, self.gate.status(&ticket)).await {
             Ok(TicketStatus::Granted(g)) => {
                 self.admitted_after(since_ms, eta_ms);
-                self.pass(req, client, g.token).await
+                self.forward_active(req, client, &g.token, true).await
             }
             Ok(TicketStatus::Queued(place)) => self.queued_page(req.headers(), Shown::of(&place)),
             Ok(TicketStatus::Gone) => {

@@ -181,6 +181,19 @@ impl Queue {
         }
     }
 
+    /// Puts job `id` in line for `run_at`: ready if due, else delayed.
+    /// Returns whether to wake a sleeping consumer: the job is ready, or is
+    /// now the first delayed one (a consumer may sleep until a later time).
+    fn schedule(&mut self, id: &str, run_at: u64, now: u64) -> bool {
+        if run_at <= now {
+            self.set_ready(id);
+            true
+        } else {
+            self.set_delayed(id, run_at);
+            self.delayed.first().is_some_and(|(_, first)| first == id)
+        }
+    }
+
     /// Takes the job out of whichever set holds it; returns where it was.
     fn unplace(&mut self, id: &str) -> Option<Place> {
         let (d, place) = self.jobs.get(id)?;
@@ -301,13 +314,7 @@ impl Queue {
                 Place::Ready,
             ),
         );
-        let wake = if run_at <= now {
-            self.set_ready(req.id);
-            true
-        } else {
-            self.set_delayed(req.id, run_at);
-            self.delayed.first().is_some_and(|(_, first)| first == req.id)
-        };
+        let wake = self.schedule(req.id, run_at, now);
         (outcome, wake)
     }
 
@@ -427,17 +434,12 @@ impl Queue {
         }
         let delay = delay_ms.unwrap_or_else(|| backoff_delay(&d.backoff, d.attempts, jitter));
         self.stats.retried += 1;
-        if delay == 0 {
-            self.set_ready(id);
-            return (NackOutcome::Retry { run_at_ms: now }, true);
-        }
-        self.set_delayed(id, now + delay);
-        let first = self.delayed.first().is_some_and(|(_, f)| f == id);
+        let wake = self.schedule(id, now + delay, now);
         (
             NackOutcome::Retry {
                 run_at_ms: now + delay,
             },
-            first,
+            wake,
         )
     }
 
@@ -480,14 +482,8 @@ impl Queue {
             Some(Place::InFlight { .. }) => (RescheduleOutcome::Running, false),
             Some(_) => {
                 self.unplace(id);
-                if run_at <= now {
-                    self.set_ready(id);
-                    (RescheduleOutcome::Moved { run_at_ms: run_at }, true)
-                } else {
-                    self.set_delayed(id, run_at);
-                    let first = self.delayed.first().is_some_and(|(_, f)| f == id);
-                    (RescheduleOutcome::Moved { run_at_ms: run_at }, first)
-                }
+                let wake = self.schedule(id, run_at, now);
+                (RescheduleOutcome::Moved { run_at_ms: run_at }, wake)
             }
         }
     }

@@ -423,7 +423,12 @@ impl RedisStore {
     }
 
     pub(crate) async fn listen(&self, gate: &Name) -> Result<Listening> {
-        let channel = format!("{}:n", self.base(gate));
+        self.subscribe(format!("{}:n", self.base(gate))).await
+    }
+
+    /// Counts one more listener on `channel` for as long as the returned
+    /// guard lives.
+    async fn subscribe(&self, channel: String) -> Result<Listening> {
         let fresh = self.subs.acquire(&channel).await?;
         Ok(Listening {
             fresh,
@@ -462,15 +467,7 @@ impl RedisStore {
     }
 
     pub(crate) async fn listen_jobs(&self, q: &Name) -> Result<Listening> {
-        let channel = format!("{}:n", self.jobs_base(q));
-        let fresh = self.subs.acquire(&channel).await?;
-        Ok(Listening {
-            fresh,
-            _guard: SubscriptionGuard {
-                subs: Arc::downgrade(&self.subs),
-                channel,
-            },
-        })
+        self.subscribe(format!("{}:n", self.jobs_base(q))).await
     }
 
     pub(crate) async fn job_push(&self, q: &Name, req: &PushReq<'_>) -> Result<PushOutcome> {

@@ -130,6 +130,19 @@ local function holds(id, fence)
   return redis.call('HGET', KL, id) == fence
 end
 
+-- Puts job `id` in line for `run_at`: ready if due, else delayed. Wakes a
+-- sleeping consumer when it is ready, or is now the first delayed job (a
+-- consumer may be sleeping until a later due time).
+local function schedule(id, m, run_at)
+  if run_at <= now then
+    redis.call('ZADD', KR, ready_score(m), id)
+    wake()
+  else
+    redis.call('ZADD', KW, run_at, id)
+    if redis.call('ZRANGE', KW, 0, 0)[1] == id then wake() end
+  end
+end
+
 if op == 'push' then
   -- ARGV: 4 id, 5 payload, 6 delay ms (-1: use 7), 7 run-at ms, 8 prio,
   --       9 max attempts, 10 backoff kind, 11 base ms, 12 max ms,
@@ -171,15 +184,7 @@ if op == 'push' then
     end
     redis.call('HSET', KD, id, head .. ARGV[5])
   end
-  if run_at <= now then
-    redis.call('ZADD', KR, ready_score(m), id)
-    wake()
-  else
-    redis.call('ZADD', KW, run_at, id)
-    -- A sleeping consumer may be waiting for a later due time.
-    local first = redis.call('ZRANGE', KW, 0, 0)[1]
-    if first == id then wake() end
-  end
+  schedule(id, m, run_at)
   return {outcome, run_at}
 end
 
@@ -281,14 +286,9 @@ if op == 'nack' then
     end
   end
   count('retried')
-  if delay <= 0 then
-    redis.call('ZADD', KR, ready_score(m), id)
-    wake()
-    return {1, now}
-  end
-  redis.call('ZADD', KW, now + delay, id)
-  if redis.call('ZRANGE', KW, 0, 0)[1] == id then wake() end
-  return {1, now + delay}
+  local run_at = now + math.max(delay, 0)
+  schedule(id, m, run_at)
+  return {1, run_at}
 end
 
 if op == 'extend' then
@@ -327,14 +327,7 @@ if op == 'reschedule' then
     if redis.call('ZSCORE', KF, id) then return {2} end
     return {0}
   end
-  local m = meta_of(id)
-  if run_at <= now then
-    redis.call('ZADD', KR, ready_score(m), id)
-    wake()
-  else
-    redis.call('ZADD', KW, run_at, id)
-    if redis.call('ZRANGE', KW, 0, 0)[1] == id then wake() end
-  end
+  schedule(id, meta_of(id), run_at)
   return {1, run_at}
 end
 
