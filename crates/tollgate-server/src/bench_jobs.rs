@@ -37,53 +37,61 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
         Err(code) => return code,
     };
     let run_id = format!("{:x}", std::process::id());
-    println!("{}", throughput(&store, &run_id, args).await);
+    println!("{}", throughput(&store, &run_id, args, 1).await);
+    println!("{}", throughput(&store, &run_id, args, 10).await);
     println!("{}", lateness(&store, &run_id, args).await);
     println!("{}", memory(&store, url, &run_id).await);
     0
 }
 
-/// Each of --workers tasks: push a job, then ack the job it holds and claim
-/// the next in one call (`ack_and_claim`), as fast as it can; jobs/s is
-/// acked jobs per second. Two script calls per job.
-async fn throughput(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json::Value {
-    let Ok(q) = JobQueue::new(store, &format!("bench:jobs:{run_id}")) else {
+/// Each of --workers tasks, as fast as it can: push `batch` jobs, then ack
+/// the jobs it holds and claim up to `batch` more in the same call
+/// (`ack_and_claim`, or its batch form), with a no-op handler. Two script
+/// calls per `batch` jobs; jobs/s is acked jobs per second.
+async fn throughput(store: &Store, run_id: &str, args: &BenchArgs, batch: usize) -> serde_json::Value {
+    let Ok(q) = JobQueue::new(store, &format!("bench:jobs:{run_id}:{batch}")) else {
         return json!({"case": "jobs_throughput", "errors": 1});
     };
     let end = Instant::now() + args.seconds;
     let acked = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    let calls = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let tasks: Vec<_> = (0..args.workers)
         .map(|_| {
-            let (q, acked, errors) = (q.clone(), acked.clone(), errors.clone());
+            let (q, acked, errors, calls) = (q.clone(), acked.clone(), errors.clone(), calls.clone());
             tokio::spawn(async move {
-                // A busy consumer acks and claims its next job in one call.
-                let mut held: Option<tollgate::Job> = None;
+                let jobs: Vec<(&[u8], PushOptions)> =
+                    (0..batch).map(|_| (&b"x"[..], PushOptions::default())).collect();
+                let mut held: Vec<tollgate::Job> = Vec::new();
                 while Instant::now() < end {
-                    if q.push(b"x", &PushOptions::default()).await.is_err() {
+                    let pushed = if batch == 1 {
+                        q.push(b"x", &jobs[0].1).await.map(|_| ())
+                    } else {
+                        q.push_many(&jobs).await.map(|_| ())
+                    };
+                    calls.fetch_add(2, Ordering::Relaxed);
+                    if pushed.is_err() {
                         errors.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    let next = match held.take() {
-                        Some(job) => match q.ack_and_claim(&job.id, job.fence).await {
-                            Ok((true, next)) => {
-                                acked.fetch_add(1, Ordering::Relaxed);
-                                next
-                            }
-                            _ => {
-                                errors.fetch_add(1, Ordering::Relaxed);
-                                None
-                            }
-                        },
-                        None => q.claim().await.unwrap_or(None),
-                    };
-                    held = next;
+                    let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+                    match q.ack_and_claim_many(&done, batch).await {
+                        Ok((flags, next)) => {
+                            let ok = flags.iter().filter(|f| **f).count();
+                            acked.fetch_add(ok as u64, Ordering::Relaxed);
+                            errors.fetch_add((flags.len() - ok) as u64, Ordering::Relaxed);
+                            held = next;
+                        }
+                        Err(_) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            held.clear();
+                        }
+                    }
                 }
-                if let Some(job) = held
-                    && q.ack(&job.id, job.fence).await.is_ok()
-                {
-                    acked.fetch_add(1, Ordering::Relaxed);
+                let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+                if let Ok(flags) = q.ack_many(&done).await {
+                    acked.fetch_add(flags.iter().filter(|f| **f).count() as u64, Ordering::Relaxed);
                 }
             })
         })
@@ -94,8 +102,10 @@ async fn throughput(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json
     let secs = started.elapsed().as_secs_f64();
     let n = acked.load(Ordering::Relaxed);
     json!({
-        "peer": "tollgate", "case": "jobs_throughput", "store": store.kind(), "workers": args.workers,
-        "jobs_per_s": (n as f64 / secs).round(), "store_ops_per_s": (2.0 * n as f64 / secs).round(),
+        "peer": "tollgate", "case": if batch == 1 { "jobs_throughput".to_owned() } else { format!("jobs_throughput_batch{batch}") },
+        "store": store.kind(), "workers": args.workers, "batch": batch,
+        "jobs_per_s": (n as f64 / secs).round(),
+        "store_ops_per_s": (calls.load(Ordering::Relaxed) as f64 / secs).round(),
         "acked": n, "errors": errors.load(Ordering::Relaxed),
     })
 }

@@ -85,7 +85,14 @@ pub(crate) fn router(state: AppState) -> Router {
             "/v1/queues/{queue}/jobs",
             post(crate::jobs_http::push).layer(DefaultBodyLimit::max(crate::jobs_http::PUSH_BODY_LIMIT)),
         )
+        .route(
+            "/v1/queues/{queue}/batch",
+            post(crate::jobs_http::push_batch)
+                .layer(DefaultBodyLimit::max(crate::jobs_http::BATCH_BODY_LIMIT)),
+        )
         .route("/v1/queues/{queue}/claim", post(crate::jobs_http::claim))
+        .route("/v1/queues/{queue}/ack", post(crate::jobs_http::ack_batch))
+        .route("/v1/queues/{queue}/completed", get(crate::jobs_http::completed))
         .route("/v1/queues/{queue}/jobs/{id}", delete(crate::jobs_http::cancel))
         .route("/v1/queues/{queue}/jobs/{id}/ack", post(crate::jobs_http::ack))
         .route("/v1/queues/{queue}/jobs/{id}/nack", post(crate::jobs_http::nack))

@@ -10,13 +10,15 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tollgate::{
-    Backoff, Cancelled, ErrorKind, Job, JobQueue, Nacked, OnDuplicate, PushOptions, PushResult, Retry,
+    Backoff, Cancelled, ErrorKind, Job, JobQueue, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, Retry,
 };
 
 use crate::http::{ApiError, AppState, Json, Query};
 
 /// Largest push body: a 1 MiB payload, base64-encoded, plus options.
 pub(crate) const PUSH_BODY_LIMIT: usize = 1_500_000;
+/// Largest batch push body.
+pub(crate) const BATCH_BODY_LIMIT: usize = 16 * 1024 * 1024;
 /// Longest a claim may wait.
 const MAX_WAIT_MS: u64 = 60_000;
 
@@ -72,13 +74,8 @@ pub(crate) struct PushBody {
     on_duplicate: Option<String>,
 }
 
-/// `POST /v1/queues/{queue}/jobs`.
-pub(crate) async fn push(
-    State(state): State<AppState>,
-    Path(name): Path<String>,
-    Json(body): Json<PushBody>,
-) -> Result<Response, ApiError> {
-    let q = queue(&state, &name, None)?;
+/// The payload and options of one pushed job.
+fn push_of(body: PushBody) -> Result<(Vec<u8>, PushOptions), ApiError> {
     let payload = match (body.payload, body.payload_base64) {
         (Some(v), None) => v.to_string().into_bytes(),
         (None, Some(b)) => STANDARD
@@ -121,18 +118,58 @@ pub(crate) async fn push(
         backoff,
         on_duplicate,
     };
-    let p = q.push(&payload, &options).await?;
+    Ok((payload, options))
+}
+
+/// A push's answer and its status: 201 for a created job, else 200.
+fn pushed_json(p: &Pushed) -> (StatusCode, Value) {
     let (status, result) = match p.result {
         PushResult::Created => (StatusCode::CREATED, "created"),
         PushResult::Kept => (StatusCode::OK, "kept"),
         PushResult::Replaced => (StatusCode::OK, "replaced"),
         PushResult::Busy => (StatusCode::OK, "busy"),
     };
-    Ok((
+    (
         status,
-        axum::Json(json!({"id": p.id, "result": result, "due_ms": p.due.map(ms)})),
+        json!({"id": p.id, "result": result, "due_ms": p.due.map(ms)}),
     )
-        .into_response())
+}
+
+/// `POST /v1/queues/{queue}/jobs`.
+pub(crate) async fn push(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<PushBody>,
+) -> Result<Response, ApiError> {
+    let q = queue(&state, &name, None)?;
+    let (payload, options) = push_of(body)?;
+    let (status, answer) = pushed_json(&q.push(&payload, &options).await?);
+    Ok((status, axum::Json(answer)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchBody {
+    /// 1 to 1,000 jobs, each as the body of a single push.
+    jobs: Vec<PushBody>,
+}
+
+/// `POST /v1/queues/{queue}/batch`: pushes up to 1,000 jobs in one atomic
+/// step (all, or none if any is invalid); answers per job, in order.
+pub(crate) async fn push_batch(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<BatchBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let q = queue(&state, &name, None)?;
+    let jobs = body
+        .jobs
+        .into_iter()
+        .map(push_of)
+        .collect::<Result<Vec<_>, _>>()?;
+    let pushed = q.push_many(&jobs).await?;
+    let answers: Vec<Value> = pushed.iter().map(|p| pushed_json(p).1).collect();
+    Ok(axum::Json(json!({"jobs": answers})))
 }
 
 fn job_json(job: &Job) -> Value {
@@ -152,10 +189,18 @@ pub(crate) struct ClaimQuery {
     wait_ms: u64,
     /// The visibility lease. Default 30 000.
     lease_ms: Option<u64>,
+    /// Claim up to this many jobs (1 to 1,000). Default 1.
+    #[serde(default = "one")]
+    max: usize,
 }
 
-/// `POST /v1/queues/{queue}/claim?wait_ms=&lease_ms=`: `{"job": {…}}` or
-/// `{"job": null}` when none came due within the wait.
+fn one() -> usize {
+    1
+}
+
+/// `POST /v1/queues/{queue}/claim?wait_ms=&lease_ms=&max=`: `{"job": {…},
+/// "jobs": [{…}, …]}` (`job` is the first), or `{"job": null, "jobs": []}`
+/// when none came due within the wait.
 pub(crate) async fn claim(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -168,12 +213,13 @@ pub(crate) async fn claim(
     }
     let q = queue(&state, &name, query.lease_ms)?;
     let mut stopping = state.stopping.clone();
-    let job = tokio::select! {
-        job = q.next(Duration::from_millis(query.wait_ms)) => job?,
+    let jobs = tokio::select! {
+        jobs = q.next_many(query.max, Duration::from_millis(query.wait_ms)) => jobs?,
         // Shutting down: answer a pending long-poll at once, empty.
-        _ = stopping.wait_for(|s| *s) => None,
+        _ = stopping.wait_for(|s| *s) => Vec::new(),
     };
-    Ok(axum::Json(json!({"job": job.as_ref().map(job_json)})))
+    let jobs: Vec<Value> = jobs.iter().map(job_json).collect();
+    Ok(axum::Json(json!({"job": jobs.first(), "jobs": jobs})))
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,6 +230,24 @@ pub(crate) struct FenceBody {
     delay_ms: Option<u64>,
     /// extend: the new lease from now. Default 30 000.
     lease_ms: Option<u64>,
+    /// ack: keep the job as completed instead of deleting it.
+    keep: Option<KeepBody>,
+}
+
+/// Retention of acked jobs: the last `count` (1 to 1,000,000) acked with
+/// this setting, none older than `max_age_ms`. Kept jobs still dedupe.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct KeepBody {
+    count: usize,
+    max_age_ms: u64,
+}
+
+fn keeping(q: JobQueue, keep: Option<KeepBody>) -> Result<JobQueue, ApiError> {
+    match keep {
+        None => Ok(q),
+        Some(k) => Ok(q.keep_completed(k.count, Duration::from_millis(k.max_age_ms))?),
+    }
 }
 
 /// `POST /v1/queues/{queue}/jobs/{id}/ack`.
@@ -192,11 +256,64 @@ pub(crate) async fn ack(
     Path((name, id)): Path<(String, String)>,
     Json(body): Json<FenceBody>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    queue(&state, &name, None)?
+    keeping(queue(&state, &name, None)?, body.keep)?
         .ack(&id, body.fence)
         .await
         .map_err(lease_lost)?;
     Ok(axum::Json(json!({"acked": true})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Delivery {
+    id: String,
+    fence: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AckBatchBody {
+    /// 1 to 1,000 deliveries.
+    deliveries: Vec<Delivery>,
+    keep: Option<KeepBody>,
+}
+
+/// `POST /v1/queues/{queue}/ack`: acks deliveries in one step;
+/// `{"acked": [true, false, …]}` in order (`false`: that delivery's lease
+/// had ended, or it was named twice).
+pub(crate) async fn ack_batch(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Json(body): Json<AckBatchBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    if body.deliveries.is_empty() {
+        return Err(ApiError::bad_request("deliveries must name 1 to 1000 jobs"));
+    }
+    let q = keeping(queue(&state, &name, None)?, body.keep)?;
+    let deliveries: Vec<(&str, u64)> = body.deliveries.iter().map(|d| (d.id.as_str(), d.fence)).collect();
+    Ok(axum::Json(json!({"acked": q.ack_many(&deliveries).await?})))
+}
+
+/// `GET /v1/queues/{queue}/completed?limit=100`: kept completed jobs, most
+/// recent first.
+pub(crate) async fn completed(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<DeadQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    if query.limit == 0 || query.limit > 10_000 {
+        return Err(ApiError::bad_request("limit must be 1 to 10000"));
+    }
+    let list = queue(&state, &name, None)?.completed(query.limit).await?;
+    let jobs: Vec<Value> = list
+        .iter()
+        .map(|d| {
+            json!({"id": d.id, "acked_ms": ms(d.acked),
+                   "payload": serde_json::from_slice::<Value>(&d.payload).ok(),
+                   "payload_base64": STANDARD.encode(&d.payload)})
+        })
+        .collect();
+    Ok(axum::Json(json!({"jobs": jobs})))
 }
 
 /// `POST /v1/queues/{queue}/jobs/{id}/nack`.

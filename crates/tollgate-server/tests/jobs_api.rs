@@ -36,7 +36,10 @@ async fn jobs_over_http(s: &Server) {
     assert_eq!(job["attempt"], 1);
     let fence = job["fence"].as_u64().expect("fence");
     // Nothing else due: an empty answer.
-    assert_eq!(send(c.post(url("/claim"))).await.1, json!({"job": null}));
+    assert_eq!(
+        send(c.post(url("/claim"))).await.1,
+        json!({"job": null, "jobs": []})
+    );
     // A wrong fence is refused with 409; the right one acks.
     let (st, e) = send(c.post(url("/jobs/m1/ack")).json(&json!({"fence": fence + 1}))).await;
     assert_eq!(
@@ -171,6 +174,111 @@ async fn jobs_over_http(s: &Server) {
     );
 }
 
+/// Batches over HTTP: push many in one step, claim several, ack several,
+/// keep acked jobs and list them.
+async fn batches_over_http(s: &Server) {
+    let c = reqwest::Client::new();
+    let url = |p: &str| s.url(&format!("/v1/queues/bulk{p}"));
+    let jobs: Vec<_> = (0..5)
+        .map(|i| json!({"payload": i, "id": format!("j{i}")}))
+        .collect();
+    let mut with_dup = jobs.clone();
+    with_dup.push(json!({"payload": "dup", "id": "j0"}));
+    let (st, p) = send(c.post(url("/batch")).json(&json!({"jobs": with_dup}))).await;
+    assert_eq!(st, 200, "{p}");
+    let results: Vec<&str> = p["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["result"].as_str().expect("result"))
+        .collect();
+    assert_eq!(
+        results,
+        ["created", "created", "created", "created", "created", "kept"]
+    );
+    // One bad job refuses the whole batch; so do empty and oversized ones.
+    let bad = json!({"jobs": [{"payload": 1}, {"payload": 2, "id": ""}]});
+    let too_many: Vec<_> = (0..1001).map(|i| json!({"payload": i})).collect();
+    for body in [
+        bad,
+        json!({"jobs": []}),
+        json!({"jobs": too_many}),
+        json!({"jobs": [{"nope": 1}]}),
+    ] {
+        let (st, e) = send(c.post(url("/batch")).json(&body)).await;
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{e}"
+        );
+    }
+    assert_eq!(send(c.get(url(""))).await.1["ready"], 5);
+
+    let (st, j) = send(c.post(url("/claim?max=3"))).await;
+    assert_eq!(st, 200, "{j}");
+    let claimed = j["jobs"].as_array().expect("jobs").clone();
+    let ids: Vec<&str> = claimed.iter().map(|j| j["id"].as_str().expect("id")).collect();
+    assert_eq!(ids, ["j0", "j1", "j2"]);
+    assert_eq!(j["job"], claimed[0]);
+    for bad in ["/claim?max=0", "/claim?max=1001"] {
+        assert_eq!(send(c.post(url(bad))).await.0, 400, "{bad}");
+    }
+    let deliveries: Vec<_> = claimed
+        .iter()
+        .map(|j| json!({"id": j["id"], "fence": j["fence"]}))
+        .chain([json!({"id": "j0", "fence": 1})])
+        .collect();
+    let keep = json!({"count": 10, "max_age_ms": 60_000});
+    let (st, a) = send(
+        c.post(url("/ack"))
+            .json(&json!({"deliveries": deliveries, "keep": keep})),
+    )
+    .await;
+    assert_eq!((st, &a["acked"]), (200, &json!([true, true, true, false])), "{a}");
+    let (st, e) = send(c.post(url("/ack")).json(&json!({"deliveries": []}))).await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (400, Some("bad_request")),
+        "{e}"
+    );
+    let bad_keep = json!({"deliveries": [{"id": "j3", "fence": 1}], "keep": {"count": 0, "max_age_ms": 1}});
+    assert_eq!(send(c.post(url("/ack")).json(&bad_keep)).await.0, 400);
+
+    // The kept jobs are listed, most recent first, and still dedupe.
+    let (st, done) = send(c.get(url("/completed?limit=10"))).await;
+    assert_eq!(st, 200, "{done}");
+    assert_eq!(done["jobs"].as_array().map(Vec::len), Some(3), "{done}");
+    assert_eq!(
+        done["jobs"][0]["payload"].as_i64().map(|p| p < 3),
+        Some(true),
+        "{done}"
+    );
+    let (_, p) = send(
+        c.post(url("/jobs"))
+            .json(&json!({"payload": "again", "id": "j1"})),
+    )
+    .await;
+    assert_eq!(p["result"], "kept", "{p}");
+    assert_eq!(send(c.get(url("/completed?limit=0"))).await.0, 400);
+    // One job acked singly with retention too.
+    let (_, j) = send(c.post(url("/claim"))).await;
+    let (st, _) = send(
+        c.post(s.url(&format!(
+            "/v1/queues/bulk/jobs/{}/ack",
+            j["job"]["id"].as_str().expect("id")
+        )))
+        .json(&json!({"fence": j["job"]["fence"], "keep": keep})),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let stats = send(c.get(url(""))).await.1;
+    assert_eq!(
+        (&stats["completed"], &stats["acked"], &stats["ready"]),
+        (&json!(4), &json!(4), &json!(1)),
+        "{stats}"
+    );
+}
+
 fn base64_of(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -178,11 +286,15 @@ fn base64_of(bytes: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_over_http_on_the_embedded_store() {
-    jobs_over_http(&Server::start(None)).await;
+    let s = Server::start(None);
+    jobs_over_http(&s).await;
+    batches_over_http(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_over_http_on_redis() {
     let redis = RedisServer::start();
-    jobs_over_http(&Server::start(Some(&redis.url()))).await;
+    let s = Server::start(Some(&redis.url()));
+    jobs_over_http(&s).await;
+    batches_over_http(&s).await;
 }

@@ -22,6 +22,10 @@ use crate::store::jobs::{
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// The longest job id, in bytes.
 pub const MAX_JOB_ID_LEN: usize = 128;
+/// The most jobs one batch call pushes, claims or acks.
+pub const MAX_BATCH: usize = 1000;
+/// The most payload bytes one `push_many` carries.
+pub const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
 /// The longest delay or lease: 365 days.
 pub const MAX_JOB_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -252,6 +256,13 @@ fn check_job_id(id: &str) -> Result<()> {
     Ok(())
 }
 
+fn check_max(max: usize) -> Result<()> {
+    if max == 0 || max > MAX_BATCH {
+        return Err(Error::invalid(format!("a claim takes 1 to {MAX_BATCH} jobs")));
+    }
+    Ok(())
+}
+
 fn lost(what: &str) -> Error {
     Error::new(
         ErrorKind::LeaseLost,
@@ -323,9 +334,8 @@ impl JobQueue {
         self.name.as_str()
     }
 
-    /// Pushes a job.
-    pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
-        let payload = payload.as_ref();
+    /// Checks one job of a push and works out its id, due time and backoff.
+    fn prepare(&self, payload: &[u8], options: &PushOptions) -> Result<(String, When, BackoffSpec)> {
         if payload.len() > self.max_payload {
             return Err(Error::invalid(format!(
                 "payload of {} bytes is over this queue's limit of {}",
@@ -369,22 +379,72 @@ impl JobQueue {
             }
             None => new_id(),
         };
-        let req = PushReq {
-            id: &id,
-            payload,
-            when,
-            priority: options.priority,
-            max_attempts: options.max_attempts,
-            backoff,
-            replace: options.on_duplicate == OnDuplicate::Replace,
-        };
-        let (result, due) = match self.store.job_push(&self.name, &req).await? {
-            PushOutcome::New { run_at_ms } => (PushResult::Created, Some(to_time(run_at_ms))),
-            PushOutcome::Kept => (PushResult::Kept, None),
-            PushOutcome::Replaced { run_at_ms } => (PushResult::Replaced, Some(to_time(run_at_ms))),
-            PushOutcome::Busy => (PushResult::Busy, None),
-        };
-        Ok(Pushed { id, result, due })
+        Ok((id, when, backoff))
+    }
+
+    /// Pushes jobs in one atomic step; nothing is pushed if any is invalid.
+    async fn push_all(&self, jobs: &[(&[u8], &PushOptions)]) -> Result<Vec<Pushed>> {
+        if jobs.is_empty() || jobs.len() > MAX_BATCH {
+            return Err(Error::invalid(format!("a push carries 1 to {MAX_BATCH} jobs")));
+        }
+        if jobs.iter().map(|(p, _)| p.len()).sum::<usize>() > MAX_BATCH_BYTES {
+            return Err(Error::invalid(format!(
+                "the payloads of one push must total at most {MAX_BATCH_BYTES} bytes"
+            )));
+        }
+        let prepared = jobs
+            .iter()
+            .map(|(payload, options)| self.prepare(payload, options))
+            .collect::<Result<Vec<_>>>()?;
+        let reqs: Vec<PushReq<'_>> = prepared
+            .iter()
+            .zip(jobs)
+            .map(|((id, when, backoff), (payload, options))| PushReq {
+                id,
+                payload,
+                when: *when,
+                priority: options.priority,
+                max_attempts: options.max_attempts,
+                backoff: *backoff,
+                replace: options.on_duplicate == OnDuplicate::Replace,
+            })
+            .collect();
+        let outcomes = self.store.job_push(&self.name, &reqs).await?;
+        if outcomes.len() != jobs.len() {
+            return Err(Error::new(
+                ErrorKind::Store,
+                "the store answered for the wrong number of jobs",
+            ));
+        }
+        Ok(prepared
+            .into_iter()
+            .zip(outcomes)
+            .map(|((id, _, _), outcome)| {
+                let (result, due) = match outcome {
+                    PushOutcome::New { run_at_ms } => (PushResult::Created, Some(to_time(run_at_ms))),
+                    PushOutcome::Kept => (PushResult::Kept, None),
+                    PushOutcome::Replaced { run_at_ms } => (PushResult::Replaced, Some(to_time(run_at_ms))),
+                    PushOutcome::Busy => (PushResult::Busy, None),
+                };
+                Pushed { id, result, due }
+            })
+            .collect())
+    }
+
+    /// Pushes a job.
+    pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
+        let mut pushed = self.push_all(&[(payload.as_ref(), options)]).await?;
+        pushed
+            .pop()
+            .ok_or_else(|| Error::new(ErrorKind::Store, "no answer for the push"))
+    }
+
+    /// Pushes up to [`MAX_BATCH`] jobs in one atomic step (one round trip):
+    /// all of them or, if any is invalid, none. Answers in the same order.
+    /// Duplicate ids within the batch behave as if pushed one after another.
+    pub async fn push_many<P: AsRef<[u8]>>(&self, jobs: &[(P, PushOptions)]) -> Result<Vec<Pushed>> {
+        let jobs: Vec<(&[u8], &PushOptions)> = jobs.iter().map(|(p, o)| (p.as_ref(), o)).collect();
+        self.push_all(&jobs).await
     }
 
     /// Pushes `value` as JSON.
@@ -404,41 +464,76 @@ impl JobQueue {
         }
     }
 
+    /// Acks `done` (whether each was that delivery's), then claims up to
+    /// `max` due jobs, in one step.
+    async fn settle(&self, done: &[(&str, u64)], max: usize) -> Result<(Vec<bool>, ClaimOutcome)> {
+        if done.len() > MAX_BATCH || max > MAX_BATCH {
+            return Err(Error::invalid(format!(
+                "a claim or ack covers at most {MAX_BATCH} jobs"
+            )));
+        }
+        for (id, _) in done {
+            check_job_id(id)?;
+        }
+        let lease_ms = self.lease.as_millis() as u64;
+        let (acked, claimed) = self
+            .store
+            .job_claim(&self.name, done, self.keep, lease_ms, max)
+            .await?;
+        if acked.len() != done.len() {
+            return Err(Error::new(
+                ErrorKind::Store,
+                "the store answered for the wrong number of acks",
+            ));
+        }
+        Ok((acked, claimed))
+    }
+
+    fn jobs(claimed: ClaimOutcome) -> Vec<Job> {
+        match claimed {
+            ClaimOutcome::Jobs(raw) => raw.into_iter().map(JobQueue::job).collect(),
+            ClaimOutcome::Empty { .. } => Vec::new(),
+        }
+    }
+
     /// Claims the first due job, if any, without waiting.
     pub async fn claim(&self) -> Result<Option<Job>> {
-        match self
-            .store
-            .job_claim(&self.name, self.lease.as_millis() as u64)
-            .await?
-        {
-            ClaimOutcome::Job(raw) => Ok(Some(JobQueue::job(raw))),
-            ClaimOutcome::Empty { .. } => Ok(None),
-        }
+        Ok(self.claim_many(1).await?.pop())
+    }
+
+    /// Claims up to `max` (1 to [`MAX_BATCH`]) due jobs in one step, first
+    /// due first, without waiting. Each has its own lease and fence.
+    pub async fn claim_many(&self, max: usize) -> Result<Vec<Job>> {
+        check_max(max)?;
+        Ok(JobQueue::jobs(self.settle(&[], max).await?.1))
     }
 
     /// Claims the first due job, waiting up to `wait` for one: until the
     /// next due time or a push, whichever is first, with a re-check at
     /// least every second in case a wake-up was lost.
     pub async fn next(&self, wait: Duration) -> Result<Option<Job>> {
+        Ok(self.next_many(1, wait).await?.pop())
+    }
+
+    /// Claims up to `max` due jobs, waiting up to `wait` for at least one
+    /// (as [`JobQueue::next`] does). Empty if none came in time.
+    pub async fn next_many(&self, max: usize, wait: Duration) -> Result<Vec<Job>> {
+        check_max(max)?;
         let _listening = self.store.listen_jobs(&self.name).await?;
         let key = Store::job_wake_key(&self.name);
         let deadline = Instant::now() + wait;
         loop {
             // Registered before the claim, so a push in between wakes us.
             let watch = self.store.watch(&key);
-            let next_due = match self
-                .store
-                .job_claim(&self.name, self.lease.as_millis() as u64)
-                .await?
-            {
-                ClaimOutcome::Job(raw) => return Ok(Some(JobQueue::job(raw))),
+            let next_due = match self.settle(&[], max).await?.1 {
+                ClaimOutcome::Jobs(raw) => return Ok(raw.into_iter().map(JobQueue::job).collect()),
                 ClaimOutcome::Empty { next_due_ms, now_ms } => {
                     next_due_ms.map(|due| Duration::from_millis(due.saturating_sub(now_ms)))
                 }
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Ok(None);
+                return Ok(Vec::new());
             }
             let sleep = [Some(left), next_due, Some(Duration::from_secs(1))]
                 .into_iter()
@@ -452,12 +547,17 @@ impl JobQueue {
     /// Acknowledges job `id`'s delivery `fence`: it is done and deleted.
     /// `Err(LeaseLost)` if that delivery's lease had ended.
     pub async fn ack(&self, id: &str, fence: u64) -> Result<()> {
-        check_job_id(id)?;
-        if self.store.job_ack(&self.name, id, fence, self.keep).await? {
-            Ok(())
-        } else {
-            Err(lost("ack"))
+        match self.settle(&[(id, fence)], 0).await?.0.as_slice() {
+            [true] => Ok(()),
+            _ => Err(lost("ack")),
         }
+    }
+
+    /// Acks up to [`MAX_BATCH`] deliveries `(id, fence)` in one step.
+    /// Returns, in the same order, whether each was acked (`false`: that
+    /// delivery's lease had ended, or it was named twice).
+    pub async fn ack_many(&self, deliveries: &[(&str, u64)]) -> Result<Vec<bool>> {
+        Ok(self.settle(deliveries, 0).await?.0)
     }
 
     /// Acks job `id`'s delivery `fence` and claims the next due job in the
@@ -465,16 +565,19 @@ impl JobQueue {
     /// whether the ack happened (`false`: that delivery's lease had ended)
     /// and the next job, if one is due.
     pub async fn ack_and_claim(&self, id: &str, fence: u64) -> Result<(bool, Option<Job>)> {
-        check_job_id(id)?;
-        let (acked, claimed) = self
-            .store
-            .job_ack_claim(&self.name, id, fence, self.keep, self.lease.as_millis() as u64)
-            .await?;
-        let next = match claimed {
-            ClaimOutcome::Job(raw) => Some(JobQueue::job(raw)),
-            ClaimOutcome::Empty { .. } => None,
-        };
-        Ok((acked, next))
+        let (acked, claimed) = self.settle(&[(id, fence)], 1).await?;
+        Ok((acked.first() == Some(&true), JobQueue::jobs(claimed).pop()))
+    }
+
+    /// Acks `deliveries` and claims up to `max` due jobs (0: none) in one
+    /// atomic step: the batch form of [`JobQueue::ack_and_claim`].
+    pub async fn ack_and_claim_many(
+        &self,
+        deliveries: &[(&str, u64)],
+        max: usize,
+    ) -> Result<(Vec<bool>, Vec<Job>)> {
+        let (acked, claimed) = self.settle(deliveries, max).await?;
+        Ok((acked, JobQueue::jobs(claimed)))
     }
 
     /// Gives job `id`'s delivery `fence` back for a retry (or to the dead

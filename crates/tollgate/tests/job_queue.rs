@@ -132,6 +132,127 @@ async fn ack_and_claim_in_one_step(ts: TestStore) {
     assert_eq!(q.stats().await.unwrap().acked, 2);
 }
 
+/// Batches: push_many is one atomic step (all or none, answers in order,
+/// duplicates inside a batch act as if pushed one after another);
+/// claim_many takes the first due jobs in order with their own fences;
+/// ack_many answers per delivery and never acks one twice.
+async fn batches_push_claim_and_ack(ts: TestStore) {
+    let q = queue(&ts);
+    let jobs: Vec<(String, PushOptions)> = vec![
+        ("a".into(), with_id("a")),
+        ("b".into(), PushOptions::default()),
+        ("late".into(), later(500)),
+        ("a again".into(), with_id("a")),
+        (
+            "c".into(),
+            PushOptions {
+                priority: 5,
+                ..PushOptions::default()
+            },
+        ),
+    ];
+    let pushed = q.push_many(&jobs).await.unwrap();
+    let results: Vec<PushResult> = pushed.iter().map(|p| p.result).collect();
+    assert_eq!(
+        results,
+        [
+            PushResult::Created,
+            PushResult::Created,
+            PushResult::Created,
+            PushResult::Kept,
+            PushResult::Created
+        ]
+    );
+    assert_eq!(pushed[0].id, "a");
+    assert!(pushed[3].due.is_none());
+    // Upsert inside one batch: the later one wins, once.
+    let upsert = |p: &str| {
+        (
+            p.to_owned(),
+            PushOptions {
+                on_duplicate: OnDuplicate::Replace,
+                ..with_id("u")
+            },
+        )
+    };
+    let pushed = q.push_many(&[upsert("u1"), upsert("u2")]).await.unwrap();
+    assert_eq!(
+        (pushed[0].result, pushed[1].result),
+        (PushResult::Created, PushResult::Replaced)
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.ready, s.delayed, s.pushed), (4, 1, 5), "{s:?}");
+
+    // One bad job: nothing of the batch is pushed.
+    let bad = vec![
+        ("ok".to_owned(), PushOptions::default()),
+        ("x".to_owned(), with_id("")),
+    ];
+    assert_eq!(
+        q.push_many(&bad).await.unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    let empty: Vec<(String, PushOptions)> = Vec::new();
+    assert_eq!(
+        q.push_many(&empty).await.unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(q.stats().await.unwrap().ready, 4);
+
+    let got = q.claim_many(3).await.unwrap();
+    let payloads: Vec<&[u8]> = got.iter().map(|j| j.payload.as_slice()).collect();
+    assert_eq!(payloads, [&b"c"[..], b"a", b"b"], "priority, then push order");
+    assert!(got.windows(2).all(|w| w[0].fence < w[1].fence), "fences grow");
+    assert!(got.iter().all(|j| j.attempt == 1));
+    let rest = q.claim_many(10).await.unwrap();
+    assert_eq!(rest.len(), 1, "the delayed job is not due yet");
+    assert_eq!(rest[0].payload, b"u2");
+    assert!(q.claim_many(10).await.unwrap().is_empty());
+    assert_eq!(q.claim_many(0).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(
+        q.claim_many(1001).await.unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+
+    let stale = (got[1].id.as_str(), got[1].fence + 100);
+    let flags = q
+        .ack_many(&[
+            (got[0].id.as_str(), got[0].fence),
+            stale,
+            (got[0].id.as_str(), got[0].fence),
+            (got[2].id.as_str(), got[2].fence),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        flags,
+        [true, false, false, true],
+        "a stale fence and a repeat are refused"
+    );
+    // Ack the rest and claim the delayed job once it is due, in one step.
+    ts.advance(Duration::from_millis(600)).await;
+    let (flags, next) = q
+        .ack_and_claim_many(
+            &[
+                (got[1].id.as_str(), got[1].fence),
+                (rest[0].id.as_str(), rest[0].fence),
+            ],
+            5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(flags, [true, true]);
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].payload, b"late");
+    q.ack(&next[0].id, next[0].fence).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.ready, s.delayed, s.in_flight, s.claimed, s.acked),
+        (0, 0, 0, 5, 5),
+        "{s:?}"
+    );
+}
+
 async fn completed_jobs_kept_by_count_and_age(ts: TestStore) {
     let q = queue(&ts).keep_completed(2, Duration::from_millis(1000)).unwrap();
     for id in ["a", "b", "c"] {
@@ -393,6 +514,7 @@ on_both_stores!(
     priority_then_push_order,
     fences_guard_ack_nack_and_extend,
     ack_and_claim_in_one_step,
+    batches_push_claim_and_ack,
     completed_jobs_kept_by_count_and_age,
     an_unacked_job_is_delivered_again,
     retries_back_off_then_die_and_replay,
@@ -438,6 +560,78 @@ mod realtime {
         }
         let s = q.stats().await.unwrap();
         assert_eq!((s.ready, s.in_flight, s.acked, s.redelivered), (0, 0, 10_000, 0));
+    }
+
+    /// 20 consumers taking batches of up to 25, 10,000 jobs pushed in
+    /// batches of 100: every job acked exactly once.
+    async fn every_job_once_in_batches(ts: TestStore) {
+        let q = queue(&ts);
+        for chunk in 0..100 {
+            let jobs: Vec<(String, PushOptions)> = (0..100)
+                .map(|i| (format!("{}", chunk * 100 + i), PushOptions::default()))
+                .collect();
+            q.push_many(&jobs).await.unwrap();
+        }
+        let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        let consumers: Vec<_> = (0..20)
+            .map(|_| {
+                let (q, acked) = (q.clone(), acked.clone());
+                tokio::spawn(async move {
+                    let mut held = q.next_many(25, Duration::from_millis(300)).await.unwrap();
+                    while !held.is_empty() {
+                        let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+                        let (flags, next) = q.ack_and_claim_many(&done, 25).await.unwrap();
+                        assert!(flags.iter().all(|f| *f), "an ack of a held job failed");
+                        let mut acked = acked.lock().unwrap();
+                        for job in &held {
+                            *acked
+                                .entry(String::from_utf8(job.payload.clone()).unwrap())
+                                .or_default() += 1;
+                        }
+                        drop(acked);
+                        held = next;
+                    }
+                })
+            })
+            .collect();
+        for c in consumers {
+            c.await.unwrap();
+        }
+        {
+            let acked = acked.lock().unwrap();
+            assert_eq!(acked.len(), 10_000);
+            assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
+        }
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.ready, s.in_flight, s.acked, s.redelivered), (0, 0, 10_000, 0));
+    }
+
+    /// A batch of 5 ready jobs wakes 5 sleeping consumers at once, not one.
+    async fn a_batch_wakes_as_many_consumers(ts: TestStore) {
+        let q = queue(&ts);
+        let sleepers: Vec<_> = (0..5)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    let job = q.next(Duration::from_secs(10)).await.unwrap().expect("a job");
+                    (job, Instant::now())
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let pushed = Instant::now();
+        let jobs: Vec<(String, PushOptions)> =
+            (0..5).map(|i| (format!("{i}"), PushOptions::default())).collect();
+        q.push_many(&jobs).await.unwrap();
+        for s in sleepers {
+            // Each sleeper holds its job (no ack), so none can take two.
+            let (_job, at) = s.await.unwrap();
+            assert!(
+                at.duration_since(pushed) < Duration::from_millis(200),
+                "a sleeper woke {:?} after the push (the fallback re-check is 1 s)",
+                at - pushed
+            );
+        }
     }
 
     /// A sleeping consumer is woken by a push at once, and by a delayed
@@ -525,5 +719,11 @@ mod realtime {
         assert_eq!(claimed.len() + cancelled.len(), 2000);
     }
 
-    on_both_stores!(realtime: every_job_once, sleeping_consumers_wake_on_time, cancel_races_claim);
+    on_both_stores!(
+        realtime: every_job_once,
+        every_job_once_in_batches,
+        a_batch_wakes_as_many_consumers,
+        sleeping_consumers_wake_on_time,
+        cancel_races_claim
+    );
 }

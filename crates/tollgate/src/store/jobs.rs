@@ -51,13 +51,11 @@ pub(crate) struct RawJob {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ClaimOutcome {
-    Job(RawJob),
+    /// At least one job.
+    Jobs(Vec<RawJob>),
     /// Nothing claimable; when something may be (store ms), if known, and
     /// the store's now (so the consumer can sleep exactly until then).
-    Empty {
-        next_due_ms: Option<u64>,
-        now_ms: u64,
-    },
+    Empty { next_due_ms: Option<u64>, now_ms: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,7 +276,7 @@ impl Queue {
         }
     }
 
-    /// Returns the outcome and whether sleeping consumers should be woken.
+    /// Returns the outcome and whether a sleeping consumer should be woken.
     pub(crate) fn push(&mut self, req: &PushReq<'_>, now: u64) -> (PushOutcome, bool) {
         let run_at = match req.when {
             When::Delay(d) => now + d,
@@ -318,46 +316,45 @@ impl Queue {
         (outcome, wake)
     }
 
-    /// Returns the outcome and whether another consumer should be woken.
-    pub(crate) fn claim(&mut self, lease_ms: u64, now: u64) -> (ClaimOutcome, bool) {
-        let wake = self.promote(now) > 1;
-        let Some(first) = self.ready.pop_first() else {
-            return (
-                ClaimOutcome::Empty {
-                    next_due_ms: self.next_due(),
-                    now_ms: now,
-                },
-                wake,
-            );
-        };
-        let id = first.2;
-        if self.fence == 0 {
-            self.fence = now * 1000;
-        }
-        self.fence += 1;
-        let fence = self.fence;
+    /// Claims up to `max` due jobs. Returns the outcome and how many other
+    /// consumers to wake (for jobs readied beyond what this claim takes).
+    pub(crate) fn claim(&mut self, lease_ms: u64, max: usize, now: u64) -> (ClaimOutcome, usize) {
+        let wake = self.promote(now).saturating_sub(max);
         let deadline = now + lease_ms;
-        let Some((d, place)) = self.jobs.get_mut(&id) else {
-            return (
-                ClaimOutcome::Empty {
-                    next_due_ms: self.next_due(),
-                    now_ms: now,
-                },
-                wake,
-            );
-        };
-        d.attempts += 1;
-        *place = Place::InFlight { deadline, fence };
-        let job = RawJob {
-            id: id.clone(),
-            payload: d.payload.clone(),
-            attempt: d.attempts,
-            fence,
-            deadline_ms: deadline,
-        };
-        self.in_flight.insert((deadline, id));
-        self.stats.claimed += 1;
-        (ClaimOutcome::Job(job), wake)
+        let mut jobs = Vec::new();
+        while jobs.len() < max
+            && let Some((_, _, id)) = self.ready.pop_first()
+        {
+            let Some((d, place)) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            if self.fence == 0 {
+                self.fence = now * 1000;
+            }
+            self.fence += 1;
+            d.attempts += 1;
+            *place = Place::InFlight {
+                deadline,
+                fence: self.fence,
+            };
+            jobs.push(RawJob {
+                id: id.clone(),
+                payload: d.payload.clone(),
+                attempt: d.attempts,
+                fence: self.fence,
+                deadline_ms: deadline,
+            });
+            self.in_flight.insert((deadline, id));
+        }
+        self.stats.claimed += jobs.len() as u64;
+        if jobs.is_empty() {
+            let empty = ClaimOutcome::Empty {
+                next_due_ms: self.next_due(),
+                now_ms: now,
+            };
+            return (empty, wake);
+        }
+        (ClaimOutcome::Jobs(jobs), wake)
     }
 
     fn held(&self, id: &str, fence: u64) -> bool {
@@ -588,9 +585,10 @@ mod tests {
                 replace: false,
             };
             q.push(&req, now + i as u64);
-            let (ClaimOutcome::Job(job), _) = q.claim(1000, now + i as u64) else {
+            let (ClaimOutcome::Jobs(jobs), _) = q.claim(1000, 1, now + i as u64) else {
                 panic!("no job")
             };
+            let job = &jobs[0];
             assert_eq!(
                 q.nack(&job.id, job.fence, None, 0.0, now + i as u64).0,
                 NackOutcome::Dead

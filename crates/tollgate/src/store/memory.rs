@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
 
-use super::jobs::{ClaimOutcome, PushOutcome, PushReq, Queue};
+use super::jobs::{PushOutcome, PushReq, Queue};
 use super::limits::Limits;
 use crate::limit::{Decision, Limit};
 
@@ -93,26 +93,38 @@ impl MemoryStore {
         self.wakers.clone()
     }
 
-    /// Runs `op` on job queue `q` (now in store ms); wakes one sleeping
-    /// consumer if it says so.
-    pub(crate) fn with_queue<T>(&self, q: &Name, op: impl FnOnce(&mut Queue, u64) -> (T, bool)) -> T {
+    /// Runs `op` on job queue `q` (now in store ms); wakes as many sleeping
+    /// consumers as it says (`true` is one).
+    pub(crate) fn with_queue<T, W: Into<usize>>(
+        &self,
+        q: &Name,
+        op: impl FnOnce(&mut Queue, u64) -> (T, W),
+    ) -> T {
         let now = self.clock.now_ms();
         let (out, wake) = {
             let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
             op(queues.entry(q.clone()).or_default(), now)
         };
-        if wake {
-            self.wakers.wake_one(&super::Store::job_wake_key(q));
+        let wake = wake.into();
+        if wake > 0 {
+            self.wakers.wake(&super::Store::job_wake_key(q), wake);
         }
         out
     }
 
-    pub(crate) fn job_push(&self, q: &Name, req: &PushReq<'_>) -> PushOutcome {
-        self.with_queue(q, |queue, now| queue.push(req, now))
-    }
-
-    pub(crate) fn job_claim(&self, q: &Name, lease_ms: u64) -> ClaimOutcome {
-        self.with_queue(q, |queue, now| queue.claim(lease_ms, now))
+    pub(crate) fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Vec<PushOutcome> {
+        self.with_queue(q, |queue, now| {
+            let mut woken = 0;
+            let outcomes = reqs
+                .iter()
+                .map(|req| {
+                    let (outcome, wake) = queue.push(req, now);
+                    woken += usize::from(wake);
+                    outcome
+                })
+                .collect();
+            (outcomes, woken)
+        })
     }
 
     pub(crate) fn limit(&self, limiter: &Name, key: &str, limit: &Limit, cost: u64) -> Decision {

@@ -186,49 +186,45 @@ impl Store {
         }
     }
 
-    pub(crate) async fn job_push(&self, q: &Name, req: &jobs::PushReq<'_>) -> Result<jobs::PushOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => Ok(s.job_push(q, req)),
-            Backend::Redis(s) => s.job_push(q, req).await,
-        }
-    }
-
-    pub(crate) async fn job_claim(&self, q: &Name, lease_ms: u64) -> Result<jobs::ClaimOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => Ok(s.job_claim(q, lease_ms)),
-            Backend::Redis(s) => s.job_claim(q, lease_ms).await,
-        }
-    }
-
-    /// Acks one delivery and claims the next job, in one step.
-    pub(crate) async fn job_ack_claim(
+    /// Pushes a batch of jobs in one step.
+    pub(crate) async fn job_push(
         &self,
         q: &Name,
-        id: &str,
-        fence: u64,
+        reqs: &[jobs::PushReq<'_>],
+    ) -> Result<Vec<jobs::PushOutcome>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_push(q, reqs)),
+            Backend::Redis(s) => s.job_push(q, reqs).await,
+        }
+    }
+
+    /// Acks the deliveries `acks` (whether each was that delivery's), then
+    /// claims up to `max` jobs (none with 0), in one step.
+    pub(crate) async fn job_claim(
+        &self,
+        q: &Name,
+        acks: &[(&str, u64)],
         keep: Option<jobs::Keep>,
         lease_ms: u64,
-    ) -> Result<(bool, jobs::ClaimOutcome)> {
+        max: usize,
+    ) -> Result<(Vec<bool>, jobs::ClaimOutcome)> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| {
-                let acked = queue.ack(id, fence, keep, now);
-                let (claimed, wake) = queue.claim(lease_ms, now);
+                let acked = acks
+                    .iter()
+                    .map(|(id, fence)| queue.ack(id, *fence, keep, now))
+                    .collect();
+                if max == 0 {
+                    let empty = jobs::ClaimOutcome::Empty {
+                        next_due_ms: None,
+                        now_ms: now,
+                    };
+                    return ((acked, empty), 0);
+                }
+                let (claimed, wake) = queue.claim(lease_ms, max, now);
                 ((acked, claimed), wake)
             })),
-            Backend::Redis(s) => s.job_ack_claim(q, id, fence, keep, lease_ms).await,
-        }
-    }
-
-    pub(crate) async fn job_ack(
-        &self,
-        q: &Name,
-        id: &str,
-        fence: u64,
-        keep: Option<jobs::Keep>,
-    ) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| (queue.ack(id, fence, keep, now), false))),
-            Backend::Redis(s) => s.job_ack(q, id, fence, keep).await,
+            Backend::Redis(s) => s.job_claim(q, acks, keep, lease_ms, max).await,
         }
     }
 
@@ -480,10 +476,10 @@ impl Wakers {
         }
     }
 
-    /// Wakes one watcher of `id` (a job queue's sleeping consumer).
-    pub(crate) fn wake_one(&self, id: &str) {
+    /// Wakes up to `n` watchers of `id` (a job queue's sleeping consumers).
+    pub(crate) fn wake(&self, id: &str, n: usize) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = map.get(id).and_then(|slots| slots.first()) {
+        for slot in map.get(id).into_iter().flatten().take(n) {
             slot.notify.notify_one();
         }
     }

@@ -470,77 +470,82 @@ impl RedisStore {
         self.subscribe(format!("{}:n", self.jobs_base(q))).await
     }
 
-    pub(crate) async fn job_push(&self, q: &Name, req: &PushReq<'_>) -> Result<PushOutcome> {
-        let (delay, at) = match req.when {
-            When::Delay(d) => (d as i64, 0),
-            When::At(at) => (-1, at as i64),
-        };
-        let r: Vec<i64> = self
-            .run_jobs(
-                q,
-                "push",
-                (
-                    req.id,
-                    req.payload,
-                    delay,
-                    at,
-                    req.priority,
-                    req.max_attempts,
-                    req.backoff.kind.to_string(),
-                    req.backoff.base_ms,
-                    req.backoff.max_ms,
-                    if req.replace { "replace" } else { "keep" },
-                ),
-            )
-            .await?;
-        match r.as_slice() {
-            [1, at] => Ok(PushOutcome::New {
-                run_at_ms: *at as u64,
-            }),
-            [2] => Ok(PushOutcome::Kept),
-            [3, at] => Ok(PushOutcome::Replaced {
-                run_at_ms: *at as u64,
-            }),
-            [4] => Ok(PushOutcome::Busy),
-            other => Err(unexpected("push", other)),
+    /// Pushes a batch of jobs in one script call.
+    pub(crate) async fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + 10 * reqs.len());
+        args.push(int_arg(reqs.len() as i64));
+        for req in reqs {
+            let (delay, at) = match req.when {
+                When::Delay(d) => (d as i64, 0),
+                When::At(at) => (-1, at as i64),
+            };
+            args.extend([
+                req.id.as_bytes().to_vec(),
+                req.payload.to_vec(),
+                int_arg(delay),
+                int_arg(at),
+                int_arg(i64::from(req.priority)),
+                int_arg(i64::from(req.max_attempts)),
+                req.backoff.kind.to_string().into_bytes(),
+                int_arg(req.backoff.base_ms as i64),
+                int_arg(req.backoff.max_ms as i64),
+                if req.replace {
+                    b"replace".to_vec()
+                } else {
+                    b"keep".to_vec()
+                },
+            ]);
         }
+        let r: Vec<i64> = self.run_jobs(q, "push", args).await?;
+        if r.len() != 2 * reqs.len() {
+            return Err(unexpected("push", &r));
+        }
+        r.chunks(2)
+            .map(|pair| match pair {
+                [1, at] => Ok(PushOutcome::New {
+                    run_at_ms: *at as u64,
+                }),
+                [2, _] => Ok(PushOutcome::Kept),
+                [3, at] => Ok(PushOutcome::Replaced {
+                    run_at_ms: *at as u64,
+                }),
+                [4, _] => Ok(PushOutcome::Busy),
+                other => Err(unexpected("push", other)),
+            })
+            .collect()
     }
 
-    pub(crate) async fn job_claim(&self, q: &Name, lease_ms: u64) -> Result<ClaimOutcome> {
-        let v: redis::Value = self.run_jobs(q, "claim", lease_ms).await?;
-        let redis::Value::Array(items) = v else {
-            return Err(Error::new(ErrorKind::Store, "unexpected reply to claim"));
-        };
-        claim_reply(&items)
-    }
-
-    pub(crate) async fn job_ack_claim(
+    /// Acks the deliveries `acks` (whether each was that delivery's) and
+    /// claims up to `max` jobs (none with 0), in one script call.
+    pub(crate) async fn job_claim(
         &self,
         q: &Name,
-        id: &str,
-        fence: u64,
+        acks: &[(&str, u64)],
         keep: Option<Keep>,
         lease_ms: u64,
-    ) -> Result<(bool, ClaimOutcome)> {
+        max: usize,
+    ) -> Result<(Vec<bool>, ClaimOutcome)> {
         let (n, ms) = keep.map_or((0, 0), |k| (k.count, k.ms));
-        let v: redis::Value = self
-            .run_jobs(q, "ackclaim", (id, fence.to_string(), n, ms, lease_ms))
-            .await?;
-        let bad = || Error::new(ErrorKind::Store, "unexpected reply to ackclaim");
+        let mut args: Vec<Vec<u8>> = vec![
+            int_arg(lease_ms as i64),
+            int_arg(max as i64),
+            int_arg(n as i64),
+            int_arg(ms as i64),
+        ];
+        for (id, fence) in acks {
+            args.push(id.as_bytes().to_vec());
+            args.push(int_arg(*fence as i64));
+        }
+        let v: redis::Value = self.run_jobs(q, "claim", args).await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
         let redis::Value::Array(items) = v else {
             return Err(bad());
         };
-        let Some((acked, rest)) = items.split_first() else {
-            return Err(bad());
-        };
-        let acked: i64 = redis::from_redis_value_ref(acked).map_err(|_| bad())?;
-        Ok((acked == 1, claim_reply(rest)?))
-    }
-
-    pub(crate) async fn job_ack(&self, q: &Name, id: &str, fence: u64, keep: Option<Keep>) -> Result<bool> {
-        let (n, ms) = keep.map_or((0, 0), |k| (k.count, k.ms));
-        let r: Vec<i64> = self.run_jobs(q, "ack", (id, fence.to_string(), n, ms)).await?;
-        Ok(r.as_slice() == [1])
+        let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
+        let k = items.first().and_then(int).ok_or_else(bad)? as usize;
+        let flags = items.get(1..1 + k).ok_or_else(bad)?;
+        let acked = flags.iter().map(|f| int(f) == Some(1)).collect();
+        Ok((acked, claim_reply(&items[1 + k..])?))
     }
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<RawDone>> {
@@ -689,20 +694,34 @@ fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
             next_due_ms: int(next).and_then(|n| u64::try_from(n).ok()),
             now_ms: int(now).ok_or_else(bad)? as u64,
         }),
-        [flag, id, payload, attempt, fence, deadline] if int(flag) == Some(1) => {
-            let id: String = redis::from_redis_value_ref(id).map_err(|_| bad())?;
-            let payload: Vec<u8> = redis::from_redis_value_ref(payload).map_err(|_| bad())?;
-            let fence: String = redis::from_redis_value_ref(fence).map_err(|_| bad())?;
-            Ok(ClaimOutcome::Job(RawJob {
-                id,
-                payload,
-                attempt: int(attempt).ok_or_else(bad)? as u32,
-                fence: fence.parse().map_err(|_| bad())?,
-                deadline_ms: int(deadline).ok_or_else(bad)? as u64,
-            }))
+        [flag, n, rows @ ..]
+            if int(flag) == Some(1) && int(n).is_some_and(|n| n as usize * 5 == rows.len()) =>
+        {
+            let jobs = rows
+                .chunks(5)
+                .map(|row| {
+                    let [id, payload, attempt, fence, deadline] = row else {
+                        return Err(bad());
+                    };
+                    let fence: String = redis::from_redis_value_ref(fence).map_err(|_| bad())?;
+                    Ok(RawJob {
+                        id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
+                        payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
+                        attempt: int(attempt).ok_or_else(bad)? as u32,
+                        fence: fence.parse().map_err(|_| bad())?,
+                        deadline_ms: int(deadline).ok_or_else(bad)? as u64,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(ClaimOutcome::Jobs(jobs))
         }
         _ => Err(bad()),
     }
+}
+
+/// An integer script argument.
+fn int_arg(n: i64) -> Vec<u8> {
+    n.to_string().into_bytes()
 }
 
 fn grant(fence: i64, ttl: i64) -> Grant {
@@ -760,9 +779,14 @@ impl Subscriptions {
                         if let Some(msg) = Msg::from_push_info(push)
                             && let Ok(text) = std::str::from_utf8(msg.get_payload_bytes())
                         {
-                            // "!<key>": a job queue's push; wake one consumer.
-                            if let Some(key) = text.strip_prefix('!') {
-                                wakers.wake_one(key);
+                            // "!<key> <n>": a job queue's push; wake up to n
+                            // consumers.
+                            if let Some(rest) = text.strip_prefix('!') {
+                                let (key, n) = rest
+                                    .rsplit_once(' ')
+                                    .and_then(|(k, n)| Some((k, n.parse().ok()?)))
+                                    .unwrap_or((rest, 1));
+                                wakers.wake(key, n);
                                 continue;
                             }
                             for entry in text.split(' ') {

@@ -26,10 +26,10 @@
 local KM, KD, KR, KW, KF, KL, KN, KX, KT, KC = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
   KEYS[8], KEYS[9], KEYS[10]
 local op, channel = ARGV[1], ARGV[2]
--- Server time, read only by the operations that need it (an ack that
--- keeps nothing does not).
+-- Server time, read only by the operations that need it (acks that claim
+-- nothing and keep nothing do not).
 local now = 0
-if op ~= 'ack' or ARGV[6] ~= '0' then
+if op ~= 'claim' or ARGV[5] ~= '0' or ARGV[6] ~= '0' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -56,8 +56,9 @@ local function count(field, by)
   redis.call('HINCRBY', KM, field, by or 1)
 end
 
-local function wake()
-  redis.call('PUBLISH', channel, ARGV[3])
+-- Wakes up to `n` sleeping consumers in each listening process.
+local function wake(n)
+  redis.call('PUBLISH', channel, ARGV[3] .. ' ' .. (n or 1))
 end
 
 local function forget(id)
@@ -143,90 +144,161 @@ local function schedule(id, m, run_at)
   end
 end
 
+-- The record head of a push: empty options when they are the defaults.
+local function head_of(seq, a)
+  if ARGV[a + 4] == '0' and ARGV[a + 5] == '5' and ARGV[a + 6] == 'e' and ARGV[a + 7] == '1000'
+    and ARGV[a + 8] == '300000' then
+    return seq .. '\n'
+  end
+  return string.format('%d,%d,%d,%s,%d,%d\n', seq, ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8])
+end
+
 if op == 'push' then
-  -- ARGV: 4 id, 5 payload, 6 delay ms (-1: use 7), 7 run-at ms, 8 prio,
-  --       9 max attempts, 10 backoff kind, 11 base ms, 12 max ms,
-  --       13 on duplicate ('keep' | 'replace')
-  -- Reply: {1, run_at} pushed; {2} kept the existing job; {3} replaced;
-  --        {4} in flight or dead: not replaced
-  local id = ARGV[4]
-  local delay, at = tonumber(ARGV[6]), tonumber(ARGV[7])
-  local run_at = at
-  if delay >= 0 then run_at = now + delay end
-  local replace = ARGV[13] == 'replace'
+  -- ARGV: 4 job count k, then 10 per job from a = 5 + 10 * j: id, payload,
+  --       delay ms (-1: use the next), run-at ms, prio, max attempts,
+  --       backoff kind, base ms, max ms, on duplicate ('keep' | 'replace')
+  -- Reply: two per job: {1, run_at} pushed; {2, 0} kept the existing job;
+  --        {3, run_at} replaced; {4, 0} in flight, dead or kept as
+  --        completed: not replaced
+  local k = tonumber(ARGV[4])
   -- s counts pushes and replacements (pushed = s - replaced); a kept
   -- duplicate leaves a gap in it, which is harmless.
-  local seq = redis.call('HINCRBY', KM, 's', 1)
-  local m = {prio = tonumber(ARGV[8]), seq = seq}
-  local head
-  if ARGV[8] == '0' and ARGV[9] == '5' and ARGV[10] == 'e' and ARGV[11] == '1000' and ARGV[12] == '300000' then
-    head = string.format('%d\n', seq)
-  else
-    head = string.format('%d,%d,%d,%s,%d,%d\n', seq, ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12])
-  end
-  local outcome = 1
-  if not replace then
-    -- Dedupe: one call both checks and writes.
-    if redis.call('HSETNX', KD, id, head .. ARGV[5]) == 0 then
-      count('replaced')
-      return {2}
-    end
-  else
-    if redis.call('HEXISTS', KD, id) == 1 then
-      if redis.call('ZSCORE', KF, id) or redis.call('ZSCORE', KX, id) or redis.call('ZSCORE', KC, id) then
-        count('replaced')
-        return {4}
+  local seq0 = redis.call('HINCRBY', KM, 's', k) - k
+  local out, ready, delayed, delayed_ids = {}, {}, {}, {}
+  local replaced = 0
+  for j = 0, k - 1 do
+    local a = 5 + 10 * j
+    local id, seq = ARGV[a], seq0 + j + 1
+    local delay, run_at = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    if delay >= 0 then run_at = now + delay end
+    local m = {prio = tonumber(ARGV[a + 4]), seq = seq}
+    local record = head_of(seq, a) .. ARGV[a + 1]
+    if ARGV[a + 9] ~= 'replace' then
+      -- Dedupe: one call both checks and writes. A later duplicate in the
+      -- same batch is kept out the same way.
+      if redis.call('HSETNX', KD, id, record) == 1 then
+        if run_at <= now then
+          ready[#ready + 1] = ready_score(m)
+          ready[#ready + 1] = id
+        else
+          delayed[#delayed + 1] = run_at
+          delayed[#delayed + 1] = id
+          delayed_ids[id] = true
+        end
+        out[#out + 1] = 1
+        out[#out + 1] = run_at
+      else
+        replaced = replaced + 1
+        out[#out + 1] = 2
+        out[#out + 1] = 0
       end
-      redis.call('ZREM', KR, id)
-      redis.call('ZREM', KW, id)
-      outcome = 3
-      count('replaced')
+    elseif redis.call('HEXISTS', KD, id) == 1
+      and (redis.call('ZSCORE', KF, id) or redis.call('ZSCORE', KX, id) or redis.call('ZSCORE', KC, id)) then
+      replaced = replaced + 1
+      out[#out + 1] = 4
+      out[#out + 1] = 0
+    else
+      -- Placed at once: a later job of this batch may replace it again.
+      local outcome = 1
+      if redis.call('ZREM', KR, id) + redis.call('ZREM', KW, id) > 0 then
+        outcome = 3
+        replaced = replaced + 1
+      end
+      redis.call('HSET', KD, id, record)
+      schedule(id, m, run_at)
+      out[#out + 1] = outcome
+      out[#out + 1] = run_at
     end
-    redis.call('HSET', KD, id, head .. ARGV[5])
   end
-  schedule(id, m, run_at)
-  return {outcome, run_at}
+  if replaced > 0 then count('replaced', replaced) end
+  if #ready > 0 then
+    redis.call('ZADD', KR, unpack(ready))
+    wake(#ready / 2)
+  end
+  if #delayed > 0 then
+    redis.call('ZADD', KW, unpack(delayed))
+    if delayed_ids[redis.call('ZRANGE', KW, 0, 0)[1]] then wake() end
+  end
+  return out
 end
 
--- Claims the first due job: {1, id, payload, attempt, fence, deadline}, or
--- {0, next due ms or -1, now ms}. More than one job readied at once wakes
--- another consumer for the rest (each claim takes one).
-local function claim_one(lease)
-  if promote() > 1 then wake() end
-  local popped = redis.call('ZPOPMIN', KR)
-  local id = popped[1]
-  if not id then return {0, next_due(), now} end
-  local m = meta_of(id)
-  if not m then return {0, next_due(), now} end
+-- Claims up to `max` due jobs: {1, n, then id, payload, attempt, fence,
+-- deadline per job}, or {0, next due ms or -1, now ms}. When more jobs
+-- became ready than this claim takes, other consumers are woken for them.
+local function claim(lease, max)
+  local readied = promote()
+  if readied > max then wake(readied - max) end
+  local popped = redis.call('ZPOPMIN', KR, max)
+  local n = #popped / 2
+  if n == 0 then return {0, next_due(), now} end
+  local ids = {}
+  for i = 1, n do ids[i] = popped[2 * i - 1] end
+  local records = redis.call('HMGET', KD, unpack(ids))
   -- Fences start from the clock (ms x 1000) so they keep growing even if
   -- the queue is lost; b remembers the start (claims = f - b).
-  local f = redis.call('HINCRBY', KM, 'f', 1)
-  if f == 1 then
-    f = now * 1000 + 1
-    redis.call('HSET', KM, 'f', f, 'b', now * 1000)
+  local f = redis.call('HINCRBY', KM, 'f', n)
+  if f == n then
+    redis.call('HSET', KM, 'f', now * 1000 + n, 'b', now * 1000)
+    f = now * 1000 + n
   end
-  local fence = string.format('%d', f)
-  local attempt = redis.call('HINCRBY', KN, id, 1)
   local deadline = now + lease
-  redis.call('ZADD', KF, deadline, id)
-  redis.call('HSET', KL, id, fence)
-  return {1, id, m.payload, attempt, fence, deadline}
+  local tried = redis.call('HMGET', KN, unpack(ids))
+  local out, leases, fences, attempts = {1, 0}, {}, {}, {}
+  for i = 1, n do
+    local id, v = ids[i], records[i]
+    if v then
+      local fence = string.format('%d', f - n + i)
+      local attempt = (tonumber(tried[i]) or 0) + 1
+      local payload = string.sub(v, string.find(v, '\n', 1, true) + 1)
+      leases[#leases + 1] = deadline
+      leases[#leases + 1] = id
+      fences[#fences + 1] = id
+      fences[#fences + 1] = fence
+      attempts[#attempts + 1] = id
+      attempts[#attempts + 1] = attempt
+      for _, x in ipairs({id, payload, attempt, fence, deadline}) do out[#out + 1] = x end
+    end
+  end
+  if #leases == 0 then return {0, next_due(), now} end
+  out[2] = #leases / 2
+  redis.call('ZADD', KF, unpack(leases))
+  redis.call('HSET', KL, unpack(fences))
+  redis.call('HSET', KN, unpack(attempts))
+  return out
 end
 
--- Acks job `id` if `fence` is its delivery's; returns whether it did.
--- With keep_n > 0 the job is kept as completed: at most keep_n of them,
--- none older than keep_ms.
-local function ack_one(id, fence, keep_n, keep_ms)
-  if not holds(id, fence) then return false end
-  redis.call('ZREM', KF, id)
-  redis.call('HDEL', KL, id)
-  count('acked')
-  if keep_n <= 0 then
-    forget(id)
-    return true
+-- Acks the deliveries named by the id, fence pairs in ARGV from `from`:
+-- returns 1 per pair whose delivery it was (now acked), else 0. With
+-- keep_n > 0 acked jobs are kept as completed: at most keep_n of them, none
+-- older than keep_ms.
+local function ack_all(from, keep_n, keep_ms)
+  local ids, flags, done, seen = {}, {}, {}, {}
+  for i = from, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  if #ids == 0 then return flags end
+  local held = redis.call('HMGET', KL, unpack(ids))
+  for i, id in ipairs(ids) do
+    flags[i] = 0
+    if held[i] and held[i] == ARGV[from + 2 * i - 1] and not seen[id] then
+      seen[id] = true
+      flags[i] = 1
+      done[#done + 1] = id
+    end
   end
-  redis.call('HDEL', KN, id)
-  redis.call('ZADD', KC, now, id)
+  if #done == 0 then return flags end
+  redis.call('ZREM', KF, unpack(done))
+  redis.call('HDEL', KL, unpack(done))
+  redis.call('HDEL', KN, unpack(done))
+  count('acked', #done)
+  if keep_n <= 0 then
+    redis.call('HDEL', KD, unpack(done))
+    return flags
+  end
+  local kept = {}
+  for _, id in ipairs(done) do
+    kept[#kept + 1] = now
+    kept[#kept + 1] = id
+  end
+  redis.call('ZADD', KC, unpack(kept))
   local over = redis.call('ZCARD', KC) - keep_n
   if over > 0 then
     local old = redis.call('ZPOPMIN', KC, over)
@@ -237,30 +309,22 @@ local function ack_one(id, fence, keep_n, keep_ms)
     redis.call('ZREM', KC, old)
     redis.call('HDEL', KD, old)
   end
-  return true
+  return flags
 end
 
 if op == 'claim' then
-  -- ARGV: 4 lease ms.
-  return claim_one(tonumber(ARGV[4]))
-end
-
-if op == 'ackclaim' then
-  -- Acks one delivery and claims the next job in the same step.
-  -- ARGV: 4 id, 5 fence, 6 keep count, 7 keep ms, 8 lease ms. Reply: the
-  -- claim's, with whether the ack happened (1/0) in front.
-  local acked = 0
-  if ack_one(ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])) then acked = 1 end
-  local r = claim_one(tonumber(ARGV[8]))
-  table.insert(r, 1, acked)
-  return r
-end
-
-if op == 'ack' then
-  -- ARGV: 4 id, 5 fence, 6 keep count (0: delete), 7 keep ms.
-  -- Reply: {1} acked, {0} not this delivery's.
-  if ack_one(ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])) then return {1} end
-  return {0}
+  -- Acks deliveries, then claims up to max jobs, in one step.
+  -- ARGV: 4 lease ms, 5 max jobs to claim (0: only ack), 6 keep count (0:
+  --       delete acked jobs), 7 keep ms, then id, fence pairs to ack.
+  -- Reply: {k, then 1/0 per ack (acked, or not that delivery's)}, then the
+  --        claim's reply (with max 0: {0, -1, now}).
+  local out = ack_all(8, tonumber(ARGV[6]), tonumber(ARGV[7]))
+  table.insert(out, 1, #out)
+  local max = tonumber(ARGV[5])
+  local r = {0, -1, now}
+  if max > 0 then r = claim(tonumber(ARGV[4]), max) end
+  for _, x in ipairs(r) do out[#out + 1] = x end
+  return out
 end
 
 if op == 'nack' then
