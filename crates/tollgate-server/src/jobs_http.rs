@@ -496,6 +496,19 @@ pub(crate) async fn scrape(state: &AppState) {
         ] {
             metrics::gauge!(metric, &[label()]).set(v as f64);
         }
+        // Lateness of every promotion, as a Prometheus histogram: the
+        // store keeps the bucket counts, so servers sharing Redis agree.
+        let mut cumulative = 0;
+        for (i, n) in s.lateness_buckets.iter().enumerate() {
+            cumulative += n;
+            let le = tollgate::LATENESS_BOUNDS_MS
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |ms| format!("{}", *ms as f64 / 1000.0));
+            metrics::counter!("tollgate_queue_lateness_seconds_bucket", "queue" => name.clone(), "le" => le)
+                .absolute(cumulative);
+        }
+        metrics::counter!("tollgate_queue_lateness_seconds_count", &[label()]).absolute(cumulative);
+        metrics::gauge!("tollgate_queue_lateness_seconds_sum", &[label()]).set(s.lateness_sum.as_secs_f64());
         for (q, quantile) in [(0.5, "0.5"), (0.99, "0.99"), (1.0, "1")] {
             if let Some(v) = s.recent_lateness_quantile(q) {
                 metrics::gauge!("tollgate_queue_recent_lateness_seconds", "queue" => name.clone(), "quantile" => quantile)

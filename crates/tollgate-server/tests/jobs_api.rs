@@ -172,6 +172,14 @@ async fn jobs_over_http(s: &Server) {
         text.contains(r#"tollgate_queue_in_flight{queue="mail"} 1"#),
         "{text}"
     );
+    assert!(
+        text.contains(r#"tollgate_queue_lateness_seconds_bucket{queue="mail",le="+Inf"} "#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"tollgate_queue_lateness_seconds_sum{queue="mail"} "#),
+        "{text}"
+    );
 }
 
 /// Batches over HTTP: push many in one step, claim several, ack several,

@@ -22,6 +22,8 @@ use crate::store::jobs::{
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// The longest job id, in bytes.
 pub const MAX_JOB_ID_LEN: usize = 128;
+/// Upper bounds, in ms, of the buckets of [`QueueStats::lateness_buckets`].
+pub const LATENESS_BOUNDS_MS: [u64; 13] = crate::store::jobs::LATENESS_BOUNDS_MS;
 /// The most jobs one batch call pushes, claims or acks.
 pub const MAX_BATCH: usize = 1000;
 /// The most payload bytes one `push_many` carries.
@@ -200,6 +202,12 @@ pub struct QueueStats {
     /// How late the last promoted delayed jobs were made claimable (up to
     /// 200, newest first).
     pub recent_lateness: Vec<Duration>,
+    /// How late every promoted delayed job was made claimable, since the
+    /// queue began: a count per bucket of [`LATENESS_BOUNDS_MS`], and one
+    /// more for later than the last bound.
+    pub lateness_buckets: Vec<u64>,
+    /// The sum of those latenesses.
+    pub lateness_sum: Duration,
 }
 
 impl QueueStats {
@@ -681,6 +689,8 @@ impl JobQueue {
             dead_total: s.dead_total,
             redelivered: s.redelivered,
             recent_lateness: s.lateness_ms.into_iter().map(Duration::from_millis).collect(),
+            lateness_buckets: s.lateness_buckets,
+            lateness_sum: Duration::from_millis(s.lateness_sum_ms),
         })
     }
 }

@@ -53,9 +53,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result};
 pub use gate::{Entered, Gate, GateOptions, Granted, Lease, Left, TicketStatus};
 pub use jobs::{
-    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, Job, JobQueue, MAX_BATCH,
-    MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN, Nacked, OnDuplicate, PushOptions, PushResult, Pushed,
-    QueueStats, Retry,
+    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, Job, JobQueue, LATENESS_BOUNDS_MS,
+    MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN, Nacked, OnDuplicate, PushOptions, PushResult,
+    Pushed, QueueStats, Retry,
 };
 pub use limit::{
     Algorithm, DEFAULT_TIMEOUT, Decision, Limit, MAX_KEY_LEN, MAX_LIMIT, MAX_PERIOD, MAX_REFILL, MIN_PERIOD,

@@ -57,6 +57,26 @@ async fn delayed_jobs_come_due_in_order(ts: TestStore) {
         (0, 0, 3, 3, 3)
     );
     assert_eq!(s.recent_lateness.len(), 2, "two delayed jobs were promoted");
+    // Each was claimed ~50 ms after it came due: the histogram has both,
+    // in buckets above 25 ms, and their sum.
+    assert_eq!(s.lateness_buckets.len(), tollgate::LATENESS_BOUNDS_MS.len() + 1);
+    assert_eq!(
+        s.lateness_buckets.iter().sum::<u64>(),
+        2,
+        "{:?}",
+        s.lateness_buckets
+    );
+    assert_eq!(
+        s.lateness_buckets[..5].iter().sum::<u64>(),
+        0,
+        "{:?}",
+        s.lateness_buckets
+    );
+    assert!(
+        s.lateness_sum >= Duration::from_millis(100),
+        "{:?}",
+        s.lateness_sum
+    );
 }
 
 async fn priority_then_push_order(ts: TestStore) {

@@ -102,6 +102,10 @@ pub(crate) struct RawStats {
     pub(crate) redelivered: u64,
     /// Completed jobs kept after their ack.
     pub(crate) completed: u64,
+    /// Every promotion's lateness: the sum (ms) and a count per bucket of
+    /// LATENESS_BOUNDS_MS, plus one for later than the last bound.
+    pub(crate) lateness_sum_ms: u64,
+    pub(crate) lateness_buckets: Vec<u64>,
     pub(crate) lateness_ms: Vec<u64>,
 }
 
@@ -121,6 +125,9 @@ pub(crate) struct Keep {
 }
 
 const BATCH: usize = 100;
+/// Upper bounds (ms) of the lateness histogram's buckets (as in jobs.lua).
+pub(crate) const LATENESS_BOUNDS_MS: [u64; 13] =
+    [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
 const LATENESS_KEPT: usize = 200;
 /// Dead letters kept per queue; the oldest beyond go.
 pub(crate) const DEAD_KEPT: usize = 10_000;
@@ -242,7 +249,17 @@ impl Queue {
         for (at, id) in due {
             self.delayed.remove(&(at, id.clone()));
             self.set_ready(&id);
-            self.lateness.push_front(now - at);
+            let late = now - at;
+            self.lateness.push_front(late);
+            let bucket = LATENESS_BOUNDS_MS
+                .iter()
+                .position(|bound| late <= *bound)
+                .unwrap_or(LATENESS_BOUNDS_MS.len());
+            if self.stats.lateness_buckets.is_empty() {
+                self.stats.lateness_buckets = vec![0; LATENESS_BOUNDS_MS.len() + 1];
+            }
+            self.stats.lateness_buckets[bucket] += 1;
+            self.stats.lateness_sum_ms += late;
             readied += 1;
         }
         self.lateness.truncate(LATENESS_KEPT);
@@ -543,6 +560,11 @@ impl Queue {
             dead: self.dead.len() as u64,
             completed: self.done.len() as u64,
             lateness_ms: self.lateness.iter().copied().collect(),
+            lateness_buckets: if self.stats.lateness_buckets.is_empty() {
+                vec![0; LATENESS_BOUNDS_MS.len() + 1]
+            } else {
+                self.stats.lateness_buckets.clone()
+            },
             ..self.stats.clone()
         }
     }

@@ -19,8 +19,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::limit::{Algorithm, Decision, Limit, decision};
 
 use super::jobs::{
-    CancelOutcome, ClaimOutcome, Keep, NackOutcome, PushOutcome, PushReq, RawDead, RawDone, RawJob, RawStats,
-    RescheduleOutcome, When,
+    CancelOutcome, ClaimOutcome, Keep, LATENESS_BOUNDS_MS, NackOutcome, PushOutcome, PushReq, RawDead,
+    RawDone, RawJob, RawStats, RescheduleOutcome, When,
 };
 use crate::name::Name;
 
@@ -663,7 +663,8 @@ impl RedisStore {
 
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<RawStats> {
         let r: Vec<i64> = self.run_jobs(q, "stats", Vec::<String>::new()).await?;
-        if r.len() < 11 {
+        let buckets = LATENESS_BOUNDS_MS.len() + 1;
+        if r.len() < 12 + buckets {
             return Err(unexpected("stats", &r));
         }
         let u = |i: usize| r[i].max(0) as u64;
@@ -679,7 +680,9 @@ impl RedisStore {
             dead_total: u(8),
             redelivered: u(9),
             completed: u(10),
-            lateness_ms: r[11..].iter().map(|v| (*v).max(0) as u64).collect(),
+            lateness_sum_ms: u(11),
+            lateness_buckets: r[12..12 + buckets].iter().map(|v| (*v).max(0) as u64).collect(),
+            lateness_ms: r[12 + buckets..].iter().map(|v| (*v).max(0) as u64).collect(),
         })
     }
 }

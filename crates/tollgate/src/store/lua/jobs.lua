@@ -34,6 +34,9 @@ if op ~= 'claim' or ARGV[5] ~= '0' or ARGV[6] ~= '0' then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local BATCH, LATENESS_KEPT, DEAD_KEPT = 100, 200, 10000
+-- Upper bounds (ms) of the lateness histogram's buckets; one more bucket
+-- counts what is later than the last. Same as LATENESS_BOUNDS_MS in Rust.
+local LATENESS_BOUNDS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
 
 local function meta_of(id)
   local v = redis.call('HGET', KD, id)
@@ -93,17 +96,33 @@ end
 local function promote()
   local readied = 0
   local due = redis.call('ZRANGEBYSCORE', KW, '-inf', now, 'WITHSCORES', 'LIMIT', 0, BATCH)
+  -- Lateness histogram: m holds h<bucket> counts and hs, their sum (ms).
+  local hist, late_sum = {}, 0
   for i = 1, #due, 2 do
     local id = due[i]
     redis.call('ZREM', KW, id)
     local m = meta_of(id)
     if m then
+      local late = now - tonumber(due[i + 1])
       redis.call('ZADD', KR, ready_score(m), id)
-      redis.call('LPUSH', KT, now - tonumber(due[i + 1]))
+      redis.call('LPUSH', KT, late)
+      local b = #LATENESS_BOUNDS + 1
+      for j, bound in ipairs(LATENESS_BOUNDS) do
+        if late <= bound then
+          b = j
+          break
+        end
+      end
+      hist[b] = (hist[b] or 0) + 1
+      late_sum = late_sum + late
       readied = readied + 1
     end
   end
-  if #due > 0 then redis.call('LTRIM', KT, 0, LATENESS_KEPT - 1) end
+  if #due > 0 then
+    redis.call('LTRIM', KT, 0, LATENESS_KEPT - 1)
+    for b, n in pairs(hist) do count('h' .. b, n) end
+    count('hs', late_sum)
+  end
   local ended = redis.call('ZRANGEBYSCORE', KF, '-inf', now, 'LIMIT', 0, BATCH)
   for _, id in ipairs(ended) do
     redis.call('ZREM', KF, id)
@@ -457,14 +476,17 @@ end
 
 if op == 'stats' then
   -- Reply: {ready, delayed, in flight, dead, pushed, claimed, acked,
-  --         retried, dead total, redelivered, completed kept, lateness
-  --         samples...}
+  --         retried, dead total, redelivered, completed kept, lateness sum
+  --         ms, one count per lateness bucket, lateness samples...}
   promote()
   local c = redis.call('HMGET', KM, 's', 'replaced', 'f', 'b', 'acked', 'retried', 'dead', 'redelivered')
   local v = {}
   for i = 1, 8 do v[i] = tonumber(c[i]) or 0 end
   local out = {redis.call('ZCARD', KR), redis.call('ZCARD', KW), redis.call('ZCARD', KF), redis.call('ZCARD', KX),
                v[1] - v[2], v[3] - v[4], v[5], v[6], v[7], v[8], redis.call('ZCARD', KC)}
+  local fields = {'hs'}
+  for b = 1, #LATENESS_BOUNDS + 1 do fields[#fields + 1] = 'h' .. b end
+  for _, v in ipairs(redis.call('HMGET', KM, unpack(fields))) do out[#out + 1] = tonumber(v) or 0 end
   for _, v in ipairs(redis.call('LRANGE', KT, 0, -1)) do out[#out + 1] = tonumber(v) end
   return out
 end
