@@ -2,17 +2,17 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
-use tollgate::{Job, JobQueue, OnDuplicate, PushOptions, PushResult, Retry};
+use tollgate::{Job, OnDuplicate, PushOptions, Retry};
 
-use crate::cli::{JobsCommand, JobsPushArgs, JobsQueueArgs, JobsReplayArgs, JobsWorkArgs, StoreArgs};
+use crate::cli::{JobsCommand, JobsPushArgs, JobsQueueArgs, JobsReplayArgs, JobsWorkArgs};
 use crate::exit;
-use crate::run::connect;
+use crate::jobs_remote::{Failure, Queue};
 
 pub(crate) async fn run(command: JobsCommand) -> i32 {
     match command {
@@ -24,29 +24,12 @@ pub(crate) async fn run(command: JobsCommand) -> i32 {
     }
 }
 
-async fn queue_of(name: &str, store: &StoreArgs) -> Result<JobQueue, i32> {
-    if store.server.is_some() {
-        eprintln!(
-            "tollgate: the jobs commands work on Redis (--redis); --server is not supported for them yet"
-        );
-        return Err(exit::USAGE);
+/// Prints why it failed (if it says) and gives the exit code.
+fn failed(f: Failure) -> i32 {
+    if !f.message.is_empty() {
+        eprintln!("tollgate: {}", f.message);
     }
-    // Check the name before connecting, so bad input never waits on the
-    // network.
-    if let Err(e) = tollgate::Name::new(name) {
-        eprintln!("tollgate: {e}");
-        return Err(exit::USAGE);
-    }
-    let store = connect(store).await?;
-    JobQueue::new(&store, name).map_err(|e| {
-        eprintln!("tollgate: {e}");
-        exit::USAGE
-    })
-}
-
-fn fail(e: &tollgate::Error) -> i32 {
-    eprintln!("tollgate: {e}");
-    exit::for_error(e)
+    f.code
 }
 
 async fn push(args: JobsPushArgs) -> i32 {
@@ -90,88 +73,60 @@ async fn push(args: JobsPushArgs) -> i32 {
             return exit::SOFTWARE;
         }
     };
-    let q = match queue_of(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.queue, &args.store).await {
         Ok(q) => q,
-        Err(code) => return code,
+        Err(f) => return failed(f),
     };
     match q.push(&payload, &options).await {
-        Ok(p) => {
-            let result = match p.result {
-                PushResult::Created => "created",
-                PushResult::Kept => "kept",
-                PushResult::Replaced => "replaced",
-                PushResult::Busy => "busy",
-            };
-            let due_ms = p
-                .due
-                .and_then(|d| d.duration_since(UNIX_EPOCH).ok())
-                .map(|d| d.as_millis() as u64);
-            println!("{}", json!({"id": p.id, "result": result, "due_ms": due_ms}));
+        Ok(answer) => {
+            println!("{answer}");
             0
         }
-        Err(e) => fail(&e),
+        Err(f) => failed(f),
     }
 }
 
 async fn stats(args: JobsQueueArgs) -> i32 {
-    let q = match queue_of(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.queue, &args.store).await {
         Ok(q) => q,
-        Err(code) => return code,
+        Err(f) => return failed(f),
     };
     match q.stats().await {
         Ok(s) => {
-            let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
-            println!(
-                "{}",
-                json!({
-                    "queue": args.queue, "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
-                    "dead": s.dead, "pushed": s.pushed, "claimed": s.claimed, "acked": s.acked,
-                    "retried": s.retried, "dead_total": s.dead_total, "redelivered": s.redelivered,
-                    "recent_lateness_p50_ms": pick(0.5), "recent_lateness_max_ms": pick(1.0),
-                })
-            );
+            println!("{s}");
             0
         }
-        Err(e) => fail(&e),
+        Err(f) => failed(f),
     }
 }
 
 async fn dead(args: JobsQueueArgs) -> i32 {
-    let q = match queue_of(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.queue, &args.store).await {
         Ok(q) => q,
-        Err(code) => return code,
+        Err(f) => return failed(f),
     };
-    match q.dead(10_000).await {
+    match q.dead().await {
         Ok(list) => {
             for d in list {
-                let died_ms = d
-                    .died
-                    .duration_since(UNIX_EPOCH)
-                    .map(|t| t.as_millis() as u64)
-                    .unwrap_or(0);
-                println!(
-                    "{}",
-                    json!({"id": d.id, "died_ms": died_ms, "attempts": d.attempts,
-                           "payload": String::from_utf8_lossy(&d.payload)})
-                );
+                println!("{d}");
             }
             0
         }
-        Err(e) => fail(&e),
+        Err(f) => failed(f),
     }
 }
 
 async fn replay(args: JobsReplayArgs) -> i32 {
-    let q = match queue_of(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.queue, &args.store).await {
         Ok(q) => q,
-        Err(code) => return code,
+        Err(f) => return failed(f),
     };
     match q.replay(args.id.as_deref()).await {
         Ok(n) => {
             println!("{}", json!({"replayed": n}));
             0
         }
-        Err(e) => fail(&e),
+        Err(f) => failed(f),
     }
 }
 
@@ -190,21 +145,23 @@ async fn work(args: JobsWorkArgs) -> i32 {
         eprintln!("tollgate: --concurrency must be 1 to 1000");
         return exit::USAGE;
     }
-    let q = match queue_of(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.queue, &args.store).await {
         Ok(q) => q,
-        Err(code) => return code,
+        Err(f) => return failed(f),
     };
     let q = match q.lease(args.lease) {
         Ok(q) => q,
-        Err(e) => return fail(&e),
+        Err(f) => return failed(f),
     };
     let q = match args.keep_completed {
         None => q,
         Some(n) => match q.keep_completed(n, args.keep_for) {
             Ok(q) => q,
-            Err(e) => {
-                eprintln!("tollgate: {e}");
-                return exit::USAGE;
+            Err(f) => {
+                return failed(Failure {
+                    code: exit::USAGE,
+                    ..f
+                });
             }
         },
     };
@@ -256,7 +213,7 @@ async fn shutdown(
 }
 
 async fn worker(
-    q: JobQueue,
+    q: Queue,
     args: Arc<JobsWorkArgs>,
     stopping: Arc<AtomicBool>,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -273,7 +230,7 @@ async fn worker(
                 continue;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "claiming a job failed; retrying");
+                tracing::warn!(error = %e.message, "claiming a job failed; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
@@ -291,7 +248,7 @@ async fn worker(
 }
 
 async fn run_one(
-    q: &JobQueue,
+    q: &Queue,
     args: &JobsWorkArgs,
     job: &Job,
     mut stop: tokio::sync::watch::Receiver<bool>,

@@ -11,6 +11,7 @@ mod exit;
 mod http;
 mod jobs_cli;
 mod jobs_http;
+mod jobs_remote;
 mod limits;
 mod remote;
 mod room;

@@ -1,7 +1,9 @@
-//! `tollgate jobs` as separate processes against a real redis-server:
-//! push and work, retries to the dead letters, a worker killed mid-job,
-//! and no job lost while workers are killed at random and Redis restarts.
+//! `tollgate jobs` as separate processes against a real redis-server (and
+//! through a `tollgate serve` with `--server`): push and work, retries to
+//! the dead letters, a worker killed mid-job, and no job lost while
+//! workers are killed at random and Redis restarts.
 
+mod serve_support;
 #[path = "../../tollgate/tests/support/mod.rs"]
 mod support;
 
@@ -21,9 +23,19 @@ fn tollgate() -> Command {
     c
 }
 
+/// `--server URL` for an http:// URL (a `tollgate serve`), else `--redis URL`.
+fn at(url: &str) -> [&str; 2] {
+    if url.starts_with("http://") {
+        ["--server", url]
+    } else {
+        ["--redis", url]
+    }
+}
+
 fn push(url: &str, queue: &str, payload: &str, extra: &[&str]) -> Output {
     let mut child = tollgate()
-        .args(["jobs", "push", queue, "--redis", url])
+        .args(["jobs", "push", queue])
+        .args(at(url))
         .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -45,7 +57,8 @@ struct Worker(Child);
 impl Worker {
     fn start(url: &str, queue: &str, extra: &[&str], cmd: &[&str]) -> Worker {
         let child = tollgate()
-            .args(["jobs", "work", queue, "--redis", url])
+            .args(["jobs", "work", queue])
+            .args(at(url))
             .args(extra)
             .arg("--")
             .args(cmd)
@@ -81,9 +94,20 @@ fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
 }
 
 #[test]
-fn push_work_retry_and_dead_letters() {
+fn push_work_retry_and_dead_letters_on_redis() {
     let redis = RedisServer::start();
-    let url = redis.url();
+    push_work_retry_and_dead_letters(&redis.url());
+}
+
+/// The same through a `tollgate serve` on its embedded store (`--server`).
+#[test]
+fn push_work_retry_and_dead_letters_through_a_server() {
+    let server = serve_support::Server::start(None);
+    push_work_retry_and_dead_letters(&server.base);
+}
+
+fn push_work_retry_and_dead_letters(url: &str) {
+    let url = url.to_owned();
     let dir = tempfile::tempdir().expect("dir");
     for i in 0..10 {
         let out = push(&url, "mail", &format!("message {i}\n"), &[]);
@@ -123,7 +147,8 @@ fn push_work_retry_and_dead_letters() {
     }
     let stats: serde_json::Value = serde_json::from_slice(
         &tollgate()
-            .args(["jobs", "stats", "mail", "--redis", &url])
+            .args(["jobs", "stats", "mail"])
+            .args(at(&url))
             .output()
             .expect("stats")
             .stdout,
@@ -139,7 +164,8 @@ fn push_work_retry_and_dead_letters() {
         "{stats}"
     );
     let dead = tollgate()
-        .args(["jobs", "dead", "mail", "--redis", &url])
+        .args(["jobs", "dead", "mail"])
+        .args(at(&url))
         .output()
         .expect("dead");
     let dead = String::from_utf8_lossy(&dead.stdout).into_owned();
@@ -148,36 +174,31 @@ fn push_work_retry_and_dead_letters() {
         "{dead}"
     );
     let out = tollgate()
-        .args(["jobs", "replay", "mail", "--redis", &url])
+        .args(["jobs", "replay", "mail"])
+        .args(at(&url))
         .output()
         .expect("replay");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), r#"{"replayed":1}"#);
     // Bad input: clear messages, exit 64.
+    let flag = at(&url)[0];
     for args in [
-        vec!["jobs", "push", "", "--redis", url.as_str()],
-        vec!["jobs", "push", "q", "--delay", "-5s", "--redis", url.as_str()],
-        vec!["jobs", "push", "q", "--at", "yesterday", "--redis", url.as_str()],
-        vec![
-            "jobs",
-            "push",
-            "q",
-            "--max-attempts",
-            "0",
-            "--redis",
-            url.as_str(),
-        ],
+        vec!["jobs", "push", "", flag, url.as_str()],
+        vec!["jobs", "push", "q", "--delay", "-5s", flag, url.as_str()],
+        vec!["jobs", "push", "q", "--at", "yesterday", flag, url.as_str()],
+        vec!["jobs", "push", "q", "--max-attempts", "0", flag, url.as_str()],
         vec![
             "jobs",
             "work",
             "q",
             "--concurrency",
             "0",
-            "--redis",
+            flag,
             url.as_str(),
             "--",
             "true",
         ],
         vec!["jobs", "stats", "q"],
+        vec!["jobs", "stats", "q", "--server", "https://example.org"],
     ] {
         let out = tollgate().args(&args).stdin(Stdio::null()).output().expect("run");
         assert_eq!(
@@ -188,6 +209,17 @@ fn push_work_retry_and_dead_letters() {
         );
         assert!(!out.stderr.is_empty());
     }
+    // A server that is not there: exit 69 (unavailable).
+    let out = tollgate()
+        .args(["jobs", "stats", "q", "--server", "http://127.0.0.1:1"])
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A worker killed with SIGKILL in the middle of a job: the job comes back

@@ -1,0 +1,359 @@
+//! The job queue as the `jobs` commands see it: the library on a store
+//! (Redis), or a `tollgate serve` over HTTP (`--server`), for machines that
+//! cannot reach Redis. Both answer the same way, so the commands do not
+//! care which it is.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+use tollgate::{Job, JobQueue, OnDuplicate, PushOptions, PushResult, Retry};
+
+use crate::cli::StoreArgs;
+use crate::exit;
+use crate::run::connect;
+
+/// Why a queue operation failed: the exit code and what to print.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: i32,
+    pub(crate) message: String,
+}
+
+impl From<tollgate::Error> for Failure {
+    fn from(e: tollgate::Error) -> Self {
+        Failure {
+            code: exit::for_error(&e),
+            message: e.to_string(),
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: exit::USAGE,
+        message: message.into(),
+    }
+}
+
+/// Longest one claim long-poll asks the server to wait (its limit is 60 s).
+const POLL_SLICE: Duration = Duration::from_secs(25);
+
+/// A queue on a `tollgate serve`.
+#[derive(Debug, Clone)]
+pub(crate) struct RemoteQueue {
+    client: reqwest::Client,
+    /// `http://host:port/v1/queues/<name>`.
+    url: String,
+    token: Option<String>,
+    name: String,
+    lease: Duration,
+    keep: Option<(usize, Duration)>,
+}
+
+/// A job queue, local (library on a store) or remote (HTTP).
+#[derive(Debug, Clone)]
+pub(crate) enum Queue {
+    Local(JobQueue),
+    Remote(RemoteQueue),
+}
+
+/// Percent-encodes one path segment (job ids may hold `/`, `?`, `%`).
+fn segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Queue {
+    /// The queue `name` on `--server` if given, else on the store.
+    pub(crate) async fn open(name: &str, store: &StoreArgs) -> Result<Queue, Failure> {
+        // Check the name before connecting, so bad input never waits on the
+        // network.
+        tollgate::Name::new(name).map_err(|e| usage(e.to_string()))?;
+        let Some(server) = &store.server else {
+            let store = connect(store).await.map_err(|code| Failure {
+                code,
+                message: String::new(),
+            })?;
+            return Ok(Queue::Local(JobQueue::new(&store, name)?));
+        };
+        let base = server.trim_end_matches('/');
+        if !base.starts_with("http://") {
+            return Err(usage(format!(
+                "--server {server:?}: give an http:// URL of a `tollgate serve` (https is not supported yet)"
+            )));
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| Failure {
+                code: exit::SOFTWARE,
+                message: format!("cannot set up an HTTP client: {e}"),
+            })?;
+        Ok(Queue::Remote(RemoteQueue {
+            client,
+            url: format!("{base}/v1/queues/{}", segment(name)),
+            token: store.server_token.clone(),
+            name: name.to_owned(),
+            lease: Duration::from_secs(30),
+            keep: None,
+        }))
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            Queue::Local(q) => q.name(),
+            Queue::Remote(r) => &r.name,
+        }
+    }
+
+    pub(crate) fn lease(self, lease: Duration) -> Result<Queue, Failure> {
+        match self {
+            Queue::Local(q) => Ok(Queue::Local(q.lease(lease)?)),
+            Queue::Remote(mut r) => {
+                if lease < Duration::from_millis(10) || lease > tollgate::MAX_JOB_DELAY {
+                    return Err(usage("a lease must be 10 ms to a year"));
+                }
+                r.lease = lease;
+                Ok(Queue::Remote(r))
+            }
+        }
+    }
+
+    pub(crate) fn keep_completed(self, count: usize, max_age: Duration) -> Result<Queue, Failure> {
+        match self {
+            Queue::Local(q) => Ok(Queue::Local(q.keep_completed(count, max_age)?)),
+            Queue::Remote(mut r) => {
+                if count == 0 || count > 1_000_000 {
+                    return Err(usage("keep_completed: count must be 1 to 1000000"));
+                }
+                r.keep = Some((count, max_age));
+                Ok(Queue::Remote(r))
+            }
+        }
+    }
+
+    /// Pushes one job; answers `{"id", "result", "due_ms"}`.
+    pub(crate) async fn push(&self, payload: &[u8], o: &PushOptions) -> Result<Value, Failure> {
+        match self {
+            Queue::Local(q) => {
+                let p = q.push(payload, o).await?;
+                let result = match p.result {
+                    PushResult::Created => "created",
+                    PushResult::Kept => "kept",
+                    PushResult::Replaced => "replaced",
+                    PushResult::Busy => "busy",
+                };
+                Ok(json!({"id": p.id, "result": result, "due_ms": p.due.map(ms)}))
+            }
+            Queue::Remote(r) => {
+                let mut body = json!({
+                    "payload_base64": STANDARD.encode(payload),
+                    "priority": o.priority,
+                    "max_attempts": o.max_attempts,
+                    "on_duplicate": if o.on_duplicate == OnDuplicate::Replace { "replace" } else { "keep" },
+                });
+                if let Some(id) = &o.id {
+                    body["id"] = json!(id);
+                }
+                if let Some(d) = o.delay {
+                    body["delay_ms"] = json!(d.as_millis() as u64);
+                }
+                if let Some(at) = o.at {
+                    body["at_ms"] = json!(ms(at));
+                }
+                let (_, v) = r
+                    .call(r.client.post(format!("{}/jobs", r.url)).json(&body))
+                    .await?;
+                Ok(json!({"id": v["id"], "result": v["result"], "due_ms": v["due_ms"]}))
+            }
+        }
+    }
+
+    /// Claims the next due job, waiting up to `wait`.
+    pub(crate) async fn next(&self, wait: Duration) -> Result<Option<Job>, Failure> {
+        match self {
+            Queue::Local(q) => Ok(q.next(wait).await?),
+            Queue::Remote(r) => {
+                let url = format!(
+                    "{}/claim?wait_ms={}&lease_ms={}",
+                    r.url,
+                    wait.min(POLL_SLICE).as_millis(),
+                    r.lease.as_millis()
+                );
+                let (_, v) = r.call(r.client.post(url).timeout(POLL_SLICE * 2)).await?;
+                let job = &v["job"];
+                if job.is_null() {
+                    return Ok(None);
+                }
+                let bad = || Failure {
+                    code: exit::SOFTWARE,
+                    message: format!("the server answered a claim with {v}"),
+                };
+                let payload = STANDARD
+                    .decode(job["payload_base64"].as_str().ok_or_else(bad)?)
+                    .map_err(|_| bad())?;
+                Ok(Some(Job {
+                    id: job["id"].as_str().ok_or_else(bad)?.to_owned(),
+                    payload,
+                    attempt: job["attempt"].as_u64().ok_or_else(bad)? as u32,
+                    fence: job["fence"].as_u64().ok_or_else(bad)?,
+                    lease_until: UNIX_EPOCH
+                        + Duration::from_millis(job["lease_until_ms"].as_u64().unwrap_or(0)),
+                }))
+            }
+        }
+    }
+
+    pub(crate) async fn ack(&self, id: &str, fence: u64) -> Result<(), Failure> {
+        match self {
+            Queue::Local(q) => Ok(q.ack(id, fence).await?),
+            Queue::Remote(r) => {
+                let mut body = json!({"fence": fence});
+                if let Some((count, age)) = r.keep {
+                    body["keep"] = json!({"count": count, "max_age_ms": age.as_millis() as u64});
+                }
+                r.call(r.client.post(r.job_url(id, "/ack")).json(&body)).await?;
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<(), Failure> {
+        match self {
+            Queue::Local(q) => q.nack(id, fence, retry).await.map(|_| ()).map_err(Failure::from),
+            Queue::Remote(r) => {
+                let mut body = json!({"fence": fence});
+                if let Retry::After(d) = retry {
+                    body["delay_ms"] = json!(d.as_millis() as u64);
+                }
+                r.call(r.client.post(r.job_url(id, "/nack")).json(&body)).await?;
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) async fn extend(&self, id: &str, fence: u64, lease: Duration) -> Result<(), Failure> {
+        match self {
+            Queue::Local(q) => q
+                .extend(id, fence, lease)
+                .await
+                .map(|_| ())
+                .map_err(Failure::from),
+            Queue::Remote(r) => {
+                let body = json!({"fence": fence, "lease_ms": lease.as_millis() as u64});
+                r.call(r.client.post(r.job_url(id, "/extend")).json(&body))
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The queue's counts, as JSON.
+    pub(crate) async fn stats(&self) -> Result<Value, Failure> {
+        match self {
+            Queue::Local(q) => {
+                let s = q.stats().await?;
+                let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
+                Ok(json!({
+                    "queue": q.name(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
+                    "dead": s.dead, "completed": s.completed, "pushed": s.pushed, "claimed": s.claimed,
+                    "acked": s.acked, "retried": s.retried, "dead_total": s.dead_total,
+                    "redelivered": s.redelivered, "recent_lateness_p50_ms": pick(0.5),
+                    "recent_lateness_p99_ms": pick(0.99), "recent_lateness_max_ms": pick(1.0),
+                }))
+            }
+            Queue::Remote(r) => Ok(r.call(r.client.get(&r.url)).await?.1),
+        }
+    }
+
+    /// The dead letters, oldest first, one JSON object each.
+    pub(crate) async fn dead(&self) -> Result<Vec<Value>, Failure> {
+        match self {
+            Queue::Local(q) => Ok(q
+                .dead(10_000)
+                .await?
+                .into_iter()
+                .map(|d| {
+                    json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
+                           "payload": String::from_utf8_lossy(&d.payload)})
+                })
+                .collect()),
+            Queue::Remote(r) => {
+                let (_, v) = r
+                    .call(r.client.get(format!("{}/dead?limit=10000", r.url)))
+                    .await?;
+                Ok(v["jobs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|d| {
+                        let payload = d["payload_base64"]
+                            .as_str()
+                            .and_then(|b| STANDARD.decode(b).ok())
+                            .unwrap_or_default();
+                        json!({"id": d["id"], "died_ms": d["died_ms"], "attempts": d["attempts"],
+                               "payload": String::from_utf8_lossy(&payload)})
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// Replays one dead job, or all; returns how many.
+    pub(crate) async fn replay(&self, id: Option<&str>) -> Result<u64, Failure> {
+        match self {
+            Queue::Local(q) => Ok(q.replay(id).await?),
+            Queue::Remote(r) => {
+                let body = json!({"id": id});
+                let (_, v) = r
+                    .call(r.client.post(format!("{}/dead/replay", r.url)).json(&body))
+                    .await?;
+                Ok(v["replayed"].as_u64().unwrap_or(0))
+            }
+        }
+    }
+}
+
+impl RemoteQueue {
+    fn job_url(&self, id: &str, action: &str) -> String {
+        format!("{}/jobs/{}{action}", self.url, segment(id))
+    }
+
+    /// Sends `req`; a 2xx answer's JSON, else the failure the server named.
+    async fn call(&self, req: reqwest::RequestBuilder) -> Result<(u16, Value), Failure> {
+        let req = match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        };
+        let resp = req.send().await.map_err(|e| Failure {
+            code: exit::UNAVAILABLE,
+            message: format!("cannot reach the tollgate server: {e}"),
+        })?;
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if (200..300).contains(&status) {
+            return Ok((status, body));
+        }
+        let code = match (status, body["error"]["code"].as_str()) {
+            (409, Some("lease_lost")) => exit::LEASE_LOST,
+            (429, _) => exit::BUSY,
+            (s, _) if s >= 500 => exit::UNAVAILABLE,
+            _ => exit::USAGE,
+        };
+        let message = body["error"]["message"].as_str().map_or_else(
+            || format!("the server answered {status}"),
+            |m| format!("{m} ({status})"),
+        );
+        Err(Failure { code, message })
+    }
+}
