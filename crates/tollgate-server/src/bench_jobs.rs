@@ -40,7 +40,11 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
     println!("{}", throughput(&store, &run_id, args, 1).await);
     println!("{}", throughput(&store, &run_id, args, 10).await);
     println!("{}", lateness(&store, &run_id, args).await);
-    println!("{}", memory(&store, url, &run_id).await);
+    // The target's case (delayed, small payload) first; then a ready line
+    // and a payload too big for Redis's compact hash encoding.
+    println!("{}", memory(&store, url, &run_id, true, 10).await);
+    println!("{}", memory(&store, url, &run_id, false, 10).await);
+    println!("{}", memory(&store, url, &run_id, true, 100).await);
     0
 }
 
@@ -189,41 +193,44 @@ async fn lateness(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json::
 
 /// Pushes 100,000 delayed jobs with a 10-byte payload and reads the Redis
 /// memory of the queue's keys.
-async fn memory(store: &Store, url: &str, run_id: &str) -> serde_json::Value {
-    let name = format!("bench:mem:{run_id}");
+async fn memory(
+    store: &Store,
+    url: &str,
+    run_id: &str,
+    delayed: bool,
+    payload_bytes: usize,
+) -> serde_json::Value {
+    let state = if delayed { "delayed" } else { "ready" };
+    let name = format!("bench:mem:{run_id}:{state}:{payload_bytes}");
+    let case = format!("jobs_memory_{state}_{payload_bytes}b");
     let Ok(q) = JobQueue::new(store, &name) else {
-        return json!({"case": "jobs_memory", "errors": 1});
+        return json!({"case": case, "errors": 1});
     };
     const N: usize = 100_000;
     let o = PushOptions {
-        delay: Some(Duration::from_secs(3600)),
+        delay: delayed.then_some(Duration::from_secs(3600)),
         ..PushOptions::default()
     };
-    let tasks: Vec<_> = (0..20)
-        .map(|t| {
-            let (q, o) = (q.clone(), o.clone());
-            tokio::spawn(async move {
-                for _ in (t..N).step_by(20) {
-                    let _ = q.push(b"0123456789", &o).await;
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        let _ = t.await;
+    let payload = vec![b'p'; payload_bytes];
+    let batch: Vec<(&[u8], PushOptions)> = (0..100).map(|_| (&payload[..], o.clone())).collect();
+    for _ in 0..N / 100 {
+        if q.push_many(&batch).await.is_err() {
+            return json!({"case": case, "errors": 1});
+        }
     }
-    let keys: Vec<String> = [":d", ":w", ":m"]
+    let base = format!("tollgate:jobs:{{{name}}}");
+    let keys: Vec<String> = [":w", ":r", ":m"]
         .iter()
-        .map(|suffix| format!("tollgate:jobs:{{{name}}}{suffix}"))
+        .map(|suffix| format!("{base}{suffix}"))
+        .chain((0..4096).map(|b| format!("{base}:d:{b}")))
         .collect();
     let Some(bytes) = crate::bench::memory_usage(url, &keys).await else {
-        return json!({"case": "jobs_memory", "errors": 1});
+        return json!({"case": case, "errors": 1});
     };
     let per_job = bytes as f64 / N as f64;
-    let _ = q.purge(None).await;
     json!({
-        "peer": "tollgate", "case": "jobs_memory", "jobs": N, "payload_bytes": 10,
+        "peer": "tollgate", "case": case, "jobs": N, "payload_bytes": payload_bytes,
         "queue_bytes": bytes, "bytes_per_job": (per_job * 10.0).round() / 10.0,
-        "bytes_per_job_beyond_payload": ((per_job - 10.0) * 10.0).round() / 10.0,
+        "bytes_per_job_beyond_payload": ((per_job - payload_bytes as f64) * 10.0).round() / 10.0,
     })
 }

@@ -6,7 +6,10 @@
 --                    fence, b first fence minus one (claims = f - b),
 --                    counters: replaced (pushes that created no job),
 --                    acked, retried, dead, redelivered
---   KEYS[2] d  HASH  id -> "<seq>\n<payload>" for a job with the default
+--   KEYS[2] d  the base name of the record buckets: d:<0..4095>, HASHes
+--              (small, so Redis keeps them as compact listpacks), each
+--              holding the records of the ids that hash to it:
+--                    id -> "<seq>\n<payload>" for a job with the default
 --                    options (priority 0, 5 attempts, exponential backoff
 --                    from 1 s to 5 min), else "<seq>,<prio>,<max attempts>,
 --                    <backoff kind>,<backoff base ms>,<backoff max ms>\n<payload>"
@@ -33,13 +36,26 @@ if op ~= 'claim' or ARGV[5] ~= '0' or ARGV[6] ~= '0' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local BATCH, LATENESS_KEPT, DEAD_KEPT = 100, 200, 10000
+local BATCH, LATENESS_KEPT, DEAD_KEPT, BUCKETS = 100, 200, 10000, 4096
 -- Upper bounds (ms) of the lateness histogram's buckets; one more bucket
 -- counts what is later than the last. Same as LATENESS_BOUNDS_MS in Rust.
 local LATENESS_BOUNDS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
 
+-- The record bucket of job `id` (same hash tag as every key of the queue):
+-- a polynomial hash of its first 4 and last 8 bytes, cheaper in Lua than
+-- redis.sha1hex and as even on random and on sequential ids.
+local byte = string.byte
+local function bucket(id)
+  local a, b, c, d = byte(id, 1, 4)
+  local e, f, g, h, i, j, k, l = byte(id, -8, -1)
+  local v = (((a or 0) * 31 + (b or 0)) * 31 + (c or 0)) * 31 + (d or 0)
+  v = ((((v % 65536) * 31 + (e or 0)) * 31 + (f or 0)) * 31 + (g or 0)) * 31 + (h or 0)
+  v = ((((v % 65536) * 31 + (i or 0)) * 31 + (j or 0)) * 31 + (k or 0)) * 31 + (l or 0)
+  return KD .. ':' .. v % BUCKETS
+end
+
 local function meta_of(id)
-  local v = redis.call('HGET', KD, id)
+  local v = redis.call('HGET', bucket(id), id)
   if not v then return nil end
   local nl = string.find(v, '\n', 1, true)
   local head = string.sub(v, 1, nl - 1)
@@ -65,7 +81,7 @@ local function wake(n)
 end
 
 local function forget(id)
-  redis.call('HDEL', KD, id)
+  redis.call('HDEL', bucket(id), id)
   redis.call('HDEL', KN, id)
 end
 
@@ -195,7 +211,7 @@ if op == 'push' then
     if ARGV[a + 9] ~= 'replace' then
       -- Dedupe: one call both checks and writes. A later duplicate in the
       -- same batch is kept out the same way.
-      if redis.call('HSETNX', KD, id, record) == 1 then
+      if redis.call('HSETNX', bucket(id), id, record) == 1 then
         if run_at <= now then
           ready[#ready + 1] = ready_score(m)
           ready[#ready + 1] = id
@@ -211,7 +227,7 @@ if op == 'push' then
         out[#out + 1] = 2
         out[#out + 1] = 0
       end
-    elseif redis.call('HEXISTS', KD, id) == 1
+    elseif redis.call('HEXISTS', bucket(id), id) == 1
       and (redis.call('ZSCORE', KF, id) or redis.call('ZSCORE', KX, id) or redis.call('ZSCORE', KC, id)) then
       replaced = replaced + 1
       out[#out + 1] = 4
@@ -223,7 +239,7 @@ if op == 'push' then
         outcome = 3
         replaced = replaced + 1
       end
-      redis.call('HSET', KD, id, record)
+      redis.call('HSET', bucket(id), id, record)
       schedule(id, m, run_at)
       out[#out + 1] = outcome
       out[#out + 1] = run_at
@@ -252,7 +268,8 @@ local function claim(lease, max)
   if n == 0 then return {0, next_due(), now} end
   local ids = {}
   for i = 1, n do ids[i] = popped[2 * i - 1] end
-  local records = redis.call('HMGET', KD, unpack(ids))
+  local records = {}
+  for i, id in ipairs(ids) do records[i] = redis.call('HGET', bucket(id), id) end
   -- Fences start from the clock (ms x 1000) so they keep growing even if
   -- the queue is lost; b remembers the start (claims = f - b).
   local f = redis.call('HINCRBY', KM, 'f', n)
@@ -309,7 +326,7 @@ local function ack_all(from, keep_n, keep_ms)
   redis.call('HDEL', KN, unpack(done))
   count('acked', #done)
   if keep_n <= 0 then
-    redis.call('HDEL', KD, unpack(done))
+    for _, id in ipairs(done) do redis.call('HDEL', bucket(id), id) end
     return flags
   end
   local kept = {}
@@ -321,12 +338,12 @@ local function ack_all(from, keep_n, keep_ms)
   local over = redis.call('ZCARD', KC) - keep_n
   if over > 0 then
     local old = redis.call('ZPOPMIN', KC, over)
-    for i = 1, #old, 2 do redis.call('HDEL', KD, old[i]) end
+    for i = 1, #old, 2 do redis.call('HDEL', bucket(old[i]), old[i]) end
   end
   local stale = redis.call('ZRANGEBYSCORE', KC, '-inf', now - keep_ms, 'LIMIT', 0, BATCH)
   for _, old in ipairs(stale) do
     redis.call('ZREM', KC, old)
-    redis.call('HDEL', KD, old)
+    redis.call('HDEL', bucket(old), old)
   end
   return flags
 end
