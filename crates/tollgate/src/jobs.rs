@@ -565,6 +565,9 @@ impl JobQueue {
     /// Returns, in the same order, whether each was acked (`false`: that
     /// delivery's lease had ended, or it was named twice).
     pub async fn ack_many(&self, deliveries: &[(&str, u64)]) -> Result<Vec<bool>> {
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
         Ok(self.settle(deliveries, 0).await?.0)
     }
 

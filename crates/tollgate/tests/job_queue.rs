@@ -202,6 +202,58 @@ async fn batches_push_claim_and_ack(ts: TestStore) {
     );
     let s = q.stats().await.unwrap();
     assert_eq!((s.ready, s.delayed, s.pushed), (4, 1, 5), "{s:?}");
+    // Keep, then replace, in one batch and with different times: one job
+    // in one place, due at the replacement's time (the mirror case too).
+    for (first, second) in [
+        (OnDuplicate::Keep, OnDuplicate::Replace),
+        (OnDuplicate::Replace, OnDuplicate::Keep),
+    ] {
+        let jobs = [
+            (
+                "v1".to_owned(),
+                PushOptions {
+                    delay: Some(Duration::from_millis(200)),
+                    on_duplicate: first,
+                    ..with_id("v")
+                },
+            ),
+            (
+                "v2".to_owned(),
+                PushOptions {
+                    on_duplicate: second,
+                    ..with_id("v")
+                },
+            ),
+        ];
+        let results: Vec<PushResult> = q
+            .push_many(&jobs)
+            .await
+            .unwrap()
+            .iter()
+            .map(|p| p.result)
+            .collect();
+        let expected = if second == OnDuplicate::Replace {
+            PushResult::Replaced
+        } else {
+            PushResult::Kept
+        };
+        assert_eq!(results, [PushResult::Created, expected]);
+        let s = q.stats().await.unwrap();
+        let due_now = second == OnDuplicate::Replace;
+        assert_eq!(
+            (s.ready, s.delayed),
+            (4 + u64::from(due_now), 1 + u64::from(!due_now)),
+            "{s:?}"
+        );
+        assert_eq!(q.cancel("v").await.unwrap(), Cancelled::Cancelled);
+        assert_eq!(
+            q.cancel("v").await.unwrap(),
+            Cancelled::Unknown,
+            "v was in two places"
+        );
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.ready, s.delayed), (4, 1), "{s:?}");
+    }
 
     // One bad job: nothing of the batch is pushed.
     let bad = vec![
@@ -746,4 +798,29 @@ mod realtime {
         sleeping_consumers_wake_on_time,
         cancel_races_claim
     );
+}
+
+/// Records written before they were bucketed (all in one `:d` hash) are
+/// still claimed, then acked, and do not linger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_in_the_old_single_hash_still_run() {
+    let ts = TestStore::redis().await;
+    let redis = ts.server.as_ref().expect("redis");
+    let base = "tollgate:jobs:{old}";
+    redis.command(&["HSET", &format!("{base}:d"), "legacy", "7\nold payload"]);
+    redis.command(&["HSET", &format!("{base}:m"), "s", "7"]);
+    redis.command(&["ZADD", &format!("{base}:r"), "7", "legacy"]);
+    let q = JobQueue::new(&ts.store, "old").expect("queue");
+    let job = claim(&q).await;
+    assert_eq!(
+        (job.id.as_str(), job.payload.as_slice()),
+        ("legacy", &b"old payload"[..])
+    );
+    q.ack(&job.id, job.fence).await.unwrap();
+    assert_eq!(
+        redis.command(&["EXISTS", &format!("{base}:d")]),
+        ::redis::Value::Int(0)
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.ready, s.in_flight, s.acked), (0, 0, 1));
 }

@@ -54,8 +54,22 @@ local function bucket(id)
   return KD .. ':' .. v % BUCKETS
 end
 
+-- The record of job `id`. Queues written before records were bucketed
+-- kept them all in KD; such a record moves to its bucket when first read.
+local function record_of(id)
+  local b = bucket(id)
+  local v = redis.call('HGET', b, id)
+  if v then return v end
+  v = redis.call('HGET', KD, id)
+  if v then
+    redis.call('HSET', b, id, v)
+    redis.call('HDEL', KD, id)
+  end
+  return v
+end
+
 local function meta_of(id)
-  local v = redis.call('HGET', bucket(id), id)
+  local v = record_of(id)
   if not v then return nil end
   local nl = string.find(v, '\n', 1, true)
   local head = string.sub(v, 1, nl - 1)
@@ -82,6 +96,7 @@ end
 
 local function forget(id)
   redis.call('HDEL', bucket(id), id)
+  redis.call('HDEL', KD, id)
   redis.call('HDEL', KN, id)
 end
 
@@ -199,8 +214,21 @@ if op == 'push' then
   -- s counts pushes and replacements (pushed = s - replaced); a kept
   -- duplicate leaves a gap in it, which is harmless.
   local seq0 = redis.call('HINCRBY', KM, 's', k) - k
-  local out, ready, delayed, delayed_ids = {}, {}, {}, {}
+  local out, ready, delayed, delayed_ids, pending = {}, {}, {}, {}, {}
   local replaced = 0
+  -- Keep-mode jobs are placed together at the end (one ZADD each for
+  -- ready and delayed); a replace of one of them first places them all.
+  local function place_pending()
+    if #ready > 0 then
+      redis.call('ZADD', KR, unpack(ready))
+      wake(#ready / 2)
+    end
+    if #delayed > 0 then
+      redis.call('ZADD', KW, unpack(delayed))
+      if delayed_ids[redis.call('ZRANGE', KW, 0, 0)[1]] then wake() end
+    end
+    ready, delayed, delayed_ids, pending = {}, {}, {}, {}
+  end
   for j = 0, k - 1 do
     local a = 5 + 10 * j
     local id, seq = ARGV[a], seq0 + j + 1
@@ -212,6 +240,7 @@ if op == 'push' then
       -- Dedupe: one call both checks and writes. A later duplicate in the
       -- same batch is kept out the same way.
       if redis.call('HSETNX', bucket(id), id, record) == 1 then
+        pending[id] = true
         if run_at <= now then
           ready[#ready + 1] = ready_score(m)
           ready[#ready + 1] = id
@@ -234,6 +263,7 @@ if op == 'push' then
       out[#out + 1] = 0
     else
       -- Placed at once: a later job of this batch may replace it again.
+      if pending[id] then place_pending() end
       local outcome = 1
       if redis.call('ZREM', KR, id) + redis.call('ZREM', KW, id) > 0 then
         outcome = 3
@@ -246,14 +276,7 @@ if op == 'push' then
     end
   end
   if replaced > 0 then count('replaced', replaced) end
-  if #ready > 0 then
-    redis.call('ZADD', KR, unpack(ready))
-    wake(#ready / 2)
-  end
-  if #delayed > 0 then
-    redis.call('ZADD', KW, unpack(delayed))
-    if delayed_ids[redis.call('ZRANGE', KW, 0, 0)[1]] then wake() end
-  end
+  place_pending()
   return out
 end
 
@@ -269,7 +292,7 @@ local function claim(lease, max)
   local ids = {}
   for i = 1, n do ids[i] = popped[2 * i - 1] end
   local records = {}
-  for i, id in ipairs(ids) do records[i] = redis.call('HGET', bucket(id), id) end
+  for i, id in ipairs(ids) do records[i] = record_of(id) end
   -- Fences start from the clock (ms x 1000) so they keep growing even if
   -- the queue is lost; b remembers the start (claims = f - b).
   local f = redis.call('HINCRBY', KM, 'f', n)
