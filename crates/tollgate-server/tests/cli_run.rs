@@ -127,6 +127,14 @@ fn eight_processes_share_one_lock_exactly() {
     exclusive_counter(&["--redis", &server.url()], 8, 25);
 }
 
+/// The same on a 3-master Redis Cluster: the lock's keys share one slot,
+/// hand-offs come by sharded pub/sub.
+#[test]
+fn eight_processes_share_one_lock_exactly_on_a_cluster() {
+    let cluster = support::RedisCluster::start(3, 0);
+    exclusive_counter(&["--redis", &cluster.url()], 8, 10);
+}
+
 #[test]
 fn exit_codes() {
     let server = RedisServer::start();

@@ -300,6 +300,16 @@ async fn jobs_over_http_on_the_embedded_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_over_http_on_a_cluster() {
+    let cluster = tokio::task::spawn_blocking(|| support::RedisCluster::start(3, 0))
+        .await
+        .expect("cluster");
+    let s = Server::start(Some(&cluster.url()));
+    jobs_over_http(&s).await;
+    batches_over_http(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_over_http_on_redis() {
     let redis = RedisServer::start();
     let s = Server::start(Some(&redis.url()));

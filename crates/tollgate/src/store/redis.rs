@@ -5,6 +5,12 @@
 //! Two connections per store: a multiplexed command connection (concurrent
 //! callers are pipelined on it) and a RESP3 connection that only listens for
 //! hand-off messages. Both reconnect by themselves.
+//!
+//! On Redis Cluster (`redis+cluster://host:port,host:port`) both are
+//! cluster connections: scripts go to the node that owns their hash tag's
+//! slot (following MOVED and ASK), and notifications use sharded pub/sub
+//! (`SPUBLISH` in the scripts, `SSUBSCRIBE` here), which stays within the
+//! slot's shard and follows it when it moves.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,7 +18,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, Msg, ProtocolVersion, PushKind, Script};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, IntoConnectionInfo, Msg, Pipeline, ProtocolVersion, PushKind, RedisFuture, Script, Value};
 use tokio::sync::{Mutex as AsyncMutex, OnceCell};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -67,27 +75,122 @@ struct Scripts {
 }
 
 impl Scripts {
-    fn new() -> Self {
+    /// The scripts; on a cluster they publish with `SPUBLISH` (sharded).
+    fn new(cluster: bool) -> Self {
+        let script = |text: &str| {
+            if cluster {
+                Script::new(&text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'"))
+            } else {
+                Script::new(text)
+            }
+        };
         Scripts {
-            enter: Script::new(gate_script!("lua/enter_fast.lua", "lua/enter.lua")),
-            poll: Script::new(gate_script!("lua/poll.lua")),
-            renew: Script::new(gate_script!("lua/renew.lua")),
-            leave: Script::new(gate_script!("lua/leave_fast.lua", "lua/leave.lua")),
-            set_capacity: Script::new(gate_script!("lua/set_capacity.lua")),
-            stats: Script::new(gate_script!("lua/stats.lua")),
-            holders: Script::new(gate_script!("lua/holders.lua")),
-            limit: Script::new(include_str!("lua/limit.lua")),
-            set_admission: Script::new(gate_script!("lua/set_admission.lua")),
-            jobs: Script::new(include_str!("lua/jobs.lua")),
+            enter: script(gate_script!("lua/enter_fast.lua", "lua/enter.lua")),
+            poll: script(gate_script!("lua/poll.lua")),
+            renew: script(gate_script!("lua/renew.lua")),
+            leave: script(gate_script!("lua/leave_fast.lua", "lua/leave.lua")),
+            set_capacity: script(gate_script!("lua/set_capacity.lua")),
+            stats: script(gate_script!("lua/stats.lua")),
+            holders: script(gate_script!("lua/holders.lua")),
+            limit: script(include_str!("lua/limit.lua")),
+            set_admission: script(gate_script!("lua/set_admission.lua")),
+            jobs: script(include_str!("lua/jobs.lua")),
         }
     }
+}
+
+/// The command connection: one server (reconnecting by itself) or a
+/// cluster (routing by slot, following topology changes).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The seed nodes of a `redis+cluster://` or `rediss+cluster://` URL, as
+/// plain node URLs; `None` for any other URL.
+fn cluster_nodes(url: &str) -> Option<Result<Vec<String>>> {
+    let lower = url.to_ascii_lowercase();
+    let (scheme, rest) = if lower.starts_with("redis+cluster://") {
+        ("redis", &url["redis+cluster://".len()..])
+    } else if lower.starts_with("rediss+cluster://") {
+        ("rediss", &url["rediss+cluster://".len()..])
+    } else {
+        return None;
+    };
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((r, f)) => (r, format!("#{f}")),
+        None => (rest, String::new()),
+    };
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.trim_end_matches('/');
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{scheme}://{auth}{h}{fragment}"))
+        .collect();
+    if nodes.is_empty() || hosts.contains('/') {
+        return Some(Err(Error::invalid(format!(
+            "{url:?}: a cluster URL is redis+cluster://[user:pass@]host:port[,host:port…] (no database)"
+        ))));
+    }
+    for node in &nodes {
+        if let Err(e) = node.as_str().into_connection_info() {
+            return Some(Err(
+                Error::invalid(format!("malformed node {node:?} in {url:?}")).with_source(e)
+            ));
+        }
+    }
+    Some(Ok(nodes))
+}
+
+/// A cluster client for `nodes`, with `config`'s timeouts.
+fn cluster_builder(nodes: &[String], config: &RedisConfig) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(nodes.to_vec())
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.response_timeout)
+        .retries(3)
 }
 
 /// How to reach Redis. Build with [`RedisConfig::new`] and adjust fields.
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
-    /// `redis://[user:pass@]host:port[/db]`, `rediss://…` for TLS, or
-    /// `redis+unix:///path/to/socket` / `unix:///path`.
+    /// `redis://[user:pass@]host:port[/db]`, `rediss://…` for TLS,
+    /// `redis+unix:///path/to/socket` / `unix:///path`, or a Redis Cluster:
+    /// `redis+cluster://[user:pass@]host:port[,host:port…]` (seed nodes;
+    /// `rediss+cluster://` for TLS).
     pub url: String,
     /// Prefix of every key and channel. Default `tollgate`. Letters, digits
     /// and `_ - . :` only.
@@ -112,7 +215,7 @@ impl RedisConfig {
 }
 
 pub(crate) struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     scripts: Scripts,
     wakers: Arc<Wakers>,
@@ -165,6 +268,9 @@ fn check_prefix(prefix: &str) -> Result<()> {
 impl RedisStore {
     pub(crate) async fn connect(config: RedisConfig) -> Result<Self> {
         check_prefix(&config.prefix)?;
+        if let Some(nodes) = cluster_nodes(&config.url) {
+            return RedisStore::connect_cluster(nodes?, config).await;
+        }
         // Small requests should not wait on Nagle's algorithm (TCP_NODELAY,
         // as most Redis clients set it; redis-rs leaves it off by default).
         let info = check_url(&config.url)?;
@@ -191,12 +297,37 @@ impl RedisStore {
             .set_redis_settings(info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3));
         let wakers = Arc::<Wakers>::default();
         Ok(RedisStore {
-            conn,
+            conn: Conn::Single(conn),
             prefix: config.prefix,
-            scripts: Scripts::new(),
+            scripts: Scripts::new(false),
             subs: Arc::new(Subscriptions {
-                info: resp3,
-                config: manager_config,
+                target: SubTarget::Single(Box::new((resp3, manager_config))),
+                conn: OnceCell::new(),
+                counts: AsyncMutex::new(HashMap::new()),
+                wakers: wakers.clone(),
+            }),
+            wakers,
+        })
+    }
+
+    async fn connect_cluster(nodes: Vec<String>, config: RedisConfig) -> Result<Self> {
+        let client = cluster_builder(&nodes, &config)
+            .build()
+            .map_err(|e| Error::invalid("unusable Redis Cluster URL").with_source(e))?;
+        let conn = client.get_async_connection().await.map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("cannot reach the Redis Cluster at {}", nodes.join(",")),
+            )
+            .with_source(e)
+        })?;
+        let wakers = Arc::<Wakers>::default();
+        Ok(RedisStore {
+            conn: Conn::Cluster(conn),
+            prefix: config.prefix.clone(),
+            scripts: Scripts::new(true),
+            subs: Arc::new(Subscriptions {
+                target: SubTarget::Cluster(nodes, config),
                 conn: OnceCell::new(),
                 counts: AsyncMutex::new(HashMap::new()),
                 wakers: wakers.clone(),
@@ -750,26 +881,65 @@ fn unexpected(op: &str, reply: &[i64]) -> Error {
 /// and unsubscribing happen under one async lock so a late unsubscribe can
 /// never undo a newer subscribe.
 struct Subscriptions {
-    info: redis::ConnectionInfo,
-    config: ConnectionManagerConfig,
-    conn: OnceCell<ConnectionManager>,
+    target: SubTarget,
+    conn: OnceCell<SubConn>,
     counts: AsyncMutex<HashMap<String, usize>>,
     wakers: Arc<Wakers>,
 }
 
+/// Where the listening connection goes.
+enum SubTarget {
+    /// One server: RESP3 connection info and the manager's settings.
+    Single(Box<(redis::ConnectionInfo, ConnectionManagerConfig)>),
+    /// A cluster: its seed nodes and settings.
+    Cluster(Vec<String>, RedisConfig),
+}
+
+/// The listening connection: plain pub/sub on one server, sharded pub/sub
+/// on a cluster. Both re-subscribe by themselves after a reconnect.
+#[derive(Clone)]
+enum SubConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl SubConn {
+    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            SubConn::Single(c) => c.subscribe(channel).await,
+            SubConn::Cluster(c) => c.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            SubConn::Single(c) => c.unsubscribe(channel).await,
+            SubConn::Cluster(c) => c.sunsubscribe(channel).await,
+        }
+    }
+}
+
 impl Subscriptions {
-    async fn connection(&self) -> Result<ConnectionManager> {
+    async fn connection(&self) -> Result<SubConn> {
         let conn = self
             .conn
             .get_or_try_init(|| async {
                 let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let config = self
-                    .config
-                    .clone()
-                    .set_push_sender(tx)
-                    .set_automatic_resubscription();
-                let client = redis::Client::open(self.info.clone())?;
-                let conn = ConnectionManager::new_with_config(client, config).await?;
+                let conn = match &self.target {
+                    SubTarget::Single(single) => {
+                        let (info, config) = single.as_ref();
+                        let config = config.clone().set_push_sender(tx).set_automatic_resubscription();
+                        let client = redis::Client::open(info.clone())?;
+                        SubConn::Single(ConnectionManager::new_with_config(client, config).await?)
+                    }
+                    SubTarget::Cluster(nodes, config) => {
+                        let client = cluster_builder(nodes, config)
+                            .use_protocol(ProtocolVersion::RESP3)
+                            .push_sender(tx)
+                            .build()?;
+                        SubConn::Cluster(client.get_async_connection().await?)
+                    }
+                };
                 let wakers = self.wakers.clone();
                 tokio::spawn(async move {
                     while let Some(push) = rx.recv().await {
@@ -857,5 +1027,34 @@ impl Drop for SubscriptionGuard {
         };
         let channel = std::mem::take(&mut self.channel);
         handle.spawn(async move { subs.release(channel).await });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_nodes;
+
+    #[test]
+    fn cluster_urls_name_their_seed_nodes() {
+        let nodes = |url: &str| cluster_nodes(url).map(|r| r.map_err(|e| e.to_string()));
+        assert_eq!(nodes("redis://127.0.0.1:6379"), None);
+        assert_eq!(
+            nodes("redis+cluster://a:7000,b:7001"),
+            Some(Ok(vec!["redis://a:7000".to_owned(), "redis://b:7001".to_owned()]))
+        );
+        assert_eq!(
+            nodes("rediss+cluster://u:p@a:7000, b:7001/#insecure"),
+            Some(Ok(vec![
+                "rediss://u:p@a:7000#insecure".to_owned(),
+                "rediss://u:p@b:7001#insecure".to_owned()
+            ]))
+        );
+        for bad in [
+            "redis+cluster://",
+            "redis+cluster://a:7000/2",
+            "redis+cluster://a:notaport",
+        ] {
+            assert!(matches!(nodes(bad), Some(Err(_))), "{bad}");
+        }
     }
 }

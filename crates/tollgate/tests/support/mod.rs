@@ -29,6 +29,17 @@ fn free_port() -> u16 {
         .expect("no free port")
 }
 
+/// A free port below 55536 whose cluster bus port (+10000) is free too.
+fn free_cluster_port() -> u16 {
+    for _ in 0..1000 {
+        let port = free_port();
+        if port < 55_536 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port pair for a cluster node");
+}
+
 impl RedisServer {
     pub fn start() -> RedisServer {
         RedisServer::start_with(|_, _| Vec::new(), false)
@@ -103,11 +114,38 @@ impl RedisServer {
         )
     }
 
+    /// A node for a Redis Cluster (its bus port, port + 10000, is free too),
+    /// with a short node timeout so failovers in tests are quick.
+    pub fn start_cluster_node() -> RedisServer {
+        RedisServer::start_on(
+            |dir, _| {
+                vec![
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    dir.join("nodes.conf").display().to_string(),
+                    "--cluster-node-timeout".into(),
+                    "2000".into(),
+                ]
+            },
+            false,
+            free_cluster_port,
+        )
+    }
+
     fn start_with(extra: impl Fn(&std::path::Path, u16) -> Vec<String>, tls: bool) -> RedisServer {
+        RedisServer::start_on(extra, tls, free_port)
+    }
+
+    fn start_on(
+        extra: impl Fn(&std::path::Path, u16) -> Vec<String>,
+        tls: bool,
+        pick_port: fn() -> u16,
+    ) -> RedisServer {
         let mut last_err = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
-            let port = free_port();
+            let port = pick_port();
             let args = extra(dir.path(), port);
             let (port, tls_port) = if tls { (0, Some(port)) } else { (port, None) };
             let mut server = RedisServer {
@@ -233,11 +271,81 @@ impl Drop for RedisServer {
     }
 }
 
+/// A Redis Cluster of `masters` masters with `replicas` replicas each, on
+/// loopback, made with `redis-cli --cluster create`. Killed on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| RedisServer::start_cluster_node())
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli must be installed (it comes with redis-server)");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok(Duration::from_secs(20));
+        cluster
+    }
+
+    /// Waits until every running node says the cluster is ok and knows all
+    /// nodes.
+    pub fn wait_ok(&self, timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                let Ok(client) = redis::Client::open(n.url()) else {
+                    return false;
+                };
+                let Ok(mut conn) = client.get_connection() else {
+                    return false;
+                };
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "the cluster did not become ok within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis+cluster://127.0.0.1:p1,127.0.0.1:p2,…` (every node a seed).
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+}
+
 /// One store under test: memory on a hand-moved clock, or a fresh Redis.
 pub struct TestStore {
     pub store: Store,
     pub clock: Option<ManualClock>,
     pub server: Option<RedisServer>,
+    pub cluster: Option<RedisCluster>,
 }
 
 impl TestStore {
@@ -248,6 +356,7 @@ impl TestStore {
             store: Store::memory(),
             clock: None,
             server: None,
+            cluster: None,
         }
     }
 
@@ -257,6 +366,7 @@ impl TestStore {
             store: Store::memory_with_clock(Arc::new(clock.clone())),
             clock: Some(clock),
             server: None,
+            cluster: None,
         }
     }
 
@@ -267,6 +377,23 @@ impl TestStore {
             store,
             clock: None,
             server: Some(server),
+            cluster: None,
+        }
+    }
+
+    /// A fresh 3-master Redis Cluster (no replicas).
+    pub async fn cluster() -> TestStore {
+        let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 0))
+            .await
+            .expect("cluster start");
+        let store = Store::redis(&cluster.url())
+            .await
+            .expect("connect to the test cluster");
+        TestStore {
+            store,
+            clock: None,
+            server: None,
+            cluster: Some(cluster),
         }
     }
 
@@ -305,6 +432,14 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::support::TestStore::redis().await).await
+                }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::support::TestStore::cluster().await).await
                 }
             )*
         }
