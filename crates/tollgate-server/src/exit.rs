@@ -25,7 +25,7 @@ pub(crate) fn for_error(e: &tollgate::Error) -> i32 {
         | ErrorKind::CapacityConflict
         | ErrorKind::NoCapacity
         | ErrorKind::JobRunning => USAGE,
-        ErrorKind::Unavailable => UNAVAILABLE,
+        ErrorKind::Unavailable | ErrorKind::NotReplicated => UNAVAILABLE,
         ErrorKind::LeaseLost => LEASE_LOST,
         _ => SOFTWARE,
     }

@@ -248,6 +248,7 @@ impl From<tollgate::Error> for ApiError {
             ErrorKind::LeaseLost => (StatusCode::NOT_FOUND, "lease_not_found"),
             ErrorKind::JobRunning => (StatusCode::CONFLICT, "job_running"),
             ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+            ErrorKind::NotReplicated => (StatusCode::SERVICE_UNAVAILABLE, "not_replicated"),
             _ => (StatusCode::BAD_GATEWAY, "store_error"),
         };
         if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Store) {

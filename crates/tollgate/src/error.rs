@@ -22,6 +22,10 @@ pub enum ErrorKind {
     Store,
     /// The job is being run, so it cannot be changed now (rescheduled).
     JobRunning,
+    /// On a durable store handle: the change was made on the master, but
+    /// fewer replicas than asked confirmed it in time, so a failover now
+    /// could lose it.
+    NotReplicated,
 }
 
 impl fmt::Display for ErrorKind {
@@ -34,6 +38,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Unavailable => "store unavailable",
             ErrorKind::Store => "store error",
             ErrorKind::JobRunning => "job running",
+            ErrorKind::NotReplicated => "not replicated",
         })
     }
 }
@@ -122,11 +127,21 @@ impl std::error::Error for Error {
 
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
+        use redis::{ErrorKind as K, ServerErrorKind as S};
+        // A cluster still moving a slot or promoting a replica, a server
+        // still loading its data or a demoted master: passing states, like
+        // an unreachable server.
+        let passing = e.is_cluster_error()
+            || matches!(
+                e.kind(),
+                K::Server(S::MasterDown | S::ReadOnly | S::BusyLoading | S::TryAgain | S::ClusterDown)
+            );
         let kind = if e.is_io_error()
             || e.is_connection_refusal()
             || e.is_timeout()
             || e.is_connection_dropped()
             || e.is_unrecoverable_error()
+            || passing
         {
             ErrorKind::Unavailable
         } else {

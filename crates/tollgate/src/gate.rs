@@ -175,11 +175,24 @@ impl Gate {
             label,
             ..self.request(&id, permits, queue)
         };
-        Ok(match self.store.enter(&self.name, &req).await? {
+        Ok(match self.enter_store(&id, &req).await? {
             Entry::Granted(g) => Entered::Granted(granted(id, g)),
             Entry::Queued(place) => Entered::Queued { ticket: id, place },
             Entry::Busy(o) => Entered::Busy(o),
         })
+    }
+
+    /// Enters through the store. A grant that the replicas did not confirm
+    /// (durable handles) is given back at once, so it cannot linger as a
+    /// holder nobody knows.
+    async fn enter_store(&self, id: &str, req: &EnterRequest<'_>) -> Result<Entry> {
+        match self.store.enter(&self.name, req).await {
+            Err(e) if e.kind() == ErrorKind::NotReplicated => {
+                let _ = self.store.leave(&self.name, id).await;
+                Err(e)
+            }
+            other => other,
+        }
     }
 
     /// Asks about a ticket: this is its heartbeat, and how a waiter picks up
@@ -302,11 +315,7 @@ impl Gate {
         let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
 
         let mut sent = Instant::now();
-        match self
-            .store
-            .enter(&self.name, &self.request(&id, permits, queue))
-            .await?
-        {
+        match self.enter_store(&id, &self.request(&id, permits, queue)).await? {
             Entry::Granted(g) => return Ok(Some(self.lease(id, permits, g, sent))),
             Entry::Busy(_) => return Ok(None),
             Entry::Queued(_) => {}

@@ -79,5 +79,14 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 pub struct LimitsDoctests;
 
+// And the job-queue and cluster guides'.
+#[doc = include_str!("../../../docs/JOBS.md")]
+#[cfg(doctest)]
+pub struct JobsDoctests;
+
+#[doc = include_str!("../../../docs/CLUSTER.md")]
+#[cfg(doctest)]
+pub struct ClusterDoctests;
+
 /// The largest capacity a gate may have.
 pub const MAX_CAPACITY: u32 = 1_000_000;

@@ -5,8 +5,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::RedisServer;
-use tollgate::{Gate, GateOptions, Lock, Store};
+use support::{RedisCluster, RedisServer};
+use tollgate::{ErrorKind, Gate, GateOptions, JobQueue, Lock, PushOptions, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_while_holding_and_waiting() {
@@ -242,4 +242,156 @@ async fn tls_urls_work() {
     config.response_timeout = Duration::from_secs(2);
     let e = Store::connect(config).await.expect_err("not TLS");
     assert!(e.is_unavailable(), "{e:?}");
+}
+
+/// Redis Cluster, 3 masters with a replica each: the master that holds a
+/// lock and a queue is killed. Operations fail as unavailable (typed, no
+/// hang) until a replica is promoted, then go on without a restart. With a
+/// durable handle (WAIT for 1 replica) nothing confirmed is lost: the lease
+/// is still held, the pushed job is still there, and fences keep growing.
+/// How long it took is printed; the bound checked here is loose (the node
+/// timeout is 2 s), the benchmark reports the figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_dies_and_a_replica_takes_over() {
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
+        .await
+        .expect("cluster");
+    let plain = Store::redis(&cluster.url()).await.expect("connect");
+    let store = plain.durable(1, Duration::from_secs(1)).await.expect("durable");
+    let options = GateOptions {
+        ttl: Duration::from_secs(30),
+        heartbeat: Duration::from_secs(30),
+        auto_renew: false,
+    };
+    let lock = Lock::with_options(&store, "failover", options.clone()).expect("lock");
+    let held = lock.try_acquire().await.expect("confirmed").expect("free");
+    let fence_before = held.fence();
+    let queue = JobQueue::new(&store, "failover").expect("queue");
+    queue
+        .push("before", &PushOptions::default())
+        .await
+        .expect("confirmed push");
+
+    let victim = cluster.master_of("tollgate:gate:{failover}:m");
+    assert_eq!(
+        victim,
+        cluster.master_of("tollgate:jobs:{failover}:m"),
+        "same tag, same slot"
+    );
+    cluster.nodes[victim].kill();
+    let killed = Instant::now();
+    let err = lock.try_acquire().await.expect_err("its master is down");
+    assert!(err.is_unavailable(), "{err:?}");
+
+    // Retry until the slot is served again. The promoted replica has no
+    // replica of its own, so read through the plain handle.
+    let plain_lock = Lock::with_options(&plain, "failover", options).expect("lock");
+    let back = loop {
+        match plain_lock.try_acquire().await {
+            Ok(got) => break got,
+            Err(e) => {
+                assert!(e.is_unavailable(), "{e:?}");
+                assert!(
+                    killed.elapsed() < Duration::from_secs(30),
+                    "no failover within 30 s: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let unavailable = killed.elapsed();
+    eprintln!("gate operations were unavailable for {unavailable:?} (cluster-node-timeout 2 s)");
+    assert!(back.is_none(), "the confirmed lease was lost in the failover");
+    held.release()
+        .await
+        .expect_err("no replica is left to confirm the release");
+    let again = plain_lock.try_acquire().await.expect("store").expect("released");
+    assert!(again.fence() > fence_before, "fences keep growing");
+    again.release().await.expect("release");
+    let plain_queue = JobQueue::new(&plain, "failover").expect("queue");
+    let job = plain_queue
+        .claim()
+        .await
+        .expect("claim")
+        .expect("the confirmed job survived");
+    assert_eq!(job.payload, b"before");
+    plain_queue.ack(&job.id, job.fence).await.expect("ack");
+    assert!(unavailable < Duration::from_secs(15), "{unavailable:?}");
+}
+
+/// A durable handle waits for the replica after each change. With the
+/// replica frozen, a grant is refused as `NotReplicated` and given back
+/// (the lock stays free), and a push says so too; with it thawed, all is
+/// confirmed again. The embedded store and bad settings are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_handles_wait_for_replicas() {
+    let master = RedisServer::start();
+    let replica = tokio::task::spawn_blocking({
+        let port = master.port;
+        move || RedisServer::start_replica_of(port)
+    })
+    .await
+    .expect("replica");
+    let plain = Store::redis(&master.url()).await.expect("connect");
+    let store = plain
+        .durable(1, Duration::from_millis(300))
+        .await
+        .expect("durable");
+    let lock = Lock::new(&store, "durable").expect("lock");
+    let held = lock.try_acquire().await.expect("confirmed").expect("free");
+    held.release().await.expect("release");
+    let queue = JobQueue::new(&store, "durable").expect("queue");
+    queue
+        .push("x", &PushOptions::default())
+        .await
+        .expect("confirmed push");
+
+    // Freeze the replica: nothing is confirmed within the timeout.
+    nix::sys::signal::kill(replica.pid(), nix::sys::signal::Signal::SIGSTOP).expect("stop");
+    let started = Instant::now();
+    let err = lock.try_acquire().await.expect_err("the replica is frozen");
+    assert_eq!(err.kind(), ErrorKind::NotReplicated, "{err}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "WAIT waited its timeout"
+    );
+    let plain_lock = Lock::new(&plain, "durable").expect("lock");
+    let stats = plain_lock.stats().await.expect("stats");
+    assert_eq!(stats.used, 0, "the unconfirmed grant was given back");
+    let err = queue
+        .push("y", &PushOptions::default())
+        .await
+        .expect_err("not confirmed");
+    assert_eq!(err.kind(), ErrorKind::NotReplicated, "{err}");
+    assert_eq!(
+        JobQueue::new(&plain, "durable")
+            .expect("q")
+            .stats()
+            .await
+            .expect("stats")
+            .ready,
+        2,
+        "the push happened on the master all the same"
+    );
+
+    nix::sys::signal::kill(replica.pid(), nix::sys::signal::Signal::SIGCONT).expect("cont");
+    let held = lock.try_acquire().await.expect("confirmed again").expect("free");
+    held.release().await.expect("release");
+
+    let memory = Store::memory();
+    assert_eq!(
+        memory
+            .durable(1, Duration::from_secs(1))
+            .await
+            .expect_err("no replicas")
+            .kind(),
+        ErrorKind::InvalidInput
+    );
+    for (n, t) in [(0, 100), (1, 0), (101, 100), (1, 61_000)] {
+        let err = plain
+            .durable(n, Duration::from_millis(t))
+            .await
+            .expect_err("bad settings");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{n} {t}");
+    }
 }

@@ -62,6 +62,35 @@ impl Store {
         })
     }
 
+    /// A handle on the same Redis whose every operation, once its script
+    /// has run, waits until `replicas` replicas confirm the change (Redis
+    /// `WAIT`, up to `timeout`). Build the primitives that must not lose an
+    /// acknowledged change to a failover (a lock's grant, a job's push or
+    /// ack) from it; the rest can keep the plain handle.
+    ///
+    /// It costs a round trip to the replicas per operation and runs on a
+    /// connection of its own. When fewer replicas confirm in time the
+    /// operation still happened on the master, and it fails with
+    /// [`ErrorKind::NotReplicated`](crate::ErrorKind::NotReplicated)
+    /// (a lock or semaphore gives such a grant back at once). The embedded
+    /// store has no replicas: it refuses.
+    pub async fn durable(&self, replicas: u32, timeout: Duration) -> Result<Store> {
+        if replicas == 0 || replicas > 100 {
+            return Err(Error::invalid("durable: replicas must be 1 to 100"));
+        }
+        if timeout.is_zero() || timeout > Duration::from_secs(60) {
+            return Err(Error::invalid("durable: the timeout must be 1 ms to 60 s"));
+        }
+        match &self.backend {
+            Backend::Memory(_) => Err(Error::invalid(
+                "the embedded store has no replicas; durable() needs Redis",
+            )),
+            Backend::Redis(s) => Ok(Store {
+                backend: Backend::Redis(Arc::new(s.durable(replicas, timeout).await?)),
+            }),
+        }
+    }
+
     /// Whether operations cross a network (and so can fail or stall).
     pub(crate) fn is_remote(&self) -> bool {
         matches!(self.backend, Backend::Redis(_))

@@ -217,9 +217,63 @@ impl RedisConfig {
 pub(crate) struct RedisStore {
     conn: Conn,
     prefix: String,
-    scripts: Scripts,
+    scripts: Arc<Scripts>,
     wakers: Arc<Wakers>,
     subs: Arc<Subscriptions>,
+    /// How to open another command connection (for durable handles).
+    target: Arc<Target>,
+    durable: Option<Durable>,
+}
+
+/// A durable handle's settings and its own connection.
+struct Durable {
+    replicas: u32,
+    timeout: Duration,
+    conn: Conn,
+}
+
+/// Where a store's connections go.
+enum Target {
+    /// One server: connection info and the manager's settings.
+    Single(Box<(redis::ConnectionInfo, ConnectionManagerConfig)>),
+    /// A cluster: its seed nodes and settings.
+    Cluster(Vec<String>, RedisConfig),
+}
+
+impl Target {
+    /// A new command connection.
+    async fn connect(&self) -> redis::RedisResult<Conn> {
+        match self {
+            Target::Single(single) => {
+                let (info, config) = single.as_ref();
+                let client = redis::Client::open(info.clone())?;
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client, config.clone()).await?,
+                ))
+            }
+            Target::Cluster(nodes, config) => Ok(Conn::Cluster(
+                cluster_builder(nodes, config)
+                    .build()?
+                    .get_async_connection()
+                    .await?,
+            )),
+        }
+    }
+}
+
+/// The Redis Cluster slot of `key` (CRC16 of its hash tag, or of the whole
+/// key if it has none).
+fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let close = bytes[open + 1..].iter().position(|b| *b == b'}')?;
+            (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+        })
+        .unwrap_or(bytes);
+    crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
 }
 
 impl fmt::Debug for RedisStore {
@@ -292,16 +346,16 @@ impl RedisStore {
                 )
                 .with_source(e)
             })?;
-        let resp3 = info
-            .clone()
-            .set_redis_settings(info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3));
+        let target = Arc::new(Target::Single(Box::new((info, manager_config))));
         let wakers = Arc::<Wakers>::default();
         Ok(RedisStore {
             conn: Conn::Single(conn),
             prefix: config.prefix,
-            scripts: Scripts::new(false),
+            scripts: Arc::new(Scripts::new(false)),
+            target: target.clone(),
+            durable: None,
             subs: Arc::new(Subscriptions {
-                target: SubTarget::Single(Box::new((resp3, manager_config))),
+                target,
                 conn: OnceCell::new(),
                 counts: AsyncMutex::new(HashMap::new()),
                 wakers: wakers.clone(),
@@ -322,12 +376,15 @@ impl RedisStore {
             .with_source(e)
         })?;
         let wakers = Arc::<Wakers>::default();
+        let target = Arc::new(Target::Cluster(nodes, config.clone()));
         Ok(RedisStore {
             conn: Conn::Cluster(conn),
-            prefix: config.prefix.clone(),
-            scripts: Scripts::new(true),
+            prefix: config.prefix,
+            scripts: Arc::new(Scripts::new(true)),
+            target: target.clone(),
+            durable: None,
             subs: Arc::new(Subscriptions {
-                target: SubTarget::Cluster(nodes, config),
+                target,
                 conn: OnceCell::new(),
                 counts: AsyncMutex::new(HashMap::new()),
                 wakers: wakers.clone(),
@@ -360,8 +417,77 @@ impl RedisStore {
             inv.key(format!("{base}{suffix}"));
         }
         inv.arg(args);
-        let mut conn = self.conn.clone();
-        Ok(inv.invoke_async(&mut conn).await?)
+        self.invoke(&inv, &base).await
+    }
+
+    /// Runs a script invocation whose keys share `tagged`'s hash tag. On a
+    /// durable handle it runs on the durable connection and then waits for
+    /// the replicas (`WAIT`) on that same connection and node.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+        tagged: &str,
+    ) -> Result<T> {
+        let Some(d) = &self.durable else {
+            let mut conn = self.conn.clone();
+            return Ok(inv.invoke_async(&mut conn).await?);
+        };
+        let mut conn = d.conn.clone();
+        let out: T = inv.invoke_async(&mut conn).await?;
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(d.replicas).arg(d.timeout.as_millis() as u64);
+        let acked: i64 = match &mut conn {
+            Conn::Single(c) => wait.query_async(c).await?,
+            Conn::Cluster(c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = Route::new(slot_of(tagged), SlotAddr::Master);
+                let v = c
+                    .route_command(
+                        wait,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?;
+                redis::from_redis_value(v)
+                    .map_err(|e| Error::new(ErrorKind::Store, format!("WAIT answered {e}")))?
+            }
+        };
+        if acked < i64::from(d.replicas) {
+            return Err(Error::new(
+                ErrorKind::NotReplicated,
+                format!(
+                    "the change was made, but only {acked} of {} replicas confirmed it within {:?}; \
+                     it may be lost if the master fails now",
+                    d.replicas, d.timeout
+                ),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// A handle on the same Redis whose every operation, once its script
+    /// ran, waits until `replicas` replicas have it (`WAIT`), on its own
+    /// connection so the wait holds up no one else.
+    pub(crate) async fn durable(&self, replicas: u32, timeout: Duration) -> Result<RedisStore> {
+        let conn = self.target.connect().await.map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "cannot open a connection for durable operations",
+            )
+            .with_source(e)
+        })?;
+        Ok(RedisStore {
+            conn: self.conn.clone(),
+            prefix: self.prefix.clone(),
+            scripts: self.scripts.clone(),
+            wakers: self.wakers.clone(),
+            subs: self.subs.clone(),
+            target: self.target.clone(),
+            durable: Some(Durable {
+                replicas,
+                timeout,
+                conn,
+            }),
+        })
     }
 
     pub(crate) async fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
@@ -422,14 +548,10 @@ impl RedisStore {
             Algorithm::SlidingWindow => ("w", "s", limit.rate().count(), limit.period_us()),
         };
         let mut inv = self.scripts.limit.prepare_invoke();
-        inv.key(format!(
-            "{}:limit:{{{}}}:{space}:{key}",
-            self.prefix,
-            limiter.as_str()
-        ));
+        let tagged = format!("{}:limit:{{{}}}:{space}:{key}", self.prefix, limiter.as_str());
+        inv.key(&tagged);
         inv.arg((algo, cost, a, b));
-        let mut conn = self.conn.clone();
-        let r: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        let r: Vec<i64> = self.invoke(&inv, &tagged).await?;
         match r.as_slice() {
             [allowed, remaining, retry, reset] => Ok(decision(
                 limit,
@@ -593,8 +715,7 @@ impl RedisStore {
             .arg(format!("{base}:n"))
             .arg(format!("!{}", super::Store::job_wake_key(q)))
             .arg(args);
-        let mut conn = self.conn.clone();
-        Ok(inv.invoke_async(&mut conn).await?)
+        self.invoke(&inv, &base).await
     }
 
     pub(crate) async fn listen_jobs(&self, q: &Name) -> Result<Listening> {
@@ -881,18 +1002,10 @@ fn unexpected(op: &str, reply: &[i64]) -> Error {
 /// and unsubscribing happen under one async lock so a late unsubscribe can
 /// never undo a newer subscribe.
 struct Subscriptions {
-    target: SubTarget,
+    target: Arc<Target>,
     conn: OnceCell<SubConn>,
     counts: AsyncMutex<HashMap<String, usize>>,
     wakers: Arc<Wakers>,
-}
-
-/// Where the listening connection goes.
-enum SubTarget {
-    /// One server: RESP3 connection info and the manager's settings.
-    Single(Box<(redis::ConnectionInfo, ConnectionManagerConfig)>),
-    /// A cluster: its seed nodes and settings.
-    Cluster(Vec<String>, RedisConfig),
 }
 
 /// The listening connection: plain pub/sub on one server, sharded pub/sub
@@ -925,14 +1038,16 @@ impl Subscriptions {
             .conn
             .get_or_try_init(|| async {
                 let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let conn = match &self.target {
-                    SubTarget::Single(single) => {
+                let conn = match self.target.as_ref() {
+                    Target::Single(single) => {
                         let (info, config) = single.as_ref();
+                        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+                        let info = info.clone().set_redis_settings(settings);
                         let config = config.clone().set_push_sender(tx).set_automatic_resubscription();
-                        let client = redis::Client::open(info.clone())?;
+                        let client = redis::Client::open(info)?;
                         SubConn::Single(ConnectionManager::new_with_config(client, config).await?)
                     }
-                    SubTarget::Cluster(nodes, config) => {
+                    Target::Cluster(nodes, config) => {
                         let client = cluster_builder(nodes, config)
                             .use_protocol(ProtocolVersion::RESP3)
                             .push_sender(tx)

@@ -29,6 +29,14 @@ fn free_port() -> u16 {
         .expect("no free port")
 }
 
+/// Whether every replica a master's `INFO replication` lists is online
+/// (synced and acknowledging), as WAIT needs.
+fn replicas_online(info: &str) -> bool {
+    info.lines()
+        .filter(|l| l.starts_with("slave") && l.contains("ip="))
+        .all(|l| l.contains("state=online"))
+}
+
 /// A free port below 55536 whose cluster bus port (+10000) is free too.
 fn free_cluster_port() -> u16 {
     for _ in 0..1000 {
@@ -56,6 +64,65 @@ impl RedisServer {
             },
             false,
         )
+    }
+
+    /// A replica of the server on `port`, synced before this returns.
+    pub fn start_replica_of(port: u16) -> RedisServer {
+        // The master sends its data at once (its default waits 5 s).
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("client");
+        let mut conn = client.get_connection().expect("the master answers");
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("repl-diskless-sync-delay")
+            .arg("0")
+            .query(&mut conn)
+            .expect("config set");
+        let replica = RedisServer::start_with(
+            move |_, _| {
+                vec![
+                    "--replicaof".into(),
+                    "127.0.0.1".into(),
+                    port.to_string(),
+                    "--repl-diskless-sync-delay".into(),
+                    "0".into(),
+                ]
+            },
+            false,
+        );
+        let start = Instant::now();
+        loop {
+            // The master counts a replica (for WAIT) once it is online: after
+            // the sync and its first acknowledgement.
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut conn)
+                .unwrap_or_default();
+            if replicas_online(&info) && info.contains("connected_slaves:1") {
+                // And it acknowledges a write (the stream flows).
+                let _: () = redis::cmd("SET")
+                    .arg("replica:warm")
+                    .arg("1")
+                    .query(&mut conn)
+                    .expect("set");
+                let acked: i64 = redis::cmd("WAIT")
+                    .arg(1)
+                    .arg(1000)
+                    .query(&mut conn)
+                    .expect("wait");
+                if acked == 1 {
+                    let _: () = redis::cmd("DEL")
+                        .arg("replica:warm")
+                        .query(&mut conn)
+                        .expect("del");
+                    return replica;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the replica did not sync: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// A server that listens on a unix socket in its temp dir as well.
@@ -126,6 +193,10 @@ impl RedisServer {
                     dir.join("nodes.conf").display().to_string(),
                     "--cluster-node-timeout".into(),
                     "2000".into(),
+                    // Replicas sync at once (the default waits 5 s), so a
+                    // fresh cluster's replicas are ready to take over.
+                    "--repl-diskless-sync-delay".into(),
+                    "0".into(),
                 ]
             },
             false,
@@ -297,7 +368,55 @@ impl RedisCluster {
         );
         let cluster = RedisCluster { nodes };
         cluster.wait_ok(Duration::from_secs(20));
+        if replicas > 0 {
+            cluster.warm_replicas();
+        }
         cluster
+    }
+
+    /// Waits until every master's replicas acknowledge a write: a replica
+    /// fresh from its first sync may not for up to a second, and WAIT
+    /// (durable handles) counts only acknowledgements.
+    fn warm_replicas(&self) {
+        for node in &self.nodes {
+            let client = redis::Client::open(node.url()).expect("client");
+            let mut conn = client.get_connection().expect("connection");
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut conn)
+                .expect("info");
+            if !info.contains("role:master") {
+                continue;
+            }
+            let start = Instant::now();
+            let mut i = 0;
+            loop {
+                // A key this master owns (others answer MOVED).
+                let key = format!("warm:{{{i}}}");
+                if redis::cmd("SET")
+                    .arg(&key)
+                    .arg("1")
+                    .query::<()>(&mut conn)
+                    .is_err()
+                {
+                    i += 1;
+                    continue;
+                }
+                let acked: i64 = redis::cmd("WAIT")
+                    .arg(1)
+                    .arg(1000)
+                    .query(&mut conn)
+                    .expect("wait");
+                let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).expect("del");
+                if acked >= 1 {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "a replica never acknowledged"
+                );
+            }
+        }
     }
 
     /// Waits until every running node says the cluster is ok and knows all
@@ -316,7 +435,18 @@ impl RedisCluster {
                     .arg("INFO")
                     .query(&mut conn)
                     .unwrap_or_default();
-                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+                let repl: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                // A replica must have synced with its master to take over,
+                // and a master must see its replicas online.
+                let synced = if repl.contains("role:slave") {
+                    repl.contains("master_link_status:up")
+                } else {
+                    replicas_online(&repl)
+                };
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") && synced
             });
             if ok {
                 return;
@@ -327,6 +457,55 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The index in `nodes` of the master that serves `key`'s slot now,
+    /// asked of a running node.
+    pub fn master_of(&self, key: &str) -> usize {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.child.is_some())
+            .expect("a running node");
+        let client = redis::Client::open(node.url()).expect("client");
+        let mut conn = client.get_connection().expect("connection");
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut conn)
+            .expect("keyslot");
+        let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut conn)
+            .expect("slots");
+        for range in slots {
+            let redis::Value::Array(items) = range else {
+                continue;
+            };
+            let (Some(start), Some(end), Some(redis::Value::Array(master))) = (
+                items
+                    .first()
+                    .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()),
+                items
+                    .get(1)
+                    .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()),
+                items.get(2),
+            ) else {
+                continue;
+            };
+            if (start..=end).contains(&slot) {
+                let port: i64 = master
+                    .get(1)
+                    .and_then(|v| redis::from_redis_value_ref(v).ok())
+                    .expect("master port");
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| i64::from(n.port) == port)
+                    .expect("the master is one of ours");
+            }
+        }
+        panic!("no master serves slot {slot}");
     }
 
     /// `redis+cluster://127.0.0.1:p1,127.0.0.1:p2,…` (every node a seed).
