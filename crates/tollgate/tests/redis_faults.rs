@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, SentinelSet};
 use tollgate::{ErrorKind, Gate, GateOptions, JobQueue, Lock, PushOptions, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,4 +394,98 @@ async fn durable_handles_wait_for_replicas() {
             .expect_err("bad settings");
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{n} {t}");
     }
+}
+
+/// A Sentinel-managed master with one replica: the master is SIGKILLed.
+/// Calls fail as unavailable until the Sentinel promotes the replica, then
+/// go to it without a restart; with a durable handle the confirmed lease
+/// and job survive; and a waiter that queued before the failover is handed
+/// the lock after it (the subscription moved to the new master).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_is_followed() {
+    let mut set = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .expect("set");
+    let plain = Store::redis(&set.url()).await.expect("connect");
+    let store = plain.durable(1, Duration::from_secs(1)).await.expect("durable");
+    let options = GateOptions {
+        ttl: Duration::from_secs(30),
+        heartbeat: Duration::from_secs(30),
+        auto_renew: false,
+    };
+    let lock = Lock::with_options(&store, "sentinel", options.clone()).expect("lock");
+    let held = lock.try_acquire().await.expect("confirmed").expect("free");
+    let queue = JobQueue::new(&store, "sentinel").expect("queue");
+    queue
+        .push("before", &PushOptions::default())
+        .await
+        .expect("confirmed push");
+    let old_port = set.master.port;
+    assert_eq!(set.sentinel.master_port(), Some(old_port));
+
+    set.master.kill();
+    let killed = Instant::now();
+    let plain_lock = Lock::with_options(&plain, "sentinel", options).expect("lock");
+    let back = loop {
+        match plain_lock.try_acquire().await {
+            Ok(got) => break got,
+            Err(e) => {
+                assert!(e.is_unavailable(), "{e:?}");
+                assert!(
+                    killed.elapsed() < Duration::from_secs(30),
+                    "no failover within 30 s: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    eprintln!(
+        "unavailable for {:?} (down-after-milliseconds 1000)",
+        killed.elapsed()
+    );
+    assert_eq!(
+        set.sentinel.master_port(),
+        Some(set.replica.port),
+        "the replica was promoted"
+    );
+    assert!(back.is_none(), "the confirmed lease was lost in the failover");
+
+    // A waiter queues on the new master; the holder's release (through the
+    // plain handle: no replica is left to confirm) hands it the lock.
+    let waiter = {
+        let plain_lock = plain_lock.clone();
+        tokio::spawn(async move {
+            let got = plain_lock.acquire(Duration::from_secs(10)).await;
+            (got, Instant::now())
+        })
+    };
+    while plain_lock.stats().await.expect("stats").waiting == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The durable handle follows the Sentinel on its own: wait until it
+    // reaches the new master (it answers, or says no replica confirmed).
+    loop {
+        match lock.stats().await {
+            Err(e) if e.is_unavailable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            _ => break,
+        }
+    }
+    let released = Instant::now();
+    let err = held.release().await.expect_err("not confirmed: no replica left");
+    assert_eq!(err.kind(), ErrorKind::NotReplicated, "{err}");
+    let (got, at) = waiter.await.expect("task");
+    let got = got.expect("store").expect("handed the lock");
+    assert!(
+        at.duration_since(released) < Duration::from_millis(500),
+        "woken by the hand-off on the new master, not by re-checking: {:?}",
+        at.duration_since(released)
+    );
+    got.release().await.expect("release");
+    let plain_queue = JobQueue::new(&plain, "sentinel").expect("queue");
+    let job = plain_queue
+        .claim()
+        .await
+        .expect("claim")
+        .expect("the confirmed job survived");
+    assert_eq!(job.payload, b"before");
 }

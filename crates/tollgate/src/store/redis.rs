@@ -21,7 +21,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Msg, Pipeline, ProtocolVersion, PushKind, RedisFuture, Script, Value};
-use tokio::sync::{Mutex as AsyncMutex, OnceCell};
+use tokio::sync::Mutex as AsyncMutex;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::limit::{Algorithm, Decision, Limit, decision};
@@ -105,6 +105,8 @@ impl Scripts {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The master a set of Sentinels names, followed across failovers.
+    Sentinel(Arc<SentinelMaster>),
 }
 
 impl redis::aio::ConnectionLike for Conn {
@@ -112,6 +114,15 @@ impl redis::aio::ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(m) => {
+                let m = m.clone();
+                Box::pin(async move {
+                    let mut c = m.connection().await?;
+                    let r = c.req_packed_command(cmd).await;
+                    m.check_after(&r);
+                    r
+                })
+            }
         }
     }
 
@@ -124,6 +135,15 @@ impl redis::aio::ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(m) => {
+                let m = m.clone();
+                Box::pin(async move {
+                    let mut c = m.connection().await?;
+                    let r = c.req_packed_commands(pipeline, offset, count).await;
+                    m.check_after(&r);
+                    r
+                })
+            }
         }
     }
 
@@ -131,6 +151,7 @@ impl redis::aio::ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(m) => m.template.redis_settings().db(),
         }
     }
 }
@@ -176,6 +197,217 @@ fn cluster_nodes(url: &str) -> Option<Result<Vec<String>>> {
     Some(Ok(nodes))
 }
 
+/// The Sentinels, master name and Redis settings of a
+/// `redis+sentinel://[user:pass@]host:port[,host:port…]/<master>[/<db>]`
+/// URL; `None` for any other URL.
+fn sentinel_parts(url: &str) -> Option<Result<(Vec<redis::ConnectionInfo>, String, redis::ConnectionInfo)>> {
+    let prefix = "redis+sentinel://";
+    if !url.to_ascii_lowercase().starts_with(prefix) {
+        return None;
+    }
+    let bad = || {
+        Error::invalid(format!(
+            "{url:?}: a Sentinel URL is redis+sentinel://[user:pass@]host:port[,host:port…]/<master name>[/<db>]"
+        ))
+    };
+    let rest = &url[prefix.len()..];
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((a, r)) => (format!("{a}@"), r),
+        None => (String::new(), rest),
+    };
+    let mut parts = rest.split('/');
+    let hosts = parts.next().unwrap_or_default();
+    let Some(master) = parts.next().filter(|m| !m.is_empty()) else {
+        return Some(Err(bad()));
+    };
+    let db = parts.next().unwrap_or("0");
+    if parts.next().is_some() || hosts.is_empty() {
+        return Some(Err(bad()));
+    }
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        match format!("redis://{host}").into_connection_info() {
+            Ok(info) => sentinels.push(info),
+            Err(e) => return Some(Err(bad().with_source(e))),
+        }
+    }
+    // The master's settings (auth, database); its address comes from the
+    // Sentinels.
+    let template = match format!("redis://{auth}sentinel-master:6379/{db}").into_connection_info() {
+        Ok(info) => info,
+        Err(e) => return Some(Err(bad().with_source(e))),
+    };
+    if sentinels.is_empty() {
+        return Some(Err(bad()));
+    }
+    Some(Ok((sentinels, master.to_owned(), template)))
+}
+
+/// The master that a set of Sentinels names. It asks them again every
+/// second and after any error that hints at a failover (unreachable,
+/// READONLY, MASTERDOWN), and moves its connection to the new master;
+/// `generation` counts the moves (subscriptions follow it).
+struct SentinelMaster {
+    sentinels: Vec<redis::ConnectionInfo>,
+    name: String,
+    template: redis::ConnectionInfo,
+    config: ConnectionManagerConfig,
+    current: std::sync::Mutex<Option<(redis::ConnectionAddr, ConnectionManager)>>,
+    refreshing: AsyncMutex<()>,
+    generation: tokio::sync::watch::Sender<u64>,
+}
+
+impl SentinelMaster {
+    /// Finds the master now and keeps following it while the handle lives.
+    async fn start(
+        sentinels: Vec<redis::ConnectionInfo>,
+        name: String,
+        template: redis::ConnectionInfo,
+        config: ConnectionManagerConfig,
+    ) -> Result<Arc<SentinelMaster>> {
+        let master = Arc::new(SentinelMaster {
+            sentinels,
+            name,
+            template,
+            config,
+            current: std::sync::Mutex::new(None),
+            refreshing: AsyncMutex::new(()),
+            generation: tokio::sync::watch::Sender::new(0),
+        });
+        master.refresh().await?;
+        let weak = Arc::downgrade(&master);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let Some(master) = weak.upgrade() else { return };
+                let _ = master.refresh().await;
+            }
+        });
+        Ok(master)
+    }
+
+    /// Asks the Sentinels in turn for the master's address.
+    async fn ask(&self) -> Result<redis::ConnectionAddr> {
+        let mut last = None;
+        for sentinel in &self.sentinels {
+            let answer = async {
+                let client = redis::Client::open(sentinel.clone())?;
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&self.name)
+                    .query_async(&mut conn)
+                    .await?;
+                Ok::<_, redis::RedisError>(addr)
+            };
+            match tokio::time::timeout(Duration::from_secs(2), answer).await {
+                Ok(Ok(Some((host, port)))) => return Ok(redis::ConnectionAddr::Tcp(host, port)),
+                Ok(Ok(None)) => last = Some(format!("no Sentinel knows a master named {:?}", self.name)),
+                Ok(Err(e)) => last = Some(format!("Sentinel {}: {e}", sentinel.addr())),
+                Err(_) => last = Some(format!("Sentinel {} did not answer", sentinel.addr())),
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            last.unwrap_or_else(|| "no Sentinel answered".to_owned()),
+        ))
+    }
+
+    /// Moves to the master the Sentinels name, if it changed.
+    async fn refresh(&self) -> Result<()> {
+        let _one = self.refreshing.lock().await;
+        let addr = self.ask().await?;
+        let same = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|(a, _)| *a == addr);
+        if same {
+            return Ok(());
+        }
+        let client = redis::Client::open(self.template.clone().set_addr(addr.clone()))?;
+        let conn = ConnectionManager::new_with_config(client, self.config.clone()).await?;
+        let moved = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .replace((addr, conn))
+            .is_some();
+        if moved {
+            self.generation.send_modify(|g| *g += 1);
+        }
+        Ok(())
+    }
+
+    /// The current master's address.
+    fn addr(&self) -> Option<redis::ConnectionAddr> {
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|(a, _)| a.clone())
+    }
+
+    async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, c)| c.clone());
+        match current {
+            Some(c) => Ok(c),
+            None => {
+                self.refresh().await.map_err(|e| {
+                    redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::NotConnected,
+                        e.to_string(),
+                    ))
+                })?;
+                self.connection_now()
+            }
+        }
+    }
+
+    fn connection_now(&self) -> redis::RedisResult<ConnectionManager> {
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, c)| c.clone())
+            .ok_or_else(|| {
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "no master known yet",
+                ))
+            })
+    }
+
+    /// After an error that hints at a failover, asks the Sentinels again
+    /// (in the background; this call still fails, and the next one goes to
+    /// the new master).
+    fn check_after<T>(self: &Arc<Self>, r: &redis::RedisResult<T>) {
+        let Err(e) = r else { return };
+        let hint = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || matches!(
+                e.kind(),
+                redis::ErrorKind::Server(
+                    redis::ServerErrorKind::ReadOnly | redis::ServerErrorKind::MasterDown
+                )
+            );
+        if hint {
+            let master = self.clone();
+            tokio::spawn(async move {
+                let _ = master.refresh().await;
+            });
+        }
+    }
+}
+
 /// A cluster client for `nodes`, with `config`'s timeouts.
 fn cluster_builder(nodes: &[String], config: &RedisConfig) -> ClusterClientBuilder {
     ClusterClientBuilder::new(nodes.to_vec())
@@ -188,9 +420,10 @@ fn cluster_builder(nodes: &[String], config: &RedisConfig) -> ClusterClientBuild
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
     /// `redis://[user:pass@]host:port[/db]`, `rediss://…` for TLS,
-    /// `redis+unix:///path/to/socket` / `unix:///path`, or a Redis Cluster:
+    /// `redis+unix:///path/to/socket` / `unix:///path`, a Redis Cluster:
     /// `redis+cluster://[user:pass@]host:port[,host:port…]` (seed nodes;
-    /// `rediss+cluster://` for TLS).
+    /// `rediss+cluster://` for TLS), or a master that Sentinels name:
+    /// `redis+sentinel://[user:pass@]host:port[,host:port…]/<master>[/<db>]`.
     pub url: String,
     /// Prefix of every key and channel. Default `tollgate`. Letters, digits
     /// and `_ - . :` only.
@@ -238,6 +471,8 @@ enum Target {
     Single(Box<(redis::ConnectionInfo, ConnectionManagerConfig)>),
     /// A cluster: its seed nodes and settings.
     Cluster(Vec<String>, RedisConfig),
+    /// The master of a Sentinel-managed set.
+    Sentinel(Arc<SentinelMaster>),
 }
 
 impl Target {
@@ -257,6 +492,26 @@ impl Target {
                     .get_async_connection()
                     .await?,
             )),
+            // Its own follower, so its connection is its own too.
+            Target::Sentinel(m) => {
+                let own = SentinelMaster::start(
+                    m.sentinels.clone(),
+                    m.name.clone(),
+                    m.template.clone(),
+                    m.config.clone(),
+                )
+                .await
+                .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
+                Ok(Conn::Sentinel(own))
+            }
+        }
+    }
+
+    /// How many times the master moved (Sentinel only; else always 0).
+    fn generation(&self) -> u64 {
+        match self {
+            Target::Sentinel(m) => *m.generation.borrow(),
+            _ => 0,
         }
     }
 }
@@ -298,7 +553,7 @@ fn check_url(url: &str) -> Result<redis::ConnectionInfo> {
     .any(|s| lower.starts_with(s))
     {
         return Err(Error::invalid(format!(
-            "{url:?} is not a Redis URL; use redis://host:port, rediss://host:port or unix:///path"
+            "{url:?} is not a Redis URL; use redis://host:port, rediss://host:port, unix:///path, redis+cluster://host:port,… or redis+sentinel://host:port,…/master"
         )));
     }
     url.into_connection_info()
@@ -325,6 +580,21 @@ impl RedisStore {
         if let Some(nodes) = cluster_nodes(&config.url) {
             return RedisStore::connect_cluster(nodes?, config).await;
         }
+        if let Some(parts) = sentinel_parts(&config.url) {
+            let (sentinels, name, template) = parts?;
+            let manager_config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(config.response_timeout))
+                .set_connection_timeout(Some(config.connect_timeout))
+                .set_max_delay(Duration::from_secs(2))
+                .set_number_of_retries(2);
+            let master = SentinelMaster::start(sentinels, name, template, manager_config).await?;
+            return Ok(RedisStore::with_target(
+                Conn::Sentinel(master.clone()),
+                Target::Sentinel(master),
+                config.prefix,
+                false,
+            ));
+        }
         // Small requests should not wait on Nagle's algorithm (TCP_NODELAY,
         // as most Redis clients set it; redis-rs leaves it off by default).
         let info = check_url(&config.url)?;
@@ -346,22 +616,45 @@ impl RedisStore {
                 )
                 .with_source(e)
             })?;
-        let target = Arc::new(Target::Single(Box::new((info, manager_config))));
+        Ok(RedisStore::with_target(
+            Conn::Single(conn),
+            Target::Single(Box::new((info, manager_config))),
+            config.prefix,
+            false,
+        ))
+    }
+
+    /// A store on `conn`, which `target` describes; `cluster` switches the
+    /// scripts to sharded pub/sub.
+    fn with_target(conn: Conn, target: Target, prefix: String, cluster: bool) -> RedisStore {
         let wakers = Arc::<Wakers>::default();
-        Ok(RedisStore {
-            conn: Conn::Single(conn),
-            prefix: config.prefix,
-            scripts: Arc::new(Scripts::new(false)),
+        let target = Arc::new(target);
+        let subs = Arc::new(Subscriptions {
             target: target.clone(),
+            conn: AsyncMutex::new(None),
+            counts: AsyncMutex::new(HashMap::new()),
+            wakers: wakers.clone(),
+        });
+        if let Target::Sentinel(master) = target.as_ref() {
+            // When the master moves, the subscriptions move with it.
+            let mut moved = master.generation.subscribe();
+            let weak = Arc::downgrade(&subs);
+            tokio::spawn(async move {
+                while moved.changed().await.is_ok() {
+                    let Some(subs) = weak.upgrade() else { return };
+                    subs.follow().await;
+                }
+            });
+        }
+        RedisStore {
+            conn,
+            prefix,
+            scripts: Arc::new(Scripts::new(cluster)),
+            target,
             durable: None,
-            subs: Arc::new(Subscriptions {
-                target,
-                conn: OnceCell::new(),
-                counts: AsyncMutex::new(HashMap::new()),
-                wakers: wakers.clone(),
-            }),
+            subs,
             wakers,
-        })
+        }
     }
 
     async fn connect_cluster(nodes: Vec<String>, config: RedisConfig) -> Result<Self> {
@@ -375,22 +668,12 @@ impl RedisStore {
             )
             .with_source(e)
         })?;
-        let wakers = Arc::<Wakers>::default();
-        let target = Arc::new(Target::Cluster(nodes, config.clone()));
-        Ok(RedisStore {
-            conn: Conn::Cluster(conn),
-            prefix: config.prefix,
-            scripts: Arc::new(Scripts::new(true)),
-            target: target.clone(),
-            durable: None,
-            subs: Arc::new(Subscriptions {
-                target,
-                conn: OnceCell::new(),
-                counts: AsyncMutex::new(HashMap::new()),
-                wakers: wakers.clone(),
-            }),
-            wakers,
-        })
+        Ok(RedisStore::with_target(
+            Conn::Cluster(conn),
+            Target::Cluster(nodes, config.clone()),
+            config.prefix,
+            true,
+        ))
     }
 
     pub(crate) fn wakers(&self) -> Arc<Wakers> {
@@ -437,7 +720,10 @@ impl RedisStore {
         let mut wait = redis::cmd("WAIT");
         wait.arg(d.replicas).arg(d.timeout.as_millis() as u64);
         let acked: i64 = match &mut conn {
+            // The same multiplexed connection as the script's, so WAIT
+            // counts its writes.
             Conn::Single(c) => wait.query_async(c).await?,
+            Conn::Sentinel(m) => wait.query_async(&mut m.connection().await?).await?,
             Conn::Cluster(c) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 let route = Route::new(slot_of(tagged), SlotAddr::Master);
@@ -1003,9 +1289,23 @@ fn unexpected(op: &str, reply: &[i64]) -> Error {
 /// never undo a newer subscribe.
 struct Subscriptions {
     target: Arc<Target>,
-    conn: OnceCell<SubConn>,
+    /// The listening connection and the master generation it was made for.
+    conn: AsyncMutex<Option<(u64, SubConn)>>,
     counts: AsyncMutex<HashMap<String, usize>>,
     wakers: Arc<Wakers>,
+}
+
+/// A RESP3 connection to one server that hands its pushes to `tx` and
+/// subscribes again by itself after a reconnect.
+async fn listener(
+    info: redis::ConnectionInfo,
+    config: ConnectionManagerConfig,
+    tx: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+) -> redis::RedisResult<ConnectionManager> {
+    let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+    let client = redis::Client::open(info.set_redis_settings(settings))?;
+    let config = config.set_push_sender(tx).set_automatic_resubscription();
+    ConnectionManager::new_with_config(client, config).await
 }
 
 /// The listening connection: plain pub/sub on one server, sharded pub/sub
@@ -1033,64 +1333,92 @@ impl SubConn {
 }
 
 impl Subscriptions {
-    async fn connection(&self) -> Result<SubConn> {
-        let conn = self
-            .conn
-            .get_or_try_init(|| async {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let conn = match self.target.as_ref() {
-                    Target::Single(single) => {
-                        let (info, config) = single.as_ref();
-                        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-                        let info = info.clone().set_redis_settings(settings);
-                        let config = config.clone().set_push_sender(tx).set_automatic_resubscription();
-                        let client = redis::Client::open(info)?;
-                        SubConn::Single(ConnectionManager::new_with_config(client, config).await?)
+    /// The listening connection, made anew (and subscribed to `channels`)
+    /// if the master moved since it was made.
+    async fn connection(&self, channels: &HashMap<String, usize>) -> Result<SubConn> {
+        let generation = self.target.generation();
+        let mut slot = self.conn.lock().await;
+        if let Some((g, conn)) = slot.as_ref()
+            && *g == generation
+        {
+            return Ok(conn.clone());
+        }
+        let moved = slot.is_some();
+        let mut conn = self.open().await?;
+        if moved {
+            for channel in channels.keys() {
+                conn.subscribe(channel).await?;
+            }
+            // Whatever was published meanwhile went elsewhere.
+            self.wakers.wake_all();
+        }
+        *slot = Some((generation, conn.clone()));
+        Ok(conn)
+    }
+
+    /// After the master moved: listen on the new one at once.
+    async fn follow(&self) {
+        let counts = self.counts.lock().await;
+        if let Err(e) = self.connection(&counts).await {
+            tracing::warn!(error = %e, "could not listen on the new master; waiters fall back to re-checking");
+        }
+    }
+
+    async fn open(&self) -> Result<SubConn> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let conn = match self.target.as_ref() {
+            Target::Single(single) => {
+                let (info, config) = single.as_ref();
+                SubConn::Single(listener(info.clone(), config.clone(), tx).await?)
+            }
+            Target::Sentinel(master) => {
+                let addr = master
+                    .addr()
+                    .ok_or_else(|| Error::unavailable("no master known yet"))?;
+                let info = master.template.clone().set_addr(addr);
+                SubConn::Single(listener(info, master.config.clone(), tx).await?)
+            }
+            Target::Cluster(nodes, config) => {
+                let client = cluster_builder(nodes, config)
+                    .use_protocol(ProtocolVersion::RESP3)
+                    .push_sender(tx)
+                    .build()?;
+                SubConn::Cluster(client.get_async_connection().await?)
+            }
+        };
+        let wakers = self.wakers.clone();
+        tokio::spawn(async move {
+            while let Some(push) = rx.recv().await {
+                if push.kind == PushKind::Disconnection {
+                    // Whatever was published meanwhile is lost: let
+                    // every waiter look for itself.
+                    wakers.wake_all();
+                    continue;
+                }
+                if let Some(msg) = Msg::from_push_info(push)
+                    && let Ok(text) = std::str::from_utf8(msg.get_payload_bytes())
+                {
+                    // "!<key> <n>": a job queue's push; wake up to n
+                    // consumers.
+                    if let Some(rest) = text.strip_prefix('!') {
+                        let (key, n) = rest
+                            .rsplit_once(' ')
+                            .and_then(|(k, n)| Some((k, n.parse().ok()?)))
+                            .unwrap_or((rest, 1));
+                        wakers.wake(key, n);
+                        continue;
                     }
-                    Target::Cluster(nodes, config) => {
-                        let client = cluster_builder(nodes, config)
-                            .use_protocol(ProtocolVersion::RESP3)
-                            .push_sender(tx)
-                            .build()?;
-                        SubConn::Cluster(client.get_async_connection().await?)
-                    }
-                };
-                let wakers = self.wakers.clone();
-                tokio::spawn(async move {
-                    while let Some(push) = rx.recv().await {
-                        if push.kind == PushKind::Disconnection {
-                            // Whatever was published meanwhile is lost: let
-                            // every waiter look for itself.
-                            wakers.wake_all();
-                            continue;
-                        }
-                        if let Some(msg) = Msg::from_push_info(push)
-                            && let Ok(text) = std::str::from_utf8(msg.get_payload_bytes())
+                    for entry in text.split(' ') {
+                        if let Some((id, fence)) = entry.split_once(':')
+                            && let Ok(fence) = fence.parse()
                         {
-                            // "!<key> <n>": a job queue's push; wake up to n
-                            // consumers.
-                            if let Some(rest) = text.strip_prefix('!') {
-                                let (key, n) = rest
-                                    .rsplit_once(' ')
-                                    .and_then(|(k, n)| Some((k, n.parse().ok()?)))
-                                    .unwrap_or((rest, 1));
-                                wakers.wake(key, n);
-                                continue;
-                            }
-                            for entry in text.split(' ') {
-                                if let Some((id, fence)) = entry.split_once(':')
-                                    && let Ok(fence) = fence.parse()
-                                {
-                                    wakers.hand_off(id, fence);
-                                }
-                            }
+                            wakers.hand_off(id, fence);
                         }
                     }
-                });
-                Ok::<_, redis::RedisError>(conn)
-            })
-            .await?;
-        Ok(conn.clone())
+                }
+            }
+        });
+        Ok(conn)
     }
 
     /// Counts one more listener on `channel`; subscribes if it is the first.
@@ -1100,7 +1428,7 @@ impl Subscriptions {
             *n += 1;
             return Ok(false);
         }
-        let mut conn = self.connection().await?;
+        let mut conn = self.connection(&counts).await?;
         conn.subscribe(channel).await?;
         counts.insert(channel.to_owned(), 1);
         Ok(true)
@@ -1114,7 +1442,7 @@ impl Subscriptions {
             return;
         }
         counts.remove(&channel);
-        if let Ok(mut conn) = self.connection().await {
+        if let Ok(mut conn) = self.connection(&counts).await {
             // Best effort: a failed unsubscribe only costs stray messages.
             let _ = conn.unsubscribe(&channel).await;
         }
@@ -1148,6 +1476,27 @@ impl Drop for SubscriptionGuard {
 #[cfg(test)]
 mod tests {
     use super::cluster_nodes;
+
+    #[test]
+    fn sentinel_urls_name_sentinels_and_master() {
+        let (sentinels, name, template) =
+            super::sentinel_parts("redis+sentinel://u:p@a:26379,b:26380/mymaster/2")
+                .expect("a sentinel url")
+                .expect("well formed");
+        assert_eq!(sentinels.len(), 2);
+        assert_eq!(name, "mymaster");
+        assert_eq!(template.redis_settings().db(), 2);
+        assert!(super::sentinel_parts("redis://a:6379").is_none());
+        for bad in [
+            "redis+sentinel://a:26379",
+            "redis+sentinel://a:26379/",
+            "redis+sentinel:///mymaster",
+            "redis+sentinel://a:26379/m/0/extra",
+            "redis+sentinel://a:x/m",
+        ] {
+            assert!(matches!(super::sentinel_parts(bad), Some(Err(_))), "{bad}");
+        }
+    }
 
     #[test]
     fn cluster_urls_name_their_seed_nodes() {

@@ -519,12 +519,117 @@ impl RedisCluster {
     }
 }
 
+/// A Redis Sentinel (one, with quorum 1) watching a master as `mymaster`,
+/// on a free loopback port. Killed on drop.
+pub struct RedisSentinel {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisSentinel {
+    pub fn start(master_port: u16) -> RedisSentinel {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n\
+                 sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds mymaster 1000\n\
+                 sentinel failover-timeout mymaster 5000\n",
+                dir.path().display(),
+                dir.path().join("sentinel.log").display()
+            ),
+        )
+        .expect("sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel");
+        let sentinel = RedisSentinel {
+            child,
+            port,
+            _dir: dir,
+        };
+        let start = Instant::now();
+        loop {
+            let known = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                .and_then(|c| c.get_connection())
+                .and_then(|mut c| {
+                    redis::cmd("SENTINEL")
+                        .arg("get-master-addr-by-name")
+                        .arg("mymaster")
+                        .query::<Option<(String, u16)>>(&mut c)
+                });
+            if matches!(known, Ok(Some(_))) {
+                return sentinel;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the Sentinel did not start: {known:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The master's port as this Sentinel names it now.
+    pub fn master_port(&self) -> Option<u16> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).ok()?;
+        let mut conn = client.get_connection().ok()?;
+        redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg("mymaster")
+            .query::<Option<(String, u16)>>(&mut conn)
+            .ok()
+            .flatten()
+            .map(|(_, p)| p)
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A Sentinel-managed master with one replica.
+pub struct SentinelSet {
+    pub master: RedisServer,
+    pub replica: RedisServer,
+    pub sentinel: RedisSentinel,
+}
+
+impl SentinelSet {
+    pub fn start() -> SentinelSet {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_replica_of(master.port);
+        let sentinel = RedisSentinel::start(master.port);
+        SentinelSet {
+            master,
+            replica,
+            sentinel,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis+sentinel://127.0.0.1:{}/mymaster", self.sentinel.port)
+    }
+}
+
 /// One store under test: memory on a hand-moved clock, or a fresh Redis.
 pub struct TestStore {
     pub store: Store,
     pub clock: Option<ManualClock>,
     pub server: Option<RedisServer>,
     pub cluster: Option<RedisCluster>,
+    pub sentinel: Option<SentinelSet>,
 }
 
 impl TestStore {
@@ -536,6 +641,7 @@ impl TestStore {
             clock: None,
             server: None,
             cluster: None,
+            sentinel: None,
         }
     }
 
@@ -546,6 +652,7 @@ impl TestStore {
             clock: Some(clock),
             server: None,
             cluster: None,
+            sentinel: None,
         }
     }
 
@@ -557,6 +664,7 @@ impl TestStore {
             clock: None,
             server: Some(server),
             cluster: None,
+            sentinel: None,
         }
     }
 
@@ -573,6 +681,24 @@ impl TestStore {
             clock: None,
             server: None,
             cluster: Some(cluster),
+            sentinel: None,
+        }
+    }
+
+    /// A fresh Sentinel-managed master with one replica.
+    pub async fn sentinel() -> TestStore {
+        let set = tokio::task::spawn_blocking(SentinelSet::start)
+            .await
+            .expect("sentinel start");
+        let store = Store::redis(&set.url())
+            .await
+            .expect("connect through the Sentinel");
+        TestStore {
+            store,
+            clock: None,
+            server: None,
+            cluster: None,
+            sentinel: Some(set),
         }
     }
 
@@ -619,6 +745,14 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::support::TestStore::cluster().await).await
+                }
+            )*
+        }
+        mod sentinel {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::support::TestStore::sentinel().await).await
                 }
             )*
         }
