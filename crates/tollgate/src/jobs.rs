@@ -264,7 +264,7 @@ fn check_job_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_max(max: usize) -> Result<()> {
+pub(crate) fn check_max(max: usize) -> Result<()> {
     if max == 0 || max > MAX_BATCH {
         return Err(Error::invalid(format!("a claim takes 1 to {MAX_BATCH} jobs")));
     }
@@ -474,7 +474,7 @@ impl JobQueue {
 
     /// Acks `done` (whether each was that delivery's), then claims up to
     /// `max` due jobs, in one step.
-    async fn settle(&self, done: &[(&str, u64)], max: usize) -> Result<(Vec<bool>, ClaimOutcome)> {
+    pub(crate) async fn settle(&self, done: &[(&str, u64)], max: usize) -> Result<(Vec<bool>, ClaimOutcome)> {
         if done.len() > MAX_BATCH || max > MAX_BATCH {
             return Err(Error::invalid(format!(
                 "a claim or ack covers at most {MAX_BATCH} jobs"
@@ -497,11 +497,21 @@ impl JobQueue {
         Ok((acked, claimed))
     }
 
-    fn jobs(claimed: ClaimOutcome) -> Vec<Job> {
+    pub(crate) fn jobs(claimed: ClaimOutcome) -> Vec<Job> {
         match claimed {
             ClaimOutcome::Jobs(raw) => raw.into_iter().map(JobQueue::job).collect(),
             ClaimOutcome::Empty { .. } => Vec::new(),
         }
+    }
+
+    /// Makes pushes to this queue wake consumers in this process.
+    pub(crate) async fn listen(&self) -> Result<Option<crate::store::Listening>> {
+        self.store.listen_jobs(&self.name).await
+    }
+
+    /// A registration for this queue's next wake-up.
+    pub(crate) fn watch(&self) -> crate::store::Watch {
+        self.store.watch(&Store::job_wake_key(&self.name))
     }
 
     /// Claims the first due job, if any, without waiting.

@@ -800,6 +800,156 @@ mod realtime {
     );
 }
 
+/// One queue over several partitions (on a cluster: several slots).
+mod sharded {
+    use super::*;
+    use tollgate::ShardedJobQueue;
+
+    fn sharded(ts: &TestStore, partitions: usize) -> ShardedJobQueue {
+        ShardedJobQueue::new(&ts.store, "sq", partitions).expect("sharded queue")
+    }
+
+    /// Ids route to partitions; dedupe, cancel, reschedule and fences work
+    /// through the router; claims take from every partition in turn; stats
+    /// add up; bad settings are refused.
+    async fn routes_by_id_and_drains_every_partition(ts: TestStore) {
+        let q = sharded(&ts, 4);
+        assert_eq!(q.partitions(), 4);
+        let ids: Vec<String> = (0..40).map(|i| format!("job-{i}")).collect();
+        let jobs: Vec<(String, PushOptions)> = ids.iter().map(|id| (id.clone(), with_id(id))).collect();
+        let pushed = q.push_many(&jobs).await.unwrap();
+        assert!(pushed.iter().all(|p| p.result == PushResult::Created));
+        let mut per_part = [0usize; 4];
+        for id in &ids {
+            per_part[q.partition_of(id)] += 1;
+        }
+        assert!(
+            per_part.iter().all(|n| *n > 0),
+            "40 ids cover 4 partitions: {per_part:?}"
+        );
+        // A duplicate id finds its partition and is kept.
+        assert_eq!(
+            q.push("again", &with_id("job-7")).await.unwrap().result,
+            PushResult::Kept
+        );
+        assert_eq!(q.cancel("job-3").await.unwrap(), Cancelled::Cancelled);
+        assert!(
+            q.reschedule("job-4", Duration::from_secs(60))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.ready, s.delayed, s.pushed), (38, 1, 40), "{s:?}");
+
+        // Claims in turn: the first four single claims hit four partitions.
+        let mut seen = std::collections::HashSet::new();
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let job = q.claim().await.unwrap().expect("a job");
+            seen.insert(q.partition_of(&job.id));
+            held.push(job);
+        }
+        assert_eq!(seen.len(), 4, "claims took from every partition in turn");
+        let rest = q.claim_many(100).await.unwrap();
+        assert_eq!(rest.len(), 34);
+        held.extend(rest);
+        let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+        assert!(q.ack_many(&done).await.unwrap().iter().all(|a| *a));
+        let stale = held[0].fence;
+        assert_eq!(
+            q.ack(&held[0].id, stale).await.unwrap_err().kind(),
+            ErrorKind::LeaseLost
+        );
+        let s = q.stats().await.unwrap();
+        assert_eq!(
+            (s.ready, s.in_flight, s.acked, s.claimed),
+            (0, 0, 38, 38),
+            "{s:?}"
+        );
+
+        // Dead letters of all partitions, and replay by id.
+        let opts = PushOptions {
+            max_attempts: 1,
+            ..with_id("doomed")
+        };
+        q.push("x", &opts).await.unwrap();
+        let job = q.claim().await.unwrap().expect("doomed");
+        assert_eq!(
+            q.nack(&job.id, job.fence, Retry::Backoff).await.unwrap(),
+            Nacked::Dead
+        );
+        assert_eq!(q.dead(10).await.unwrap().len(), 1);
+        assert_eq!(q.replay(Some("doomed")).await.unwrap(), 1);
+        assert_eq!(q.claim().await.unwrap().expect("replayed").id, "doomed");
+
+        for bad in [0, tollgate::MAX_PARTITIONS + 1] {
+            let err = ShardedJobQueue::new(&ts.store, "sq", bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        }
+    }
+
+    /// 10 consumers, 2,000 jobs over 4 partitions: every job acked exactly
+    /// once, and a sleeping consumer wakes on a push to any partition.
+    async fn every_job_once_and_wakes(ts: TestStore) {
+        let q = sharded(&ts, 4);
+        let sleeper = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let job = q.next(Duration::from_secs(10)).await.unwrap().expect("a job");
+                (job, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let pushed = Instant::now();
+        q.push("wake", &PushOptions::default()).await.unwrap();
+        let (job, at) = sleeper.await.unwrap();
+        assert!(
+            at.duration_since(pushed) < Duration::from_millis(200),
+            "woke after {:?}",
+            at - pushed
+        );
+        q.ack(&job.id, job.fence).await.unwrap();
+
+        for chunk in 0..20 {
+            let jobs: Vec<(String, PushOptions)> = (0..100)
+                .map(|i| (format!("{}", chunk * 100 + i), PushOptions::default()))
+                .collect();
+            q.push_many(&jobs).await.unwrap();
+        }
+        let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        let consumers: Vec<_> = (0..10)
+            .map(|_| {
+                let (q, acked) = (q.clone(), acked.clone());
+                tokio::spawn(async move {
+                    loop {
+                        let jobs = q.next_many(10, Duration::from_millis(300)).await.unwrap();
+                        if jobs.is_empty() {
+                            break;
+                        }
+                        let done: Vec<(&str, u64)> = jobs.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+                        assert!(q.ack_many(&done).await.unwrap().iter().all(|a| *a));
+                        let mut acked = acked.lock().unwrap();
+                        for job in &jobs {
+                            *acked
+                                .entry(String::from_utf8(job.payload.clone()).unwrap())
+                                .or_default() += 1;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in consumers {
+            c.await.unwrap();
+        }
+        let acked = acked.lock().unwrap();
+        assert_eq!(acked.len(), 2000);
+        assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
+    }
+
+    on_both_stores!(realtime: routes_by_id_and_drains_every_partition, every_job_once_and_wakes);
+}
+
 /// Records written before they were bucketed (all in one `:d` hash) are
 /// still claimed, then acked, and do not linger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,353 @@
+//! One logical job queue spread over several partitions, each an ordinary
+//! [`JobQueue`] under its own hash tag, so on Redis Cluster the partitions
+//! live in different slots (and, with enough of them, on every master) and
+//! one queue's throughput grows with the cluster.
+//!
+//! A job's partition follows from its id, so dedupe, cancel, reschedule
+//! and every fenced call find it again. Consumers take from the partitions
+//! in turn, starting each call where the last one stopped, so every
+//! partition is drained. Order (priority, then push order) holds within a
+//! partition; across partitions it is only approximate.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::future::{join_all, select_all};
+
+use crate::error::{Error, Result};
+use crate::jobs::{
+    Cancelled, CompletedJob, DeadJob, Job, JobQueue, Nacked, PushOptions, Pushed, QueueStats, Retry,
+    check_max,
+};
+use crate::name::{Name, new_id};
+use crate::store::Store;
+use crate::store::jobs::ClaimOutcome;
+
+/// The most partitions a sharded queue may have.
+pub const MAX_PARTITIONS: usize = 256;
+
+/// A job queue over `partitions` partitions. Cheap to clone; clones share
+/// the turn in which partitions are taken.
+#[derive(Debug, Clone)]
+pub struct ShardedJobQueue {
+    name: String,
+    parts: Arc<[JobQueue]>,
+    cursor: Arc<AtomicUsize>,
+}
+
+impl ShardedJobQueue {
+    /// The queue `name` over `partitions` (1 to 256) partitions, named
+    /// `<name>:p0` … Every producer and consumer of the queue must use the
+    /// same number: a job's partition follows from its id and that number.
+    pub fn new(store: &Store, name: &str, partitions: usize) -> Result<ShardedJobQueue> {
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(Error::invalid(format!(
+                "a sharded queue has 1 to {MAX_PARTITIONS} partitions"
+            )));
+        }
+        Name::new(name)?;
+        let parts = (0..partitions)
+            .map(|i| JobQueue::new(store, &format!("{name}:p{i}")))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ShardedJobQueue {
+            name: name.to_owned(),
+            parts: parts.into(),
+            cursor: Arc::new(AtomicUsize::new(rand::random::<u32>() as usize)),
+        })
+    }
+
+    fn each(self, f: impl Fn(JobQueue) -> Result<JobQueue>) -> Result<ShardedJobQueue> {
+        let parts = self.parts.iter().cloned().map(f).collect::<Result<Vec<_>>>()?;
+        Ok(ShardedJobQueue {
+            parts: parts.into(),
+            ..self
+        })
+    }
+
+    /// See [`JobQueue::lease`].
+    pub fn lease(self, lease: Duration) -> Result<ShardedJobQueue> {
+        self.each(|q| q.lease(lease))
+    }
+
+    /// See [`JobQueue::keep_completed`] (per partition).
+    pub fn keep_completed(self, count: usize, max_age: Duration) -> Result<ShardedJobQueue> {
+        self.each(|q| q.keep_completed(count, max_age))
+    }
+
+    /// See [`JobQueue::max_payload`].
+    pub fn max_payload(self, bytes: usize) -> ShardedJobQueue {
+        self.each(|q| Ok(q.max_payload(bytes)))
+            .unwrap_or_else(|_| unreachable!("max_payload cannot fail"))
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many partitions it has.
+    pub fn partitions(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// The partition that holds the job `id`: CRC-16 of the id, modulo the
+    /// number of partitions.
+    pub fn partition_of(&self, id: &str) -> usize {
+        usize::from(crc16::State::<crc16::XMODEM>::calculate(id.as_bytes())) % self.parts.len()
+    }
+
+    fn part(&self, id: &str) -> &JobQueue {
+        &self.parts[self.partition_of(id)]
+    }
+
+    /// Pushes a job to the partition of its id (a fresh one if it has
+    /// none).
+    pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
+        let mut options = options.clone();
+        let id = options.id.get_or_insert_with(new_id).clone();
+        self.part(&id).push(payload, &options).await
+    }
+
+    /// Pushes up to [`MAX_BATCH`](crate::MAX_BATCH) jobs: one atomic step
+    /// per partition, the partitions at once. Answers in the same order.
+    /// An invalid job fails the call; the partitions whose push went
+    /// through before that keep their jobs (give ids to push again safely).
+    pub async fn push_many<P: AsRef<[u8]>>(&self, jobs: &[(P, PushOptions)]) -> Result<Vec<Pushed>> {
+        if jobs.is_empty() || jobs.len() > crate::MAX_BATCH {
+            return Err(Error::invalid(format!(
+                "a push carries 1 to {} jobs",
+                crate::MAX_BATCH
+            )));
+        }
+        let mut groups: Vec<Vec<(usize, &[u8], PushOptions)>> = vec![Vec::new(); self.parts.len()];
+        for (i, (payload, options)) in jobs.iter().enumerate() {
+            let mut options = options.clone();
+            let id = options.id.get_or_insert_with(new_id).clone();
+            groups[self.partition_of(&id)].push((i, payload.as_ref(), options));
+        }
+        let pushes = groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| !g.is_empty())
+            .map(|(p, group)| async move {
+                let batch: Vec<(&[u8], PushOptions)> =
+                    group.iter().map(|(_, b, o)| (*b, o.clone())).collect();
+                let pushed = self.parts[p].push_many(&batch).await?;
+                Ok::<_, Error>(group.iter().map(|(i, _, _)| *i).zip(pushed).collect::<Vec<_>>())
+            });
+        let mut answers: Vec<Option<Pushed>> = vec![None; jobs.len()];
+        for group in join_all(pushes).await {
+            for (i, pushed) in group? {
+                answers[i] = Some(pushed);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| a.ok_or_else(|| Error::invalid("a job of the batch got no answer")))
+            .collect()
+    }
+
+    /// The partitions in the order this call takes them: each call starts
+    /// one further on, so all are drained.
+    fn turn(&self) -> impl Iterator<Item = &JobQueue> {
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+        let n = self.parts.len();
+        (0..n).map(move |i| &self.parts[(start + i) % n])
+    }
+
+    /// Claims up to `max` due jobs without waiting, from the partitions in
+    /// turn; also returns how soon something may be due (store ms from
+    /// now) when it found nothing.
+    async fn take(&self, max: usize) -> Result<(Vec<Job>, Option<Duration>)> {
+        let mut got = Vec::new();
+        let mut soonest: Option<Duration> = None;
+        for part in self.turn() {
+            match part.settle(&[], max - got.len()).await?.1 {
+                ClaimOutcome::Jobs(raw) => {
+                    got.extend(JobQueue::jobs(ClaimOutcome::Jobs(raw)));
+                    if got.len() >= max {
+                        break;
+                    }
+                }
+                ClaimOutcome::Empty { next_due_ms, now_ms } => {
+                    if let Some(due) = next_due_ms {
+                        let wait = Duration::from_millis(due.saturating_sub(now_ms));
+                        soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
+                    }
+                }
+            }
+        }
+        Ok((got, soonest))
+    }
+
+    /// Claims one due job, if any, without waiting.
+    pub async fn claim(&self) -> Result<Option<Job>> {
+        Ok(self.claim_many(1).await?.pop())
+    }
+
+    /// Claims up to `max` due jobs without waiting, from the partitions in
+    /// turn.
+    pub async fn claim_many(&self, max: usize) -> Result<Vec<Job>> {
+        check_max(max)?;
+        Ok(self.take(max).await?.0)
+    }
+
+    /// Claims one due job, waiting up to `wait` (see [`JobQueue::next`]):
+    /// until the soonest due time of any partition or a push to any,
+    /// re-checking at least once a second.
+    pub async fn next(&self, wait: Duration) -> Result<Option<Job>> {
+        Ok(self.next_many(1, wait).await?.pop())
+    }
+
+    /// Claims up to `max` due jobs, waiting up to `wait` for at least one.
+    pub async fn next_many(&self, max: usize, wait: Duration) -> Result<Vec<Job>> {
+        check_max(max)?;
+        let mut listening = Vec::with_capacity(self.parts.len());
+        for part in self.parts.iter() {
+            listening.push(part.listen().await?);
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            // Registered before the claims, so a push in between wakes us.
+            let watches: Vec<_> = self.parts.iter().map(JobQueue::watch).collect();
+            let (got, soonest) = self.take(max).await?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Vec::new());
+            }
+            let sleep = [Some(left), soonest, Some(Duration::from_secs(1))]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(left);
+            select_all(watches.iter().map(|w| Box::pin(w.wait(sleep)))).await;
+        }
+    }
+
+    /// See [`JobQueue::ack`].
+    pub async fn ack(&self, id: &str, fence: u64) -> Result<()> {
+        self.part(id).ack(id, fence).await
+    }
+
+    /// See [`JobQueue::ack_many`]: one step per partition, at once.
+    pub async fn ack_many(&self, deliveries: &[(&str, u64)]) -> Result<Vec<bool>> {
+        let mut groups: Vec<Vec<(usize, &str, u64)>> = vec![Vec::new(); self.parts.len()];
+        for (i, (id, fence)) in deliveries.iter().enumerate() {
+            groups[self.partition_of(id)].push((i, id, *fence));
+        }
+        let acks = groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| !g.is_empty())
+            .map(|(p, group)| async move {
+                let batch: Vec<(&str, u64)> = group.iter().map(|(_, id, f)| (*id, *f)).collect();
+                let flags = self.parts[p].ack_many(&batch).await?;
+                Ok::<_, Error>(group.iter().map(|(i, _, _)| *i).zip(flags).collect::<Vec<_>>())
+            });
+        let mut out = vec![false; deliveries.len()];
+        for group in join_all(acks).await {
+            for (i, flag) in group? {
+                out[i] = flag;
+            }
+        }
+        Ok(out)
+    }
+
+    /// See [`JobQueue::nack`].
+    pub async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<Nacked> {
+        self.part(id).nack(id, fence, retry).await
+    }
+
+    /// See [`JobQueue::extend`].
+    pub async fn extend(&self, id: &str, fence: u64, lease: Duration) -> Result<SystemTime> {
+        self.part(id).extend(id, fence, lease).await
+    }
+
+    /// See [`JobQueue::cancel`].
+    pub async fn cancel(&self, id: &str) -> Result<Cancelled> {
+        self.part(id).cancel(id).await
+    }
+
+    /// See [`JobQueue::reschedule`].
+    pub async fn reschedule(&self, id: &str, delay: Duration) -> Result<Option<SystemTime>> {
+        self.part(id).reschedule(id, delay).await
+    }
+
+    /// Up to `limit` dead jobs of all partitions, oldest first.
+    pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>> {
+        let lists = join_all(self.parts.iter().map(|p| p.dead(limit))).await;
+        let mut all = Vec::new();
+        for list in lists {
+            all.extend(list?);
+        }
+        all.sort_by_key(|d| d.died);
+        all.truncate(limit.clamp(1, 10_000));
+        Ok(all)
+    }
+
+    /// Kept completed jobs of all partitions, most recent first.
+    pub async fn completed(&self, limit: usize) -> Result<Vec<CompletedJob>> {
+        let lists = join_all(self.parts.iter().map(|p| p.completed(limit))).await;
+        let mut all = Vec::new();
+        for list in lists {
+            all.extend(list?);
+        }
+        all.sort_by_key(|d| std::cmp::Reverse(d.acked));
+        all.truncate(limit.clamp(1, 10_000));
+        Ok(all)
+    }
+
+    /// Replays a dead job (the partition of its id), or all dead jobs.
+    pub async fn replay(&self, id: Option<&str>) -> Result<u64> {
+        match id {
+            Some(id) => self.part(id).replay(Some(id)).await,
+            None => join_all(self.parts.iter().map(|p| p.replay(None)))
+                .await
+                .into_iter()
+                .sum(),
+        }
+    }
+
+    /// Deletes a dead job (the partition of its id), or all dead jobs.
+    pub async fn purge(&self, id: Option<&str>) -> Result<u64> {
+        match id {
+            Some(id) => self.part(id).purge(Some(id)).await,
+            None => join_all(self.parts.iter().map(|p| p.purge(None)))
+                .await
+                .into_iter()
+                .sum(),
+        }
+    }
+
+    /// The partitions' stats, added up (recent lateness: all their samples).
+    pub async fn stats(&self) -> Result<QueueStats> {
+        let mut total = QueueStats::default();
+        for s in join_all(self.parts.iter().map(JobQueue::stats)).await {
+            let s = s?;
+            total.ready += s.ready;
+            total.delayed += s.delayed;
+            total.in_flight += s.in_flight;
+            total.dead += s.dead;
+            total.completed += s.completed;
+            total.pushed += s.pushed;
+            total.claimed += s.claimed;
+            total.acked += s.acked;
+            total.retried += s.retried;
+            total.dead_total += s.dead_total;
+            total.redelivered += s.redelivered;
+            total.recent_lateness.extend(s.recent_lateness);
+            if total.lateness_buckets.len() < s.lateness_buckets.len() {
+                total.lateness_buckets.resize(s.lateness_buckets.len(), 0);
+            }
+            for (t, n) in total.lateness_buckets.iter_mut().zip(&s.lateness_buckets) {
+                *t += n;
+            }
+            total.lateness_sum += s.lateness_sum;
+        }
+        Ok(total)
+    }
+}
