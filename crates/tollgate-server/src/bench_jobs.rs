@@ -37,6 +37,14 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
         Err(code) => return code,
     };
     let run_id = format!("{:x}", std::process::id());
+    if let Some(k) = args.partitions {
+        if k == 0 || k > tollgate::MAX_PARTITIONS {
+            eprintln!("tollgate: --partitions must be 1 to {}", tollgate::MAX_PARTITIONS);
+            return exit::USAGE;
+        }
+        println!("{}", sharded_throughput(&store, &run_id, args, k).await);
+        return 0;
+    }
     println!("{}", throughput(&store, &run_id, args, 1).await);
     println!("{}", throughput(&store, &run_id, args, 10).await);
     println!("{}", lateness(&store, &run_id, args).await);
@@ -111,6 +119,65 @@ async fn throughput(store: &Store, run_id: &str, args: &BenchArgs, batch: usize)
         "jobs_per_s": (n as f64 / secs).round(),
         "store_ops_per_s": (calls.load(Ordering::Relaxed) as f64 / secs).round(),
         "acked": n, "errors": errors.load(Ordering::Relaxed),
+    })
+}
+
+/// Each of --workers tasks, as fast as it can: push 10 jobs, ack the ones
+/// it holds, claim up to 10 more (three calls per 10 jobs), on a queue of
+/// `k` partitions. Each partition is its own slot on a cluster, so this is
+/// the case that can grow with the cluster.
+async fn sharded_throughput(store: &Store, run_id: &str, args: &BenchArgs, k: usize) -> serde_json::Value {
+    const BATCH: usize = 10;
+    let Ok(q) = tollgate::ShardedJobQueue::new(store, &format!("bench:sharded:{run_id}"), k) else {
+        return json!({"case": "jobs_sharded_throughput", "errors": 1});
+    };
+    let end = Instant::now() + args.seconds;
+    let acked = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..args.workers)
+        .map(|_| {
+            let (q, acked, errors) = (q.clone(), acked.clone(), errors.clone());
+            tokio::spawn(async move {
+                let jobs: Vec<(&[u8], PushOptions)> =
+                    (0..BATCH).map(|_| (&b"x"[..], PushOptions::default())).collect();
+                let mut held: Vec<tollgate::Job> = Vec::new();
+                while Instant::now() < end {
+                    if q.push_many(&jobs).await.is_err() {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+                    if !done.is_empty() {
+                        match q.ack_many(&done).await {
+                            Ok(flags) => {
+                                acked.fetch_add(flags.iter().filter(|f| **f).count() as u64, Ordering::Relaxed);
+                            }
+                            Err(_) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    held = q.claim_many(BATCH).await.unwrap_or_else(|_| {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        Vec::new()
+                    });
+                }
+                let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+                if let Ok(flags) = q.ack_many(&done).await {
+                    acked.fetch_add(flags.iter().filter(|f| **f).count() as u64, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let n = acked.load(Ordering::Relaxed);
+    json!({
+        "peer": "tollgate", "case": "jobs_sharded_throughput", "store": store.kind(), "workers": args.workers,
+        "partitions": k, "batch": BATCH, "jobs_per_s": (n as f64 / secs).round(), "acked": n,
+        "errors": errors.load(Ordering::Relaxed),
     })
 }
 

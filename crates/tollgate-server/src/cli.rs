@@ -289,6 +289,11 @@ pub(crate) struct BenchArgs {
     /// All workers share one lock (otherwise each has its own).
     #[arg(long)]
     pub(crate) contended: bool,
+    /// `jobs` only: measure only push+claim+ack throughput in batches of
+    /// 10 on a queue of this many partitions (`ShardedJobQueue`; 1 is one
+    /// plain queue driven the same way).
+    #[arg(long, value_name = "K")]
+    pub(crate) partitions: Option<usize>,
     /// The semaphore's capacity.
     #[arg(long, default_value_t = 5)]
     pub(crate) limit: u32,
