@@ -150,7 +150,10 @@ async fn sharded_throughput(store: &Store, run_id: &str, args: &BenchArgs, k: us
                     if !done.is_empty() {
                         match q.ack_many(&done).await {
                             Ok(flags) => {
-                                acked.fetch_add(flags.iter().filter(|f| **f).count() as u64, Ordering::Relaxed);
+                                acked.fetch_add(
+                                    flags.iter().filter(|f| **f).count() as u64,
+                                    Ordering::Relaxed,
+                                );
                             }
                             Err(_) => {
                                 errors.fetch_add(1, Ordering::Relaxed);

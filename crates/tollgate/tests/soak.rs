@@ -1,0 +1,419 @@
+//! Fault-injection soak on a real Redis Cluster (3 masters, 3 replicas):
+//! locks, a semaphore, a sharded job queue and a line of waiters under
+//! load while masters are killed (replicas promoted), nodes restarted,
+//! holders frozen past their leases and consumers killed. A history
+//! checker then looks for what must never happen:
+//!
+//! - a fenced resource accepting writes out of fence order, or one fence
+//!   granted to two holders, or a grant that follows another's release
+//!   with a smaller fence;
+//! - more permits in use than the semaphore has;
+//! - a confirmed (durable) job that is never acked;
+//! - a waiter overtaken by one that queued after it, or never admitted.
+//!
+//! The test command runs it for `SOAK_SECONDS` (default 40). Run it longer
+//! with `SOAK_SECONDS=1800 cargo test -p tollgate --test soak -- --nocapture`;
+//! it prints a JSON report of what each fault cost.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::RedisCluster;
+use tollgate::{ErrorKind, Gate, GateOptions, Lock, PushOptions, Semaphore, ShardedJobQueue, Store};
+
+/// A resource that takes writes only with a fence at least as large as the
+/// largest it has seen (what a fenced database row or file does).
+#[derive(Default)]
+struct Fenced {
+    max: u64,
+    accepted: u64,
+    rejected: u64,
+    /// Fence -> holder that wrote with it.
+    writers: HashMap<u64, usize>,
+    /// A violation, if one was seen.
+    broken: Vec<String>,
+}
+
+impl Fenced {
+    fn write(&mut self, holder: usize, fence: u64) -> bool {
+        if fence < self.max {
+            self.rejected += 1;
+            return false;
+        }
+        if let Some(other) = self.writers.insert(fence, holder)
+            && other != holder
+        {
+            self.broken
+                .push(format!("fence {fence} was used by holders {other} and {holder}"));
+        }
+        self.max = fence;
+        self.accepted += 1;
+        true
+    }
+}
+
+/// One grant as a holder saw it: when it was granted and released (as
+/// instants), and its fence.
+#[derive(Clone, Copy)]
+struct Grant {
+    granted: Instant,
+    released: Instant,
+    fence: u64,
+}
+
+fn seconds() -> u64 {
+    std::env::var("SOAK_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
+}
+
+fn options(ttl_ms: u64, auto_renew: bool) -> GateOptions {
+    GateOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        heartbeat: Duration::from_secs(5),
+        auto_renew,
+    }
+}
+
+/// Retries `op` while the store is unavailable (a failover in progress),
+/// counting the time spent waiting.
+async fn patiently<T, F: std::future::Future<Output = tollgate::Result<T>>>(
+    outage: &AtomicU64,
+    mut op: impl FnMut() -> F,
+) -> tollgate::Result<T> {
+    let start = Instant::now();
+    loop {
+        match op().await {
+            Err(e) if e.is_unavailable() || e.kind() == ErrorKind::NotReplicated => {
+                if start.elapsed() > Duration::from_secs(60) {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => {
+                outage.fetch_max(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+                return other;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_soak() {
+    let total = Duration::from_secs(seconds());
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
+        .await
+        .expect("cluster");
+    let plain = Store::redis(&cluster.url()).await.expect("connect");
+    let durable = plain
+        .durable(1, Duration::from_millis(500))
+        .await
+        .expect("durable");
+    let stop = Arc::new(AtomicBool::new(false));
+    let outage = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+
+    // Locks: 6 holders of one lock write to a fenced resource twice per
+    // grant. Holder 0 sometimes freezes past its lease (no renewal) before
+    // its second write, as a paused process would.
+    let resource = Arc::new(Mutex::new(Fenced::default()));
+    let grants: Arc<Mutex<Vec<Grant>>> = Arc::default();
+    let lock_tasks: Vec<_> = (0..6)
+        .map(|holder| {
+            let (stop, outage, resource, grants) =
+                (stop.clone(), outage.clone(), resource.clone(), grants.clone());
+            let freezer = holder == 0;
+            let lock = Lock::with_options(&durable, "soak-lock", options(1500, !freezer)).expect("lock");
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(Some(lease)) = patiently(&outage, || lock.acquire(Duration::from_secs(2))).await
+                    else {
+                        continue;
+                    };
+                    let granted = Instant::now();
+                    let fence = lease.fence();
+                    resource.lock().unwrap().write(holder, fence);
+                    n += 1;
+                    let hold = if freezer && n % 4 == 0 { 2500 } else { 20 };
+                    tokio::time::sleep(Duration::from_millis(hold)).await;
+                    // The second write: refused if someone got a newer fence.
+                    let took = resource.lock().unwrap().write(holder, fence);
+                    let released = Instant::now();
+                    let _ = lease.release().await;
+                    if took {
+                        grants.lock().unwrap().push(Grant {
+                            granted,
+                            released,
+                            fence,
+                        });
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // A semaphore of 3 with 6 holders; a sampler checks the server's count.
+    let sem_peak = Arc::new(AtomicU64::new(0));
+    let sem_tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let (stop, outage) = (stop.clone(), outage.clone());
+            let sem = Semaphore::with_options(&durable, "soak-sem", 3, options(2000, true)).expect("sem");
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(Some(lease)) =
+                        patiently(&outage, || sem.acquire(1, Duration::from_secs(2))).await
+                    {
+                        tokio::time::sleep(Duration::from_millis(15)).await;
+                        let _ = lease.release().await;
+                    }
+                }
+            })
+        })
+        .collect();
+    let sampler = {
+        let (stop, sem_peak) = (stop.clone(), sem_peak.clone());
+        let sem = Semaphore::with_options(&plain, "soak-sem", 3, options(2000, true)).expect("sem");
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(s) = sem.stats().await {
+                    sem_peak.fetch_max(s.used, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
+    // Jobs: a producer pushes ids in order on the durable handle (retrying
+    // an unconfirmed push with the same id, which dedupes); consumers ack
+    // through the durable handle too. Consumer tasks are killed now and
+    // then (their jobs come back after the lease).
+    let queue = ShardedJobQueue::new(&durable, "soak-jobs", 6)
+        .expect("queue")
+        .lease(Duration::from_secs(2))
+        .expect("lease");
+    let confirmed: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let producer = {
+        let (stop, outage, queue, confirmed) =
+            (stop.clone(), outage.clone(), queue.clone(), confirmed.clone());
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let id = format!("job-{i}");
+                let options = PushOptions {
+                    id: Some(id.clone()),
+                    ..PushOptions::default()
+                };
+                if patiently(&outage, || queue.push(id.as_bytes(), &options))
+                    .await
+                    .is_ok()
+                {
+                    confirmed.lock().unwrap().insert(id);
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let consumer =
+        |queue: ShardedJobQueue, acked: Arc<Mutex<HashMap<String, u32>>>, stop: Arc<AtomicBool>| {
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(jobs) = queue.next_many(5, Duration::from_millis(300)).await else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    for job in jobs {
+                        // Not confirmed by a replica is still acked on the
+                        // master (a failover now may bring the job back).
+                        match queue.ack(&job.id, job.fence).await {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == ErrorKind::NotReplicated => {}
+                            Err(_) => continue,
+                        }
+                        *acked.lock().unwrap().entry(job.id).or_default() += 1;
+                    }
+                }
+            })
+        };
+    let mut consumers: Vec<_> = (0..4)
+        .map(|_| consumer(queue.clone(), acked.clone(), stop.clone()))
+        .collect();
+
+    // A line of waiters on a gate of capacity 1: each enters once, in a
+    // known order, and holds briefly when admitted. A waiter whose wait
+    // fails (the store out for longer than it tolerates) leaves, as a
+    // visitor whose page errs would; it does not queue again.
+    let line_gate = Gate::new(&durable, "soak-line", Some(1), options(1000, true)).expect("gate");
+    let admitted: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let left: Arc<AtomicU64> = Arc::default();
+    let line = {
+        let (admitted, left) = (admitted.clone(), left.clone());
+        tokio::spawn(async move {
+            let mut visitors = Vec::new();
+            for visitor in 0..30 {
+                let (gate, admitted, left) = (line_gate.clone(), admitted.clone(), left.clone());
+                visitors.push(tokio::spawn(async move {
+                    match gate.acquire(1, Duration::from_secs(120)).await {
+                        Ok(Some(lease)) => {
+                            admitted.lock().unwrap().push(visitor);
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            let _ = lease.release().await;
+                        }
+                        _ => {
+                            left.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }));
+                // Each is in line before the next enters.
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            for v in visitors {
+                let _ = v.await;
+            }
+        })
+    };
+
+    // Faults, spread over the run.
+    let mut report = Vec::new();
+    let phase = |f: f64| started + total.mul_f64(f);
+    tokio::time::sleep_until(phase(0.2).into()).await;
+    let victim = cluster.master_of("tollgate:gate:{soak-lock}:m");
+    cluster.nodes[victim].kill();
+    let killed = Instant::now();
+    // How long the killed master's slots were out: probe the lock's gate.
+    let lock_probe = Lock::with_options(&plain, "soak-lock", options(1500, false)).expect("lock probe");
+    while lock_probe.stats().await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    report.push(serde_json::json!({"fault": "master of the lock's slot killed",
+        "unavailable_ms": killed.elapsed().as_millis() as u64}));
+
+    tokio::time::sleep_until(phase(0.45).into()).await;
+    tokio::task::block_in_place(|| cluster.nodes[victim].restart());
+    report.push(serde_json::json!({"fault": "killed node restarted (rejoins as a replica)"}));
+
+    tokio::time::sleep_until(phase(0.6).into()).await;
+    // Kill two consumers mid-run; start two new ones.
+    for c in consumers.drain(..2) {
+        c.abort();
+    }
+    consumers.push(consumer(queue.clone(), acked.clone(), stop.clone()));
+    consumers.push(consumer(queue.clone(), acked.clone(), stop.clone()));
+    report.push(serde_json::json!({"fault": "two consumers killed, two new ones started"}));
+
+    tokio::time::sleep_until(phase(0.75).into()).await;
+    // A second failover: the master of a job partition this time.
+    // (Not the node promoted by the first failover: its replica, the
+    // restarted node, may not have synced yet.)
+    let promoted = cluster.master_of("tollgate:gate:{soak-lock}:m");
+    let victim2 = cluster.master_of("tollgate:jobs:{soak-jobs:p0}:m");
+    let second = if victim2 == promoted {
+        report.push(
+            serde_json::json!({"fault": "second failover skipped: the partition shares the promoted master"}),
+        );
+        None
+    } else {
+        cluster.nodes[victim2].kill();
+        Some(Instant::now())
+    };
+    if let Some(killed) = second {
+        let q0 = tollgate::JobQueue::new(&plain, "soak-jobs:p0").expect("q");
+        while q0.stats().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        report.push(serde_json::json!({"fault": "master of a job partition killed",
+            "unavailable_ms": killed.elapsed().as_millis() as u64}));
+        // Back as a replica, so durable writes there are confirmed again.
+        tokio::task::block_in_place(|| cluster.nodes[victim2].restart());
+    }
+
+    tokio::time::sleep_until(phase(1.0).into()).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in lock_tasks.into_iter().chain(sem_tasks).chain([producer, sampler]) {
+        let _ = t.await;
+    }
+    // Let the consumers finish what is confirmed (redeliveries included).
+    let drain_start = Instant::now();
+    let drain = Arc::new(AtomicBool::new(false));
+    let drainers: Vec<_> = (0..4)
+        .map(|_| consumer(queue.clone(), acked.clone(), drain.clone()))
+        .collect();
+    loop {
+        let missing = {
+            let confirmed = confirmed.lock().unwrap();
+            let acked = acked.lock().unwrap();
+            confirmed.iter().filter(|id| !acked.contains_key(*id)).count()
+        };
+        if missing == 0 || drain_start.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drain.store(true, Ordering::Relaxed);
+    for c in consumers.into_iter().chain(drainers) {
+        c.abort();
+    }
+    let _ = line.await;
+
+    // The checks.
+    let resource = resource.lock().unwrap();
+    assert!(resource.broken.is_empty(), "{:?}", resource.broken);
+    let mut grants = grants.lock().unwrap().clone();
+    grants.sort_by_key(|g| g.granted);
+    for (i, later) in grants.iter().enumerate() {
+        for earlier in &grants[..i] {
+            if later.granted > earlier.released {
+                assert!(
+                    later.fence > earlier.fence,
+                    "a grant after a release has a smaller fence: {} after {}",
+                    later.fence,
+                    earlier.fence
+                );
+            }
+        }
+    }
+    let peak = sem_peak.load(Ordering::Relaxed);
+    assert!(peak <= 3, "the semaphore of 3 had {peak} permits in use");
+    let confirmed = confirmed.lock().unwrap();
+    let acked = acked.lock().unwrap();
+    let lost: Vec<&String> = confirmed.iter().filter(|id| !acked.contains_key(*id)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} confirmed jobs were never acked: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    let twice = acked.values().filter(|n| **n > 1).count();
+    let admitted = admitted.lock().unwrap().clone();
+    let left = left.load(Ordering::Relaxed);
+    assert_eq!(
+        admitted.len() as u64 + left,
+        30,
+        "every waiter was admitted or left: {admitted:?}"
+    );
+    assert!(
+        admitted.windows(2).all(|w| w[0] < w[1]),
+        "a waiter was overtaken: {admitted:?}"
+    );
+
+    let stats = queue.stats().await.expect("stats");
+    let summary = serde_json::json!({
+        "seconds": total.as_secs(),
+        "faults": report,
+        "lock": {"grants_kept": grants.len(), "writes_accepted": resource.accepted,
+                 "stale_writes_refused": resource.rejected},
+        "semaphore": {"peak_in_use": peak, "capacity": 3},
+        "jobs": {"confirmed": confirmed.len(), "acked": acked.len(), "acked_more_than_once": twice,
+                 "redelivered": stats.redelivered},
+        "line": {"admitted_in_order": admitted.len(), "left_on_errors": left},
+        "longest_retry_ms": outage.load(Ordering::Relaxed),
+    });
+    println!("{summary}");
+}
