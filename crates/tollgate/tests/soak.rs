@@ -363,6 +363,7 @@ async fn cluster_soak() {
     let _ = line.await;
 
     // The checks.
+    let stats = queue.stats().await.expect("stats");
     let resource = resource.lock().unwrap();
     assert!(resource.broken.is_empty(), "{:?}", resource.broken);
     let mut grants = grants.lock().unwrap().clone();
@@ -403,7 +404,6 @@ async fn cluster_soak() {
         "a waiter was overtaken: {admitted:?}"
     );
 
-    let stats = queue.stats().await.expect("stats");
     let summary = serde_json::json!({
         "seconds": total.as_secs(),
         "faults": report,
