@@ -140,7 +140,7 @@ async fn cluster_soak() {
                     let fence = lease.fence();
                     resource.lock().unwrap().write(holder, fence);
                     n += 1;
-                    let hold = if freezer && n % 4 == 0 { 2500 } else { 20 };
+                    let hold = if freezer && n.is_multiple_of(4) { 2500 } else { 20 };
                     tokio::time::sleep(Duration::from_millis(hold)).await;
                     // The second write: refused if someone got a newer fence.
                     let took = resource.lock().unwrap().write(holder, fence);
