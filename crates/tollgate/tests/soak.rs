@@ -280,61 +280,68 @@ async fn cluster_soak() {
         })
     };
 
-    // Faults, spread over the run.
+    // Faults, in cycles of at most two minutes (one cycle in the short
+    // run): a master killed and restarted, consumers killed, and another
+    // master killed and restarted.
     let mut report = Vec::new();
-    let phase = |f: f64| started + total.mul_f64(f);
-    tokio::time::sleep_until(phase(0.2).into()).await;
-    let victim = cluster.master_of("tollgate:gate:{soak-lock}:m");
-    cluster.nodes[victim].kill();
-    let killed = Instant::now();
-    // How long the killed master's slots were out: probe the lock's gate.
-    let lock_probe = Lock::with_options(&plain, "soak-lock", options(1500, false)).expect("lock probe");
-    while lock_probe.stats().await.is_err() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    report.push(serde_json::json!({"fault": "master of the lock's slot killed",
-        "unavailable_ms": killed.elapsed().as_millis() as u64}));
-
-    tokio::time::sleep_until(phase(0.45).into()).await;
-    tokio::task::block_in_place(|| cluster.nodes[victim].restart());
-    report.push(serde_json::json!({"fault": "killed node restarted (rejoins as a replica)"}));
-
-    tokio::time::sleep_until(phase(0.6).into()).await;
-    // Kill two consumers mid-run; start two new ones.
-    for c in consumers.drain(..2) {
-        c.abort();
-    }
-    consumers.push(consumer(queue.clone(), acked.clone(), stop.clone()));
-    consumers.push(consumer(queue.clone(), acked.clone(), stop.clone()));
-    report.push(serde_json::json!({"fault": "two consumers killed, two new ones started"}));
-
-    tokio::time::sleep_until(phase(0.75).into()).await;
-    // A second failover: the master of a job partition this time.
-    // (Not the node promoted by the first failover: its replica, the
-    // restarted node, may not have synced yet.)
-    let promoted = cluster.master_of("tollgate:gate:{soak-lock}:m");
-    let victim2 = cluster.master_of("tollgate:jobs:{soak-jobs:p0}:m");
-    let second = if victim2 == promoted {
+    let cycle = total.min(Duration::from_secs(120));
+    let cycles = (total.as_secs_f64() / cycle.as_secs_f64()).floor().max(1.0) as u32;
+    for c in 0..cycles {
+        let at = |f: f64| started + cycle * c + cycle.mul_f64(f);
+        tokio::time::sleep_until(at(0.2).into()).await;
+        let victim = cluster.master_of("tollgate:gate:{soak-lock}:m");
+        cluster.nodes[victim].kill();
+        let killed = Instant::now();
+        // How long the killed master's slots were out: probe the lock's gate.
+        let lock_probe = Lock::with_options(&plain, "soak-lock", options(1500, false)).expect("lock probe");
+        while lock_probe.stats().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         report.push(
-            serde_json::json!({"fault": "second failover skipped: the partition shares the promoted master"}),
+            serde_json::json!({"cycle": c, "fault": "master of the lock's slot killed",
+            "unavailable_ms": killed.elapsed().as_millis() as u64}),
         );
-        None
-    } else {
+
+        tokio::time::sleep_until(at(0.45).into()).await;
+        tokio::task::block_in_place(|| cluster.nodes[victim].restart());
+        tokio::task::block_in_place(|| cluster.wait_ok(Duration::from_secs(30)));
+        report.push(serde_json::json!({"cycle": c, "fault": "killed node restarted (rejoins as a replica)"}));
+
+        tokio::time::sleep_until(at(0.6).into()).await;
+        // Kill two consumers mid-run; start two new ones.
+        for consumer_task in consumers.drain(..2) {
+            consumer_task.abort();
+        }
+        consumers.push(consumer(queue.clone(), acked.clone(), stop.clone()));
+        consumers.push(consumer(queue.clone(), acked.clone(), stop.clone()));
+        report.push(serde_json::json!({"cycle": c, "fault": "two consumers killed, two new ones started"}));
+
+        tokio::time::sleep_until(at(0.75).into()).await;
+        // The master of a job partition this time (not the node promoted
+        // above, whose replica may still be syncing).
+        let promoted = cluster.master_of("tollgate:gate:{soak-lock}:m");
+        let victim2 = cluster.master_of("tollgate:jobs:{soak-jobs:p0}:m");
+        if victim2 == promoted {
+            report.push(serde_json::json!({"cycle": c,
+                "fault": "second failover skipped: the partition shares the promoted master"}));
+            continue;
+        }
         cluster.nodes[victim2].kill();
-        Some(Instant::now())
-    };
-    if let Some(killed) = second {
+        let killed = Instant::now();
         let q0 = tollgate::JobQueue::new(&plain, "soak-jobs:p0").expect("q");
         while q0.stats().await.is_err() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        report.push(serde_json::json!({"fault": "master of a job partition killed",
-            "unavailable_ms": killed.elapsed().as_millis() as u64}));
+        report.push(
+            serde_json::json!({"cycle": c, "fault": "master of a job partition killed",
+            "unavailable_ms": killed.elapsed().as_millis() as u64}),
+        );
         // Back as a replica, so durable writes there are confirmed again.
         tokio::task::block_in_place(|| cluster.nodes[victim2].restart());
+        tokio::task::block_in_place(|| cluster.wait_ok(Duration::from_secs(30)));
     }
 
-    tokio::time::sleep_until(phase(1.0).into()).await;
+    tokio::time::sleep_until((started + total).into()).await;
     stop.store(true, Ordering::Relaxed);
     for t in lock_tasks.into_iter().chain(sem_tasks).chain([producer, sampler]) {
         let _ = t.await;
