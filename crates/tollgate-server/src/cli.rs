@@ -202,11 +202,40 @@ pub(crate) struct ServeArgs {
     /// Flags and environment variables override it.
     #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) durability: DurabilityArgs,
+}
+
+/// Waiting for Redis replicas after each change (`WAIT`).
+#[derive(Debug, Args, Clone, Copy)]
+pub(crate) struct DurabilityArgs {
+    /// After each change, wait until this many replicas have it (Redis
+    /// WAIT); a change they do not confirm in time fails as not replicated.
+    #[arg(long, env = "TOLLGATE_DURABLE_REPLICAS", value_name = "N")]
+    pub(crate) durable_replicas: Option<u32>,
+    /// How long to wait for the replicas [default: 500ms].
+    #[arg(long, env = "TOLLGATE_DURABLE_TIMEOUT", value_name = "DURATION", value_parser = duration)]
+    pub(crate) durable_timeout: Option<Duration>,
+}
+
+impl DurabilityArgs {
+    /// The store as asked: `store` itself, or a durable handle on it.
+    pub(crate) async fn apply(&self, store: tollgate::Store) -> tollgate::Result<tollgate::Store> {
+        match self.durable_replicas {
+            None | Some(0) => Ok(store),
+            Some(n) => {
+                store
+                    .durable(n, self.durable_timeout.unwrap_or(Duration::from_millis(500)))
+                    .await
+            }
+        }
+    }
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
-    /// Redis URL (redis://, rediss://, unix://). Falls back to TOLLGATE_REDIS_URL.
+    /// Redis URL (redis://, rediss://, unix://, redis+cluster://,
+    /// redis+sentinel://). Falls back to TOLLGATE_REDIS_URL.
     #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
     pub(crate) redis: Option<String>,
     /// Work through a `tollgate serve` at this http:// URL instead of
@@ -224,6 +253,8 @@ pub(crate) struct StoreArgs {
     /// Prefix of every Redis key.
     #[arg(long, default_value = "tollgate", value_name = "PREFIX")]
     pub(crate) prefix: String,
+    #[command(flatten)]
+    pub(crate) durability: DurabilityArgs,
 }
 
 #[derive(Debug, Args)]

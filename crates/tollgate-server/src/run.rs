@@ -45,7 +45,11 @@ pub(crate) async fn connect(store: &StoreArgs) -> Result<Store, i32> {
     };
     let mut config = RedisConfig::new(url.clone());
     config.prefix = store.prefix.clone();
-    Store::connect(config).await.map_err(|e| {
+    let connected = match Store::connect(config).await {
+        Ok(s) => store.durability.apply(s).await,
+        Err(e) => Err(e),
+    };
+    connected.map_err(|e| {
         eprintln!("tollgate: {e}");
         exit::for_error(&e)
     })

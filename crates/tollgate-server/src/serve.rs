@@ -39,6 +39,10 @@ struct FileSettings {
     /// Waiting rooms: `[rooms.NAME]`.
     #[serde(default)]
     rooms: HashMap<String, RoomSettings>,
+    /// Wait for this many replicas after each change.
+    durable_replicas: Option<u32>,
+    /// How long to wait for them, e.g. "500ms".
+    durable_timeout: Option<String>,
 }
 
 /// The settings `serve` runs with.
@@ -51,6 +55,7 @@ struct Settings {
     protect: Option<ProtectSettings>,
     proxy_listen: SocketAddr,
     rooms: HashMap<String, RoomSettings>,
+    durability: crate::cli::DurabilityArgs,
 }
 
 /// Merges the config file, the environment and the flags: flags and
@@ -86,6 +91,16 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
             .or(file.proxy_listen)
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7780))),
         rooms: file.rooms,
+        durability: crate::cli::DurabilityArgs {
+            durable_replicas: args.durability.durable_replicas.or(file.durable_replicas),
+            durable_timeout: match (args.durability.durable_timeout, file.durable_timeout) {
+                (Some(t), _) => Some(t),
+                (None, Some(text)) => {
+                    Some(crate::cli::duration(&text).map_err(|e| format!("durable_timeout: {e}"))?)
+                }
+                (None, None) => None,
+            },
+        },
     })
 }
 
@@ -113,7 +128,11 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         Some(url) => {
             let mut config = RedisConfig::new(url.clone());
             config.prefix = args.prefix.clone();
-            match Store::connect(config).await {
+            let connected = match Store::connect(config).await {
+                Ok(s) => args.durability.apply(s).await,
+                Err(e) => Err(e),
+            };
+            match connected {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("tollgate: {e}");
@@ -122,6 +141,10 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
             }
         }
     };
+    if args.redis.is_none() && args.durability.durable_replicas.is_some_and(|n| n > 0) {
+        eprintln!("tollgate: durable_replicas needs Redis (--redis): the embedded store has no replicas");
+        return exit::USAGE;
+    }
     // Before anything that registers metrics (rooms, limiters).
     let metrics = match metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&[

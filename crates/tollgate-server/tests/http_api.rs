@@ -796,3 +796,54 @@ async fn a_dropped_event_stream_keeps_its_place_until_the_heartbeat_lapses() {
     let (st, body) = send(c.get(&url)).await;
     assert_eq!(st, 404, "gone after the grace: {body}");
 }
+
+/// `--durable-replicas 1`: every change waits for the replica. With the
+/// replica frozen, a grant answers 503 `not_replicated` (and is given
+/// back: the gate stays free); thawed, grants are confirmed again. On the
+/// embedded store the setting is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_server_reports_unconfirmed_changes() {
+    let master = RedisServer::start();
+    let replica = tokio::task::spawn_blocking({
+        let port = master.port;
+        move || RedisServer::start_replica_of(port)
+    })
+    .await
+    .expect("replica");
+    let s = Server::start_with(
+        Some(&master.url()),
+        &["--durable-replicas", "1", "--durable-timeout", "300ms"],
+    );
+    let c = reqwest::Client::new();
+    let (st, granted) = enter(&c, &s, "durable", json!({"capacity": 1})).await;
+    assert_eq!(st, 200, "{granted}");
+    let token = str_of(&granted, "token").to_owned();
+    assert_eq!(
+        send(c.delete(s.url(&format!("/v1/gates/durable/leases/{token}"))))
+            .await
+            .0,
+        200
+    );
+    nix::sys::signal::kill(replica.pid(), nix::sys::signal::Signal::SIGSTOP).expect("stop");
+    let (st, e) = enter(&c, &s, "durable", json!({"capacity": 1})).await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (503, Some("not_replicated")),
+        "{e}"
+    );
+    nix::sys::signal::kill(replica.pid(), nix::sys::signal::Signal::SIGCONT).expect("cont");
+    let (st, again) = enter(&c, &s, "durable", json!({"capacity": 1})).await;
+    assert_eq!(st, 200, "the unconfirmed grant was given back: {again}");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--durable-replicas", "1"])
+        .env_remove("TOLLGATE_REDIS_URL")
+        .output()
+        .expect("serve");
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

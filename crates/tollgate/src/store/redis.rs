@@ -408,12 +408,17 @@ impl SentinelMaster {
     }
 }
 
-/// A cluster client for `nodes`, with `config`'s timeouts.
+/// A cluster client for `nodes`, with `config`'s timeouts. Retries wait
+/// 20–500 ms (redis-rs waits at least 1.28 s by default), so a request
+/// fails fast while a slot has no master, and the first one after a
+/// replica's promotion reaches it at once.
 fn cluster_builder(nodes: &[String], config: &RedisConfig) -> ClusterClientBuilder {
     ClusterClientBuilder::new(nodes.to_vec())
         .connection_timeout(config.connect_timeout)
         .response_timeout(config.response_timeout)
         .retries(3)
+        .min_retry_wait(20)
+        .max_retry_wait(500)
 }
 
 /// How to reach Redis. Build with [`RedisConfig::new`] and adjust fields.
