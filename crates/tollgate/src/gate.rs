@@ -345,11 +345,22 @@ impl Gate {
             }
             look_now = false;
             sent = Instant::now();
-            match self
+            let polled = match self
                 .store
                 .poll(&self.name, &id, self.ttl_ms, self.heartbeat_ms)
-                .await?
+                .await
             {
+                Ok(p) => p,
+                Err(e) => {
+                    // Leave the line now, not in a task that a process
+                    // exiting on this error would never run: a ticket left
+                    // behind blocks the line until its heartbeat runs out.
+                    ticket.gate = None;
+                    let _ = self.store.leave(&self.name, &id).await;
+                    return Err(e);
+                }
+            };
+            match polled {
                 Poll::Granted(g) => {
                     // Without a notification first, this is the fallback
                     // re-check doing its job: a hand-off message was lost

@@ -9,15 +9,23 @@
 //!   with a smaller fence;
 //! - more permits in use than the semaphore has;
 //! - a confirmed (durable) job that is never acked;
-//! - a waiter overtaken by one that queued after it, or never admitted.
+//! - a waiter overtaken by one that queued after it, or never admitted;
+//! - separate `tollgate lock run` processes, one of them stopped with
+//!   SIGSTOP past its lease now and then, whose commands write to a
+//!   file-based fenced resource: a fence shared by two processes, or
+//!   accepted out of order.
 //!
 //! The test command runs it for `SOAK_SECONDS` (default 40). Run it longer
-//! with `SOAK_SECONDS=1800 cargo test -p tollgate --test soak -- --nocapture`;
+//! with `SOAK_SECONDS=1800 cargo test -p tollgate-server --test soak -- --nocapture`;
 //! it prints a JSON report of what each fault cost.
 
+#[path = "../../tollgate/tests/support/mod.rs"]
 mod support;
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -101,6 +109,97 @@ async fn patiently<T, F: std::future::Future<Output = tollgate::Result<T>>>(
             }
         }
     }
+}
+
+/// What a `lock run` command does: two writes to the file-based fenced
+/// resource in `$D` (under `flock`), `$HOLD` seconds apart. A write with a fence
+/// smaller than the largest seen is refused and logged as such.
+const FENCED_WRITES: &str = r#"write() {
+  flock "$D/res.lock" sh -c 'm=$(cat "$D/max"); if [ "$TOLLGATE_FENCE" -ge "$m" ]; then echo "$TOLLGATE_FENCE" > "$D/max"; echo "ok $TOLLGATE_FENCE $W" >> "$D/log"; else echo "refused $TOLLGATE_FENCE $W" >> "$D/log"; fi'
+}
+write; echo "$W" > "$D/holding"; sleep "$HOLD"; write"#;
+
+/// One worker process slot: runs `tollgate lock run` again and again until
+/// `stop`, each in its own process group; the current pid is in `pid`.
+fn process_worker(
+    url: String,
+    dir: std::path::PathBuf,
+    worker: usize,
+    pid: Arc<Mutex<Option<u32>>>,
+    stop: Arc<AtomicBool>,
+    exits: Arc<Mutex<HashMap<i32, u64>>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+                .args([
+                    "lock",
+                    "run",
+                    "soak-proc",
+                    "--redis",
+                    &url,
+                    "--ttl",
+                    "1s",
+                    "--wait",
+                    "5s",
+                ])
+                // A waiter that vanished loses its place after 2 s.
+                .args(["--heartbeat", "2s"])
+                .args(["--", "sh", "-c", FENCED_WRITES])
+                .env("D", &dir)
+                .env("W", worker.to_string())
+                // Worker 0 holds longer: it is the one that gets frozen,
+                // and its second write comes after its lease has ended and
+                // (most likely) after the next holder's first.
+                .env("HOLD", if worker == 0 { "3" } else { "0.2" })
+                .env("TOLLGATE_LOG", "error")
+                .process_group(0)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(dir.join(format!("stderr-{worker}")))
+                        .map_or(Stdio::null(), Stdio::from),
+                )
+                .spawn();
+            let Ok(mut child) = child else { return };
+            *pid.lock().unwrap() = Some(child.id());
+            let code = child.wait().ok().and_then(|s| s.code()).unwrap_or(-1);
+            *pid.lock().unwrap() = None;
+            *exits.lock().unwrap().entry(code).or_default() += 1;
+        }
+    })
+}
+
+/// Checks the fenced resource's log: no fence accepted for two processes,
+/// accepted fences never go down. Returns (accepted, refused).
+fn check_fenced_log(dir: &Path) -> (u64, u64) {
+    let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
+    let (mut accepted, mut refused, mut max) = (0, 0, 0u64);
+    let mut owner: HashMap<u64, String> = HashMap::new();
+    for line in log.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let [outcome, fence, worker] = parts[..] else {
+            panic!("bad log line {line:?}")
+        };
+        let fence: u64 = fence.parse().expect("fence");
+        if outcome == "ok" {
+            accepted += 1;
+            assert!(fence >= max, "fence {fence} accepted after {max}");
+            max = fence;
+            if let Some(other) = owner.insert(fence, worker.to_owned()) {
+                assert_eq!(
+                    other, worker,
+                    "fence {fence} accepted for processes {other} and {worker}"
+                );
+            }
+        } else {
+            refused += 1;
+        }
+    }
+    (accepted, refused)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -246,6 +345,25 @@ async fn cluster_soak() {
         .map(|_| consumer(queue.clone(), acked.clone(), stop.clone()))
         .collect();
 
+    // Separate `lock run` processes on one lock, writing to a fenced file.
+    let proc_dir = tempfile::tempdir().expect("dir");
+    std::fs::write(proc_dir.path().join("max"), "0").expect("max");
+    std::fs::write(proc_dir.path().join("log"), "").expect("log");
+    let proc_pids: Vec<Arc<Mutex<Option<u32>>>> = (0..3).map(|_| Arc::default()).collect();
+    let proc_exits: Arc<Mutex<HashMap<i32, u64>>> = Arc::default();
+    let proc_workers: Vec<_> = (0..3)
+        .map(|w| {
+            process_worker(
+                cluster.url(),
+                proc_dir.path().to_owned(),
+                w,
+                proc_pids[w].clone(),
+                stop.clone(),
+                proc_exits.clone(),
+            )
+        })
+        .collect();
+
     // A line of waiters on a gate of capacity 1: each enters once, in a
     // known order, and holds briefly when admitted. A waiter whose wait
     // fails (the store out for longer than it tolerates) leaves, as a
@@ -307,6 +425,29 @@ async fn cluster_soak() {
         tokio::task::block_in_place(|| cluster.wait_ok(Duration::from_secs(30)));
         report.push(serde_json::json!({"cycle": c, "fault": "killed node restarted (rejoins as a replica)"}));
 
+        tokio::time::sleep_until(at(0.5).into()).await;
+        // Freeze worker 0's `lock run` process while it holds the lock,
+        // for 4 s: its 1 s lease ends, another process takes the lock, and
+        // worker 0's command (not frozen) writes again with its old fence.
+        let holding = proc_dir.path().join("holding");
+        let _ = std::fs::remove_file(&holding);
+        let looked = Instant::now();
+        while std::fs::read_to_string(&holding).map_or(true, |w| w.trim() != "0")
+            && looked.elapsed() < Duration::from_secs(10)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let frozen = *proc_pids[0].lock().unwrap();
+        if let Some(pid) = frozen {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP);
+            tokio::time::sleep(Duration::from_millis(4000)).await;
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+            report.push(
+                serde_json::json!({"cycle": c, "fault": "a lock run process stopped (SIGSTOP) for 4 s"}),
+            );
+        }
+
         tokio::time::sleep_until(at(0.6).into()).await;
         // Kill two consumers mid-run; start two new ones.
         for consumer_task in consumers.drain(..2) {
@@ -346,6 +487,11 @@ async fn cluster_soak() {
     for t in lock_tasks.into_iter().chain(sem_tasks).chain([producer, sampler]) {
         let _ = t.await;
     }
+    tokio::task::block_in_place(|| {
+        for w in proc_workers {
+            let _ = w.join();
+        }
+    });
     // Let the consumers finish what is confirmed (redeliveries included).
     let drain_start = Instant::now();
     let drain = Arc::new(AtomicBool::new(false));
@@ -371,6 +517,14 @@ async fn cluster_soak() {
 
     // The checks.
     let stats = queue.stats().await.expect("stats");
+    let (proc_accepted, proc_refused) = check_fenced_log(proc_dir.path());
+    assert!(proc_accepted > 0, "the lock run processes wrote nothing");
+    let proc_exits: HashMap<String, u64> = proc_exits
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(code, n)| (code.to_string(), *n))
+        .collect();
     let resource = resource.lock().unwrap();
     assert!(resource.broken.is_empty(), "{:?}", resource.broken);
     let mut grants = grants.lock().unwrap().clone();
@@ -420,6 +574,8 @@ async fn cluster_soak() {
         "jobs": {"confirmed": confirmed.len(), "acked": acked.len(), "acked_more_than_once": twice,
                  "redelivered": stats.redelivered},
         "line": {"admitted_in_order": admitted.len(), "left_on_errors": left},
+        "processes": {"writes_accepted": proc_accepted, "stale_writes_refused": proc_refused,
+                      "lock_run_exit_codes": proc_exits},
         "longest_retry_ms": outage.load(Ordering::Relaxed),
     });
     println!("{summary}");
