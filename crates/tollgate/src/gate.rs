@@ -335,8 +335,11 @@ impl Gate {
                 // heartbeat deadline, and renewal extends it to a full TTL.
                 // Leases that are not renewed pick up the full TTL by polling.
                 let until = sent + heartbeat;
+                // (Not on a durable store: the poll below makes this grant
+                // wait for the replicas too.)
                 if let Some(fence) = handed
                     && self.auto_renew
+                    && !self.store.is_durable()
                     && until > Instant::now() + heartbeat / 4
                 {
                     ticket.gate = None;
@@ -355,8 +358,10 @@ impl Gate {
                     // Leave the line now, not in a task that a process
                     // exiting on this error would never run: a ticket left
                     // behind blocks the line until its heartbeat runs out.
-                    ticket.gate = None;
+                    // (The guard stays armed while the leave runs, in case
+                    // this future is dropped meanwhile.)
                     let _ = self.store.leave(&self.name, &id).await;
+                    ticket.gate = None;
                     return Err(e);
                 }
             };

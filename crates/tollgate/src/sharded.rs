@@ -153,7 +153,7 @@ impl ShardedJobQueue {
     fn turn(&self) -> impl Iterator<Item = &JobQueue> {
         let start = self.cursor.fetch_add(1, Ordering::Relaxed);
         let n = self.parts.len();
-        (0..n).map(move |i| &self.parts[(start + i) % n])
+        (0..n).map(move |i| &self.parts[start.wrapping_add(i) % n])
     }
 
     /// Claims up to `max` due jobs without waiting, from the partitions in
@@ -163,7 +163,17 @@ impl ShardedJobQueue {
         let mut got = Vec::new();
         let mut soonest: Option<Duration> = None;
         for part in self.turn() {
-            match part.settle(&[], max - got.len()).await?.1 {
+            let claimed = match part.settle(&[], max - got.len()).await {
+                Ok((_, claimed)) => claimed,
+                // Jobs already claimed from other partitions are handed
+                // out, not dropped (their leases would run out unused).
+                Err(e) if !got.is_empty() => {
+                    tracing::warn!(error = %e, "a partition failed; returning the jobs claimed so far");
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            match claimed {
                 ClaimOutcome::Jobs(raw) => {
                     got.extend(JobQueue::jobs(ClaimOutcome::Jobs(raw)));
                     if got.len() >= max {
@@ -233,8 +243,16 @@ impl ShardedJobQueue {
         self.part(id).ack(id, fence).await
     }
 
-    /// See [`JobQueue::ack_many`]: one step per partition, at once.
+    /// See [`JobQueue::ack_many`]: one step per partition, at once. If a
+    /// partition fails, the call fails, but the acks of the other
+    /// partitions may have been made: acking those again answers `false`.
     pub async fn ack_many(&self, deliveries: &[(&str, u64)]) -> Result<Vec<bool>> {
+        if deliveries.len() > crate::MAX_BATCH {
+            return Err(Error::invalid(format!(
+                "an ack covers at most {} jobs",
+                crate::MAX_BATCH
+            )));
+        }
         let mut groups: Vec<Vec<(usize, &str, u64)>> = vec![Vec::new(); self.parts.len()];
         for (i, (id, fence)) in deliveries.iter().enumerate() {
             groups[self.partition_of(id)].push((i, id, *fence));

@@ -91,6 +91,14 @@ impl Store {
         }
     }
 
+    /// Whether this is a durable handle (see [`Store::durable`]).
+    pub(crate) fn is_durable(&self) -> bool {
+        match &self.backend {
+            Backend::Memory(_) => false,
+            Backend::Redis(s) => s.is_durable(),
+        }
+    }
+
     /// Whether operations cross a network (and so can fail or stall).
     pub(crate) fn is_remote(&self) -> bool {
         matches!(self.backend, Backend::Redis(_))

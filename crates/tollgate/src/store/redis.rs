@@ -75,6 +75,21 @@ struct Scripts {
 }
 
 impl Scripts {
+    fn all(&self) -> [&Script; 10] {
+        [
+            &self.enter,
+            &self.poll,
+            &self.renew,
+            &self.leave,
+            &self.set_capacity,
+            &self.stats,
+            &self.holders,
+            &self.limit,
+            &self.set_admission,
+            &self.jobs,
+        ]
+    }
+
     /// The scripts; on a cluster they publish with `SPUBLISH` (sharded).
     fn new(cluster: bool) -> Self {
         let script = |text: &str| {
@@ -252,6 +267,10 @@ struct SentinelMaster {
     name: String,
     template: redis::ConnectionInfo,
     config: ConnectionManagerConfig,
+    /// The response timeout `config` carries.
+    response_timeout: Duration,
+    /// A refresh is queued or running (failing calls ask for one each).
+    refresh_pending: std::sync::atomic::AtomicBool,
     current: std::sync::Mutex<Option<(redis::ConnectionAddr, ConnectionManager)>>,
     refreshing: AsyncMutex<()>,
     generation: tokio::sync::watch::Sender<u64>,
@@ -264,12 +283,15 @@ impl SentinelMaster {
         name: String,
         template: redis::ConnectionInfo,
         config: ConnectionManagerConfig,
+        response_timeout: Duration,
     ) -> Result<Arc<SentinelMaster>> {
         let master = Arc::new(SentinelMaster {
             sentinels,
             name,
             template,
             config,
+            response_timeout,
+            refresh_pending: std::sync::atomic::AtomicBool::new(false),
             current: std::sync::Mutex::new(None),
             refreshing: AsyncMutex::new(()),
             generation: tokio::sync::watch::Sender::new(0),
@@ -399,10 +421,18 @@ impl SentinelMaster {
                     redis::ServerErrorKind::ReadOnly | redis::ServerErrorKind::MasterDown
                 )
             );
-        if hint {
+        // One refresh at a time, however many calls fail meanwhile.
+        if hint
+            && !self
+                .refresh_pending
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
             let master = self.clone();
             tokio::spawn(async move {
                 let _ = master.refresh().await;
+                master
+                    .refresh_pending
+                    .store(false, std::sync::atomic::Ordering::Release);
             });
         }
     }
@@ -468,12 +498,18 @@ struct Durable {
     replicas: u32,
     timeout: Duration,
     conn: Conn,
+    /// Through Sentinel: 1 + the master generation the scripts were last
+    /// loaded on (0: never). A NOSCRIPT costs a whole WAIT when replicas
+    /// are missing, as they are right after a failover, so a new master
+    /// gets every script first.
+    loaded: std::sync::atomic::AtomicU64,
 }
 
 /// Where a store's connections go.
 enum Target {
     /// One server: connection info and the manager's settings.
-    Single(Box<(redis::ConnectionInfo, ConnectionManagerConfig)>),
+    /// (with the response timeout those settings carry).
+    Single(Box<(redis::ConnectionInfo, ConnectionManagerConfig, Duration)>),
     /// A cluster: its seed nodes and settings.
     Cluster(Vec<String>, RedisConfig),
     /// The master of a Sentinel-managed set.
@@ -481,29 +517,40 @@ enum Target {
 }
 
 impl Target {
-    /// A new command connection.
-    async fn connect(&self) -> redis::RedisResult<Conn> {
+    /// A new command connection whose requests may take `extra` longer than
+    /// the store's response timeout (a WAIT's own timeout).
+    async fn connect(&self, extra: Duration) -> redis::RedisResult<Conn> {
         match self {
             Target::Single(single) => {
-                let (info, config) = single.as_ref();
+                let (info, config, timeout) = single.as_ref();
                 let client = redis::Client::open(info.clone())?;
+                let config = config.clone().set_response_timeout(Some(*timeout + extra));
                 Ok(Conn::Single(
-                    ConnectionManager::new_with_config(client, config.clone()).await?,
+                    ConnectionManager::new_with_config(client, config).await?,
                 ))
             }
-            Target::Cluster(nodes, config) => Ok(Conn::Cluster(
-                cluster_builder(nodes, config)
-                    .build()?
-                    .get_async_connection()
-                    .await?,
-            )),
+            Target::Cluster(nodes, config) => {
+                let mut config = config.clone();
+                config.response_timeout += extra;
+                Ok(Conn::Cluster(
+                    cluster_builder(nodes, &config)
+                        .build()?
+                        .get_async_connection()
+                        .await?,
+                ))
+            }
             // Its own follower, so its connection is its own too.
             Target::Sentinel(m) => {
+                let config = m
+                    .config
+                    .clone()
+                    .set_response_timeout(Some(m.response_timeout + extra));
                 let own = SentinelMaster::start(
                     m.sentinels.clone(),
                     m.name.clone(),
                     m.template.clone(),
-                    m.config.clone(),
+                    config,
+                    m.response_timeout + extra,
                 )
                 .await
                 .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
@@ -592,7 +639,9 @@ impl RedisStore {
                 .set_connection_timeout(Some(config.connect_timeout))
                 .set_max_delay(Duration::from_secs(2))
                 .set_number_of_retries(2);
-            let master = SentinelMaster::start(sentinels, name, template, manager_config).await?;
+            let master =
+                SentinelMaster::start(sentinels, name, template, manager_config, config.response_timeout)
+                    .await?;
             return Ok(RedisStore::with_target(
                 Conn::Sentinel(master.clone()),
                 Target::Sentinel(master),
@@ -623,7 +672,7 @@ impl RedisStore {
             })?;
         Ok(RedisStore::with_target(
             Conn::Single(conn),
-            Target::Single(Box::new((info, manager_config))),
+            Target::Single(Box::new((info, manager_config, config.response_timeout))),
             config.prefix,
             false,
         ))
@@ -646,8 +695,19 @@ impl RedisStore {
             let weak = Arc::downgrade(&subs);
             tokio::spawn(async move {
                 while moved.changed().await.is_ok() {
-                    let Some(subs) = weak.upgrade() else { return };
-                    subs.follow().await;
+                    // Until listening on the new master works (or the store
+                    // is gone, or the master moves again).
+                    loop {
+                        let Some(subs) = weak.upgrade() else { return };
+                        if subs.follow().await {
+                            break;
+                        }
+                        drop(subs);
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        if moved.has_changed().unwrap_or(true) {
+                            break;
+                        }
+                    }
                 }
             });
         }
@@ -681,6 +741,10 @@ impl RedisStore {
         ))
     }
 
+    pub(crate) fn is_durable(&self) -> bool {
+        self.durable.is_some()
+    }
+
     pub(crate) fn wakers(&self) -> Arc<Wakers> {
         self.wakers.clone()
     }
@@ -700,48 +764,97 @@ impl RedisStore {
         args: impl redis::ToRedisArgs,
     ) -> Result<T> {
         let base = self.base(gate);
-        let mut inv = script.prepare_invoke();
-        for suffix in [":m", ":h", ":p", ":q"] {
-            inv.key(format!("{base}{suffix}"));
-        }
-        inv.arg(args);
-        self.invoke(&inv, &base).await
+        let keys: Vec<String> = [":m", ":h", ":p", ":q"]
+            .iter()
+            .map(|s| format!("{base}{s}"))
+            .collect();
+        self.invoke(script, &keys, &args.to_redis_args(), &base).await
     }
 
-    /// Runs a script invocation whose keys share `tagged`'s hash tag. On a
-    /// durable handle it runs on the durable connection and then waits for
-    /// the replicas (`WAIT`) on that same connection and node.
+    /// Runs `script` on `keys` (which share `tagged`'s hash tag) with
+    /// `args`. On a durable handle, the script and a `WAIT` go together as
+    /// one pipeline on the durable connection (on a cluster, to the slot's
+    /// master), so the WAIT counts exactly the script's writes.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
-        inv: &redis::ScriptInvocation<'_>,
+        script: &Script,
+        keys: &[String],
+        args: &[Vec<u8>],
         tagged: &str,
     ) -> Result<T> {
         let Some(d) = &self.durable else {
+            let mut inv = script.prepare_invoke();
+            for key in keys {
+                inv.key(key);
+            }
+            inv.arg(args);
             let mut conn = self.conn.clone();
             return Ok(inv.invoke_async(&mut conn).await?);
         };
-        let mut conn = d.conn.clone();
-        let out: T = inv.invoke_async(&mut conn).await?;
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(d.replicas).arg(d.timeout.as_millis() as u64);
-        let acked: i64 = match &mut conn {
-            // The same multiplexed connection as the script's, so WAIT
-            // counts its writes.
-            Conn::Single(c) => wait.query_async(c).await?,
-            Conn::Sentinel(m) => wait.query_async(&mut m.connection().await?).await?,
-            Conn::Cluster(c) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let route = Route::new(slot_of(tagged), SlotAddr::Master);
-                let v = c
-                    .route_command(
-                        wait,
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                    )
-                    .await?;
-                redis::from_redis_value(v)
-                    .map_err(|e| Error::new(ErrorKind::Store, format!("WAIT answered {e}")))?
+        if let Conn::Sentinel(m) = &d.conn {
+            let generation = *m.generation.borrow() + 1;
+            if d.loaded.load(std::sync::atomic::Ordering::Acquire) != generation {
+                let mut conn = d.conn.clone();
+                for script in self.scripts.all() {
+                    script.prepare_invoke().load_async(&mut conn).await?;
+                }
+                d.loaded.store(generation, std::sync::atomic::Ordering::Release);
+            }
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+        pipe.cmd("WAIT").arg(d.replicas).arg(d.timeout.as_millis() as u64);
+        let mut loaded = false;
+        let replies = loop {
+            let sent: redis::RedisResult<Vec<Value>> = match &d.conn {
+                Conn::Single(c) => pipe.query_async(&mut c.clone()).await,
+                Conn::Sentinel(m) => match m.connection().await {
+                    Ok(mut c) => {
+                        let r = pipe.query_async(&mut c).await;
+                        m.check_after(&r);
+                        r
+                    }
+                    Err(e) => Err(e),
+                },
+                Conn::Cluster(c) => {
+                    use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+                    let route = Route::new(slot_of(tagged), SlotAddr::Master);
+                    c.clone()
+                        .route_pipeline(pipe.clone(), 0, 2, SingleNodeRoutingInfo::SpecificNode(route))
+                        .await
+                }
+            };
+            // A cluster answers a failed command inside the replies.
+            let sent = sent.and_then(|mut replies| {
+                if let Some(first) = replies.first_mut() {
+                    *first = std::mem::replace(first, Value::Nil).extract_error()?;
+                }
+                Ok(replies)
+            });
+            match sent {
+                Err(e)
+                    if !loaded && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    // A node that lacks one script (a new master after a
+                    // failover) lacks them all: load them all at once.
+                    let mut conn = d.conn.clone();
+                    for script in self.scripts.all() {
+                        script.prepare_invoke().load_async(&mut conn).await?;
+                    }
+                    loaded = true;
+                }
+                other => break other?,
             }
         };
+        let bad = |e: redis::ParsingError| Error::new(ErrorKind::Store, format!("unexpected reply: {e}"));
+        let [out, acked] = <[Value; 2]>::try_from(replies)
+            .map_err(|_| Error::new(ErrorKind::Store, "unexpected reply to a script and WAIT"))?;
+        let out: T = redis::from_redis_value(out).map_err(bad)?;
+        let acked: i64 = redis::from_redis_value(acked).map_err(bad)?;
         if acked < i64::from(d.replicas) {
             return Err(Error::new(
                 ErrorKind::NotReplicated,
@@ -759,7 +872,7 @@ impl RedisStore {
     /// ran, waits until `replicas` replicas have it (`WAIT`), on its own
     /// connection so the wait holds up no one else.
     pub(crate) async fn durable(&self, replicas: u32, timeout: Duration) -> Result<RedisStore> {
-        let conn = self.target.connect().await.map_err(|e| {
+        let conn = self.target.connect(timeout).await.map_err(|e| {
             Error::new(
                 ErrorKind::Unavailable,
                 "cannot open a connection for durable operations",
@@ -777,6 +890,7 @@ impl RedisStore {
                 replicas,
                 timeout,
                 conn,
+                loaded: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -838,11 +952,11 @@ impl RedisStore {
             Algorithm::FixedWindow => ("w", "f", limit.rate().count(), limit.period_us()),
             Algorithm::SlidingWindow => ("w", "s", limit.rate().count(), limit.period_us()),
         };
-        let mut inv = self.scripts.limit.prepare_invoke();
         let tagged = format!("{}:limit:{{{}}}:{space}:{key}", self.prefix, limiter.as_str());
-        inv.key(&tagged);
-        inv.arg((algo, cost, a, b));
-        let r: Vec<i64> = self.invoke(&inv, &tagged).await?;
+        let args = redis::ToRedisArgs::to_redis_args(&(algo, cost, a, b));
+        let r: Vec<i64> = self
+            .invoke(&self.scripts.limit, std::slice::from_ref(&tagged), &args, &tagged)
+            .await?;
         match r.as_slice() {
             [allowed, remaining, retry, reset] => Ok(decision(
                 limit,
@@ -998,15 +1112,18 @@ impl RedisStore {
         args: impl redis::ToRedisArgs,
     ) -> Result<T> {
         let base = self.jobs_base(q);
-        let mut inv = self.scripts.jobs.prepare_invoke();
-        for suffix in [":m", ":d", ":r", ":w", ":f", ":l", ":n", ":x", ":t", ":c"] {
-            inv.key(format!("{base}{suffix}"));
-        }
-        inv.arg(op)
-            .arg(format!("{base}:n"))
-            .arg(format!("!{}", super::Store::job_wake_key(q)))
-            .arg(args);
-        self.invoke(&inv, &base).await
+        let keys: Vec<String> = [":m", ":d", ":r", ":w", ":f", ":l", ":n", ":x", ":t", ":c"]
+            .iter()
+            .map(|s| format!("{base}{s}"))
+            .collect();
+        let head = (
+            op,
+            format!("{base}:n"),
+            format!("!{}", super::Store::job_wake_key(q)),
+        );
+        let mut all = redis::ToRedisArgs::to_redis_args(&head);
+        all.extend(args.to_redis_args());
+        self.invoke(&self.scripts.jobs, &keys, &all, &base).await
     }
 
     pub(crate) async fn listen_jobs(&self, q: &Name) -> Result<Listening> {
@@ -1361,11 +1478,16 @@ impl Subscriptions {
         Ok(conn)
     }
 
-    /// After the master moved: listen on the new one at once.
-    async fn follow(&self) {
+    /// After the master moved: listen on the new one at once. Returns
+    /// whether that worked.
+    async fn follow(&self) -> bool {
         let counts = self.counts.lock().await;
-        if let Err(e) = self.connection(&counts).await {
-            tracing::warn!(error = %e, "could not listen on the new master; waiters fall back to re-checking");
+        match self.connection(&counts).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not listen on the new master yet; waiters re-check meanwhile");
+                false
+            }
         }
     }
 
@@ -1373,7 +1495,7 @@ impl Subscriptions {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let conn = match self.target.as_ref() {
             Target::Single(single) => {
-                let (info, config) = single.as_ref();
+                let (info, config, _) = single.as_ref();
                 SubConn::Single(listener(info.clone(), config.clone(), tx).await?)
             }
             Target::Sentinel(master) => {
