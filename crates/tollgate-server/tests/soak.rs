@@ -379,9 +379,11 @@ async fn cluster_soak() {
     let admitted: Arc<Mutex<Vec<usize>>> = Arc::default();
     let left: Arc<AtomicU64> = Arc::default();
     let line = {
-        let (admitted, left) = (admitted.clone(), left.clone());
+        let (admitted, left, plain_for_line) = (admitted.clone(), left.clone(), plain.clone());
         tokio::spawn(async move {
             let mut visitors = Vec::new();
+            let watcher =
+                Gate::new(&plain_for_line, "soak-line", Some(1), options(1000, true)).expect("gate");
             for visitor in 0..30 {
                 let (gate, admitted, left) = (line_gate.clone(), admitted.clone(), left.clone());
                 visitors.push(tokio::spawn(async move {
@@ -396,8 +398,18 @@ async fn cluster_soak() {
                         }
                     }
                 }));
-                // Each is in line before the next enters.
-                tokio::time::sleep(Duration::from_millis(30)).await;
+                // The next enters only once this one has joined (granted or
+                // in line), as the server counts: the order of joining is
+                // the order of the indexes. (A fixed pause is not enough:
+                // a first call may also load the scripts on a node.)
+                let joined = Instant::now();
+                loop {
+                    match watcher.stats().await {
+                        Ok(s) if s.grants + s.waiting > visitor as u64 => break,
+                        _ if joined.elapsed() > Duration::from_secs(30) => break,
+                        _ => tokio::time::sleep(Duration::from_millis(5)).await,
+                    }
+                }
             }
             for v in visitors {
                 let _ = v.await;
