@@ -172,12 +172,19 @@ pub(crate) async fn push_batch(
     Ok(axum::Json(json!({"jobs": answers})))
 }
 
+/// `fields` with the payload added twice: as JSON (null if it is not
+/// JSON) and as base64.
+fn with_payload(mut fields: Value, payload: &[u8]) -> Value {
+    fields["payload"] = serde_json::from_slice::<Value>(payload).unwrap_or(Value::Null);
+    fields["payload_base64"] = Value::String(STANDARD.encode(payload));
+    fields
+}
+
 fn job_json(job: &Job) -> Value {
-    let payload = serde_json::from_slice::<Value>(&job.payload).ok();
-    json!({
-        "id": job.id, "payload": payload, "payload_base64": STANDARD.encode(&job.payload),
-        "attempt": job.attempt, "fence": job.fence, "lease_until_ms": ms(job.lease_until),
-    })
+    with_payload(
+        json!({"id": job.id, "attempt": job.attempt, "fence": job.fence, "lease_until_ms": ms(job.lease_until)}),
+        &job.payload,
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -301,17 +308,10 @@ pub(crate) async fn completed(
     Path(name): Path<String>,
     Query(query): Query<DeadQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    if query.limit == 0 || query.limit > 10_000 {
-        return Err(ApiError::bad_request("limit must be 1 to 10000"));
-    }
-    let list = queue(&state, &name, None)?.completed(query.limit).await?;
+    let list = queue(&state, &name, None)?.completed(query.limit()?).await?;
     let jobs: Vec<Value> = list
         .iter()
-        .map(|d| {
-            json!({"id": d.id, "acked_ms": ms(d.acked),
-                   "payload": serde_json::from_slice::<Value>(&d.payload).ok(),
-                   "payload_base64": STANDARD.encode(&d.payload)})
-        })
+        .map(|d| with_payload(json!({"id": d.id, "acked_ms": ms(d.acked)}), &d.payload))
         .collect();
     Ok(axum::Json(json!({"jobs": jobs})))
 }
@@ -422,22 +422,27 @@ fn hundred() -> usize {
     100
 }
 
+impl DeadQuery {
+    fn limit(&self) -> Result<usize, ApiError> {
+        if self.limit == 0 || self.limit > 10_000 {
+            return Err(ApiError::bad_request("limit must be 1 to 10000"));
+        }
+        Ok(self.limit)
+    }
+}
+
 /// `GET /v1/queues/{queue}/dead?limit=100`.
 pub(crate) async fn dead(
     State(state): State<AppState>,
     Path(name): Path<String>,
     Query(query): Query<DeadQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    if query.limit == 0 || query.limit > 10_000 {
-        return Err(ApiError::bad_request("limit must be 1 to 10000"));
-    }
-    let list = queue(&state, &name, None)?.dead(query.limit).await?;
+    let list = queue(&state, &name, None)?.dead(query.limit()?).await?;
     let jobs: Vec<Value> = list
         .iter()
         .map(|d| {
-            json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
-                   "payload": serde_json::from_slice::<Value>(&d.payload).ok(),
-                   "payload_base64": STANDARD.encode(&d.payload)})
+            let fields = json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts});
+            with_payload(fields, &d.payload)
         })
         .collect();
     Ok(axum::Json(json!({"jobs": jobs})))

@@ -803,13 +803,7 @@ async fn a_dropped_event_stream_keeps_its_place_until_the_heartbeat_lapses() {
 /// embedded store the setting is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_durable_server_reports_unconfirmed_changes() {
-    let master = RedisServer::start();
-    let replica = tokio::task::spawn_blocking({
-        let port = master.port;
-        move || RedisServer::start_replica_of(port)
-    })
-    .await
-    .expect("replica");
+    let (master, replica) = RedisServer::start_with_replica().await;
     let s = Server::start_with(
         Some(&master.url()),
         &["--durable-replicas", "1", "--durable-timeout", "300ms"],

@@ -375,13 +375,7 @@ async fn a_cluster_master_dies_and_a_replica_takes_over() {
 /// confirmed again. The embedded store and bad settings are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durable_handles_wait_for_replicas() {
-    let master = RedisServer::start();
-    let replica = tokio::task::spawn_blocking({
-        let port = master.port;
-        move || RedisServer::start_replica_of(port)
-    })
-    .await
-    .expect("replica");
+    let (master, replica) = RedisServer::start_with_replica().await;
     let plain = Store::redis(&master.url()).await.expect("connect");
     let store = plain
         .durable(1, Duration::from_millis(300))

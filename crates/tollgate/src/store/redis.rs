@@ -339,13 +339,7 @@ impl SentinelMaster {
     async fn refresh(&self) -> Result<()> {
         let _one = self.refreshing.lock().await;
         let addr = self.ask().await?;
-        let same = self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .is_some_and(|(a, _)| *a == addr);
-        if same {
+        if self.current().is_some_and(|(a, _)| a == addr) {
             return Ok(());
         }
         let client = redis::Client::open(self.template.clone().set_addr(addr.clone()))?;
@@ -364,46 +358,26 @@ impl SentinelMaster {
 
     /// The current master's address.
     fn addr(&self) -> Option<redis::ConnectionAddr> {
+        self.current().map(|(a, _)| a)
+    }
+
+    /// The master's address and the connection to it, if one is known.
+    fn current(&self) -> Option<(redis::ConnectionAddr, ConnectionManager)> {
         self.current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .map(|(a, _)| a.clone())
+            .clone()
     }
 
     async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
-        let current = self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .map(|(_, c)| c.clone());
-        match current {
-            Some(c) => Ok(c),
-            None => {
-                self.refresh().await.map_err(|e| {
-                    redis::RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::NotConnected,
-                        e.to_string(),
-                    ))
-                })?;
-                self.connection_now()
-            }
+        let not_connected =
+            |why: String| redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, why));
+        if self.current().is_none() {
+            self.refresh().await.map_err(|e| not_connected(e.to_string()))?;
         }
-    }
-
-    fn connection_now(&self) -> redis::RedisResult<ConnectionManager> {
-        self.current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .map(|(_, c)| c.clone())
-            .ok_or_else(|| {
-                redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "no master known yet",
-                ))
-            })
+        self.current()
+            .map(|(_, c)| c)
+            .ok_or_else(|| not_connected("no master known yet".to_owned()))
     }
 
     /// After an error that hints at a failover, asks the Sentinels again
@@ -566,6 +540,10 @@ impl Target {
             _ => 0,
         }
     }
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 /// The Redis Cluster slot of `key` (CRC16 of its hash tag, or of the whole
@@ -768,7 +746,7 @@ impl RedisStore {
             .iter()
             .map(|s| format!("{base}{s}"))
             .collect();
-        self.invoke(script, &keys, &args.to_redis_args(), &base).await
+        self.invoke(script, &keys, args, &base).await
     }
 
     /// Runs `script` on `keys` (which share `tagged`'s hash tag) with
@@ -779,34 +757,32 @@ impl RedisStore {
         &self,
         script: &Script,
         keys: &[String],
-        args: &[Vec<u8>],
+        args: impl redis::ToRedisArgs,
         tagged: &str,
     ) -> Result<T> {
+        // Built once; the arguments (payloads too) are copied only here.
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
         let Some(d) = &self.durable else {
-            let mut inv = script.prepare_invoke();
-            for key in keys {
-                inv.key(key);
-            }
-            inv.arg(args);
             let mut conn = self.conn.clone();
-            return Ok(inv.invoke_async(&mut conn).await?);
+            return match eval.query_async(&mut conn).await {
+                Err(e) if is_noscript(&e) => {
+                    // Just this one: many callers may land here at once.
+                    script.prepare_invoke().load_async(&mut conn).await?;
+                    Ok(eval.query_async(&mut conn).await?)
+                }
+                other => Ok(other?),
+            };
         };
         if let Conn::Sentinel(m) = &d.conn {
             let generation = *m.generation.borrow() + 1;
             if d.loaded.load(std::sync::atomic::Ordering::Acquire) != generation {
-                let mut conn = d.conn.clone();
-                for script in self.scripts.all() {
-                    script.prepare_invoke().load_async(&mut conn).await?;
-                }
+                self.load_all(&mut d.conn.clone()).await?;
                 d.loaded.store(generation, std::sync::atomic::Ordering::Release);
             }
         }
         let mut pipe = redis::pipe();
-        pipe.cmd("EVALSHA")
-            .arg(script.get_hash())
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
+        pipe.add_command(eval);
         pipe.cmd("WAIT").arg(d.replicas).arg(d.timeout.as_millis() as u64);
         let mut loaded = false;
         let replies = loop {
@@ -836,15 +812,8 @@ impl RedisStore {
                 Ok(replies)
             });
             match sent {
-                Err(e)
-                    if !loaded && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    // A node that lacks one script (a new master after a
-                    // failover) lacks them all: load them all at once.
-                    let mut conn = d.conn.clone();
-                    for script in self.scripts.all() {
-                        script.prepare_invoke().load_async(&mut conn).await?;
-                    }
+                Err(e) if !loaded && is_noscript(&e) => {
+                    self.load_all(&mut d.conn.clone()).await?;
                     loaded = true;
                 }
                 other => break other?,
@@ -866,6 +835,16 @@ impl RedisStore {
             ));
         }
         Ok(out)
+    }
+
+    /// Loads every script on `conn`'s node (every master, on a cluster): a
+    /// node that lacks one script (restarted, or a replica just promoted)
+    /// lacks them all.
+    async fn load_all(&self, conn: &mut Conn) -> Result<()> {
+        for script in self.scripts.all() {
+            script.prepare_invoke().load_async(conn).await?;
+        }
+        Ok(())
     }
 
     /// A handle on the same Redis whose every operation, once its script
@@ -953,9 +932,13 @@ impl RedisStore {
             Algorithm::SlidingWindow => ("w", "s", limit.rate().count(), limit.period_us()),
         };
         let tagged = format!("{}:limit:{{{}}}:{space}:{key}", self.prefix, limiter.as_str());
-        let args = redis::ToRedisArgs::to_redis_args(&(algo, cost, a, b));
         let r: Vec<i64> = self
-            .invoke(&self.scripts.limit, std::slice::from_ref(&tagged), &args, &tagged)
+            .invoke(
+                &self.scripts.limit,
+                std::slice::from_ref(&tagged),
+                (algo, cost, a, b),
+                &tagged,
+            )
             .await?;
         match r.as_slice() {
             [allowed, remaining, retry, reset] => Ok(decision(
@@ -1116,14 +1099,13 @@ impl RedisStore {
             .iter()
             .map(|s| format!("{base}{s}"))
             .collect();
-        let head = (
+        let all = (
             op,
             format!("{base}:n"),
             format!("!{}", super::Store::job_wake_key(q)),
+            args,
         );
-        let mut all = redis::ToRedisArgs::to_redis_args(&head);
-        all.extend(args.to_redis_args());
-        self.invoke(&self.scripts.jobs, &keys, &all, &base).await
+        self.invoke(&self.scripts.jobs, &keys, all, &base).await
     }
 
     pub(crate) async fn listen_jobs(&self, q: &Name) -> Result<Listening> {

@@ -66,6 +66,18 @@ impl RedisServer {
         )
     }
 
+    /// A fresh master and a synced replica of it (started off the async
+    /// runtime's threads: syncing blocks).
+    pub async fn start_with_replica() -> (RedisServer, RedisServer) {
+        tokio::task::spawn_blocking(|| {
+            let master = RedisServer::start();
+            let replica = RedisServer::start_replica_of(master.port);
+            (master, replica)
+        })
+        .await
+        .expect("master and replica")
+    }
+
     /// A replica of the server on `port`, synced before this returns.
     pub fn start_replica_of(port: u16) -> RedisServer {
         // The master sends its data at once (its default waits 5 s).
