@@ -61,29 +61,57 @@ pub(crate) enum JobsCommand {
     Dead(JobsQueueArgs),
     /// Make dead jobs ready again: one by --id, or all.
     Replay(JobsReplayArgs),
+    /// Change the queue's number of partitions. Only an empty queue may
+    /// (nothing ready, delayed, running or dead): stop its producers and
+    /// workers first, and start them again with the new --partitions.
+    /// Exit code 64 if the queue still holds jobs.
+    Repartition(JobsRepartitionArgs),
 }
 
+/// Which queue, and where.
 #[derive(Debug, Args)]
-pub(crate) struct JobsQueueArgs {
+pub(crate) struct QueueTarget {
     /// The queue's name.
     pub(crate) queue: String,
+    /// The queue is spread over this many partitions (1 to 256): every
+    /// producer and worker must give the same number. Not with --server,
+    /// whose [queues.NAME] decides.
+    #[arg(long, value_name = "K")]
+    pub(crate) partitions: Option<usize>,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct JobsQueueArgs {
+    #[command(flatten)]
+    pub(crate) target: QueueTarget,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct JobsReplayArgs {
-    pub(crate) queue: String,
+    #[command(flatten)]
+    pub(crate) target: QueueTarget,
     /// Only this dead job.
     #[arg(long)]
     pub(crate) id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct JobsRepartitionArgs {
+    /// The queue's name.
+    pub(crate) queue: String,
+    /// The new number of partitions (1 to 256).
+    #[arg(long, value_name = "K")]
+    pub(crate) partitions: usize,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct JobsPushArgs {
-    pub(crate) queue: String,
+    #[command(flatten)]
+    pub(crate) target: QueueTarget,
     /// Due this long from now.
     #[arg(long, value_parser = duration, value_name = "D", conflicts_with = "at")]
     pub(crate) delay: Option<Duration>,
@@ -102,13 +130,12 @@ pub(crate) struct JobsPushArgs {
     /// Higher runs first.
     #[arg(long, default_value_t = 0)]
     pub(crate) priority: u8,
-    #[command(flatten)]
-    pub(crate) store: StoreArgs,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct JobsWorkArgs {
-    pub(crate) queue: String,
+    #[command(flatten)]
+    pub(crate) target: QueueTarget,
     /// Jobs run at once.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub(crate) concurrency: usize,
@@ -128,8 +155,6 @@ pub(crate) struct JobsWorkArgs {
     /// With --keep-completed: none kept longer than this.
     #[arg(long, default_value = "24h", value_parser = duration, value_name = "D")]
     pub(crate) keep_for: Duration,
-    #[command(flatten)]
-    pub(crate) store: StoreArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
     pub(crate) command: Vec<OsString>,

@@ -12,6 +12,9 @@ pub(crate) const SOFTWARE: i32 = 70;
 pub(crate) const BUSY: i32 = 75;
 /// The lease was lost while the command ran; the command got SIGTERM.
 pub(crate) const LEASE_LOST: i32 = 76;
+/// The set-up is wrong: Redis refused the credentials, a cluster was named
+/// by a plain URL, or a queue's partition count differs from the stored one.
+pub(crate) const CONFIG: i32 = 78;
 /// The command could not be started.
 pub(crate) const CANNOT_EXECUTE: i32 = 126;
 /// The command was not found.
@@ -27,6 +30,7 @@ pub(crate) fn for_error(e: &tollgate::Error) -> i32 {
         | ErrorKind::JobRunning => USAGE,
         ErrorKind::Unavailable | ErrorKind::NotReplicated => UNAVAILABLE,
         ErrorKind::LeaseLost => LEASE_LOST,
+        ErrorKind::Misconfigured | ErrorKind::PartitionConflict => CONFIG,
         _ => SOFTWARE,
     }
 }

@@ -37,6 +37,8 @@ pub(crate) struct AppState {
     pub(crate) gates: Tracked,
     /// Job queues this server has served, for the per-queue series.
     pub(crate) queues: Tracked,
+    /// Partition counts of the configured queues, and handles.
+    pub(crate) queue_set: std::sync::Arc<crate::jobs_http::Queues>,
     /// Configured and ad-hoc rate limiters.
     pub(crate) limits: std::sync::Arc<crate::limits::Limiters>,
     /// The waiting rooms, for their admin routes.
@@ -226,6 +228,14 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
+    /// The `{"code", "message"}` of the error, for answers that carry one
+    /// error per item of a batch.
+    pub(crate) fn item(&self) -> serde_json::Value {
+        json!({"code": self.code, "message": self.message})
+    }
+}
+
+impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
@@ -249,9 +259,15 @@ impl From<tollgate::Error> for ApiError {
             ErrorKind::JobRunning => (StatusCode::CONFLICT, "job_running"),
             ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             ErrorKind::NotReplicated => (StatusCode::SERVICE_UNAVAILABLE, "not_replicated"),
+            ErrorKind::PartitionConflict => (StatusCode::CONFLICT, "partition_conflict"),
+            // The server's set-up, not the caller's request.
+            ErrorKind::Misconfigured => (StatusCode::INTERNAL_SERVER_ERROR, "store_misconfigured"),
             _ => (StatusCode::BAD_GATEWAY, "store_error"),
         };
-        if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Store) {
+        if matches!(
+            e.kind(),
+            ErrorKind::Unavailable | ErrorKind::Store | ErrorKind::Misconfigured
+        ) {
             metrics::counter!("tollgate_store_errors_total", "code" => code).increment(1);
         }
         ApiError::new(status, code, e.to_string())

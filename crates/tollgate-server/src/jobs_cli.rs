@@ -1,4 +1,4 @@
-//! `tollgate jobs push|work|stats|dead|replay`.
+//! `tollgate jobs push|work|stats|dead|replay|repartition`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +10,9 @@ use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{Job, OnDuplicate, PushOptions, Retry};
 
-use crate::cli::{JobsCommand, JobsPushArgs, JobsQueueArgs, JobsReplayArgs, JobsWorkArgs};
+use crate::cli::{
+    JobsCommand, JobsPushArgs, JobsQueueArgs, JobsRepartitionArgs, JobsReplayArgs, JobsWorkArgs,
+};
 use crate::exit;
 use crate::jobs_remote::{Failure, Queue};
 
@@ -21,6 +23,25 @@ pub(crate) async fn run(command: JobsCommand) -> i32 {
         JobsCommand::Stats(a) => stats(a).await,
         JobsCommand::Dead(a) => dead(a).await,
         JobsCommand::Replay(a) => replay(a).await,
+        JobsCommand::Repartition(a) => repartition(a).await,
+    }
+}
+
+async fn repartition(args: JobsRepartitionArgs) -> i32 {
+    if args.store.server.is_some() {
+        eprintln!("tollgate: repartition works on the store (--redis), not through --server");
+        return exit::USAGE;
+    }
+    let store = match crate::run::connect(&args.store).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    match tollgate::ShardedJobQueue::repartition(&store, &args.queue, args.partitions).await {
+        Ok(()) => {
+            println!("{}", json!({"queue": args.queue, "partitions": args.partitions}));
+            0
+        }
+        Err(e) => failed(Failure::from(e)),
     }
 }
 
@@ -73,7 +94,7 @@ async fn push(args: JobsPushArgs) -> i32 {
             return exit::SOFTWARE;
         }
     };
-    let q = match Queue::open(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.target).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };
@@ -87,7 +108,7 @@ async fn push(args: JobsPushArgs) -> i32 {
 }
 
 async fn stats(args: JobsQueueArgs) -> i32 {
-    let q = match Queue::open(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.target).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };
@@ -101,7 +122,7 @@ async fn stats(args: JobsQueueArgs) -> i32 {
 }
 
 async fn dead(args: JobsQueueArgs) -> i32 {
-    let q = match Queue::open(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.target).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };
@@ -117,7 +138,7 @@ async fn dead(args: JobsQueueArgs) -> i32 {
 }
 
 async fn replay(args: JobsReplayArgs) -> i32 {
-    let q = match Queue::open(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.target).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };
@@ -145,7 +166,7 @@ async fn work(args: JobsWorkArgs) -> i32 {
         eprintln!("tollgate: --concurrency must be 1 to 1000");
         return exit::USAGE;
     }
-    let q = match Queue::open(&args.queue, &args.store).await {
+    let q = match Queue::open(&args.target).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };

@@ -1,5 +1,7 @@
 //! The job-queue routes of the HTTP API: `/v1/queues/{queue}/…`.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
@@ -10,7 +12,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tollgate::{
-    Backoff, Cancelled, ErrorKind, Job, JobQueue, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, Retry,
+    Backoff, Cancelled, ErrorKind, Job, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, Retry,
+    ShardedJobQueue, Store,
 };
 
 use crate::http::{ApiError, AppState, Json, Query};
@@ -22,8 +25,75 @@ pub(crate) const BATCH_BODY_LIMIT: usize = 16 * 1024 * 1024;
 /// Longest a claim may wait.
 const MAX_WAIT_MS: u64 = 60_000;
 
-fn queue(state: &AppState, name: &str, lease_ms: Option<u64>) -> Result<JobQueue, ApiError> {
-    let mut q = JobQueue::new(&state.store, name)?;
+/// A queue's settings in the config file: `[queues.NAME]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct QueueSettings {
+    /// Spread the queue over this many partitions (1 to 256): each is a
+    /// queue of its own under its own hash tag, so on Redis Cluster the
+    /// queue's load spreads over the masters. Every server and worker of
+    /// the queue must use the same number.
+    partitions: usize,
+}
+
+/// Queues kept as handles (each checks the partition count with the
+/// store once); beyond this many, a handle is made per request.
+const HANDLES_KEPT: usize = 10_000;
+
+/// The job queues of this server: the partition counts configured, and a
+/// handle per queue used so far.
+#[derive(Debug, Default)]
+pub(crate) struct Queues {
+    partitions: HashMap<String, usize>,
+    handles: Mutex<HashMap<String, ShardedJobQueue>>,
+}
+
+impl Queues {
+    /// The configured queues, checked: names and partition counts.
+    pub(crate) fn new(settings: &HashMap<String, QueueSettings>) -> Result<Queues, String> {
+        let mut partitions = HashMap::new();
+        for (name, s) in settings {
+            tollgate::Name::new(name).map_err(|e| format!("[queues.{name}]: {e}"))?;
+            if s.partitions == 0 || s.partitions > tollgate::MAX_PARTITIONS {
+                return Err(format!(
+                    "[queues.{name}] partitions = {}: use 1 to {}",
+                    s.partitions,
+                    tollgate::MAX_PARTITIONS
+                ));
+            }
+            partitions.insert(name.clone(), s.partitions);
+        }
+        Ok(Queues {
+            partitions,
+            handles: Mutex::default(),
+        })
+    }
+
+    /// The queues named in the config, with their partition counts.
+    pub(crate) fn configured(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.partitions.iter().map(|(n, p)| (n.as_str(), *p))
+    }
+
+    /// The queue `name`: its configured partitions, else one (the plain
+    /// queue).
+    pub(crate) fn open(&self, store: &Store, name: &str) -> tollgate::Result<ShardedJobQueue> {
+        let mut handles = self
+            .handles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(q) = handles.get(name) {
+            return Ok(q.clone());
+        }
+        let q = ShardedJobQueue::new(store, name, self.partitions.get(name).copied().unwrap_or(1))?;
+        if handles.len() < HANDLES_KEPT {
+            handles.insert(name.to_owned(), q.clone());
+        }
+        Ok(q)
+    }
+}
+
+fn queue(state: &AppState, name: &str, lease_ms: Option<u64>) -> Result<ShardedJobQueue, ApiError> {
+    let mut q = state.queue_set.open(&state.store, name)?;
     if let Some(ms) = lease_ms {
         q = q.lease(Duration::from_millis(ms))?;
     }
@@ -154,8 +224,12 @@ pub(crate) struct BatchBody {
     jobs: Vec<PushBody>,
 }
 
-/// `POST /v1/queues/{queue}/batch`: pushes up to 1,000 jobs in one atomic
-/// step (all, or none if any is invalid); answers per job, in order.
+/// `POST /v1/queues/{queue}/batch`: pushes up to 1,000 jobs, answering
+/// per job, in order. Nothing is pushed if any job is invalid. A plain
+/// queue takes them in one atomic step; a partitioned one in one step per
+/// partition, so a failing partition fails only its jobs: those answer
+/// `{"id", "error": {"code", "message"}}`, and `failed` counts them (when
+/// every job failed, the answer is that error's status instead).
 pub(crate) async fn push_batch(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -167,9 +241,24 @@ pub(crate) async fn push_batch(
         .into_iter()
         .map(push_of)
         .collect::<Result<Vec<_>, _>>()?;
-    let pushed = q.push_many(&jobs).await?;
-    let answers: Vec<Value> = pushed.iter().map(|p| pushed_json(p).1).collect();
-    Ok(axum::Json(json!({"jobs": answers})))
+    let mut failed = 0;
+    let mut answers = Vec::with_capacity(jobs.len());
+    let mut last_error = None;
+    for answer in q.push_each(&jobs).await? {
+        match answer {
+            Ok(p) => answers.push(pushed_json(&p).1),
+            Err(f) => {
+                failed += 1;
+                let e = ApiError::from(f.error);
+                answers.push(json!({"id": f.id, "error": e.item()}));
+                last_error = Some(e);
+            }
+        }
+    }
+    match last_error {
+        Some(e) if failed == answers.len() => Err(e),
+        _ => Ok(axum::Json(json!({"jobs": answers, "failed": failed}))),
+    }
 }
 
 /// `fields` with the payload added twice: as JSON (null if it is not
@@ -250,7 +339,7 @@ pub(crate) struct KeepBody {
     max_age_ms: u64,
 }
 
-fn keeping(q: JobQueue, keep: Option<KeepBody>) -> Result<JobQueue, ApiError> {
+fn keeping(q: ShardedJobQueue, keep: Option<KeepBody>) -> Result<ShardedJobQueue, ApiError> {
     match keep {
         None => Ok(q),
         Some(k) => Ok(q.keep_completed(k.count, Duration::from_millis(k.max_age_ms))?),
@@ -285,9 +374,12 @@ pub(crate) struct AckBatchBody {
     keep: Option<KeepBody>,
 }
 
-/// `POST /v1/queues/{queue}/ack`: acks deliveries in one step;
-/// `{"acked": [true, false, …]}` in order (`false`: that delivery's lease
-/// had ended, or it was named twice).
+/// `POST /v1/queues/{queue}/ack`: acks deliveries in one step (one per
+/// partition on a partitioned queue); `{"acked": [true, false, …],
+/// "failed": 0}` in order (`false`: that delivery's lease had ended, or it
+/// was named twice). A delivery whose partition failed answers `null`, and
+/// `errors` lists `{"index", "error"}` for each (when all failed, the
+/// answer is that error's status instead).
 pub(crate) async fn ack_batch(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -298,7 +390,31 @@ pub(crate) async fn ack_batch(
     }
     let q = keeping(queue(&state, &name, None)?, body.keep)?;
     let deliveries: Vec<(&str, u64)> = body.deliveries.iter().map(|d| (d.id.as_str(), d.fence)).collect();
-    Ok(axum::Json(json!({"acked": q.ack_many(&deliveries).await?})))
+    let mut acked = Vec::with_capacity(deliveries.len());
+    let mut errors = Vec::new();
+    let mut last_error = None;
+    for (index, answer) in q.ack_each(&deliveries).await?.into_iter().enumerate() {
+        match answer {
+            Ok(flag) => acked.push(Value::Bool(flag)),
+            Err(e) => {
+                let e = ApiError::from(e);
+                acked.push(Value::Null);
+                errors.push(json!({"index": index, "error": e.item()}));
+                last_error = Some(e);
+            }
+        }
+    }
+    match last_error {
+        Some(e) if errors.len() == acked.len() => Err(e),
+        _ => {
+            let failed = errors.len();
+            let mut answer = json!({"acked": acked, "failed": failed});
+            if failed > 0 {
+                answer["errors"] = Value::Array(errors);
+            }
+            Ok(axum::Json(answer))
+        }
+    }
 }
 
 /// `GET /v1/queues/{queue}/completed?limit=100`: kept completed jobs, most
@@ -400,10 +516,11 @@ pub(crate) async fn stats(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let s = queue(&state, &name, None)?.stats().await?;
+    let q = queue(&state, &name, None)?;
+    let s = q.stats().await?;
     let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
     Ok(axum::Json(json!({
-        "queue": name, "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead, "completed": s.completed,
+        "queue": name, "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead, "completed": s.completed,
         "pushed": s.pushed, "claimed": s.claimed, "acked": s.acked, "retried": s.retried,
         "dead_total": s.dead_total, "redelivered": s.redelivered,
         "recent_lateness_p50_ms": pick(0.5), "recent_lateness_p99_ms": pick(0.99),
@@ -478,7 +595,7 @@ pub(crate) async fn purge(
 /// Per-queue series for /metrics, read from the store at scrape time.
 pub(crate) async fn scrape(state: &AppState) {
     for name in crate::http::tracked(&state.queues) {
-        let Ok(q) = JobQueue::new(&state.store, &name) else {
+        let Ok(q) = state.queue_set.open(&state.store, &name) else {
             continue;
         };
         let Ok(s) = q.stats().await else { continue };

@@ -8,9 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
-use tollgate::{Job, JobQueue, OnDuplicate, PushOptions, PushResult, Retry};
+use tollgate::{Job, OnDuplicate, PushOptions, PushResult, Retry, ShardedJobQueue};
 
-use crate::cli::StoreArgs;
+use crate::cli::QueueTarget;
 use crate::exit;
 use crate::run::connect;
 
@@ -55,7 +55,7 @@ pub(crate) struct RemoteQueue {
 /// A job queue, local (library on a store) or remote (HTTP).
 #[derive(Debug, Clone)]
 pub(crate) enum Queue {
-    Local(JobQueue),
+    Local(ShardedJobQueue),
     Remote(RemoteQueue),
 }
 
@@ -74,18 +74,33 @@ fn ms(t: SystemTime) -> u64 {
 }
 
 impl Queue {
-    /// The queue `name` on `--server` if given, else on the store.
-    pub(crate) async fn open(name: &str, store: &StoreArgs) -> Result<Queue, Failure> {
-        // Check the name before connecting, so bad input never waits on the
-        // network.
+    /// The queue on `--server` if given, else on the store.
+    pub(crate) async fn open(target: &QueueTarget) -> Result<Queue, Failure> {
+        let (name, store) = (target.queue.as_str(), &target.store);
+        // Check the name and partitions before connecting, so bad input
+        // never waits on the network.
         tollgate::Name::new(name).map_err(|e| usage(e.to_string()))?;
+        if let Some(k) = target.partitions
+            && (k == 0 || k > tollgate::MAX_PARTITIONS)
+        {
+            return Err(usage(format!(
+                "--partitions {k}: use 1 to {}",
+                tollgate::MAX_PARTITIONS
+            )));
+        }
         let Some(server) = &store.server else {
             let store = connect(store).await.map_err(|code| Failure {
                 code,
                 message: String::new(),
             })?;
-            return Ok(Queue::Local(JobQueue::new(&store, name)?));
+            let partitions = target.partitions.unwrap_or(1);
+            return Ok(Queue::Local(ShardedJobQueue::new(&store, name, partitions)?));
         };
+        if target.partitions.is_some() {
+            return Err(usage(
+                "--partitions does not go with --server: the server's [queues.NAME] partitions decides",
+            ));
+        }
         let base = server.trim_end_matches('/');
         if !base.starts_with("http://") {
             return Err(usage(format!(
@@ -265,7 +280,7 @@ impl Queue {
                 let s = q.stats().await?;
                 let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
                 Ok(json!({
-                    "queue": q.name(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
+                    "queue": q.name(), "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
                     "dead": s.dead, "completed": s.completed, "pushed": s.pushed, "claimed": s.claimed,
                     "acked": s.acked, "retried": s.retried, "dead_total": s.dead_total,
                     "redelivered": s.redelivered, "recent_lateness_p50_ms": pick(0.5),

@@ -43,6 +43,9 @@ struct FileSettings {
     durable_replicas: Option<u32>,
     /// How long to wait for them, e.g. "500ms".
     durable_timeout: Option<String>,
+    /// Job queues' settings: `[queues.NAME]`.
+    #[serde(default)]
+    queues: HashMap<String, crate::jobs_http::QueueSettings>,
 }
 
 /// The settings `serve` runs with.
@@ -56,6 +59,7 @@ struct Settings {
     proxy_listen: SocketAddr,
     rooms: HashMap<String, RoomSettings>,
     durability: crate::cli::DurabilityArgs,
+    queues: HashMap<String, crate::jobs_http::QueueSettings>,
 }
 
 /// Merges the config file, the environment and the flags: flags and
@@ -91,6 +95,7 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
             .or(file.proxy_listen)
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7780))),
         rooms: file.rooms,
+        queues: file.queues,
         durability: crate::cli::DurabilityArgs {
             durable_replicas: args.durability.durable_replicas.or(file.durable_replicas),
             durable_timeout: match (args.durability.durable_timeout, file.durable_timeout) {
@@ -123,6 +128,13 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         );
         return exit::USAGE;
     }
+    let queue_set = match crate::jobs_http::Queues::new(&args.queues) {
+        Ok(q) => Arc::new(q),
+        Err(msg) => {
+            eprintln!("tollgate: {msg}");
+            return exit::USAGE;
+        }
+    };
     let store = match &args.redis {
         None => Store::memory(),
         Some(url) => {
@@ -144,6 +156,24 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
     if args.redis.is_none() && args.durability.durable_replicas.is_some_and(|n| n > 0) {
         eprintln!("tollgate: durable_replicas needs Redis (--redis): the embedded store has no replicas");
         return exit::USAGE;
+    }
+    // A queue configured with another partition count than the store has
+    // in force would strand jobs: refuse to start.
+    for (name, partitions) in queue_set.configured() {
+        let checked = match queue_set.open(&store, name) {
+            Ok(q) => q.verify().await,
+            Err(e) => Err(e),
+        };
+        match checked {
+            Ok(()) => {}
+            Err(e) if e.kind() == tollgate::ErrorKind::PartitionConflict => {
+                eprintln!("tollgate: [queues.{name}] partitions = {partitions}: {e}");
+                return exit::CONFIG;
+            }
+            Err(e) => {
+                tracing::warn!(queue = name, error = %e, "could not check the queue's partitions now; each request will")
+            }
+        }
     }
     // Before anything that registers metrics (rooms, limiters).
     let metrics = match metrics_exporter_prometheus::PrometheusBuilder::new()
@@ -243,6 +273,7 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         metrics,
         gates: Default::default(),
         queues: Default::default(),
+        queue_set,
         limits: std::sync::Arc::new(limits),
         rooms: rooms.clone(),
         protect,

@@ -26,6 +26,15 @@ pub enum ErrorKind {
     /// fewer replicas than asked confirmed it in time, so a failover now
     /// could lose it.
     NotReplicated,
+    /// A sharded job queue's handle names a different number of partitions
+    /// than the store has in force for that queue. Every producer and
+    /// consumer must use the same number; change it with
+    /// `ShardedJobQueue::repartition` once the queue is empty.
+    PartitionConflict,
+    /// The store refused this client's set-up, not one request: a wrong
+    /// password or user, a cluster reached through a plain URL, a server
+    /// too old or a command it disallows. Retrying will not help.
+    Misconfigured,
 }
 
 impl fmt::Display for ErrorKind {
@@ -39,6 +48,8 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Store => "store error",
             ErrorKind::JobRunning => "job running",
             ErrorKind::NotReplicated => "not replicated",
+            ErrorKind::PartitionConflict => "partition conflict",
+            ErrorKind::Misconfigured => "store misconfigured",
         })
     }
 }
@@ -74,6 +85,16 @@ impl Error {
     pub(crate) fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
         self
+    }
+
+    /// The same failure again, for each of several callers it reaches
+    /// (the source's text goes into the message).
+    pub(crate) fn duplicate(&self) -> Error {
+        let message = match &self.source {
+            Some(source) => format!("{} ({source})", self.message),
+            None => self.message.clone(),
+        };
+        Error::new(self.kind, message)
     }
 
     /// The kind of failure.
@@ -136,6 +157,16 @@ impl From<redis::RedisError> for Error {
                 e.kind(),
                 K::Server(S::MasterDown | S::ReadOnly | S::BusyLoading | S::TryAgain | S::ClusterDown)
             );
+        // Credentials or permissions the server refuses: no retry helps.
+        let refused = matches!(e.kind(), K::AuthenticationFailed | K::Server(S::NoPerm))
+            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+        if refused {
+            return Error::new(
+                ErrorKind::Misconfigured,
+                "redis refused this client: check the user and password in the URL, and the user's ACL",
+            )
+            .with_source(e);
+        }
         let kind = if e.is_io_error()
             || e.is_connection_refusal()
             || e.is_timeout()

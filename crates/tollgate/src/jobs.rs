@@ -250,7 +250,7 @@ fn ms_of(d: Duration, what: &str) -> Result<u64> {
     Ok(d.as_millis() as u64)
 }
 
-fn check_job_id(id: &str) -> Result<()> {
+pub(crate) fn check_job_id(id: &str) -> Result<()> {
     if id.is_empty() || id.len() > MAX_JOB_ID_LEN {
         return Err(Error::invalid(format!(
             "a job id must be 1 to {MAX_JOB_ID_LEN} bytes"
@@ -343,7 +343,11 @@ impl JobQueue {
     }
 
     /// Checks one job of a push and works out its id, due time and backoff.
-    fn prepare(&self, payload: &[u8], options: &PushOptions) -> Result<(String, When, BackoffSpec)> {
+    pub(crate) fn prepare(
+        &self,
+        payload: &[u8],
+        options: &PushOptions,
+    ) -> Result<(String, When, BackoffSpec)> {
         if payload.len() > self.max_payload {
             return Err(Error::invalid(format!(
                 "payload of {} bytes is over this queue's limit of {}",

@@ -68,7 +68,7 @@ pub use limit_layer::{
 pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use semaphore::Semaphore;
-pub use sharded::{MAX_PARTITIONS, ShardedJobQueue};
+pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
 pub use store::{GateStats, Holding, Occupancy, Place, RedisConfig, Store};
 
 // The README's examples compile and run as doctests.

@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::{join_all, select_all};
+use tokio::sync::OnceCell;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::jobs::{
     Cancelled, CompletedJob, DeadJob, Job, JobQueue, Nacked, PushOptions, Pushed, QueueStats, Retry,
     check_max,
@@ -27,34 +28,123 @@ use crate::store::jobs::ClaimOutcome;
 /// The most partitions a sharded queue may have.
 pub const MAX_PARTITIONS: usize = 256;
 
+/// A job of a batch push that did not go through: its id (the one given,
+/// or the fresh one it was given) and why.
+#[derive(Debug)]
+pub struct PushFailed {
+    pub id: String,
+    pub error: Error,
+}
+
 /// A job queue over `partitions` partitions. Cheap to clone; clones share
 /// the turn in which partitions are taken.
 #[derive(Debug, Clone)]
 pub struct ShardedJobQueue {
-    name: String,
+    store: Store,
+    name: Name,
     parts: Arc<[JobQueue]>,
     cursor: Arc<AtomicUsize>,
+    /// Set once the store has agreed to this handle's partition count.
+    layout_checked: Arc<OnceCell<()>>,
+}
+
+fn check_partitions(partitions: usize) -> Result<u32> {
+    if partitions == 0 || partitions > MAX_PARTITIONS {
+        return Err(Error::invalid(format!(
+            "a sharded queue has 1 to {MAX_PARTITIONS} partitions"
+        )));
+    }
+    Ok(partitions as u32)
+}
+
+fn conflict(name: &Name, stored: u32, asked: usize) -> Error {
+    Error::new(
+        ErrorKind::PartitionConflict,
+        format!(
+            "queue {name} has {stored} partition(s) in the store, not {asked}: every producer and \
+             consumer must use the same number (repartition the queue once it is empty to change it)"
+        ),
+    )
 }
 
 impl ShardedJobQueue {
     /// The queue `name` over `partitions` (1 to 256) partitions, named
-    /// `<name>:p0` … Every producer and consumer of the queue must use the
-    /// same number: a job's partition follows from its id and that number.
+    /// `<name>:p0` … With one partition it is the plain [`JobQueue`]
+    /// `name`. Every producer and consumer of the queue must use the same
+    /// number: a job's partition follows from its id and that number. The
+    /// store keeps the number in force (the first handle to use the queue
+    /// sets it; a queue already holding jobs as a plain queue has one), and
+    /// a handle that names another gets [`ErrorKind::PartitionConflict`] on
+    /// its first call.
     pub fn new(store: &Store, name: &str, partitions: usize) -> Result<ShardedJobQueue> {
-        if partitions == 0 || partitions > MAX_PARTITIONS {
-            return Err(Error::invalid(format!(
-                "a sharded queue has 1 to {MAX_PARTITIONS} partitions"
-            )));
-        }
-        Name::new(name)?;
-        let parts = (0..partitions)
-            .map(|i| JobQueue::new(store, &format!("{name}:p{i}")))
-            .collect::<Result<Vec<_>>>()?;
+        check_partitions(partitions)?;
+        let base = Name::new(name)?;
+        let parts = if partitions == 1 {
+            vec![JobQueue::new(store, name)?]
+        } else {
+            (0..partitions)
+                .map(|i| JobQueue::new(store, &format!("{name}:p{i}")))
+                .collect::<Result<Vec<_>>>()?
+        };
         Ok(ShardedJobQueue {
-            name: name.to_owned(),
+            store: store.clone(),
+            name: base,
             parts: parts.into(),
             cursor: Arc::new(AtomicUsize::new(rand::random::<u32>() as usize)),
+            layout_checked: Arc::new(OnceCell::new()),
         })
+    }
+
+    /// Changes the number of partitions of the queue `name` to
+    /// `partitions`. Only an empty queue may change: nothing ready,
+    /// delayed, running or dead in any partition of the count in force
+    /// (kept completed jobs stay behind and stop counting for dedupe).
+    /// Stop every producer and consumer first, and start them again with
+    /// the new number: handles made before keep the number they checked.
+    pub async fn repartition(store: &Store, name: &str, partitions: usize) -> Result<()> {
+        let want = check_partitions(partitions)?;
+        let base = Name::new(name)?;
+        let current = store.job_layout(&base, want, None).await?;
+        if current == want {
+            return Ok(());
+        }
+        let old = ShardedJobQueue::new(store, name, current as usize)?;
+        let s = old.totals().await?;
+        let held = s.ready + s.delayed + s.in_flight + s.dead;
+        if held > 0 {
+            return Err(Error::invalid(format!(
+                "queue {name} still holds {held} job(s) in its {current} partition(s) ({} ready, {} \
+                 delayed, {} running, {} dead): drain it (and replay or purge its dead letters) first",
+                s.ready, s.delayed, s.in_flight, s.dead
+            )));
+        }
+        match store.job_layout(&base, want, Some(current)).await? {
+            n if n == want => Ok(()),
+            n => Err(conflict(&base, n, partitions)),
+        }
+    }
+
+    /// Checks now that the store has this handle's partition count in
+    /// force (storing it if the queue has none yet):
+    /// [`ErrorKind::PartitionConflict`] if not. Every call makes the same
+    /// check on a handle's first use; this is for failing fast at start-up.
+    pub async fn verify(&self) -> Result<()> {
+        self.checked().await
+    }
+
+    /// Makes sure, once per handle, that the store has this handle's
+    /// partition count in force.
+    async fn checked(&self) -> Result<()> {
+        self.layout_checked
+            .get_or_try_init(|| async {
+                let asked = self.parts.len();
+                match self.store.job_layout(&self.name, asked as u32, None).await? {
+                    n if n as usize == asked => Ok(()),
+                    n => Err(conflict(&self.name, n, asked)),
+                }
+            })
+            .await
+            .map(|_| ())
     }
 
     fn each(self, f: impl Fn(JobQueue) -> Result<JobQueue>) -> Result<ShardedJobQueue> {
@@ -83,7 +173,7 @@ impl ShardedJobQueue {
 
     /// The queue's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// How many partitions it has.
@@ -104,6 +194,7 @@ impl ShardedJobQueue {
     /// Pushes a job to the partition of its id (a fresh one if it has
     /// none).
     pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
+        self.checked().await?;
         let mut options = options.clone();
         let id = options.id.get_or_insert_with(new_id).clone();
         self.part(&id).push(payload, &options).await
@@ -111,21 +202,47 @@ impl ShardedJobQueue {
 
     /// Pushes up to [`MAX_BATCH`](crate::MAX_BATCH) jobs: one atomic step
     /// per partition, the partitions at once. Answers in the same order.
-    /// An invalid job fails the call; the partitions whose push went
-    /// through before that keep their jobs (give ids to push again safely).
+    /// Nothing is pushed if any job is invalid. If a partition's step
+    /// fails, the call fails although other partitions may have taken
+    /// their jobs: [`ShardedJobQueue::push_each`] tells which.
     pub async fn push_many<P: AsRef<[u8]>>(&self, jobs: &[(P, PushOptions)]) -> Result<Vec<Pushed>> {
+        self.push_each(jobs)
+            .await?
+            .into_iter()
+            .map(|r| r.map_err(|f| f.error))
+            .collect()
+    }
+
+    /// As [`ShardedJobQueue::push_many`], with an answer per job: `Ok` for
+    /// a job its partition took, else the id it was given and why its
+    /// partition failed (on `Unavailable` the push may still have been
+    /// made: push again with the same id, and a duplicate is `Kept`). The
+    /// call itself fails, pushing nothing, if any job is invalid.
+    pub async fn push_each<P: AsRef<[u8]>>(
+        &self,
+        jobs: &[(P, PushOptions)],
+    ) -> Result<Vec<Result<Pushed, PushFailed>>> {
         if jobs.is_empty() || jobs.len() > crate::MAX_BATCH {
             return Err(Error::invalid(format!(
                 "a push carries 1 to {} jobs",
                 crate::MAX_BATCH
             )));
         }
+        if jobs.iter().map(|(p, _)| p.as_ref().len()).sum::<usize>() > crate::MAX_BATCH_BYTES {
+            return Err(Error::invalid(format!(
+                "the payloads of one push must total at most {} bytes",
+                crate::MAX_BATCH_BYTES
+            )));
+        }
         let mut groups: Vec<Vec<(usize, &[u8], PushOptions)>> = vec![Vec::new(); self.parts.len()];
         for (i, (payload, options)) in jobs.iter().enumerate() {
             let mut options = options.clone();
             let id = options.id.get_or_insert_with(new_id).clone();
+            // Every job is checked before any partition takes one.
+            self.parts[0].prepare(payload.as_ref(), &options)?;
             groups[self.partition_of(&id)].push((i, payload.as_ref(), options));
         }
+        self.checked().await?;
         let pushes = groups
             .iter()
             .enumerate()
@@ -133,18 +250,29 @@ impl ShardedJobQueue {
             .map(|(p, group)| async move {
                 let batch: Vec<(&[u8], PushOptions)> =
                     group.iter().map(|(_, b, o)| (*b, o.clone())).collect();
-                let pushed = self.parts[p].push_many(&batch).await?;
-                Ok::<_, Error>(group.iter().map(|(i, _, _)| *i).zip(pushed).collect::<Vec<_>>())
+                (group, self.parts[p].push_many(&batch).await)
             });
-        let mut answers: Vec<Option<Pushed>> = vec![None; jobs.len()];
-        for group in join_all(pushes).await {
-            for (i, pushed) in group? {
-                answers[i] = Some(pushed);
+        let mut answers: Vec<Option<Result<Pushed, PushFailed>>> = (0..jobs.len()).map(|_| None).collect();
+        for (group, pushed) in join_all(pushes).await {
+            match pushed {
+                Ok(pushed) => {
+                    for ((i, _, _), p) in group.iter().zip(pushed) {
+                        answers[*i] = Some(Ok(p));
+                    }
+                }
+                Err(e) => {
+                    for (i, _, options) in group {
+                        answers[*i] = Some(Err(PushFailed {
+                            id: options.id.clone().unwrap_or_default(),
+                            error: e.duplicate(),
+                        }));
+                    }
+                }
             }
         }
         answers
             .into_iter()
-            .map(|a| a.ok_or_else(|| Error::invalid("a job of the batch got no answer")))
+            .map(|a| a.ok_or_else(|| Error::new(ErrorKind::Store, "a job of the batch got no answer")))
             .collect()
     }
 
@@ -200,6 +328,10 @@ impl ShardedJobQueue {
     /// turn.
     pub async fn claim_many(&self, max: usize) -> Result<Vec<Job>> {
         check_max(max)?;
+        self.checked().await?;
+        if let [only] = &*self.parts {
+            return only.claim_many(max).await;
+        }
         Ok(self.take(max).await?.0)
     }
 
@@ -213,6 +345,10 @@ impl ShardedJobQueue {
     /// Claims up to `max` due jobs, waiting up to `wait` for at least one.
     pub async fn next_many(&self, max: usize, wait: Duration) -> Result<Vec<Job>> {
         check_max(max)?;
+        self.checked().await?;
+        if let [only] = &*self.parts {
+            return only.next_many(max, wait).await;
+        }
         let mut listening = Vec::with_capacity(self.parts.len());
         for part in self.parts.iter() {
             listening.push(part.listen().await?);
@@ -240,19 +376,36 @@ impl ShardedJobQueue {
 
     /// See [`JobQueue::ack`].
     pub async fn ack(&self, id: &str, fence: u64) -> Result<()> {
+        self.checked().await?;
         self.part(id).ack(id, fence).await
     }
 
     /// See [`JobQueue::ack_many`]: one step per partition, at once. If a
-    /// partition fails, the call fails, but the acks of the other
-    /// partitions may have been made: acking those again answers `false`.
+    /// partition's step fails, the call fails although the acks of other
+    /// partitions may have been made: [`ShardedJobQueue::ack_each`] tells
+    /// which.
     pub async fn ack_many(&self, deliveries: &[(&str, u64)]) -> Result<Vec<bool>> {
+        self.ack_each(deliveries).await?.into_iter().collect()
+    }
+
+    /// As [`ShardedJobQueue::ack_many`], with an answer per delivery:
+    /// whether it was acked, or why its partition failed (on `Unavailable`
+    /// the ack may still have been made: acking again then answers
+    /// `false`, and the job is not delivered again).
+    pub async fn ack_each(&self, deliveries: &[(&str, u64)]) -> Result<Vec<Result<bool>>> {
         if deliveries.len() > crate::MAX_BATCH {
             return Err(Error::invalid(format!(
                 "an ack covers at most {} jobs",
                 crate::MAX_BATCH
             )));
         }
+        for (id, _) in deliveries {
+            crate::jobs::check_job_id(id)?;
+        }
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.checked().await?;
         let mut groups: Vec<Vec<(usize, &str, u64)>> = vec![Vec::new(); self.parts.len()];
         for (i, (id, fence)) in deliveries.iter().enumerate() {
             groups[self.partition_of(id)].push((i, id, *fence));
@@ -263,40 +416,55 @@ impl ShardedJobQueue {
             .filter(|(_, g)| !g.is_empty())
             .map(|(p, group)| async move {
                 let batch: Vec<(&str, u64)> = group.iter().map(|(_, id, f)| (*id, *f)).collect();
-                let flags = self.parts[p].ack_many(&batch).await?;
-                Ok::<_, Error>(group.iter().map(|(i, _, _)| *i).zip(flags).collect::<Vec<_>>())
+                (group, self.parts[p].ack_many(&batch).await)
             });
-        let mut out = vec![false; deliveries.len()];
-        for group in join_all(acks).await {
-            for (i, flag) in group? {
-                out[i] = flag;
+        let mut out: Vec<Option<Result<bool>>> = (0..deliveries.len()).map(|_| None).collect();
+        for (group, acked) in join_all(acks).await {
+            match acked {
+                Ok(flags) => {
+                    for ((i, _, _), flag) in group.iter().zip(flags) {
+                        out[*i] = Some(Ok(flag));
+                    }
+                }
+                Err(e) => {
+                    for (i, _, _) in group {
+                        out[*i] = Some(Err(e.duplicate()));
+                    }
+                }
             }
         }
-        Ok(out)
+        out.into_iter()
+            .map(|a| a.ok_or_else(|| Error::new(ErrorKind::Store, "a delivery of the batch got no answer")))
+            .collect()
     }
 
     /// See [`JobQueue::nack`].
     pub async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<Nacked> {
+        self.checked().await?;
         self.part(id).nack(id, fence, retry).await
     }
 
     /// See [`JobQueue::extend`].
     pub async fn extend(&self, id: &str, fence: u64, lease: Duration) -> Result<SystemTime> {
+        self.checked().await?;
         self.part(id).extend(id, fence, lease).await
     }
 
     /// See [`JobQueue::cancel`].
     pub async fn cancel(&self, id: &str) -> Result<Cancelled> {
+        self.checked().await?;
         self.part(id).cancel(id).await
     }
 
     /// See [`JobQueue::reschedule`].
     pub async fn reschedule(&self, id: &str, delay: Duration) -> Result<Option<SystemTime>> {
+        self.checked().await?;
         self.part(id).reschedule(id, delay).await
     }
 
     /// Up to `limit` dead jobs of all partitions, oldest first.
     pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>> {
+        self.checked().await?;
         let lists = join_all(self.parts.iter().map(|p| p.dead(limit))).await;
         let mut all = Vec::new();
         for list in lists {
@@ -309,6 +477,7 @@ impl ShardedJobQueue {
 
     /// Kept completed jobs of all partitions, most recent first.
     pub async fn completed(&self, limit: usize) -> Result<Vec<CompletedJob>> {
+        self.checked().await?;
         let lists = join_all(self.parts.iter().map(|p| p.completed(limit))).await;
         let mut all = Vec::new();
         for list in lists {
@@ -321,6 +490,7 @@ impl ShardedJobQueue {
 
     /// Replays a dead job (the partition of its id), or all dead jobs.
     pub async fn replay(&self, id: Option<&str>) -> Result<u64> {
+        self.checked().await?;
         match id {
             Some(id) => self.part(id).replay(Some(id)).await,
             None => join_all(self.parts.iter().map(|p| p.replay(None)))
@@ -332,6 +502,7 @@ impl ShardedJobQueue {
 
     /// Deletes a dead job (the partition of its id), or all dead jobs.
     pub async fn purge(&self, id: Option<&str>) -> Result<u64> {
+        self.checked().await?;
         match id {
             Some(id) => self.part(id).purge(Some(id)).await,
             None => join_all(self.parts.iter().map(|p| p.purge(None)))
@@ -343,6 +514,11 @@ impl ShardedJobQueue {
 
     /// The partitions' stats, added up (recent lateness: all their samples).
     pub async fn stats(&self) -> Result<QueueStats> {
+        self.checked().await?;
+        self.totals().await
+    }
+
+    async fn totals(&self) -> Result<QueueStats> {
         let mut total = QueueStats::default();
         for s in join_all(self.parts.iter().map(JobQueue::stats)).await {
             let s = s?;

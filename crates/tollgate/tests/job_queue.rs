@@ -947,7 +947,126 @@ mod sharded {
         assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
     }
 
-    on_both_stores!(realtime: routes_by_id_and_drains_every_partition, every_job_once_and_wakes);
+    /// The store keeps a queue's partition count: handles with another one
+    /// are refused before they strand a job, and the count changes only
+    /// while the queue is empty.
+    async fn partition_counts_are_kept_and_changed_only_when_empty(ts: TestStore) {
+        // A plain queue holding a job has one partition: itself.
+        let plain = JobQueue::new(&ts.store, "pq").unwrap();
+        plain.push("old", &with_id("old-1")).await.unwrap();
+        let four = ShardedJobQueue::new(&ts.store, "pq", 4).unwrap();
+        let err = four.push("x", &PushOptions::default()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
+        assert!(err.message().contains("1 partition(s)"), "{err}");
+        let one = ShardedJobQueue::new(&ts.store, "pq", 1).unwrap();
+        let job = one.claim().await.unwrap().expect("the plain queue's job");
+        assert_eq!(job.id, "old-1");
+
+        // Not while a job runs, nor while one is dead.
+        let err = ShardedJobQueue::repartition(&ts.store, "pq", 4)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(err.message().contains("1 running"), "{err}");
+        let opts = PushOptions {
+            max_attempts: 1,
+            ..with_id("doomed")
+        };
+        one.ack(&job.id, job.fence).await.unwrap();
+        one.push("x", &opts).await.unwrap();
+        let job = one.claim().await.unwrap().expect("doomed");
+        assert_eq!(
+            one.nack(&job.id, job.fence, Retry::Backoff).await.unwrap(),
+            Nacked::Dead
+        );
+        let err = ShardedJobQueue::repartition(&ts.store, "pq", 4)
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("1 dead"), "{err}");
+        assert_eq!(one.purge(None).await.unwrap(), 1);
+
+        ShardedJobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
+        let err = ShardedJobQueue::new(&ts.store, "pq", 1)
+            .unwrap()
+            .stats()
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PartitionConflict);
+        let four = ShardedJobQueue::new(&ts.store, "pq", 4).unwrap();
+        four.verify().await.unwrap();
+        let jobs: Vec<(String, PushOptions)> = (0..20)
+            .map(|i| (format!("{i}"), with_id(&format!("j{i}"))))
+            .collect();
+        four.push_many(&jobs).await.unwrap();
+        assert_eq!(four.stats().await.unwrap().ready, 20);
+        let err = ShardedJobQueue::repartition(&ts.store, "pq", 8)
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("20 ready"), "{err}");
+        // Asking for the count in force is no change, and always allowed.
+        ShardedJobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
+
+        // The first handle to use a fresh queue sets its count.
+        ShardedJobQueue::new(&ts.store, "fresh", 3)
+            .unwrap()
+            .stats()
+            .await
+            .unwrap();
+        for k in [1, 2, 4] {
+            let err = ShardedJobQueue::new(&ts.store, "fresh", k)
+                .unwrap()
+                .claim()
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{k}: {err}");
+        }
+        let err = ShardedJobQueue::repartition(&ts.store, "fresh", 0)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    }
+
+    /// Batches answer per job; an invalid job fails the whole batch before
+    /// any partition takes one.
+    async fn batches_answer_per_job(ts: TestStore) {
+        let q = sharded(&ts, 4).max_payload(10);
+        let bad = vec![
+            ("fine".to_owned(), with_id("a")),
+            ("far too long for it".to_owned(), with_id("b")),
+        ];
+        let err = q.push_each(&bad).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert_eq!(q.stats().await.unwrap().pushed, 0, "nothing was pushed");
+
+        let jobs: Vec<(String, PushOptions)> = (0..12)
+            .map(|i| (format!("{i}"), PushOptions::default()))
+            .collect();
+        let answers = q.push_each(&jobs).await.unwrap();
+        let ids: Vec<String> = answers
+            .into_iter()
+            .map(|a| {
+                let p = a.expect("every partition took its jobs");
+                assert_eq!(p.result, PushResult::Created);
+                p.id
+            })
+            .collect();
+        let claimed = q.claim_many(12).await.unwrap();
+        assert_eq!(claimed.len(), 12);
+        let mut acks: Vec<(&str, u64)> = claimed.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+        acks.push((ids[0].as_str(), 999_999));
+        let answers = q.ack_each(&acks).await.unwrap();
+        assert_eq!(answers.len(), 13);
+        assert!(answers[..12].iter().all(|a| matches!(a, Ok(true))));
+        assert!(matches!(answers[12], Ok(false)), "a stale fence is not acked");
+        assert!(q.ack_each(&[("", 1)]).await.is_err(), "an empty id is refused");
+    }
+
+    on_both_stores!(
+        realtime: routes_by_id_and_drains_every_partition,
+        every_job_once_and_wakes,
+        partition_counts_are_kept_and_changed_only_when_empty,
+        batches_answer_per_job
+    );
 }
 
 /// Records written before they were bucketed (all in one `:d` hash) are

@@ -90,6 +90,154 @@ async fn unreachable_and_malformed_urls_are_typed_errors() {
     }
 }
 
+/// Set-up mistakes that no retry fixes come back as `Misconfigured`, with
+/// the password kept out of the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_up_mistakes_are_misconfigured_not_unavailable() {
+    let server = RedisServer::start();
+    let port = server.port;
+    server.command(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        ">right-secret",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    // A user whose ACL does not allow scripts.
+    server.command(&[
+        "ACL",
+        "SETUSER",
+        "reader",
+        "on",
+        ">ro-secret",
+        "~*",
+        "+@read",
+        "+ping",
+        "+info",
+        "+select",
+    ]);
+    let store = Store::redis(&format!("redis://app:right-secret@127.0.0.1:{port}"))
+        .await
+        .expect("the right password");
+    Lock::new(&store, "x")
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect("the app user may take locks");
+    for url in [
+        format!("redis://app:wrong-secret@127.0.0.1:{port}"),
+        format!("redis://nobody:wrong-secret@127.0.0.1:{port}"),
+    ] {
+        let e = Store::redis(&url).await.expect_err("a wrong password");
+        assert_eq!(e.kind(), ErrorKind::Misconfigured, "{url}: {e}");
+        assert!(
+            !e.to_string().contains("wrong-secret"),
+            "the password leaked: {e}"
+        );
+    }
+    let store = Store::redis(&format!("redis://reader:ro-secret@127.0.0.1:{port}"))
+        .await
+        .expect("the reader may connect");
+    let e = Lock::new(&store, "x")
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect_err("no EVALSHA for this user");
+    assert_eq!(e.kind(), ErrorKind::Misconfigured, "{e}");
+    // The default user gets a password: a URL without one is refused.
+    server.command(&["ACL", "SETUSER", "default", "resetpass", ">def-secret"]);
+    let e = Store::redis(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .expect_err("no password given");
+    assert_eq!(e.kind(), ErrorKind::Misconfigured, "{e}");
+
+    // A cluster node named by a plain URL.
+    let cluster = RedisCluster::start(3, 0);
+    let e = Store::redis(&format!("redis://127.0.0.1:{}", cluster.nodes[0].port))
+        .await
+        .expect_err("a plain URL for a cluster node");
+    assert_eq!(e.kind(), ErrorKind::Misconfigured, "{e}");
+    assert!(e.to_string().contains("redis+cluster://"), "{e}");
+}
+
+/// A sharded queue on a cluster with one master down: the batch calls
+/// answer per job, so the jobs of the partitions still up go through and
+/// the caller learns exactly which did not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_batches_report_each_partition_when_a_master_is_down() {
+    let mut cluster = RedisCluster::start(3, 0);
+    for node in &cluster.nodes {
+        node.command(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let store = Store::redis(&cluster.url()).await.expect("cluster store");
+    let q = tollgate::ShardedJobQueue::new(&store, "pf", 6).expect("queue");
+    q.verify().await.expect("layout");
+    // Which master holds each partition's slot.
+    let masters: Vec<usize> = (0..6)
+        .map(|p| cluster.master_of(&format!("tollgate:jobs:{{pf:p{p}}}")))
+        .collect();
+    let doomed = masters[0];
+    let jobs: Vec<(String, PushOptions)> = (0..60)
+        .map(|i| {
+            let id = format!("job-{i}");
+            (
+                id.clone(),
+                PushOptions {
+                    id: Some(id),
+                    ..PushOptions::default()
+                },
+            )
+        })
+        .collect();
+    let first = q.push_each(&jobs[..30]).await.expect("batch");
+    assert!(first.iter().all(Result::is_ok), "all up: all pushed");
+    let claimed = q.claim_many(30).await.expect("claim");
+    assert_eq!(claimed.len(), 30);
+
+    cluster.nodes[doomed].kill();
+    let down = |id: &str| masters[q.partition_of(id)] == doomed;
+    let answers = q.push_each(&jobs[30..]).await.expect("a valid batch");
+    let mut failed = 0;
+    for ((id, _), answer) in jobs[30..].iter().zip(&answers) {
+        match answer {
+            Ok(p) => {
+                assert!(!down(id), "{id} went to a dead master");
+                assert_eq!(&p.id, id);
+            }
+            Err(f) => {
+                assert!(down(id), "{id}'s master is up, yet: {}", f.error);
+                assert_eq!(&f.id, id);
+                assert_eq!(f.error.kind(), ErrorKind::Unavailable, "{}", f.error);
+                failed += 1;
+            }
+        }
+    }
+    let expected = jobs[30..].iter().filter(|(id, _)| down(id)).count();
+    assert!(
+        expected > 0 && expected < 30,
+        "the dead master held some partitions: {expected}"
+    );
+    assert_eq!(failed, expected);
+
+    let acks: Vec<(&str, u64)> = claimed.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+    let acked = q.ack_each(&acks).await.expect("a valid ack batch");
+    for (job, answer) in claimed.iter().zip(&acked) {
+        match answer {
+            Ok(flag) => assert!(*flag && !down(&job.id), "{}: {flag}", job.id),
+            Err(e) => assert!(
+                down(&job.id) && e.kind() == ErrorKind::Unavailable,
+                "{}: {e}",
+                job.id
+            ),
+        }
+    }
+    // The all-or-error form says that something failed.
+    assert!(q.ack_many(&acks).await.is_err());
+}
+
 fn keys(server: &RedisServer) -> Vec<String> {
     match server.command(&["KEYS", "*"]) {
         redis::Value::Array(v) => v

@@ -164,6 +164,8 @@ pub(crate) struct Queue {
     done: BTreeSet<(u64, String)>,
     lateness: VecDeque<u64>,
     stats: RawStats,
+    /// The partition count of the sharded queue this is the base of.
+    partitions: Option<u32>,
 }
 
 /// Readiness order: higher priority first, then push order.
@@ -549,6 +551,22 @@ impl Queue {
             }
         }
         n
+    }
+
+    /// The partition count in force for the sharded queue named like this
+    /// one: the stored one; else 1 if this queue holds jobs (it was used
+    /// unpartitioned); else none. Stores `want` when that is `expect`.
+    pub(crate) fn layout(&mut self, want: u32, expect: Option<u32>) -> u32 {
+        let holds_jobs = !(self.ready.is_empty()
+            && self.delayed.is_empty()
+            && self.in_flight.is_empty()
+            && self.dead.is_empty());
+        let current = self.partitions.or(holds_jobs.then_some(1));
+        if current == expect {
+            self.partitions = Some(want);
+            return want;
+        }
+        current.unwrap_or(want)
     }
 
     pub(crate) fn stats(&mut self, now: u64) -> RawStats {

@@ -223,6 +223,17 @@ impl Store {
         }
     }
 
+    /// The partition count in force for the sharded queue whose base name
+    /// is `q`: stored with `q`, or 1 if `q` holds jobs, or none. Stores
+    /// `want` if the count in force is `expect` (`None`: none yet), in one
+    /// step; answers the count in force afterwards.
+    pub(crate) async fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>) -> Result<u32> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_layout(q, want, expect)),
+            Backend::Redis(s) => s.job_layout(q, want, expect).await,
+        }
+    }
+
     /// Pushes a batch of jobs in one step.
     pub(crate) async fn job_push(
         &self,

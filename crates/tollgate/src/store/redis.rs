@@ -199,14 +199,18 @@ fn cluster_nodes(url: &str) -> Option<Result<Vec<String>>> {
         .collect();
     if nodes.is_empty() || hosts.contains('/') {
         return Some(Err(Error::invalid(format!(
-            "{url:?}: a cluster URL is redis+cluster://[user:pass@]host:port[,host:port…] (no database)"
+            "{:?}: a cluster URL is redis+cluster://[user:pass@]host:port[,host:port…] (no database)",
+            redacted(url)
         ))));
     }
     for node in &nodes {
         if let Err(e) = node.as_str().into_connection_info() {
-            return Some(Err(
-                Error::invalid(format!("malformed node {node:?} in {url:?}")).with_source(e)
-            ));
+            return Some(Err(Error::invalid(format!(
+                "malformed node {:?} in {:?}",
+                redacted(node),
+                redacted(url)
+            ))
+            .with_source(e)));
         }
     }
     Some(Ok(nodes))
@@ -222,7 +226,8 @@ fn sentinel_parts(url: &str) -> Option<Result<(Vec<redis::ConnectionInfo>, Strin
     }
     let bad = || {
         Error::invalid(format!(
-            "{url:?}: a Sentinel URL is redis+sentinel://[user:pass@]host:port[,host:port…]/<master name>[/<db>]"
+            "{:?}: a Sentinel URL is redis+sentinel://[user:pass@]host:port[,host:port…]/<master name>[/<db>]",
+            redacted(url)
         ))
     };
     let rest = &url[prefix.len()..];
@@ -583,11 +588,12 @@ fn check_url(url: &str) -> Result<redis::ConnectionInfo> {
     .any(|s| lower.starts_with(s))
     {
         return Err(Error::invalid(format!(
-            "{url:?} is not a Redis URL; use redis://host:port, rediss://host:port, unix:///path, redis+cluster://host:port,… or redis+sentinel://host:port,…/master"
+            "{:?} is not a Redis URL; use redis://host:port, rediss://host:port, unix:///path, redis+cluster://host:port,… or redis+sentinel://host:port,…/master",
+            redacted(url)
         )));
     }
     url.into_connection_info()
-        .map_err(|e| Error::invalid(format!("malformed Redis URL {url:?}")).with_source(e))
+        .map_err(|e| Error::invalid(format!("malformed Redis URL {:?}", redacted(url))).with_source(e))
 }
 
 fn check_prefix(prefix: &str) -> Result<()> {
@@ -639,15 +645,17 @@ impl RedisStore {
             .set_connection_timeout(Some(config.connect_timeout))
             .set_max_delay(Duration::from_secs(2))
             .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client, manager_config.clone())
+        let mut conn = ConnectionManager::new_with_config(client, manager_config.clone())
             .await
-            .map_err(|e| {
-                Error::new(
+            .map_err(|e| match Error::from(e) {
+                e if e.kind() == ErrorKind::Misconfigured => e,
+                e => Error::new(
                     ErrorKind::Unavailable,
-                    format!("cannot reach Redis at {}", config.url),
+                    format!("cannot reach Redis at {}", redacted(&config.url)),
                 )
-                .with_source(e)
+                .with_source(e),
             })?;
+        check_not_cluster(&mut conn, &config.url).await?;
         Ok(RedisStore::with_target(
             Conn::Single(conn),
             Target::Single(Box::new((info, manager_config, config.response_timeout))),
@@ -1112,6 +1120,15 @@ impl RedisStore {
         self.subscribe(format!("{}:n", self.jobs_base(q))).await
     }
 
+    pub(crate) async fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>) -> Result<u32> {
+        let expect = expect.map_or_else(String::new, |e| e.to_string());
+        let r: Vec<i64> = self.run_jobs(q, "layout", (want, expect)).await?;
+        match r.as_slice() {
+            [n] if *n > 0 => Ok(*n as u32),
+            _ => Err(unexpected("layout", &r)),
+        }
+    }
+
     /// Pushes a batch of jobs in one script call.
     pub(crate) async fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
         let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + 10 * reqs.len());
@@ -1382,6 +1399,52 @@ fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
         waiting: waiting.max(0) as u64,
         eta: u64::try_from(eta_ms).ok().map(Duration::from_millis),
     }
+}
+
+/// `url` with its password, if any, shown as `***` (for messages).
+pub(crate) fn redacted(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    let Some(at) = url[start..authority_end].rfind('@').map(|i| start + i) else {
+        return url.to_owned();
+    };
+    match url[start..at].find(':').map(|i| start + i) {
+        Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// Refuses a plain URL that reaches a Redis Cluster node: keys of other
+/// slots would answer MOVED on every call. A server that will not say
+/// (INFO disallowed) is taken as it is.
+async fn check_not_cluster(conn: &mut ConnectionManager, url: &str) -> Result<()> {
+    let url = redacted(url);
+    let info: String = match redis::cmd("INFO").arg("cluster").query_async(conn).await {
+        Ok(info) => info,
+        Err(e) => {
+            return match Error::from(e) {
+                e if e.kind() == ErrorKind::Unavailable => Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot reach Redis at {url}"),
+                )
+                .with_source(e)),
+                e if e.kind() == ErrorKind::Misconfigured => Err(e),
+                // Not allowed to ask, say: no verdict.
+                _ => Ok(()),
+            };
+        }
+    };
+    if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+        return Err(Error::new(
+            ErrorKind::Misconfigured,
+            format!(
+                "{url} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] so calls reach each slot's master"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn unexpected(op: &str, reply: &[i64]) -> Error {

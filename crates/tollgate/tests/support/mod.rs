@@ -53,6 +53,12 @@ impl RedisServer {
         RedisServer::start_with(|_, _| Vec::new(), false)
     }
 
+    /// A server started with these extra arguments.
+    pub fn start_with_args(args: &[&str]) -> RedisServer {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        RedisServer::start_with(move |_, _| args.clone(), false)
+    }
+
     /// A server that logs every write to its append-only file before
     /// answering (`appendfsync always`): a restart loses nothing.
     pub fn start_aof() -> RedisServer {

@@ -514,6 +514,24 @@ if op == 'purge' then
   return {n}
 end
 
+if op == 'layout' then
+  -- The partition count in force for the sharded queue based on this one:
+  -- the stored one; else 1 if this queue holds jobs; else none.
+  -- ARGV: 4 count to store, 5 the count in force that allows storing it
+  -- ('' for none). Reply: {count in force afterwards}
+  local current = redis.call('HGET', KM, 'partitions') or ''
+  if current == '' and (redis.call('ZCARD', KR) + redis.call('ZCARD', KW) + redis.call('ZCARD', KF)
+      + redis.call('ZCARD', KX)) > 0 then
+    current = '1'
+  end
+  if current == ARGV[5] then
+    redis.call('HSET', KM, 'partitions', ARGV[4])
+    return {tonumber(ARGV[4])}
+  end
+  if current == '' then return {tonumber(ARGV[4])} end
+  return {tonumber(current)}
+end
+
 if op == 'stats' then
   -- Reply: {ready, delayed, in flight, dead, pushed, claimed, acked,
   --         retried, dead total, redelivered, completed kept, lateness sum
