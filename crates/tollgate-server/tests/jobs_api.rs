@@ -204,6 +204,7 @@ async fn batches_over_http(s: &Server) {
         results,
         ["created", "created", "created", "created", "created", "kept"]
     );
+    assert_eq!(p["failed"], 0, "{p}");
     // One bad job refuses the whole batch; so do empty and oversized ones.
     let bad = json!({"jobs": [{"payload": 1}, {"payload": 2, "id": ""}]});
     let too_many: Vec<_> = (0..1001).map(|i| json!({"payload": i})).collect();
@@ -243,6 +244,7 @@ async fn batches_over_http(s: &Server) {
     )
     .await;
     assert_eq!((st, &a["acked"]), (200, &json!([true, true, true, false])), "{a}");
+    assert_eq!((&a["failed"], a.get("errors")), (&json!(0), None), "{a}");
     let (st, e) = send(c.post(url("/ack")).json(&json!({"deliveries": []}))).await;
     assert_eq!(
         (st, e["error"]["code"].as_str()),
@@ -315,4 +317,142 @@ async fn jobs_over_http_on_redis() {
     let s = Server::start(Some(&redis.url()));
     jobs_over_http(&s).await;
     batches_over_http(&s).await;
+}
+
+/// `tollgate serve` with `--config` holding `text`; its exit status and
+/// standard error, for configurations it must refuse.
+fn serve_refuses(redis: &str, text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, text).expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--redis", redis, "--config"])
+        .arg(&path)
+        .env_remove("TOLLGATE_REDIS_URL")
+        .env("TOLLGATE_LOG", "warn")
+        .output()
+        .expect("serve");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A queue configured with `[queues.orders] partitions = 6` on a 3-master
+/// cluster: every route works across the partitions, servers that disagree
+/// on the count are refused, and with a master down a batch answers per
+/// job instead of failing whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_queues_over_http() {
+    let mut cluster = tokio::task::spawn_blocking(|| support::RedisCluster::start(3, 0))
+        .await
+        .expect("cluster");
+    for node in &cluster.nodes {
+        node.command(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(&config, "[queues.orders]\npartitions = 6\n").expect("config");
+    let config = config.display().to_string();
+    let s = Server::start_with(Some(&cluster.url()), &["--config", &config]);
+    let c = reqwest::Client::new();
+    let url = |s: &Server, p: &str| s.url(&format!("/v1/queues/orders{p}"));
+
+    let jobs: Vec<_> = (0..30)
+        .map(|i| json!({"payload": i, "id": format!("o{i}")}))
+        .collect();
+    let (st, p) = send(c.post(url(&s, "/batch")).json(&json!({"jobs": jobs}))).await;
+    assert_eq!((st, &p["failed"]), (200, &json!(0)), "{p}");
+    let stats = send(c.get(url(&s, ""))).await.1;
+    assert_eq!(
+        (&stats["partitions"], &stats["ready"]),
+        (&json!(6), &json!(30)),
+        "{stats}"
+    );
+    let (st, j) = send(c.post(url(&s, "/claim?max=30"))).await;
+    assert_eq!(st, 200, "{j}");
+    let claimed = j["jobs"].as_array().expect("jobs").clone();
+    assert_eq!(claimed.len(), 30, "claims drain every partition");
+    let deliveries: Vec<_> = claimed
+        .iter()
+        .map(|j| json!({"id": j["id"], "fence": j["fence"]}))
+        .collect();
+    let (st, a) = send(c.post(url(&s, "/ack")).json(&json!({"deliveries": deliveries}))).await;
+    assert_eq!((st, &a["failed"]), (200, &json!(0)), "{a}");
+    assert!(
+        a["acked"].as_array().expect("acked").iter().all(|f| f == true),
+        "{a}"
+    );
+
+    // A server without the setting sees a one-partition queue: refused
+    // rather than pushing where no worker looks.
+    let plain = Server::start(Some(&cluster.url()));
+    for (st, e) in [
+        send(c.get(url(&plain, ""))).await,
+        send(c.post(url(&plain, "/jobs")).json(&json!({"payload": 1}))).await,
+    ] {
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (409, Some("partition_conflict")),
+            "{e}"
+        );
+    }
+    drop(plain);
+    // Another count refuses to start; so does a count out of range.
+    let (code, err) = serve_refuses(&cluster.url(), "[queues.orders]\npartitions = 4\n");
+    assert_eq!(code, Some(78), "{err}");
+    assert!(err.contains("6 partition(s)"), "{err}");
+    for bad in ["partitions = 0", "partitions = 257", "parts = 2"] {
+        let (code, err) = serve_refuses(&cluster.url(), &format!("[queues.orders]\n{bad}\n"));
+        assert_eq!(code, Some(64), "{bad}: {err}");
+    }
+
+    // One master down: its partitions' jobs fail, the rest go through.
+    let jobs: Vec<_> = (0..30)
+        .map(|i| json!({"payload": i, "id": format!("n{i}")}))
+        .collect();
+    let (_, j) = send(c.post(url(&s, "/batch")).json(&json!({"jobs": jobs[..20]}))).await;
+    assert_eq!(j["failed"], 0, "{j}");
+    let (_, j) = send(c.post(url(&s, "/claim?max=20"))).await;
+    let claimed = j["jobs"].as_array().expect("jobs").clone();
+    assert_eq!(claimed.len(), 20);
+    let doomed = cluster.master_of("tollgate:jobs:{orders:p0}");
+    cluster.nodes[doomed].kill();
+    let (st, p) = send(c.post(url(&s, "/batch")).json(&json!({"jobs": jobs[20..]}))).await;
+    assert_eq!(st, 200, "{p}");
+    let answers = p["jobs"].as_array().expect("jobs");
+    let failed = answers.iter().filter(|a| a.get("error").is_some()).count();
+    assert_eq!(p["failed"], failed, "{p}");
+    assert!(
+        failed > 0 && failed < 10,
+        "some partitions live on the dead master: {p}"
+    );
+    for (i, a) in answers.iter().enumerate() {
+        assert_eq!(a["id"], format!("n{}", 20 + i), "{a}");
+        if let Some(e) = a.get("error") {
+            assert_eq!(e["code"], "store_unavailable", "{a}");
+        } else {
+            assert_eq!(a["result"], "created", "{a}");
+        }
+    }
+    let deliveries: Vec<_> = claimed
+        .iter()
+        .map(|j| json!({"id": j["id"], "fence": j["fence"]}))
+        .collect();
+    let (st, a) = send(c.post(url(&s, "/ack")).json(&json!({"deliveries": deliveries}))).await;
+    assert_eq!(st, 200, "{a}");
+    let acked = a["acked"].as_array().expect("acked");
+    let unknown: Vec<usize> = (0..acked.len()).filter(|i| acked[*i].is_null()).collect();
+    let listed: Vec<usize> = a["errors"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .map(|x| x["index"].as_u64().expect("index") as usize)
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(!unknown.is_empty() && unknown.len() < 20, "{a}");
+    assert_eq!(unknown, listed, "{a}");
+    assert_eq!(a["failed"], unknown.len(), "{a}");
+    assert!(acked.iter().filter(|f| !f.is_null()).all(|f| f == true), "{a}");
 }

@@ -363,3 +363,97 @@ async fn no_job_is_lost_through_kills_and_a_redis_restart() {
         stats.redelivered
     );
 }
+
+fn jobs(args: &[&str]) -> Output {
+    tollgate().arg("jobs").args(args).output().expect("tollgate jobs")
+}
+
+/// `--partitions` on every jobs command, the store's check of it, and
+/// `jobs repartition`; a refused password exits 78, not 69.
+#[test]
+fn partitioned_queues_from_the_cli() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let pushed = push(&url, "parts", "hello", &["--partitions", "4", "--id", "a"]);
+    assert!(pushed.status.success(), "{pushed:?}");
+
+    let plain = jobs(&["stats", "parts", "--redis", &url]);
+    assert_eq!(plain.status.code(), Some(78), "{plain:?}");
+    assert!(
+        String::from_utf8_lossy(&plain.stderr).contains("4 partition(s)"),
+        "{plain:?}"
+    );
+    let stats = jobs(&["stats", "parts", "--partitions", "4", "--redis", &url]);
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats JSON");
+    assert_eq!(
+        (&v["partitions"], &v["ready"]),
+        (&serde_json::json!(4), &serde_json::json!(1)),
+        "{v}"
+    );
+    for bad in [
+        &["stats", "parts", "--partitions", "0", "--redis", &url][..],
+        &[
+            "stats",
+            "parts",
+            "--partitions",
+            "4",
+            "--server",
+            "http://127.0.0.1:1",
+        ][..],
+        &[
+            "repartition",
+            "parts",
+            "--partitions",
+            "2",
+            "--server",
+            "http://127.0.0.1:1",
+        ][..],
+    ] {
+        assert_eq!(jobs(bad).status.code(), Some(64), "{bad:?}");
+    }
+    // Not while the job waits.
+    let busy = jobs(&["repartition", "parts", "--partitions", "2", "--redis", &url]);
+    assert_eq!(busy.status.code(), Some(64), "{busy:?}");
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("1 ready"),
+        "{busy:?}"
+    );
+    let worked = tollgate()
+        .args([
+            "jobs",
+            "work",
+            "parts",
+            "--partitions",
+            "4",
+            "--idle-exit",
+            "1s",
+            "--redis",
+            &url,
+        ])
+        .args(["--", "true"])
+        .output()
+        .expect("work");
+    assert!(worked.status.success(), "{worked:?}");
+    let moved = jobs(&["repartition", "parts", "--partitions", "2", "--redis", &url]);
+    assert!(moved.status.success(), "{moved:?}");
+    assert!(
+        String::from_utf8_lossy(&moved.stdout).contains("\"partitions\":2"),
+        "{moved:?}"
+    );
+    let old = jobs(&["stats", "parts", "--partitions", "4", "--redis", &url]);
+    assert_eq!(old.status.code(), Some(78), "{old:?}");
+    let new = jobs(&["stats", "parts", "--partitions", "2", "--redis", &url]);
+    assert!(new.status.success(), "{new:?}");
+
+    let refused = jobs(&[
+        "stats",
+        "parts",
+        "--redis",
+        &format!("redis://nobody:s3cr3t-wrong@127.0.0.1:{}", redis.port),
+    ]);
+    assert_eq!(refused.status.code(), Some(78), "{refused:?}");
+    assert!(
+        !String::from_utf8_lossy(&refused.stderr).contains("s3cr3t-wrong"),
+        "{refused:?}"
+    );
+}
