@@ -249,8 +249,10 @@ impl ApiError {
     }
 }
 
-impl From<tollgate::Error> for ApiError {
-    fn from(e: tollgate::Error) -> Self {
+impl ApiError {
+    /// The answer for a library error, without counting it in the
+    /// store-error metric (for the items of a batch: the batch counts once).
+    pub(crate) fn uncounted(e: &tollgate::Error) -> Self {
         let (status, code) = match e.kind() {
             ErrorKind::InvalidInput => (StatusCode::BAD_REQUEST, "bad_request"),
             ErrorKind::CapacityConflict => (StatusCode::CONFLICT, "capacity_conflict"),
@@ -264,13 +266,24 @@ impl From<tollgate::Error> for ApiError {
             ErrorKind::Misconfigured => (StatusCode::INTERNAL_SERVER_ERROR, "store_misconfigured"),
             _ => (StatusCode::BAD_GATEWAY, "store_error"),
         };
+        ApiError::new(status, code, e.to_string())
+    }
+}
+
+impl From<tollgate::Error> for ApiError {
+    fn from(e: tollgate::Error) -> Self {
+        let answer = ApiError::uncounted(&e);
         if matches!(
             e.kind(),
-            ErrorKind::Unavailable | ErrorKind::Store | ErrorKind::Misconfigured
+            ErrorKind::Unavailable
+                | ErrorKind::Store
+                | ErrorKind::Misconfigured
+                | ErrorKind::NotReplicated
+                | ErrorKind::PartitionConflict
         ) {
-            metrics::counter!("tollgate_store_errors_total", "code" => code).increment(1);
+            metrics::counter!("tollgate_store_errors_total", "code" => answer.code).increment(1);
         }
-        ApiError::new(status, code, e.to_string())
+        answer
     }
 }
 

@@ -94,7 +94,7 @@ async fn push(args: JobsPushArgs) -> i32 {
             return exit::SOFTWARE;
         }
     };
-    let q = match Queue::open(&args.target).await {
+    let q = match Queue::open(&args.target, true).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };
@@ -108,7 +108,7 @@ async fn push(args: JobsPushArgs) -> i32 {
 }
 
 async fn stats(args: JobsQueueArgs) -> i32 {
-    let q = match Queue::open(&args.target).await {
+    let q = match Queue::open(&args.target, false).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };
@@ -122,7 +122,7 @@ async fn stats(args: JobsQueueArgs) -> i32 {
 }
 
 async fn dead(args: JobsQueueArgs) -> i32 {
-    let q = match Queue::open(&args.target).await {
+    let q = match Queue::open(&args.target, false).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };
@@ -138,7 +138,7 @@ async fn dead(args: JobsQueueArgs) -> i32 {
 }
 
 async fn replay(args: JobsReplayArgs) -> i32 {
-    let q = match Queue::open(&args.target).await {
+    let q = match Queue::open(&args.target, true).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };
@@ -166,7 +166,7 @@ async fn work(args: JobsWorkArgs) -> i32 {
         eprintln!("tollgate: --concurrency must be 1 to 1000");
         return exit::USAGE;
     }
-    let q = match Queue::open(&args.target).await {
+    let q = match Queue::open(&args.target, true).await {
         Ok(q) => q,
         Err(f) => return failed(f),
     };
@@ -208,10 +208,10 @@ async fn work(args: JobsWorkArgs) -> i32 {
         _ = sigterm.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
         _ = sigint.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
     };
-    if results.iter().any(|r| !matches!(r, Ok(0))) {
-        exit::UNAVAILABLE
-    } else {
-        0
+    match results.iter().find(|r| !matches!(r, Ok(0))) {
+        None => 0,
+        Some(Ok(code)) => *code,
+        Some(Err(_)) => exit::SOFTWARE,
     }
 }
 
@@ -249,6 +249,13 @@ async fn worker(
                     return 0;
                 }
                 continue;
+            }
+            // No retry mends the set-up (a partition count the store
+            // does not have, credentials it refuses): stop, and say so.
+            Err(e) if e.code == exit::CONFIG || e.code == exit::USAGE => {
+                eprintln!("tollgate: {}", e.message);
+                stopping.store(true, Ordering::SeqCst);
+                return e.code;
             }
             Err(e) => {
                 tracing::warn!(error = %e.message, "claiming a job failed; retrying");

@@ -36,8 +36,8 @@ pub(crate) struct QueueSettings {
     partitions: usize,
 }
 
-/// Queues kept as handles (each checks the partition count with the
-/// store once); beyond this many, a handle is made per request.
+/// Queues kept as handles (each checks the partition count with the store
+/// on first use and every 10 s); past this many the cache starts again.
 const HANDLES_KEPT: usize = 10_000;
 
 /// The job queues of this server: the partition counts configured, and a
@@ -85,9 +85,11 @@ impl Queues {
             return Ok(q.clone());
         }
         let q = ShardedJobQueue::new(store, name, self.partitions.get(name).copied().unwrap_or(1))?;
-        if handles.len() < HANDLES_KEPT {
-            handles.insert(name.to_owned(), q.clone());
+        if handles.len() >= HANDLES_KEPT {
+            // Bounded: start again (each handle checks with the store once).
+            handles.clear();
         }
+        handles.insert(name.to_owned(), q.clone());
         Ok(q)
     }
 }
@@ -249,13 +251,13 @@ pub(crate) async fn push_batch(
             Ok(p) => answers.push(pushed_json(&p).1),
             Err(f) => {
                 failed += 1;
-                let e = ApiError::from(f.error);
-                answers.push(json!({"id": f.id, "error": e.item()}));
-                last_error = Some(e);
+                answers.push(json!({"id": f.id, "error": ApiError::uncounted(&f.error).item()}));
+                last_error = Some(f.error);
             }
         }
     }
-    match last_error {
+    // Counted once per batch in the store-error metric.
+    match last_error.map(ApiError::from) {
         Some(e) if failed == answers.len() => Err(e),
         _ => Ok(axum::Json(json!({"jobs": answers, "failed": failed}))),
     }
@@ -397,14 +399,13 @@ pub(crate) async fn ack_batch(
         match answer {
             Ok(flag) => acked.push(Value::Bool(flag)),
             Err(e) => {
-                let e = ApiError::from(e);
                 acked.push(Value::Null);
-                errors.push(json!({"index": index, "error": e.item()}));
+                errors.push(json!({"index": index, "error": ApiError::uncounted(&e).item()}));
                 last_error = Some(e);
             }
         }
     }
-    match last_error {
+    match last_error.map(ApiError::from) {
         Some(e) if errors.len() == acked.len() => Err(e),
         _ => {
             let failed = errors.len();

@@ -74,8 +74,10 @@ fn ms(t: SystemTime) -> u64 {
 }
 
 impl Queue {
-    /// The queue on `--server` if given, else on the store.
-    pub(crate) async fn open(target: &QueueTarget) -> Result<Queue, Failure> {
+    /// The queue on `--server` if given, else on the store. `writes`: the
+    /// command will change the queue, so its partition count is checked
+    /// (and stored if the queue has none) now.
+    pub(crate) async fn open(target: &QueueTarget, writes: bool) -> Result<Queue, Failure> {
         let (name, store) = (target.queue.as_str(), &target.store);
         // Check the name and partitions before connecting, so bad input
         // never waits on the network.
@@ -94,7 +96,13 @@ impl Queue {
                 message: String::new(),
             })?;
             let partitions = target.partitions.unwrap_or(1);
-            return Ok(Queue::Local(ShardedJobQueue::new(&store, name, partitions)?));
+            let q = ShardedJobQueue::new(&store, name, partitions)?;
+            // A count the store does not have fails here, at once, rather
+            // than in a worker's loop.
+            if writes {
+                q.verify().await?;
+            }
+            return Ok(Queue::Local(q));
         };
         if target.partitions.is_some() {
             return Err(usage(
@@ -361,6 +369,7 @@ impl RemoteQueue {
         }
         let code = match (status, body["error"]["code"].as_str()) {
             (409, Some("lease_lost")) => exit::LEASE_LOST,
+            (_, Some("partition_conflict" | "store_misconfigured")) => exit::CONFIG,
             (429, _) => exit::BUSY,
             (s, _) if s >= 500 => exit::UNAVAILABLE,
             _ => exit::USAGE,

@@ -166,7 +166,12 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         };
         match checked {
             Ok(()) => {}
-            Err(e) if e.kind() == tollgate::ErrorKind::PartitionConflict => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    tollgate::ErrorKind::PartitionConflict | tollgate::ErrorKind::Misconfigured
+                ) =>
+            {
                 eprintln!("tollgate: [queues.{name}] partitions = {partitions}: {e}");
                 return exit::CONFIG;
             }

@@ -445,6 +445,40 @@ fn partitioned_queues_from_the_cli() {
     let new = jobs(&["stats", "parts", "--partitions", "2", "--redis", &url]);
     assert!(new.status.success(), "{new:?}");
 
+    // A worker whose count is changed under it stops with 78 at its next
+    // re-check (every 10 s) instead of retrying forever.
+    let mut worker = tollgate()
+        .args([
+            "jobs",
+            "work",
+            "parts",
+            "--partitions",
+            "2",
+            "--idle-exit",
+            "60s",
+            "--redis",
+            &url,
+        ])
+        .args(["--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("worker");
+    std::thread::sleep(Duration::from_millis(500));
+    let moved = jobs(&["repartition", "parts", "--partitions", "3", "--redis", &url]);
+    assert!(moved.status.success(), "{moved:?}");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = worker.try_wait().expect("worker status") {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(25), "the worker kept going");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut worker.stderr.take().expect("stderr"), &mut err).expect("stderr");
+    assert_eq!(status.code(), Some(78), "{err}");
+    assert!(err.contains("3 partition(s)"), "{err}");
+
     let refused = jobs(&[
         "stats",
         "parts",

@@ -32,8 +32,8 @@ pub enum ErrorKind {
     /// `ShardedJobQueue::repartition` once the queue is empty.
     PartitionConflict,
     /// The store refused this client's set-up, not one request: a wrong
-    /// password or user, a cluster reached through a plain URL, a server
-    /// too old or a command it disallows. Retrying will not help.
+    /// password or user, a cluster reached through a plain URL, or an ACL
+    /// that disallows a command tollgate runs. Retrying will not help.
     Misconfigured,
 }
 

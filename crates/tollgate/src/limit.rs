@@ -468,7 +468,14 @@ impl RateLimiter {
                 counter.increment(1);
                 return Ok(d);
             }
-            Ok(Err(e)) if !matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Store) => return Err(e),
+            Ok(Err(e))
+                if !matches!(
+                    e.kind(),
+                    ErrorKind::Unavailable | ErrorKind::Store | ErrorKind::Misconfigured
+                ) =>
+            {
+                return Err(e);
+            }
             Ok(Err(e)) => e,
             Err(_) => Error::new(
                 ErrorKind::Unavailable,

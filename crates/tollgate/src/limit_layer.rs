@@ -321,6 +321,11 @@ where
                     "bad_request",
                     &format!("cannot rate-limit this request: {e}"),
                 )),
+                Err(e) if e.kind() == ErrorKind::Misconfigured => Ok(error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "store_misconfigured",
+                    &e.to_string(),
+                )),
                 Err(e) => {
                     let mut response = error_response(
                         StatusCode::SERVICE_UNAVAILABLE,

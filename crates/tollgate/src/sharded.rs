@@ -10,11 +10,10 @@
 //! partition; across partitions it is only approximate.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::{join_all, select_all};
-use tokio::sync::OnceCell;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::jobs::{
@@ -44,8 +43,24 @@ pub struct ShardedJobQueue {
     name: Name,
     parts: Arc<[JobQueue]>,
     cursor: Arc<AtomicUsize>,
-    /// Set once the store has agreed to this handle's partition count.
-    layout_checked: Arc<OnceCell<()>>,
+    /// When the store last agreed to this handle's partition count.
+    layout: Arc<LayoutCheck>,
+    /// How often to ask the store again.
+    recheck: Duration,
+}
+
+/// How often a handle asks the store again, by default, whether its
+/// partition count is still the one in force.
+const RECHECK: Duration = Duration::from_secs(10);
+
+/// A handle's record of the store's agreement to its partition count.
+#[derive(Debug)]
+struct LayoutCheck {
+    since: Instant,
+    /// Milliseconds after `since` (+1) of the last agreement; 0: never.
+    agreed_ms: AtomicU64,
+    /// A re-check is under way (the others go on meanwhile).
+    rechecking: AtomicBool,
 }
 
 fn check_partitions(partitions: usize) -> Result<u32> {
@@ -72,10 +87,11 @@ impl ShardedJobQueue {
     /// `<name>:p0` … With one partition it is the plain [`JobQueue`]
     /// `name`. Every producer and consumer of the queue must use the same
     /// number: a job's partition follows from its id and that number. The
-    /// store keeps the number in force (the first handle to use the queue
-    /// sets it; a queue already holding jobs as a plain queue has one), and
-    /// a handle that names another gets [`ErrorKind::PartitionConflict`] on
-    /// its first call.
+    /// store keeps the number in force (the first handle to change the
+    /// queue stores it; a queue already holding jobs as a plain queue has
+    /// one), and a handle that names another gets
+    /// [`ErrorKind::PartitionConflict`] on its first call, or at its next
+    /// re-check (every 10 s, see [`ShardedJobQueue::recheck_every`]).
     pub fn new(store: &Store, name: &str, partitions: usize) -> Result<ShardedJobQueue> {
         check_partitions(partitions)?;
         let base = Name::new(name)?;
@@ -91,7 +107,12 @@ impl ShardedJobQueue {
             name: base,
             parts: parts.into(),
             cursor: Arc::new(AtomicUsize::new(rand::random::<u32>() as usize)),
-            layout_checked: Arc::new(OnceCell::new()),
+            layout: Arc::new(LayoutCheck {
+                since: Instant::now(),
+                agreed_ms: AtomicU64::new(0),
+                rechecking: AtomicBool::new(false),
+            }),
+            recheck: RECHECK,
         })
     }
 
@@ -99,12 +120,15 @@ impl ShardedJobQueue {
     /// `partitions`. Only an empty queue may change: nothing ready,
     /// delayed, running or dead in any partition of the count in force
     /// (kept completed jobs stay behind and stop counting for dedupe).
-    /// Stop every producer and consumer first, and start them again with
-    /// the new number: handles made before keep the number they checked.
+    /// Stop every producer and consumer first (servers included), and
+    /// start them again with the new number: a handle still running with
+    /// the old one fails with [`ErrorKind::PartitionConflict`] once it asks
+    /// the store again (within 10 s), but what it pushed before that went
+    /// to the old partitions.
     pub async fn repartition(store: &Store, name: &str, partitions: usize) -> Result<()> {
         let want = check_partitions(partitions)?;
         let base = Name::new(name)?;
-        let current = store.job_layout(&base, want, None).await?;
+        let (current, _) = store.job_layout(&base, want, None, true).await?;
         if current == want {
             return Ok(());
         }
@@ -118,33 +142,63 @@ impl ShardedJobQueue {
                 s.ready, s.delayed, s.in_flight, s.dead
             )));
         }
-        match store.job_layout(&base, want, Some(current)).await? {
-            n if n == want => Ok(()),
-            n => Err(conflict(&base, n, partitions)),
+        match store.job_layout(&base, want, Some(current), true).await? {
+            (n, _) if n == want => Ok(()),
+            (n, _) => Err(conflict(&base, n, partitions)),
         }
     }
 
     /// Checks now that the store has this handle's partition count in
     /// force (storing it if the queue has none yet):
-    /// [`ErrorKind::PartitionConflict`] if not. Every call makes the same
-    /// check on a handle's first use; this is for failing fast at start-up.
+    /// [`ErrorKind::PartitionConflict`] if not. Calls make the same check
+    /// on a handle's first use and every 10 s after; this is for failing
+    /// fast at start-up.
     pub async fn verify(&self) -> Result<()> {
-        self.checked().await
+        self.layout.agreed_ms.store(0, Ordering::Release);
+        self.checked(true).await
     }
 
-    /// Makes sure, once per handle, that the store has this handle's
-    /// partition count in force.
-    async fn checked(&self) -> Result<()> {
-        self.layout_checked
-            .get_or_try_init(|| async {
-                let asked = self.parts.len();
-                match self.store.job_layout(&self.name, asked as u32, None).await? {
-                    n if n as usize == asked => Ok(()),
-                    n => Err(conflict(&self.name, n, asked)),
+    /// Makes sure the store has this handle's partition count in force:
+    /// asked on first use and again every `recheck`. `write`: the call
+    /// will change the queue, so the count is stored if there is none (a
+    /// read stores nothing). Once the store has agreed, a re-check that
+    /// cannot reach it does not stop the queue (the call itself will tell),
+    /// and callers do not wait for a re-check another one is making.
+    async fn checked(&self, write: bool) -> Result<()> {
+        let layout = &self.layout;
+        let now = layout.since.elapsed().as_millis() as u64 + 1;
+        let agreed = layout.agreed_ms.load(Ordering::Acquire);
+        if agreed != 0 {
+            if now < agreed + self.recheck.as_millis() as u64 {
+                return Ok(());
+            }
+            if layout.rechecking.swap(true, Ordering::AcqRel) {
+                return Ok(());
+            }
+        }
+        let asked = self.parts.len();
+        let answer = self.store.job_layout(&self.name, asked as u32, None, write).await;
+        if agreed != 0 {
+            layout.rechecking.store(false, Ordering::Release);
+        }
+        match answer {
+            Ok((n, stored)) if n as usize == asked => {
+                if stored {
+                    layout.agreed_ms.store(now, Ordering::Release);
                 }
-            })
-            .await
-            .map(|_| ())
+                Ok(())
+            }
+            Ok((n, _)) => {
+                layout.agreed_ms.store(0, Ordering::Release);
+                Err(conflict(&self.name, n, asked))
+            }
+            Err(e) if agreed != 0 && e.kind() != ErrorKind::Misconfigured => {
+                tracing::debug!(queue = %self.name, error = %e, "could not re-check the partition count; going on");
+                layout.agreed_ms.store(now, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn each(self, f: impl Fn(JobQueue) -> Result<JobQueue>) -> Result<ShardedJobQueue> {
@@ -153,6 +207,17 @@ impl ShardedJobQueue {
             parts: parts.into(),
             ..self
         })
+    }
+
+    /// How often the handle asks the store again whether its partition
+    /// count is still the one in force (after a repartition it is not):
+    /// 100 ms to an hour, 10 s by default. Each time costs a round trip.
+    pub fn recheck_every(mut self, every: Duration) -> Result<ShardedJobQueue> {
+        if every < Duration::from_millis(100) || every > Duration::from_secs(3600) {
+            return Err(Error::invalid("recheck_every must be 100 ms to an hour"));
+        }
+        self.recheck = every;
+        Ok(self)
     }
 
     /// See [`JobQueue::lease`].
@@ -194,7 +259,7 @@ impl ShardedJobQueue {
     /// Pushes a job to the partition of its id (a fresh one if it has
     /// none).
     pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
-        self.checked().await?;
+        self.checked(true).await?;
         let mut options = options.clone();
         let id = options.id.get_or_insert_with(new_id).clone();
         self.part(&id).push(payload, &options).await
@@ -242,7 +307,7 @@ impl ShardedJobQueue {
             self.parts[0].prepare(payload.as_ref(), &options)?;
             groups[self.partition_of(&id)].push((i, payload.as_ref(), options));
         }
-        self.checked().await?;
+        self.checked(true).await?;
         let pushes = groups
             .iter()
             .enumerate()
@@ -328,7 +393,7 @@ impl ShardedJobQueue {
     /// turn.
     pub async fn claim_many(&self, max: usize) -> Result<Vec<Job>> {
         check_max(max)?;
-        self.checked().await?;
+        self.checked(true).await?;
         if let [only] = &*self.parts {
             return only.claim_many(max).await;
         }
@@ -345,7 +410,7 @@ impl ShardedJobQueue {
     /// Claims up to `max` due jobs, waiting up to `wait` for at least one.
     pub async fn next_many(&self, max: usize, wait: Duration) -> Result<Vec<Job>> {
         check_max(max)?;
-        self.checked().await?;
+        self.checked(true).await?;
         if let [only] = &*self.parts {
             return only.next_many(max, wait).await;
         }
@@ -376,7 +441,7 @@ impl ShardedJobQueue {
 
     /// See [`JobQueue::ack`].
     pub async fn ack(&self, id: &str, fence: u64) -> Result<()> {
-        self.checked().await?;
+        self.checked(true).await?;
         self.part(id).ack(id, fence).await
     }
 
@@ -405,7 +470,7 @@ impl ShardedJobQueue {
         if deliveries.is_empty() {
             return Ok(Vec::new());
         }
-        self.checked().await?;
+        self.checked(true).await?;
         let mut groups: Vec<Vec<(usize, &str, u64)>> = vec![Vec::new(); self.parts.len()];
         for (i, (id, fence)) in deliveries.iter().enumerate() {
             groups[self.partition_of(id)].push((i, id, *fence));
@@ -440,31 +505,31 @@ impl ShardedJobQueue {
 
     /// See [`JobQueue::nack`].
     pub async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<Nacked> {
-        self.checked().await?;
+        self.checked(true).await?;
         self.part(id).nack(id, fence, retry).await
     }
 
     /// See [`JobQueue::extend`].
     pub async fn extend(&self, id: &str, fence: u64, lease: Duration) -> Result<SystemTime> {
-        self.checked().await?;
+        self.checked(true).await?;
         self.part(id).extend(id, fence, lease).await
     }
 
     /// See [`JobQueue::cancel`].
     pub async fn cancel(&self, id: &str) -> Result<Cancelled> {
-        self.checked().await?;
+        self.checked(true).await?;
         self.part(id).cancel(id).await
     }
 
     /// See [`JobQueue::reschedule`].
     pub async fn reschedule(&self, id: &str, delay: Duration) -> Result<Option<SystemTime>> {
-        self.checked().await?;
+        self.checked(true).await?;
         self.part(id).reschedule(id, delay).await
     }
 
     /// Up to `limit` dead jobs of all partitions, oldest first.
     pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>> {
-        self.checked().await?;
+        self.checked(false).await?;
         let lists = join_all(self.parts.iter().map(|p| p.dead(limit))).await;
         let mut all = Vec::new();
         for list in lists {
@@ -477,7 +542,7 @@ impl ShardedJobQueue {
 
     /// Kept completed jobs of all partitions, most recent first.
     pub async fn completed(&self, limit: usize) -> Result<Vec<CompletedJob>> {
-        self.checked().await?;
+        self.checked(false).await?;
         let lists = join_all(self.parts.iter().map(|p| p.completed(limit))).await;
         let mut all = Vec::new();
         for list in lists {
@@ -490,7 +555,7 @@ impl ShardedJobQueue {
 
     /// Replays a dead job (the partition of its id), or all dead jobs.
     pub async fn replay(&self, id: Option<&str>) -> Result<u64> {
-        self.checked().await?;
+        self.checked(true).await?;
         match id {
             Some(id) => self.part(id).replay(Some(id)).await,
             None => join_all(self.parts.iter().map(|p| p.replay(None)))
@@ -502,7 +567,7 @@ impl ShardedJobQueue {
 
     /// Deletes a dead job (the partition of its id), or all dead jobs.
     pub async fn purge(&self, id: Option<&str>) -> Result<u64> {
-        self.checked().await?;
+        self.checked(true).await?;
         match id {
             Some(id) => self.part(id).purge(Some(id)).await,
             None => join_all(self.parts.iter().map(|p| p.purge(None)))
@@ -514,7 +579,7 @@ impl ShardedJobQueue {
 
     /// The partitions' stats, added up (recent lateness: all their samples).
     pub async fn stats(&self) -> Result<QueueStats> {
-        self.checked().await?;
+        self.checked(false).await?;
         self.totals().await
     }
 

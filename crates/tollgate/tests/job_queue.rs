@@ -961,6 +961,17 @@ mod sharded {
         let one = ShardedJobQueue::new(&ts.store, "pq", 1).unwrap();
         let job = one.claim().await.unwrap().expect("the plain queue's job");
         assert_eq!(job.id, "old-1");
+        // The count the jobs implied is stored now: once the queue is
+        // empty, another count is still refused (until a repartition).
+        one.ack(&job.id, job.fence).await.unwrap();
+        let err = ShardedJobQueue::new(&ts.store, "pq", 4)
+            .unwrap()
+            .verify()
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
+        one.push("old", &with_id("old-2")).await.unwrap();
+        let job = one.claim().await.unwrap().expect("again");
 
         // Not while a job runs, nor while one is dead.
         let err = ShardedJobQueue::repartition(&ts.store, "pq", 4)
@@ -1006,10 +1017,44 @@ mod sharded {
         // Asking for the count in force is no change, and always allowed.
         ShardedJobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
 
-        // The first handle to use a fresh queue sets its count.
+        // Reads store nothing: looking at a name leaves it free.
+        let looked = ShardedJobQueue::new(&ts.store, "looked-at", 3).unwrap();
+        looked.stats().await.unwrap();
+        looked.dead(10).await.unwrap();
+        ShardedJobQueue::new(&ts.store, "looked-at", 2)
+            .unwrap()
+            .push("x", &PushOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            looked.stats().await.unwrap_err().kind(),
+            ErrorKind::PartitionConflict
+        );
+
+        // A running handle notices a repartition at its next re-check.
+        let before = ShardedJobQueue::new(&ts.store, "moving", 2)
+            .unwrap()
+            .recheck_every(Duration::from_millis(200))
+            .unwrap();
+        before.verify().await.unwrap();
+        ShardedJobQueue::repartition(&ts.store, "moving", 5)
+            .await
+            .unwrap();
+        before.stats().await.expect("agreed less than 200 ms ago");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let err = before.push("x", &PushOptions::default()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
+        assert!(
+            ShardedJobQueue::new(&ts.store, "moving", 2)
+                .unwrap()
+                .recheck_every(Duration::ZERO)
+                .is_err()
+        );
+
+        // The first handle to change a fresh queue sets its count.
         ShardedJobQueue::new(&ts.store, "fresh", 3)
             .unwrap()
-            .stats()
+            .verify()
             .await
             .unwrap();
         for k in [1, 2, 4] {

@@ -147,6 +147,35 @@ async fn set_up_mistakes_are_misconfigured_not_unavailable() {
         .await
         .expect_err("no EVALSHA for this user");
     assert_eq!(e.kind(), ErrorKind::Misconfigured, "{e}");
+    // A limiter that fails open does so on this too, rather than erroring.
+    let limit = tollgate::Limit::gcra(tollgate::Rate::per_second(10).unwrap(), 10).unwrap();
+    let open = tollgate::RateLimiter::new(&store, "api", limit)
+        .unwrap()
+        .on_store_error(tollgate::OnStoreError::Open);
+    let d = open.check("k", 1).await.expect("a degraded decision");
+    assert!(d.allowed && d.degraded, "{d:?}");
+    // A hardened user without INFO (`-@dangerous`) connects and works: the
+    // cluster check just has no verdict.
+    server.command(&[
+        "ACL",
+        "SETUSER",
+        "hardened",
+        "on",
+        ">hd-secret",
+        "~*",
+        "&*",
+        "+@all",
+        "-@dangerous",
+    ]);
+    let store = Store::redis(&format!("redis://hardened:hd-secret@127.0.0.1:{port}"))
+        .await
+        .expect("a user without INFO may connect");
+    Lock::new(&store, "y")
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect("and take locks")
+        .expect("free");
     // The default user gets a password: a URL without one is refused.
     server.command(&["ACL", "SETUSER", "default", "resetpass", ">def-secret"]);
     let e = Store::redis(&format!("redis://127.0.0.1:{port}"))
@@ -480,7 +509,8 @@ async fn a_cluster_master_dies_and_a_replica_takes_over() {
     let unavailable = killed.elapsed();
     eprintln!(
         "gate operations were unavailable for {unavailable:?}; the cluster named a new master after \
-         {promoted_at:?} (cluster-node-timeout 2 s)"
+         {promoted_at:?} (cluster-node-timeout {:?})",
+        support::cluster_node_timeout()
     );
     assert!(back.is_none(), "the confirmed lease was lost in the failover");
     held.release()

@@ -423,7 +423,10 @@ async fn bounded<T>(
 }
 
 fn is_store_error(e: &tollgate::Error) -> bool {
-    matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Store)
+    matches!(
+        e.kind(),
+        ErrorKind::Unavailable | ErrorKind::Store | ErrorKind::Misconfigured
+    )
 }
 
 /// A visitor's place, as shown on the page and in JSON.

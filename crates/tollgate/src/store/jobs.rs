@@ -554,19 +554,23 @@ impl Queue {
     }
 
     /// The partition count in force for the sharded queue named like this
-    /// one: the stored one; else 1 if this queue holds jobs (it was used
-    /// unpartitioned); else none. Stores `want` when that is `expect`.
-    pub(crate) fn layout(&mut self, want: u32, expect: Option<u32>) -> u32 {
+    /// one (as the `layout` op of jobs.lua): the stored one; else 1 if this
+    /// queue holds jobs; else none. With `store`, stores `want` when the
+    /// count in force is `expect`, or none, or `want` implied by the jobs.
+    /// Returns the count in force afterwards (`want` if none) and whether
+    /// it is stored.
+    pub(crate) fn layout(&mut self, want: u32, expect: Option<u32>, store: bool) -> (u32, bool) {
         let holds_jobs = !(self.ready.is_empty()
             && self.delayed.is_empty()
             && self.in_flight.is_empty()
             && self.dead.is_empty());
         let current = self.partitions.or(holds_jobs.then_some(1));
-        if current == expect {
+        let implied = self.partitions.is_none() && current == Some(want);
+        if store && (current == expect || current.is_none() || implied) {
             self.partitions = Some(want);
-            return want;
+            return (want, true);
         }
-        current.unwrap_or(want)
+        (current.unwrap_or(want), self.partitions.is_some())
     }
 
     pub(crate) fn stats(&mut self, now: u64) -> RawStats {

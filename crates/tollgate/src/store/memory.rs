@@ -112,8 +112,8 @@ impl MemoryStore {
         out
     }
 
-    pub(crate) fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>) -> u32 {
-        self.with_queue(q, |queue, _| (queue.layout(want, expect), false))
+    pub(crate) fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>, store: bool) -> (u32, bool) {
+        self.with_queue(q, |queue, _| (queue.layout(want, expect, store), false))
     }
 
     pub(crate) fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Vec<PushOutcome> {

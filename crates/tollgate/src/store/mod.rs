@@ -224,13 +224,21 @@ impl Store {
     }
 
     /// The partition count in force for the sharded queue whose base name
-    /// is `q`: stored with `q`, or 1 if `q` holds jobs, or none. Stores
-    /// `want` if the count in force is `expect` (`None`: none yet), in one
-    /// step; answers the count in force afterwards.
-    pub(crate) async fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>) -> Result<u32> {
+    /// is `q`: stored with `q`, or 1 if `q` holds jobs, or none. With
+    /// `store`, stores `want` in the same step if the count in force is
+    /// `expect`, or there is none, or the jobs in `q` imply `want` (1).
+    /// Answers the count in force afterwards (`want` if none) and whether
+    /// it is stored.
+    pub(crate) async fn job_layout(
+        &self,
+        q: &Name,
+        want: u32,
+        expect: Option<u32>,
+        store: bool,
+    ) -> Result<(u32, bool)> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_layout(q, want, expect)),
-            Backend::Redis(s) => s.job_layout(q, want, expect).await,
+            Backend::Memory(s) => Ok(s.job_layout(q, want, expect, store)),
+            Backend::Redis(s) => s.job_layout(q, want, expect, store).await,
         }
     }
 

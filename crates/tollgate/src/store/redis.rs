@@ -712,13 +712,17 @@ impl RedisStore {
         let client = cluster_builder(&nodes, &config)
             .build()
             .map_err(|e| Error::invalid("unusable Redis Cluster URL").with_source(e))?;
-        let conn = client.get_async_connection().await.map_err(|e| {
-            Error::new(
-                ErrorKind::Unavailable,
-                format!("cannot reach the Redis Cluster at {}", nodes.join(",")),
-            )
-            .with_source(e)
-        })?;
+        let conn = client
+            .get_async_connection()
+            .await
+            .map_err(|e| match Error::from(e) {
+                e if e.kind() == ErrorKind::Misconfigured => e,
+                e => Error::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot reach the Redis Cluster at {}", redacted(&config.url)),
+                )
+                .with_source(e),
+            })?;
         Ok(RedisStore::with_target(
             Conn::Cluster(conn),
             Target::Cluster(nodes, config.clone()),
@@ -1120,11 +1124,19 @@ impl RedisStore {
         self.subscribe(format!("{}:n", self.jobs_base(q))).await
     }
 
-    pub(crate) async fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>) -> Result<u32> {
+    pub(crate) async fn job_layout(
+        &self,
+        q: &Name,
+        want: u32,
+        expect: Option<u32>,
+        store: bool,
+    ) -> Result<(u32, bool)> {
         let expect = expect.map_or_else(String::new, |e| e.to_string());
-        let r: Vec<i64> = self.run_jobs(q, "layout", (want, expect)).await?;
+        let r: Vec<i64> = self
+            .run_jobs(q, "layout", (want, expect, if store { "1" } else { "0" }))
+            .await?;
         match r.as_slice() {
-            [n] if *n > 0 => Ok(*n as u32),
+            [n, stored] if *n > 0 => Ok((*n as u32, *stored == 1)),
             _ => Err(unexpected("layout", &r)),
         }
     }
@@ -1401,19 +1413,34 @@ fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
     }
 }
 
-/// `url` with its password, if any, shown as `***` (for messages).
+/// `url` with its password, if any, shown as `***` (for messages): the
+/// part of the user info after its first `:` (up to the last `@`, so a
+/// password holding `/` is hidden too), and `pass=` / `password=` query
+/// values (unix sockets).
 pub(crate) fn redacted(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let authority_end = url[start..].find('/').map_or(url.len(), |i| start + i);
-    let Some(at) = url[start..authority_end].rfind('@').map(|i| start + i) else {
-        return url.to_owned();
-    };
-    match url[start..at].find(':').map(|i| start + i) {
-        Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
+    let mut out = match url.find("://").map(|i| i + 3) {
+        Some(start) => match url[start..].rfind('@').map(|i| start + i) {
+            Some(at) => match url[start..at].find(':').map(|i| start + i) {
+                Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
+                None => url.to_owned(),
+            },
+            None => url.to_owned(),
+        },
         None => url.to_owned(),
+    };
+    for key in ["pass=", "password="] {
+        let mut from = 0;
+        while let Some(i) = out[from..].find(key).map(|i| from + i) {
+            let value = i + key.len();
+            // Only a query parameter: right after `?` or `&`.
+            if i > 0 && matches!(out.as_bytes()[i - 1], b'?' | b'&') {
+                let end = out[value..].find(['&', '#']).map_or(out.len(), |e| value + e);
+                out.replace_range(value..end, "***");
+            }
+            from = value;
+        }
     }
+    out
 }
 
 /// Refuses a plain URL that reaches a Redis Cluster node: keys of other
@@ -1423,6 +1450,8 @@ async fn check_not_cluster(conn: &mut ConnectionManager, url: &str) -> Result<()
     let url = redacted(url);
     let info: String = match redis::cmd("INFO").arg("cluster").query_async(conn).await {
         Ok(info) => info,
+        // A user whose ACL forbids INFO (say `-@dangerous`): no verdict.
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => return Ok(()),
         Err(e) => {
             return match Error::from(e) {
                 e if e.kind() == ErrorKind::Unavailable => Err(Error::new(
@@ -1430,8 +1459,8 @@ async fn check_not_cluster(conn: &mut ConnectionManager, url: &str) -> Result<()
                     format!("cannot reach Redis at {url}"),
                 )
                 .with_source(e)),
+                // A password that is needed and was not given (NOAUTH).
                 e if e.kind() == ErrorKind::Misconfigured => Err(e),
-                // Not allowed to ask, say: no verdict.
                 _ => Ok(()),
             };
         }
@@ -1648,6 +1677,37 @@ impl Drop for SubscriptionGuard {
 #[cfg(test)]
 mod tests {
     use super::cluster_nodes;
+
+    #[test]
+    fn passwords_are_kept_out_of_messages() {
+        for (url, shown) in [
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            ("redis://:s3cret@h:6379", "redis://:***@h:6379"),
+            ("redis://user:s3cret@h:6379/2", "redis://user:***@h:6379/2"),
+            ("redis://user:ab/cd@h:6379", "redis://user:***@h:6379"),
+            ("redis://user:a@b@h:6379", "redis://user:***@h:6379"),
+            ("redis://user@h:6379", "redis://user@h:6379"),
+            (
+                "redis+cluster://u:s3cret@a:1,b:2",
+                "redis+cluster://u:***@a:1,b:2",
+            ),
+            (
+                "redis+sentinel://u:x/y@a:1,b:2/m/0",
+                "redis+sentinel://u:***@a:1,b:2/m/0",
+            ),
+            (
+                "unix:///run/redis.sock?db=1&pass=s3cret",
+                "unix:///run/redis.sock?db=1&pass=***",
+            ),
+            (
+                "unix:///run/redis.sock?password=s3cret&user=u",
+                "unix:///run/redis.sock?password=***&user=u",
+            ),
+            ("localhost:6379", "localhost:6379"),
+        ] {
+            assert_eq!(super::redacted(url), shown, "{url}");
+        }
+    }
 
     #[test]
     fn sentinel_urls_name_sentinels_and_master() {

@@ -22,6 +22,16 @@ pub struct RedisServer {
     pub tls_port: Option<u16>,
 }
 
+/// The `cluster-node-timeout` of test clusters: 2 s, or
+/// `TOLLGATE_TEST_NODE_TIMEOUT_MS` (to measure failover at other values).
+pub fn cluster_node_timeout() -> Duration {
+    let ms = std::env::var("TOLLGATE_TEST_NODE_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    Duration::from_millis(ms)
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -202,15 +212,16 @@ impl RedisServer {
     /// A node for a Redis Cluster (its bus port, port + 10000, is free too),
     /// with a short node timeout so failovers in tests are quick.
     pub fn start_cluster_node() -> RedisServer {
+        let timeout = cluster_node_timeout().as_millis().to_string();
         RedisServer::start_on(
-            |dir, _| {
+            move |dir, _| {
                 vec![
                     "--cluster-enabled".into(),
                     "yes".into(),
                     "--cluster-config-file".into(),
                     dir.join("nodes.conf").display().to_string(),
                     "--cluster-node-timeout".into(),
-                    "2000".into(),
+                    timeout.clone(),
                     // Replicas sync at once (the default waits 5 s), so a
                     // fresh cluster's replicas are ready to take over.
                     "--repl-diskless-sync-delay".into(),

@@ -517,19 +517,23 @@ end
 if op == 'layout' then
   -- The partition count in force for the sharded queue based on this one:
   -- the stored one; else 1 if this queue holds jobs; else none.
-  -- ARGV: 4 count to store, 5 the count in force that allows storing it
-  -- ('' for none). Reply: {count in force afterwards}
-  local current = redis.call('HGET', KM, 'partitions') or ''
+  -- ARGV: 4 the count asked for; 5 the count in force that lets it be
+  -- stored ('' for none); 6 '1' to store it (else only report).
+  -- Stored also when none is in force, or when the jobs here imply it.
+  -- Reply: {count in force afterwards (the one asked for if none),
+  --         1 if that count is stored}
+  local stored = redis.call('HGET', KM, 'partitions') or ''
+  local current = stored
   if current == '' and (redis.call('ZCARD', KR) + redis.call('ZCARD', KW) + redis.call('ZCARD', KF)
       + redis.call('ZCARD', KX)) > 0 then
     current = '1'
   end
-  if current == ARGV[5] then
+  if ARGV[6] == '1' and (current == ARGV[5] or current == '' or (stored == '' and current == ARGV[4])) then
     redis.call('HSET', KM, 'partitions', ARGV[4])
-    return {tonumber(ARGV[4])}
+    return {tonumber(ARGV[4]), 1}
   end
-  if current == '' then return {tonumber(ARGV[4])} end
-  return {tonumber(current)}
+  if current == '' then return {tonumber(ARGV[4]), 0} end
+  return {tonumber(current), stored ~= '' and 1 or 0}
 end
 
 if op == 'stats' then
