@@ -361,6 +361,25 @@ async fn ten_visitors_three_slots_redis() {
     ten_visitors_three_slots(Some(&redis.url())).await;
 }
 
+/// The same on a 3-master Redis Cluster: the room's keys, scripts and
+/// notifications stay in one slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_visitors_three_slots_cluster() {
+    let cluster = tokio::task::spawn_blocking(|| support::RedisCluster::start(3, 0))
+        .await
+        .expect("cluster");
+    ten_visitors_three_slots(Some(&cluster.url())).await;
+}
+
+/// The same on a Sentinel-managed master with one replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_visitors_three_slots_sentinel() {
+    let set = tokio::task::spawn_blocking(support::SentinelSet::start)
+        .await
+        .expect("sentinel set");
+    ten_visitors_three_slots(Some(&set.url())).await;
+}
+
 /// Two `tollgate serve` processes on one redis-server serve one room: the
 /// capacity holds across both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
