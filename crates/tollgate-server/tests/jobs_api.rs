@@ -416,7 +416,11 @@ async fn partitioned_queues_over_http() {
     let (_, j) = send(c.post(url(&s, "/claim?max=20"))).await;
     let claimed = j["jobs"].as_array().expect("jobs").clone();
     assert_eq!(claimed.len(), 20);
-    let doomed = cluster.master_of("tollgate:jobs:{orders:p0}");
+    // The queue's first partition (named as the library names it).
+    let store = tollgate::Store::redis(&cluster.url()).await.expect("store");
+    let part0 = tollgate::ShardedJobQueue::new(&store, "orders", 6).expect("queue");
+    let part0 = part0.partition_name(0).expect("partition 0");
+    let doomed = cluster.master_of(&format!("tollgate:jobs:{{{part0}}}"));
     cluster.nodes[doomed].kill();
     let (st, p) = send(c.post(url(&s, "/batch")).json(&json!({"jobs": jobs[20..]}))).await;
     assert_eq!(st, 200, "{p}");

@@ -480,7 +480,8 @@ async fn cluster_soak() {
         // The master of a job partition this time (not the node promoted
         // above, whose replica may still be syncing).
         let promoted = cluster.master_of("tollgate:gate:{soak-lock}:m");
-        let victim2 = cluster.master_of("tollgate:jobs:{soak-jobs:p0}:m");
+        let part0 = queue.partition_name(0).expect("partition 0").to_owned();
+        let victim2 = cluster.master_of(&format!("tollgate:jobs:{{{part0}}}:m"));
         if victim2 == promoted {
             report.push(serde_json::json!({"cycle": c,
                 "fault": "second failover skipped: the partition shares the promoted master"}));
@@ -488,7 +489,7 @@ async fn cluster_soak() {
         }
         cluster.nodes[victim2].kill();
         let killed = Instant::now();
-        let q0 = tollgate::JobQueue::new(&plain, "soak-jobs:p0").expect("q");
+        let q0 = tollgate::JobQueue::new(&plain, &part0).expect("q");
         while q0.stats().await.is_err() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -87,6 +87,16 @@ impl Error {
         self
     }
 
+    /// A push to a queue closed by a repartition.
+    pub(crate) fn retired(queue: &str) -> Error {
+        Error::new(
+            ErrorKind::PartitionConflict,
+            format!(
+                "queue {queue} belongs to a partition layout that was replaced: use the partition count in force"
+            ),
+        )
+    }
+
     /// The same failure again, for each of several callers it reaches
     /// (the source's text goes into the message).
     pub(crate) fn duplicate(&self) -> Error {
@@ -157,6 +167,11 @@ impl From<redis::RedisError> for Error {
                 e.kind(),
                 K::Server(S::MasterDown | S::ReadOnly | S::BusyLoading | S::TryAgain | S::ClusterDown)
             );
+        // A push to a partition of a replaced layout (jobs.lua).
+        if e.code() == Some("RETIRED") {
+            let detail = e.detail().unwrap_or("this queue was repartitioned").to_owned();
+            return Error::new(ErrorKind::PartitionConflict, detail);
+        }
         // Credentials or permissions the server refuses: no retry helps.
         let refused = matches!(e.kind(), K::AuthenticationFailed | K::Server(S::NoPerm))
             || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));

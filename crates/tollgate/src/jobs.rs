@@ -342,6 +342,10 @@ impl JobQueue {
         self.name.as_str()
     }
 
+    pub(crate) fn queue_name(&self) -> &Name {
+        &self.name
+    }
+
     /// Checks one job of a push and works out its id, due time and backoff.
     pub(crate) fn prepare(
         &self,

@@ -84,7 +84,8 @@ fn conflict(name: &Name, stored: u32, asked: usize) -> Error {
 
 impl ShardedJobQueue {
     /// The queue `name` over `partitions` (1 to 256) partitions, named
-    /// `<name>:p0` … With one partition it is the plain [`JobQueue`]
+    /// `<name>:p0of<K>` … `<name>:p<K-1>of<K>` (so two layouts never share
+    /// a partition). With one partition it is the plain [`JobQueue`]
     /// `name`. Every producer and consumer of the queue must use the same
     /// number: a job's partition follows from its id and that number. The
     /// store keeps the number in force (the first handle to change the
@@ -99,7 +100,7 @@ impl ShardedJobQueue {
             vec![JobQueue::new(store, name)?]
         } else {
             (0..partitions)
-                .map(|i| JobQueue::new(store, &format!("{name}:p{i}")))
+                .map(|i| JobQueue::new(store, &format!("{name}:p{i}of{partitions}")))
                 .collect::<Result<Vec<_>>>()?
         };
         Ok(ShardedJobQueue {
@@ -120,27 +121,53 @@ impl ShardedJobQueue {
     /// `partitions`. Only an empty queue may change: nothing ready,
     /// delayed, running or dead in any partition of the count in force
     /// (kept completed jobs stay behind and stop counting for dedupe).
-    /// Stop every producer and consumer first (servers included), and
-    /// start them again with the new number: a handle still running with
-    /// the old one fails with [`ErrorKind::PartitionConflict`] once it asks
-    /// the store again (within 10 s), but what it pushed before that went
-    /// to the old partitions.
+    ///
+    /// Each old partition is closed to pushes in one step that also checks
+    /// it holds nothing, so no job can be stranded in the old layout: a
+    /// producer still running with the old count gets
+    /// [`ErrorKind::PartitionConflict`] from then on (and its consumers at
+    /// their next re-check). If a partition still holds jobs, the ones
+    /// closed so far are opened again and the call fails with the counts.
+    /// Running it again finishes a change that was interrupted; running it
+    /// with the old count undoes one.
     pub async fn repartition(store: &Store, name: &str, partitions: usize) -> Result<()> {
         let want = check_partitions(partitions)?;
         let base = Name::new(name)?;
+        let new = ShardedJobQueue::new(store, name, partitions)?;
         let (current, _) = store.job_layout(&base, want, None, true).await?;
+        if current != want {
+            let old = ShardedJobQueue::new(store, name, current as usize)?;
+            let mut closed = Vec::new();
+            for part in old.parts.iter() {
+                match store.job_retire(part.queue_name(), true).await {
+                    Ok((true, _)) => closed.push(part.queue_name()),
+                    refused => {
+                        for q in closed {
+                            if let Err(e) = store.job_retire(q, false).await {
+                                tracing::warn!(queue = %q, error = %e, "could not open a partition again");
+                            }
+                        }
+                        refused?;
+                        let s = old.totals().await?;
+                        return Err(Error::invalid(format!(
+                            "queue {name} still holds {} job(s) in its {current} partition(s) ({} ready, {} \
+                             delayed, {} running, {} dead): drain it (and replay or purge its dead letters) first",
+                            s.ready + s.delayed + s.in_flight + s.dead,
+                            s.ready,
+                            s.delayed,
+                            s.in_flight,
+                            s.dead
+                        )));
+                    }
+                }
+            }
+        }
+        // Open the new layout (again, after an interrupted change).
+        for part in new.parts.iter() {
+            store.job_retire(part.queue_name(), false).await?;
+        }
         if current == want {
             return Ok(());
-        }
-        let old = ShardedJobQueue::new(store, name, current as usize)?;
-        let s = old.totals().await?;
-        let held = s.ready + s.delayed + s.in_flight + s.dead;
-        if held > 0 {
-            return Err(Error::invalid(format!(
-                "queue {name} still holds {held} job(s) in its {current} partition(s) ({} ready, {} \
-                 delayed, {} running, {} dead): drain it (and replay or purge its dead letters) first",
-                s.ready, s.delayed, s.in_flight, s.dead
-            )));
         }
         match store.job_layout(&base, want, Some(current), true).await? {
             (n, _) if n == want => Ok(()),
@@ -250,6 +277,12 @@ impl ShardedJobQueue {
     /// number of partitions.
     pub fn partition_of(&self, id: &str) -> usize {
         usize::from(crc16::State::<crc16::XMODEM>::calculate(id.as_bytes())) % self.parts.len()
+    }
+
+    /// The name of partition `i` (0 to K-1), the queue under which its
+    /// keys live (`<prefix>:jobs:{<that name>}:…` on Redis).
+    pub fn partition_name(&self, i: usize) -> Option<&str> {
+        self.parts.get(i).map(JobQueue::name)
     }
 
     fn part(&self, id: &str) -> &JobQueue {

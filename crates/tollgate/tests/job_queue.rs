@@ -1014,8 +1014,18 @@ mod sharded {
             .await
             .unwrap_err();
         assert!(err.message().contains("20 ready"), "{err}");
+        // A refused change leaves the layout as it was: open to pushes.
+        four.push("more", &with_id("j20")).await.unwrap();
         // Asking for the count in force is no change, and always allowed.
         ShardedJobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
+        // Partitioned, the queue's own name takes no jobs: a plain
+        // producer's push would never reach a consumer.
+        let err = JobQueue::new(&ts.store, "pq")
+            .unwrap()
+            .push("stray", &PushOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
 
         // Reads store nothing: looking at a name leaves it free.
         let looked = ShardedJobQueue::new(&ts.store, "looked-at", 3).unwrap();
@@ -1040,10 +1050,31 @@ mod sharded {
         ShardedJobQueue::repartition(&ts.store, "moving", 5)
             .await
             .unwrap();
-        before.stats().await.expect("agreed less than 200 ms ago");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Its pushes are refused at once: the old partitions are closed.
         let err = before.push("x", &PushOptions::default()).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
+        // Its reads go on until its next re-check, which refuses them too.
+        before.stats().await.expect("agreed less than 200 ms ago");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let err = before.stats().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
+        let five = ShardedJobQueue::new(&ts.store, "moving", 5).unwrap();
+        five.push("x", &PushOptions::default()).await.unwrap();
+        // Back to 2 once empty: the layout of 2 is opened again.
+        let job = five.claim().await.unwrap().expect("the job");
+        five.ack(&job.id, job.fence).await.unwrap();
+        ShardedJobQueue::repartition(&ts.store, "moving", 2)
+            .await
+            .unwrap();
+        ShardedJobQueue::new(&ts.store, "moving", 2)
+            .unwrap()
+            .push("x", &PushOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            five.push("y", &PushOptions::default()).await.unwrap_err().kind(),
+            ErrorKind::PartitionConflict
+        );
         assert!(
             ShardedJobQueue::new(&ts.store, "moving", 2)
                 .unwrap()

@@ -206,7 +206,10 @@ async fn sharded_batches_report_each_partition_when_a_master_is_down() {
     q.verify().await.expect("layout");
     // Which master holds each partition's slot.
     let masters: Vec<usize> = (0..6)
-        .map(|p| cluster.master_of(&format!("tollgate:jobs:{{pf:p{p}}}")))
+        .map(|p| {
+            let part = q.partition_name(p).expect("partition");
+            cluster.master_of(&format!("tollgate:jobs:{{{part}}}"))
+        })
         .collect();
     let doomed = masters[0];
     let jobs: Vec<(String, PushOptions)> = (0..60)

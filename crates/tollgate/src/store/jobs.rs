@@ -166,6 +166,8 @@ pub(crate) struct Queue {
     stats: RawStats,
     /// The partition count of the sharded queue this is the base of.
     partitions: Option<u32>,
+    /// Closed to pushes: a partition of a replaced layout.
+    pub(crate) retired: bool,
 }
 
 /// Readiness order: higher priority first, then push order.
@@ -568,9 +570,32 @@ impl Queue {
         let implied = self.partitions.is_none() && current == Some(want);
         if store && (current == expect || current.is_none() || implied) {
             self.partitions = Some(want);
+            // Partitioned, this queue itself takes no jobs; with one
+            // partition it is the queue.
+            self.retired = want > 1;
             return (want, true);
         }
         (current.unwrap_or(want), self.partitions.is_some())
+    }
+
+    /// Closes the queue to pushes if it holds nothing (`close`), or opens
+    /// it again. Returns whether that was done, and the ready, delayed,
+    /// in-flight and dead counts.
+    pub(crate) fn retire(&mut self, close: bool) -> (bool, [u64; 4]) {
+        let counts = [
+            self.ready.len() as u64,
+            self.delayed.len() as u64,
+            self.in_flight.len() as u64,
+            self.dead.len() as u64,
+        ];
+        if !close {
+            self.retired = false;
+        } else if counts.iter().any(|n| *n > 0) {
+            return (false, counts);
+        } else {
+            self.retired = true;
+        }
+        (true, counts)
     }
 
     pub(crate) fn stats(&mut self, now: u64) -> RawStats {

@@ -116,8 +116,12 @@ impl MemoryStore {
         self.with_queue(q, |queue, _| (queue.layout(want, expect, store), false))
     }
 
-    pub(crate) fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Vec<PushOutcome> {
+    /// `None` if the queue is retired (a partition of a replaced layout).
+    pub(crate) fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Option<Vec<PushOutcome>> {
         self.with_queue(q, |queue, now| {
+            if queue.retired {
+                return (None, 0);
+            }
             let mut woken = 0;
             let outcomes = reqs
                 .iter()
@@ -127,8 +131,12 @@ impl MemoryStore {
                     outcome
                 })
                 .collect();
-            (outcomes, woken)
+            (Some(outcomes), woken)
         })
+    }
+
+    pub(crate) fn job_retire(&self, q: &Name, close: bool) -> (bool, [u64; 4]) {
+        self.with_queue(q, |queue, _| (queue.retire(close), false))
     }
 
     pub(crate) fn limit(&self, limiter: &Name, key: &str, limit: &Limit, cost: u64) -> Decision {

@@ -249,8 +249,18 @@ impl Store {
         reqs: &[jobs::PushReq<'_>],
     ) -> Result<Vec<jobs::PushOutcome>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_push(q, reqs)),
+            Backend::Memory(s) => s.job_push(q, reqs).ok_or_else(|| Error::retired(q.as_str())),
             Backend::Redis(s) => s.job_push(q, reqs).await,
+        }
+    }
+
+    /// Closes queue `q` to pushes while it holds nothing (`close`), or
+    /// opens it again, in one step. Answers whether that was done, and the
+    /// ready, delayed, in-flight and dead counts.
+    pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_retire(q, close)),
+            Backend::Redis(s) => s.job_retire(q, close).await,
         }
     }
 

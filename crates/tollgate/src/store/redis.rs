@@ -1141,6 +1141,16 @@ impl RedisStore {
         }
     }
 
+    pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
+        let r: Vec<i64> = self.run_jobs(q, "retire", if close { "1" } else { "0" }).await?;
+        match r.as_slice() {
+            [done, counts @ ..] if counts.len() == 4 => {
+                Ok((*done == 1, [0, 1, 2, 3].map(|i| counts[i].max(0) as u64)))
+            }
+            _ => Err(unexpected("retire", &r)),
+        }
+    }
+
     /// Pushes a batch of jobs in one script call.
     pub(crate) async fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
         let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + 10 * reqs.len());

@@ -210,6 +210,11 @@ if op == 'push' then
   -- Reply: two per job: {1, run_at} pushed; {2, 0} kept the existing job;
   --        {3, run_at} replaced; {4, 0} in flight, dead or kept as
   --        completed: not replaced
+  -- A partition of a layout that was repartitioned away takes no job.
+  if redis.call('HEXISTS', KM, 'retired') == 1 then
+    return redis.error_reply('RETIRED this queue belongs to a partition layout that was replaced; ' ..
+      'use the partition count in force')
+  end
   local k = tonumber(ARGV[4])
   -- s counts pushes and replacements (pushed = s - replaced); a kept
   -- duplicate leaves a gap in it, which is harmless.
@@ -530,10 +535,34 @@ if op == 'layout' then
   end
   if ARGV[6] == '1' and (current == ARGV[5] or current == '' or (stored == '' and current == ARGV[4])) then
     redis.call('HSET', KM, 'partitions', ARGV[4])
+    -- Partitioned, this queue itself takes no jobs (a plain producer's
+    -- push would be stranded); with one partition it is the queue.
+    if ARGV[4] == '1' then
+      redis.call('HDEL', KM, 'retired')
+    else
+      redis.call('HSET', KM, 'retired', '1')
+    end
     return {tonumber(ARGV[4]), 1}
   end
   if current == '' then return {tonumber(ARGV[4]), 0} end
   return {tonumber(current), stored ~= '' and 1 or 0}
+end
+
+if op == 'retire' then
+  -- Closes the queue to pushes (a partition of a layout being replaced),
+  -- only while it holds nothing; or opens it again.
+  -- ARGV: 4 '1' to close, '0' to open. Reply: {1 if done, ready, delayed,
+  -- in flight, dead}
+  local ready, delayed = redis.call('ZCARD', KR), redis.call('ZCARD', KW)
+  local running, dead = redis.call('ZCARD', KF), redis.call('ZCARD', KX)
+  if ARGV[4] == '0' then
+    redis.call('HDEL', KM, 'retired')
+  elseif ready + delayed + running + dead > 0 then
+    return {0, ready, delayed, running, dead}
+  else
+    redis.call('HSET', KM, 'retired', '1')
+  end
+  return {1, ready, delayed, running, dead}
 end
 
 if op == 'stats' then
