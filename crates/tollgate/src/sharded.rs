@@ -332,45 +332,80 @@ impl ShardedJobQueue {
                 crate::MAX_BATCH_BYTES
             )));
         }
-        let mut groups: Vec<Vec<(usize, &[u8], PushOptions)>> = vec![Vec::new(); self.parts.len()];
-        for (i, (payload, options)) in jobs.iter().enumerate() {
+        let mut routed = Vec::with_capacity(jobs.len());
+        let mut ids = Vec::with_capacity(jobs.len());
+        for (payload, options) in jobs {
             let mut options = options.clone();
             let id = options.id.get_or_insert_with(new_id).clone();
             // Every job is checked before any partition takes one.
             self.parts[0].prepare(payload.as_ref(), &options)?;
-            groups[self.partition_of(&id)].push((i, payload.as_ref(), options));
+            routed.push((self.partition_of(&id), (payload.as_ref(), options)));
+            ids.push(id);
         }
         self.checked(true).await?;
-        let pushes = groups
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| !g.is_empty())
-            .map(|(p, group)| async move {
-                let batch: Vec<(&[u8], PushOptions)> =
-                    group.iter().map(|(_, b, o)| (*b, o.clone())).collect();
-                (group, self.parts[p].push_many(&batch).await)
-            });
-        let mut answers: Vec<Option<Result<Pushed, PushFailed>>> = (0..jobs.len()).map(|_| None).collect();
-        for (group, pushed) in join_all(pushes).await {
-            match pushed {
-                Ok(pushed) => {
-                    for ((i, _, _), p) in group.iter().zip(pushed) {
-                        answers[*i] = Some(Ok(p));
+        self.per_partition(
+            routed,
+            |part, batch| async move { part.push_many(&batch).await },
+            |i, e| PushFailed {
+                id: ids[i].clone(),
+                error: e.duplicate(),
+            },
+        )
+        .await
+    }
+
+    /// Runs `step` once per partition on that partition's share of `items`
+    /// (each given with its partition), the partitions at once. Answers
+    /// per item, in order; the items of a partition whose step failed get
+    /// `failed(index of the item, error)`.
+    async fn per_partition<'a, T, R, E, Step>(
+        &'a self,
+        items: Vec<(usize, T)>,
+        step: impl Fn(&'a JobQueue, Vec<T>) -> Step,
+        failed: impl Fn(usize, &Error) -> E,
+    ) -> Result<Vec<Result<R, E>>>
+    where
+        Step: std::future::Future<Output = Result<Vec<R>>>,
+    {
+        let count = items.len();
+        let mut groups: Vec<(Vec<usize>, Vec<T>)> =
+            (0..self.parts.len()).map(|_| Default::default()).collect();
+        for (i, (p, item)) in items.into_iter().enumerate() {
+            groups[p].0.push(i);
+            groups[p].1.push(item);
+        }
+        let mut at_each = Vec::new();
+        let mut steps = Vec::new();
+        for (p, (at, batch)) in groups.into_iter().enumerate() {
+            if !at.is_empty() {
+                at_each.push(at);
+                steps.push(step(&self.parts[p], batch));
+            }
+        }
+        let mut answers: Vec<Option<Result<R, E>>> = (0..count).map(|_| None).collect();
+        for (at, answer) in at_each.into_iter().zip(join_all(steps).await) {
+            match answer {
+                Ok(results) if results.len() == at.len() => {
+                    for (i, r) in at.into_iter().zip(results) {
+                        answers[i] = Some(Ok(r));
                     }
                 }
+                Ok(_) => {
+                    return Err(Error::new(
+                        ErrorKind::Store,
+                        "a partition answered for the wrong number of items",
+                    ));
+                }
                 Err(e) => {
-                    for (i, _, options) in group {
-                        answers[*i] = Some(Err(PushFailed {
-                            id: options.id.clone().unwrap_or_default(),
-                            error: e.duplicate(),
-                        }));
+                    for i in at {
+                        answers[i] = Some(Err(failed(i, &e)));
                     }
                 }
             }
         }
         answers
             .into_iter()
-            .map(|a| a.ok_or_else(|| Error::new(ErrorKind::Store, "a job of the batch got no answer")))
+            .map(|a| a.ok_or_else(|| Error::new(ErrorKind::Store, "an item of the batch got no answer")))
             .collect()
     }
 
@@ -504,36 +539,16 @@ impl ShardedJobQueue {
             return Ok(Vec::new());
         }
         self.checked(true).await?;
-        let mut groups: Vec<Vec<(usize, &str, u64)>> = vec![Vec::new(); self.parts.len()];
-        for (i, (id, fence)) in deliveries.iter().enumerate() {
-            groups[self.partition_of(id)].push((i, id, *fence));
-        }
-        let acks = groups
+        let routed = deliveries
             .iter()
-            .enumerate()
-            .filter(|(_, g)| !g.is_empty())
-            .map(|(p, group)| async move {
-                let batch: Vec<(&str, u64)> = group.iter().map(|(_, id, f)| (*id, *f)).collect();
-                (group, self.parts[p].ack_many(&batch).await)
-            });
-        let mut out: Vec<Option<Result<bool>>> = (0..deliveries.len()).map(|_| None).collect();
-        for (group, acked) in join_all(acks).await {
-            match acked {
-                Ok(flags) => {
-                    for ((i, _, _), flag) in group.iter().zip(flags) {
-                        out[*i] = Some(Ok(flag));
-                    }
-                }
-                Err(e) => {
-                    for (i, _, _) in group {
-                        out[*i] = Some(Err(e.duplicate()));
-                    }
-                }
-            }
-        }
-        out.into_iter()
-            .map(|a| a.ok_or_else(|| Error::new(ErrorKind::Store, "a delivery of the batch got no answer")))
-            .collect()
+            .map(|(id, fence)| (self.partition_of(id), (*id, *fence)))
+            .collect();
+        self.per_partition(
+            routed,
+            |part, batch| async move { part.ack_many(&batch).await },
+            |_, e| e.duplicate(),
+        )
+        .await
     }
 
     /// See [`JobQueue::nack`].

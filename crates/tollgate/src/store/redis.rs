@@ -647,14 +647,7 @@ impl RedisStore {
             .set_number_of_retries(2);
         let mut conn = ConnectionManager::new_with_config(client, manager_config.clone())
             .await
-            .map_err(|e| match Error::from(e) {
-                e if e.kind() == ErrorKind::Misconfigured => e,
-                e => Error::new(
-                    ErrorKind::Unavailable,
-                    format!("cannot reach Redis at {}", redacted(&config.url)),
-                )
-                .with_source(e),
-            })?;
+            .map_err(|e| connect_error(e, "Redis", &config.url))?;
         check_not_cluster(&mut conn, &config.url).await?;
         Ok(RedisStore::with_target(
             Conn::Single(conn),
@@ -715,14 +708,7 @@ impl RedisStore {
         let conn = client
             .get_async_connection()
             .await
-            .map_err(|e| match Error::from(e) {
-                e if e.kind() == ErrorKind::Misconfigured => e,
-                e => Error::new(
-                    ErrorKind::Unavailable,
-                    format!("cannot reach the Redis Cluster at {}", redacted(&config.url)),
-                )
-                .with_source(e),
-            })?;
+            .map_err(|e| connect_error(e, "the Redis Cluster", &config.url))?;
         Ok(RedisStore::with_target(
             Conn::Cluster(conn),
             Target::Cluster(nodes, config.clone()),
@@ -1420,6 +1406,19 @@ fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
         position: position.max(0) as u64,
         waiting: waiting.max(0) as u64,
         eta: u64::try_from(eta_ms).ok().map(Duration::from_millis),
+    }
+}
+
+/// Why connecting to `what` at `url` failed: a refused set-up as it is
+/// (`Misconfigured`), anything else as unreachable.
+fn connect_error(e: redis::RedisError, what: &str, url: &str) -> Error {
+    match Error::from(e) {
+        e if e.kind() == ErrorKind::Misconfigured => e,
+        e => Error::new(
+            ErrorKind::Unavailable,
+            format!("cannot reach {what} at {}", redacted(url)),
+        )
+        .with_source(e),
     }
 }
 
