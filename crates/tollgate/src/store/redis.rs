@@ -498,7 +498,7 @@ enum Target {
 impl Target {
     /// A new command connection whose requests may take `extra` longer than
     /// the store's response timeout (a WAIT's own timeout).
-    async fn connect(&self, extra: Duration) -> redis::RedisResult<Conn> {
+    async fn connect(&self, extra: Duration) -> Result<Conn> {
         match self {
             Target::Single(single) => {
                 let (info, config, timeout) = single.as_ref();
@@ -531,8 +531,7 @@ impl Target {
                     config,
                     m.response_timeout + extra,
                 )
-                .await
-                .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
+                .await?;
                 Ok(Conn::Sentinel(own))
             }
         }
@@ -849,12 +848,13 @@ impl RedisStore {
     /// ran, waits until `replicas` replicas have it (`WAIT`), on its own
     /// connection so the wait holds up no one else.
     pub(crate) async fn durable(&self, replicas: u32, timeout: Duration) -> Result<RedisStore> {
-        let conn = self.target.connect(timeout).await.map_err(|e| {
-            Error::new(
+        let conn = self.target.connect(timeout).await.map_err(|e| match e.kind() {
+            ErrorKind::Misconfigured | ErrorKind::InvalidInput => e,
+            _ => Error::new(
                 ErrorKind::Unavailable,
                 "cannot open a connection for durable operations",
             )
-            .with_source(e)
+            .with_source(e),
         })?;
         Ok(RedisStore {
             conn: self.conn.clone(),
