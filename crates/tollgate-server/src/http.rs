@@ -228,14 +228,6 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    /// The `{"code", "message"}` of the error, for answers that carry one
-    /// error per item of a batch.
-    pub(crate) fn item(&self) -> serde_json::Value {
-        json!({"code": self.code, "message": self.message})
-    }
-}
-
-impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
@@ -247,9 +239,13 @@ impl ApiError {
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
-}
 
-impl ApiError {
+    /// The `{"code", "message"}` of the error, for answers that carry one
+    /// error per item of a batch.
+    pub(crate) fn item(&self) -> serde_json::Value {
+        json!({"code": self.code, "message": self.message})
+    }
+
     /// The answer for a library error, without counting it in the
     /// store-error metric (for the items of a batch: the batch counts once).
     pub(crate) fn uncounted(e: &tollgate::Error) -> Self {

@@ -54,13 +54,8 @@ impl Queues {
         let mut partitions = HashMap::new();
         for (name, s) in settings {
             tollgate::Name::new(name).map_err(|e| format!("[queues.{name}]: {e}"))?;
-            if s.partitions == 0 || s.partitions > tollgate::MAX_PARTITIONS {
-                return Err(format!(
-                    "[queues.{name}] partitions = {}: use 1 to {}",
-                    s.partitions,
-                    tollgate::MAX_PARTITIONS
-                ));
-            }
+            ShardedJobQueue::check_partitions(s.partitions)
+                .map_err(|e| format!("[queues.{name}] partitions = {}: {e}", s.partitions))?;
             partitions.insert(name.clone(), s.partitions);
         }
         Ok(Queues {

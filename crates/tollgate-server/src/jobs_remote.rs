@@ -82,13 +82,8 @@ impl Queue {
         // Check the name and partitions before connecting, so bad input
         // never waits on the network.
         tollgate::Name::new(name).map_err(|e| usage(e.to_string()))?;
-        if let Some(k) = target.partitions
-            && (k == 0 || k > tollgate::MAX_PARTITIONS)
-        {
-            return Err(usage(format!(
-                "--partitions {k}: use 1 to {}",
-                tollgate::MAX_PARTITIONS
-            )));
+        if let Some(k) = target.partitions {
+            ShardedJobQueue::check_partitions(k).map_err(|e| usage(format!("--partitions {k}: {e}")))?;
         }
         let Some(server) = &store.server else {
             let store = connect(store).await.map_err(|code| Failure {

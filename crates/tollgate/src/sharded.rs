@@ -63,15 +63,6 @@ struct LayoutCheck {
     rechecking: AtomicBool,
 }
 
-fn check_partitions(partitions: usize) -> Result<u32> {
-    if partitions == 0 || partitions > MAX_PARTITIONS {
-        return Err(Error::invalid(format!(
-            "a sharded queue has 1 to {MAX_PARTITIONS} partitions"
-        )));
-    }
-    Ok(partitions as u32)
-}
-
 fn conflict(name: &Name, stored: u32, asked: usize) -> Error {
     Error::new(
         ErrorKind::PartitionConflict,
@@ -83,6 +74,17 @@ fn conflict(name: &Name, stored: u32, asked: usize) -> Error {
 }
 
 impl ShardedJobQueue {
+    /// Checks a partition count (1 to [`MAX_PARTITIONS`]) without making a
+    /// queue: for settings read before a store is at hand.
+    pub fn check_partitions(partitions: usize) -> Result<u32> {
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(Error::invalid(format!(
+                "a sharded queue has 1 to {MAX_PARTITIONS} partitions"
+            )));
+        }
+        Ok(partitions as u32)
+    }
+
     /// The queue `name` over `partitions` (1 to 256) partitions, named
     /// `<name>:p0of<K>` … `<name>:p<K-1>of<K>` (so two layouts never share
     /// a partition). With one partition it is the plain [`JobQueue`]
@@ -94,7 +96,7 @@ impl ShardedJobQueue {
     /// [`ErrorKind::PartitionConflict`] on its first call, or at its next
     /// re-check (every 10 s, see [`ShardedJobQueue::recheck_every`]).
     pub fn new(store: &Store, name: &str, partitions: usize) -> Result<ShardedJobQueue> {
-        check_partitions(partitions)?;
+        ShardedJobQueue::check_partitions(partitions)?;
         let base = Name::new(name)?;
         let parts = if partitions == 1 {
             vec![JobQueue::new(store, name)?]
@@ -131,7 +133,7 @@ impl ShardedJobQueue {
     /// Running it again finishes a change that was interrupted; running it
     /// with the old count undoes one.
     pub async fn repartition(store: &Store, name: &str, partitions: usize) -> Result<()> {
-        let want = check_partitions(partitions)?;
+        let want = ShardedJobQueue::check_partitions(partitions)?;
         let base = Name::new(name)?;
         let new = ShardedJobQueue::new(store, name, partitions)?;
         let (current, _) = store.job_layout(&base, want, None, true).await?;

@@ -555,6 +555,17 @@ impl Queue {
         n
     }
 
+    /// What the queue holds: ready, delayed, in flight, dead.
+    fn counts(&self) -> [u64; 4] {
+        [
+            &self.ready.len(),
+            &self.delayed.len(),
+            &self.in_flight.len(),
+            &self.dead.len(),
+        ]
+        .map(|n| *n as u64)
+    }
+
     /// The partition count in force for the sharded queue named like this
     /// one (as the `layout` op of jobs.lua): the stored one; else 1 if this
     /// queue holds jobs; else none. With `store`, stores `want` when the
@@ -562,10 +573,7 @@ impl Queue {
     /// Returns the count in force afterwards (`want` if none) and whether
     /// it is stored.
     pub(crate) fn layout(&mut self, want: u32, expect: Option<u32>, store: bool) -> (u32, bool) {
-        let holds_jobs = !(self.ready.is_empty()
-            && self.delayed.is_empty()
-            && self.in_flight.is_empty()
-            && self.dead.is_empty());
+        let holds_jobs = self.counts().iter().any(|n| *n > 0);
         let current = self.partitions.or(holds_jobs.then_some(1));
         let implied = self.partitions.is_none() && current == Some(want);
         if store && (current == expect || current.is_none() || implied) {
@@ -582,12 +590,7 @@ impl Queue {
     /// it again. Returns whether that was done, and the ready, delayed,
     /// in-flight and dead counts.
     pub(crate) fn retire(&mut self, close: bool) -> (bool, [u64; 4]) {
-        let counts = [
-            self.ready.len() as u64,
-            self.delayed.len() as u64,
-            self.in_flight.len() as u64,
-            self.dead.len() as u64,
-        ];
+        let counts = self.counts();
         if !close {
             self.retired = false;
         } else if counts.iter().any(|n| *n > 0) {

@@ -1411,8 +1411,8 @@ fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
 
 /// Why connecting to `what` at `url` failed: a refused set-up as it is
 /// (`Misconfigured`), anything else as unreachable.
-fn connect_error(e: redis::RedisError, what: &str, url: &str) -> Error {
-    match Error::from(e) {
+fn connect_error(e: impl Into<Error>, what: &str, url: &str) -> Error {
+    match e.into() {
         e if e.kind() == ErrorKind::Misconfigured => e,
         e => Error::new(
             ErrorKind::Unavailable,
@@ -1456,20 +1456,16 @@ pub(crate) fn redacted(url: &str) -> String {
 /// slots would answer MOVED on every call. A server that will not say
 /// (INFO disallowed) is taken as it is.
 async fn check_not_cluster(conn: &mut ConnectionManager, url: &str) -> Result<()> {
-    let url = redacted(url);
     let info: String = match redis::cmd("INFO").arg("cluster").query_async(conn).await {
         Ok(info) => info,
         // A user whose ACL forbids INFO (say `-@dangerous`): no verdict.
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => return Ok(()),
         Err(e) => {
             return match Error::from(e) {
-                e if e.kind() == ErrorKind::Unavailable => Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!("cannot reach Redis at {url}"),
-                )
-                .with_source(e)),
-                // A password that is needed and was not given (NOAUTH).
-                e if e.kind() == ErrorKind::Misconfigured => Err(e),
+                // Unreachable, or a password needed and not given (NOAUTH).
+                e if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Misconfigured) => {
+                    Err(connect_error(e, "Redis", url))
+                }
                 _ => Ok(()),
             };
         }
@@ -1478,7 +1474,8 @@ async fn check_not_cluster(conn: &mut ConnectionManager, url: &str) -> Result<()
         return Err(Error::new(
             ErrorKind::Misconfigured,
             format!(
-                "{url} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] so calls reach each slot's master"
+                "{} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] so calls reach each slot's master",
+                redacted(url)
             ),
         ));
     }

@@ -519,6 +519,11 @@ if op == 'purge' then
   return {n}
 end
 
+-- What the queue holds: ready, delayed, in flight, dead.
+local function counts()
+  return redis.call('ZCARD', KR), redis.call('ZCARD', KW), redis.call('ZCARD', KF), redis.call('ZCARD', KX)
+end
+
 if op == 'layout' then
   -- The partition count in force for the sharded queue based on this one:
   -- the stored one; else 1 if this queue holds jobs; else none.
@@ -529,8 +534,8 @@ if op == 'layout' then
   --         1 if that count is stored}
   local stored = redis.call('HGET', KM, 'partitions') or ''
   local current = stored
-  if current == '' and (redis.call('ZCARD', KR) + redis.call('ZCARD', KW) + redis.call('ZCARD', KF)
-      + redis.call('ZCARD', KX)) > 0 then
+  local ready, delayed, running, dead = counts()
+  if current == '' and ready + delayed + running + dead > 0 then
     current = '1'
   end
   if ARGV[6] == '1' and (current == ARGV[5] or current == '' or (stored == '' and current == ARGV[4])) then
@@ -553,8 +558,7 @@ if op == 'retire' then
   -- only while it holds nothing; or opens it again.
   -- ARGV: 4 '1' to close, '0' to open. Reply: {1 if done, ready, delayed,
   -- in flight, dead}
-  local ready, delayed = redis.call('ZCARD', KR), redis.call('ZCARD', KW)
-  local running, dead = redis.call('ZCARD', KF), redis.call('ZCARD', KX)
+  local ready, delayed, running, dead = counts()
   if ARGV[4] == '0' then
     redis.call('HDEL', KM, 'retired')
   elseif ready + delayed + running + dead > 0 then
