@@ -67,14 +67,14 @@ pub(crate) async fn end_session(
     Path((name, session)): Path<(String, String)>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let room = room(&state, &name)?;
-    if room.end_session(&session).await {
-        Ok(axum::Json(json!({"ended": true})))
-    } else {
-        Err(ApiError::new(
+    match room.end_session(&session).await? {
+        tollgate::Left::Released => Ok(axum::Json(json!({"ended": true, "was": "active"}))),
+        tollgate::Left::Cancelled => Ok(axum::Json(json!({"ended": true, "was": "waiting"}))),
+        tollgate::Left::Unknown => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "session_not_found",
-            "no active session with this id",
-        ))
+            "no active or waiting session with this id",
+        )),
     }
 }
 
@@ -101,8 +101,15 @@ pub(crate) async fn resume(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RateBody {
-    /// New admissions a minute at most; null removes the cap.
-    per_minute: Option<u32>,
+    /// New admissions a minute at most; null removes the cap. Required:
+    /// `{}` must not silently remove pacing.
+    #[serde(default, deserialize_with = "present")]
+    per_minute: Option<Option<u32>>,
+}
+
+/// A field that may be null but must be there: `Some(None)` for null.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
+    Option::<u32>::deserialize(d).map(Some)
 }
 
 /// `PUT /v1/rooms/{room}/admission_rate`.
@@ -113,13 +120,13 @@ pub(crate) async fn set_admission_rate(
 ) -> Result<axum::Json<Value>, ApiError> {
     let room = room(&state, &name)?;
     let interval = match body.per_minute {
-        None => None,
-        Some(0) => {
+        None => {
             return Err(ApiError::bad_request(
-                "per_minute must be at least 1, or null for no cap",
+                "give per_minute: new admissions a minute, or null for no cap",
             ));
         }
-        Some(n) => Some(super::admission_interval(n)),
+        Some(None) => None,
+        Some(Some(n)) => Some(super::admission_interval(n).map_err(ApiError::bad_request)?),
     };
     room.gate().set_admission_interval(interval).await?;
     Ok(axum::Json(stats_of(&room).await?))

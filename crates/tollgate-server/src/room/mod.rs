@@ -9,6 +9,7 @@
 
 pub(crate) mod admin;
 mod page;
+mod path;
 mod proxy;
 mod token;
 
@@ -26,7 +27,7 @@ use serde_json::json;
 use tollgate::{Entered, ErrorKind, Gate, GateOptions, Limit, RateLimiter, Store, TicketStatus, client_ip};
 
 use self::page::Page;
-use self::proxy::Upstream;
+use self::proxy::{Hop, Upstream};
 use self::token::{Keys, Visitor};
 
 /// The request header (and response header) that carries a visitor's token
@@ -37,6 +38,8 @@ pub(crate) const SESSION_HEADER: &str = "tollgate-session";
 /// Request header the upstream gets: the admitted visitor's session id, to
 /// end it through the admin API.
 pub(crate) const VISITOR_HEADER: &str = "tollgate-visitor";
+/// What a waiter asking too often is told.
+const KEPT: &str = "asking too often; your place in line is kept";
 /// Paths under this prefix are the rooms' own endpoints.
 pub(crate) const OWN_PATHS: &str = "/.tollgate/";
 
@@ -69,6 +72,10 @@ pub(crate) struct RoomSettings {
     /// How often one waiting visitor may ask for its status, per server.
     /// Default 5/s.
     pub(crate) status_rate: Option<String>,
+    /// How often one client address may arrive without a valid token
+    /// (each arrival may take a place in line), per server. Default 20/s,
+    /// with bursts of as many. `"off"`: no cap.
+    pub(crate) arrival_rate: Option<String>,
     /// `closed` (default: a "try again" page, 503) or `open` (let
     /// visitors through) while the store is unreachable.
     pub(crate) on_store_error: Option<String>,
@@ -92,9 +99,21 @@ pub(crate) struct RoomSettings {
     /// Proxies in front of tollgate whose `X-Forwarded-For` is believed.
     #[serde(default)]
     pub(crate) trusted_proxies: Vec<String>,
+    /// Protocols a request may upgrade to (the `Upgrade` header), lower
+    /// case. Default `["websocket"]`; anything else is refused with a 400.
+    pub(crate) upgrades: Option<Vec<String>>,
     /// Mark the cookie `Secure` (set when visitors reach tollgate over
     /// HTTPS through a proxy). Default false.
     pub(crate) secure_cookie: Option<bool>,
+}
+
+/// Why a request passes without queueing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bypass {
+    /// A bypass path: assets and health checks, open to anyone.
+    Path,
+    /// A bypass address or header: the operator's own.
+    Trusted,
 }
 
 /// What happens while the store cannot be asked.
@@ -116,6 +135,8 @@ pub(crate) struct Room {
     /// Renew an active visitor's lease when its token is older than this.
     renew_every: Duration,
     status_limit: RateLimiter,
+    /// Per client address, for arrivals (new places in line); per server.
+    arrival_limit: Option<RateLimiter>,
     on_store_error: OnStoreError,
     store_timeout: Duration,
     page: Page,
@@ -126,6 +147,7 @@ pub(crate) struct Room {
     bypass_ips: Vec<IpNet>,
     bypass_header: Option<(HeaderName, HeaderValue)>,
     trusted_proxies: Vec<IpNet>,
+    upgrades: Vec<String>,
     cookie_name: String,
     secure_cookie: bool,
     metrics: RoomMetrics,
@@ -156,9 +178,19 @@ fn nets(field: &str, list: &[String]) -> Result<Vec<IpNet>, String> {
         .collect()
 }
 
+/// Most admissions a minute a cap may name: one per 10 ms. For more,
+/// remove the cap.
+pub(crate) const MAX_ADMISSIONS_PER_MINUTE: u32 = 6_000;
+
 /// The least interval between admissions for `per_minute` of them.
-pub(crate) fn admission_interval(per_minute: u32) -> Duration {
-    Duration::from_millis(60_000u64.div_ceil(u64::from(per_minute.max(1))).max(10))
+pub(crate) fn admission_interval(per_minute: u32) -> Result<Duration, String> {
+    if per_minute == 0 || per_minute > MAX_ADMISSIONS_PER_MINUTE {
+        return Err(format!(
+            "admissions per minute must be 1 to {MAX_ADMISSIONS_PER_MINUTE} (got {per_minute}); \
+             for more, remove the cap"
+        ));
+    }
+    Ok(Duration::from_millis(60_000u64.div_ceil(u64::from(per_minute))))
 }
 
 fn check_room_name(name: &str) -> Result<(), String> {
@@ -207,6 +239,24 @@ impl Room {
         )
         .map_err(|e| at(e.to_string()))?
         .on_store_error(tollgate::OnStoreError::Open);
+        // Per server too: a client without a token cannot hold more than
+        // this many new places a second, whichever server it asks.
+        let arrival_limit = match s.arrival_rate.as_deref().unwrap_or("20/s") {
+            "off" => None,
+            text => {
+                let rate: tollgate::Rate = text
+                    .parse()
+                    .map_err(|e: tollgate::Error| at(format!("arrival_rate: {e}")))?;
+                let limiter = RateLimiter::new(
+                    &Store::memory(),
+                    &format!("room:{name}:arrivals"),
+                    Limit::gcra(rate, rate.count()).map_err(|e| at(e.to_string()))?,
+                )
+                .map_err(|e| at(e.to_string()))?
+                .on_store_error(tollgate::OnStoreError::Open);
+                Some(limiter)
+            }
+        };
         let on_store_error = match s.on_store_error.as_deref().unwrap_or("closed") {
             "open" => OnStoreError::Open,
             "closed" => OnStoreError::Closed,
@@ -230,19 +280,24 @@ impl Room {
                 Some((name, value))
             }
         };
-        let path_prefix = s.path_prefix.clone().unwrap_or_else(|| "/".to_owned());
+        let path_prefix = s.path_prefix.as_deref().unwrap_or("/");
         if !path_prefix.starts_with('/') {
             return Err(at(format!("path_prefix = {path_prefix:?} must start with /")));
         }
+        let path_prefix = path::prefix(path_prefix).map_err(|e| at(format!("path_prefix = {e}")))?;
+        let bypass_paths = s
+            .bypass_paths
+            .iter()
+            .map(|p| path::prefix(p).map_err(|e| at(format!("bypass_paths: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
         let page = match &s.page {
             None => Page::default_page(),
             Some(path) => Page::from_file(path).map_err(at)?,
         };
-        let admission_interval = match s.admissions_per_minute {
-            None => None,
-            Some(0) => return Err(at("admissions_per_minute must be at least 1".to_owned())),
-            Some(n) => Some(admission_interval(n)),
-        };
+        let admission_interval = s
+            .admissions_per_minute
+            .map(|n| admission_interval(n).map_err(|e| at(format!("admissions_per_minute: {e}"))))
+            .transpose()?;
         Ok(Room {
             name: name.to_owned(),
             gate,
@@ -257,16 +312,21 @@ impl Room {
             session_ttl,
             renew_every: session_ttl / 4,
             status_limit,
+            arrival_limit,
             on_store_error,
             store_timeout: Duration::from_millis(s.store_timeout_ms.unwrap_or(500).clamp(1, 60_000)),
             page,
             queued_status,
             hosts: s.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             path_prefix,
-            bypass_paths: s.bypass_paths.clone(),
+            bypass_paths,
             bypass_ips: nets("bypass_ips", &s.bypass_ips).map_err(at)?,
             bypass_header,
             trusted_proxies: nets("trusted_proxies", &s.trusted_proxies).map_err(at)?,
+            upgrades: s.upgrades.as_ref().map_or_else(
+                || vec!["websocket".to_owned()],
+                |list| list.iter().map(|p| p.trim().to_ascii_lowercase()).collect(),
+            ),
             cookie_name: format!("tollgate_{name}"),
             secure_cookie: s.secure_cookie.unwrap_or(false),
             metrics: RoomMetrics::new(name),
@@ -321,7 +381,7 @@ impl Room {
                     .to_ascii_lowercase();
                 self.hosts.contains(&h)
             });
-        host_ok && path.starts_with(&self.path_prefix)
+        host_ok && path::under(path, &self.path_prefix)
     }
 }
 
@@ -364,13 +424,9 @@ impl Rooms {
         req: Request<hyper::body::Incoming>,
         peer: SocketAddr,
     ) -> Response<Body> {
-        let path = req.uri().path().to_owned();
-        if let Some(rest) = path.strip_prefix(OWN_PATHS) {
-            let (room, action) = rest.split_once('/').unwrap_or((rest, ""));
-            return match self.get(room) {
-                Some(r) => r.own(req, action).await,
-                None => plain(StatusCode::NOT_FOUND, "no such waiting room"),
-            };
+        let mut req = req;
+        if req.method() == Method::CONNECT {
+            return plain(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not served here");
         }
         let host = req
             .headers()
@@ -378,6 +434,28 @@ impl Rooms {
             .and_then(|h| h.to_str().ok())
             .or_else(|| req.uri().host())
             .map(str::to_owned);
+        // One normal form, before any matching; the upstream gets it too.
+        let path = match path::normalize(req.uri().path()) {
+            Ok(p) => p,
+            Err(e) => return plain(StatusCode::BAD_REQUEST, &format!("bad request: {e}")),
+        };
+        if path != req.uri().path() {
+            let target = match req.uri().query() {
+                Some(q) => format!("{path}?{q}"),
+                None => path.clone(),
+            };
+            let Ok(uri) = target.parse() else {
+                return plain(StatusCode::BAD_REQUEST, "bad request: the address cannot be read");
+            };
+            *req.uri_mut() = uri;
+        }
+        if let Some(rest) = path.strip_prefix(OWN_PATHS) {
+            let (room, action) = rest.split_once('/').unwrap_or((rest, ""));
+            return match self.get(room) {
+                Some(r) => r.own(req, action).await,
+                None => plain(StatusCode::NOT_FOUND, "no such waiting room"),
+            };
+        }
         match self.rooms.iter().find(|r| r.matches(host.as_deref(), &path)) {
             Some(room) => room.visit(req, peer).await,
             None => plain(StatusCode::NOT_FOUND, "no waiting room serves this address"),
@@ -521,14 +599,20 @@ impl Room {
         }
     }
 
-    fn bypassed(&self, req: &Request<hyper::body::Incoming>, client: IpAddr) -> bool {
-        let path = req.uri().path();
-        self.bypass_paths.iter().any(|p| path.starts_with(p.as_str()))
-            || self.bypass_ips.iter().any(|n| n.contains(&client))
+    /// Whether the request passes without queueing, and why.
+    fn bypassed(&self, req: &Request<hyper::body::Incoming>, client: IpAddr) -> Option<Bypass> {
+        if self.bypass_paths.iter().any(|p| path::under(req.uri().path(), p)) {
+            Some(Bypass::Path)
+        } else if self.bypass_ips.iter().any(|n| n.contains(&client))
             || self
                 .bypass_header
                 .as_ref()
                 .is_some_and(|(n, v)| req.headers().get(n) == Some(v))
+        {
+            Some(Bypass::Trusted)
+        } else {
+            None
+        }
     }
 
     /// A request for the site behind the room.
@@ -536,30 +620,68 @@ impl Room {
         // Tollgate-Visitor reaching the upstream is only ever the room's own.
         req.headers_mut().remove(VISITOR_HEADER);
         let client = client_ip(peer.ip(), req.headers(), &self.trusted_proxies);
-        if self.bypassed(&req, client) {
+        let bypass = self.bypassed(&req, client);
+        // Only the listed protocols upgrade, and never on a bypassed path:
+        // a tunnel there would carry later requests past the room.
+        let may_upgrade = match proxy::upgrade_protocols(req.headers()) {
+            None => false,
+            Some(_) if bypass == Some(Bypass::Path) => {
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "bad request: no upgrade on a path that bypasses the waiting room",
+                );
+            }
+            Some(asked) => match asked.iter().find(|p| !self.upgrades.contains(p)) {
+                Some(refused) => {
+                    return plain(
+                        StatusCode::BAD_REQUEST,
+                        &format!("bad request: upgrading to {refused:?} is not allowed here"),
+                    );
+                }
+                None => true,
+            },
+        };
+        let hop = Hop {
+            client,
+            peer: peer.ip(),
+            trusted_peer: self.trusted_proxies.iter().any(|n| n.contains(&peer.ip())),
+            may_upgrade,
+        };
+        if bypass.is_some() {
             self.metrics.bypassed.increment(1);
             return self
                 .upstream
-                .forward(req, client, &self.cookie_name, &self.metrics)
+                .forward(req, hop, &self.cookie_name, &self.metrics)
                 .await;
         }
         match self.visitor(req.headers()) {
-            Some(Visitor::Active { token, renewed_ms }) => self.active(req, client, token, renewed_ms).await,
+            Some(Visitor::Active { token, renewed_ms }) => self.active(req, hop, token, renewed_ms).await,
             Some(Visitor::Waiting {
                 ticket,
                 since_ms,
                 eta_ms,
-            }) => self.waiting(req, client, ticket, since_ms, eta_ms).await,
-            None => self.arrive(req, client).await,
+            }) => self.waiting(req, hop, ticket, since_ms, eta_ms).await,
+            None => self.arrive(req, hop).await,
         }
     }
 
-    async fn arrive(&self, req: Request<hyper::body::Incoming>, client: IpAddr) -> Response<Body> {
+    async fn arrive(&self, req: Request<hyper::body::Incoming>, hop: Hop) -> Response<Body> {
+        if let Some(limit) = &self.arrival_limit
+            && let Ok(d) = limit.check(&hop.client.to_string(), 1).await
+            && !d.allowed
+        {
+            self.metrics.arrivals_limited.increment(1);
+            return self.slow_down(
+                req.headers(),
+                d.retry_after,
+                "too many arrivals from your address; try again shortly",
+            );
+        }
         match bounded(self.store_timeout, self.gate.enter(1, true)).await {
             Ok(Entered::Granted(g)) => {
                 self.metrics.admitted.increment(1);
                 self.metrics.wait.record(0.0);
-                self.forward_active(req, client, &g.token, true).await
+                self.forward_active(req, hop, &g.token, true).await
             }
             Ok(Entered::Queued { ticket, place }) => {
                 self.metrics.queued.increment(1);
@@ -577,32 +699,32 @@ impl Room {
                 self.attach(&mut response, &signed, Duration::from_secs(24 * 3600));
                 response
             }
-            Ok(Entered::Busy(_)) => self.store_down(req, client, None).await,
-            Err(e) => self.store_down(req, client, Some(e)).await,
+            Ok(Entered::Busy(_)) => self.store_down(req, hop, None).await,
+            Err(e) => self.store_down(req, hop, Some(e)).await,
         }
     }
 
     async fn active(
         &self,
         req: Request<hyper::body::Incoming>,
-        client: IpAddr,
+        hop: Hop,
         token: String,
         renewed_ms: u64,
     ) -> Response<Body> {
         let age = Duration::from_millis(now_ms().saturating_sub(renewed_ms));
         if age < self.renew_every {
-            return self.forward_active(req, client, &token, false).await;
+            return self.forward_active(req, hop, &token, false).await;
         }
         // Activity refreshes the session; a lease that ended (idle past its
         // TTL, or the session was ended) means starting over.
         match bounded(self.store_timeout, self.gate.renew(&token, self.session_ttl)).await {
-            Ok(_) => self.forward_active(req, client, &token, true).await,
+            Ok(_) => self.forward_active(req, hop, &token, true).await,
             Err(e) if e.kind() == ErrorKind::LeaseLost => {
                 self.metrics.expired_sessions.increment(1);
-                self.arrive(req, client).await
+                self.arrive(req, hop).await
             }
-            Err(e) if is_store_error(&e) => self.store_down(req, client, Some(e)).await,
-            Err(_) => self.arrive(req, client).await,
+            Err(e) if is_store_error(&e) => self.store_down(req, hop, Some(e)).await,
+            Err(_) => self.arrive(req, hop).await,
         }
     }
 
@@ -612,7 +734,7 @@ impl Room {
     async fn forward_active(
         &self,
         req: Request<hyper::body::Incoming>,
-        client: IpAddr,
+        hop: Hop,
         token: &str,
         fresh_token: bool,
     ) -> Response<Body> {
@@ -622,14 +744,14 @@ impl Room {
         }
         let mut response = self
             .upstream
-            .forward(req, client, &self.cookie_name, &self.metrics)
+            .forward(req, hop, &self.cookie_name, &self.metrics)
             .await;
         let end = response
             .headers_mut()
             .remove(SESSION_HEADER)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
         if end {
-            self.end_session(token).await;
+            let _ = self.end_session(token).await;
             response
                 .headers_mut()
                 .append(header::SET_COOKIE, self.clear_cookie());
@@ -639,26 +761,22 @@ impl Room {
         response
     }
 
-    /// Frees an admitted visitor's slot at once (the next in line is
-    /// admitted in the same step).
-    pub(crate) async fn end_session(&self, token: &str) -> bool {
-        match bounded(self.store_timeout, self.gate.leave(token)).await {
-            Ok(tollgate::Left::Released) => {
-                self.metrics.ended_sessions.increment(1);
-                true
-            }
-            Ok(_) => false,
-            Err(e) => {
-                tracing::warn!(room = %self.name, error = %e, "could not end a session");
-                false
-            }
+    /// Ends a visitor's session at once: an admitted visitor's slot goes to
+    /// the next in line in the same step; a waiting one leaves the line.
+    pub(crate) async fn end_session(&self, token: &str) -> tollgate::Result<tollgate::Left> {
+        let left = bounded(self.store_timeout, self.gate.leave(token)).await;
+        match &left {
+            Ok(tollgate::Left::Released) => self.metrics.ended_sessions.increment(1),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(room = %self.name, error = %e, "could not end a session"),
         }
+        left
     }
 
     async fn waiting(
         &self,
         req: Request<hyper::body::Incoming>,
-        client: IpAddr,
+        hop: Hop,
         ticket: String,
         since_ms: u64,
         eta_ms: Option<u64>,
@@ -669,21 +787,21 @@ impl Room {
             && !d.allowed
         {
             self.metrics.status_limited.increment(1);
-            return self.slow_down(req.headers(), d.retry_after);
+            return self.slow_down(req.headers(), d.retry_after, KEPT);
         }
         match bounded(self.store_timeout, self.gate.status(&ticket)).await {
             Ok(TicketStatus::Granted(g)) => {
                 self.admitted_after(since_ms, eta_ms);
-                self.forward_active(req, client, &g.token, true).await
+                self.forward_active(req, hop, &g.token, true).await
             }
             Ok(TicketStatus::Queued(place)) => self.queued_page(req.headers(), Shown::of(&place)),
             Ok(TicketStatus::Gone) => {
                 // Left the line (silent past the grace): a new arrival.
                 self.metrics.abandoned.increment(1);
-                self.arrive(req, client).await
+                self.arrive(req, hop).await
             }
-            Err(e) if is_store_error(&e) => self.store_down(req, client, Some(e)).await,
-            Err(_) => self.arrive(req, client).await,
+            Err(e) if is_store_error(&e) => self.store_down(req, hop, Some(e)).await,
+            Err(_) => self.arrive(req, hop).await,
         }
     }
 
@@ -727,11 +845,10 @@ impl Room {
         response
     }
 
-    fn slow_down(&self, headers: &HeaderMap, retry_after: Duration) -> Response<Body> {
+    fn slow_down(&self, headers: &HeaderMap, retry_after: Duration, message: &str) -> Response<Body> {
         let secs = retry_after.as_millis().div_ceil(1000).max(1) as u64;
         let mut response = if wants_json(headers) {
-            let body = json!({"error": {"code": "rate_limited",
-                "message": "asking too often; your place in line is kept"}});
+            let body = json!({"error": {"code": "rate_limited", "message": message}});
             let mut r = Response::new(Body::from(body.to_string()));
             r.headers_mut()
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -746,9 +863,9 @@ impl Room {
             r
         };
         *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        let h = response.headers_mut();
+        h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         response
     }
 
@@ -757,7 +874,7 @@ impl Room {
     async fn store_down(
         &self,
         req: Request<hyper::body::Incoming>,
-        client: IpAddr,
+        hop: Hop,
         error: Option<tollgate::Error>,
     ) -> Response<Body> {
         let error = error.map_or_else(|| "unexpected answer".to_owned(), |e| e.to_string());
@@ -766,7 +883,7 @@ impl Room {
             OnStoreError::Open => {
                 self.metrics.failed_open.increment(1);
                 self.upstream
-                    .forward(req, client, &self.cookie_name, &self.metrics)
+                    .forward(req, hop, &self.cookie_name, &self.metrics)
                     .await
             }
             OnStoreError::Closed => {
@@ -813,7 +930,7 @@ impl Room {
                     self.metrics.status_limited.increment(1);
                     let mut h = req.headers().clone();
                     h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-                    return self.slow_down(&h, d.retry_after);
+                    return self.slow_down(&h, d.retry_after, KEPT);
                 }
                 match bounded(self.store_timeout, self.gate.status(&ticket)).await {
                     Ok(TicketStatus::Queued(place)) => {
@@ -849,7 +966,7 @@ impl Room {
             (&Method::POST, "leave", v) => {
                 match v {
                     Some(Visitor::Active { token, .. }) => {
-                        self.end_session(&token).await;
+                        let _ = self.end_session(&token).await;
                     }
                     Some(Visitor::Waiting { ticket, .. }) => {
                         let _ = bounded(self.store_timeout, self.gate.leave(&ticket)).await;
@@ -897,6 +1014,7 @@ pub(crate) struct RoomMetrics {
     expired_sessions: metrics::Counter,
     bypassed: metrics::Counter,
     status_limited: metrics::Counter,
+    arrivals_limited: metrics::Counter,
     rejected_tokens: metrics::Counter,
     failed_open: metrics::Counter,
     failed_closed: metrics::Counter,
@@ -925,6 +1043,7 @@ impl RoomMetrics {
             expired_sessions: c("tollgate_room_sessions_expired_total"),
             bypassed: c("tollgate_room_bypassed_total"),
             status_limited: c("tollgate_room_status_limited_total"),
+            arrivals_limited: c("tollgate_room_arrivals_limited_total"),
             rejected_tokens: c("tollgate_room_rejected_tokens_total"),
             failed_open: c("tollgate_room_store_failed_open_total"),
             failed_closed: c("tollgate_room_store_failed_closed_total"),

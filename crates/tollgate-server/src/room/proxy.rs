@@ -4,11 +4,16 @@
 //! pages.
 
 use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{Request, Response, StatusCode, Uri};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -31,8 +36,22 @@ const HOP_BY_HOP: [&str; 8] = [
 pub(crate) struct Upstream {
     /// `http://host:port`, without a trailing slash.
     base: String,
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, UnsyncBoxBody<Bytes, hyper::Error>>,
     timeout: Duration,
+}
+
+/// Where a request came from, and what it may do on the way through.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hop {
+    /// The visitor, as the trusted-proxy rules make it out.
+    pub(crate) client: IpAddr,
+    /// The address that connected to tollgate.
+    pub(crate) peer: IpAddr,
+    /// Whether `peer` is a trusted proxy, whose `X-Forwarded-*` are kept.
+    pub(crate) trusted_peer: bool,
+    /// Whether the request's `Upgrade` may be passed on (checked against
+    /// the room's list by the caller); if not, it is stripped.
+    pub(crate) may_upgrade: bool,
 }
 
 impl Upstream {
@@ -65,11 +84,11 @@ impl Upstream {
     pub(crate) async fn forward(
         &self,
         mut req: Request<Incoming>,
-        client: IpAddr,
+        hop: Hop,
         cookie_name: &str,
         metrics: &RoomMetrics,
     ) -> Response<Body> {
-        let upgrade = wants_upgrade(req.headers());
+        let upgrade = hop.may_upgrade && wants_upgrade(req.headers());
         let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
         let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let Ok(uri) = format!("{}{path}", self.base).parse::<Uri>() else {
@@ -82,7 +101,17 @@ impl Upstream {
         let (mut parts, body) = req.into_parts();
         parts.uri = uri;
         let original_host = parts.headers.get(header::HOST).cloned();
-        prepare_request(&mut parts.headers, upgrade, client, original_host, cookie_name);
+        prepare_request(&mut parts.headers, upgrade, hop, original_host, cookie_name);
+        // A body the visitor breaks (a malformed chunk, a short body) fails
+        // the upstream call too: that is the visitor's fault, not the site's.
+        let body_failed = Arc::new(AtomicBool::new(false));
+        let flag = body_failed.clone();
+        let body = body
+            .map_err(move |e| {
+                flag.store(true, Ordering::Relaxed);
+                e
+            })
+            .boxed_unsync();
         let started = Instant::now();
         let answer = tokio::time::timeout(
             self.timeout,
@@ -99,6 +128,11 @@ impl Upstream {
                     "It did not answer in time. Please try again.",
                 )
             }
+            Ok(Err(_)) if body_failed.load(Ordering::Relaxed) => error_page(
+                StatusCode::BAD_REQUEST,
+                "Bad request",
+                "The request's body could not be read.",
+            ),
             Ok(Err(e)) => {
                 tracing::warn!(room = %metrics.room, error = %e, "upstream unreachable");
                 error_page(
@@ -108,9 +142,17 @@ impl Upstream {
                 )
             }
             Ok(Ok(mut response)) => {
-                if response.status() == StatusCode::SWITCHING_PROTOCOLS
-                    && let Some(client_side) = client_side
-                {
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    let Some(client_side) = client_side else {
+                        // Switching protocols unasked would leave a
+                        // connection nobody checks: refuse it.
+                        tracing::warn!(room = %metrics.room, "upstream switched protocols unasked");
+                        return error_page(
+                            StatusCode::BAD_GATEWAY,
+                            "The site cannot be reached",
+                            "It answered in a way the waiting room does not pass on.",
+                        );
+                    };
                     let upstream_side = hyper::upgrade::on(&mut response);
                     tokio::spawn(async move {
                         if let (Ok(c), Ok(u)) = (client_side.await, upstream_side.await) {
@@ -118,6 +160,7 @@ impl Upstream {
                                 .await;
                         }
                     });
+                    metrics.proxied(response.status()).increment(1);
                     return response.map(|_| Body::empty());
                 }
                 strip_hop_by_hop(response.headers_mut());
@@ -128,6 +171,26 @@ impl Upstream {
         response.headers_mut().remove(TOKEN_HEADER);
         response
     }
+}
+
+/// The protocols a request asks to upgrade to (lower case, without
+/// versions), if it asks at all.
+pub(crate) fn upgrade_protocols(headers: &HeaderMap) -> Option<Vec<String>> {
+    if !wants_upgrade(headers) {
+        return None;
+    }
+    Some(
+        headers
+            .get_all(header::UPGRADE)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("\u{fffd}"))
+            .flat_map(|v| v.split(','))
+            .map(|p| {
+                let p = p.trim();
+                p.split_once('/').map_or(p, |(name, _)| name).to_ascii_lowercase()
+            })
+            .collect(),
+    )
 }
 
 fn wants_upgrade(headers: &HeaderMap) -> bool {
@@ -156,10 +219,21 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Headers about the way here that only tollgate or a trusted proxy may
+/// set: from anyone else they are dropped and set afresh.
+const FORWARDING: [&str; 6] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-real-ip",
+    "forwarded",
+];
+
 fn prepare_request(
     headers: &mut HeaderMap,
     upgrade: bool,
-    client: IpAddr,
+    hop: Hop,
     original_host: Option<HeaderValue>,
     cookie_name: &str,
 ) {
@@ -186,12 +260,30 @@ fn prepare_request(
     {
         headers.insert(header::COOKIE, v);
     }
-    let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prior) => format!("{prior}, {client}"),
-        None => client.to_string(),
+    // A client's own X-Forwarded-* would let it tell the site any address,
+    // host or scheme: only a trusted proxy's are kept (and extended).
+    let prior = if hop.trusted_peer {
+        let joined: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        (!joined.is_empty()).then(|| joined.join(", "))
+    } else {
+        for h in FORWARDING {
+            headers.remove(h);
+        }
+        None
+    };
+    let forwarded = match prior {
+        Some(prior) => format!("{prior}, {}", hop.peer),
+        None => hop.peer.to_string(),
     };
     if let Ok(v) = HeaderValue::try_from(forwarded) {
         headers.insert("x-forwarded-for", v);
+    }
+    if let Ok(v) = HeaderValue::try_from(hop.client.to_string()) {
+        headers.insert("x-real-ip", v);
     }
     if !headers.contains_key("x-forwarded-proto") {
         headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));

@@ -1,0 +1,387 @@
+//! The waiting room under abuse: paths spelled to dodge matching, tunnels,
+//! spoofed forwarding headers, floods of arrivals, broken bodies, and the
+//! admin API's edges. `tollgate serve` as a separate process in front of a
+//! real upstream; raw TCP where a client library would tidy the request up.
+
+mod room_support;
+mod serve_support;
+#[path = "../../tollgate/tests/support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use room_support::*;
+use serde_json::{Value, json};
+use serve_support::send;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ADMIN: &str = "admin-token-0123456789";
+
+/// An answer read off the wire.
+struct Raw {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Raw {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// Sends `request` (whole, as bytes) to `base` and reads the answer until
+/// the server closes (the request should say `Connection: close`).
+async fn raw(base: &str, request: &str) -> Raw {
+    let addr = base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(request.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    // Bodies here are small; a chunked one is de-chunked crudely.
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body.split("\r\n")
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 1)
+            .map(|(_, l)| l)
+            .collect()
+    } else {
+        body.to_owned()
+    };
+    Raw {
+        status,
+        head: head.to_owned(),
+        body,
+    }
+}
+
+fn get(path: &str, extra: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: shop.test\r\nAccept: application/json\r\n{extra}Connection: close\r\n\r\n"
+    )
+}
+
+fn admin(
+    c: &reqwest::Client,
+    s: &serve_support::Server,
+    method: reqwest::Method,
+    path: &str,
+) -> reqwest::RequestBuilder {
+    c.request(method, s.url(path)).bearer_auth(ADMIN)
+}
+
+/// The room that answered, by the cookie it set.
+fn room_of(r: &Raw) -> Option<String> {
+    r.head.lines().find_map(|l| {
+        let v = l.strip_prefix("set-cookie: tollgate_")?;
+        Some(v.split('=').next()?.to_owned())
+    })
+}
+
+/// `/static/../checkout` and its encoded spellings do not pass a paused
+/// room as "static"; `/x/../vip/page` is the vip room's; `/vipx` is not;
+/// what still reads two ways is a 400; the upstream gets the normal form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_are_normalised_before_matching() {
+    let (_seen, up, dir) = site().await;
+    let config = room_config(up, 1, r#"bypass_paths = ["/healthz", "/static/"]"#)
+        .replace("bypass_paths = [\"/healthz\"]\n", "")
+        + &format!(
+            r#"
+[rooms.vip]
+upstream = "http://{up}"
+path_prefix = "/vip"
+capacity = 100
+cookie_keys = ["{KEY}"]
+"#
+        );
+    let s = start(&dir, &config, None);
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let (status, _) = send(admin(&c, &s, reqwest::Method::POST, "/v1/rooms/shop/pause")).await;
+    assert_eq!(status, 200);
+
+    // Bypassed: the asset, however its slashes are spelled.
+    for path in [
+        "/static/app.js",
+        "/static//app.js",
+        "/static/./app.js",
+        "/%73tatic/app.js",
+    ] {
+        let r = raw(&proxy, &get(path, "")).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        assert_eq!(r.json()["path"], "/static/app.js", "{path}");
+    }
+    // Not bypassed: a paused room queues them, and the upstream sees none.
+    for path in [
+        "/static/../checkout",
+        "/static/%2e%2e/checkout",
+        "/static/%2E./checkout",
+        "/static/.%2e/checkout",
+        "/staticx/app.js",
+        "/static",
+    ] {
+        let r = raw(&proxy, &get(path, "")).await;
+        if path == "/static" {
+            // The prefix itself, by whole segments, is bypassed.
+            assert_eq!(r.status, 200, "{path}");
+            continue;
+        }
+        assert_eq!(r.status, 503, "{path} passed a paused room: {}", r.body);
+        assert_eq!(r.json()["status"], "queued", "{path}");
+    }
+    // Read two ways: refused.
+    for path in [
+        "/static/..\\checkout",
+        "/static/..%2fcheckout",
+        "/static/%5c../checkout",
+        "/a%00",
+        "/a%zz",
+    ] {
+        let r = raw(&proxy, &get(path, "")).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+    }
+    // The vip room by whole segments, after resolving.
+    let r = raw(&proxy, &get("/x/../vip/page", "")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["path"], "/vip/page");
+    assert_eq!(room_of(&r).as_deref(), Some("vip"));
+    let r = raw(&proxy, &get("//vip//page?q=1", "")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["path"], "/vip/page");
+    let r = raw(&proxy, &get("/vipx", "")).await;
+    assert_eq!(r.status, 503, "/vipx is the paused shop's, not vip's");
+    assert_eq!(room_of(&r).as_deref(), Some("shop"));
+    // The rooms' own endpoints are found after normalising too.
+    let r = raw(&proxy, &get("/x/../.tollgate/shop/status", "")).await;
+    assert_eq!(r.json()["status"], "none");
+}
+
+/// Only websocket upgrades pass (the default list); h2c and the rest are
+/// refused; a bypassed path never upgrades; CONNECT is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_listed_upgrades_pass() {
+    let (_seen, up, dir) = site().await;
+    let s = start(&dir, &room_config(up, 100, ""), None);
+    let proxy = s.proxy.clone().expect("proxy");
+    let h2c =
+        "Upgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n";
+    let r = raw(&proxy, &get("/page", h2c)).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("h2c"), "{}", r.body);
+    let r = raw(&proxy, &get("/healthz", h2c)).await;
+    assert_eq!(r.status, 400);
+    let ws = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+    let r = raw(&proxy, &get("/healthz", ws)).await;
+    assert_eq!(r.status, 400, "no upgrade on a bypassed path: {}", r.body);
+    let r = raw(
+        &proxy,
+        "CONNECT upstream.test:80 HTTP/1.1\r\nHost: upstream.test:80\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 405);
+    // A plain request is untouched by all this.
+    let r = raw(&proxy, &get("/healthz", "")).await;
+    assert_eq!(r.status, 200);
+}
+
+/// A client's own X-Forwarded-* and Forwarded never reach the upstream
+/// unless it is a trusted proxy, whose chain is extended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_are_replaced_unless_trusted() {
+    let (_seen, up, dir) = site().await;
+    let spoof = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Host: evil.test\r\nX-Forwarded-Proto: https\r\n\
+                 X-Forwarded-Port: 443\r\nForwarded: for=6.6.6.6;host=evil.test\r\nX-Real-IP: 6.6.6.6\r\n";
+    let s = start(&dir, &room_config(up, 100, ""), None);
+    let r = raw(&s.proxy.clone().expect("proxy"), &get("/headers", spoof)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let h = r.json();
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1", "{h}");
+    assert_eq!(h["x-forwarded-host"], "shop.test", "{h}");
+    assert_eq!(h["x-forwarded-proto"], "http", "{h}");
+    assert_eq!(h["x-real-ip"], "127.0.0.1", "{h}");
+    assert!(
+        h.get("forwarded").is_none() && h.get("x-forwarded-port").is_none(),
+        "{h}"
+    );
+
+    let trusted = start(
+        &dir,
+        &room_config(up, 100, r#"trusted_proxies = ["127.0.0.1/32"]"#),
+        None,
+    );
+    let r = raw(&trusted.proxy.clone().expect("proxy"), &get("/headers", spoof)).await;
+    let h = r.json();
+    assert_eq!(h["x-forwarded-for"], "6.6.6.6, 127.0.0.1", "{h}");
+    assert_eq!(h["x-forwarded-host"], "evil.test", "{h}");
+    assert_eq!(h["x-forwarded-proto"], "https", "{h}");
+    assert_eq!(h["x-real-ip"], "6.6.6.6", "{h}");
+}
+
+/// One cookieless client cannot fill the line: arrivals from one address
+/// are capped (429, no place taken, not cached), others still get in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrivals_from_one_address_are_capped() {
+    let (_seen, up, dir) = site().await;
+    let s = start(
+        &dir,
+        &room_config(up, 1, r#"arrival_rate = "5/s""#).replace("grace = \"3s\"", "grace = \"30s\""),
+        None,
+    );
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut limited = 0;
+    let mut queued = 0;
+    for i in 0..60 {
+        let mut v = Visitor::new(&format!("flood{i}"));
+        let a = v.get(&c, &proxy, "/page", true).await;
+        match a.status {
+            429 => {
+                limited += 1;
+                assert!(a.headers.contains_key("retry-after"));
+                assert_eq!(a.headers["cache-control"], "no-store");
+                assert!(v.cookie.is_none(), "a refused arrival holds no place");
+            }
+            503 => queued += 1,
+            200 => {}
+            other => panic!("unexpected {other}: {}", a.text),
+        }
+    }
+    assert!(limited >= 40, "only {limited} of 60 arrivals were capped");
+    let (_, stats) = send(admin(&c, &s, reqwest::Method::GET, "/v1/rooms/shop")).await;
+    let waiting = stats["waiting"].as_u64().expect("waiting");
+    assert_eq!(waiting, queued, "{stats}");
+    assert!(waiting <= 15, "the flood took {waiting} places: {stats}");
+    // Another address is not held back by the first one's flood.
+    let r = raw(&proxy, &get("/page", "")).await;
+    assert_eq!(r.status, 429, "same address, still capped");
+    let other = start(
+        &dir,
+        &room_config(
+            up,
+            1,
+            r#"arrival_rate = "5/s"
+trusted_proxies = ["127.0.0.1/32"]"#,
+        ),
+        None,
+    );
+    let r = raw(
+        &other.proxy.clone().expect("proxy"),
+        &get("/page", "X-Forwarded-For: 10.1.2.3\r\n"),
+    )
+    .await;
+    assert_ne!(r.status, 429, "{}", r.body);
+}
+
+/// A status-limited waiter's 429 page is not cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_limited_page_is_not_cached() {
+    let (_seen, up, dir) = site().await;
+    let s = start(
+        &dir,
+        &room_config(up, 1, "").replace("status_rate = \"50/s\"", "status_rate = \"1/m\""),
+        None,
+    );
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut holder = Visitor::new("holder");
+    assert!(is_admitted(
+        &holder.get(&c, &proxy, "/page", false).await,
+        "holder"
+    ));
+    let mut waiter = Visitor::new("waiter");
+    assert_eq!(waiter.get(&c, &proxy, "/page", false).await.status, 503);
+    let _ = waiter.get(&c, &proxy, "/page", false).await;
+    let a = waiter.get(&c, &proxy, "/page", false).await;
+    assert_eq!(a.status, 429, "{}", a.text);
+    assert_eq!(a.headers["cache-control"], "no-store");
+    assert!(
+        a.headers["content-type"]
+            .to_str()
+            .expect("type")
+            .starts_with("text/html")
+    );
+}
+
+/// The admin API: ending a waiting visitor's session says so (not 404);
+/// an unknown one is a 404; admission_rate needs a value and refuses
+/// what it cannot pace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_edges() {
+    let (_seen, up, dir) = site().await;
+    let s = start(
+        &dir,
+        &room_config(up, 1, "").replace("grace = \"3s\"", "grace = \"30s\""),
+        None,
+    );
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut holder = Visitor::new("holder");
+    assert!(is_admitted(
+        &holder.get(&c, &proxy, "/page", true).await,
+        "holder"
+    ));
+    let mut waiter = Visitor::new("waiter");
+    assert_eq!(waiter.get(&c, &proxy, "/page", true).await.status, 503);
+    let ticket = waiter
+        .cookie
+        .as_deref()
+        .and_then(|t| t.split('.').nth(3))
+        .expect("ticket in the token")
+        .to_owned();
+    let path = format!("/v1/rooms/shop/sessions/{ticket}");
+    let (status, body) = send(admin(&c, &s, reqwest::Method::DELETE, &path)).await;
+    assert_eq!((status, &body), (200, &json!({"ended": true, "was": "waiting"})));
+    let (status, body) = send(admin(&c, &s, reqwest::Method::DELETE, &path)).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "session_not_found");
+    let (_, stats) = send(admin(&c, &s, reqwest::Method::GET, "/v1/rooms/shop")).await;
+    assert_eq!(stats["waiting"], 0);
+
+    let rate = |body: Value| admin(&c, &s, reqwest::Method::PUT, "/v1/rooms/shop/admission_rate").json(&body);
+    let (status, body) = send(rate(json!({"per_minute": 60}))).await;
+    assert_eq!((status, &body["admissions_per_minute"]), (200, &json!(60)));
+    let (status, body) = send(rate(json!({}))).await;
+    assert_eq!(status, 400, "{{}} must not remove pacing: {body}");
+    assert_eq!(body["error"]["code"], "bad_request");
+    let (_, stats) = send(admin(&c, &s, reqwest::Method::GET, "/v1/rooms/shop")).await;
+    assert_eq!(stats["admissions_per_minute"], 60, "the cap stayed");
+    for huge in [6_001u64, 100_000, u64::from(u32::MAX)] {
+        let (status, body) = send(rate(json!({ "per_minute": huge }))).await;
+        assert_eq!(status, 400, "{huge}: {body}");
+    }
+    let (status, body) = send(rate(json!({"per_minute": 6_000}))).await;
+    assert_eq!((status, &body["admissions_per_minute"]), (200, &json!(6000)));
+    let (status, body) = send(rate(json!({"per_minute": null}))).await;
+    assert_eq!((status, &body["admissions_per_minute"]), (200, &Value::Null));
+}
+
+/// A visitor's malformed chunked body is a 400, not "the site cannot be
+/// reached".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_body_is_the_visitors_fault() {
+    let (_seen, up, dir) = site().await;
+    let s = start(&dir, &room_config(up, 100, ""), None);
+    let proxy = s.proxy.clone().expect("proxy");
+    let r = raw(
+        &proxy,
+        "POST /headers HTTP/1.1\r\nHost: shop.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+         5\r\nhello\r\nZZZ\r\nnot a chunk\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}\n{}", r.head, r.body);
+    let r = raw(
+        &proxy,
+        "POST /headers HTTP/1.1\r\nHost: shop.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+         5\r\nhello\r\n0\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200, "a good chunked body passes: {}", r.body);
+}

@@ -1,0 +1,220 @@
+//! The waiting-room tests' shared parts: a real upstream that records what
+//! it sees, a room config, a `tollgate serve` with it, and a visitor with
+//! its own cookie.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use serde_json::Value;
+
+use crate::serve_support::Server;
+
+pub const KEY: &str = "test-cookie-key-0123456789abcdef0123456789";
+
+/// What the upstream saw: which visitors are active (first request until
+/// their session ended), the most active at once, and each one's
+/// `Tollgate-Visitor` session id.
+#[derive(Default)]
+pub struct Seen {
+    /// Visitor → time of its last request.
+    pub active: BTreeMap<String, Instant>,
+    pub most: usize,
+    pub sessions: BTreeMap<String, String>,
+    pub first_seen: Vec<String>,
+    pub violations: Vec<String>,
+    /// Sessions that end by TTL: a visitor idle this long is over.
+    pub ttl: Option<Duration>,
+}
+
+pub type Shared = Arc<Mutex<Seen>>;
+
+fn visitor_of(headers: &HeaderMap) -> String {
+    headers
+        .get("x-visitor")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("anonymous")
+        .to_owned()
+}
+
+async fn page(State(seen): State<Shared>, headers: HeaderMap) -> impl IntoResponse {
+    let who = visitor_of(&headers);
+    let mut s = seen.lock().expect("lock");
+    let now = Instant::now();
+    // A visitor idle past its session TTL has been let go by tollgate.
+    if let Some(ttl) = s.ttl {
+        s.active
+            .retain(|_, last| now.duration_since(*last) + Duration::from_millis(50) < ttl);
+    }
+    if !s.active.contains_key(&who) {
+        s.first_seen.push(who.clone());
+    }
+    s.active.insert(who.clone(), now);
+    if let Some(session) = headers.get("tollgate-visitor").and_then(|v| v.to_str().ok()) {
+        s.sessions.insert(who.clone(), session.to_owned());
+    }
+    let n = s.active.len();
+    s.most = s.most.max(n);
+    if n > 3 {
+        let active: Vec<_> = s.active.keys().cloned().collect();
+        s.violations.push(format!("{n} active: {active:?}"));
+    }
+    format!("upstream page for {who}")
+}
+
+async fn done(State(seen): State<Shared>, headers: HeaderMap) -> impl IntoResponse {
+    let who = visitor_of(&headers);
+    seen.lock().expect("lock").active.remove(&who);
+    ([("tollgate-session", "end")], "bye")
+}
+
+async fn slow() -> impl IntoResponse {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    "late"
+}
+
+/// Any other path: the path the upstream got, and its headers.
+async fn echo_path(uri: Uri, headers: HeaderMap) -> impl IntoResponse {
+    let mut map = serde_json::Map::new();
+    for (k, v) in &headers {
+        map.insert(k.to_string(), Value::from(v.to_str().unwrap_or("")));
+    }
+    axum::Json(serde_json::json!({"path": uri.path(), "headers": map}))
+}
+
+async fn echo_headers(headers: HeaderMap) -> impl IntoResponse {
+    let mut map = serde_json::Map::new();
+    for (k, v) in &headers {
+        map.insert(k.to_string(), Value::from(v.to_str().unwrap_or("")));
+    }
+    axum::Json(Value::Object(map))
+}
+
+pub async fn upstream(seen: Shared) -> SocketAddr {
+    let app = axum::Router::new()
+        .route("/page", get(page))
+        .route("/done", get(done))
+        .route("/slow", get(slow))
+        .route("/headers", get(echo_headers).post(echo_headers))
+        .route("/healthz", get(|| async { (StatusCode::OK, "ok") }))
+        .fallback(echo_path)
+        .with_state(seen);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+/// A fresh upstream (what it sees goes to the returned `Shared`) and a
+/// temp dir for config files.
+pub async fn site() -> (Shared, SocketAddr, tempfile::TempDir) {
+    let seen: Shared = Arc::default();
+    let up = upstream(seen.clone()).await;
+    (seen, up, tempfile::tempdir().expect("dir"))
+}
+
+pub fn room_config(upstream: SocketAddr, capacity: u32, extra: &str) -> String {
+    format!(
+        r#"
+listen = "127.0.0.1:0"
+proxy_listen = "127.0.0.1:0"
+tokens = ["admin-token-0123456789"]
+
+[rooms.shop]
+upstream = "http://{upstream}"
+capacity = {capacity}
+cookie_keys = ["{KEY}"]
+session_ttl = "1500ms"
+grace = "3s"
+status_rate = "50/s"
+upstream_timeout_ms = 1000
+bypass_paths = ["/healthz"]
+{extra}
+"#
+    )
+}
+
+pub fn start(dir: &tempfile::TempDir, config: &str, redis: Option<&str>) -> Server {
+    let path = dir.path().join(format!("tollgate-{}.toml", rand_suffix()));
+    std::fs::write(&path, config).expect("write config");
+    let s = Server::start_with(redis, &["--config", path.to_str().expect("path")]);
+    assert!(s.proxy.is_some(), "no waiting-room address printed");
+    s
+}
+
+pub fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A visitor with its own cookie jar (just the room's cookie).
+pub struct Visitor {
+    pub name: String,
+    pub cookie: Option<String>,
+}
+
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
+}
+
+impl Visitor {
+    pub fn new(name: &str) -> Visitor {
+        Visitor {
+            name: name.to_owned(),
+            cookie: None,
+        }
+    }
+
+    pub async fn get(&mut self, c: &reqwest::Client, base: &str, path: &str, json: bool) -> Answer {
+        let mut req = c.get(format!("{base}{path}")).header("x-visitor", &self.name);
+        if json {
+            req = req.header("accept", "application/json");
+        }
+        if let Some(cookie) = &self.cookie {
+            req = req.header("cookie", format!("tollgate_shop={cookie}"));
+        }
+        self.send(req).await
+    }
+
+    pub async fn send(&mut self, req: reqwest::RequestBuilder) -> Answer {
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        for set in headers.get_all("set-cookie") {
+            let text = set.to_str().expect("cookie");
+            let value = text
+                .split(';')
+                .next()
+                .and_then(|p| p.strip_prefix("tollgate_shop="));
+            if let Some(v) = value {
+                self.cookie = if v.is_empty() { None } else { Some(v.to_owned()) };
+            }
+        }
+        Answer {
+            status,
+            headers,
+            text: resp.text().await.unwrap_or_default(),
+        }
+    }
+}
+
+pub fn is_admitted(a: &Answer, who: &str) -> bool {
+    a.status == 200 && a.text == format!("upstream page for {who}")
+}
