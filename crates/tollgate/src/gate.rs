@@ -12,7 +12,8 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::{
-    self, EnterRequest, Entry, GateStats, Grant, Holding, Occupancy, Place, Poll, Store, check_capacity,
+    self, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Occupancy, Place, Poll, Store,
+    check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -246,11 +247,43 @@ impl Gate {
     /// Releases a lease or cancels a ticket.
     pub async fn leave(&self, token: &str) -> Result<Left> {
         check_id(token)?;
-        Ok(match self.store.leave(&self.name, token).await? {
-            store::Left::Released => Left::Released,
-            store::Left::Cancelled => Left::Cancelled,
-            store::Left::Unknown => Left::Unknown,
-        })
+        Ok(left(self.store.leave(&self.name, token).await?))
+    }
+
+    /// Ends a session: exactly [`Gate::leave`], but when a holder is
+    /// released its token also goes into the gate's revocation log, in the
+    /// same atomic step, and stays there at least `keep` (1 ms to 7 days;
+    /// then it is pruned). Servers that admit by a token they have seen
+    /// before learn of the end from [`Gate::watch_state`]. A ticket that
+    /// leaves the line is only cancelled: it was never admitted, so there
+    /// is nothing to revoke.
+    pub async fn end(&self, token: &str, keep: Duration) -> Result<Left> {
+        check_id(token)?;
+        if keep < Duration::from_millis(1) || keep > MAX_KEEP {
+            return Err(Error::invalid(format!(
+                "keep must be between 1ms and 7 days, got {}ms",
+                keep.as_millis()
+            )));
+        }
+        Ok(left(
+            self.store.end(&self.name, token, keep.as_millis() as u64).await?,
+        ))
+    }
+
+    /// Reads what a server keeping a local view of this gate needs, in one
+    /// step that changes nothing (it never creates the gate's state, and
+    /// runs no expiry): the state's epoch, the stored capacity and
+    /// admission settings, and the tokens [`Gate::end`] recorded from
+    /// cursor `since` on (0: all still kept).
+    ///
+    /// Pass each answer's `cursor` as the next `since`: an end that
+    /// completed before a call started is in that call's answer or an
+    /// earlier one. When the epoch changes the store lost the gate's state
+    /// (and its log): start again from 0, and apply your settings again.
+    /// Answers carry at most [`MAX_REVOKED_PER_WATCH`](crate::MAX_REVOKED_PER_WATCH)
+    /// tokens; the cursor then continues after the last one.
+    pub async fn watch_state(&self, since: u64) -> Result<GateWatch> {
+        self.store.watch_state(&self.name, since).await
     }
 
     /// Changes the capacity. Lowering it never evicts a holder; raising it
@@ -404,6 +437,17 @@ impl Gate {
         Lease::start(self.clone(), token, permits, grant.fence, sent, until)
     }
 }
+/// The longest a revocation is kept ([`Gate::end`]).
+const MAX_KEEP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+fn left(l: store::Left) -> Left {
+    match l {
+        store::Left::Released => Left::Released,
+        store::Left::Cancelled => Left::Cancelled,
+        store::Left::Unknown => Left::Unknown,
+    }
+}
+
 fn granted(token: String, g: Grant) -> Granted {
     Granted {
         token,

@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -43,6 +44,12 @@ enum Answer {
         grants: u64,
     },
     Done,
+    /// What `watch_state` read, tokens named by who got them.
+    Watch {
+        has_epoch: bool,
+        capacity: Option<u32>,
+        revoked: Vec<String>,
+    },
     Error(tollgate::ErrorKind),
 }
 
@@ -51,9 +58,17 @@ struct Side {
     gate: Gate,
     tokens: Vec<Option<String>>,
     first_fence: Option<u64>,
+    /// Every token handed out, by a name both stores share (the tokens
+    /// themselves are random): "<actor>.<nth token of that actor>".
+    names: HashMap<String, String>,
 }
 
 impl Side {
+    fn name(&mut self, actor: usize, token: &str) {
+        let nth = self.names.len();
+        self.names.insert(token.to_owned(), format!("{actor}.{nth}"));
+    }
+
     fn fence(&mut self, f: u64) -> u64 {
         let base = *self.first_fence.get_or_insert(f);
         f - base
@@ -82,12 +97,14 @@ impl Side {
                 .await
             {
                 Ok(Entered::Granted(g)) => {
+                    self.name(actor, &g.token);
                     self.tokens[actor] = Some(g.token);
                     Ok(Answer::Granted {
                         fence: self.fence(g.fence),
                     })
                 }
                 Ok(Entered::Queued { ticket, place }) => {
+                    self.name(actor, &ticket);
                     self.tokens[actor] = Some(ticket);
                     Ok(Answer::Queued {
                         position: place.position,
@@ -122,6 +139,19 @@ impl Side {
                 None => Ok(Answer::Left(Left::Unknown)),
                 Some(t) => self.gate.leave(&t).await.map(Answer::Left),
             },
+            Op::End { actor } => match self.tokens[actor].take() {
+                None => Ok(Answer::Left(Left::Unknown)),
+                Some(t) => self.gate.end(&t, LONG).await.map(Answer::Left),
+            },
+            Op::Watch => self.gate.watch_state(0).await.map(|w| {
+                let mut revoked: Vec<String> = w.revoked.iter().map(|t| self.names[t].clone()).collect();
+                revoked.sort();
+                Answer::Watch {
+                    has_epoch: w.epoch.is_some(),
+                    capacity: w.capacity,
+                    revoked,
+                }
+            }),
             Op::Renew { actor } => match &self.tokens[actor] {
                 None => Ok(Answer::Renewed),
                 Some(t) => self.gate.renew(t, LONG).await.map(|_| Answer::Renewed),
@@ -144,10 +174,12 @@ enum Op {
     Enter { actor: usize, permits: u32, queue: bool },
     Status { actor: usize },
     Leave { actor: usize },
+    End { actor: usize },
     Renew { actor: usize },
     SetCapacity(u32),
     Stats,
     Holders,
+    Watch,
 }
 
 const ACTORS: usize = 8;
@@ -164,11 +196,13 @@ fn random_op(rng: &mut StdRng) -> Op {
             },
             queue: rng.random_bool(0.8),
         },
-        35..=59 => Op::Status { actor },
-        60..=84 => Op::Leave { actor },
-        85..=89 => Op::Renew { actor },
-        90..=93 => Op::SetCapacity(rng.random_range(1..=4)),
-        94..=96 => Op::Holders,
+        35..=57 => Op::Status { actor },
+        58..=72 => Op::Leave { actor },
+        73..=82 => Op::End { actor },
+        83..=86 => Op::Renew { actor },
+        87..=90 => Op::SetCapacity(rng.random_range(1..=4)),
+        91..=93 => Op::Holders,
+        94..=96 => Op::Watch,
         _ => Op::Stats,
     }
 }
@@ -193,6 +227,7 @@ async fn memory_and_redis_answer_alike() {
             gate: Gate::new(store, &name, None, options.clone()).expect("gate"),
             tokens: vec![None; ACTORS],
             first_fence: None,
+            names: HashMap::new(),
         };
         let (mut m, mut r) = (side(&memory), side(&redis));
         for s in [&m, &r] {

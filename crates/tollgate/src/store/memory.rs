@@ -18,7 +18,9 @@ use super::jobs::{PushOutcome, PushReq, Queue};
 use super::limits::Limits;
 use crate::limit::{Decision, Limit};
 
-use super::{EnterRequest, Entry, GateStats, Grant, Holding, Left, Occupancy, Place, Poll, Wakers};
+use super::{
+    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll, Wakers,
+};
 
 #[derive(Debug)]
 pub(crate) struct MemoryStore {
@@ -31,6 +33,8 @@ pub(crate) struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct GateState {
+    /// This incarnation of the state (see `GateWatch::epoch`).
+    epoch: u64,
     capacity: Option<u32>,
     /// Last fencing token; 0 until the first grant.
     fence: u64,
@@ -53,7 +57,20 @@ struct GateState {
     line: BTreeMap<u64, String>,
     tickets: HashMap<String, Ticket>,
     ticket_deadline: BTreeSet<(u64, String)>,
+    /// The revocation log: score -> token of a holder that ended, and the
+    /// way back (as Redis's sorted set r: one entry per token). A score is
+    /// the end's time in ms × 1024, or one more than the last if that is
+    /// more, so scores strictly increase and serve as readers' cursors.
+    revoked: BTreeMap<u64, String>,
+    revoked_score: HashMap<String, u64>,
+    /// The longest keep (ms) of the log's entries: nothing younger is
+    /// pruned, nothing older is read.
+    revoke_keep_ms: u64,
 }
+
+/// At most this many aged entries of the revocation log are pruned per
+/// end (as `PRUNE_STEP` in leave.lua).
+const PRUNE_STEP: usize = 1000;
 
 #[derive(Debug)]
 struct Holder {
@@ -145,6 +162,12 @@ impl MemoryStore {
         limits.check(limiter, key, limit, cost, now)
     }
 
+    /// A fresh epoch: the clock in µs and three random digits, as the Lua
+    /// scripts make it (head.lua).
+    fn new_epoch(&self) -> u64 {
+        self.clock.now_us() * 1000 + rand::random_range(0..1000)
+    }
+
     /// Runs `op` on the gate's state after expiring what ended, then wakes
     /// the waiters that were handed a lease along the way.
     fn with_gate<T>(
@@ -156,7 +179,10 @@ impl MemoryStore {
         let mut handed = Vec::new();
         let out = {
             let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
-            let state = gates.entry(gate.clone()).or_default();
+            let state = gates.entry(gate.clone()).or_insert_with(|| GateState {
+                epoch: self.new_epoch(),
+                ..GateState::default()
+            });
             state.expire(now);
             state.promote(now, &mut handed);
             op(state, now, &mut handed)
@@ -255,12 +281,17 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn leave(&self, gate: &Name, id: &str) -> Result<Left> {
+    /// Releases or cancels `id`; with `keep_ms` (an end), a released
+    /// holder is recorded in the revocation log in the same step.
+    pub(crate) fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
         self.with_gate(gate, |s, now, handed| {
             if let Some(h) = s.holders.remove(id) {
                 s.holder_expiry.remove(&(h.expires, id.to_owned()));
                 s.used -= u64::from(h.permits);
                 s.depart(now);
+                if let Some(keep) = keep_ms {
+                    s.record_end(id, now, keep);
+                }
                 s.promote(now, handed);
                 return Ok(Left::Released);
             }
@@ -315,6 +346,37 @@ impl MemoryStore {
                 })
                 .collect())
         })
+    }
+
+    /// The gate's epoch, settings and revocation log from `since` on (see
+    /// watch.lua): reads only, creates nothing, expires nothing.
+    pub(crate) fn watch_state(&self, gate: &Name, since: u64, max: usize) -> GateWatch {
+        let now = self.clock.now_ms();
+        let gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(s) = gates.get(gate) else {
+            return GateWatch {
+                cursor: now * 1024,
+                ..GateWatch::default()
+            };
+        };
+        let from = since.max(now.saturating_sub(s.revoke_keep_ms) * 1024);
+        let page: Vec<(u64, &String)> = s.revoked.range(from..).take(max).map(|(k, v)| (*k, v)).collect();
+        let cursor = match page.last() {
+            Some((last, _)) if page.len() == max => last + 1,
+            _ => s
+                .revoked
+                .last_key_value()
+                .map_or(0, |(top, _)| top + 1)
+                .max(now * 1024),
+        };
+        GateWatch {
+            epoch: Some(s.epoch),
+            capacity: s.capacity,
+            paused: s.paused,
+            admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
+            revoked: page.into_iter().map(|(_, id)| id.clone()).collect(),
+            cursor,
+        }
     }
 
     pub(crate) fn stats(&self, gate: &Name) -> Result<GateStats> {
@@ -473,6 +535,30 @@ impl GateState {
             h.pending = false;
             self.holder_expiry.insert((expires, id.to_owned()));
         }
+    }
+
+    /// Records the end of `id`'s lease in the revocation log, kept at least
+    /// `keep` ms; prunes a bounded number of aged entries first.
+    fn record_end(&mut self, id: &str, now: u64, keep: u64) {
+        let floor = now.saturating_sub(self.revoke_keep_ms) * 1024;
+        for _ in 0..PRUNE_STEP {
+            let Some(aged) = self.revoked.first_entry().filter(|e| *e.key() < floor) else {
+                break;
+            };
+            self.revoked_score.remove(&aged.remove());
+        }
+        // An empty log starts the keep afresh; otherwise it covers every
+        // entry still kept.
+        let top = self.revoked.last_key_value().map(|(score, _)| *score);
+        self.revoke_keep_ms = match top {
+            None => keep,
+            Some(_) => self.revoke_keep_ms.max(keep),
+        };
+        let score = top.map_or(0, |t| t + 1).max(now * 1024);
+        if let Some(old) = self.revoked_score.insert(id.to_owned(), score) {
+            self.revoked.remove(&old);
+        }
+        self.revoked.insert(score, id.to_owned());
     }
 
     fn drop_ticket(&mut self, id: &str) -> bool {

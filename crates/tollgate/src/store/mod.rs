@@ -165,8 +165,30 @@ impl Store {
 
     pub(crate) async fn leave(&self, gate: &Name, id: &str) -> Result<Left> {
         match &self.backend {
-            Backend::Memory(s) => s.leave(gate, id),
-            Backend::Redis(s) => s.leave(gate, id).await,
+            Backend::Memory(s) => s.leave(gate, id, None),
+            Backend::Redis(s) => s.leave(gate, id, None).await,
+        }
+    }
+
+    /// `leave`, and if a holder was released, its token recorded in the
+    /// gate's revocation log for `keep_ms`, in the same step.
+    pub(crate) async fn end(&self, gate: &Name, id: &str, keep_ms: u64) -> Result<Left> {
+        match &self.backend {
+            Backend::Memory(s) => s.leave(gate, id, Some(keep_ms)),
+            Backend::Redis(s) => s.leave(gate, id, Some(keep_ms)).await,
+        }
+    }
+
+    /// The gate's epoch, stored settings and revocation log from `since`
+    /// on; reads only.
+    pub(crate) async fn watch_state(&self, gate: &Name, since: u64) -> Result<GateWatch> {
+        // Cursors are store time in ms × 1024, far below 2^53; a larger
+        // `since` (never handed out) is cut there so the script's numbers
+        // stay exact.
+        let since = since.min(MAX_CURSOR);
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.watch_state(gate, since, MAX_REVOKED_PER_WATCH)),
+            Backend::Redis(s) => s.watch_state(gate, since, MAX_REVOKED_PER_WATCH).await,
         }
     }
 
@@ -498,6 +520,43 @@ pub struct GateStats {
     /// At most one admission per this interval, if set
     /// (`Gate::set_admission_interval`).
     pub admission_interval: Option<Duration>,
+}
+
+/// The most ids one [`Gate::watch_state`](crate::Gate::watch_state) answer
+/// carries; a longer log is answered over several calls (each answer's
+/// cursor continues where it stopped).
+pub const MAX_REVOKED_PER_WATCH: usize = 10_000;
+
+/// The largest cursor a watch takes (2^53: exact in Lua's numbers).
+const MAX_CURSOR: u64 = 1 << 53;
+
+/// What a server that keeps a local view of a gate needs to know, read in
+/// one step without changing anything: see
+/// [`Gate::watch_state`](crate::Gate::watch_state).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GateWatch {
+    /// This incarnation of the gate's state: set when the state is created
+    /// by a writing operation, new whenever it is created anew (the store
+    /// lost its data: `FLUSHALL`, a restart without persistence, a failover
+    /// to an empty replica; or the state was dropped while idle). `None`
+    /// while the gate has no state. Compare it between calls; its value
+    /// means nothing else.
+    pub epoch: Option<u64>,
+    /// The stored capacity, if any.
+    pub capacity: Option<u32>,
+    /// Admissions are paused.
+    pub paused: bool,
+    /// The least interval between admissions, if set.
+    pub admission_interval: Option<Duration>,
+    /// Tokens of holders ended by [`Gate::end`](crate::Gate::end) from the
+    /// cursor asked for on, oldest first, at most
+    /// [`MAX_REVOKED_PER_WATCH`]. One may come again in a later answer
+    /// (ended twice); keep a set.
+    pub revoked: Vec<String>,
+    /// Pass it as `since` next time: no end missed, none answered twice.
+    /// It grows with the store's time (ms × 1024, a counter within a
+    /// millisecond). After the epoch changed, start again from 0.
+    pub cursor: u64,
 }
 
 /// Wake-ups for waiters in this process, keyed by ticket id. A hand-off

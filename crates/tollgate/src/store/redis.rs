@@ -33,7 +33,8 @@ use super::jobs::{
 use crate::name::Name;
 
 use super::{
-    EnterRequest, Entry, GateStats, Grant, Holding, Left, Listening, Occupancy, Place, Poll, Wakers,
+    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Listening, Occupancy, Place, Poll,
+    Wakers,
 };
 
 /// A gate script: head (time, meta), an optional fast path, the general
@@ -71,11 +72,12 @@ struct Scripts {
     holders: Script,
     limit: Script,
     set_admission: Script,
+    watch: Script,
     jobs: Script,
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 10] {
+    fn all(&self) -> [&Script; 11] {
         [
             &self.enter,
             &self.poll,
@@ -86,6 +88,7 @@ impl Scripts {
             &self.holders,
             &self.limit,
             &self.set_admission,
+            &self.watch,
             &self.jobs,
         ]
     }
@@ -109,6 +112,8 @@ impl Scripts {
             holders: script(gate_script!("lua/holders.lua")),
             limit: script(include_str!("lua/limit.lua")),
             set_admission: script(gate_script!("lua/set_admission.lua")),
+            // Alone: no prelude, since a watch must not expire or write.
+            watch: script(include_str!("lua/watch.lua")),
             jobs: script(include_str!("lua/jobs.lua")),
         }
     }
@@ -739,11 +744,29 @@ impl RedisStore {
         args: impl redis::ToRedisArgs,
     ) -> Result<T> {
         let base = self.base(gate);
-        let keys: Vec<String> = [":m", ":h", ":p", ":q"]
-            .iter()
-            .map(|s| format!("{base}{s}"))
-            .collect();
-        self.invoke(script, &keys, args, &base).await
+        self.invoke(script, &gate_keys(&base), args, &base).await
+    }
+
+    /// Runs `script` on `keys` (which share `tagged`'s hash tag) with
+    /// `args`, on the plain command connection even on a durable handle:
+    /// for scripts that write nothing, for which a WAIT would be waste.
+    async fn invoke_plain<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: impl redis::ToRedisArgs,
+    ) -> Result<T> {
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
+        let mut conn = self.conn.clone();
+        match eval.query_async(&mut conn).await {
+            Err(e) if is_noscript(&e) => {
+                // Just this one: many callers may land here at once.
+                script.prepare_invoke().load_async(&mut conn).await?;
+                Ok(eval.query_async(&mut conn).await?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// Runs `script` on `keys` (which share `tagged`'s hash tag) with
@@ -757,20 +780,12 @@ impl RedisStore {
         args: impl redis::ToRedisArgs,
         tagged: &str,
     ) -> Result<T> {
+        let Some(d) = &self.durable else {
+            return self.invoke_plain(script, keys, args).await;
+        };
         // Built once; the arguments (payloads too) are copied only here.
         let mut eval = redis::cmd("EVALSHA");
         eval.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
-        let Some(d) = &self.durable else {
-            let mut conn = self.conn.clone();
-            return match eval.query_async(&mut conn).await {
-                Err(e) if is_noscript(&e) => {
-                    // Just this one: many callers may land here at once.
-                    script.prepare_invoke().load_async(&mut conn).await?;
-                    Ok(eval.query_async(&mut conn).await?)
-                }
-                other => Ok(other?),
-            };
-        };
         if let Conn::Sentinel(m) = &d.conn {
             let generation = *m.generation.borrow() + 1;
             if d.loaded.load(std::sync::atomic::Ordering::Acquire) != generation {
@@ -969,8 +984,13 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn leave(&self, gate: &Name, id: &str) -> Result<Left> {
-        let r = self.run(&self.scripts.leave, gate, id).await?;
+    /// Releases or cancels `id`; with `keep_ms` (an end), a released
+    /// holder is recorded in the revocation log in the same script.
+    pub(crate) async fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
+        let r = match keep_ms {
+            None => self.run(&self.scripts.leave, gate, id).await?,
+            Some(keep) => self.run(&self.scripts.leave, gate, (id, keep)).await?,
+        };
         match r.as_slice() {
             [1] => Ok(Left::Released),
             [2] => Ok(Left::Cancelled),
@@ -1032,6 +1052,39 @@ impl RedisStore {
             }),
             other => Err(unexpected("stats", other)),
         }
+    }
+
+    /// The gate's epoch, stored settings and the revocation log from
+    /// `since` on, read without writing (a no-writes script).
+    pub(crate) async fn watch_state(&self, gate: &Name, since: u64, max: usize) -> Result<GateWatch> {
+        let keys = gate_keys(&self.base(gate));
+        let v: Vec<Value> = self
+            .invoke_plain(&self.scripts.watch, &keys, (since, max))
+            .await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to watch_state");
+        let int = |v: &Value| -> Result<i64> { redis::from_redis_value_ref(v).map_err(|_| bad()) };
+        let [epoch, capacity, paused, every, cursor, ids @ ..] = v.as_slice() else {
+            return Err(bad());
+        };
+        let epoch: String = redis::from_redis_value_ref(epoch).map_err(|_| bad())?;
+        Ok(GateWatch {
+            epoch: if epoch.is_empty() {
+                None
+            } else {
+                Some(epoch.parse().map_err(|_| bad())?)
+            },
+            capacity: u32::try_from(int(capacity)?).ok(),
+            paused: int(paused)? == 1,
+            admission_interval: u64::try_from(int(every)?)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+            cursor: int(cursor)?.max(0) as u64,
+            revoked: ids
+                .iter()
+                .map(|id| redis::from_redis_value_ref(id).map_err(|_| bad()))
+                .collect::<Result<_>>()?,
+        })
     }
 
     pub(crate) async fn set_admission(
@@ -1387,6 +1440,14 @@ fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
         }
         _ => Err(bad()),
     }
+}
+
+/// The keys of the gate whose keys start with `base` (see prelude.lua).
+fn gate_keys(base: &str) -> Vec<String> {
+    [":m", ":h", ":p", ":q", ":r"]
+        .iter()
+        .map(|s| format!("{base}{s}"))
+        .collect()
 }
 
 /// An integer script argument.

@@ -17,7 +17,10 @@ if (tonumber(raw[9]) or 0) == 0 and (tonumber(raw[10]) or 0) == 0
     f = f + 1
     redis.call('ZADD', KH, now + ttl, ARGV[1])
     local expiry = now + ttl + MARGIN + CHUNK
-    redis.call('HSET', KM, 'c', stored or asked, 'f', f, 'b', b, 'H', 1, 'T', expiry, 'X', now + ttl)
+    local fields = {'c', stored or asked, 'f', f, 'b', b, 'H', 1, 'T', expiry, 'X', now + ttl}
+    -- The gate's state is created here (or predates epochs): give it one.
+    if not raw[24] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
+    redis.call('HSET', KM, unpack(fields))
     redis.call('PEXPIREAT', KH, expiry)
     return {1, f, ttl}
   end

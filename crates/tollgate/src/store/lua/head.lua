@@ -1,8 +1,17 @@
 -- head.lua: the start of every gate script: server time and the gate's meta
 -- fields (see prelude.lua for the keys and fields). A fast path may follow
 -- and answer alone; otherwise prelude.lua and the operation's body run.
-local KM, KH, KP, KQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local KM, KH, KP, KQ, KR = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local MARGIN, SMALL, CHUNK = 1000, 16, 10000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local raw = redis.call('HMGET', KM, 'c', 'f', 'b', 'x', 's', 'e', 'n', 'o', 'H', 'W', 'z', 'T', 'U', 'X', 'V', 'r', 'l', 'a', 'P', 'R', 'A', 'Y', 'Q')
+local raw = redis.call('HMGET', KM, 'c', 'f', 'b', 'x', 's', 'e', 'n', 'o', 'H', 'W', 'z', 'T', 'U', 'X', 'V', 'r', 'l', 'a', 'P', 'R', 'A', 'Y', 'Q', 'E')
+
+-- A fresh epoch for state created now: server time in µs and three random
+-- digits, as a decimal string (it exceeds what a Lua number holds exactly).
+-- Time alone already differs between two incarnations of one gate's state;
+-- the random digits cover a clock that went back (a failover to a replica
+-- whose clock is behind). Redis 7 does not reseed math.random per script.
+local function new_epoch()
+  return t[1] .. string.format('%06d%03d', tonumber(t[2]), math.random(0, 999))
+end

@@ -1,14 +1,39 @@
--- leave.lua: release a lease early, or leave the line.
--- ARGV: 1 id
+-- leave.lua: release a lease early, or leave the line; with a keep (an
+-- end), a released holder's token also goes into the revocation log r.
+-- ARGV: 1 id, 2 keep ms (absent: a plain leave; an end records only a
+--       holder, a ticket leaving the line is a plain cancel)
 -- Reply: {1} released; {2} left the line; {0} unknown (ended already)
--- Invariant: freed permits go to the head of the line in the same step.
-local id = ARGV[1]
+-- Invariant: freed permits go to the head of the line in the same step; an
+-- end is in r, with a score above every earlier one, when this returns.
+local id, keep = ARGV[1], tonumber(ARGV[2])
+
+-- At most this many stale entries pruned per end: a gate whose log aged
+-- all at once sheds it over several ends (each adds one), and until then
+-- readers skip what is older than K anyway.
+local PRUNE_STEP = 1000
+
+-- Records the end of `id`'s lease, kept at least `keep` ms.
+local function record_end()
+  local K = tonumber(redis.call('HGET', KM, 'K')) or 0
+  local stale = redis.call('ZCOUNT', KR, '-inf', '(' .. string.format('%d', (now - K) * 1024))
+  if stale > 0 then redis.call('ZREMRANGEBYRANK', KR, 0, math.min(stale, PRUNE_STEP) - 1) end
+  local top = redis.call('ZRANGE', KR, -1, -1, 'WITHSCORES')
+  -- An empty log starts K afresh, so one long keep does not outlive its
+  -- entries; otherwise K covers every entry still kept.
+  if top[2] == nil then K = keep else K = math.max(K, keep) end
+  local score = now * 1024
+  if top[2] ~= nil and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
+  redis.call('ZADD', KR, score, id)
+  redis.call('PEXPIREAT', KR, now + K + MARGIN)
+  redis.call('HSET', KM, 'K', K)
+end
 
 if holders > 0 and redis.call('ZREM', KH, id) == 1 then
   holders = holders - 1
   if holders == 0 then h_fresh = true end
   depart(1)
   forget_holder(id)
+  if keep then record_end() end
   promote()
   return done({1})
 end

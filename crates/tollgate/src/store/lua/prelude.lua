@@ -23,7 +23,13 @@
 --                    wait is its position times r; P 1 while admissions
 --                    are paused, R the least interval between admissions
 --                    (ms) and A when the next one may happen (absent: no
---                    admission control). The only key an idle gate keeps:
+--                    admission control); E the epoch of this incarnation of
+--                    the gate's state (see new_epoch in head.lua), written
+--                    by whichever script first writes m, so a gate whose
+--                    state was lost (FLUSHALL, a restart without
+--                    persistence, a failover to an empty replica) shows a
+--                    new one; K the longest keep (ms) of the revocation
+--                    log's live entries. The only key an idle gate keeps:
 --                    it carries the fence, which never goes back.
 --   KEYS[2] h  ZSET  holders: lease id -> expiry (ms, server time)
 --   KEYS[3] p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
@@ -31,6 +37,13 @@
 --                    k:<id> permits (only when > 1); f:<id> fence of a lease
 --                    handed to a waiter, negative until the waiter picks it up
 --   KEYS[4] q  ZSET  the line: ticket id -> seq (a counter, never time)
+--   KEYS[5] r  ZSET  the revocation log: token of a holder that ended
+--                    (leave.lua with a keep) -> now * 1024 at the end, or
+--                    one more than the last score if that is more, so
+--                    scores strictly increase and are a reader's cursor;
+--                    entries older than K are pruned by later ends and
+--                    never read (watch.lua); the key lives K past the last
+--                    end.
 -- Deadlines sit in a hash rather than a second sorted set to keep a waiting
 -- ticket under 200 bytes; finding stale tickets then takes a scan of p, done
 -- only once the earliest possible deadline (z) has passed. A short line is
@@ -354,6 +367,13 @@ local function finish()
   if holders == 0 then MX = 0 end
   put('X', MX, was_X) put('V', MV, was_V) put('r', Mr, was_r) put('l', Ml, was_l) put('a', Ma, was_a)
   put('A', MA, was_A) put('Y', MY, was_Y) put('Q', MQ, was_Q)
+  -- State created by this call (m written for the first time, here or by
+  -- the operation's body) gets its epoch. EXISTS costs a call only while
+  -- m has no epoch: a gate that has no state, or state from before epochs.
+  if not raw[24] and (k > 0 or redis.call('EXISTS', KM) == 1) then
+    changed[k + 1], changed[k + 2] = 'E', new_epoch()
+    k = k + 2
+  end
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
 end
 

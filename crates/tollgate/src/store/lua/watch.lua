@@ -1,0 +1,37 @@
+#!lua flags=no-writes
+-- watch.lua: what a server keeping a local view of a gate needs, read in
+-- one step without changing anything (the no-writes flag makes Redis
+-- refuse any write, so a read can never create a gate's state).
+-- KEYS: as the gate scripts (see prelude.lua); reads m and r only.
+-- ARGV: 1 since (a cursor from an earlier reply; 0: everything kept),
+--       2 the most ids to answer
+-- Reply: {epoch ('' if the gate has no state), capacity or -1, paused
+--         (1/0), least ms between admissions (0: none), cursor, id, ...}:
+--        the ids ended (leave.lua with a keep) with a score at or above
+--        `since`, oldest first, skipping those older than their keep (K).
+--        The cursor is one past the last score answered when the answer
+--        was cut at the maximum, else one past every score in r and no
+--        less than now * 1024: every later end scores at least that.
+-- Invariant: writes nothing; no expiry runs (capacity and admission
+-- settings are as stored).
+local KM, KR = KEYS[1], KEYS[5]
+local since, max = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call('HMGET', KM, 'E', 'c', 'P', 'R', 'K')
+local K = tonumber(m[5]) or 0
+
+local from = math.max(since, (now - K) * 1024)
+local got = redis.call('ZRANGEBYSCORE', KR, string.format('%d', from), '+inf', 'WITHSCORES', 'LIMIT', 0, max)
+local cursor
+if #got / 2 == max then
+  cursor = tonumber(got[#got]) + 1
+else
+  cursor = now * 1024
+  local top = redis.call('ZRANGE', KR, -1, -1, 'WITHSCORES')
+  if top[2] ~= nil and tonumber(top[2]) >= cursor then cursor = tonumber(top[2]) + 1 end
+end
+
+local reply = {m[1] or '', tonumber(m[2]) or -1, tonumber(m[3]) or 0, tonumber(m[4]) or 0, cursor}
+for i = 1, #got, 2 do reply[#reply + 1] = got[i] end
+return reply
