@@ -839,6 +839,15 @@ async fn healthz() -> axum::Json<serde_json::Value> {
 
 async fn readyz(State(state): State<AppState>) -> Result<axum::Json<serde_json::Value>, ApiError> {
     state.store.ping().await?;
+    // A room that cannot admit exactly (its view of the store is stale, or
+    // the store lost its settings and they are not back yet) is not ready.
+    if let Some(why) = state.rooms.all().iter().find_map(|r| r.ready().err()) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "room_not_ready",
+            why,
+        ));
+    }
     Ok(axum::Json(
         json!({"status": "ready", "store": state.store.kind()}),
     ))

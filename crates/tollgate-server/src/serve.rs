@@ -257,21 +257,13 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         }
     };
     let (stop, stopping) = tokio::sync::watch::channel(false);
-    // A light reaper per room: once a second, expire ended sessions and
-    // hand their slots on, so the gauges and the waiters' notifications
-    // stay fresh even when no request comes. Correctness does not depend on
-    // it: every operation expires lazily.
+    // Per room, this server's view of the store: ended sessions (so the
+    // proxy's fast path refuses them), the room's settings (written back
+    // if the store lost them) and, once a second, a light reap so gauges
+    // and waiters' notifications stay fresh when no request comes.
     for room in rooms.all() {
-        let (room, mut stopping) = (room.clone(), stopping.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stopping.changed() => return,
-                }
-                room.reap().await;
-            }
-        });
+        let (room, stopping) = (room.clone(), stopping.clone());
+        tokio::spawn(async move { room.watch(stopping).await });
     }
     let app = router(AppState {
         store,

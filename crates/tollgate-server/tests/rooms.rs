@@ -624,7 +624,11 @@ async fn upgrades_pass_through() {
     });
     let dir = tempfile::tempdir().expect("dir");
     // Only listed protocols upgrade (websocket by default).
-    let s = start(&dir, &room_config(up, 1, r#"upgrades = ["websocket", "echo"]"#), None);
+    let s = start(
+        &dir,
+        &room_config(up, 1, r#"upgrades = ["websocket", "echo"]"#),
+        None,
+    );
     let proxy = s.proxy.clone().expect("proxy");
     let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://"))
         .await

@@ -12,6 +12,7 @@ mod page;
 mod path;
 mod proxy;
 mod token;
+mod watch;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -29,6 +30,7 @@ use tollgate::{Entered, ErrorKind, Gate, GateOptions, Limit, RateLimiter, Store,
 use self::page::Page;
 use self::proxy::{Hop, Upstream};
 use self::token::{Keys, Visitor};
+use self::watch::{Seen, View};
 
 /// The request header (and response header) that carries a visitor's token
 /// for API and mobile clients.
@@ -151,6 +153,8 @@ pub(crate) struct Room {
     cookie_name: String,
     secure_cookie: bool,
     metrics: RoomMetrics,
+    /// This server's view of the gate: ended sessions, settings, epoch.
+    view: View,
 }
 
 impl std::fmt::Debug for Room {
@@ -330,6 +334,15 @@ impl Room {
             cookie_name: format!("tollgate_{name}"),
             secure_cookie: s.secure_cookie.unwrap_or(false),
             metrics: RoomMetrics::new(name),
+            view: View::new(
+                watch::Settings {
+                    capacity: s.capacity,
+                    paused: false,
+                    admission_interval,
+                },
+                session_ttl,
+                now_ms(),
+            ),
         })
     }
 
@@ -363,6 +376,83 @@ impl Room {
     /// gate operation does; stats is the cheapest).
     pub(crate) async fn reap(&self) {
         let _ = bounded(self.store_timeout, self.gate.stats()).await;
+    }
+
+    /// Keeps this server's view of the room fresh until `stopping`: reads
+    /// the gate's revocation log, settings and epoch every
+    /// [`watch::WATCH_EVERY`], writes the settings back when the store has
+    /// lost them, and once a second expires ended sessions (see
+    /// [`Room::reap`]) and forgets revocations no token can name.
+    pub(crate) async fn watch(&self, mut stopping: tokio::sync::watch::Receiver<bool>) {
+        let mut last_reap = std::time::Instant::now();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(watch::WATCH_EVERY) => {}
+                _ = stopping.changed() => return,
+            }
+            let began = now_ms();
+            match bounded(self.store_timeout, self.view.read(&self.gate, began)).await {
+                Ok(Seen::Same) => {}
+                Ok(seen) => {
+                    if seen == Seen::NewEpoch {
+                        self.metrics.state_resets.increment(1);
+                        tracing::warn!(room = %self.name, "the room's state in the store was created anew; checking every session with it");
+                    }
+                    if seen == Seen::Forgotten {
+                        self.restore().await;
+                    }
+                }
+                Err(e) => {
+                    self.metrics.watch_errors.increment(1);
+                    tracing::debug!(room = %self.name, error = %e, "could not read the room's state");
+                }
+            }
+            self.metrics.ready.set(if self.view.ready(now_ms()).is_ok() {
+                1.0
+            } else {
+                0.0
+            });
+            if last_reap.elapsed() >= Duration::from_secs(1) {
+                last_reap = std::time::Instant::now();
+                self.reap().await;
+                let remembered = self.view.prune(now_ms());
+                self.metrics.revoked.set(remembered as f64);
+            }
+        }
+    }
+
+    /// Writes the room's settings back into a store that lost them (a
+    /// Redis that lost its data, or an idle gate the store dropped): pause
+    /// and pacing first, the capacity last, so nobody is admitted under
+    /// the wrong rules in between.
+    async fn restore(&self) {
+        let s = self.view.settings();
+        let write = async {
+            if s.paused {
+                self.gate.pause().await?;
+            } else {
+                self.gate.resume().await?;
+            }
+            self.gate.set_admission_interval(s.admission_interval).await?;
+            self.gate.set_capacity(s.capacity).await
+        };
+        match bounded(self.store_timeout, write).await {
+            Ok(()) => {
+                self.metrics.restored.increment(1);
+                tracing::warn!(room = %self.name, capacity = s.capacity, paused = s.paused, "the store had lost the room's settings; written back");
+            }
+            Err(e) => {
+                tracing::warn!(room = %self.name, error = %e, "could not write the room's settings back")
+            }
+        }
+    }
+
+    /// Whether this server can admit visitors exactly: its view of the
+    /// store is fresh and the store has the room's settings.
+    pub(crate) fn ready(&self) -> Result<(), String> {
+        self.view
+            .ready(now_ms())
+            .map_err(|why| format!("room {}: {why}", self.name))
     }
 
     /// Sets the gate's capacity and admission rate to the configured ones
@@ -677,7 +767,16 @@ impl Room {
                 "too many arrivals from your address; try again shortly",
             );
         }
-        match bounded(self.store_timeout, self.gate.enter(1, true)).await {
+        let mut entered = bounded(self.store_timeout, self.gate.enter(1, true)).await;
+        if entered.as_ref().is_err_and(|e| e.kind() == ErrorKind::NoCapacity) {
+            // The store lost the room's settings (data loss, or an idle
+            // gate dropped): write them back and count this visitor
+            // properly, rather than failing open or closed.
+            self.view.reset(now_ms());
+            self.restore().await;
+            entered = bounded(self.store_timeout, self.gate.enter(1, true)).await;
+        }
+        match entered {
             Ok(Entered::Granted(g)) => {
                 self.metrics.admitted.increment(1);
                 self.metrics.wait.record(0.0);
@@ -711,9 +810,15 @@ impl Room {
         token: String,
         renewed_ms: u64,
     ) -> Response<Body> {
-        let age = Duration::from_millis(now_ms().saturating_sub(renewed_ms));
-        if age < self.renew_every {
+        let now = now_ms();
+        let age = Duration::from_millis(now.saturating_sub(renewed_ms));
+        if age < self.renew_every && self.view.trusts(&token, renewed_ms, now) {
             return self.forward_active(req, hop, &token, false).await;
+        }
+        if self.view.is_revoked(&token) {
+            // An ended session presented again: it counts for nothing.
+            self.metrics.revoked_replays.increment(1);
+            return self.arrive(req, hop).await;
         }
         // Activity refreshes the session; a lease that ended (idle past its
         // TTL, or the session was ended) means starting over.
@@ -764,7 +869,10 @@ impl Room {
     /// Ends a visitor's session at once: an admitted visitor's slot goes to
     /// the next in line in the same step; a waiting one leaves the line.
     pub(crate) async fn end_session(&self, token: &str) -> tollgate::Result<tollgate::Left> {
-        let left = bounded(self.store_timeout, self.gate.leave(token)).await;
+        // Refused here at once; the gate's revocation log tells the other
+        // servers, written in the step that frees the slot.
+        self.view.revoke(token, now_ms());
+        let left = bounded(self.store_timeout, self.gate.end(token, self.view.keep())).await;
         match &left {
             Ok(tollgate::Left::Released) => self.metrics.ended_sessions.increment(1),
             Ok(_) => {}
@@ -953,8 +1061,26 @@ impl Room {
                     ),
                 }
             }
-            (&Method::GET, "status", Some(Visitor::Active { .. })) => {
-                json_response(StatusCode::OK, json!({"status": "active"}))
+            (&Method::GET, "status", Some(Visitor::Active { token, renewed_ms })) => {
+                let now = now_ms();
+                let young = now.saturating_sub(renewed_ms) < self.renew_every.as_millis() as u64;
+                if young && self.view.trusts(&token, renewed_ms, now) {
+                    return json_response(StatusCode::OK, json!({"status": "active"}));
+                }
+                if self.view.is_revoked(&token) {
+                    return json_response(StatusCode::OK, json!({"status": "ended"}));
+                }
+                match bounded(self.store_timeout, self.gate.status(&token)).await {
+                    Ok(TicketStatus::Granted(_)) => {
+                        json_response(StatusCode::OK, json!({"status": "active"}))
+                    }
+                    Ok(_) => json_response(StatusCode::OK, json!({"status": "ended"})),
+                    Err(_) => json_error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "store_unavailable",
+                        "try again shortly",
+                    ),
+                }
             }
             (&Method::GET, "status", None) => json_response(StatusCode::OK, json!({"status": "none"})),
             (&Method::GET, "events", Some(Visitor::Waiting { ticket, .. })) => {
@@ -1019,6 +1145,12 @@ pub(crate) struct RoomMetrics {
     failed_open: metrics::Counter,
     failed_closed: metrics::Counter,
     scrape_errors: metrics::Counter,
+    revoked_replays: metrics::Counter,
+    state_resets: metrics::Counter,
+    restored: metrics::Counter,
+    watch_errors: metrics::Counter,
+    revoked: metrics::Gauge,
+    ready: metrics::Gauge,
     wait: metrics::Histogram,
     eta_error: metrics::Histogram,
     /// Proxied requests by upstream status class: 1xx to 5xx.
@@ -1048,6 +1180,12 @@ impl RoomMetrics {
             failed_open: c("tollgate_room_store_failed_open_total"),
             failed_closed: c("tollgate_room_store_failed_closed_total"),
             scrape_errors: c("tollgate_room_scrape_errors_total"),
+            revoked_replays: c("tollgate_room_revoked_replays_total"),
+            state_resets: c("tollgate_room_state_resets_total"),
+            restored: c("tollgate_room_settings_restored_total"),
+            watch_errors: c("tollgate_room_watch_errors_total"),
+            revoked: metrics::gauge!("tollgate_room_revoked_sessions", "room" => room.to_owned()),
+            ready: metrics::gauge!("tollgate_room_ready", "room" => room.to_owned()),
             wait: metrics::histogram!("tollgate_room_wait_seconds", "room" => room.to_owned()),
             eta_error: metrics::histogram!("tollgate_room_eta_error_seconds", "room" => room.to_owned()),
             proxied: ["1xx", "2xx", "3xx", "4xx", "5xx"]

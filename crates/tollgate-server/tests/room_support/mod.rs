@@ -29,6 +29,8 @@ pub struct Seen {
     pub sessions: BTreeMap<String, String>,
     pub first_seen: Vec<String>,
     pub violations: Vec<String>,
+    /// Every request to /page that carried a session: (session id, when).
+    pub hits: Vec<(String, Instant)>,
     /// Sessions that end by TTL: a visitor idle this long is over.
     pub ttl: Option<Duration>,
 }
@@ -58,6 +60,7 @@ async fn page(State(seen): State<Shared>, headers: HeaderMap) -> impl IntoRespon
     s.active.insert(who.clone(), now);
     if let Some(session) = headers.get("tollgate-visitor").and_then(|v| v.to_str().ok()) {
         s.sessions.insert(who.clone(), session.to_owned());
+        s.hits.push((session.to_owned(), now));
     }
     let n = s.active.len();
     s.most = s.most.max(n);
