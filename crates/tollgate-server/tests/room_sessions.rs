@@ -364,3 +364,107 @@ async fn data_loss_fail_closed() {
 async fn data_loss_fail_open() {
     data_loss("open").await;
 }
+
+/// Reads an HTTP head off `stream`, byte by byte (the tunnel follows it).
+async fn head(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).await.expect("read head");
+        buf.push(byte[0]);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// An upstream that switches every connection to an echo protocol.
+async fn echo_upstream() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let up = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = head(&mut s).await;
+                let _ = s
+                    .write_all(
+                        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n",
+                    )
+                    .await;
+                let mut buf = [0u8; 64];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    up
+}
+
+/// An admitted visitor's upgraded connection keeps its session alive past
+/// the TTL (a tunnel carries no requests), and is closed once the session
+/// is ended: a tunnel is no way around an ended session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tunnels_live_and_die_with_their_session() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = echo_upstream().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let s = start(&dir, &room_config(up, 1, r#"upgrades = ["echo"]"#), None);
+    let proxy = s.proxy.clone().expect("proxy");
+    let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    conn.write_all(b"GET /ws HTTP/1.1\r\nHost: shop\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+        .await
+        .expect("request");
+    let response = head(&mut conn).await;
+    assert!(response.starts_with("HTTP/1.1 101"), "{response}");
+    // Past the session TTL (1.5 s), the tunnel still works and holds the slot.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        conn.write_all(b"ping").await.expect("write");
+        let mut back = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(2), conn.read_exact(&mut back))
+            .await
+            .expect("echo in time")
+            .expect("echo");
+        assert_eq!(&back, b"ping");
+    }
+    let c = reqwest::Client::new();
+    let (_, stats) = send(c.get(s.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
+    assert_eq!(stats["active"], 1, "the tunnel kept its session: {stats}");
+    let mut other = Visitor::new("other");
+    assert_eq!(
+        other.get(&c, &proxy, "/page", true).await.status,
+        503,
+        "the slot is taken"
+    );
+    // The token in the 101 has expired by now (it is not renewed through
+    // the tunnel), so the site ends the session by its id.
+    let session = response
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate-token: "))
+        .and_then(|t| t.split('.').nth(3))
+        .expect("token header")
+        .to_owned();
+    let (status, body) = send(
+        c.delete(s.url(&format!("/v1/rooms/shop/sessions/{session}")))
+            .bearer_auth(ADMIN),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let ended = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(2), conn.read(&mut buf))
+        .await
+        .expect("the tunnel closes in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the tunnel is closed");
+    assert!(
+        ended.elapsed() < Duration::from_millis(300),
+        "closed after {:?}",
+        ended.elapsed()
+    );
+}

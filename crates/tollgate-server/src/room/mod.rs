@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::body::Body;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{Method, Request, Response, StatusCode};
+use futures_util::future::BoxFuture;
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::json;
@@ -154,7 +155,7 @@ pub(crate) struct Room {
     secure_cookie: bool,
     metrics: RoomMetrics,
     /// This server's view of the gate: ended sessions, settings, epoch.
-    view: View,
+    view: Arc<View>,
 }
 
 impl std::fmt::Debug for Room {
@@ -334,7 +335,7 @@ impl Room {
             cookie_name: format!("tollgate_{name}"),
             secure_cookie: s.secure_cookie.unwrap_or(false),
             metrics: RoomMetrics::new(name),
-            view: View::new(
+            view: Arc::new(View::new(
                 watch::Settings {
                     capacity: s.capacity,
                     paused: false,
@@ -342,7 +343,7 @@ impl Room {
                 },
                 session_ttl,
                 now_ms(),
-            ),
+            )),
         })
     }
 
@@ -741,7 +742,7 @@ impl Room {
             self.metrics.bypassed.increment(1);
             return self
                 .upstream
-                .forward(req, hop, &self.cookie_name, &self.metrics)
+                .forward(req, hop, &self.cookie_name, &self.metrics, None)
                 .await;
         }
         match self.visitor(req.headers()) {
@@ -847,9 +848,10 @@ impl Room {
         if let Ok(v) = HeaderValue::try_from(token) {
             req.headers_mut().insert(VISITOR_HEADER, v);
         }
+        let close = hop.may_upgrade.then(|| self.tunnel_watch(token));
         let mut response = self
             .upstream
-            .forward(req, hop, &self.cookie_name, &self.metrics)
+            .forward(req, hop, &self.cookie_name, &self.metrics, close)
             .await;
         let end = response
             .headers_mut()
@@ -864,6 +866,35 @@ impl Room {
             self.admit_token(&mut response, token);
         }
         response
+    }
+
+    /// For an admitted visitor's upgraded connection (a WebSocket): keeps
+    /// the session alive while it is open (a tunnel carries no requests to
+    /// renew it), and resolves, closing it, once the session ends (ended
+    /// anywhere, or its lease lost).
+    fn tunnel_watch(&self, token: &str) -> BoxFuture<'static, ()> {
+        let (gate, view, token) = (self.gate.clone(), self.view.clone(), token.to_owned());
+        let (ttl, every, timeout) = (self.session_ttl, self.renew_every, self.store_timeout);
+        let closed = self.metrics.tunnels_closed.clone();
+        Box::pin(async move {
+            let mut renewed = tokio::time::Instant::now();
+            loop {
+                tokio::time::sleep(watch::WATCH_EVERY).await;
+                if view.is_revoked(&token) {
+                    break;
+                }
+                if renewed.elapsed() >= every {
+                    match bounded(timeout, gate.renew(&token, ttl)).await {
+                        Ok(_) => renewed = tokio::time::Instant::now(),
+                        Err(e) if e.kind() == ErrorKind::LeaseLost => break,
+                        // The store is down: the lease stands until its
+                        // TTL; once the store answers, a lost one shows.
+                        Err(_) => {}
+                    }
+                }
+            }
+            closed.increment(1);
+        })
     }
 
     /// Ends a visitor's session at once: an admitted visitor's slot goes to
@@ -991,7 +1022,7 @@ impl Room {
             OnStoreError::Open => {
                 self.metrics.failed_open.increment(1);
                 self.upstream
-                    .forward(req, hop, &self.cookie_name, &self.metrics)
+                    .forward(req, hop, &self.cookie_name, &self.metrics, None)
                     .await
             }
             OnStoreError::Closed => {
@@ -1149,6 +1180,7 @@ pub(crate) struct RoomMetrics {
     state_resets: metrics::Counter,
     restored: metrics::Counter,
     watch_errors: metrics::Counter,
+    tunnels_closed: metrics::Counter,
     revoked: metrics::Gauge,
     ready: metrics::Gauge,
     wait: metrics::Histogram,
@@ -1184,6 +1216,7 @@ impl RoomMetrics {
             state_resets: c("tollgate_room_state_resets_total"),
             restored: c("tollgate_room_settings_restored_total"),
             watch_errors: c("tollgate_room_watch_errors_total"),
+            tunnels_closed: c("tollgate_room_tunnels_closed_total"),
             revoked: metrics::gauge!("tollgate_room_revoked_sessions", "room" => room.to_owned()),
             ready: metrics::gauge!("tollgate_room_ready", "room" => room.to_owned()),
             wait: metrics::histogram!("tollgate_room_wait_seconds", "room" => room.to_owned()),

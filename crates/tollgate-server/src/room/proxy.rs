@@ -12,6 +12,7 @@ use axum::body::Body;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{Request, Response, StatusCode, Uri};
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
@@ -80,13 +81,16 @@ impl Upstream {
         })
     }
 
-    /// Sends `req` upstream and returns its answer, or an error page.
+    /// Sends `req` upstream and returns its answer, or an error page. An
+    /// upgraded connection is spliced through until either side closes or
+    /// `close` (if given) resolves.
     pub(crate) async fn forward(
         &self,
         mut req: Request<Incoming>,
         hop: Hop,
         cookie_name: &str,
         metrics: &RoomMetrics,
+        close: Option<BoxFuture<'static, ()>>,
     ) -> Response<Body> {
         let upgrade = hop.may_upgrade && wants_upgrade(req.headers());
         let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -154,10 +158,15 @@ impl Upstream {
                         );
                     };
                     let upstream_side = hyper::upgrade::on(&mut response);
+                    let close = close.unwrap_or_else(|| Box::pin(std::future::pending()));
                     tokio::spawn(async move {
                         if let (Ok(c), Ok(u)) = (client_side.await, upstream_side.await) {
-                            let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(u))
-                                .await;
+                            let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
+                            // Dropping both ends closes the tunnel.
+                            tokio::select! {
+                                _ = tokio::io::copy_bidirectional(&mut c, &mut u) => {}
+                                () = close => {}
+                            }
                         }
                     });
                     metrics.proxied(response.status()).increment(1);
