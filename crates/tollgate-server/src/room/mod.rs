@@ -397,7 +397,7 @@ impl Room {
                 Ok(seen) => {
                     if seen == Seen::NewEpoch {
                         self.metrics.state_resets.increment(1);
-                        tracing::warn!(room = %self.name, "the room's state in the store was created anew; checking every session with it");
+                        tracing::info!(room = %self.name, "the room's state in the store was created anew; checking every session with it");
                     }
                     if seen == Seen::Forgotten {
                         self.restore().await;
@@ -440,7 +440,8 @@ impl Room {
         match bounded(self.store_timeout, write).await {
             Ok(()) => {
                 self.metrics.restored.increment(1);
-                tracing::warn!(room = %self.name, capacity = s.capacity, paused = s.paused, "the store had lost the room's settings; written back");
+                // Not always trouble: a store also drops an idle gate.
+                tracing::info!(room = %self.name, capacity = s.capacity, paused = s.paused, "the store had no settings for the room (lost, or dropped while idle); written back");
             }
             Err(e) => {
                 tracing::warn!(room = %self.name, error = %e, "could not write the room's settings back")
