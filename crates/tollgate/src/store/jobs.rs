@@ -601,6 +601,16 @@ impl Queue {
         (true, counts)
     }
 
+    /// Nothing was ever written to it: no job, no count, no layout.
+    pub(crate) fn is_blank(&self) -> bool {
+        self.seq == 0
+            && self.fence == 0
+            && self.jobs.is_empty()
+            && self.partitions.is_none()
+            && !self.retired
+            && self.stats == RawStats::default()
+    }
+
     pub(crate) fn stats(&mut self, now: u64) -> RawStats {
         self.promote(now);
         RawStats {

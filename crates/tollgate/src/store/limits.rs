@@ -57,18 +57,23 @@ impl Limits {
         now_us: u64,
     ) -> Decision {
         let space = usize::from(limit.algorithm() != Algorithm::Gcra);
-        let maps = match self.keys.get_mut(limiter) {
-            Some(m) => m,
-            None => self.keys.entry(limiter.clone()).or_default(),
-        };
-        let map = &mut maps[space];
-        let state = map.get(key).copied().filter(|s| !s.expired(now_us));
+        let state = self
+            .keys
+            .get(limiter)
+            .and_then(|maps| maps[space].get(key))
+            .copied()
+            .filter(|s| !s.expired(now_us));
         let (decision, next) = step(state, limit, cost, now_us);
+        // Only a decision that leaves budget spent stores anything.
         if let Some(next) = next {
-            match map.get_mut(key) {
+            let maps = match self.keys.get_mut(limiter) {
+                Some(m) => m,
+                None => self.keys.entry(limiter.clone()).or_default(),
+            };
+            match maps[space].get_mut(key) {
                 Some(slot) => *slot = next,
                 None => {
-                    map.insert(key.to_owned(), next);
+                    maps[space].insert(key.to_owned(), next);
                     self.len += 1;
                 }
             }
@@ -90,8 +95,8 @@ impl Limits {
         self.sweep_at = self.len * 2;
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    /// Keys stored (some may have expired since the last sweep).
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 }

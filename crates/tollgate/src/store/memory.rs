@@ -19,7 +19,8 @@ use super::limits::Limits;
 use crate::limit::{Decision, Limit};
 
 use super::{
-    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll, Wakers,
+    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, MemoryFootprint, Occupancy, Place, Poll,
+    Wakers,
 };
 
 #[derive(Debug)]
@@ -106,6 +107,15 @@ impl MemoryStore {
         }
     }
 
+    /// How many names hold state now.
+    pub(crate) fn footprint(&self) -> MemoryFootprint {
+        MemoryFootprint {
+            gates: self.gates.lock().unwrap_or_else(PoisonError::into_inner).len(),
+            queues: self.queues.lock().unwrap_or_else(PoisonError::into_inner).len(),
+            limit_keys: self.limits.lock().unwrap_or_else(PoisonError::into_inner).len(),
+        }
+    }
+
     pub(crate) fn wakers(&self) -> Arc<Wakers> {
         self.wakers.clone()
     }
@@ -120,7 +130,18 @@ impl MemoryStore {
         let now = self.clock.now_ms();
         let (out, wake) = {
             let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-            op(queues.entry(q.clone()).or_default(), now)
+            match queues.get_mut(q) {
+                Some(queue) => op(queue, now),
+                None => {
+                    // A read of a queue nobody wrote to leaves no trace.
+                    let mut queue = Queue::default();
+                    let out = op(&mut queue, now);
+                    if !queue.is_blank() {
+                        queues.insert(q.clone(), queue);
+                    }
+                    out
+                }
+            }
         };
         let wake = wake.into();
         if wake > 0 {
@@ -179,13 +200,26 @@ impl MemoryStore {
         let mut handed = Vec::new();
         let out = {
             let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
-            let state = gates.entry(gate.clone()).or_insert_with(|| GateState {
-                epoch: self.new_epoch(),
-                ..GateState::default()
-            });
-            state.expire(now);
-            state.promote(now, &mut handed);
-            op(state, now, &mut handed)
+            match gates.get_mut(gate) {
+                Some(state) => {
+                    state.expire(now);
+                    state.promote(now, &mut handed);
+                    op(state, now, &mut handed)
+                }
+                None => {
+                    // The operation runs on a blank state, kept only if it
+                    // wrote something: a read (or a write that changed
+                    // nothing) of a gate without state leaves no trace, as
+                    // on Redis.
+                    let mut state = GateState::default();
+                    let out = op(&mut state, now, &mut handed);
+                    if !state.is_blank() {
+                        state.epoch = self.new_epoch();
+                        gates.insert(gate.clone(), state);
+                    }
+                    out
+                }
+            }
         };
         for (id, fence) in &handed {
             self.wakers.hand_off(id, *fence);
@@ -403,6 +437,18 @@ fn permits_exceed(permits: u32, capacity: u32) -> Error {
 }
 
 impl GateState {
+    /// Nothing was ever written to it (see `with_gate`).
+    fn is_blank(&self) -> bool {
+        self.capacity.is_none()
+            && self.fence == 0
+            && self.seq == 0
+            && !self.paused
+            && self.admit_every_ms == 0
+            && self.holders.is_empty()
+            && self.tickets.is_empty()
+            && self.revoked.is_empty()
+    }
+
     fn resolve_capacity(&mut self, asked: Option<u32>) -> Result<u32> {
         match (self.capacity, asked) {
             (Some(have), Some(want)) if have != want => Err(Error::new(

@@ -104,6 +104,15 @@ impl Store {
         matches!(self.backend, Backend::Redis(_))
     }
 
+    /// How many names the embedded store holds state for (`None` on
+    /// Redis): for metrics, and to see that idle names are dropped.
+    pub fn memory_footprint(&self) -> Option<MemoryFootprint> {
+        match &self.backend {
+            Backend::Memory(s) => Some(s.footprint()),
+            Backend::Redis(_) => None,
+        }
+    }
+
     /// `"memory"` or `"redis"`.
     pub fn kind(&self) -> &'static str {
         match &self.backend {
@@ -520,6 +529,20 @@ pub struct GateStats {
     /// At most one admission per this interval, if set
     /// (`Gate::set_admission_interval`).
     pub admission_interval: Option<Duration>,
+}
+
+/// How many names the embedded store holds state for
+/// ([`Store::memory_footprint`]). Reads never add to these; idle names
+/// leave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryFootprint {
+    /// Gates with state (holders, waiters, settings or a revocation log).
+    pub gates: usize,
+    /// Job queues with state.
+    pub queues: usize,
+    /// Rate-limit keys stored (those whose budget is fully restored go at
+    /// the next sweep).
+    pub limit_keys: usize,
 }
 
 /// The most ids one [`Gate::watch_state`](crate::Gate::watch_state) answer
