@@ -70,8 +70,8 @@ pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use semaphore::Semaphore;
 pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
 pub use store::{
-    GateStats, GateWatch, Holding, MAX_REVOKED_PER_WATCH, MemoryFootprint, Occupancy, Place, RedisConfig,
-    Store,
+    GateStats, GateWatch, Holding, MAX_REVOKED_PER_WATCH, MemoryFootprint, MemoryOptions, Occupancy, Place,
+    RedisConfig, Store,
 };
 
 // The README's examples compile and run as doctests.

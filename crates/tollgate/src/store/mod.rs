@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::limit::{Decision, Limit};
 use crate::name::Name;
 
+pub use self::memory::MemoryOptions;
 pub use self::redis::RedisConfig;
 
 /// Where gate state lives. Cheap to clone; clones share connections.
@@ -34,16 +35,31 @@ enum Backend {
 }
 
 impl Store {
-    /// An embedded in-process store on the system clock.
+    /// An embedded in-process store with the default settings
+    /// ([`MemoryOptions`]: the system clock, idle state dropped after 10
+    /// minutes).
     pub fn memory() -> Store {
-        Store::memory_with_clock(Arc::new(SystemClock))
+        Store::memory_store(MemoryOptions::default())
     }
 
     /// An embedded store reading time from `clock` (tests use
     /// [`ManualClock`](crate::ManualClock) to move time without sleeping).
     pub fn memory_with_clock(clock: Arc<dyn Clock>) -> Store {
+        Store::memory_store(MemoryOptions {
+            clock,
+            ..MemoryOptions::default()
+        })
+    }
+
+    /// An embedded store with `options`; fails if they are out of range.
+    pub fn memory_with(options: MemoryOptions) -> Result<Store> {
+        options.check()?;
+        Ok(Store::memory_store(options))
+    }
+
+    fn memory_store(options: MemoryOptions) -> Store {
         Store {
-            backend: Backend::Memory(Arc::new(memory::MemoryStore::new(clock))),
+            backend: Backend::Memory(Arc::new(memory::MemoryStore::new(options))),
         }
     }
 
