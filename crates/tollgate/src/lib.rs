@@ -69,7 +69,10 @@ pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use semaphore::Semaphore;
 pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
-pub use store::{GateStats, GateWatch, Holding, MAX_REVOKED_PER_WATCH, Occupancy, Place, RedisConfig, Store};
+pub use store::{
+    GateStats, GateWatch, Holding, MAX_REVOKED_PER_WATCH, MemoryFootprint, MemoryOptions, Occupancy, Place,
+    RedisConfig, Store,
+};
 
 // The README's examples compile and run as doctests.
 #[doc = include_str!("../../../README.md")]

@@ -16,7 +16,7 @@ pub const MAX_NAME_LEN: usize = 128;
 /// A validated gate name: 1 to [`MAX_NAME_LEN`] characters from
 /// `A-Z a-z 0-9 _ - . : / @`. Braces are excluded because Redis Cluster reads
 /// them as a hash tag.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Name(Arc<str>);
 
 impl Name {

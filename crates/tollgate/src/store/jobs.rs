@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
+use super::memory::Shelved;
+
 /// When a pushed job becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum When {
@@ -168,6 +170,47 @@ pub(crate) struct Queue {
     partitions: Option<u32>,
     /// Closed to pushes: a partition of a replaced layout.
     pub(crate) retired: bool,
+    /// The first fence is above this (see `Shelved`).
+    fence_floor: u64,
+}
+
+impl Shelved for Queue {
+    /// Nothing was ever written to it: no job, no count, no layout.
+    fn is_blank(&self) -> bool {
+        self.seq == 0
+            && self.fence == 0
+            && self.jobs.is_empty()
+            && self.partitions.is_none()
+            && !self.retired
+            && self.stats == RawStats::default()
+    }
+
+    /// A queue is dropped only when it holds nothing at all (no job of any
+    /// kind, dead or kept as completed) and carries no partition layout
+    /// and no retired flag. Those two must outlive any idle period: a
+    /// layout K > 1 forgotten would let a handle with another K store its
+    /// own, and producers and consumers would then disagree on where jobs
+    /// go (pushes landing where no consumer looks); a retired partition
+    /// forgotten would take pushes again that nobody claims. They are a
+    /// few bytes per queue name, written only by `repartition` and a
+    /// sharded handle's first write, never by a read.
+    fn busy_until(&self) -> Option<u64> {
+        let empty = self.jobs.is_empty()
+            && self.ready.is_empty()
+            && self.delayed.is_empty()
+            && self.in_flight.is_empty()
+            && self.dead.is_empty()
+            && self.done.is_empty();
+        (empty && self.partitions.is_none() && !self.retired).then_some(0)
+    }
+
+    fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    fn set_fence_floor(&mut self, floor: u64) {
+        self.fence_floor = floor;
+    }
 }
 
 /// Readiness order: higher priority first, then push order.
@@ -350,7 +393,9 @@ impl Queue {
                 continue;
             };
             if self.fence == 0 {
-                self.fence = now * 1000;
+                // Above every fence of a dropped queue, which may have run
+                // ahead of the clock.
+                self.fence = (now * 1000).max(self.fence_floor);
             }
             self.fence += 1;
             d.attempts += 1;

@@ -5,7 +5,7 @@
 //! GCRA works in nanoseconds (one "theoretical arrival time" per key),
 //! windows in microseconds (the resolution of Redis's `TIME`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::limit::{Algorithm, Decision, Limit, decision};
 use crate::name::Name;
@@ -27,25 +27,37 @@ enum KeyState {
 
 impl KeyState {
     fn expired(&self, now_us: u64) -> bool {
+        now_us >= self.expires_us()
+    }
+
+    /// When its budget is fully restored (µs): from then on it is the
+    /// same as no state.
+    fn expires_us(&self) -> u64 {
         match *self {
-            KeyState::Gcra { tat_ns } => tat_ns <= now_us * 1000,
-            KeyState::Window { expires_us, .. } => expires_us <= now_us,
+            KeyState::Gcra { tat_ns } => tat_ns.div_ceil(1000),
+            KeyState::Window { expires_us, .. } => expires_us,
         }
     }
 }
 
-/// Every limiter's keys, with amortised removal of idle ones: when the
-/// number of keys doubles since the last sweep, expired keys are dropped.
+/// Every limiter's keys. A key whose budget is fully restored is dropped
+/// in bounded steps as decisions run: each key has one due time in `due`
+/// (when to look at it next), and each decision looks at up to
+/// `SWEEP_STEP` due keys, dropping the expired ones and giving the others
+/// their current expiry as the next due time.
 #[derive(Debug, Default)]
 pub(crate) struct Limits {
     /// Limiter, then (GCRA or window, key). GCRA and window state live
     /// apart, as they do on Redis.
     keys: HashMap<Name, [HashMap<String, KeyState>; 2]>,
+    /// (due µs, limiter, space, key): one per stored key.
+    due: BTreeSet<(u64, Name, usize, String)>,
     len: usize,
-    sweep_at: usize,
 }
 
-const MIN_SWEEP: usize = 4096;
+/// Due keys looked at per decision: more than one, so that keys are
+/// dropped faster than new ones come.
+const SWEEP_STEP: usize = 8;
 
 impl Limits {
     pub(crate) fn check(
@@ -57,41 +69,64 @@ impl Limits {
         now_us: u64,
     ) -> Decision {
         let space = usize::from(limit.algorithm() != Algorithm::Gcra);
-        let maps = match self.keys.get_mut(limiter) {
-            Some(m) => m,
-            None => self.keys.entry(limiter.clone()).or_default(),
-        };
-        let map = &mut maps[space];
-        let state = map.get(key).copied().filter(|s| !s.expired(now_us));
+        let state = self
+            .keys
+            .get(limiter)
+            .and_then(|maps| maps[space].get(key))
+            .copied()
+            .filter(|s| !s.expired(now_us));
         let (decision, next) = step(state, limit, cost, now_us);
+        // Only a decision that leaves budget spent stores anything.
         if let Some(next) = next {
-            match map.get_mut(key) {
+            let maps = match self.keys.get_mut(limiter) {
+                Some(m) => m,
+                None => self.keys.entry(limiter.clone()).or_default(),
+            };
+            match maps[space].get_mut(key) {
                 Some(slot) => *slot = next,
                 None => {
-                    map.insert(key.to_owned(), next);
+                    maps[space].insert(key.to_owned(), next);
+                    self.due
+                        .insert((next.expires_us(), limiter.clone(), space, key.to_owned()));
                     self.len += 1;
                 }
             }
         }
-        if self.len > self.sweep_at.max(MIN_SWEEP) {
-            self.sweep(now_us);
-        }
+        self.sweep(now_us);
         decision
     }
 
+    /// Looks at up to `SWEEP_STEP` due keys.
     fn sweep(&mut self, now_us: u64) {
-        for maps in self.keys.values_mut() {
-            for map in maps.iter_mut() {
-                map.retain(|_, s| !s.expired(now_us));
+        for _ in 0..SWEEP_STEP {
+            let Some(first) = self.due.first().filter(|(due, ..)| *due <= now_us) else {
+                return;
+            };
+            let (limiter, space) = (first.1.clone(), first.2);
+            let Some((_, _, _, key)) = self.due.pop_first() else {
+                return;
+            };
+            let Some(maps) = self.keys.get_mut(&limiter) else {
+                continue;
+            };
+            match maps[space].get(&key).map(KeyState::expires_us) {
+                Some(expires) if expires <= now_us => {
+                    maps[space].remove(&key);
+                    self.len -= 1;
+                    if maps.iter().all(HashMap::is_empty) {
+                        self.keys.remove(&limiter);
+                    }
+                }
+                Some(expires) => {
+                    self.due.insert((expires, limiter, space, key));
+                }
+                None => {}
             }
         }
-        self.keys.retain(|_, maps| maps.iter().any(|m| !m.is_empty()));
-        self.len = self.keys.values().flat_map(|m| m.iter()).map(HashMap::len).sum();
-        self.sweep_at = self.len * 2;
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    /// Keys stored (some may have expired since the last sweep).
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 }
@@ -214,8 +249,8 @@ mod tests {
             limits.check(&name, &format!("k{i}"), &limit, 1, start);
         }
         assert_eq!(limits.len(), 10_000);
-        // Two seconds later every key is idle; new keys trigger a sweep
-        // once the count doubles, and only the new keys are left.
+        // Two seconds later every key is idle; the new keys' decisions
+        // sweep them in steps, and only the new keys are left.
         for i in 0..10_000 {
             limits.check(&name, &format!("n{i}"), &limit, 1, start + 2_000_000);
         }

@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::limit::{Decision, Limit};
 use crate::name::Name;
 
+pub use self::memory::MemoryOptions;
 pub use self::redis::RedisConfig;
 
 /// Where gate state lives. Cheap to clone; clones share connections.
@@ -34,16 +35,31 @@ enum Backend {
 }
 
 impl Store {
-    /// An embedded in-process store on the system clock.
+    /// An embedded in-process store with the default settings
+    /// ([`MemoryOptions`]: the system clock, idle state dropped after 10
+    /// minutes).
     pub fn memory() -> Store {
-        Store::memory_with_clock(Arc::new(SystemClock))
+        Store::memory_store(MemoryOptions::default())
     }
 
     /// An embedded store reading time from `clock` (tests use
     /// [`ManualClock`](crate::ManualClock) to move time without sleeping).
     pub fn memory_with_clock(clock: Arc<dyn Clock>) -> Store {
+        Store::memory_store(MemoryOptions {
+            clock,
+            ..MemoryOptions::default()
+        })
+    }
+
+    /// An embedded store with `options`; fails if they are out of range.
+    pub fn memory_with(options: MemoryOptions) -> Result<Store> {
+        options.check()?;
+        Ok(Store::memory_store(options))
+    }
+
+    fn memory_store(options: MemoryOptions) -> Store {
         Store {
-            backend: Backend::Memory(Arc::new(memory::MemoryStore::new(clock))),
+            backend: Backend::Memory(Arc::new(memory::MemoryStore::new(options))),
         }
     }
 
@@ -102,6 +118,15 @@ impl Store {
     /// Whether operations cross a network (and so can fail or stall).
     pub(crate) fn is_remote(&self) -> bool {
         matches!(self.backend, Backend::Redis(_))
+    }
+
+    /// How many names the embedded store holds state for (`None` on
+    /// Redis): for metrics, and to see that idle names are dropped.
+    pub fn memory_footprint(&self) -> Option<MemoryFootprint> {
+        match &self.backend {
+            Backend::Memory(s) => Some(s.footprint()),
+            Backend::Redis(_) => None,
+        }
     }
 
     /// `"memory"` or `"redis"`.
@@ -520,6 +545,20 @@ pub struct GateStats {
     /// At most one admission per this interval, if set
     /// (`Gate::set_admission_interval`).
     pub admission_interval: Option<Duration>,
+}
+
+/// How many names the embedded store holds state for
+/// ([`Store::memory_footprint`]). Reads never add to these; idle names
+/// leave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryFootprint {
+    /// Gates with state (holders, waiters, settings or a revocation log).
+    pub gates: usize,
+    /// Job queues with state.
+    pub queues: usize,
+    /// Rate-limit keys stored (those whose budget is fully restored go at
+    /// the next sweep).
+    pub limit_keys: usize,
 }
 
 /// The most ids one [`Gate::watch_state`](crate::Gate::watch_state) answer

@@ -93,13 +93,18 @@ impl Scripts {
         ]
     }
 
-    /// The scripts; on a cluster they publish with `SPUBLISH` (sharded).
-    fn new(cluster: bool) -> Self {
+    /// The scripts; on a cluster they publish with `SPUBLISH` (sharded);
+    /// a gate's meta hash outlives its last deadline by `idle`.
+    fn new(cluster: bool, idle: Duration) -> Self {
         let script = |text: &str| {
+            let text = text.replace(
+                "local IDLE = 600000",
+                &format!("local IDLE = {}", idle.as_millis()),
+            );
             if cluster {
                 Script::new(&text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'"))
             } else {
-                Script::new(text)
+                Script::new(&text)
             }
         };
         Scripts {
@@ -452,6 +457,14 @@ pub struct RedisConfig {
     pub response_timeout: Duration,
     /// How long connecting may take. Default 5 s.
     pub connect_timeout: Duration,
+    /// How long a gate's keys outlive the last deadline they hold (a
+    /// lease's end, a waiter's heartbeat deadline, a kept revocation) and
+    /// the last operation on it: then every key of the idle gate has
+    /// expired, its stored capacity and admission settings with it (its
+    /// next write starts a new epoch; fences keep growing, since they
+    /// start from server time). Default 10 minutes; 1 s to 30 days. Every
+    /// handle on one Redis should use the same value.
+    pub idle: Duration,
 }
 
 impl RedisConfig {
@@ -462,6 +475,7 @@ impl RedisConfig {
             prefix: "tollgate".to_owned(),
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
+            idle: Duration::from_secs(600),
         }
     }
 }
@@ -617,6 +631,12 @@ fn check_prefix(prefix: &str) -> Result<()> {
 impl RedisStore {
     pub(crate) async fn connect(config: RedisConfig) -> Result<Self> {
         check_prefix(&config.prefix)?;
+        if config.idle < Duration::from_secs(1) || config.idle > Duration::from_secs(30 * 24 * 3600) {
+            return Err(Error::invalid(format!(
+                "the idle period must be between 1s and 30 days, got {}ms",
+                config.idle.as_millis()
+            )));
+        }
         if let Some(nodes) = cluster_nodes(&config.url) {
             return RedisStore::connect_cluster(nodes?, config).await;
         }
@@ -633,7 +653,7 @@ impl RedisStore {
             return Ok(RedisStore::with_target(
                 Conn::Sentinel(master.clone()),
                 Target::Sentinel(master),
-                config.prefix,
+                &config,
                 false,
             ));
         }
@@ -656,14 +676,14 @@ impl RedisStore {
         Ok(RedisStore::with_target(
             Conn::Single(conn),
             Target::Single(Box::new((info, manager_config, config.response_timeout))),
-            config.prefix,
+            &config,
             false,
         ))
     }
 
     /// A store on `conn`, which `target` describes; `cluster` switches the
     /// scripts to sharded pub/sub.
-    fn with_target(conn: Conn, target: Target, prefix: String, cluster: bool) -> RedisStore {
+    fn with_target(conn: Conn, target: Target, config: &RedisConfig, cluster: bool) -> RedisStore {
         let wakers = Arc::<Wakers>::default();
         let target = Arc::new(target);
         let subs = Arc::new(Subscriptions {
@@ -696,8 +716,8 @@ impl RedisStore {
         }
         RedisStore {
             conn,
-            prefix,
-            scripts: Arc::new(Scripts::new(cluster)),
+            prefix: config.prefix.clone(),
+            scripts: Arc::new(Scripts::new(cluster, config.idle)),
             target,
             durable: None,
             subs,
@@ -716,7 +736,7 @@ impl RedisStore {
         Ok(RedisStore::with_target(
             Conn::Cluster(conn),
             Target::Cluster(nodes, config.clone()),
-            config.prefix,
+            &config,
             true,
         ))
     }

@@ -20,7 +20,10 @@ if (tonumber(raw[9]) or 0) == 0 and (tonumber(raw[10]) or 0) == 0
     local fields = {'c', stored or asked, 'f', f, 'b', b, 'H', 1, 'T', expiry, 'X', now + ttl}
     -- The gate's state is created here (or predates epochs): give it one.
     if not raw[24] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
+    local meta_until = meta_expiry(expiry)
+    if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
     redis.call('HSET', KM, unpack(fields))
+    if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
     redis.call('PEXPIREAT', KH, expiry)
     return {1, f, ttl}
   end

@@ -24,7 +24,8 @@ local function record_end()
   local score = now * 1024
   if top[2] ~= nil and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
   redis.call('ZADD', KR, score, id)
-  redis.call('PEXPIREAT', KR, now + K + MARGIN)
+  r_top = now + K + MARGIN
+  redis.call('PEXPIREAT', KR, r_top)
   redis.call('HSET', KM, 'K', K)
 end
 

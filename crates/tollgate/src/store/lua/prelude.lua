@@ -29,8 +29,18 @@
 --                    state was lost (FLUSHALL, a restart without
 --                    persistence, a failover to an empty replica) shows a
 --                    new one; K the longest keep (ms) of the revocation
---                    log's live entries. The only key an idle gate keeps:
---                    it carries the fence, which never goes back.
+--                    log's live entries; G the expiry last set on m (ms).
+--                    m lives IDLE (the store's idle period) past the last
+--                    deadline any key holds (the TTLs set on h, q, p and
+--                    r, the next admission) and the last write, so an
+--                    idle gate leaves no key behind; the cost is one
+--                    PEXPIREAT per IDLE / 4 of activity. Its settings
+--                    (capacity, pause, admission interval) go with it:
+--                    whoever configures a gate watches its epoch and sets
+--                    them again. Fences need no key to survive: they
+--                    start from server time x 1000 and a gate cannot
+--                    grant 1,000 leases a millisecond, so a new state's
+--                    first fence is above every old one.
 --   KEYS[2] h  ZSET  holders: lease id -> expiry (ms, server time)
 --   KEYS[3] p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
 --                    L:<id> label given at entry (counted in m's a);
@@ -57,7 +67,7 @@
 -- Invariants: permits held (#h + e) never exceed c, except after c was
 -- lowered (holders are never evicted); nobody is granted while a ticket ahead
 -- of them waits; fences strictly increase per gate; every key but m carries
--- a TTL beyond the last deadline it holds.
+-- a TTL beyond the last deadline it holds, and m one IDLE beyond theirs.
 -- head.lua (and possibly a fast path) ran before this: KM..KQ, MARGIN,
 -- SMALL, now and raw (the meta fields) are already set.
 local cap = tonumber(raw[1])
@@ -85,6 +95,8 @@ local was_r, was_l, was_a = Mr, Ml, Ma
 -- Latest expiry written to h / deadline written to p by this call (0: none),
 -- and whether those keys may lack a TTL (empty before, or emptied since).
 local h_top, w_top, p_touched = 0, 0, false
+-- The expiry set on r by this call (an end), 0: none.
+local r_top = 0
 local h_fresh, q_fresh, p_fresh = true, true, true
 local holders, waiting = 0, 0
 
@@ -370,11 +382,22 @@ local function finish()
   -- State created by this call (m written for the first time, here or by
   -- the operation's body) gets its epoch. EXISTS costs a call only while
   -- m has no epoch: a gate that has no state, or state from before epochs.
-  if not raw[24] and (k > 0 or redis.call('EXISTS', KM) == 1) then
+  -- (HMGET answers false, not nil, for a field that is not there.)
+  local exists = raw[24] ~= false
+  if not exists and (k > 0 or redis.call('EXISTS', KM) == 1) then
     changed[k + 1], changed[k + 2] = 'E', new_epoch()
+    k = k + 2
+    exists = true
+  end
+  -- m lives IDLE past every deadline and this call (only if it exists:
+  -- a read of a gate without state must not create it).
+  local meta_until = exists and meta_expiry(math.max(now, MT, MU, MV, MA, r_top))
+  if meta_until then
+    changed[k + 1], changed[k + 2] = 'G', meta_until
     k = k + 2
   end
   if k > 0 then redis.call('HSET', KM, unpack(changed)) end
+  if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
 end
 
 local function done(reply)

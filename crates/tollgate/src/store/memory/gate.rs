@@ -1,0 +1,289 @@
+//! One gate's state in the embedded store, and the steps every operation
+//! is made of (expiry, promotion, grants), as prelude.lua does them on
+//! Redis.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+
+use super::shelf::Shelved;
+
+#[derive(Debug, Default)]
+pub(super) struct GateState {
+    /// This incarnation of the state (see `GateWatch::epoch`).
+    pub(super) epoch: u64,
+    pub(super) capacity: Option<u32>,
+    /// Last fencing token; 0 until the first grant.
+    pub(super) fence: u64,
+    /// The first fence is above this: the highest fence of any gate
+    /// state this store dropped (see `Shelved`).
+    pub(super) fence_floor: u64,
+    /// Line order: a counter, never a timestamp.
+    pub(super) seq: u64,
+    pub(super) grants: u64,
+    pub(super) expiries: u64,
+    pub(super) used: u64,
+    /// Moving average of the gap between departures (ms), once measured.
+    pub(super) gap_ms: Option<u64>,
+    /// When the last holder departed (ms; 0: never).
+    pub(super) last_departure: u64,
+    /// Admission control: no new grants while paused; at most one grant
+    /// per `admit_every_ms` (0: no limit), the next allowed at `admit_at`.
+    pub(super) paused: bool,
+    pub(super) admit_every_ms: u64,
+    pub(super) admit_at: u64,
+    pub(super) holders: HashMap<String, Holder>,
+    pub(super) holder_expiry: BTreeSet<(u64, String)>,
+    pub(super) line: BTreeMap<u64, String>,
+    pub(super) tickets: HashMap<String, Ticket>,
+    pub(super) ticket_deadline: BTreeSet<(u64, String)>,
+    /// The revocation log: score -> token of a holder that ended, and the
+    /// way back (as Redis's sorted set r: one entry per token). A score is
+    /// the end's time in ms × 1024, or one more than the last if that is
+    /// more, so scores strictly increase and serve as readers' cursors.
+    pub(super) revoked: BTreeMap<u64, String>,
+    pub(super) revoked_score: HashMap<String, u64>,
+    /// The longest keep (ms) of the log's entries: nothing younger is
+    /// pruned, nothing older is read.
+    pub(super) revoke_keep_ms: u64,
+}
+
+/// At most this many aged entries of the revocation log are pruned per
+/// end (as `PRUNE_STEP` in leave.lua).
+pub(super) const PRUNE_STEP: usize = 1000;
+
+#[derive(Debug)]
+pub(super) struct Holder {
+    pub(super) expires: u64,
+    pub(super) permits: u32,
+    pub(super) fence: u64,
+    /// Handed off to a waiter that has not picked it up yet; it lives only
+    /// until the waiter's heartbeat deadline.
+    pub(super) pending: bool,
+    pub(super) label: Option<String>,
+    /// Came through the line. `status` reports the fence only for these,
+    /// as the Redis store does (an immediate grant's fence was in the
+    /// answer to `enter`).
+    pub(super) handed: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct Ticket {
+    pub(super) seq: u64,
+    pub(super) permits: u32,
+    pub(super) deadline: u64,
+    pub(super) label: Option<String>,
+}
+
+pub(super) fn permits_exceed(permits: u32, capacity: u32) -> Error {
+    Error::invalid(format!(
+        "asked for {permits} permits but the gate's capacity is {capacity}"
+    ))
+}
+
+impl Shelved for GateState {
+    fn is_blank(&self) -> bool {
+        self.capacity.is_none()
+            && self.fence == 0
+            && self.seq == 0
+            && !self.paused
+            && self.admit_every_ms == 0
+            && self.holders.is_empty()
+            && self.tickets.is_empty()
+            && self.revoked.is_empty()
+    }
+
+    /// The last lease end, ticket deadline, revocation kept or admission
+    /// slot: once all have passed, nothing the gate holds is of use.
+    fn busy_until(&self) -> Option<u64> {
+        let lease = self.holder_expiry.last().map_or(0, |(at, _)| *at);
+        let ticket = self.ticket_deadline.last().map_or(0, |(at, _)| *at);
+        let revoked = self
+            .revoked
+            .last_key_value()
+            .map_or(0, |(score, _)| score / 1024 + self.revoke_keep_ms);
+        Some(lease.max(ticket).max(revoked).max(self.admit_at))
+    }
+
+    fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    fn set_fence_floor(&mut self, floor: u64) {
+        self.fence_floor = floor;
+    }
+}
+
+impl GateState {
+    pub(super) fn resolve_capacity(&mut self, asked: Option<u32>) -> Result<u32> {
+        match (self.capacity, asked) {
+            (Some(have), Some(want)) if have != want => Err(Error::new(
+                ErrorKind::CapacityConflict,
+                format!(
+                    "the gate's capacity is {have}, the request says {want}; change it with set_capacity"
+                ),
+            )),
+            (Some(have), _) => Ok(have),
+            (None, Some(want)) => {
+                self.capacity = Some(want);
+                Ok(want)
+            }
+            (None, None) => Err(Error::new(
+                ErrorKind::NoCapacity,
+                "the gate has no capacity yet; name one in the request or set_capacity",
+            )),
+        }
+    }
+
+    /// Drops leases whose time is up and tickets whose owner stopped asking.
+    pub(super) fn expire(&mut self, now: u64) {
+        while let Some((expires, id)) = self.holder_expiry.first().cloned() {
+            if expires > now {
+                break;
+            }
+            self.holder_expiry.pop_first();
+            if let Some(h) = self.holders.remove(&id) {
+                self.used -= u64::from(h.permits);
+                self.expiries += 1;
+                self.depart(now);
+            }
+        }
+        while let Some((deadline, id)) = self.ticket_deadline.first().cloned() {
+            if deadline > now {
+                break;
+            }
+            self.drop_ticket(&id);
+        }
+    }
+
+    /// Hands free permits to the head of the line, in order, while the head
+    /// fits: a large request at the head is never overtaken by small ones.
+    /// Whether admission control lets one more in now.
+    pub(super) fn may_admit(&self, now: u64) -> bool {
+        !self.paused && (self.admit_every_ms == 0 || self.admit_at <= now)
+    }
+
+    /// Spends one admission of the admission rate.
+    pub(super) fn admitted(&mut self, now: u64) {
+        if self.admit_every_ms > 0 {
+            self.admit_at = self.admit_at.max(now) + self.admit_every_ms;
+        }
+    }
+
+    pub(super) fn promote(&mut self, now: u64, handed: &mut Vec<(String, u64)>) {
+        let Some(capacity) = self.capacity else { return };
+        while let Some((_, id)) = self.line.first_key_value() {
+            let id = id.clone();
+            let Some(t) = self.tickets.get(&id) else { break };
+            let (permits, deadline) = (t.permits, t.deadline);
+            if permits > capacity {
+                // Capacity was lowered below what this ticket needs: it can
+                // never be served, and must not block everyone behind it.
+                self.drop_ticket(&id);
+                continue;
+            }
+            if self.used + u64::from(permits) > u64::from(capacity) || !self.may_admit(now) {
+                break;
+            }
+            self.admitted(now);
+            let label = self.take_ticket(&id).and_then(|t| t.label);
+            let fence = self.grant(&id, permits, deadline, now, true, label);
+            handed.push((id, fence));
+        }
+    }
+
+    pub(super) fn grant(
+        &mut self,
+        id: &str,
+        permits: u32,
+        expires: u64,
+        now: u64,
+        pending: bool,
+        label: Option<String>,
+    ) -> u64 {
+        // Fences start from the clock so they keep growing even if the state
+        // is lost (a restarted process), as long as the clock does; and
+        // above every fence of a dropped state, which may have run ahead
+        // of the clock (more than 1,000 grants a millisecond).
+        if self.fence == 0 {
+            self.fence = (now * 1000).max(self.fence_floor);
+        }
+        self.fence += 1;
+        self.grants += 1;
+        self.used += u64::from(permits);
+        self.holders.insert(
+            id.to_owned(),
+            Holder {
+                expires,
+                permits,
+                fence: self.fence,
+                pending,
+                label,
+                handed: pending,
+            },
+        );
+        self.holder_expiry.insert((expires, id.to_owned()));
+        self.fence
+    }
+
+    /// Records a departure, for the estimated wait (as the Lua prelude).
+    pub(super) fn depart(&mut self, now: u64) {
+        if self.last_departure > 0 {
+            let gap = now.saturating_sub(self.last_departure);
+            self.gap_ms = Some(match self.gap_ms {
+                None => gap,
+                Some(avg) => (avg * 8 + gap * 2 + 5) / 10,
+            });
+        }
+        self.last_departure = now;
+    }
+
+    pub(super) fn eta(&self, position: u64) -> Option<Duration> {
+        self.gap_ms.map(|gap| Duration::from_millis(position * gap))
+    }
+
+    pub(super) fn set_expiry(&mut self, id: &str, expires: u64) {
+        if let Some(h) = self.holders.get_mut(id) {
+            self.holder_expiry.remove(&(h.expires, id.to_owned()));
+            h.expires = expires;
+            h.pending = false;
+            self.holder_expiry.insert((expires, id.to_owned()));
+        }
+    }
+
+    /// Records the end of `id`'s lease in the revocation log, kept at least
+    /// `keep` ms; prunes a bounded number of aged entries first.
+    pub(super) fn record_end(&mut self, id: &str, now: u64, keep: u64) {
+        let floor = now.saturating_sub(self.revoke_keep_ms) * 1024;
+        for _ in 0..PRUNE_STEP {
+            let Some(aged) = self.revoked.first_entry().filter(|e| *e.key() < floor) else {
+                break;
+            };
+            self.revoked_score.remove(&aged.remove());
+        }
+        // An empty log starts the keep afresh; otherwise it covers every
+        // entry still kept.
+        let top = self.revoked.last_key_value().map(|(score, _)| *score);
+        self.revoke_keep_ms = match top {
+            None => keep,
+            Some(_) => self.revoke_keep_ms.max(keep),
+        };
+        let score = top.map_or(0, |t| t + 1).max(now * 1024);
+        if let Some(old) = self.revoked_score.insert(id.to_owned(), score) {
+            self.revoked.remove(&old);
+        }
+        self.revoked.insert(score, id.to_owned());
+    }
+
+    pub(super) fn drop_ticket(&mut self, id: &str) -> bool {
+        self.take_ticket(id).is_some()
+    }
+
+    pub(super) fn take_ticket(&mut self, id: &str) -> Option<Ticket> {
+        let t = self.tickets.remove(id)?;
+        self.line.remove(&t.seq);
+        self.ticket_deadline.remove(&(t.deadline, id.to_owned()));
+        Some(t)
+    }
+}

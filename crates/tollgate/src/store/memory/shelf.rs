@@ -1,0 +1,220 @@
+//! The embedded store's states by name: each behind a lock of its own, so
+//! a flood on one name never waits on another's work, and dropped once it
+//! has been idle and empty for the store's idle period.
+//!
+//! The map itself sits under one short-held lock: a lookup, an insert, and
+//! a bounded sweep step. A state is worked on under its own lock, taken
+//! after the map's is released; the map's lock is never waited for while a
+//! state's is held, and the sweep only ever tries a state's lock, so the
+//! two cannot deadlock.
+//!
+//! Dropping idle state needs no background task. Every name has one due
+//! time in `due`: when to look at it next. Each operation looks at a few
+//! names that are due (at most `SWEEP_STEP`), and drops those whose state
+//! has been quiet for the idle period: no operation and no deadline held
+//! (a lease, a ticket, a kept revocation) in that time. A name that is not
+//! yet quiet gets a new due time, so each live name costs one look per
+//! idle period.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::name::Name;
+
+/// How many due names one operation looks at: enough to drop idle names
+/// faster than a flood of operations can create them, few enough that no
+/// operation does much of it.
+const SWEEP_STEP: usize = 8;
+
+/// What the shelf needs to know of a state.
+pub(crate) trait Shelved: Default {
+    /// Nothing was ever written to it: a read of a name without state
+    /// leaves none behind.
+    fn is_blank(&self) -> bool;
+
+    /// The last deadline the state holds (ms; its end of use if nothing
+    /// else happens), or `None` if it holds something that must be kept
+    /// whatever the time (jobs, a partition layout).
+    fn busy_until(&self) -> Option<u64>;
+
+    /// The last fencing token it handed out; a state created anew for the
+    /// same store starts above every dropped one (`floor`).
+    fn fence(&self) -> u64;
+
+    /// Fences it hands out from now on are above `floor`.
+    fn set_fence_floor(&mut self, floor: u64);
+}
+
+#[derive(Debug)]
+pub(super) struct Shelf<S> {
+    inner: Mutex<Inner<S>>,
+}
+
+#[derive(Debug)]
+struct Inner<S> {
+    states: HashMap<Name, Slot<S>>,
+    /// (due time in ms, name): one per name in `states`.
+    due: BTreeSet<(u64, Name)>,
+    /// The highest fence of any dropped state.
+    floor: u64,
+}
+
+#[derive(Debug)]
+struct Slot<S> {
+    /// This name's entry in `due`.
+    due: u64,
+    held: Arc<Mutex<Held<S>>>,
+}
+
+#[derive(Debug)]
+struct Held<S> {
+    state: S,
+    /// When an operation last ran on it (ms).
+    touched: u64,
+    /// Taken off the shelf: whoever finds it so looks the name up again.
+    dropped: bool,
+}
+
+impl<S> Default for Shelf<S> {
+    fn default() -> Self {
+        Shelf {
+            inner: Mutex::new(Inner {
+                states: HashMap::new(),
+                due: BTreeSet::new(),
+                floor: 0,
+            }),
+        }
+    }
+}
+
+impl<S: Shelved> Shelf<S> {
+    /// Runs `op` on `name`'s state under its own lock. A name without
+    /// state gets a new one (`new`), kept only if `op` wrote to it.
+    pub(super) fn with<T>(
+        &self,
+        name: &Name,
+        now: u64,
+        idle: u64,
+        new: impl Fn() -> S,
+        op: impl FnOnce(&mut S) -> T,
+    ) -> T {
+        let mut op = Some(op);
+        loop {
+            let held = {
+                let mut inner = self.lock();
+                inner.sweep(now, idle);
+                match inner.states.get(name) {
+                    Some(slot) => slot.held.clone(),
+                    None => {
+                        let mut state = new();
+                        state.set_fence_floor(inner.floor);
+                        inner.insert(name, state, now + idle)
+                    }
+                }
+            };
+            let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
+            if h.dropped {
+                // Dropped between the lookup and now: look again.
+                continue;
+            }
+            h.touched = h.touched.max(now);
+            let out = (op.take().expect("runs once"))(&mut h.state);
+            if h.state.is_blank() {
+                // Nothing written (a read of a name without state): leave
+                // no trace. The map's lock is taken after this one is let go.
+                h.dropped = true;
+                drop(h);
+                self.lock().remove(name, &held);
+            }
+            return out;
+        }
+    }
+
+    /// Runs `read` on `name`'s state, if it has one, without creating it
+    /// or counting as activity.
+    pub(super) fn peek<T>(&self, name: &Name, now: u64, idle: u64, read: impl FnOnce(Option<&S>) -> T) -> T {
+        let held = {
+            let mut inner = self.lock();
+            inner.sweep(now, idle);
+            inner.states.get(name).map(|slot| slot.held.clone())
+        };
+        let Some(held) = held else { return read(None) };
+        let h = held.lock().unwrap_or_else(PoisonError::into_inner);
+        // Dropped since the lookup: it has no state now.
+        read((!h.dropped).then_some(&h.state))
+    }
+
+    /// How many names hold state.
+    pub(super) fn len(&self) -> usize {
+        self.lock().states.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<S>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<S: Shelved> Inner<S> {
+    fn insert(&mut self, name: &Name, state: S, due: u64) -> Arc<Mutex<Held<S>>> {
+        let held = Arc::new(Mutex::new(Held {
+            state,
+            touched: 0,
+            dropped: false,
+        }));
+        self.due.insert((due, name.clone()));
+        self.states.insert(
+            name.clone(),
+            Slot {
+                due,
+                held: held.clone(),
+            },
+        );
+        held
+    }
+
+    /// Takes `name` off the shelf if `held` is still its state.
+    fn remove(&mut self, name: &Name, held: &Arc<Mutex<Held<S>>>) {
+        if let Some(slot) = self.states.get(name)
+            && Arc::ptr_eq(&slot.held, held)
+        {
+            self.due.remove(&(slot.due, name.clone()));
+            self.states.remove(name);
+        }
+    }
+
+    /// Looks at up to `SWEEP_STEP` names that are due: drops those quiet
+    /// for `idle`, and sets the next look for the others.
+    fn sweep(&mut self, now: u64, idle: u64) {
+        for _ in 0..SWEEP_STEP {
+            let Some((_, name)) = self.due.first().filter(|(due, _)| *due <= now).cloned() else {
+                return;
+            };
+            self.due.pop_first();
+            let Some(held) = self.states.get(&name).map(|slot| slot.held.clone()) else {
+                continue;
+            };
+            let next = match held.try_lock() {
+                Ok(mut h) => match h.state.busy_until() {
+                    Some(until) if until.max(h.touched) + idle <= now => {
+                        // Quiet for the idle period: every deadline it held
+                        // has passed (whatever it held is over), so
+                        // dropping it changes no answer but the epoch.
+                        h.dropped = true;
+                        self.floor = self.floor.max(h.state.fence());
+                        self.states.remove(&name);
+                        continue;
+                    }
+                    Some(until) => until.max(h.touched) + idle,
+                    None => now + idle,
+                },
+                // In use this very moment, so not idle (or poisoned by a
+                // panic: kept, as the lock keeps it for everyone else).
+                Err(_) => now + idle,
+            };
+            if let Some(slot) = self.states.get_mut(&name) {
+                slot.due = next;
+                self.due.insert((next, name));
+            }
+        }
+    }
+}
