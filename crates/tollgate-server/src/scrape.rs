@@ -63,6 +63,7 @@ pub(crate) async fn gather(state: &AppState) {
         }));
     }
     let mut results = futures_util::stream::iter(work).buffer_unordered(CONCURRENCY);
+    let mut timed_out = false;
     loop {
         match tokio::time::timeout_at(deadline, results.next()).await {
             Ok(Some((source, ok))) => {
@@ -74,7 +75,7 @@ pub(crate) async fn gather(state: &AppState) {
             Ok(None) => break,
             Err(_) => {
                 // What is still under way is dropped (its store calls with it).
-                metrics::counter!("tollgate_scrape_timeouts_total").increment(1);
+                timed_out = true;
                 for i in 0..SOURCES.len() {
                     failed[i] += asked[i] - answered[i];
                 }
@@ -82,10 +83,10 @@ pub(crate) async fn gather(state: &AppState) {
             }
         }
     }
+    // Always written (0 included), so the series exist from the first scrape.
+    metrics::counter!("tollgate_scrape_timeouts_total").increment(u64::from(timed_out));
     for (i, source) in SOURCES.iter().enumerate() {
-        if failed[i] > 0 {
-            metrics::counter!("tollgate_scrape_errors_total", "source" => *source).increment(failed[i]);
-        }
+        metrics::counter!("tollgate_scrape_errors_total", "source" => *source).increment(failed[i]);
     }
     metrics::gauge!("tollgate_scrape_duration_seconds").set(started.elapsed().as_secs_f64());
 }
