@@ -42,8 +42,14 @@ pub(crate) struct QueueSettings {
     partitions: usize,
 }
 
+/// How often a configured queue's handle asks the store whether the
+/// partition count is still the one in force (one round trip, only while
+/// the queue is used).
+const CONFIGURED_RECHECK: Duration = Duration::from_secs(1);
+
 /// Queues kept as handles (each checks the partition count with the store
-/// on first use and every 10 s); past this many the cache starts again.
+/// on first use and every 10 s, a configured one every second); past this
+/// many the cache starts again.
 const HANDLES_KEPT: usize = 10_000;
 
 /// The job queues of this server: the partition counts configured, and a
@@ -85,7 +91,13 @@ impl Queues {
         if let Some(q) = handles.get(name) {
             return Ok(q.clone());
         }
-        let q = ShardedJobQueue::new(store, name, self.partitions.get(name).copied().unwrap_or(1))?;
+        let q = match self.partitions.get(name) {
+            // The store keeps the count; if it loses it (a restart without
+            // persistence, FLUSHALL, a failover to an empty replica), the
+            // next re-check stores it again: make that within a second.
+            Some(&k) => ShardedJobQueue::new(store, name, k)?.recheck_every(CONFIGURED_RECHECK)?,
+            None => ShardedJobQueue::new(store, name, 1)?,
+        };
         if handles.len() >= HANDLES_KEPT {
             // Bounded: start again (each handle checks with the store once).
             handles.clear();
