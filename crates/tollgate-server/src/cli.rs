@@ -229,6 +229,18 @@ pub(crate) struct ServeArgs {
     pub(crate) config: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub(crate) durability: DurabilityArgs,
+    /// Waiting tickets one client (bearer token, else IP address) may hold
+    /// at once through the API; 0: no cap [default: 1000].
+    #[arg(long, env = "TOLLGATE_MAX_TICKETS_PER_CLIENT", value_name = "N")]
+    pub(crate) max_tickets_per_client: Option<usize>,
+    /// How long /metrics may spend reading figures from the store; what is
+    /// not in by then is counted as a scrape error [default: 1s].
+    #[arg(long, env = "TOLLGATE_METRICS_TIMEOUT", value_name = "DURATION", value_parser = duration)]
+    pub(crate) metrics_timeout: Option<Duration>,
+    /// How long a request body may take to arrive; after that, 408
+    /// [default: 30s].
+    #[arg(long, env = "TOLLGATE_BODY_TIMEOUT", value_name = "DURATION", value_parser = duration)]
+    pub(crate) body_timeout: Option<Duration>,
 }
 
 /// Waiting for Redis replicas after each change (`WAIT`).

@@ -15,9 +15,9 @@ pub(crate) const LEASE_LOST: i32 = 76;
 /// The set-up is wrong: Redis refused the credentials, a cluster was named
 /// by a plain URL, or a queue's partition count differs from the stored one.
 pub(crate) const CONFIG: i32 = 78;
-/// The command could not be started.
+/// The command could not be started (not an executable file).
 pub(crate) const CANNOT_EXECUTE: i32 = 126;
-/// The command was not found.
+/// The command was not found. `jobs work` checks both before any claim.
 pub(crate) const NOT_FOUND: i32 = 127;
 
 /// The exit code for a library error.

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tollgate::{Entered, ErrorKind, Gate, GateOptions, GateStats, Left, Store, TicketStatus};
 
-/// Largest request body accepted.
-const BODY_LIMIT: usize = 16 * 1024;
+pub(crate) use crate::body::Json;
+use crate::body::{BODY_LIMIT, limited};
 /// Longest a long-poll may wait.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
@@ -46,7 +46,13 @@ pub(crate) struct AppState {
     /// Rate-limits the /v1 routes when `[protect]` is configured.
     pub(crate) protect: Option<tollgate::RateLimitLayer>,
     /// Bearer tokens accepted on /v1 routes; empty: no authentication.
-    pub(crate) tokens: std::sync::Arc<Vec<String>>,
+    pub(crate) tokens: std::sync::Arc<Tokens>,
+    /// Waiting tickets per client (`max_tickets_per_client`).
+    pub(crate) tickets: std::sync::Arc<crate::tickets::TicketCaps>,
+    /// How long /metrics may spend gathering figures from the store.
+    pub(crate) metrics_timeout: Duration,
+    /// How long a request body may take to arrive.
+    pub(crate) body_timeout: Duration,
     /// Turns true when the server shuts down: pending long-polls answer at
     /// once with the ticket's current status.
     pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
@@ -85,15 +91,23 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/queues/{queue}", get(crate::jobs_http::stats))
         .route(
             "/v1/queues/{queue}/jobs",
-            post(crate::jobs_http::push).layer(DefaultBodyLimit::max(crate::jobs_http::PUSH_BODY_LIMIT)),
+            limited(post(crate::jobs_http::push), crate::jobs_http::PUSH_BODY_LIMIT),
         )
         .route(
             "/v1/queues/{queue}/batch",
-            post(crate::jobs_http::push_batch)
-                .layer(DefaultBodyLimit::max(crate::jobs_http::BATCH_BODY_LIMIT)),
+            limited(
+                post(crate::jobs_http::push_batch),
+                crate::jobs_http::BATCH_BODY_LIMIT,
+            ),
         )
         .route("/v1/queues/{queue}/claim", post(crate::jobs_http::claim))
-        .route("/v1/queues/{queue}/ack", post(crate::jobs_http::ack_batch))
+        .route(
+            "/v1/queues/{queue}/ack",
+            limited(
+                post(crate::jobs_http::ack_batch),
+                crate::jobs_http::ACK_BODY_LIMIT,
+            ),
+        )
         .route("/v1/queues/{queue}/completed", get(crate::jobs_http::completed))
         .route("/v1/queues/{queue}/jobs/{id}", delete(crate::jobs_http::cancel))
         .route("/v1/queues/{queue}/jobs/{id}/ack", post(crate::jobs_http::ack))
@@ -137,12 +151,18 @@ pub(crate) fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::body::deadline,
+        ))
+        .layer(middleware::from_fn(crate::conn::uri_limit))
         .layer(middleware::from_fn(log_request))
         .with_state(state)
 }
 
-/// Checks `Authorization: Bearer <token>` when tokens are configured.
-async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// Checks `Authorization: Bearer <token>` when tokens are configured, and
+/// notes which token it was ([`Caller`]).
+async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     if state.tokens.is_empty() {
         return next.run(req).await;
     }
@@ -150,14 +170,9 @@ async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !presented.is_empty()
-        && state
-            .tokens
-            .iter()
-            .any(|t| same(t.as_bytes(), presented.as_bytes()))
-    {
+        .and_then(bearer);
+    if let Some(index) = presented.and_then(|p| state.tokens.find(p)) {
+        req.extensions_mut().insert(Caller(index));
         return next.run(req).await;
     }
     let mut response = ApiError::new(
@@ -172,10 +187,57 @@ async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -
     response
 }
 
-/// Compares without stopping at the first difference, so response timing
-/// does not tell how much of a guessed token was right.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// The credentials of `Bearer <token>`; the scheme's name is
+/// case-insensitive (RFC 7235), and one or more spaces follow it.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    let token = rest.trim_matches(' ');
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Which of the server's tokens a request presented (its place in the
+/// list), set by authentication: the client a ticket is counted against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caller(pub(crate) usize);
+
+/// The server's bearer tokens, kept as SHA-256 digests. A presented token
+/// is hashed and its digest compared with every one, each comparison
+/// running over all 32 bytes: the time taken depends neither on how much
+/// of a guess was right nor on whether its length was, and a digest that
+/// partly matches tells nothing about the token behind it.
+#[derive(Debug, Default)]
+pub(crate) struct Tokens(Vec<[u8; 32]>);
+
+impl Tokens {
+    pub(crate) fn new(tokens: &[String]) -> Tokens {
+        Tokens(tokens.iter().map(|t| digest(t)).collect())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The place of `presented` among the tokens, if it is one.
+    fn find(&self, presented: &str) -> Option<usize> {
+        let presented = digest(presented);
+        let mut found = None;
+        for (i, token) in self.0.iter().enumerate() {
+            if same(token, &presented) && found.is_none() {
+                found = Some(i);
+            }
+        }
+        found
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// Compares all 32 bytes, without stopping at the first difference.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    std::hint::black_box(a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
 }
 
 /// One structured log line per request: the route pattern (never the raw
@@ -293,33 +355,6 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
-    }
-}
-
-/// JSON body extractor whose rejections use the API's error shape.
-pub(crate) struct Json<T>(pub(crate) T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Json(v)),
-            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "send the body as JSON with Content-Type: application/json",
-            )),
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("request bodies are limited to {BODY_LIMIT} bytes"),
-            )),
-            Err(e) => Err(ApiError::bad_request(format!(
-                "malformed JSON body: {}",
-                e.body_text()
-            ))),
-        }
     }
 }
 
@@ -464,20 +499,35 @@ enum EnterAnswer {
 async fn enter(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    client: crate::tickets::Client,
     Json(body): Json<EnterBody>,
 ) -> Result<axum::Json<EnterAnswer>, ApiError> {
     let g = gate(&state, &name, body.capacity, body.ttl_ms, body.heartbeat_ms)?;
-    Ok(axum::Json(
-        match g
-            .enter_as(body.permits, body.queue, body.label.as_deref())
-            .await?
-        {
-            Entered::Granted(l) => EnterAnswer::Granted {
-                token: l.token,
-                fence: l.fence,
-                ttl_ms: l.ttl.as_millis() as u64,
-            },
-            Entered::Queued { ticket, place } => EnterAnswer::Queued {
+    // A client holding its cap of waiting tickets may still be granted at
+    // once, but not queue another.
+    let (reservation, refused) = match body.queue {
+        false => (None, None),
+        true => match state.tickets.reserve(&client) {
+            Ok(r) => (r, None),
+            Err(refused) => (None, Some(refused)),
+        },
+    };
+    let queue = body.queue && refused.is_none();
+    let entered = g.enter_as(body.permits, queue, body.label.as_deref()).await?;
+    if let (Entered::Busy(_), Some(refused)) = (&entered, refused) {
+        return Err(refused.error());
+    }
+    Ok(axum::Json(match entered {
+        Entered::Granted(l) => EnterAnswer::Granted {
+            token: l.token,
+            fence: l.fence,
+            ttl_ms: l.ttl.as_millis() as u64,
+        },
+        Entered::Queued { ticket, place } => {
+            if let Some(r) = reservation {
+                r.keep(&name, &ticket, Duration::from_millis(body.heartbeat_ms));
+            }
+            EnterAnswer::Queued {
                 ticket: HttpTicket {
                     id: ticket,
                     ttl_ms: body.ttl_ms,
@@ -487,14 +537,14 @@ async fn enter(
                 position: place.position,
                 waiting: place.waiting,
                 eta_ms: place.eta.map(|d| d.as_millis() as u64),
-            },
-            Entered::Busy(o) => EnterAnswer::Busy {
-                used: o.used,
-                capacity: o.capacity,
-                waiting: o.waiting,
-            },
+            }
+        }
+        Entered::Busy(o) => EnterAnswer::Busy {
+            used: o.used,
+            capacity: o.capacity,
+            waiting: o.waiting,
         },
-    ))
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -539,6 +589,12 @@ async fn ticket_status(
         status = g.wait_status(&t.id, wait) => status?,
         () = stopped(state.stopping.clone()) => g.status(&t.id).await?,
     };
+    match &status {
+        TicketStatus::Queued(_) => state
+            .tickets
+            .waiting(&name, &t.id, Duration::from_millis(t.heartbeat_ms)),
+        TicketStatus::Granted(_) | TicketStatus::Gone => state.tickets.done(&name, &t.id),
+    }
     match status {
         TicketStatus::Granted(l) => Ok(axum::Json(StatusAnswer::Granted {
             token: l.token,
@@ -568,18 +624,25 @@ async fn ticket_events(
     // Fail fast (404, 503) before the stream starts.
     let first = g.status(&t.id).await?;
     if first == TicketStatus::Gone {
+        state.tickets.done(&name, &t.id);
         return Err(ticket_gone());
     }
     struct Watching {
         gate: Gate,
+        name: String,
         id: String,
+        heartbeat: Duration,
+        tickets: std::sync::Arc<crate::tickets::TicketCaps>,
         next: Option<TicketStatus>,
         last: Option<tollgate::Place>,
         stopping: tokio::sync::watch::Receiver<bool>,
     }
     let start = Watching {
         gate: g,
+        name,
         id: t.id,
+        heartbeat: Duration::from_millis(t.heartbeat_ms),
+        tickets: state.tickets.clone(),
         next: Some(first),
         last: None,
         stopping: state.stopping.clone(),
@@ -603,6 +666,10 @@ async fn ticket_events(
                     }
                 }
             };
+            match &status {
+                TicketStatus::Queued(_) => w.tickets.waiting(&w.name, &w.id, w.heartbeat),
+                TicketStatus::Granted(_) | TicketStatus::Gone => w.tickets.done(&w.name, &w.id),
+            }
             match status {
                 TicketStatus::Queued(p) if w.last == Some(p) => continue,
                 TicketStatus::Queued(p) => {
@@ -654,7 +721,9 @@ async fn cancel(
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
     let t = HttpTicket::decode(&ticket)?;
     let g = gate(&state, &name, None, t.ttl_ms, t.heartbeat_ms)?;
-    match g.leave(&t.id).await? {
+    let left = g.leave(&t.id).await?;
+    state.tickets.done(&name, &t.id);
+    match left {
         Left::Cancelled => Ok(axum::Json(json!({"cancelled": true}))),
         // Granted meanwhile: cancelling gives the lease back.
         Left::Released => Ok(axum::Json(json!({"cancelled": true, "released": true}))),
@@ -791,39 +860,40 @@ async fn set_capacity(
 /// Prometheus text format: request counts and latency by route and status,
 /// store errors, lost leases, and for each gate this server has served
 /// (up to 1,000) its capacity, holders, permits in use, line length, grants
-/// and expiries, read from the store at scrape time.
+/// and expiries, read from the store at scrape time (within the scrape's
+/// deadline: see `crate::scrape`).
 async fn metrics_text(State(state): State<AppState>) -> Response {
-    for name in tracked(&state.gates) {
-        let Ok(g) = Gate::new(&state.store, &name, None, GateOptions::default()) else {
-            continue;
-        };
-        match g.stats().await {
-            Ok(s) => {
-                let gauge =
-                    |metric: &'static str, v: f64| metrics::gauge!(metric, "gate" => name.clone()).set(v);
-                gauge("tollgate_gate_capacity", s.capacity.map_or(0.0, f64::from));
-                gauge("tollgate_gate_holders", s.holders as f64);
-                gauge("tollgate_gate_used", s.used as f64);
-                gauge("tollgate_gate_waiting", s.waiting as f64);
-                metrics::counter!("tollgate_gate_grants_total", "gate" => name.clone()).absolute(s.grants);
-                metrics::counter!("tollgate_gate_expiries_total", "gate" => name.clone())
-                    .absolute(s.expiries);
-            }
-            Err(e) => {
-                // Counted by the conversion; the scrape goes on without it.
-                let _ = ApiError::from(e);
-            }
-        }
-    }
-    for room in state.rooms.all() {
-        room.scrape().await;
-    }
-    crate::jobs_http::scrape(&state).await;
+    crate::scrape::gather(&state).await;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// The figures of one tracked gate, for /metrics: whether they were read.
+pub(crate) async fn scrape_gate(state: &AppState, name: &str) -> bool {
+    let Ok(g) = Gate::new(&state.store, name, None, GateOptions::default()) else {
+        return false;
+    };
+    match g.stats().await {
+        Ok(s) => {
+            let gauge =
+                |metric: &'static str, v: f64| metrics::gauge!(metric, "gate" => name.to_owned()).set(v);
+            gauge("tollgate_gate_capacity", s.capacity.map_or(0.0, f64::from));
+            gauge("tollgate_gate_holders", s.holders as f64);
+            gauge("tollgate_gate_used", s.used as f64);
+            gauge("tollgate_gate_waiting", s.waiting as f64);
+            metrics::counter!("tollgate_gate_grants_total", "gate" => name.to_owned()).absolute(s.grants);
+            metrics::counter!("tollgate_gate_expiries_total", "gate" => name.to_owned()).absolute(s.expiries);
+            true
+        }
+        Err(e) => {
+            // Counted by the conversion; the scrape goes on without it.
+            let _ = ApiError::from(e);
+            false
+        }
+    }
 }
 
 /// The API's OpenAPI 3 document, kept in docs/openapi.json.

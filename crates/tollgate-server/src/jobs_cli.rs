@@ -57,6 +57,11 @@ async fn push(args: JobsPushArgs) -> i32 {
     let at = match &args.at {
         None => None,
         Some(t) => match humantime::parse_rfc3339_weak(t) {
+            // The bound --delay has (the library checks that one).
+            Ok(at) if at > std::time::SystemTime::now() + tollgate::MAX_JOB_DELAY => {
+                eprintln!("tollgate: --at {t:?} is more than a year ahead");
+                return exit::USAGE;
+            }
             Ok(at) => Some(at),
             Err(e) => {
                 eprintln!("tollgate: --at {t:?}: {e} (give RFC 3339, e.g. 2026-11-21T18:00:00Z)");
@@ -151,6 +156,41 @@ async fn replay(args: JobsReplayArgs) -> i32 {
     }
 }
 
+/// Whether `program` can be started, found the way `execvp` finds it (a
+/// name with a `/` is a path, else it is looked for in `PATH`): else the
+/// exit code a shell gives, 127 (not found) or 126 (not executable), and
+/// why.
+fn runnable(program: &std::ffi::OsStr) -> Result<(), (i32, &'static str)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &std::path::Path| match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Some(true),
+        Ok(_) => Some(false),
+        Err(_) => None,
+    };
+    if program.as_bytes().contains(&b'/') {
+        return match executable(std::path::Path::new(program)) {
+            Some(true) => Ok(()),
+            Some(false) => Err((exit::CANNOT_EXECUTE, "not an executable file")),
+            None => Err((exit::NOT_FOUND, "no such file")),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut found_not_executable = false;
+    for dir in std::env::split_paths(&path) {
+        match executable(&dir.join(program)) {
+            Some(true) => return Ok(()),
+            Some(false) => found_not_executable = true,
+            None => {}
+        }
+    }
+    if found_not_executable {
+        Err((exit::CANNOT_EXECUTE, "not an executable file"))
+    } else {
+        Err((exit::NOT_FOUND, "command not found in PATH"))
+    }
+}
+
 /// What became of one job run.
 enum Ran {
     Acked,
@@ -159,12 +199,22 @@ enum Ran {
     Lost,
     /// Shutting down: the command was stopped and the job released.
     Released,
+    /// The command could not be started (it was checked before the first
+    /// claim, so it changed since): the job was given back, and the worker
+    /// stops with this exit code.
+    CannotStart(i32),
 }
 
 async fn work(args: JobsWorkArgs) -> i32 {
     if args.concurrency == 0 || args.concurrency > 1000 {
         eprintln!("tollgate: --concurrency must be 1 to 1000");
         return exit::USAGE;
+    }
+    // Before claiming anything: a claimed job's attempt is counted, so a
+    // command that cannot start would burn (and dead-letter) every job.
+    if let Err((code, why)) = runnable(&args.command[0]) {
+        eprintln!("tollgate: cannot run {:?}: {why}", args.command[0]);
+        return code;
     }
     let q = match Queue::open(&args.target, true).await {
         Ok(q) => q,
@@ -270,6 +320,10 @@ async fn worker(
                 "tollgate: job {} was delivered again before it finished here",
                 job.id
             ),
+            Ran::CannotStart(code) => {
+                stopping.store(true, Ordering::SeqCst);
+                return code;
+            }
         }
     }
     0
@@ -293,8 +347,14 @@ async fn run_one(
         Ok(c) => c,
         Err(e) => {
             eprintln!("tollgate: cannot run {:?}: {e}", args.command[0]);
-            let _ = q.nack(&job.id, job.fence, Retry::Backoff).await;
-            return Ran::Retried;
+            // Due again at once. Its claim counted an attempt, which a nack
+            // cannot give back (on its last attempt the job goes dead).
+            let _ = q.nack(&job.id, job.fence, Retry::After(Duration::ZERO)).await;
+            return Ran::CannotStart(if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            });
         }
     };
     if let Some(mut stdin) = child.stdin.take() {

@@ -1,5 +1,6 @@
 //! The job-queue routes of the HTTP API: `/v1/queues/{queue}/…`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
@@ -10,18 +11,23 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tollgate::{
     Backoff, Cancelled, ErrorKind, Job, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, Retry,
     ShardedJobQueue, Store,
 };
 
+use crate::body::{JsonBody, parse};
 use crate::http::{ApiError, AppState, Json, Query};
 
 /// Largest push body: a 1 MiB payload, base64-encoded, plus options.
 pub(crate) const PUSH_BODY_LIMIT: usize = 1_500_000;
 /// Largest batch push body.
 pub(crate) const BATCH_BODY_LIMIT: usize = 16 * 1024 * 1024;
+/// Largest batch ack body: 1,000 deliveries whose ids have the longest
+/// length (128 bytes), even with every character escaped, fit.
+pub(crate) const ACK_BODY_LIMIT: usize = 512 * 1024;
 /// Longest a claim may wait.
 const MAX_WAIT_MS: u64 = 60_000;
 
@@ -36,8 +42,14 @@ pub(crate) struct QueueSettings {
     partitions: usize,
 }
 
+/// How often a configured queue's handle asks the store whether the
+/// partition count is still the one in force (one round trip, only while
+/// the queue is used).
+const CONFIGURED_RECHECK: Duration = Duration::from_secs(1);
+
 /// Queues kept as handles (each checks the partition count with the store
-/// on first use and every 10 s); past this many the cache starts again.
+/// on first use and every 10 s, a configured one every second); past this
+/// many the cache starts again.
 const HANDLES_KEPT: usize = 10_000;
 
 /// The job queues of this server: the partition counts configured, and a
@@ -79,7 +91,13 @@ impl Queues {
         if let Some(q) = handles.get(name) {
             return Ok(q.clone());
         }
-        let q = ShardedJobQueue::new(store, name, self.partitions.get(name).copied().unwrap_or(1))?;
+        let q = match self.partitions.get(name) {
+            // The store keeps the count; if it loses it (a restart without
+            // persistence, FLUSHALL, a failover to an empty replica), the
+            // next re-check stores it again: make that within a second.
+            Some(&k) => ShardedJobQueue::new(store, name, k)?.recheck_every(CONFIGURED_RECHECK)?,
+            None => ShardedJobQueue::new(store, name, 1)?,
+        };
         if handles.len() >= HANDLES_KEPT {
             // Bounded: start again (each handle checks with the store once).
             handles.clear();
@@ -122,16 +140,23 @@ pub(crate) struct BackoffBody {
     max_ms: Option<u64>,
 }
 
+/// One job as pushed. Read straight from the request's bytes: the payload
+/// stays a slice of them (a `serde_json::Value` of a payload of many small
+/// items took ~16 times its size).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct PushBody {
-    /// Any JSON value, stored as its JSON text.
-    payload: Option<Value>,
+pub(crate) struct PushBody<'a> {
+    /// Any JSON value, stored as its JSON text (without the whitespace
+    /// between tokens).
+    #[serde(borrow)]
+    payload: Option<&'a RawValue>,
     /// Or raw bytes, base64 (standard alphabet).
-    payload_base64: Option<String>,
+    #[serde(borrow)]
+    payload_base64: Option<Cow<'a, str>>,
     id: Option<String>,
     delay_ms: Option<u64>,
-    /// Due at this Unix time in ms (wins over `delay_ms`).
+    /// Due at this Unix time in ms (wins over `delay_ms`); at most a year
+    /// ahead.
     at_ms: Option<u64>,
     #[serde(default)]
     priority: u8,
@@ -141,13 +166,49 @@ pub(crate) struct PushBody {
     on_duplicate: Option<String>,
 }
 
+/// `json` without the whitespace between its tokens: borrowed when it has
+/// none.
+fn compact(json: &str) -> Cow<'_, [u8]> {
+    let bytes = json.as_bytes();
+    let (mut in_string, mut escaped) = (false, false);
+    let mut out: Option<Vec<u8>> = None;
+    for (i, &b) in bytes.iter().enumerate() {
+        let keep = if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            true
+        } else {
+            if b == b'"' {
+                in_string = true;
+            }
+            !matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+        };
+        match (&mut out, keep) {
+            (Some(o), true) => o.push(b),
+            (None, false) => {
+                let mut o = Vec::with_capacity(bytes.len());
+                o.extend_from_slice(&bytes[..i]);
+                out = Some(o);
+            }
+            _ => {}
+        }
+    }
+    out.map_or(Cow::Borrowed(bytes), Cow::Owned)
+}
+
 /// The payload and options of one pushed job.
-fn push_of(body: PushBody) -> Result<(Vec<u8>, PushOptions), ApiError> {
+fn push_of(body: PushBody<'_>) -> Result<(Cow<'_, [u8]>, PushOptions), ApiError> {
     let payload = match (body.payload, body.payload_base64) {
-        (Some(v), None) => v.to_string().into_bytes(),
-        (None, Some(b)) => STANDARD
-            .decode(b.as_bytes())
-            .map_err(|_| ApiError::bad_request("payload_base64 is not valid base64"))?,
+        (Some(v), None) => compact(v.get()),
+        (None, Some(b)) => Cow::Owned(
+            STANDARD
+                .decode(b.as_bytes())
+                .map_err(|_| ApiError::bad_request("payload_base64 is not valid base64"))?,
+        ),
         (None, None) => return Err(ApiError::bad_request("give payload (JSON) or payload_base64")),
         (Some(_), Some(_)) => return Err(ApiError::bad_request("give payload or payload_base64, not both")),
     };
@@ -176,16 +237,32 @@ fn push_of(body: PushBody) -> Result<(Vec<u8>, PushOptions), ApiError> {
             )));
         }
     };
+    let at = match body.at_ms {
+        None => None,
+        Some(at) => Some(run_at(at)?),
+    };
     let options = PushOptions {
         id: body.id,
         delay: body.delay_ms.map(Duration::from_millis),
-        at: body.at_ms.map(|at| UNIX_EPOCH + Duration::from_millis(at)),
+        at,
         priority: body.priority,
         max_attempts: body.max_attempts.unwrap_or(defaults.max_attempts),
         backoff,
         on_duplicate,
     };
     Ok((payload, options))
+}
+
+/// `at_ms` as a time: at most a year ahead of now, the bound `delay_ms`
+/// has (a time in the past is due at once).
+fn run_at(at_ms: u64) -> Result<std::time::SystemTime, ApiError> {
+    let latest = ms(std::time::SystemTime::now()).saturating_add(tollgate::MAX_JOB_DELAY.as_millis() as u64);
+    if at_ms > latest {
+        return Err(ApiError::bad_request(format!(
+            "at_ms {at_ms} is more than a year ahead (at most {latest} now)"
+        )));
+    }
+    Ok(UNIX_EPOCH + Duration::from_millis(at_ms))
 }
 
 /// A push's answer and its status: 201 for a created job, else 200.
@@ -206,19 +283,20 @@ fn pushed_json(p: &Pushed) -> (StatusCode, Value) {
 pub(crate) async fn push(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    Json(body): Json<PushBody>,
+    JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let q = queue(&state, &name, None)?;
-    let (payload, options) = push_of(body)?;
+    let (payload, options) = push_of(parse(&body)?)?;
     let (status, answer) = pushed_json(&q.push(&payload, &options).await?);
     Ok((status, axum::Json(answer)).into_response())
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct BatchBody {
+pub(crate) struct BatchBody<'a> {
     /// 1 to 1,000 jobs, each as the body of a single push.
-    jobs: Vec<PushBody>,
+    #[serde(borrow)]
+    jobs: Vec<PushBody<'a>>,
 }
 
 /// `POST /v1/queues/{queue}/batch`: pushes up to 1,000 jobs, answering
@@ -230,9 +308,10 @@ pub(crate) struct BatchBody {
 pub(crate) async fn push_batch(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    Json(body): Json<BatchBody>,
+    JsonBody(body): JsonBody,
 ) -> Result<axum::Json<Value>, ApiError> {
     let q = queue(&state, &name, None)?;
+    let body: BatchBody<'_> = parse(&body)?;
     let jobs = body
         .jobs
         .into_iter()
@@ -588,50 +667,59 @@ pub(crate) async fn purge(
     Ok(axum::Json(json!({"purged": n})))
 }
 
-/// Per-queue series for /metrics, read from the store at scrape time.
-pub(crate) async fn scrape(state: &AppState) {
-    for name in crate::http::tracked(&state.queues) {
-        let Ok(q) = state.queue_set.open(&state.store, &name) else {
-            continue;
-        };
-        let Ok(s) = q.stats().await else { continue };
-        let label = || ("queue", name.clone());
-        for (metric, v) in [
-            ("tollgate_queue_pushed_total", s.pushed),
-            ("tollgate_queue_claimed_total", s.claimed),
-            ("tollgate_queue_acked_total", s.acked),
-            ("tollgate_queue_retried_total", s.retried),
-            ("tollgate_queue_dead_lettered_total", s.dead_total),
-            ("tollgate_queue_redelivered_total", s.redelivered),
-        ] {
-            metrics::counter!(metric, &[label()]).absolute(v);
+/// One tracked queue's series for /metrics, read from the store at scrape
+/// time: whether they were read.
+pub(crate) async fn scrape_queue(state: &AppState, name: &str) -> bool {
+    let Ok(q) = state.queue_set.open(&state.store, name) else {
+        return false;
+    };
+    let s = match q.stats().await {
+        Ok(s) => s,
+        Err(e) => {
+            // Counted by the conversion.
+            let _ = ApiError::from(e);
+            return false;
         }
-        for (metric, v) in [
-            ("tollgate_queue_ready", s.ready),
-            ("tollgate_queue_delayed", s.delayed),
-            ("tollgate_queue_in_flight", s.in_flight),
-            ("tollgate_queue_dead", s.dead),
-        ] {
-            metrics::gauge!(metric, &[label()]).set(v as f64);
-        }
-        // Lateness of every promotion, as a Prometheus histogram: the
-        // store keeps the bucket counts, so servers sharing Redis agree.
-        let mut cumulative = 0;
-        for (i, n) in s.lateness_buckets.iter().enumerate() {
-            cumulative += n;
-            let le = tollgate::LATENESS_BOUNDS_MS
-                .get(i)
-                .map_or_else(|| "+Inf".to_owned(), |ms| format!("{}", *ms as f64 / 1000.0));
-            metrics::counter!("tollgate_queue_lateness_seconds_bucket", "queue" => name.clone(), "le" => le)
-                .absolute(cumulative);
-        }
-        metrics::counter!("tollgate_queue_lateness_seconds_count", &[label()]).absolute(cumulative);
-        metrics::gauge!("tollgate_queue_lateness_seconds_sum", &[label()]).set(s.lateness_sum.as_secs_f64());
-        for (q, quantile) in [(0.5, "0.5"), (0.99, "0.99"), (1.0, "1")] {
-            if let Some(v) = s.recent_lateness_quantile(q) {
-                metrics::gauge!("tollgate_queue_recent_lateness_seconds", "queue" => name.clone(), "quantile" => quantile)
-                    .set(v.as_secs_f64());
-            }
+    };
+    let name = name.to_owned();
+    let label = || ("queue", name.clone());
+    for (metric, v) in [
+        ("tollgate_queue_pushed_total", s.pushed),
+        ("tollgate_queue_claimed_total", s.claimed),
+        ("tollgate_queue_acked_total", s.acked),
+        ("tollgate_queue_retried_total", s.retried),
+        ("tollgate_queue_dead_lettered_total", s.dead_total),
+        ("tollgate_queue_redelivered_total", s.redelivered),
+    ] {
+        metrics::counter!(metric, &[label()]).absolute(v);
+    }
+    for (metric, v) in [
+        ("tollgate_queue_ready", s.ready),
+        ("tollgate_queue_delayed", s.delayed),
+        ("tollgate_queue_in_flight", s.in_flight),
+        ("tollgate_queue_dead", s.dead),
+    ] {
+        metrics::gauge!(metric, &[label()]).set(v as f64);
+    }
+    // Lateness of every promotion, as a Prometheus histogram: the
+    // store keeps the bucket counts, so servers sharing Redis agree.
+    let mut cumulative = 0;
+    for (i, n) in s.lateness_buckets.iter().enumerate() {
+        cumulative += n;
+        let le = tollgate::LATENESS_BOUNDS_MS
+            .get(i)
+            .map_or_else(|| "+Inf".to_owned(), |ms| format!("{}", *ms as f64 / 1000.0));
+        metrics::counter!("tollgate_queue_lateness_seconds_bucket", "queue" => name.clone(), "le" => le)
+            .absolute(cumulative);
+    }
+    metrics::counter!("tollgate_queue_lateness_seconds_count", &[label()]).absolute(cumulative);
+    metrics::gauge!("tollgate_queue_lateness_seconds_sum", &[label()]).set(s.lateness_sum.as_secs_f64());
+    for (q, quantile) in [(0.5, "0.5"), (0.99, "0.99"), (1.0, "1")] {
+        if let Some(v) = s.recent_lateness_quantile(q) {
+            metrics::gauge!("tollgate_queue_recent_lateness_seconds", "queue" => name.clone(), "quantile" => quantile)
+                .set(v.as_secs_f64());
         }
     }
+
+    true
 }

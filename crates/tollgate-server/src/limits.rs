@@ -66,6 +66,19 @@ pub(crate) struct ProtectSettings {
     pub(crate) trusted_proxies: Vec<String>,
 }
 
+/// `[protect]`'s trusted proxies, parsed: addresses or CIDR networks.
+pub(crate) fn trusted_proxies(protect: &ProtectSettings) -> Result<Vec<ipnet::IpNet>, String> {
+    protect
+        .trusted_proxies
+        .iter()
+        .map(|p| {
+            p.parse::<ipnet::IpNet>()
+                .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| format!("[protect]: trusted proxy {p:?} is not an address or network"))
+        })
+        .collect()
+}
+
 /// Configured limiters, plus the ad-hoc ones made for checks that carry
 /// their own limit.
 #[derive(Debug, Default)]
@@ -120,17 +133,7 @@ impl Limiters {
         }
         let key_by = match key {
             "ip" => KeyBy::ClientIp {
-                trusted_proxies: protect
-                    .trusted_proxies
-                    .iter()
-                    .map(|p| {
-                        p.parse::<ipnet::IpNet>()
-                            .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                            .map_err(|_| {
-                                format!("[protect]: trusted proxy {p:?} is not an address or network")
-                            })
-                    })
-                    .collect::<Result<_, _>>()?,
+                trusted_proxies: trusted_proxies(protect)?,
             },
             "path" => KeyBy::Path,
             other => match other

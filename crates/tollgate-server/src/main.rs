@@ -6,7 +6,9 @@ mod bench_http;
 mod bench_jobs;
 mod bench_limit;
 mod bench_room;
+mod body;
 mod cli;
+mod conn;
 mod exit;
 mod http;
 mod jobs_cli;
@@ -16,7 +18,9 @@ mod limits;
 mod remote;
 mod room;
 mod run;
+mod scrape;
 mod serve;
+mod tickets;
 
 use clap::Parser;
 

@@ -46,6 +46,12 @@ struct FileSettings {
     /// Job queues' settings: `[queues.NAME]`.
     #[serde(default)]
     queues: HashMap<String, crate::jobs_http::QueueSettings>,
+    /// Waiting tickets one client may hold at once; 0: no cap.
+    max_tickets_per_client: Option<usize>,
+    /// How long /metrics may spend reading the store, e.g. "1s".
+    metrics_timeout: Option<String>,
+    /// How long a request body may take to arrive, e.g. "30s".
+    body_timeout: Option<String>,
 }
 
 /// The settings `serve` runs with.
@@ -60,6 +66,29 @@ struct Settings {
     rooms: HashMap<String, RoomSettings>,
     durability: crate::cli::DurabilityArgs,
     queues: HashMap<String, crate::jobs_http::QueueSettings>,
+    max_tickets_per_client: usize,
+    metrics_timeout: Duration,
+    body_timeout: Duration,
+}
+
+/// A duration from a flag, else from the file's `key`, else `default`;
+/// `min` to `max`.
+fn duration_setting(
+    key: &str,
+    flag: Option<Duration>,
+    file: Option<&str>,
+    default: Duration,
+    (min, max): (Duration, Duration),
+) -> Result<Duration, String> {
+    let d = match (flag, file) {
+        (Some(d), _) => d,
+        (None, Some(text)) => crate::cli::duration(text).map_err(|e| format!("{key}: {e}"))?,
+        (None, None) => default,
+    };
+    if d < min || d > max {
+        return Err(format!("{key} must be {min:?} to {max:?}, not {d:?}"));
+    }
+    Ok(d)
 }
 
 /// Merges the config file, the environment and the flags: flags and
@@ -96,6 +125,24 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7780))),
         rooms: file.rooms,
         queues: file.queues,
+        max_tickets_per_client: args
+            .max_tickets_per_client
+            .or(file.max_tickets_per_client)
+            .unwrap_or(crate::tickets::DEFAULT_PER_CLIENT),
+        metrics_timeout: duration_setting(
+            "metrics_timeout",
+            args.metrics_timeout,
+            file.metrics_timeout.as_deref(),
+            crate::scrape::METRICS_TIMEOUT,
+            (Duration::from_millis(10), Duration::from_secs(60)),
+        )?,
+        body_timeout: duration_setting(
+            "body_timeout",
+            args.body_timeout,
+            file.body_timeout.as_deref(),
+            crate::body::BODY_TIMEOUT,
+            (Duration::from_millis(100), Duration::from_secs(3600)),
+        )?,
         durability: crate::cli::DurabilityArgs {
             durable_replicas: args.durability.durable_replicas.or(file.durable_replicas),
             durable_timeout: match (args.durability.durable_timeout, file.durable_timeout) {
@@ -256,6 +303,18 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
             return exit::USAGE;
         }
     };
+    // A ticket's client is its IP unless tokens are configured: believe
+    // the X-Forwarded-For of the proxies [protect] trusts.
+    let trusted = match &args.protect {
+        Some(p) => match crate::limits::trusted_proxies(p) {
+            Ok(t) => t,
+            Err(msg) => {
+                eprintln!("tollgate: {msg}");
+                return exit::USAGE;
+            }
+        },
+        None => Vec::new(),
+    };
     let (stop, stopping) = tokio::sync::watch::channel(false);
     // Per room, this server's view of the store: ended sessions (so the
     // proxy's fast path refuses them), the room's settings (written back
@@ -274,7 +333,13 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         limits: std::sync::Arc::new(limits),
         rooms: rooms.clone(),
         protect,
-        tokens: std::sync::Arc::new(args.tokens),
+        tokens: std::sync::Arc::new(crate::http::Tokens::new(&args.tokens)),
+        tickets: std::sync::Arc::new(crate::tickets::TicketCaps::new(
+            args.max_tickets_per_client,
+            trusted,
+        )),
+        metrics_timeout: args.metrics_timeout,
+        body_timeout: args.body_timeout,
         stopping,
     });
     // Connections are served with hyper's HTTP/1 builder directly rather
@@ -332,10 +397,17 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                // The request head's limits (hyper answers past them itself;
+                // JsonParseErrors gives those answers the JSON error body).
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(Duration::from_secs(30))
-                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(with_peer(app.clone(), peer)));
+                    .max_header_size(crate::conn::MAX_HEAD)
+                    .max_headers(crate::conn::MAX_HEADERS)
+                    .serve_connection(
+                        TokioIo::new(crate::conn::JsonParseErrors::new(stream)),
+                        TowerToHyperService::new(with_peer(app.clone(), peer)),
+                    );
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     let _ = conn.await;

@@ -460,3 +460,76 @@ async fn partitioned_queues_over_http() {
     assert_eq!(a["failed"], unknown.len(), "{a}");
     assert!(acked.iter().filter(|f| !f.is_null()).all(|f| f == true), "{a}");
 }
+
+/// Redis loses its data (`FLUSHALL`) under a server configured with
+/// `[queues.orders] partitions = 4`: pushes and claims go on over the four
+/// partitions, and the stored count comes back by itself at the handle's
+/// next re-check (every second on the server), so a server that assumes
+/// one partition is refused again instead of stranding jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_queue_survives_a_flushall() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(&config, "[queues.orders]\npartitions = 4\n").expect("config");
+    let s = Server::start_with(Some(&redis.url()), &["--config", &config.display().to_string()]);
+    let plain = Server::start(Some(&redis.url()));
+    let c = reqwest::Client::new();
+    let url = |s: &Server, p: &str| s.url(&format!("/v1/queues/orders{p}"));
+    let push_and_claim = |round: usize| {
+        let c = c.clone();
+        let (push, claim) = (url(&s, "/batch"), url(&s, "/claim?max=20"));
+        async move {
+            let jobs: Vec<_> = (0..20)
+                .map(|i| json!({"payload": i, "id": format!("r{round}-{i}")}))
+                .collect();
+            let (st, p) = send(c.post(push).json(&json!({"jobs": jobs}))).await;
+            assert_eq!((st, &p["failed"]), (200, &json!(0)), "{p}");
+            let (st, j) = send(c.post(claim)).await;
+            assert_eq!(st, 200, "{j}");
+            let mut ids: Vec<String> = j["jobs"]
+                .as_array()
+                .expect("jobs")
+                .iter()
+                .map(|j| j["id"].as_str().expect("id").to_owned())
+                .collect();
+            ids.sort();
+            let mut want: Vec<String> = (0..20).map(|i| format!("r{round}-{i}")).collect();
+            want.sort();
+            assert_eq!(ids, want, "every job claimed, from its partition");
+        }
+    };
+    push_and_claim(0).await;
+    let (st, e) = send(c.get(url(&plain, ""))).await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (409, Some("partition_conflict")),
+        "{e}"
+    );
+
+    redis.command(&["FLUSHALL"]);
+    push_and_claim(1).await;
+    let stats = send(c.get(url(&s, ""))).await.1;
+    assert_eq!(
+        (&stats["partitions"], &stats["in_flight"]),
+        (&json!(4), &json!(20)),
+        "{stats}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut round = 2;
+    loop {
+        let (st, e) = send(c.get(url(&plain, ""))).await;
+        if st == 409 {
+            assert_eq!(e["error"]["code"], "partition_conflict", "{e}");
+            break;
+        }
+        assert_eq!(st, 200, "{e}");
+        assert!(
+            Instant::now() < deadline,
+            "the partition count was not stored again: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        push_and_claim(round).await;
+        round += 1;
+    }
+}

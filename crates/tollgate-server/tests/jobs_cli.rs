@@ -491,3 +491,77 @@ fn partitioned_queues_from_the_cli() {
         "{refused:?}"
     );
 }
+
+/// A worker whose command cannot be started (mistyped, not executable)
+/// stops at once with the shell's exit code, 127 or 126, before claiming
+/// anything: every job stays ready, its attempts untouched. A run-at time
+/// more than a year ahead is refused (64), as a delay that long is.
+#[test]
+fn a_command_that_cannot_start_claims_nothing() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    for i in 0..3 {
+        let out = push(&url, "typo", &format!("job {i}"), &["--max-attempts", "1"]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let not_executable = dir.path().join("script.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").expect("write");
+    let (missing, plain, folder) = (
+        dir.path().join("mistyped-command"),
+        not_executable.to_string_lossy().into_owned(),
+        dir.path().to_string_lossy().into_owned(),
+    );
+    for (cmd, code) in [
+        (missing.to_string_lossy().into_owned(), 127),
+        ("no-such-command-anywhere-7b1".to_owned(), 127),
+        (plain, 126),
+        (folder, 126),
+    ] {
+        let started = Instant::now();
+        let out = tollgate()
+            .args([
+                "jobs",
+                "work",
+                "typo",
+                "--redis",
+                &url,
+                "--idle-exit",
+                "10s",
+                "--",
+            ])
+            .arg(&cmd)
+            .output()
+            .expect("work");
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{cmd}: did not fail fast"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("cannot run"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = jobs(&["stats", "typo", "--redis", &url]);
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stats");
+    assert_eq!(
+        (
+            stats["ready"].as_u64(),
+            stats["in_flight"].as_u64(),
+            stats["dead"].as_u64(),
+            stats["claimed"].as_u64()
+        ),
+        (Some(3), Some(0), Some(0), Some(0)),
+        "{stats}"
+    );
+    let out = push(&url, "typo", "later", &["--at", "2999-01-01T00:00:00Z"]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("more than a year ahead"));
+}

@@ -1,0 +1,228 @@
+//! Request bodies on the API: the JSON extractors (their rejections in the
+//! one error shape), the body-size limit of each route, and the deadline
+//! for reading a body.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper::body::{Frame, SizeHint};
+
+use crate::http::{ApiError, AppState};
+
+/// Largest request body on routes that do not say otherwise.
+pub(crate) const BODY_LIMIT: usize = 16 * 1024;
+
+/// How long a request body may take to arrive, by default.
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The body-size limit in force on a route, so a 413 can name it. Set with
+/// [`limited`] beside axum's `DefaultBodyLimit`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyLimit(pub(crate) usize);
+
+/// A route with bodies up to `bytes`, instead of [`BODY_LIMIT`].
+pub(crate) fn limited<S: Clone + Send + Sync + 'static>(
+    route: axum::routing::MethodRouter<S>,
+    bytes: usize,
+) -> axum::routing::MethodRouter<S> {
+    route
+        .layer::<_, std::convert::Infallible>(axum::extract::DefaultBodyLimit::max(bytes))
+        .layer::<_, std::convert::Infallible>(axum::Extension(BodyLimit(bytes)))
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("request bodies on this route are limited to {limit} bytes"),
+    )
+}
+
+/// Whether the request says its body is JSON (`application/json`, or any
+/// `application/*+json`, parameters allowed); `None` when it names no
+/// content type.
+fn says_json(headers: &HeaderMap) -> Option<bool> {
+    let value = headers.get(header::CONTENT_TYPE)?;
+    let Ok(text) = value.to_str() else {
+        return Some(false);
+    };
+    let essence = text.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    Some(match essence.split_once('/') {
+        Some(("application", sub)) => sub == "json" || sub.ends_with("+json"),
+        _ => false,
+    })
+}
+
+/// A JSON request body as bytes, checked: its content type, the route's
+/// size limit. An empty body sent without a content type (or as JSON) is
+/// read as `{}`, so a body whose fields are all optional may be left out.
+#[derive(Debug)]
+pub(crate) struct JsonBody(pub(crate) Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
+        let limit = req.extensions().get::<BodyLimit>().map_or(BODY_LIMIT, |l| l.0);
+        let json = says_json(req.headers());
+        let bytes = collect(req.into_body(), limit).await?;
+        match json {
+            None | Some(true) if bytes.is_empty() => Ok(JsonBody(Bytes::from_static(b"{}"))),
+            Some(true) => Ok(JsonBody(bytes)),
+            None | Some(false) => Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send the body as JSON with Content-Type: application/json",
+            )),
+        }
+    }
+}
+
+/// Reads `body` (at most `limit` bytes) into one buffer, frame by frame:
+/// each frame is dropped once copied, so a big body costs its size once
+/// (collecting the frames first, then joining them, costs it twice).
+async fn collect(mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    if hyper::body::Body::size_hint(&body).lower() > limit as u64 {
+        return Err(too_large(limit));
+    }
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(too_large(limit));
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// JSON body extractor whose rejections use the API's error shape.
+pub(crate) struct Json<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let JsonBody(bytes) = JsonBody::from_request(req, state).await?;
+        parse(&bytes).map(Json)
+    }
+}
+
+/// Reads `bytes` as a `T`; the error names where the JSON went wrong.
+pub(crate) fn parse<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
+}
+
+/// Set by a [`Deadlined`] body whose deadline passed before it was read.
+#[derive(Debug, Clone, Default)]
+struct TimedOut(Arc<AtomicBool>);
+
+/// A request body that fails once its deadline passes, so a body that
+/// trickles in cannot hold a request (and its connection) open for ever.
+struct Deadlined {
+    inner: Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    timed_out: TimedOut,
+}
+
+#[derive(Debug)]
+struct BodyTimeout;
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request body did not arrive in time")
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+impl hyper::body::Body for Deadlined {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.timed_out.0.store(true, Ordering::Release);
+                Poll::Ready(Some(Err(BodyTimeout.into())))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Gives each request body `body_timeout` (from the request's start) to
+/// arrive; a request whose body did not answers **408** `request_timeout`
+/// and its connection is closed.
+pub(crate) async fn deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let timed_out = TimedOut::default();
+    let (parts, body) = req.into_parts();
+    let body = Body::new(Deadlined {
+        inner: body,
+        sleep: Box::pin(tokio::time::sleep(state.body_timeout)),
+        timed_out: timed_out.clone(),
+    });
+    let response = next.run(Request::from_parts(parts, body)).await;
+    if !timed_out.0.load(Ordering::Acquire) {
+        return response;
+    }
+    let mut response = ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        format!(
+            "the request body did not arrive within {} ms",
+            state.body_timeout.as_millis()
+        ),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_content_types() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_str(v).expect("value"));
+            says_json(&h)
+        };
+        assert_eq!(says_json(&HeaderMap::new()), None);
+        assert_eq!(with("application/json"), Some(true));
+        assert_eq!(with("Application/JSON; charset=utf-8"), Some(true));
+        assert_eq!(with("application/cloudevents+json"), Some(true));
+        assert_eq!(with("text/json"), Some(false));
+        assert_eq!(with("text/plain"), Some(false));
+    }
+}
