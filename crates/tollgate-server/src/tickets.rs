@@ -27,7 +27,8 @@ use crate::http::{ApiError, AppState, Caller};
 pub(crate) const DEFAULT_PER_CLIENT: usize = 1000;
 
 /// Waiting tickets this server keeps count of, over all clients: the
-/// bound on the memory the count takes (about 150 bytes a ticket).
+/// bound on the memory the count takes (about 150 bytes a ticket, more
+/// with long gate names).
 const MAX_COUNTED: usize = 1_000_000;
 
 /// A ticket is forgotten this long after its heartbeat would have lapsed.
@@ -48,9 +49,9 @@ struct Counts {
     clients: HashMap<Arc<str>, usize>,
     /// Each counted ticket (`<gate> <id>`): its client and when it is
     /// forgotten unless seen again.
-    tickets: HashMap<String, (Arc<str>, Instant)>,
-    /// The same tickets by when they are forgotten.
-    by_deadline: BTreeSet<(Instant, String)>,
+    tickets: HashMap<Arc<str>, (Arc<str>, Instant)>,
+    /// The same tickets by when they are forgotten (sharing the key).
+    by_deadline: BTreeSet<(Instant, Arc<str>)>,
     /// Reserved for an `enter` under way, not yet a ticket.
     reserved: usize,
 }
@@ -117,7 +118,7 @@ impl Reservation {
         self.kept = true;
         let mut c = self.caps.lock();
         c.reserved -= 1;
-        let key = key(gate, id);
+        let key: Arc<str> = key(gate, id).into();
         let deadline = Instant::now() + heartbeat + SLACK;
         if let Some((client, old)) = c.tickets.insert(key.clone(), (self.client.clone(), deadline)) {
             // The same ticket twice (ids are random: not expected).
@@ -194,12 +195,14 @@ impl TicketCaps {
             return;
         }
         let mut c = self.lock();
-        let key = key(gate, id);
         let deadline = Instant::now() + heartbeat + SLACK;
-        let Some(entry) = c.tickets.get_mut(&key) else {
+        let Some((key, entry)) = c.tickets.get_key_value(key(gate, id).as_str()) else {
             return;
         };
-        let old = std::mem::replace(&mut entry.1, deadline);
+        let (key, old) = (key.clone(), entry.1);
+        if let Some(entry) = c.tickets.get_mut(&key) {
+            entry.1 = deadline;
+        }
         c.by_deadline.remove(&(old, key.clone()));
         c.by_deadline.insert((deadline, key));
     }
@@ -210,8 +213,7 @@ impl TicketCaps {
             return;
         }
         let mut c = self.lock();
-        let key = key(gate, id);
-        if let Some((client, deadline)) = c.tickets.remove(&key) {
+        if let Some((key, (client, deadline))) = c.tickets.remove_entry(key(gate, id).as_str()) {
             c.by_deadline.remove(&(deadline, key));
             release(&mut c.clients, &client);
         }
