@@ -380,11 +380,22 @@ impl JobQueue {
             }
         };
         let when = match (options.at, options.delay) {
-            (Some(at), _) => When::At(
-                at.duration_since(UNIX_EPOCH)
-                    .map_err(|_| Error::invalid("run-at time is before 1970"))?
-                    .as_millis() as u64,
-            ),
+            (Some(at), _) => {
+                // As far ahead as a delay may be (this process's clock; the
+                // store's decides when it is due). A time past that would
+                // also overflow the store's signed scores.
+                if at
+                    .duration_since(SystemTime::now())
+                    .is_ok_and(|ahead| ahead > MAX_JOB_DELAY)
+                {
+                    return Err(Error::invalid("a run-at time more than a year ahead"));
+                }
+                When::At(
+                    at.duration_since(UNIX_EPOCH)
+                        .map_err(|_| Error::invalid("run-at time is before 1970"))?
+                        .as_millis() as u64,
+                )
+            }
             (None, Some(d)) => When::Delay(ms_of(d, "a delay")?),
             (None, None) => When::Delay(0),
         };

@@ -549,6 +549,16 @@ async fn bad_input_is_refused(ts: TestStore) {
             delay: Some(Duration::from_secs(400 * 24 * 3600)),
             ..PushOptions::default()
         },
+        // As far ahead as a delay may be, and never past what the store's
+        // scores hold (2^64 - 1 ms once came back due at once).
+        PushOptions {
+            at: Some(std::time::SystemTime::now() + Duration::from_secs(400 * 24 * 3600)),
+            ..PushOptions::default()
+        },
+        PushOptions {
+            at: Some(std::time::UNIX_EPOCH + Duration::from_millis(u64::MAX)),
+            ..PushOptions::default()
+        },
         with_id(""),
         with_id("has space"),
         with_id(&"x".repeat(200)),
