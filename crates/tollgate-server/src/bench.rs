@@ -88,6 +88,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         (BenchTarget::Upstream, _) => return crate::bench_room::upstream(&args).await,
         (BenchTarget::Line, _) => return crate::bench_room::line(&args).await,
         (BenchTarget::Jobs, _) => return crate::bench_jobs::run(&args).await,
+        (BenchTarget::Flood, _) => return crate::bench_flood::run(&args).await,
         (BenchTarget::Lock, false) => ("mutex_uncontended", 1),
         (BenchTarget::Lock, true) => ("mutex_contended", 1),
         (BenchTarget::Semaphore, _) => ("semaphore_contended", args.limit),
@@ -220,7 +221,7 @@ fn round(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-fn percentile(v: &mut [u32], q: f64) -> f64 {
+pub(crate) fn percentile(v: &mut [u32], q: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
     }

@@ -338,6 +338,10 @@ pub(crate) enum BenchTarget {
     /// Job queues on --redis: push+claim+ack throughput, delayed-job
     /// lateness, memory per queued job.
     Jobs,
+    /// A line of --line tickets on one gate, flooded with status requests
+    /// by --workers tasks: an unrelated gate's enter/leave latency during
+    /// the flood against a baseline without it (status_flood).
+    Flood,
 }
 
 #[derive(Debug, Args)]
@@ -371,6 +375,9 @@ pub(crate) struct BenchArgs {
     /// `upstream` only: where to listen.
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<std::net::SocketAddr>,
+    /// `flood` only: the length of the flooded line.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) line: u64,
     /// `line` only: the line lengths to measure at, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     pub(crate) sizes: Vec<u64>,

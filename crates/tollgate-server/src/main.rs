@@ -2,6 +2,7 @@
 //! under a distributed lock or semaphore, and benchmarks.
 
 mod bench;
+mod bench_flood;
 mod bench_http;
 mod bench_jobs;
 mod bench_limit;

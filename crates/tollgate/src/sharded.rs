@@ -191,8 +191,9 @@ impl ShardedJobQueue {
     /// asked on first use and again every `recheck`. `write`: the call
     /// will change the queue, so the count is stored if there is none (a
     /// read stores nothing). Once the store has agreed, a re-check that
-    /// cannot reach it does not stop the queue (the call itself will tell),
-    /// and callers do not wait for a re-check another one is making.
+    /// fails for another reason than an unreachable store does not stop
+    /// the queue (the call itself will tell), and callers do not wait for a
+    /// re-check another one is making.
     async fn checked(&self, write: bool) -> Result<()> {
         let layout = &self.layout;
         let now = layout.since.elapsed().as_millis() as u64 + 1;
@@ -221,7 +222,11 @@ impl ShardedJobQueue {
                 layout.agreed_ms.store(0, Ordering::Release);
                 Err(conflict(&self.name, n, asked))
             }
-            Err(e) if agreed != 0 && e.kind() != ErrorKind::Misconfigured => {
+            // Unreachable: the call itself would fail the same way, after
+            // another whole timeout (a push during a freeze took two).
+            Err(e)
+                if agreed != 0 && !matches!(e.kind(), ErrorKind::Misconfigured | ErrorKind::Unavailable) =>
+            {
                 tracing::debug!(queue = %self.name, error = %e, "could not re-check the partition count; going on");
                 layout.agreed_ms.store(now, Ordering::Release);
                 Ok(())

@@ -541,7 +541,106 @@ async fn silent_waiters_leave_a_long_line(ts: TestStore) {
     assert_eq!(g.status(&tickets[0]).await.unwrap(), TicketStatus::Gone);
 }
 
+/// Positions stay exact however the line thins out (the embedded store
+/// renumbers its line once departed slots outnumber the waiters).
+async fn positions_stay_exact_as_the_line_thins(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(LONG, LONG));
+    granted(g.enter(1, true).await.unwrap());
+    let mut tickets = Vec::new();
+    for _ in 0..300 {
+        tickets.push(queued(g.enter(1, true).await.unwrap()).0);
+    }
+    // Two of every three leave, from anywhere in the line.
+    let mut left = Vec::new();
+    for (i, t) in tickets.into_iter().enumerate() {
+        if i % 3 == 1 {
+            left.push(t);
+        } else {
+            assert_eq!(g.leave(&t).await.unwrap(), Left::Cancelled);
+        }
+    }
+    for (i, t) in left.iter().enumerate() {
+        assert_eq!(pw(status_place(&g, t).await), (i as u64 + 1, 100));
+    }
+    let t = queued(g.enter(1, true).await.unwrap()).0;
+    assert_eq!(pw(status_place(&g, &t).await), (101, 101));
+}
+
+/// Leases that all ended at once are swept in bounded steps: one
+/// operation removes at most 1,000, and repeated operations converge.
+async fn many_ended_leases_are_swept_in_steps(ts: TestStore) {
+    const N: u64 = 20_000;
+    const STEP: u64 = 1_000;
+    let ttl = Duration::from_secs(3);
+    let g = gate(&ts, Some(N as u32), opts(ttl, ttl));
+    for _ in 0..(N / 500) {
+        let batch = futures_util::future::join_all((0..500).map(|_| g.enter(1, false))).await;
+        for e in batch {
+            granted(e.unwrap());
+        }
+    }
+    let before = g.stats().await.unwrap();
+    assert_eq!(before.holders + before.expiries, N);
+    ts.advance(ttl + Duration::from_millis(100)).await;
+    let mut last = before;
+    let mut ops = 0;
+    while last.holders > 0 {
+        let s = g.stats().await.unwrap();
+        let swept = s.expiries - last.expiries;
+        assert!(swept <= STEP, "one operation swept {swept} leases");
+        assert_eq!(s.holders + s.expiries, N);
+        if last.holders >= STEP {
+            assert_eq!(swept, STEP, "a full step each time while enough are left");
+        }
+        // Ended leases not swept yet still count as held, never granted.
+        assert_eq!(s.used, s.holders);
+        last = s;
+        ops += 1;
+        assert!(ops <= N / STEP + 1, "not converging: {last:?}");
+    }
+    assert!(ops >= N / STEP, "{ops} operations swept {N} leases");
+    // Nothing is listed or renewable meanwhile, and the gate works again.
+    assert!(g.holders(10).await.unwrap().is_empty());
+    granted(g.enter(1, false).await.unwrap());
+}
+
+/// A lease that ended but is not swept yet (the sweep is bounded) cannot
+/// be renewed, released, ended or picked up, nor is it listed: it is an
+/// expiry.
+async fn an_ended_lease_not_yet_swept_is_gone_for_its_owner(ts: TestStore) {
+    const N: usize = 6_000;
+    let ttl = Duration::from_secs(3);
+    let g = gate(&ts, Some(N as u32), opts(ttl, ttl));
+    let mut tokens = Vec::new();
+    for _ in 0..(N / 500) {
+        let batch = futures_util::future::join_all((0..500).map(|_| g.enter(1, false))).await;
+        tokens.extend(batch.into_iter().map(|e| granted(e.unwrap()).token));
+    }
+    ts.advance(ttl + Duration::from_millis(100)).await;
+    // Each operation sweeps the 1,000 that ended first; the last tokens
+    // entered stay unswept the longest.
+    assert_eq!(g.stats().await.unwrap().holders, (N - 1000) as u64);
+    assert!(g.holders(10).await.unwrap().is_empty());
+    let last = |i: usize| tokens[N - 1 - i].as_str();
+    assert_eq!(
+        g.renew(last(0), LONG).await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    assert_eq!(g.leave(last(1)).await.unwrap(), Left::Unknown);
+    assert_eq!(g.end(last(2), LONG).await.unwrap(), Left::Unknown);
+    assert_eq!(g.status(last(3)).await.unwrap(), TicketStatus::Gone);
+    let mut s = g.stats().await.unwrap();
+    while s.holders > 0 {
+        s = g.stats().await.unwrap();
+    }
+    assert_eq!(s.expiries, N as u64);
+    assert!(g.watch_state(0).await.unwrap().revoked.is_empty());
+}
+
 on_both_stores!(manual_clock:
+    positions_stay_exact_as_the_line_thins,
+    many_ended_leases_are_swept_in_steps,
+    an_ended_lease_not_yet_swept_is_gone_for_its_owner,
     grants_until_capacity_then_queues,
     release_hands_off_to_head_in_order,
     counts_stay_exact_across_quick_and_queued_paths,

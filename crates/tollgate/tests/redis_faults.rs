@@ -6,7 +6,102 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{RedisCluster, RedisServer, SentinelSet};
-use tollgate::{ErrorKind, Gate, GateOptions, JobQueue, Lock, PushOptions, Store};
+use tollgate::{
+    ErrorKind, Gate, GateOptions, JobQueue, Lock, PushOptions, RedisConfig, ShardedJobQueue, Store,
+};
+
+/// Continues a stopped redis-server when dropped, so a failing test does
+/// not leave it frozen.
+struct Frozen<'a>(&'a RedisServer);
+
+impl<'a> Frozen<'a> {
+    fn freeze(server: &'a RedisServer) -> Frozen<'a> {
+        nix::sys::signal::kill(server.pid(), nix::sys::signal::Signal::SIGSTOP).expect("stop");
+        Frozen(server)
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0.pid(), nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// With Redis frozen (SIGSTOP: connections stay open, nothing answers),
+/// every operation fails as unavailable within the response timeout (and
+/// a small margin), one call after another: no retry, reconnect or second
+/// request inside one call waits a second timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_fails_each_call_within_the_timeout() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_secs(2);
+    let store = Store::connect(RedisConfig {
+        response_timeout: timeout,
+        ..RedisConfig::new(server.url())
+    })
+    .await
+    .expect("connect");
+    let gate = Gate::new(&store, "frozen", Some(1), GateOptions::default()).expect("gate");
+    let queue = JobQueue::new(&store, "frozen").expect("queue");
+    let sharded = ShardedJobQueue::new(&store, "frozen-sharded", 2)
+        .expect("queue")
+        .recheck_every(Duration::from_millis(100))
+        .expect("recheck");
+    sharded.push("x", &PushOptions::default()).await.expect("push");
+    let frozen = Frozen::freeze(&server);
+    // Past the sharded handle's re-check interval: its next call re-checks.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let bound = timeout + Duration::from_secs(1);
+    for round in 0..2 {
+        let started = Instant::now();
+        let e = sharded
+            .push("y", &PushOptions::default())
+            .await
+            .expect_err("frozen");
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert!(
+            started.elapsed() < bound,
+            "round {round}: sharded push took {:?}",
+            started.elapsed()
+        );
+        let started = Instant::now();
+        let e = queue
+            .push("y", &PushOptions::default())
+            .await
+            .expect_err("frozen");
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert!(
+            started.elapsed() < bound,
+            "round {round}: push took {:?}",
+            started.elapsed()
+        );
+        let started = Instant::now();
+        let e = gate.enter(1, true).await.expect_err("frozen");
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert!(
+            started.elapsed() < bound,
+            "round {round}: enter took {:?}",
+            started.elapsed()
+        );
+        let started = Instant::now();
+        store.ping().await.expect_err("frozen");
+        assert!(
+            started.elapsed() < bound,
+            "round {round}: ping took {:?}",
+            started.elapsed()
+        );
+    }
+    drop(frozen);
+    // And it works again once Redis does.
+    let started = Instant::now();
+    loop {
+        match gate.enter(1, true).await {
+            Ok(_) => break,
+            Err(e) => assert!(started.elapsed() < Duration::from_secs(15), "not back: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_while_holding_and_waiting() {
@@ -315,6 +410,12 @@ async fn an_idle_gate_keeps_one_small_key() {
         vec!["tollgate:gate:{idle}:m".to_owned()],
         "only the meta hash stays"
     );
+    // And only for the idle period (10 minutes, and a quarter more at most).
+    let pttl = match server.command(&["PTTL", &left[0]]) {
+        redis::Value::Int(n) => n,
+        other => panic!("PTTL answered {other:?}"),
+    };
+    assert!(pttl > 0 && pttl <= 60_000 + 750_000, "PTTL {pttl}");
     let bytes = match server.command(&["MEMORY", "USAGE", &left[0]]) {
         redis::Value::Int(n) => n,
         other => panic!("MEMORY USAGE answered {other:?}"),
@@ -341,15 +442,19 @@ async fn keys_of_a_crashed_holder_expire_by_themselves() {
     names.sort();
     assert_eq!(names.len(), 4, "{names:?}");
     // Every key but the meta hash carries a TTL past its last deadline
-    // (200 ms) by at most a margin and a chunk (1 s + 10 s), so a gate
-    // whose users all vanished cleans up by itself.
+    // (200 ms) by at most a margin and a chunk (1 s + 10 s), and the meta
+    // hash the idle period (10 min) past theirs, so a gate whose users all
+    // vanished cleans up by itself.
     for key in &names {
         let pttl = match server.command(&["PTTL", key]) {
             redis::Value::Int(n) => n,
             other => panic!("PTTL answered {other:?}"),
         };
         if key.ends_with(":m") {
-            assert_eq!(pttl, -1, "the meta hash keeps the fence");
+            assert!(
+                pttl > 11_200 + 590_000 && pttl <= 11_200 + 750_000,
+                "the meta hash has PTTL {pttl}"
+            );
         } else {
             assert!(pttl > 200 && pttl <= 11_200, "{key} has PTTL {pttl}");
         }

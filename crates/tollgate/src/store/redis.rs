@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -482,6 +483,9 @@ impl RedisConfig {
 
 pub(crate) struct RedisStore {
     conn: Conn,
+    /// `RedisConfig::response_timeout`: no operation takes longer (a
+    /// durable one: plus its WAIT's timeout).
+    timeout: Duration,
     prefix: String,
     scripts: Arc<Scripts>,
     wakers: Arc<Wakers>,
@@ -716,6 +720,7 @@ impl RedisStore {
         }
         RedisStore {
             conn,
+            timeout: config.response_timeout,
             prefix: config.prefix.clone(),
             scripts: Arc::new(Scripts::new(cluster, config.idle)),
             target,
@@ -767,10 +772,35 @@ impl RedisStore {
         self.invoke(script, &gate_keys(&base), args, &base).await
     }
 
+    /// Runs `op` within `limit`: the connection's own response timeout
+    /// bounds one request, but not a call that also waits for a reconnect
+    /// (the connection manager's retries) or sends a second request
+    /// (NOSCRIPT): against a frozen server such a call took two timeouts.
+    /// This is the one deadline of the whole call.
+    async fn within<T>(&self, limit: Duration, op: impl Future<Output = Result<T>>) -> Result<T> {
+        match tokio::time::timeout(limit, op).await {
+            Ok(out) => out,
+            Err(_) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("Redis did not answer within {} ms", limit.as_millis()),
+            )),
+        }
+    }
+
     /// Runs `script` on `keys` (which share `tagged`'s hash tag) with
     /// `args`, on the plain command connection even on a durable handle:
     /// for scripts that write nothing, for which a WAIT would be waste.
     async fn invoke_plain<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: impl redis::ToRedisArgs,
+    ) -> Result<T> {
+        self.within(self.timeout, self.eval_plain(script, keys, args))
+            .await
+    }
+
+    async fn eval_plain<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         keys: &[String],
@@ -803,6 +833,22 @@ impl RedisStore {
         let Some(d) = &self.durable else {
             return self.invoke_plain(script, keys, args).await;
         };
+        self.within(
+            self.timeout + d.timeout,
+            self.eval_durable(d, script, keys, args, tagged),
+        )
+        .await
+    }
+
+    /// `invoke` on a durable handle: the script and a WAIT.
+    async fn eval_durable<T: redis::FromRedisValue>(
+        &self,
+        d: &Durable,
+        script: &Script,
+        keys: &[String],
+        args: impl redis::ToRedisArgs,
+        tagged: &str,
+    ) -> Result<T> {
         // Built once; the arguments (payloads too) are copied only here.
         let mut eval = redis::cmd("EVALSHA");
         eval.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
@@ -893,6 +939,7 @@ impl RedisStore {
         })?;
         Ok(RedisStore {
             conn: self.conn.clone(),
+            timeout: self.timeout,
             prefix: self.prefix.clone(),
             scripts: self.scripts.clone(),
             wakers: self.wakers.clone(),
@@ -1130,8 +1177,11 @@ impl RedisStore {
 
     pub(crate) async fn ping(&self) -> Result<()> {
         let mut conn = self.conn.clone();
-        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
-        Ok(())
+        self.within(self.timeout, async move {
+            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+            Ok(())
+        })
+        .await
     }
 
     pub(crate) async fn listen(&self, gate: &Name) -> Result<Listening> {

@@ -29,6 +29,11 @@ local function record_end()
   redis.call('HSET', KM, 'K', K)
 end
 
+if expire_one(id) then
+  -- It ended before this call: an expiry, not a release (nothing to end).
+  promote()
+  return done({0})
+end
 if holders > 0 and redis.call('ZREM', KH, id) == 1 then
   holders = holders - 1
   if holders == 0 then h_fresh = true end

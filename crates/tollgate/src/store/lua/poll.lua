@@ -8,7 +8,11 @@
 -- Invariant: a hand-off becomes a full lease only when its waiter asks.
 local id, ttl, hb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
-local expires = redis.call('ZSCORE', KH, id)
+if expire_one(id) then
+  promote()
+  return done({0})
+end
+local expires = holders > 0 and redis.call('ZSCORE', KH, id)
 if expires then
   local f = 0
   if Mo > 0 then f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0 end

@@ -85,6 +85,13 @@ local Ma = tonumber(raw[18]) or 0
 local MY, MQ = raw[22] or '0', tonumber(raw[23]) or 0
 local was_Y, was_Q = MY, MQ
 local SWEEP_ALL, SWEEP_STEP = 512, 256
+-- At most this many ended leases are removed per call, the earliest
+-- first: a gate where a huge number ended at once sheds them over several
+-- calls, none of which blocks Redis for long. Until then X stays at or
+-- before now, so the next call looks again; an ended lease still counts
+-- as held (its permits are not granted again), which is safe, and
+-- expire_one keeps it from being renewed, released or picked up.
+local EXPIRE_STEP = 1000
 -- Admission control (written by set_admission.lua, A also here).
 local MP, MR, MA = tonumber(raw[19]) or 0, tonumber(raw[20]) or 0, tonumber(raw[21]) or 0
 local was_A = MA
@@ -251,10 +258,16 @@ local function expire()
       end
       holders = #all / 2
     else
-      ended = redis.call('ZRANGEBYSCORE', KH, '-inf', now)
+      local due = redis.call('ZRANGEBYSCORE', KH, '-inf', now, 'WITHSCORES', 'LIMIT', 0, EXPIRE_STEP + 1)
+      for i = 1, math.min(#due, 2 * EXPIRE_STEP), 2 do ended[#ended + 1] = due[i] end
       holders = redis.call('ZCARD', KH)
-      local first = redis.call('ZRANGEBYSCORE', KH, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      if first[2] then earliest = tonumber(first[2]) end
+      if #due > 2 * EXPIRE_STEP then
+        -- More ended than one call removes: the rest from this one on.
+        earliest = tonumber(due[#due])
+      else
+        local first = redis.call('ZRANGEBYSCORE', KH, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        if first[2] then earliest = tonumber(first[2]) end
+      end
     end
     MX = earliest
     if holders > 0 then h_fresh = false end
@@ -287,6 +300,21 @@ local function expire()
   -- Nobody holds or waits: a label count left by keys that expired is stale.
   if holders == 0 and waiting == 0 then Ma = 0 end
   p_fresh = waiting == 0 and Me == 0 and Mo == 0 and Ma == 0
+end
+
+-- Removes holder `id` if its lease has ended (an expiry not swept yet:
+-- see EXPIRE_STEP); returns whether it did. Operations on one lease call
+-- this first, so such a lease is gone for them.
+local function expire_one(id)
+  local expires = holders > 0 and redis.call('ZSCORE', KH, id)
+  if not expires or tonumber(expires) > now then return false end
+  redis.call('ZREM', KH, id)
+  holders = holders - 1
+  if holders == 0 then h_fresh = true end
+  forget_holder(id)
+  Mx = Mx + 1
+  depart(1)
+  return true
 end
 
 -- Grants free permits to the head of the line while the head fits.

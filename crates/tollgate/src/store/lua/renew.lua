@@ -1,10 +1,15 @@
 -- renew.lua: extend a lease the caller still holds.
 -- ARGV: 1 id, 2 ttl ms
 -- Reply: {1, ttl_ms} renewed; {0} the lease had ended (never re-acquired)
--- Invariant: the prelude expired ended leases first, so an ended lease is
--- gone by now and renewal cannot bring it back.
+-- Invariant: an ended lease is gone by now (the prelude expired it, or
+-- expire_one does if the prelude's bounded step did not reach it), and
+-- renewal cannot bring it back.
 local id, ttl = ARGV[1], tonumber(ARGV[2])
 
+if expire_one(id) then
+  promote()
+  return done({0})
+end
 if holders == 0 or not redis.call('ZSCORE', KH, id) then return done({0}) end
 set_expiry(id, now + ttl)
 if Mo > 0 then

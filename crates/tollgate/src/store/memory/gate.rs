@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
 
+use super::line::Line;
 use super::shelf::Shelved;
 
 #[derive(Debug, Default)]
@@ -19,7 +20,8 @@ pub(super) struct GateState {
     /// The first fence is above this: the highest fence of any gate
     /// state this store dropped (see `Shelved`).
     pub(super) fence_floor: u64,
-    /// Line order: a counter, never a timestamp.
+    /// Tickets ever queued (as Redis's s; the line orders by its own
+    /// slots, never by time).
     pub(super) seq: u64,
     pub(super) grants: u64,
     pub(super) expiries: u64,
@@ -35,7 +37,7 @@ pub(super) struct GateState {
     pub(super) admit_at: u64,
     pub(super) holders: HashMap<String, Holder>,
     pub(super) holder_expiry: BTreeSet<(u64, String)>,
-    pub(super) line: BTreeMap<u64, String>,
+    pub(super) line: Line,
     pub(super) tickets: HashMap<String, Ticket>,
     pub(super) ticket_deadline: BTreeSet<(u64, String)>,
     /// The revocation log: score -> token of a holder that ended, and the
@@ -52,6 +54,14 @@ pub(super) struct GateState {
 /// At most this many aged entries of the revocation log are pruned per
 /// end (as `PRUNE_STEP` in leave.lua).
 pub(super) const PRUNE_STEP: usize = 1000;
+
+/// At most this many ended leases, and as many stale tickets, are removed
+/// per operation (as `EXPIRE_STEP` in prelude.lua): a gate where a huge
+/// number ended at once sheds them over several operations, none of which
+/// does much. Until then an ended lease still counts as held (its permits
+/// are not granted again), which is safe; it can no longer be renewed,
+/// released or picked up (`expire_one`).
+pub(super) const EXPIRE_STEP: usize = 1000;
 
 #[derive(Debug)]
 pub(super) struct Holder {
@@ -70,7 +80,8 @@ pub(super) struct Holder {
 
 #[derive(Debug)]
 pub(super) struct Ticket {
-    pub(super) seq: u64,
+    /// Its place in `line`.
+    pub(super) slot: u64,
     pub(super) permits: u32,
     pub(super) deadline: u64,
     pub(super) label: Option<String>,
@@ -136,29 +147,39 @@ impl GateState {
         }
     }
 
-    /// Drops leases whose time is up and tickets whose owner stopped asking.
+    /// Drops leases whose time is up and tickets whose owner stopped
+    /// asking, the earliest first, at most `EXPIRE_STEP` of each.
     pub(super) fn expire(&mut self, now: u64) {
-        while let Some((expires, id)) = self.holder_expiry.first().cloned() {
-            if expires > now {
+        for _ in 0..EXPIRE_STEP {
+            let Some((_, id)) = self.holder_expiry.first().filter(|(at, _)| *at <= now).cloned() else {
                 break;
-            }
-            self.holder_expiry.pop_first();
-            if let Some(h) = self.holders.remove(&id) {
-                self.used -= u64::from(h.permits);
-                self.expiries += 1;
-                self.depart(now);
-            }
+            };
+            self.expire_one(&id, now);
         }
-        while let Some((deadline, id)) = self.ticket_deadline.first().cloned() {
-            if deadline > now {
+        for _ in 0..EXPIRE_STEP {
+            let Some((_, id)) = self.ticket_deadline.first().filter(|(at, _)| *at <= now).cloned() else {
                 break;
-            }
+            };
             self.drop_ticket(&id);
         }
     }
 
-    /// Hands free permits to the head of the line, in order, while the head
-    /// fits: a large request at the head is never overtaken by small ones.
+    /// Removes holder `id` if its lease has ended (an expiry); returns
+    /// whether it did. Operations on one lease call this first, so a lease
+    /// that ended but is not swept yet is gone for them.
+    pub(super) fn expire_one(&mut self, id: &str, now: u64) -> bool {
+        let Some(h) = self.holders.get(id).filter(|h| h.expires <= now) else {
+            return false;
+        };
+        self.holder_expiry.remove(&(h.expires, id.to_owned()));
+        if let Some(h) = self.holders.remove(id) {
+            self.used -= u64::from(h.permits);
+        }
+        self.expiries += 1;
+        self.depart(now);
+        true
+    }
+
     /// Whether admission control lets one more in now.
     pub(super) fn may_admit(&self, now: u64) -> bool {
         !self.paused && (self.admit_every_ms == 0 || self.admit_at <= now)
@@ -171,9 +192,11 @@ impl GateState {
         }
     }
 
+    /// Hands free permits to the head of the line, in order, while the head
+    /// fits: a large request at the head is never overtaken by small ones.
     pub(super) fn promote(&mut self, now: u64, handed: &mut Vec<(String, u64)>) {
         let Some(capacity) = self.capacity else { return };
-        while let Some((_, id)) = self.line.first_key_value() {
+        while let Some((_, id)) = self.line.head() {
             let id = id.clone();
             let Some(t) = self.tickets.get(&id) else { break };
             let (permits, deadline) = (t.permits, t.deadline);
@@ -282,8 +305,31 @@ impl GateState {
 
     pub(super) fn take_ticket(&mut self, id: &str) -> Option<Ticket> {
         let t = self.tickets.remove(id)?;
-        self.line.remove(&t.seq);
+        self.line.remove(t.slot);
         self.ticket_deadline.remove(&(t.deadline, id.to_owned()));
+        if self.line.sparse() {
+            for (slot, id) in self.line.renumber() {
+                if let Some(t) = self.tickets.get_mut(&id) {
+                    t.slot = slot;
+                }
+            }
+        }
         Some(t)
+    }
+
+    /// Puts ticket `id` at the end of the line.
+    pub(super) fn queue(&mut self, id: &str, permits: u32, deadline: u64, label: Option<String>) {
+        self.seq += 1;
+        let slot = self.line.push(id);
+        self.ticket_deadline.insert((deadline, id.to_owned()));
+        self.tickets.insert(
+            id.to_owned(),
+            Ticket {
+                slot,
+                permits,
+                deadline,
+                label,
+            },
+        );
     }
 }

@@ -9,6 +9,7 @@
 //! never contends with the waker.
 
 mod gate;
+mod line;
 mod shelf;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,7 +23,7 @@ use super::jobs::{PushOutcome, PushReq, Queue};
 use super::limits::Limits;
 use crate::limit::{Decision, Limit};
 
-use self::gate::{GateState, Ticket, permits_exceed};
+use self::gate::{GateState, permits_exceed};
 use self::shelf::Shelf;
 pub(crate) use self::shelf::Shelved;
 use super::{
@@ -213,18 +214,11 @@ impl MemoryStore {
                     waiting: s.line.len() as u64,
                 }));
             }
-            s.seq += 1;
-            let deadline = now + req.heartbeat_ms;
-            s.line.insert(s.seq, req.id.to_owned());
-            s.ticket_deadline.insert((deadline, req.id.to_owned()));
-            s.tickets.insert(
-                req.id.to_owned(),
-                Ticket {
-                    seq: s.seq,
-                    permits: req.permits,
-                    deadline,
-                    label: req.label.map(str::to_owned),
-                },
+            s.queue(
+                req.id,
+                req.permits,
+                now + req.heartbeat_ms,
+                req.label.map(str::to_owned),
             );
             let waiting = s.line.len() as u64;
             Ok(Entry::Queued(Place {
@@ -236,7 +230,11 @@ impl MemoryStore {
     }
 
     pub(crate) fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
-        self.with_gate(gate, |s, now, _| {
+        self.with_gate(gate, |s, now, handed| {
+            if s.expire_one(id, now) {
+                s.promote(now, handed);
+                return Ok(Poll::Unknown);
+            }
             if let Some(h) = s.holders.get(id) {
                 if !h.pending {
                     return Ok(Poll::Granted(Grant {
@@ -251,11 +249,11 @@ impl MemoryStore {
             let Some(t) = s.tickets.get_mut(id) else {
                 return Ok(Poll::Unknown);
             };
-            let (seq, old) = (t.seq, t.deadline);
+            let (slot, old) = (t.slot, t.deadline);
             t.deadline = now + hb_ms;
             s.ticket_deadline.remove(&(old, id.to_owned()));
             s.ticket_deadline.insert((now + hb_ms, id.to_owned()));
-            let position = s.line.range(..=seq).count() as u64;
+            let position = s.line.position(slot);
             Ok(Poll::Queued(Place {
                 position,
                 waiting: s.line.len() as u64,
@@ -265,7 +263,12 @@ impl MemoryStore {
     }
 
     pub(crate) fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
-        self.with_gate(gate, |s, now, _| {
+        self.with_gate(gate, |s, now, handed| {
+            // An ended lease is never renewed, swept or not.
+            if s.expire_one(id, now) {
+                s.promote(now, handed);
+                return Ok(None);
+            }
             let Some(h) = s.holders.get(id) else {
                 return Ok(None);
             };
@@ -279,6 +282,11 @@ impl MemoryStore {
     /// holder is recorded in the revocation log in the same step.
     pub(crate) fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
         self.with_gate(gate, |s, now, handed| {
+            if s.expire_one(id, now) {
+                // It ended before this call: an expiry, not a release.
+                s.promote(now, handed);
+                return Ok(Left::Unknown);
+            }
             if let Some(h) = s.holders.remove(id) {
                 s.holder_expiry.remove(&(h.expires, id.to_owned()));
                 s.used -= u64::from(h.permits);
@@ -329,8 +337,9 @@ impl MemoryStore {
 
     pub(crate) fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
         self.with_gate(gate, |s, now, _| {
+            // Leases that ended but are not swept yet are not listed.
             Ok(s.holder_expiry
-                .iter()
+                .range((now + 1, String::new())..)
                 .take(limit as usize)
                 .filter_map(|(expires, id)| {
                     s.holders.get(id).map(|h| Holding {
