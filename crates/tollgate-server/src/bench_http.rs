@@ -112,6 +112,10 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
         return exit::UNAVAILABLE;
     }
     let run_id = format!("{:x}", std::process::id());
+    if args.flood {
+        println!("{}", status_flood(&host, &run_id, args).await);
+        return 0;
+    }
     println!("{}", healthz(&host, args).await);
     println!("{}", enter_release(&host, &run_id, args).await);
     println!("{}", handoff(&host, &run_id, args).await);
@@ -359,5 +363,111 @@ async fn long_polls(host: &Arc<str>, run_id: &str, args: &BenchArgs) -> Value {
         "peer": "tollgate", "case": "http_long_polls", "long_polls": tickets.len(),
         "server_rss_mib_before": before, "server_rss_mib_with_polls_open": during,
         "errors": errors + failed,
+    })
+}
+
+/// Times enter + leave on `gate` about once a millisecond until `end`:
+/// the enter latencies, and how many calls failed.
+async fn probe(host: Arc<str>, gate: String, end: Instant) -> (Vec<Duration>, u64) {
+    let (mut times, mut errors) = (Vec::new(), 0u64);
+    let Ok(mut conn) = Conn::open(&host).await else {
+        return (times, 1);
+    };
+    let (enter, body) = (format!("{gate}/enter"), json!({"capacity": 1, "queue": false}));
+    while Instant::now() < end {
+        let t0 = Instant::now();
+        match conn.post(&enter, &body).await {
+            Ok(answer) => {
+                times.push(t0.elapsed());
+                match answer["token"].as_str() {
+                    Some(token) if conn.delete(&format!("{gate}/leases/{token}")).await == Ok(200) => {}
+                    _ => errors += 1,
+                }
+            }
+            Err(_) => errors += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    (times, errors)
+}
+
+/// A line of `--line` tickets on one gate, built through the API; then an
+/// unrelated gate's enter latency, alone and while `--workers` connections
+/// ask for the status of tickets deep in the line as fast as they can.
+async fn status_flood(host: &Arc<str>, run_id: &str, args: &BenchArgs) -> Value {
+    let gate = format!("/v1/gates/bench:flood:{run_id}");
+    let other = format!("/v1/gates/bench:other:{run_id}");
+    // Tickets that live through the run without asking.
+    let body = json!({"capacity": 1, "ttl_ms": 3_600_000, "heartbeat_ms": 3_600_000});
+    let per = args.line.div_ceil(args.workers.max(1) as u64);
+    let started = Instant::now();
+    let fills: Vec<_> = (0..args.workers.max(1))
+        .map(|_| {
+            let (host, enter, body) = (host.clone(), format!("{gate}/enter"), body.clone());
+            tokio::spawn(async move {
+                let mut tickets = Vec::new();
+                let Ok(mut conn) = Conn::open(&host).await else {
+                    return (tickets, per);
+                };
+                let mut errors = 0;
+                for _ in 0..per {
+                    match conn.post(&enter, &body).await {
+                        Ok(a) => {
+                            if let Some(t) = a["ticket"].as_str() {
+                                tickets.push(t.to_owned());
+                            }
+                        }
+                        Err(_) => errors += 1,
+                    }
+                }
+                (tickets, errors)
+            })
+        })
+        .collect();
+    let (mut tickets, mut fill_errors) = (Vec::new(), 0);
+    for f in fills {
+        if let Ok((t, e)) = f.await {
+            tickets.extend(t);
+            fill_errors += e;
+        }
+    }
+    let fill_secs = started.elapsed().as_secs_f64();
+    // The deepest tickets: the ones whose position costs most to count.
+    let deep: Arc<Vec<String>> = Arc::new(tickets.split_off(tickets.len().saturating_sub(1_000)));
+    let alone = probe(host.clone(), other.clone(), Instant::now() + args.seconds).await;
+    let end = Instant::now() + args.seconds;
+    let flooding: Vec<_> = (0..args.workers)
+        .map(|w| {
+            let (host, gate, deep) = (host.clone(), gate.clone(), deep.clone());
+            tokio::spawn(async move {
+                let Ok(mut conn) = Conn::open(&host).await else {
+                    return 0u64;
+                };
+                let mut n = 0u64;
+                let mut i = w;
+                while Instant::now() < end && !deep.is_empty() {
+                    i = (i + 7) % deep.len();
+                    if conn.get(&format!("{gate}/tickets/{}", deep[i])).await.is_ok() {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let during = probe(host.clone(), other, end).await;
+    let mut statuses = 0;
+    for f in flooding {
+        statuses += f.await.unwrap_or(0);
+    }
+    let (mut a, mut d) = (alone.0, during.0);
+    json!({
+        "peer": "tollgate", "case": "http_status_flood", "line": deep.len() + tickets.len(),
+        "workers": args.workers, "fill_s": (fill_secs * 10.0).round() / 10.0, "fill_errors": fill_errors,
+        "baseline_enter_p50_ms": percentile(&mut a, 0.5), "baseline_enter_p99_ms": percentile(&mut a, 0.99),
+        "flood_enter_p50_ms": percentile(&mut d, 0.5), "flood_enter_p99_ms": percentile(&mut d, 0.99),
+        "flood_enter_max_ms": percentile(&mut d, 1.0), "flood_enters": d.len(),
+        "status_per_s": (statuses as f64 / args.seconds.as_secs_f64()).round(),
+        "errors": alone.1 + during.1,
     })
 }

@@ -375,7 +375,7 @@ pub(crate) struct BenchArgs {
     /// `upstream` only: where to listen.
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<std::net::SocketAddr>,
-    /// `flood` only: the length of the flooded line.
+    /// `flood` and `http --flood`: the length of the flooded line.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) line: u64,
     /// `line` only: the line lengths to measure at, comma-separated.
@@ -395,6 +395,12 @@ pub(crate) struct BenchArgs {
     /// `http` only: the server's process id, to read its RSS.
     #[arg(long)]
     pub(crate) server_pid: Option<u32>,
+    /// `http` only: instead of the usual cases, build a line of --line
+    /// tickets through the API, flood it with status requests from
+    /// --workers connections, and time an unrelated gate's enter during the
+    /// flood against a baseline without it (http_status_flood).
+    #[arg(long)]
+    pub(crate) flood: bool,
 }
 
 /// Parses `250ms`, `30s`, `5m`, `1h`; a bare number is seconds.
