@@ -343,7 +343,7 @@ impl Store {
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.done(limit), false))),
+            Backend::Memory(s) => Ok(s.read_queue(q, |queue, _| queue.done(limit))),
             Backend::Redis(s) => s.job_done(q, limit).await,
         }
     }
@@ -400,7 +400,7 @@ impl Store {
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.dead(limit), false))),
+            Backend::Memory(s) => Ok(s.read_queue(q, |queue, _| queue.dead(limit))),
             Backend::Redis(s) => s.job_dead(q, limit).await,
         }
     }
@@ -424,7 +424,7 @@ impl Store {
 
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| (queue.stats(now), false))),
+            Backend::Memory(s) => Ok(s.read_queue(q, |queue, now| queue.stats(now))),
             Backend::Redis(s) => s.job_stats(q).await,
         }
     }

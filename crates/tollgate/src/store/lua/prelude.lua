@@ -102,8 +102,10 @@ local was_r, was_l, was_a = Mr, Ml, Ma
 -- Latest expiry written to h / deadline written to p by this call (0: none),
 -- and whether those keys may lack a TTL (empty before, or emptied since).
 local h_top, w_top, p_touched = 0, 0, false
--- The expiry set on r by this call (an end), 0: none.
-local r_top = 0
+-- The expiry set on r by this call (an end), 0: none; and whether the
+-- body wrote m itself (settings): with any change to m, that makes this
+-- call activity, which keeps m IDLE past now too. Reads are not activity.
+local r_top, wrote_meta = 0, false
 local h_fresh, q_fresh, p_fresh = true, true, true
 local holders, waiting = 0, 0
 
@@ -417,9 +419,12 @@ local function finish()
     k = k + 2
     exists = true
   end
-  -- m lives IDLE past every deadline and this call (only if it exists:
-  -- a read of a gate without state must not create it).
-  local meta_until = exists and meta_expiry(math.max(now, MT, MU, MV, MA, r_top))
+  -- m lives IDLE past every deadline, and past this call if it changed
+  -- something (only if m exists: a read of a gate without state must not
+  -- create it).
+  local last = math.max(MT, MU, MV, MA, r_top)
+  if k > 0 or wrote_meta then last = math.max(last, now) end
+  local meta_until = exists and meta_expiry(last)
   if meta_until then
     changed[k + 1], changed[k + 2] = 'G', meta_until
     k = k + 2

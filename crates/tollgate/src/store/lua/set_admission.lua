@@ -21,5 +21,6 @@ if ARGV[2] ~= '' then
     was_A = 0
   end
 end
+wrote_meta = true
 promote()
 return done({1})

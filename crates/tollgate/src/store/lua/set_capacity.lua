@@ -4,5 +4,6 @@
 -- Invariant: lowering never evicts a holder; raising admits the line at once.
 cap = tonumber(ARGV[1])
 redis.call('HSET', KM, 'c', cap)
+wrote_meta = true
 promote()
 return done({1})

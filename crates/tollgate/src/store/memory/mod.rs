@@ -112,10 +112,27 @@ impl MemoryStore {
         q: &Name,
         op: impl FnOnce(&mut Queue, u64) -> (T, W),
     ) -> T {
+        self.on_queue(q, true, op)
+    }
+
+    /// `with_queue` for an operation that only reads (it does not keep an
+    /// idle queue alive).
+    pub(crate) fn read_queue<T>(&self, q: &Name, op: impl FnOnce(&mut Queue, u64) -> T) -> T {
+        self.on_queue(q, false, |queue, now| (op(queue, now), false))
+    }
+
+    fn on_queue<T, W: Into<usize>>(
+        &self,
+        q: &Name,
+        touch: bool,
+        op: impl FnOnce(&mut Queue, u64) -> (T, W),
+    ) -> T {
         let now = self.clock.now_ms();
         let (out, wake) = self
             .queues
-            .with(q, now, self.idle_ms, Queue::default, |queue| op(queue, now));
+            .with(q, now, self.idle_ms, touch, Queue::default, |queue| {
+                op(queue, now)
+            });
         let wake = wake.into();
         if wake > 0 {
             self.wakers.wake(&super::Store::job_wake_key(q), wake);
@@ -124,7 +141,7 @@ impl MemoryStore {
     }
 
     pub(crate) fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>, store: bool) -> (u32, bool) {
-        self.with_queue(q, |queue, _| (queue.layout(want, expect, store), false))
+        self.on_queue(q, store, |queue, _| (queue.layout(want, expect, store), false))
     }
 
     /// `None` if the queue is retired (a partition of a replaced layout).
@@ -171,13 +188,32 @@ impl MemoryStore {
         gate: &Name,
         op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
     ) -> Result<T> {
+        self.on_gate(gate, true, op)
+    }
+
+    /// `with_gate` for reads and heartbeats: they do not count as activity
+    /// (see `Shelf::with`).
+    fn read_gate<T>(
+        &self,
+        gate: &Name,
+        op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
+    ) -> Result<T> {
+        self.on_gate(gate, false, op)
+    }
+
+    fn on_gate<T>(
+        &self,
+        gate: &Name,
+        touch: bool,
+        op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
+    ) -> Result<T> {
         let now = self.clock.now_ms();
         let mut handed = Vec::new();
         let new = || GateState {
             epoch: self.new_epoch(),
             ..GateState::default()
         };
-        let out = self.gates.with(gate, now, self.idle_ms, new, |state| {
+        let out = self.gates.with(gate, now, self.idle_ms, touch, new, |state| {
             state.expire(now);
             state.promote(now, &mut handed);
             op(state, now, &mut handed)
@@ -230,7 +266,7 @@ impl MemoryStore {
     }
 
     pub(crate) fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
-        self.with_gate(gate, |s, now, handed| {
+        self.read_gate(gate, |s, now, handed| {
             if s.expire_one(id, now) {
                 s.promote(now, handed);
                 return Ok(Poll::Unknown);
@@ -336,7 +372,7 @@ impl MemoryStore {
     }
 
     pub(crate) fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
-        self.with_gate(gate, |s, now, _| {
+        self.read_gate(gate, |s, now, _| {
             // Leases that ended but are not swept yet are not listed.
             Ok(s.holder_expiry
                 .range((now + 1, String::new())..)
@@ -385,7 +421,7 @@ impl MemoryStore {
     }
 
     pub(crate) fn stats(&self, gate: &Name) -> Result<GateStats> {
-        self.with_gate(gate, |s, _, _| {
+        self.read_gate(gate, |s, _, _| {
             Ok(GateStats {
                 capacity: s.capacity,
                 used: s.used,

@@ -90,11 +90,16 @@ impl<S> Default for Shelf<S> {
 impl<S: Shelved> Shelf<S> {
     /// Runs `op` on `name`'s state under its own lock. A name without
     /// state gets a new one (`new`), kept only if `op` wrote to it.
+    /// `touch`: the operation counts as activity (it may change settings);
+    /// reads and heartbeats do not, so a reader polling a gate (metrics)
+    /// does not keep it forever (what they hold is counted by its
+    /// deadlines).
     pub(super) fn with<T>(
         &self,
         name: &Name,
         now: u64,
         idle: u64,
+        touch: bool,
         new: impl Fn() -> S,
         op: impl FnOnce(&mut S) -> T,
     ) -> T {
@@ -108,7 +113,7 @@ impl<S: Shelved> Shelf<S> {
                     None => {
                         let mut state = new();
                         state.set_fence_floor(inner.floor);
-                        inner.insert(name, state, now + idle)
+                        inner.insert(name, state, now + idle, idle)
                     }
                 }
             };
@@ -117,7 +122,9 @@ impl<S: Shelved> Shelf<S> {
                 // Dropped between the lookup and now: look again.
                 continue;
             }
-            h.touched = h.touched.max(now);
+            if touch {
+                h.touched = h.touched.max(now);
+            }
             let out = (op.take().expect("runs once"))(&mut h.state);
             if h.state.is_blank() {
                 // Nothing written (a read of a name without state): leave
@@ -155,10 +162,11 @@ impl<S: Shelved> Shelf<S> {
 }
 
 impl<S: Shelved> Inner<S> {
-    fn insert(&mut self, name: &Name, state: S, due: u64) -> Arc<Mutex<Held<S>>> {
+    fn insert(&mut self, name: &Name, state: S, due: u64, idle: u64) -> Arc<Mutex<Held<S>>> {
+        // Created now: that counts as activity, whatever the operation.
         let held = Arc::new(Mutex::new(Held {
             state,
-            touched: 0,
+            touched: due.saturating_sub(idle),
             dropped: false,
         }));
         self.due.insert((due, name.clone()));
