@@ -52,6 +52,8 @@ struct FileSettings {
     metrics_timeout: Option<String>,
     /// How long a request body may take to arrive, e.g. "30s".
     body_timeout: Option<String>,
+    /// The embedded store: how long an idle name's state is kept, e.g. "10m".
+    memory_idle: Option<String>,
 }
 
 /// The settings `serve` runs with.
@@ -69,6 +71,7 @@ struct Settings {
     max_tickets_per_client: usize,
     metrics_timeout: Duration,
     body_timeout: Duration,
+    memory_idle: Duration,
 }
 
 /// A duration from a flag, else from the file's `key`, else `default`;
@@ -143,6 +146,13 @@ fn settings(args: ServeArgs) -> Result<Settings, String> {
             crate::body::BODY_TIMEOUT,
             (Duration::from_millis(100), Duration::from_secs(3600)),
         )?,
+        memory_idle: duration_setting(
+            "memory_idle",
+            None,
+            file.memory_idle.as_deref(),
+            tollgate::MemoryOptions::default().idle,
+            (Duration::from_secs(1), Duration::from_secs(30 * 24 * 3600)),
+        )?,
         durability: crate::cli::DurabilityArgs {
             durable_replicas: args.durability.durable_replicas.or(file.durable_replicas),
             durable_timeout: match (args.durability.durable_timeout, file.durable_timeout) {
@@ -183,7 +193,16 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
         }
     };
     let store = match &args.redis {
-        None => Store::memory(),
+        None => match Store::memory_with(tollgate::MemoryOptions {
+            idle: args.memory_idle,
+            ..tollgate::MemoryOptions::default()
+        }) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("tollgate: memory_idle: {e}");
+                return exit::USAGE;
+            }
+        },
         Some(url) => {
             let mut config = RedisConfig::new(url.clone());
             config.prefix = args.prefix.clone();
@@ -323,6 +342,26 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
     for room in rooms.all() {
         let (room, stopping) = (room.clone(), stopping.clone());
         tokio::spawn(async move { room.watch(stopping).await });
+    }
+    // The embedded store drops idle names a few per operation; this drops
+    // them when no operation comes too (after a flood of names, say), a
+    // bounded batch at a time so no operation waits long behind it.
+    if store.kind() == "memory" {
+        let (store, mut stopping) = (store.clone(), stopping.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = stopping.changed() => return,
+                }
+                store.sweep_idle(2_000);
+                if let Some(f) = store.memory_footprint() {
+                    metrics::gauge!("tollgate_memory_gates").set(f.gates as f64);
+                    metrics::gauge!("tollgate_memory_queues").set(f.queues as f64);
+                    metrics::gauge!("tollgate_memory_limit_keys").set(f.limit_keys as f64);
+                }
+            }
+        });
     }
     let app = router(AppState {
         store,

@@ -92,13 +92,13 @@ impl Limits {
                 }
             }
         }
-        self.sweep(now_us);
+        self.sweep(now_us, SWEEP_STEP);
         decision
     }
 
-    /// Looks at up to `SWEEP_STEP` due keys.
-    fn sweep(&mut self, now_us: u64) {
-        for _ in 0..SWEEP_STEP {
+    /// Looks at up to `steps` due keys.
+    pub(crate) fn sweep(&mut self, now_us: u64, steps: usize) {
+        for _ in 0..steps {
             let Some(first) = self.due.first().filter(|(due, ..)| *due <= now_us) else {
                 return;
             };
@@ -121,6 +121,21 @@ impl Limits {
                     self.due.insert((expires, limiter, space, key));
                 }
                 None => {}
+            }
+        }
+    }
+
+    /// Gives back the maps' spare room once most of it is empty (after a
+    /// flood of keys), so memory returns to what is held.
+    pub(crate) fn shrink(&mut self) {
+        if self.keys.capacity() > 64 && self.keys.len() * 4 < self.keys.capacity() {
+            self.keys.shrink_to(self.keys.len() * 2);
+        }
+        for maps in self.keys.values_mut() {
+            for m in maps.iter_mut() {
+                if m.capacity() > 64 && m.len() * 4 < m.capacity() {
+                    m.shrink_to(m.len() * 2);
+                }
             }
         }
     }

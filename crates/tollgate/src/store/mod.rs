@@ -129,6 +129,17 @@ impl Store {
         }
     }
 
+    /// Drops the embedded store's idle state now, looking at up to `max`
+    /// names of each kind, and gives spare room back. Operations already do
+    /// this a few names at a time; a server calls it in the background too,
+    /// so that after a flood of names its memory comes back even if no
+    /// operation follows. Redis expires its keys itself: a no-op there.
+    pub fn sweep_idle(&self, max: usize) {
+        if let Backend::Memory(s) = &self.backend {
+            s.sweep_idle(max);
+        }
+    }
+
     /// `"memory"` or `"redis"`.
     pub fn kind(&self) -> &'static str {
         match &self.backend {

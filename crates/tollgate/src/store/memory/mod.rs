@@ -101,6 +101,18 @@ impl MemoryStore {
         }
     }
 
+    /// Drops what has been idle long enough, looking at up to `max` names
+    /// of each kind (gates, queues, limit keys), and gives spare map room
+    /// back.
+    pub(crate) fn sweep_idle(&self, max: usize) {
+        let now = self.clock.now_ms();
+        self.gates.sweep_due(now, self.idle_ms, max);
+        self.queues.sweep_due(now, self.idle_ms, max);
+        let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+        limits.sweep(self.clock.now_us(), max);
+        limits.shrink();
+    }
+
     pub(crate) fn wakers(&self) -> Arc<Wakers> {
         self.wakers.clone()
     }

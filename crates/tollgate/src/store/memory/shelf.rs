@@ -151,6 +151,18 @@ impl<S: Shelved> Shelf<S> {
         read((!h.dropped).then_some(&h.state))
     }
 
+    /// Looks at up to `max` due names (as operations do a few at a time),
+    /// then gives the map's spare room back if most of it is empty. For a
+    /// store that gets no operations: what went idle still goes.
+    pub(super) fn sweep_due(&self, now: u64, idle: u64, max: usize) {
+        let mut inner = self.lock();
+        inner.sweep_steps(now, idle, max);
+        if inner.states.capacity() > 64 && inner.states.len() * 4 < inner.states.capacity() {
+            let len = inner.states.len();
+            inner.states.shrink_to(len * 2);
+        }
+    }
+
     /// How many names hold state.
     pub(super) fn len(&self) -> usize {
         self.lock().states.len()
@@ -193,7 +205,11 @@ impl<S: Shelved> Inner<S> {
     /// Looks at up to `SWEEP_STEP` names that are due: drops those quiet
     /// for `idle`, and sets the next look for the others.
     fn sweep(&mut self, now: u64, idle: u64) {
-        for _ in 0..SWEEP_STEP {
+        self.sweep_steps(now, idle, SWEEP_STEP);
+    }
+
+    fn sweep_steps(&mut self, now: u64, idle: u64, steps: usize) {
+        for _ in 0..steps {
             let Some((_, name)) = self.due.first().filter(|(due, _)| *due <= now).cloned() else {
                 return;
             };

@@ -1,0 +1,111 @@
+//! A flood of distinct names leaves nothing behind: a `tollgate serve` on
+//! the embedded store, 100,000 names entered (short leases), read and
+//! rate-limited through the API, then left idle; the server's resident
+//! memory comes back to within 10 % of what it was before.
+
+mod serve_support;
+
+use std::time::{Duration, Instant};
+
+use serve_support::Server;
+
+/// The server's resident set, in KiB.
+fn rss_kib(s: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// `names` requests of each kind, `workers` at a time, on names
+/// `prefix-0`.. : an enter with a short lease, a read of another gate, a
+/// queue's stats.
+async fn flood(s: &Server, prefix: &str, names: usize, workers: usize) {
+    let c = reqwest::Client::new();
+    let tasks: Vec<_> = (0..workers)
+        .map(|w| {
+            let (c, base, prefix) = (c.clone(), s.base.clone(), prefix.to_owned());
+            tokio::spawn(async move {
+                for i in (w..names).step_by(workers) {
+                    let r = c
+                        .post(format!("{base}/v1/gates/{prefix}-{i}/enter"))
+                        .json(&serde_json::json!({"capacity": 1, "ttl_ms": 1000}))
+                        .send()
+                        .await
+                        .expect("enter");
+                    assert_eq!(r.status(), 200);
+                    if i % 5 == 0 {
+                        let r = c
+                            .get(format!("{base}/v1/gates/{prefix}-read-{i}"))
+                            .send()
+                            .await
+                            .expect("read");
+                        assert_eq!(r.status(), 200);
+                        let r = c
+                            .get(format!("{base}/v1/queues/{prefix}-q-{i}"))
+                            .send()
+                            .await
+                            .expect("queue stats");
+                        assert_eq!(r.status(), 200);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("flood task");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_names_leaves_no_memory_behind() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(&config, "memory_idle = \"2s\"\n").expect("config");
+    let s = Server::start_with(None, &["--config", config.to_str().expect("path")]);
+    // Warm up: the same kinds of requests on a few names, gone idle, so the
+    // baseline has the allocator arenas and buffers a flood also uses.
+    flood(&s, "warm", 2_000, 16).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let baseline = rss_kib(&s);
+
+    let started = Instant::now();
+    flood(&s, "flood", 100_000, 16).await;
+    let peak = rss_kib(&s);
+    eprintln!(
+        "flood of 100,000 names in {:?}: RSS {baseline} KiB before, {peak} KiB after",
+        started.elapsed()
+    );
+    assert!(
+        peak > baseline + 10_000,
+        "the flood did not grow the server ({baseline} -> {peak} KiB): the test measures nothing"
+    );
+    // Leases end after 1 s, names go idle 2 s later; the server drops them
+    // in the background.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut now = peak;
+    let mut round = 0;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Light traffic goes on, as on any server.
+        round += 1;
+        flood(&s, &format!("light{round}"), 50, 2).await;
+        now = rss_kib(&s);
+        if now <= baseline + baseline / 10 {
+            break;
+        }
+    }
+    eprintln!("after the names went idle: {now} KiB (baseline {baseline} KiB, peak {peak} KiB)");
+    let metrics = s.metrics(None).await;
+    let held: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("tollgate_memory_"))
+        .collect();
+    eprintln!("{held:?}");
+    assert!(
+        now <= baseline + baseline / 10,
+        "RSS {now} KiB is not within 10 % of the baseline {baseline} KiB (peak {peak} KiB)"
+    );
+}
