@@ -284,18 +284,12 @@ trusted_proxies = ["127.0.0.1/32"]"#,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_limited_page_is_not_cached() {
     let (_seen, up, dir) = site().await;
-    let s = start(
+    let (_s, proxy, c, _holder) = take_the_slot(start(
         &dir,
         &room_config(up, 1, "").replace("status_rate = \"50/s\"", "status_rate = \"1/m\""),
         None,
-    );
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
-    let mut holder = Visitor::new("holder");
-    assert!(is_admitted(
-        &holder.get(&c, &proxy, "/page", false).await,
-        "holder"
-    ));
+    ))
+    .await;
     let mut waiter = Visitor::new("waiter");
     assert_eq!(waiter.get(&c, &proxy, "/page", false).await.status, 503);
     let _ = waiter.get(&c, &proxy, "/page", false).await;
@@ -316,18 +310,12 @@ async fn the_status_limited_page_is_not_cached() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_edges() {
     let (_seen, up, dir) = site().await;
-    let s = start(
+    let (s, proxy, c, _holder) = take_the_slot(start(
         &dir,
         &room_config(up, 1, "").replace("grace = \"3s\"", "grace = \"30s\""),
         None,
-    );
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
-    let mut holder = Visitor::new("holder");
-    assert!(is_admitted(
-        &holder.get(&c, &proxy, "/page", true).await,
-        "holder"
-    ));
+    ))
+    .await;
     let mut waiter = Visitor::new("waiter");
     assert_eq!(waiter.get(&c, &proxy, "/page", true).await.status, 503);
     let ticket = waiter

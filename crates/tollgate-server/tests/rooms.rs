@@ -221,14 +221,7 @@ async fn two_servers_share_one_room() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_cannot_be_forged_or_moved() {
     let (_seen, up, dir) = site().await;
-    let s = start(&dir, &room_config(up, 1, ""), None);
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
-    let mut holder = Visitor::new("holder");
-    assert!(is_admitted(
-        &holder.get(&c, &proxy, "/page", true).await,
-        "holder"
-    ));
+    let (s, proxy, c, _holder) = take_the_slot(start(&dir, &room_config(up, 1, ""), None)).await;
     let mut waiter = Visitor::new("waiter");
     assert_eq!(waiter.get(&c, &proxy, "/page", true).await.json()["position"], 1);
     let good = waiter.cookie.clone().expect("cookie");
@@ -301,21 +294,15 @@ async fn tokens_cannot_be_forged_or_moved() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refreshing_keeps_the_place_and_vanishing_loses_it() {
     let (_seen, up, dir) = site().await;
-    let s = start(
+    let (_s, proxy, c, _holder) = take_the_slot(start(
         &dir,
         &room_config(up, 1, "")
             .replace("status_rate = \"50/s\"", "status_rate = \"5/s\"")
             .replace("grace = \"3s\"", "grace = \"1s\"")
             .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
         None,
-    );
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
-    let mut holder = Visitor::new("holder");
-    assert!(is_admitted(
-        &holder.get(&c, &proxy, "/page", true).await,
-        "holder"
-    ));
+    ))
+    .await;
     let mut eager = Visitor::new("eager");
     let mut quiet = Visitor::new("quiet");
     let mut patient = Visitor::new("patient");
@@ -534,18 +521,12 @@ async fn store_down_open_or_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_stream_positions_then_admission() {
     let (_seen, up, dir) = site().await;
-    let s = start(
+    let (_s, proxy, c, mut holder) = take_the_slot(start(
         &dir,
         &room_config(up, 1, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
         None,
-    );
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
-    let mut holder = Visitor::new("holder");
-    assert!(is_admitted(
-        &holder.get(&c, &proxy, "/page", true).await,
-        "holder"
-    ));
+    ))
+    .await;
     let mut waiter = Visitor::new("waiter");
     assert_eq!(waiter.get(&c, &proxy, "/page", true).await.status, 503);
     let mut resp = c
@@ -591,15 +572,6 @@ async fn events_stream_positions_then_admission() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrades_pass_through() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    async fn head(stream: &mut tokio::net::TcpStream) -> String {
-        let mut buf = Vec::new();
-        let mut byte = [0u8; 1];
-        while !buf.ends_with(b"\r\n\r\n") {
-            stream.read_exact(&mut byte).await.expect("read head");
-            buf.push(byte[0]);
-        }
-        String::from_utf8_lossy(&buf).into_owned()
-    }
     // An upstream that switches to an echo protocol.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let up = listener.local_addr().expect("addr");
@@ -817,20 +789,14 @@ impl Driver {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_page_in_a_real_browser() {
     let (_seen, up, dir) = site().await;
-    let s = start(
+    let (_s, proxy, c, mut holder) = take_the_slot(start(
         &dir,
         &room_config(up, 1, "")
             .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
             .replace("grace = \"3s\"", "grace = \"20s\""),
         None,
-    );
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
-    let mut holder = Visitor::new("holder");
-    assert!(is_admitted(
-        &holder.get(&c, &proxy, "/page", true).await,
-        "holder"
-    ));
+    ))
+    .await;
     let mut ahead = Visitor::new("ahead");
     assert_eq!(ahead.get(&c, &proxy, "/page", true).await.json()["position"], 1);
 
@@ -930,14 +896,7 @@ async fn a_custom_waiting_page() {
     )
     .expect("page");
     let extra = format!("page = \"{}\"\nqueued_status = 200", page.display());
-    let s = start(&dir, &room_config(up, 1, &extra), None);
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
-    let mut holder = Visitor::new("holder");
-    assert!(is_admitted(
-        &holder.get(&c, &proxy, "/page", false).await,
-        "holder"
-    ));
+    let (_s, proxy, c, _holder) = take_the_slot(start(&dir, &room_config(up, 1, &extra), None)).await;
     let mut v = Visitor::new("v");
     let a = v.get(&c, &proxy, "/page", false).await;
     assert_eq!(a.status, 200);

@@ -221,3 +221,28 @@ impl Visitor {
 pub fn is_admitted(a: &Answer, who: &str) -> bool {
     a.status == 200 && a.text == format!("upstream page for {who}")
 }
+
+/// A room of one slot, taken: `s` (started with capacity 1), its proxy's
+/// address, a client, and the visitor holding the slot.
+pub async fn take_the_slot(s: Server) -> (Server, String, reqwest::Client, Visitor) {
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let mut holder = Visitor::new("holder");
+    assert!(is_admitted(
+        &holder.get(&c, &proxy, "/page", true).await,
+        "holder"
+    ));
+    (s, proxy, c, holder)
+}
+
+/// Reads an HTTP head off `stream`, byte by byte (a tunnel follows it).
+pub async fn head(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).await.expect("read head");
+        buf.push(byte[0]);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
