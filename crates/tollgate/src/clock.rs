@@ -47,6 +47,15 @@ impl ManualClock {
     pub fn advance(&self, by: Duration) {
         self.0.fetch_add(by.as_micros() as u64, Ordering::SeqCst);
     }
+
+    /// Moves time back, as a system clock stepped by NTP can: to test that
+    /// nothing relies on time never going back.
+    pub fn rewind(&self, by: Duration) {
+        let by = by.as_micros() as u64;
+        let _ = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| Some(t.saturating_sub(by)));
+    }
 }
 
 impl Default for ManualClock {

@@ -298,6 +298,32 @@ on_both_stores!(manual_clock:
     long_logs_are_read_in_pages,
 );
 
+/// A clock stepped back (NTP, or a failover to a master whose clock lags)
+/// does not hide a later end from a reader: scores never go back within an
+/// epoch, even once the log was pruned empty.
+#[tokio::test]
+async fn a_clock_stepped_back_hides_no_end() {
+    let clock = tollgate::ManualClock::default();
+    let store = Store::memory_with_clock(std::sync::Arc::new(clock.clone()));
+    let g = Gate::new(&store, "stepped", Some(2), opts()).expect("gate");
+    let first = token(g.enter(1, true).await.expect("enter"));
+    g.end(&first, Duration::from_secs(1)).await.expect("end");
+    assert_eq!(g.watch_state(0).await.expect("watch").revoked, [first]);
+    // Two minutes on, a reader's cursor; then the clock steps back one
+    // minute (still past the first end's keep, so the log is pruned empty).
+    clock.advance(Duration::from_secs(120));
+    let cursor = g.watch_state(0).await.expect("watch").cursor;
+    clock.rewind(Duration::from_secs(60));
+    let second = token(g.enter(1, true).await.expect("enter"));
+    g.end(&second, Duration::from_secs(1)).await.expect("end");
+    let later = g.watch_state(cursor).await.expect("watch");
+    assert_eq!(
+        later.revoked,
+        [second],
+        "an end after the clock went back was skipped"
+    );
+}
+
 /// A Redis that loses its data shows a new epoch (and no state until a
 /// writing operation creates it again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,12 +21,14 @@ local function record_end()
   -- An empty log starts K afresh, so one long keep does not outlive its
   -- entries; otherwise K covers every entry still kept.
   if top[2] == nil then K = keep else K = math.max(K, keep) end
-  local score = now * 1024
-  if top[2] ~= nil and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
+  -- Z, the last score handed out, stays in m while the log empties and
+  -- refills: scores never go back within an epoch whatever TIME does, so
+  -- a reader's cursor (never past Z + 1) skips no later end.
+  local score = math.max(now * 1024, (tonumber(redis.call('HGET', KM, 'Z')) or 0) + 1)
   redis.call('ZADD', KR, score, id)
   r_top = now + K + MARGIN
   redis.call('PEXPIREAT', KR, r_top)
-  redis.call('HSET', KM, 'K', K)
+  redis.call('HSET', KM, 'K', K, 'Z', string.format('%d', score))
 end
 
 if expire_one(id) then

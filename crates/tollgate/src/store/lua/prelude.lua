@@ -29,7 +29,10 @@
 --                    state was lost (FLUSHALL, a restart without
 --                    persistence, a failover to an empty replica) shows a
 --                    new one; K the longest keep (ms) of the revocation
---                    log's live entries; G the expiry last set on m (ms).
+--                    log's live entries; Z the last score handed out in
+--                    the log (kept while the log empties, so scores never
+--                    go back within an epoch); G the expiry last set on m
+--                    (ms).
 --                    m lives IDLE (the store's idle period) past the last
 --                    deadline any key holds (the TTLs set on h, q, p and
 --                    r, the next admission) and the last write, so an
@@ -49,7 +52,7 @@
 --   KEYS[4] q  ZSET  the line: ticket id -> seq (a counter, never time)
 --   KEYS[5] r  ZSET  the revocation log: token of a holder that ended
 --                    (leave.lua with a keep) -> now * 1024 at the end, or
---                    one more than the last score if that is more, so
+--                    one more than the last score (Z) if that is more, so
 --                    scores strictly increase and are a reader's cursor;
 --                    entries older than K are pruned by later ends and
 --                    never read (watch.lua); the key lives K past the last

@@ -10,15 +10,16 @@
 --        the ids ended (leave.lua with a keep) with a score at or above
 --        `since`, oldest first, skipping those older than their keep (K).
 --        The cursor is one past the last score answered when the answer
---        was cut at the maximum, else one past every score in r and no
---        less than now * 1024: every later end scores at least that.
+--        was cut at the maximum, else one past the last score ever handed
+--        out (m's Z; `since` if none): every later end scores above Z,
+--        whatever TIME says then, so no cursor skips one.
 -- Invariant: writes nothing; no expiry runs (capacity and admission
 -- settings are as stored).
 local KM, KR = KEYS[1], KEYS[5]
 local since, max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KM, 'E', 'c', 'P', 'R', 'K')
+local m = redis.call('HMGET', KM, 'E', 'c', 'P', 'R', 'K', 'Z')
 local K = tonumber(m[5]) or 0
 
 local from = math.max(since, (now - K) * 1024)
@@ -27,9 +28,8 @@ local cursor
 if #got / 2 == max then
   cursor = tonumber(got[#got]) + 1
 else
-  cursor = now * 1024
-  local top = redis.call('ZRANGE', KR, -1, -1, 'WITHSCORES')
-  if top[2] ~= nil and tonumber(top[2]) >= cursor then cursor = tonumber(top[2]) + 1 end
+  local Z = tonumber(m[6])
+  if Z then cursor = math.max(Z + 1, since) else cursor = since end
 end
 
 local reply = {m[1] or '', tonumber(m[2]) or -1, tonumber(m[3]) or 0, tonumber(m[4]) or 0, cursor}

@@ -46,6 +46,10 @@ pub(super) struct GateState {
     /// more, so scores strictly increase and serve as readers' cursors.
     pub(super) revoked: BTreeMap<u64, String>,
     pub(super) revoked_score: HashMap<String, u64>,
+    /// The last score handed out (0: none), kept while the log empties
+    /// and refills: scores never go back within an epoch, whatever the
+    /// clock does, so a reader's cursor never skips a later end.
+    pub(super) revoke_last: u64,
     /// The longest keep (ms) of the log's entries: nothing younger is
     /// pruned, nothing older is read.
     pub(super) revoke_keep_ms: u64,
@@ -292,7 +296,8 @@ impl GateState {
             None => keep,
             Some(_) => self.revoke_keep_ms.max(keep),
         };
-        let score = top.map_or(0, |t| t + 1).max(now * 1024);
+        let score = (self.revoke_last + 1).max(now * 1024);
+        self.revoke_last = score;
         if let Some(old) = self.revoked_score.insert(id.to_owned(), score) {
             self.revoked.remove(&old);
         }

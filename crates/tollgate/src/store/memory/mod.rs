@@ -407,19 +407,18 @@ impl MemoryStore {
         self.gates.peek(gate, now, self.idle_ms, |s| {
             let Some(s) = s else {
                 return GateWatch {
-                    cursor: now * 1024,
+                    cursor: since,
                     ..GateWatch::default()
                 };
             };
             let from = since.max(now.saturating_sub(s.revoke_keep_ms) * 1024);
             let page: Vec<(u64, &String)> = s.revoked.range(from..).take(max).map(|(k, v)| (*k, v)).collect();
+            // Never past the last score handed out: the next end scores
+            // above it whatever the clock says.
             let cursor = match page.last() {
                 Some((last, _)) if page.len() == max => last + 1,
-                _ => s
-                    .revoked
-                    .last_key_value()
-                    .map_or(0, |(top, _)| top + 1)
-                    .max(now * 1024),
+                _ if s.revoke_last > 0 => (s.revoke_last + 1).max(since),
+                _ => since,
             };
             GateWatch {
                 epoch: Some(s.epoch),
