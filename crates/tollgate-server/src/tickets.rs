@@ -97,7 +97,9 @@ impl FromRequestParts<AppState> for Client {
             .get::<tollgate::PeerAddr>()
             .map_or(IpAddr::from([0, 0, 0, 0]), |p| p.0.ip());
         let ip = tollgate::client_ip(peer, &parts.headers, &state.tickets.trusted_proxies);
-        Ok(Client(format!("ip:{ip}").into()))
+        // IPv6 by its /64: rotating addresses within one subscriber's
+        // allocation buys no fresh cap.
+        Ok(Client(format!("ip:{}", tollgate::ip_key(ip)).into()))
     }
 }
 

@@ -144,6 +144,8 @@ cookie_keys = ["{KEY}"]
         "/static/%5c../checkout",
         "/a%00",
         "/a%zz",
+        "/static/..;/checkout",
+        "/static/%2e%2e;x/checkout",
     ] {
         let r = raw(&proxy, &get(path, "")).await;
         assert_eq!(r.status, 400, "{path}: {}", r.body);
@@ -156,6 +158,17 @@ cookie_keys = ["{KEY}"]
     let r = raw(&proxy, &get("//vip//page?q=1", "")).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["path"], "/vip/page");
+    // ;parameters are dropped for matching, as Tomcat, Jetty and Spring
+    // drop them, and kept for the site.
+    let r = raw(&proxy, &get("/vip;x/page", "")).await;
+    assert_eq!(room_of(&r).as_deref(), Some("vip"));
+    assert_eq!(r.json()["path"], "/vip;x/page");
+    let r = raw(&proxy, &get("/static;x/app.js", "")).await;
+    assert_eq!(
+        (r.status, r.json()["path"].clone()),
+        (200, json!("/static;x/app.js")),
+        "bypassed"
+    );
     let r = raw(&proxy, &get("/vipx", "")).await;
     assert_eq!(r.status, 503, "/vipx is the paused shop's, not vip's");
     assert_eq!(room_of(&r).as_deref(), Some("shop"));
@@ -198,7 +211,8 @@ async fn only_listed_upgrades_pass() {
 async fn forwarded_headers_are_replaced_unless_trusted() {
     let (_seen, up, dir) = site().await;
     let spoof = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Host: evil.test\r\nX-Forwarded-Proto: https\r\n\
-                 X-Forwarded-Port: 443\r\nForwarded: for=6.6.6.6;host=evil.test\r\nX-Real-IP: 6.6.6.6\r\n";
+                 X-Forwarded-Port: 443\r\nForwarded: for=6.6.6.6;host=evil.test\r\nX-Real-IP: 6.6.6.6\r\n\
+                 X-Forwarded-Ssl: on\r\nX-Forwarded-Prefix: /admin\r\nConnection: tollgate-visitor\r\n";
     let s = start(&dir, &room_config(up, 100, ""), None);
     let r = raw(&s.proxy.clone().expect("proxy"), &get("/headers", spoof)).await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -207,8 +221,17 @@ async fn forwarded_headers_are_replaced_unless_trusted() {
     assert_eq!(h["x-forwarded-host"], "shop.test", "{h}");
     assert_eq!(h["x-forwarded-proto"], "http", "{h}");
     assert_eq!(h["x-real-ip"], "127.0.0.1", "{h}");
+    for dropped in [
+        "forwarded",
+        "x-forwarded-port",
+        "x-forwarded-ssl",
+        "x-forwarded-prefix",
+    ] {
+        assert!(h.get(dropped).is_none(), "{dropped}: {h}");
+    }
+    // Naming it in Connection does not strip the room's own header.
     assert!(
-        h.get("forwarded").is_none() && h.get("x-forwarded-port").is_none(),
+        h["tollgate-visitor"].as_str().is_some_and(|v| !v.is_empty()),
         "{h}"
     );
 
@@ -272,12 +295,16 @@ trusted_proxies = ["127.0.0.1/32"]"#,
         ),
         None,
     );
-    let r = raw(
-        &other.proxy.clone().expect("proxy"),
-        &get("/page", "X-Forwarded-For: 10.1.2.3\r\n"),
-    )
-    .await;
+    let other_proxy = other.proxy.clone().expect("proxy");
+    let r = raw(&other_proxy, &get("/page", "X-Forwarded-For: 10.1.2.3\r\n")).await;
     assert_ne!(r.status, 429, "{}", r.body);
+    // IPv6 by its /64: rotating addresses within it buys nothing.
+    let mut codes = Vec::new();
+    for i in 1..=12 {
+        let from = format!("X-Forwarded-For: 2001:db8:1:2::{i:x}\r\n");
+        codes.push(raw(&other_proxy, &get("/page", &from)).await.status);
+    }
+    assert!(codes.iter().filter(|c| **c == 429).count() >= 5, "{codes:?}");
 }
 
 /// A status-limited waiter's 429 page is not cached.

@@ -468,3 +468,104 @@ async fn tunnels_live_and_die_with_their_session() {
         ended.elapsed()
     );
 }
+
+/// A tunnel whose session went with a Redis that lost its data is closed
+/// (it would otherwise run on beside the visitors admitted afresh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_does_not_outlive_lost_state() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let redis = RedisServer::start();
+    let up = echo_upstream().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let config = room_config(up, 1, r#"upgrades = ["echo"]"#)
+        .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"");
+    let s = start(&dir, &config, Some(&redis.url()));
+    let proxy = s.proxy.clone().expect("proxy");
+    let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    conn.write_all(b"GET /ws HTTP/1.1\r\nHost: shop\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+        .await
+        .expect("request");
+    assert!(head(&mut conn).await.starts_with("HTTP/1.1 101"));
+    redis.command(&["FLUSHALL"]);
+    let flushed = Instant::now();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(3), conn.read(&mut buf))
+        .await
+        .expect("the tunnel closes in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the tunnel is closed");
+    eprintln!("tunnel closed {:?} after FLUSHALL", flushed.elapsed());
+    // And its slot is free for a new visitor, who is counted (once the
+    // room, written back paused, lifts the pause).
+    let c = reqwest::Client::new();
+    let mut v = Visitor::new("after");
+    let asked = Instant::now();
+    loop {
+        // (The echo upstream answers a plain request with an unasked 101,
+        // which the room turns into a 502: reaching it means admitted.)
+        let a = v.get(&c, &proxy, "/page", true).await;
+        if a.status == 502 {
+            break;
+        }
+        assert_eq!(a.status, 503, "{}", a.text);
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "the slot did not come free"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, stats) = send(c.get(s.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
+    assert_eq!(
+        (stats["active"].clone(), stats["waiting"].clone()),
+        (1.into(), 0.into()),
+        "{stats}"
+    );
+}
+
+/// An end the store could not take (Redis frozen) is retried until it
+/// does, so the other servers learn of it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_the_store_missed_is_retried() {
+    use nix::sys::signal::{Signal, kill};
+    let redis = RedisServer::start();
+    let (seen, up, dir) = site().await;
+    let config = room_config(up, 3, "store_timeout_ms = 300")
+        .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"");
+    let a = start(&dir, &config, Some(&redis.url()));
+    let b = start(&dir, &config, Some(&redis.url()));
+    let (pa, pb) = (a.proxy.clone().expect("a"), b.proxy.clone().expect("b"));
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let c = reqwest::Client::new();
+    let mut v = Visitor::new("frozen");
+    assert!(is_admitted(&v.get(&c, &pa, "/page", true).await, "frozen"));
+    assert!(is_admitted(&v.get(&c, &pb, "/page", true).await, "frozen"));
+    let cookie = v.cookie.clone().expect("cookie");
+    let session = session_of(&seen, "frozen");
+    kill(redis.pid(), Signal::SIGSTOP).expect("freeze redis");
+    let (status, body) = send(
+        c.delete(a.url(&format!("/v1/rooms/shop/sessions/{session}")))
+            .bearer_auth(ADMIN),
+    )
+    .await;
+    kill(redis.pid(), Signal::SIGCONT).expect("thaw redis");
+    assert_eq!(status, 503, "the store did not take it: {body}");
+    let thawed = Instant::now();
+    // The retry lands, and server b refuses the session from then on.
+    loop {
+        let (_, stats) = send(c.get(a.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
+        if stats["active"] == 0 {
+            break;
+        }
+        assert!(
+            thawed.elapsed() < Duration::from_secs(3),
+            "the end was not retried: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ended = Instant::now();
+    replay(&c, &pb, "frozen", &cookie).await;
+    assert_eq!(replays(&seen, &[(session, ended)]), Vec::<String>::new());
+}

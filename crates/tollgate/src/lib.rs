@@ -63,7 +63,7 @@ pub use limit::{
     OnStoreError, Rate, RateLimiter,
 };
 pub use limit_layer::{
-    KeyBy, KeyFn, PeerAddr, RateLimit, RateLimitLayer, RequestInfo, client_ip, set_rate_limit_headers,
+    KeyBy, KeyFn, PeerAddr, RateLimit, RateLimitLayer, RequestInfo, client_ip, ip_key, set_rate_limit_headers,
 };
 pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};

@@ -173,8 +173,8 @@ fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
 
 /// The key for a client address: IPv4 as is, IPv6 by its /64 (one
 /// subscriber's usual allocation, so rotating addresses within it does
-/// not buy a fresh budget).
-fn ip_key(ip: IpAddr) -> String {
+/// not buy a fresh budget). Use it for any per-address cap.
+pub fn ip_key(ip: IpAddr) -> String {
     match ip {
         IpAddr::V4(v4) => v4.to_string(),
         IpAddr::V6(v6) => {

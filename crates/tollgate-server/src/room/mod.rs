@@ -156,6 +156,8 @@ pub(crate) struct Room {
     metrics: RoomMetrics,
     /// This server's view of the gate: ended sessions, settings, epoch.
     view: Arc<View>,
+    /// One write-back of lost settings at a time.
+    restoring: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Room {
@@ -322,7 +324,11 @@ impl Room {
             store_timeout: Duration::from_millis(s.store_timeout_ms.unwrap_or(500).clamp(1, 60_000)),
             page,
             queued_status,
-            hosts: s.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            hosts: s
+                .hosts
+                .iter()
+                .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+                .collect(),
             path_prefix,
             bypass_paths,
             bypass_ips: nets("bypass_ips", &s.bypass_ips).map_err(at)?,
@@ -341,9 +347,13 @@ impl Room {
                     paused: false,
                     admission_interval,
                 },
-                session_ttl,
+                // A token older than renew_every is checked with the store
+                // anyway: an end needs remembering only that long (and the
+                // clock skew, and a margin).
+                (session_ttl / 4 + watch::SKEW + Duration::from_secs(1)).min(session_ttl),
                 now_ms(),
             )),
+            restoring: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -408,6 +418,16 @@ impl Room {
                     tracing::debug!(room = %self.name, error = %e, "could not read the room's state");
                 }
             }
+            for token in self.view.take_pending(100) {
+                match bounded(self.store_timeout, self.gate.end(&token, self.view.keep())).await {
+                    Ok(tollgate::Left::Released) => self.metrics.ended_sessions.increment(1),
+                    Ok(_) => {}
+                    Err(_) => {
+                        self.view.end_failed(&token);
+                        break;
+                    }
+                }
+            }
             self.metrics.ready.set(if self.view.ready(now_ms()).is_ok() {
                 1.0
             } else {
@@ -423,17 +443,25 @@ impl Room {
     }
 
     /// Writes the room's settings back into a store that lost them (a
-    /// Redis that lost its data, or an idle gate the store dropped): pause
-    /// and pacing first, the capacity last, so nobody is admitted under
-    /// the wrong rules in between.
+    /// Redis that lost its data, or an idle gate the store dropped), once
+    /// however many requests find them missing at the same time. It writes
+    /// the room paused, then the pacing, the capacity last, and lifts the
+    /// pause (unless the room was paused) only after [`watch::FRESH`] and a
+    /// margin: until then another server may still let in visitors whose
+    /// sessions went with the lost state, and new admissions on top of
+    /// them could put more than the capacity on the site.
     async fn restore(&self) {
+        let _one = self.restoring.lock().await;
+        if let Ok(now) = bounded(self.store_timeout, self.gate.stats()).await
+            && now.capacity.is_some()
+        {
+            // Written back meanwhile, by this server or another.
+            return;
+        }
         let s = self.view.settings();
+        self.view.hold_settings(true);
         let write = async {
-            if s.paused {
-                self.gate.pause().await?;
-            } else {
-                self.gate.resume().await?;
-            }
+            self.gate.pause().await?;
             self.gate.set_admission_interval(s.admission_interval).await?;
             self.gate.set_capacity(s.capacity).await
         };
@@ -442,11 +470,18 @@ impl Room {
                 self.metrics.restored.increment(1);
                 // Not always trouble: a store also drops an idle gate.
                 tracing::info!(room = %self.name, capacity = s.capacity, paused = s.paused, "the store had no settings for the room (lost, or dropped while idle); written back");
+                if !s.paused {
+                    tokio::time::sleep(watch::FRESH + Duration::from_millis(60)).await;
+                    if let Err(e) = bounded(self.store_timeout, self.gate.resume()).await {
+                        tracing::warn!(room = %self.name, error = %e, "could not resume the room after writing its settings back");
+                    }
+                }
             }
             Err(e) => {
                 tracing::warn!(room = %self.name, error = %e, "could not write the room's settings back")
             }
         }
+        self.view.hold_settings(false);
     }
 
     /// Whether this server can admit visitors exactly: its view of the
@@ -467,9 +502,12 @@ impl Room {
     fn matches(&self, host: Option<&str>, path: &str) -> bool {
         let host_ok = self.hosts.is_empty()
             || host.is_some_and(|h| {
+                // Without port and trailing dot (`shop.example.` is the
+                // same host to a browser and to nginx).
                 let h = h
                     .rsplit_once(':')
                     .map_or(h, |(name, _)| name)
+                    .trim_end_matches('.')
                     .to_ascii_lowercase();
                 self.hosts.contains(&h)
             });
@@ -541,15 +579,17 @@ impl Rooms {
             };
             *req.uri_mut() = uri;
         }
-        if let Some(rest) = path.strip_prefix(OWN_PATHS) {
+        // Matched without ;parameters, as the servers that drop them see it.
+        let matched = path::without_params(&path);
+        if let Some(rest) = matched.strip_prefix(OWN_PATHS) {
             let (room, action) = rest.split_once('/').unwrap_or((rest, ""));
             return match self.get(room) {
                 Some(r) => r.own(req, action).await,
                 None => plain(StatusCode::NOT_FOUND, "no such waiting room"),
             };
         }
-        match self.rooms.iter().find(|r| r.matches(host.as_deref(), &path)) {
-            Some(room) => room.visit(req, peer).await,
+        match self.rooms.iter().find(|r| r.matches(host.as_deref(), &matched)) {
+            Some(room) => room.visit(req, peer, &matched).await,
             None => plain(StatusCode::NOT_FOUND, "no waiting room serves this address"),
         }
     }
@@ -692,8 +732,8 @@ impl Room {
     }
 
     /// Whether the request passes without queueing, and why.
-    fn bypassed(&self, req: &Request<hyper::body::Incoming>, client: IpAddr) -> Option<Bypass> {
-        if self.bypass_paths.iter().any(|p| path::under(req.uri().path(), p)) {
+    fn bypassed(&self, req: &Request<hyper::body::Incoming>, path: &str, client: IpAddr) -> Option<Bypass> {
+        if self.bypass_paths.iter().any(|p| path::under(path, p)) {
             Some(Bypass::Path)
         } else if self.bypass_ips.iter().any(|n| n.contains(&client))
             || self
@@ -708,11 +748,16 @@ impl Room {
     }
 
     /// A request for the site behind the room.
-    async fn visit(&self, mut req: Request<hyper::body::Incoming>, peer: SocketAddr) -> Response<Body> {
+    async fn visit(
+        &self,
+        mut req: Request<hyper::body::Incoming>,
+        peer: SocketAddr,
+        path: &str,
+    ) -> Response<Body> {
         // Tollgate-Visitor reaching the upstream is only ever the room's own.
         req.headers_mut().remove(VISITOR_HEADER);
         let client = client_ip(peer.ip(), req.headers(), &self.trusted_proxies);
-        let bypass = self.bypassed(&req, client);
+        let bypass = self.bypassed(&req, path, client);
         // Only the listed protocols upgrade, and never on a bypassed path:
         // a tunnel there would carry later requests past the room.
         let may_upgrade = match proxy::upgrade_protocols(req.headers()) {
@@ -759,7 +804,7 @@ impl Room {
 
     async fn arrive(&self, req: Request<hyper::body::Incoming>, hop: Hop) -> Response<Body> {
         if let Some(limit) = &self.arrival_limit
-            && let Ok(d) = limit.check(&hop.client.to_string(), 1).await
+            && let Ok(d) = limit.check(&tollgate::ip_key(hop.client), 1).await
             && !d.allowed
         {
             self.metrics.arrivals_limited.increment(1);
@@ -875,23 +920,38 @@ impl Room {
     /// anywhere, or its lease lost).
     fn tunnel_watch(&self, token: &str) -> BoxFuture<'static, ()> {
         let (gate, view, token) = (self.gate.clone(), self.view.clone(), token.to_owned());
-        let (ttl, every, timeout) = (self.session_ttl, self.renew_every, self.store_timeout);
+        let (ttl, timeout) = (self.session_ttl, self.store_timeout);
+        let every = self.renew_every.as_millis() as u64;
+        let close_on_error = self.on_store_error == OnStoreError::Closed;
         let closed = self.metrics.tunnels_closed.clone();
         Box::pin(async move {
-            let mut renewed = tokio::time::Instant::now();
+            // When the session was last confirmed with the store (ms), and
+            // the view's reset count then.
+            let (mut confirmed, mut resets) = (now_ms(), view.resets());
+            let mut tried = 0;
             loop {
                 tokio::time::sleep(watch::WATCH_EVERY).await;
                 if view.is_revoked(&token) {
                     break;
                 }
-                if renewed.elapsed() >= every {
-                    match bounded(timeout, gate.renew(&token, ttl)).await {
-                        Ok(_) => renewed = tokio::time::Instant::now(),
-                        Err(e) if e.kind() == ErrorKind::LeaseLost => break,
-                        // The store is down: the lease stands until its
-                        // TTL; once the store answers, a lost one shows.
-                        Err(_) => {}
-                    }
+                let now = now_ms();
+                // Renew when due, and at once (at most once a second while
+                // it fails) when this server's view cannot vouch for the
+                // session: stale, or its state created anew since.
+                let doubt = !view.is_fresh(now) || view.resets() != resets;
+                let due = now.saturating_sub(confirmed) >= every;
+                if !(due || doubt) || now.saturating_sub(tried) < 1_000.min(every) {
+                    continue;
+                }
+                tried = now;
+                let resets_before = view.resets();
+                match bounded(timeout, gate.renew(&token, ttl)).await {
+                    Ok(_) => (confirmed, resets) = (now, resets_before),
+                    Err(e) if e.kind() == ErrorKind::LeaseLost => break,
+                    // The store cannot vouch for it: a fail-closed room
+                    // closes it, a fail-open one lets it be.
+                    Err(_) if close_on_error => break,
+                    Err(_) => {}
                 }
             }
             closed.increment(1);
@@ -908,7 +968,12 @@ impl Room {
         match &left {
             Ok(tollgate::Left::Released) => self.metrics.ended_sessions.increment(1),
             Ok(_) => {}
-            Err(e) => tracing::warn!(room = %self.name, error = %e, "could not end a session"),
+            Err(e) => {
+                // Retried by the watch until the store confirms it, so the
+                // other servers learn of it too.
+                self.view.end_failed(token);
+                tracing::warn!(room = %self.name, error = %e, "could not end a session yet; retrying");
+            }
         }
         left
     }
@@ -930,6 +995,12 @@ impl Room {
             return self.slow_down(req.headers(), d.retry_after, KEPT);
         }
         match bounded(self.store_timeout, self.gate.status(&ticket)).await {
+            // A session ended here whose end the store has not confirmed
+            // yet is still ended.
+            Ok(TicketStatus::Granted(g)) if self.view.is_revoked(&g.token) => {
+                self.metrics.revoked_replays.increment(1);
+                self.arrive(req, hop).await
+            }
             Ok(TicketStatus::Granted(g)) => {
                 self.admitted_after(since_ms, eta_ms);
                 self.forward_active(req, hop, &g.token, true).await
@@ -1017,6 +1088,11 @@ impl Room {
         hop: Hop,
         error: Option<tollgate::Error>,
     ) -> Response<Body> {
+        // Uncounted visitors get no tunnel: it would outlive the outage.
+        let hop = Hop {
+            may_upgrade: false,
+            ..hop
+        };
         let error = error.map_or_else(|| "unexpected answer".to_owned(), |e| e.to_string());
         tracing::warn!(room = %self.name, error, open = self.on_store_error == OnStoreError::Open, "waiting room: store error");
         match self.on_store_error {
@@ -1078,6 +1154,9 @@ impl Room {
                         r.headers_mut()
                             .insert(header::RETRY_AFTER, HeaderValue::from(self.retry_seconds()));
                         r
+                    }
+                    Ok(TicketStatus::Granted(g)) if self.view.is_revoked(&g.token) => {
+                        json_response(StatusCode::OK, json!({"status": "ended"}))
                     }
                     Ok(TicketStatus::Granted(g)) => {
                         self.admitted_after(since_ms, eta_ms);

@@ -19,6 +19,7 @@ pub(crate) enum BadPath {
     Nul,
     BrokenEscape,
     NotAbsolute,
+    DotWithParams,
 }
 
 impl std::fmt::Display for BadPath {
@@ -29,6 +30,7 @@ impl std::fmt::Display for BadPath {
             BadPath::Nul => "the path holds an encoded NUL",
             BadPath::BrokenEscape => "the path holds a % not followed by two hex digits",
             BadPath::NotAbsolute => "the path does not start with /",
+            BadPath::DotWithParams => "the path holds a . or .. segment with ;parameters",
         })
     }
 }
@@ -75,9 +77,15 @@ fn decode_unreserved(raw: &str) -> Result<String, BadPath> {
                 }
                 i += 3;
             }
-            _ => {
-                // The URI parser admits only ASCII here.
+            // What a URI may hold as is (the parser admits a few bytes
+            // more, raw UTF-8 among them: encoded, so they pass unchanged
+            // in meaning and the result is ASCII).
+            b if b.is_ascii_graphic() => {
                 out.push(char::from(b));
+                i += 1;
+            }
+            b => {
+                out.push_str(&format!("%{b:02X}"));
                 i += 1;
             }
         }
@@ -97,6 +105,13 @@ pub(crate) fn normalize(raw: &str) -> Result<String, BadPath> {
     let mut directory = false;
     for segment in decoded.split('/') {
         directory = true;
+        // `..;x` is `..` to servers that drop ;parameters before they
+        // resolve, and a plain name to others: refused, not guessed.
+        if let Some((base, _)) = segment.split_once(';')
+            && matches!(base, "." | "..")
+        {
+            return Err(BadPath::DotWithParams);
+        }
         match segment {
             "" | "." => {}
             ".." => {
@@ -117,6 +132,20 @@ pub(crate) fn normalize(raw: &str) -> Result<String, BadPath> {
         out.push('/');
     }
     Ok(out)
+}
+
+/// The form rooms and bypass rules match on: each segment without its
+/// `;parameters`, which Tomcat, Jetty and Spring drop before routing (so
+/// `/vip;x/page` is `/vip/page` to them, and is matched so here).
+pub(crate) fn without_params(normal: &str) -> std::borrow::Cow<'_, str> {
+    if !normal.contains(';') {
+        return std::borrow::Cow::Borrowed(normal);
+    }
+    let parts: Vec<&str> = normal
+        .split('/')
+        .map(|segment| segment.split_once(';').map_or(segment, |(base, _)| base))
+        .collect();
+    std::borrow::Cow::Owned(parts.join("/"))
 }
 
 /// A configured prefix in the form `under` compares with: normalized,
@@ -186,6 +215,24 @@ mod tests {
         assert_eq!(normalize("/a%2"), Err(BadPath::BrokenEscape));
         assert_eq!(normalize("/a%zz"), Err(BadPath::BrokenEscape));
         assert_eq!(normalize("*"), Err(BadPath::NotAbsolute));
+    }
+
+    #[test]
+    fn parameters_do_not_dodge_matching() {
+        assert_eq!(normalize("/static/..;/checkout"), Err(BadPath::DotWithParams));
+        assert_eq!(normalize("/static/.;x/a"), Err(BadPath::DotWithParams));
+        assert_eq!(normalize("/static/%2e%2e;/checkout"), Err(BadPath::DotWithParams));
+        let n = normalize("/vip;x/page;jsessionid=1").expect("normal");
+        assert_eq!(n, "/vip;x/page;jsessionid=1");
+        assert_eq!(without_params(&n), "/vip/page");
+        assert!(under(&without_params(&n), "/vip"));
+        assert_eq!(without_params("/a/b"), "/a/b");
+    }
+
+    #[test]
+    fn raw_bytes_are_encoded_not_garbled() {
+        assert_eq!(normalize("/caf\u{e9}").as_deref(), Ok("/caf%C3%A9"));
+        assert_eq!(normalize("/a%C3%A9").as_deref(), Ok("/a%C3%A9"));
     }
 
     #[test]

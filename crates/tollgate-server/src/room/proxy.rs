@@ -20,7 +20,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
-use super::{RoomMetrics, TOKEN_HEADER};
+use super::{RoomMetrics, TOKEN_HEADER, VISITOR_HEADER};
 
 /// Connection-level headers a proxy must not pass on (RFC 9110 7.6.1).
 const HOP_BY_HOP: [&str; 8] = [
@@ -229,15 +229,10 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Headers about the way here that only tollgate or a trusted proxy may
-/// set: from anyone else they are dropped and set afresh.
-const FORWARDING: [&str; 6] = [
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "x-real-ip",
-    "forwarded",
-];
+/// set: from anyone else they are dropped (and the usual ones set afresh),
+/// with every other `X-Forwarded-*` (`-Ssl`, `-Scheme`, `-Prefix`, ... that
+/// frameworks read).
+const FORWARDING: [&str; 2] = ["x-real-ip", "forwarded"];
 
 fn prepare_request(
     headers: &mut HeaderMap,
@@ -247,7 +242,12 @@ fn prepare_request(
     cookie_name: &str,
 ) {
     let upgrade_to = headers.get(header::UPGRADE).cloned();
+    // The room's own header survives a client naming it in `Connection`.
+    let visitor = headers.remove(VISITOR_HEADER);
     strip_hop_by_hop(headers);
+    if let Some(v) = visitor {
+        headers.insert(VISITOR_HEADER, v);
+    }
     if upgrade && let Some(u) = upgrade_to {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, u);
@@ -280,6 +280,14 @@ fn prepare_request(
         (!joined.is_empty()).then(|| joined.join(", "))
     } else {
         for h in FORWARDING {
+            headers.remove(h);
+        }
+        let spoofable: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().starts_with("x-forwarded-"))
+            .cloned()
+            .collect();
+        for h in spoofable {
             headers.remove(h);
         }
         None

@@ -39,6 +39,10 @@ pub(crate) const FRESH: Duration = Duration::from_millis(100);
 /// server issued it, so on a new epoch tokens issued up to this long after
 /// it was seen are checked too (each costs one store check, once).
 pub(crate) const SKEW: Duration = Duration::from_secs(1);
+/// Pages of the revocation log one read takes at most.
+const MAX_PAGES: usize = 20;
+/// Unconfirmed ends kept for retrying at most.
+const MAX_PENDING: usize = 100_000;
 
 /// The settings a room wants the store to have. Learned from the store
 /// while it has them (so an admin change made through any server is kept),
@@ -82,6 +86,15 @@ pub(crate) struct View {
     trust_from: AtomicU64,
     /// The store has the room's settings (as of the last read).
     configured: AtomicBool,
+    /// How many times the tokens issued so far were distrusted: a tunnel
+    /// checks its session again when this moves.
+    resets: AtomicU64,
+    /// Sessions ended on this server whose end the store has not
+    /// confirmed yet (it failed): retried by the watch until it does.
+    pending: Mutex<Vec<String>>,
+    /// While settings are being written back (paused for a moment),
+    /// what the store says is not what the room wants: not learned.
+    hold: AtomicBool,
     /// How long an ended session is remembered.
     keep: Duration,
 }
@@ -97,6 +110,9 @@ impl View {
             fresh_from: AtomicU64::new(0),
             trust_from: AtomicU64::new(now_ms + SKEW.as_millis() as u64),
             configured: AtomicBool::new(false),
+            resets: AtomicU64::new(0),
+            pending: Mutex::default(),
+            hold: AtomicBool::new(false),
             keep,
         }
     }
@@ -105,6 +121,11 @@ impl View {
     /// log).
     pub(crate) fn keep(&self) -> Duration {
         self.keep
+    }
+
+    /// Stops (or starts again) learning the settings from the store.
+    pub(crate) fn hold_settings(&self, hold: bool) {
+        self.hold.store(hold, Ordering::Release);
     }
 
     pub(crate) fn settings(&self) -> Settings {
@@ -117,14 +138,48 @@ impl View {
     /// Whether the admitted visitor holding `token`, issued at
     /// `issued_ms`, may pass without a store check at `now_ms`.
     pub(crate) fn trusts(&self, token: &str, issued_ms: u64, now_ms: u64) -> bool {
-        let fresh = self.fresh_from.load(Ordering::Acquire);
-        if fresh == 0 || now_ms.saturating_sub(fresh) > FRESH.as_millis() as u64 {
+        if !self.is_fresh(now_ms) {
             return false;
         }
         if issued_ms < self.trust_from.load(Ordering::Acquire) {
             return false;
         }
         !self.is_revoked(token)
+    }
+
+    /// Whether the last read that succeeded began under [`FRESH`] ago.
+    pub(crate) fn is_fresh(&self, now_ms: u64) -> bool {
+        let fresh = self.fresh_from.load(Ordering::Acquire);
+        fresh != 0 && now_ms.saturating_sub(fresh) <= FRESH.as_millis() as u64
+    }
+
+    /// Moves each time the tokens issued so far are distrusted.
+    pub(crate) fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Acquire)
+    }
+
+    /// Remembers an end the store did not confirm, to retry (at most
+    /// `MAX_PENDING`; past that the oldest are given up, and those
+    /// sessions end by their TTL).
+    pub(crate) fn end_failed(&self, token: &str) {
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pending.len() >= MAX_PENDING {
+            pending.remove(0);
+        }
+        pending.push(token.to_owned());
+    }
+
+    /// Takes up to `n` ends to retry.
+    pub(crate) fn take_pending(&self, n: usize) -> Vec<String> {
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = n.min(pending.len());
+        pending.drain(..n).collect()
     }
 
     pub(crate) fn is_revoked(&self, token: &str) -> bool {
@@ -143,6 +198,7 @@ impl View {
     pub(crate) fn reset(&self, now_ms: u64) {
         self.trust_from
             .fetch_max(now_ms + SKEW.as_millis() as u64, Ordering::AcqRel);
+        self.resets.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Whether the last read found the room's settings in the store and
@@ -165,18 +221,30 @@ impl View {
         self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// One read of the store, begun at `began_ms`: learns ended sessions,
-    /// the settings and the epoch.
+    /// One read of the store, begun at `began_ms`: learns ended sessions
+    /// (every page of them: the view is fresh only once it has read to the
+    /// end of the log), the settings and the epoch.
     pub(crate) async fn read(&self, gate: &Gate, began_ms: u64) -> tollgate::Result<Seen> {
         let cursor = self.lock().cursor;
-        let w = gate.watch_state(cursor).await?;
+        let mut w = gate.watch_state(cursor).await?;
+        let mut pages = 1;
+        while w.revoked.len() >= tollgate::MAX_REVOKED_PER_WATCH {
+            if pages >= MAX_PAGES {
+                // A log this long takes more than one read: take it in
+                // and go on next time, not fresh yet.
+                self.learn(&w.revoked, w.cursor, began_ms);
+                return Err(tollgate::Error::unavailable(
+                    "the room's revocation log is longer than one read takes",
+                ));
+            }
+            self.learn(&w.revoked, w.cursor, began_ms);
+            let more = gate.watch_state(w.cursor).await?;
+            w = more;
+            pages += 1;
+        }
+        self.learn(&w.revoked, w.cursor, began_ms);
         let seen = {
             let mut log = self.lock();
-            let until = began_ms + self.keep.as_millis() as u64;
-            for id in w.revoked {
-                log.revoked.entry(id).or_insert(until);
-            }
-            log.cursor = w.cursor;
             let seen = match (log.epoch, w.epoch) {
                 (_, None) => Seen::Forgotten,
                 (Some(was), Some(now)) if was != now => Seen::NewEpoch,
@@ -192,6 +260,7 @@ impl View {
             seen
         };
         match w.capacity {
+            Some(_) if self.hold.load(Ordering::Acquire) => {}
             Some(capacity) => {
                 *self
                     .settings
@@ -215,6 +284,16 @@ impl View {
         } else {
             seen
         })
+    }
+
+    /// Takes in a page of ended sessions and where the next read starts.
+    fn learn(&self, revoked: &[String], cursor: u64, began_ms: u64) {
+        let until = began_ms + self.keep.as_millis() as u64;
+        let mut log = self.lock();
+        for id in revoked {
+            log.revoked.entry(id.clone()).or_insert(until);
+        }
+        log.cursor = cursor;
     }
 
     /// Drops ended sessions no token can name any more; returns how many
