@@ -513,7 +513,23 @@ async fn enter(
         },
     };
     let queue = body.queue && refused.is_none();
-    let entered = g.enter_as(body.permits, queue, body.label.as_deref()).await?;
+    // In a task of its own: a client that hangs up mid-call must not drop
+    // the count of a ticket the store queues anyway.
+    let (gate_name, heartbeat, permits, label) = (
+        name.clone(),
+        Duration::from_millis(body.heartbeat_ms),
+        body.permits,
+        body.label.clone(),
+    );
+    let entered = tokio::spawn(async move {
+        let entered = g.enter_as(permits, queue, label.as_deref()).await;
+        if let (Ok(Entered::Queued { ticket, .. }), Some(r)) = (&entered, reservation) {
+            r.keep(&gate_name, ticket, heartbeat);
+        }
+        entered
+    })
+    .await
+    .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the enter failed"))??;
     if let (Entered::Busy(_), Some(refused)) = (&entered, refused) {
         return Err(refused.error());
     }
@@ -523,22 +539,17 @@ async fn enter(
             fence: l.fence,
             ttl_ms: l.ttl.as_millis() as u64,
         },
-        Entered::Queued { ticket, place } => {
-            if let Some(r) = reservation {
-                r.keep(&name, &ticket, Duration::from_millis(body.heartbeat_ms));
+        Entered::Queued { ticket, place } => EnterAnswer::Queued {
+            ticket: HttpTicket {
+                id: ticket,
+                ttl_ms: body.ttl_ms,
+                heartbeat_ms: body.heartbeat_ms,
             }
-            EnterAnswer::Queued {
-                ticket: HttpTicket {
-                    id: ticket,
-                    ttl_ms: body.ttl_ms,
-                    heartbeat_ms: body.heartbeat_ms,
-                }
-                .encode(),
-                position: place.position,
-                waiting: place.waiting,
-                eta_ms: place.eta.map(|d| d.as_millis() as u64),
-            }
-        }
+            .encode(),
+            position: place.position,
+            waiting: place.waiting,
+            eta_ms: place.eta.map(|d| d.as_millis() as u64),
+        },
         Entered::Busy(o) => EnterAnswer::Busy {
             used: o.used,
             capacity: o.capacity,
@@ -585,6 +596,11 @@ async fn ticket_status(
         )));
     }
     let g = gate(&state, &name, None, t.ttl_ms, t.heartbeat_ms)?;
+    // The long-poll keeps the ticket alive in the store as it waits: keep
+    // it counted as long.
+    state
+        .tickets
+        .waiting(&name, &t.id, wait + Duration::from_millis(t.heartbeat_ms));
     let status = tokio::select! {
         status = g.wait_status(&t.id, wait) => status?,
         () = stopped(state.stopping.clone()) => g.status(&t.id).await?,

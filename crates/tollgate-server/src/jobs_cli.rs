@@ -162,9 +162,10 @@ async fn replay(args: JobsReplayArgs) -> i32 {
 /// why.
 fn runnable(program: &std::ffi::OsStr) -> Result<(), (i32, &'static str)> {
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::PermissionsExt;
+    // access(X_OK) asks the kernel, so it knows about owners, ACLs and
+    // noexec mounts, which the mode bits alone do not tell.
     let executable = |path: &std::path::Path| match std::fs::metadata(path) {
-        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Some(true),
+        Ok(m) if m.is_file() => Some(nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()),
         Ok(_) => Some(false),
         Err(_) => None,
     };

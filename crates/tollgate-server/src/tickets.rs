@@ -41,6 +41,8 @@ pub(crate) struct TicketCaps {
     per_client: usize,
     trusted_proxies: Vec<IpNet>,
     counts: Mutex<Counts>,
+    /// [`MAX_COUNTED`], smaller in tests.
+    max_counted: usize,
 }
 
 #[derive(Debug, Default)]
@@ -160,6 +162,7 @@ impl TicketCaps {
             per_client,
             trusted_proxies,
             counts: Mutex::default(),
+            max_counted: MAX_COUNTED,
         }
     }
 
@@ -175,8 +178,14 @@ impl TicketCaps {
         }
         let mut c = self.lock();
         forget_lapsed(&mut c, Instant::now());
-        if c.tickets.len() + c.reserved >= MAX_COUNTED {
-            return Err(Refused::Server);
+        if c.tickets.len() + c.reserved >= self.max_counted {
+            // Full: stop counting the tickets that lapse soonest rather
+            // than refuse everyone (a few clients with many addresses
+            // could otherwise shut queueing off for all).
+            forget_soonest(&mut c, (self.max_counted / 100).clamp(1, FORGET_STEP));
+            if c.tickets.len() + c.reserved >= self.max_counted {
+                return Err(Refused::Server);
+            }
         }
         let held = c.clients.get(&client.0).copied().unwrap_or(0);
         if held >= self.per_client {
@@ -228,13 +237,25 @@ impl TicketCaps {
     }
 }
 
-/// Forgets the tickets whose heartbeat lapsed unseen: the store has
-/// dropped them from the line (or their pending grant) by now.
+/// Tickets forgotten per call at most, so no request holds the count's
+/// lock for long however many lapse at once.
+const FORGET_STEP: usize = 1_000;
+
+/// Forgets the tickets whose heartbeat lapsed unseen (the store has
+/// dropped them from the line, or their pending grant, by now), a bounded
+/// number per call: the rest go on the next calls.
 fn forget_lapsed(c: &mut Counts, now: Instant) {
-    while let Some((deadline, _)) = c.by_deadline.first() {
-        if *deadline > now {
-            break;
+    for _ in 0..FORGET_STEP {
+        match c.by_deadline.first() {
+            Some((deadline, _)) if *deadline <= now => forget_soonest(c, 1),
+            _ => break,
         }
+    }
+}
+
+/// Stops counting the `n` tickets that lapse soonest.
+fn forget_soonest(c: &mut Counts, n: usize) {
+    for _ in 0..n {
         let Some((_, key)) = c.by_deadline.pop_first() else {
             break;
         };
@@ -282,6 +303,49 @@ mod tests {
         let mut c = caps.lock();
         forget_lapsed(&mut c, Instant::now() + SLACK + Duration::from_millis(1));
         assert!(c.tickets.is_empty() && c.clients.is_empty() && c.by_deadline.is_empty());
+    }
+
+    #[test]
+    fn a_full_count_forgets_the_soonest_rather_than_refuse_everyone() {
+        let caps = Arc::new(TicketCaps {
+            max_counted: 4,
+            ..TicketCaps::new(10, Vec::new())
+        });
+        let flood = client("ip:6.6.6.6");
+        for i in 0..4 {
+            let hb = Duration::from_secs(100 + i);
+            caps.reserve(&flood)
+                .expect("room")
+                .expect("capped")
+                .keep("g", &format!("f{i}"), hb);
+        }
+        // Someone else still queues; the flood's soonest ticket stops
+        // counting to make room.
+        caps.reserve(&client("ip:1.1.1.1"))
+            .expect("not refused")
+            .expect("capped")
+            .keep("g", "mine", Duration::from_secs(10));
+        assert_eq!(caps.counted(), 4);
+        assert!(!caps.lock().tickets.contains_key("g f0"));
+    }
+
+    #[test]
+    fn lapsed_tickets_are_forgotten_a_bounded_number_at_a_time() {
+        let caps = Arc::new(TicketCaps::new(5_000, Vec::new()));
+        let a = client("token:0");
+        for i in 0..2_500 {
+            caps.reserve(&a)
+                .expect("room")
+                .expect("capped")
+                .keep("g", &format!("t{i}"), Duration::ZERO);
+        }
+        let later = Instant::now() + SLACK + Duration::from_millis(1);
+        let mut c = caps.lock();
+        forget_lapsed(&mut c, later);
+        assert_eq!(c.tickets.len(), 2_500 - FORGET_STEP);
+        forget_lapsed(&mut c, later);
+        forget_lapsed(&mut c, later);
+        assert!(c.tickets.is_empty() && c.clients.is_empty());
     }
 
     #[test]

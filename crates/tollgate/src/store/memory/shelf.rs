@@ -57,6 +57,9 @@ struct Inner<S> {
     due: BTreeSet<(u64, Name)>,
     /// The highest fence of any dropped state.
     floor: u64,
+    /// States just dropped, freed by whoever took the map's lock once it
+    /// has let go of it.
+    graveyard: Vec<Arc<Mutex<Held<S>>>>,
 }
 
 #[derive(Debug)]
@@ -82,6 +85,7 @@ impl<S> Default for Shelf<S> {
                 states: HashMap::new(),
                 due: BTreeSet::new(),
                 floor: 0,
+                graveyard: Vec::new(),
             }),
         }
     }
@@ -105,18 +109,20 @@ impl<S: Shelved> Shelf<S> {
     ) -> T {
         let mut op = Some(op);
         loop {
-            let held = {
+            let (held, dead) = {
                 let mut inner = self.lock();
                 inner.sweep(now, idle);
-                match inner.states.get(name) {
+                let held = match inner.states.get(name) {
                     Some(slot) => slot.held.clone(),
                     None => {
                         let mut state = new();
                         state.set_fence_floor(inner.floor);
                         inner.insert(name, state, now + idle, idle)
                     }
-                }
+                };
+                (held, std::mem::take(&mut inner.graveyard))
             };
+            drop(dead);
             let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
             if h.dropped {
                 // Dropped between the lookup and now: look again.
@@ -143,7 +149,11 @@ impl<S: Shelved> Shelf<S> {
         let held = {
             let mut inner = self.lock();
             inner.sweep(now, idle);
-            inner.states.get(name).map(|slot| slot.held.clone())
+            let held = inner.states.get(name).map(|slot| slot.held.clone());
+            let dead = std::mem::take(&mut inner.graveyard);
+            drop(inner);
+            drop(dead);
+            held
         };
         let Some(held) = held else { return read(None) };
         let h = held.lock().unwrap_or_else(PoisonError::into_inner);
@@ -161,6 +171,9 @@ impl<S: Shelved> Shelf<S> {
             let len = inner.states.len();
             inner.states.shrink_to(len * 2);
         }
+        let dead = std::mem::take(&mut inner.graveyard);
+        drop(inner);
+        drop(dead);
     }
 
     /// How many names hold state.
@@ -225,15 +238,21 @@ impl<S: Shelved> Inner<S> {
                         // dropping it changes no answer but the epoch.
                         h.dropped = true;
                         self.floor = self.floor.max(h.state.fence());
-                        self.states.remove(&name);
-                        continue;
+                        None
                     }
-                    Some(until) => until.max(h.touched) + idle,
-                    None => now + idle,
+                    Some(until) => Some(until.max(h.touched) + idle),
+                    None => Some(now + idle),
                 },
                 // In use this very moment, so not idle (or poisoned by a
                 // panic: kept, as the lock keeps it for everyone else).
-                Err(_) => now + idle,
+                Err(_) => Some(now + idle),
+            };
+            let Some(next) = next else {
+                self.states.remove(&name);
+                // Freed once the map's lock is let go: a state can be big
+                // (a long line), and freeing it must not hold up others.
+                self.graveyard.push(held);
+                continue;
             };
             if let Some(slot) = self.states.get_mut(&name) {
                 slot.due = next;
