@@ -57,7 +57,10 @@ const HANDLES_KEPT: usize = 10_000;
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
     partitions: HashMap<String, usize>,
-    handles: Mutex<HashMap<String, ShardedJobQueue>>,
+    /// Each handle and when it was last used: unused ones are dropped
+    /// ([`Queues::forget_idle`]), so a flood of made-up queue names leaves
+    /// nothing behind.
+    handles: Mutex<HashMap<String, (ShardedJobQueue, std::time::Instant)>>,
 }
 
 impl Queues {
@@ -88,7 +91,8 @@ impl Queues {
             .handles
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(q) = handles.get(name) {
+        if let Some((q, used)) = handles.get_mut(name) {
+            *used = std::time::Instant::now();
             return Ok(q.clone());
         }
         let q = match self.partitions.get(name) {
@@ -101,9 +105,25 @@ impl Queues {
         if handles.len() >= HANDLES_KEPT {
             // Bounded: start again (each handle checks with the store once).
             handles.clear();
+            handles.shrink_to_fit();
         }
-        handles.insert(name.to_owned(), q.clone());
+        handles.insert(name.to_owned(), (q.clone(), std::time::Instant::now()));
         Ok(q)
+    }
+
+    /// Drops the handles of queues not used for `idle` (a configured
+    /// queue's too: the next use opens it again, with its count), and
+    /// gives the map's spare room back.
+    pub(crate) fn forget_idle(&self, idle: Duration) {
+        let mut handles = self
+            .handles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        handles.retain(|_, (_, used)| used.elapsed() < idle);
+        if handles.capacity() > 64 && handles.len() * 4 < handles.capacity() {
+            let len = handles.len();
+            handles.shrink_to(len * 2);
+        }
     }
 }
 

@@ -346,13 +346,20 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
     // The embedded store drops idle names a few per operation; this drops
     // them when no operation comes too (after a flood of names, say), a
     // bounded batch at a time so no operation waits long behind it.
-    if store.kind() == "memory" {
-        let (store, mut stopping) = (store.clone(), stopping.clone());
+    // Job-queue handles of queues gone idle are dropped the same way.
+    {
+        let (store, queue_set, mut stopping) = (store.clone(), queue_set.clone(), stopping.clone());
+        let idle = args.memory_idle;
         tokio::spawn(async move {
+            let mut ticks = 0u64;
             loop {
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(100)) => {}
                     _ = stopping.changed() => return,
+                }
+                ticks += 1;
+                if ticks % 50 == 0 {
+                    queue_set.forget_idle(idle);
                 }
                 store.sweep_idle(2_000);
                 if let Some(f) = store.memory_footprint() {

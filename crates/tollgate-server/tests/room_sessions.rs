@@ -365,18 +365,6 @@ async fn data_loss_fail_open() {
     data_loss("open").await;
 }
 
-/// Reads an HTTP head off `stream`, byte by byte (the tunnel follows it).
-async fn head(stream: &mut tokio::net::TcpStream) -> String {
-    use tokio::io::AsyncReadExt;
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte).await.expect("read head");
-        buf.push(byte[0]);
-    }
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
 /// An upstream that switches every connection to an echo protocol.
 async fn echo_upstream() -> std::net::SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -413,13 +401,7 @@ async fn tunnels_live_and_die_with_their_session() {
     let dir = tempfile::tempdir().expect("dir");
     let s = start(&dir, &room_config(up, 1, r#"upgrades = ["echo"]"#), None);
     let proxy = s.proxy.clone().expect("proxy");
-    let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://"))
-        .await
-        .expect("connect");
-    conn.write_all(b"GET /ws HTTP/1.1\r\nHost: shop\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-        .await
-        .expect("request");
-    let response = head(&mut conn).await;
+    let (mut conn, response) = open_tunnel(&proxy).await;
     assert!(response.starts_with("HTTP/1.1 101"), "{response}");
     // Past the session TTL (1.5 s), the tunnel still works and holds the slot.
     for _ in 0..6 {
@@ -473,7 +455,7 @@ async fn tunnels_live_and_die_with_their_session() {
 /// (it would otherwise run on beside the visitors admitted afresh).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_does_not_outlive_lost_state() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let redis = RedisServer::start();
     let up = echo_upstream().await;
     let dir = tempfile::tempdir().expect("dir");
@@ -481,13 +463,8 @@ async fn a_tunnel_does_not_outlive_lost_state() {
         .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"");
     let s = start(&dir, &config, Some(&redis.url()));
     let proxy = s.proxy.clone().expect("proxy");
-    let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://"))
-        .await
-        .expect("connect");
-    conn.write_all(b"GET /ws HTTP/1.1\r\nHost: shop\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-        .await
-        .expect("request");
-    assert!(head(&mut conn).await.starts_with("HTTP/1.1 101"));
+    let (mut conn, response) = open_tunnel(&proxy).await;
+    assert!(response.starts_with("HTTP/1.1 101"), "{response}");
     redis.command(&["FLUSHALL"]);
     let flushed = Instant::now();
     let mut buf = [0u8; 16];

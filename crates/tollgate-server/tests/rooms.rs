@@ -602,13 +602,7 @@ async fn upgrades_pass_through() {
         None,
     );
     let proxy = s.proxy.clone().expect("proxy");
-    let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://"))
-        .await
-        .expect("connect");
-    conn.write_all(b"GET /ws HTTP/1.1\r\nHost: shop\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-        .await
-        .expect("request");
-    let response = head(&mut conn).await;
+    let (mut conn, response) = open_tunnel(&proxy).await;
     assert!(response.starts_with("HTTP/1.1 101"), "{response}");
     assert!(
         response.contains("tollgate_shop="),

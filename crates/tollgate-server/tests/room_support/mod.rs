@@ -246,3 +246,17 @@ pub async fn head(stream: &mut tokio::net::TcpStream) -> String {
     }
     String::from_utf8_lossy(&buf).into_owned()
 }
+
+/// Asks the room at `proxy` to upgrade a connection to the `echo`
+/// protocol: the connection and the answer's head.
+pub async fn open_tunnel(proxy: &str) -> (tokio::net::TcpStream, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut conn = tokio::net::TcpStream::connect(proxy.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    conn.write_all(b"GET /ws HTTP/1.1\r\nHost: shop\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+        .await
+        .expect("request");
+    let response = head(&mut conn).await;
+    (conn, response)
+}
