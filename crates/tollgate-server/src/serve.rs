@@ -358,7 +358,7 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
                     _ = stopping.changed() => return,
                 }
                 ticks += 1;
-                if ticks % 50 == 0 {
+                if ticks.is_multiple_of(50) {
                     queue_set.forget_idle(idle);
                 }
                 store.sweep_idle(2_000);
