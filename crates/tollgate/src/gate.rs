@@ -348,15 +348,25 @@ impl Gate {
         let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
 
         let mut sent = Instant::now();
-        match self.enter_store(&id, &self.request(&id, permits, queue)).await? {
-            Entry::Granted(g) => return Ok(Some(self.lease(id, permits, g, sent))),
-            Entry::Busy(_) => return Ok(None),
-            Entry::Queued(_) => {}
-        }
+        // Armed before the call: a future dropped while the store is already
+        // queueing (or granting) it must still leave, or the place (or the
+        // permits) would stay taken until the heartbeat (or TTL) ran out.
+        // The leave goes out after the enter, on the same connection.
         let mut ticket = InLine {
             gate: Some(self.clone()),
             id: id.clone(),
         };
+        match self.enter_store(&id, &self.request(&id, permits, queue)).await? {
+            Entry::Granted(g) => {
+                ticket.gate = None;
+                return Ok(Some(self.lease(id, permits, g, sent)));
+            }
+            Entry::Busy(_) => {
+                ticket.gate = None;
+                return Ok(None);
+            }
+            Entry::Queued(_) => {}
+        }
         let heartbeat = Duration::from_millis(self.heartbeat_ms);
         let listening = self.store.listen(&self.name).await?;
         let mut look_now = listening.as_ref().is_some_and(|l| l.fresh);

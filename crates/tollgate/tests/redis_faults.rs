@@ -819,3 +819,38 @@ async fn a_sentinel_failover_is_followed() {
         .expect("the confirmed job survived");
     assert_eq!(job.payload, b"before");
 }
+
+/// A waiter dropped while its enter is still on the way (Redis frozen: the
+/// command is sent, the answer not yet back) leaves the line once Redis
+/// answers, rather than holding its place until its heartbeat runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_dropped_mid_call_leaves_the_line() {
+    let server = RedisServer::start();
+    let store = Store::redis(&server.url()).await.expect("connect");
+    let lock = Lock::new(&store, "dropped-mid-call").expect("lock");
+    let _held = lock
+        .acquire(Duration::from_secs(1))
+        .await
+        .expect("store")
+        .expect("free");
+    let frozen = Frozen::freeze(&server);
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire(Duration::from_secs(30)).await })
+    };
+    // The enter is written to the frozen server; then the waiter goes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    waiter.abort();
+    let _ = waiter.await;
+    drop(frozen);
+    // The heartbeat is 10 s: well within it, the line is empty.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let waiting = lock.stats().await.expect("stats").waiting;
+        if waiting == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the dropped waiter kept its place");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
