@@ -130,8 +130,6 @@ enum OnStoreError {
 pub(crate) struct Room {
     name: String,
     gate: Gate,
-    capacity: u32,
-    admission_interval: Option<Duration>,
     keys: Keys,
     upstream: Upstream,
     session_ttl: Duration,
@@ -200,6 +198,17 @@ pub(crate) fn admission_interval(per_minute: u32) -> Result<Duration, String> {
     Ok(Duration::from_millis(60_000u64.div_ceil(u64::from(per_minute))))
 }
 
+/// A GCRA limiter of `rate` (bursts of as many) on this server's own
+/// embedded store, letting requests through if it ever fails.
+fn per_server_limiter(room: &str, what: &str, rate: tollgate::Rate) -> Result<RateLimiter, String> {
+    let limit = Limit::gcra(rate, rate.count()).map_err(|e| e.to_string())?;
+    Ok(
+        RateLimiter::new(&Store::memory(), &format!("room:{room}:{what}"), limit)
+            .map_err(|e| e.to_string())?
+            .on_store_error(tollgate::OnStoreError::Open),
+    )
+}
+
 fn check_room_name(name: &str) -> Result<(), String> {
     if name.is_empty()
         || name.len() > 64
@@ -239,13 +248,7 @@ impl Room {
         // Per server, in memory: slowing down an anxious refresher needs no
         // agreement between servers, and it saves a store round trip on
         // every status request.
-        let status_limit = RateLimiter::new(
-            &Store::memory(),
-            &format!("room:{name}:status"),
-            Limit::gcra(status_rate, status_rate.count()).map_err(|e| at(e.to_string()))?,
-        )
-        .map_err(|e| at(e.to_string()))?
-        .on_store_error(tollgate::OnStoreError::Open);
+        let status_limit = per_server_limiter(name, "status", status_rate).map_err(at)?;
         // Per server too: a client without a token cannot hold more than
         // this many new places a second, whichever server it asks.
         let arrival_limit = match s.arrival_rate.as_deref().unwrap_or("20/s") {
@@ -254,14 +257,7 @@ impl Room {
                 let rate: tollgate::Rate = text
                     .parse()
                     .map_err(|e: tollgate::Error| at(format!("arrival_rate: {e}")))?;
-                let limiter = RateLimiter::new(
-                    &Store::memory(),
-                    &format!("room:{name}:arrivals"),
-                    Limit::gcra(rate, rate.count()).map_err(|e| at(e.to_string()))?,
-                )
-                .map_err(|e| at(e.to_string()))?
-                .on_store_error(tollgate::OnStoreError::Open);
-                Some(limiter)
+                Some(per_server_limiter(name, "arrivals", rate).map_err(at)?)
             }
         };
         let on_store_error = match s.on_store_error.as_deref().unwrap_or("closed") {
@@ -308,8 +304,6 @@ impl Room {
         Ok(Room {
             name: name.to_owned(),
             gate,
-            capacity: s.capacity,
-            admission_interval,
             keys: Keys::new(&s.cookie_keys).map_err(at)?,
             upstream: Upstream::new(
                 &s.upstream,
@@ -419,13 +413,8 @@ impl Room {
                 }
             }
             for token in self.view.take_pending(100) {
-                match bounded(self.store_timeout, self.gate.end(&token, self.view.keep())).await {
-                    Ok(tollgate::Left::Released) => self.metrics.ended_sessions.increment(1),
-                    Ok(_) => {}
-                    Err(_) => {
-                        self.view.end_failed(&token);
-                        break;
-                    }
+                if self.end_in_store(&token).await.is_err() {
+                    break;
                 }
             }
             self.metrics.ready.set(if self.view.ready(now_ms()).is_ok() {
@@ -493,10 +482,12 @@ impl Room {
     }
 
     /// Sets the gate's capacity and admission rate to the configured ones
-    /// (at start; the admin API changes them at runtime).
+    /// (at start, when the view still holds the config's; the admin API
+    /// changes them at runtime).
     pub(crate) async fn apply_config(&self) -> tollgate::Result<()> {
-        self.gate.set_capacity(self.capacity).await?;
-        self.gate.set_admission_interval(self.admission_interval).await
+        let s = self.view.settings();
+        self.gate.set_capacity(s.capacity).await?;
+        self.gate.set_admission_interval(s.admission_interval).await
     }
 
     fn matches(&self, host: Option<&str>, path: &str) -> bool {
@@ -964,16 +955,22 @@ impl Room {
         // Refused here at once; the gate's revocation log tells the other
         // servers, written in the step that frees the slot.
         self.view.revoke(token, now_ms());
+        let left = self.end_in_store(token).await;
+        if let Err(e) = &left {
+            tracing::warn!(room = %self.name, error = %e, "could not end a session yet; retrying");
+        }
+        left
+    }
+
+    /// Ends `token`'s session in the store (and its revocation log); one
+    /// the store does not take is retried by the watch until it does, so
+    /// the other servers learn of it too.
+    async fn end_in_store(&self, token: &str) -> tollgate::Result<tollgate::Left> {
         let left = bounded(self.store_timeout, self.gate.end(token, self.view.keep())).await;
         match &left {
             Ok(tollgate::Left::Released) => self.metrics.ended_sessions.increment(1),
             Ok(_) => {}
-            Err(e) => {
-                // Retried by the watch until the store confirms it, so the
-                // other servers learn of it too.
-                self.view.end_failed(token);
-                tracing::warn!(room = %self.name, error = %e, "could not end a session yet; retrying");
-            }
+            Err(_) => self.view.end_failed(token),
         }
         left
     }
