@@ -346,9 +346,13 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
     // The embedded store drops idle names a few per operation; this drops
     // them when no operation comes too (after a flood of names, say), a
     // bounded batch at a time so no operation waits long behind it.
-    // Job-queue handles of queues gone idle are dropped the same way.
+    // Job-queue handles of queues gone idle are dropped the same way, and
+    // the histograms' samples recorded since the last scrape are folded
+    // into their buckets: the exporter keeps every sample until then, so a
+    // server nobody scrapes would otherwise grow with every request.
     {
         let (store, queue_set, mut stopping) = (store.clone(), queue_set.clone(), stopping.clone());
+        let exporter = metrics.clone();
         let idle = args.memory_idle;
         tokio::spawn(async move {
             let mut ticks = 0u64;
@@ -360,6 +364,7 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
                 ticks += 1;
                 if ticks.is_multiple_of(50) {
                     queue_set.forget_idle(idle);
+                    exporter.run_upkeep();
                 }
                 store.sweep_idle(2_000);
                 if let Some(f) = store.memory_footprint() {
