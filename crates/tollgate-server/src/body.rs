@@ -10,13 +10,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper::body::{Frame, SizeHint};
 
-use crate::http::{ApiError, AppState};
+use crate::http::ApiError;
 
 /// Largest request body on routes that do not say otherwise.
 pub(crate) const BODY_LIMIT: usize = 16 * 1024;
@@ -127,7 +126,7 @@ pub(crate) fn parse<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T,
 
 /// Set by a [`Deadlined`] body whose deadline passed before it was read.
 #[derive(Debug, Clone, Default)]
-struct TimedOut(Arc<AtomicBool>);
+pub(crate) struct TimedOut(Arc<AtomicBool>);
 
 /// A request body that fails once its deadline passes, so a body that
 /// trickles in cannot hold a request (and its connection) open for ever.
@@ -177,18 +176,23 @@ impl hyper::body::Body for Deadlined {
     }
 }
 
-/// Gives each request body `body_timeout` (from the request's start) to
-/// arrive; a request whose body did not answers **408** `request_timeout`
-/// and its connection is closed.
-pub(crate) async fn deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// Gives a request's body `timeout` (from the request's start) to arrive.
+/// Pass the answer to [`or_timed_out`].
+pub(crate) fn deadlined(req: Request, timeout: Duration) -> (Request, TimedOut) {
     let timed_out = TimedOut::default();
     let (parts, body) = req.into_parts();
     let body = Body::new(Deadlined {
         inner: body,
-        sleep: Box::pin(tokio::time::sleep(state.body_timeout)),
+        sleep: Box::pin(tokio::time::sleep(timeout)),
         timed_out: timed_out.clone(),
     });
-    let response = next.run(Request::from_parts(parts, body)).await;
+    (Request::from_parts(parts, body), timed_out)
+}
+
+/// The answer to a request given [`deadlined`]: a request whose body did
+/// not arrive in time answers **408** `request_timeout`, and its connection
+/// is closed.
+pub(crate) fn or_timed_out(response: Response, timed_out: &TimedOut, timeout: Duration) -> Response {
     if !timed_out.0.load(Ordering::Acquire) {
         return response;
     }
@@ -197,7 +201,7 @@ pub(crate) async fn deadline(State(state): State<AppState>, req: Request, next: 
         "request_timeout",
         format!(
             "the request body did not arrive within {} ms",
-            state.body_timeout.as_millis()
+            timeout.as_millis()
         ),
     )
     .into_response();

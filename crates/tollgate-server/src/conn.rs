@@ -21,7 +21,6 @@ use std::task::{Context, Poll, ready};
 
 use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -34,19 +33,18 @@ pub(crate) const MAX_HEADERS: usize = 100;
 /// The longest request URI (path and query), in bytes.
 pub(crate) const MAX_URI: usize = 8 * 1024;
 
-/// Answers **414** `uri_too_long` for a URI over [`MAX_URI`] bytes (hyper's
-/// own limit is far higher and past [`MAX_HEAD`] anyway).
-pub(crate) async fn uri_limit(req: Request, next: Next) -> Response {
+/// **414** `uri_too_long` for a URI over [`MAX_URI`] bytes (hyper's own
+/// limit is far higher and past [`MAX_HEAD`] anyway).
+pub(crate) fn uri_too_long(req: &Request) -> Option<Response> {
     let len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
-    if len > MAX_URI {
-        return ApiError::new(
+    (len > MAX_URI).then(|| {
+        ApiError::new(
             StatusCode::URI_TOO_LONG,
             "uri_too_long",
             format!("the request URI is {len} bytes long; at most {MAX_URI} are allowed"),
         )
-        .into_response();
-    }
-    next.run(req).await
+        .into_response()
+    })
 }
 
 /// A connection whose hyper-made parse-error answers are rewritten.

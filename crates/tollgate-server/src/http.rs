@@ -140,8 +140,13 @@ pub(crate) fn router(state: AppState) -> Router {
     let api = match &state.protect {
         Some(layer) => api.route_layer(layer.clone()),
         None => api,
-    }
-    .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    };
+    // Without tokens there is nothing to check, and no layer to pay for.
+    let api = if state.tokens.is_empty() {
+        api
+    } else {
+        api.route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+    };
     Router::new()
         // Probes stay open so an orchestrator needs no token.
         .route("/healthz", get(healthz))
@@ -151,21 +156,13 @@ pub(crate) fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::body::deadline,
-        ))
-        .layer(middleware::from_fn(crate::conn::uri_limit))
-        .layer(middleware::from_fn(log_request))
+        .layer(middleware::from_fn_with_state(state.clone(), front))
         .with_state(state)
 }
 
 /// Checks `Authorization: Bearer <token>` when tokens are configured, and
 /// notes which token it was ([`Caller`]).
 async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    if state.tokens.is_empty() {
-        return next.run(req).await;
-    }
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -240,9 +237,13 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
     std::hint::black_box(a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
 }
 
-/// One structured log line per request: the route pattern (never the raw
-/// path, which carries tokens), status and duration.
-async fn log_request(req: Request, next: Next) -> Response {
+/// What every request goes through first, in one layer (each layer of
+/// its own would box one more future per request, and a parked long-poll
+/// keeps them all): a URI over the limit is refused (414), the body gets
+/// its deadline (408), and one structured log line and the request metrics
+/// record the route pattern (never the raw path, which carries tokens),
+/// status and duration.
+async fn front(State(state): State<AppState>, req: Request, next: Next) -> Response {
     // Bounded label values: known methods only.
     let method = match *req.method() {
         Method::GET
@@ -260,7 +261,15 @@ async fn log_request(req: Request, next: Next) -> Response {
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
     let started = std::time::Instant::now();
-    let response = next.run(req).await;
+    let response = match crate::conn::uri_too_long(&req) {
+        Some(refused) => refused,
+        None => {
+            let timeout = state.body_timeout;
+            drop(state);
+            let (req, timed_out) = crate::body::deadlined(req, timeout);
+            crate::body::or_timed_out(next.run(req).await, &timed_out, timeout)
+        }
+    };
     let status = response.status().as_u16().to_string();
     let labels = [
         ("route", route.clone()),

@@ -29,7 +29,9 @@ use clap::Parser;
 // bulk (a flood of names gone idle) back to the system, where glibc's
 // malloc keeps it in its arenas, so the server's memory follows what it
 // holds; and it is at least as fast for a server's many small, short-lived
-// allocations.
+// allocations. Built without transparent huge pages (Cargo.toml): a huge
+// page stays resident while any part of it is used, which kept 18 MiB of a
+// 16 MiB server after a flood (docs/BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -28,6 +28,11 @@ pub struct Store {
     backend: Backend,
 }
 
+/// The Redis arms of the dispatch below box their futures: a Redis call's
+/// future is kilobytes (the client's), and inline it would make every
+/// future that calls the store that large, even on the embedded store, and
+/// keep it that large while it waits (a long-poll parks for a minute). The
+/// box is one allocation per network round trip.
 #[derive(Debug, Clone)]
 enum Backend {
     Memory(Arc<memory::MemoryStore>),
@@ -151,7 +156,7 @@ impl Store {
     pub(crate) async fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
         match &self.backend {
             Backend::Memory(s) => s.enter(gate, req),
-            Backend::Redis(s) => s.enter(gate, req).await,
+            Backend::Redis(s) => Box::pin(s.enter(gate, req)).await,
         }
     }
 
@@ -166,7 +171,7 @@ impl Store {
     ) -> Result<Decision> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.limit(limiter, key, limit, cost)),
-            Backend::Redis(s) => s.limit(limiter, key, limit, cost).await,
+            Backend::Redis(s) => Box::pin(s.limit(limiter, key, limit, cost)).await,
         }
     }
 
@@ -181,28 +186,28 @@ impl Store {
     ) -> Result<()> {
         match &self.backend {
             Backend::Memory(s) => s.set_admission(gate, paused, every_ms),
-            Backend::Redis(s) => s.set_admission(gate, paused, every_ms).await,
+            Backend::Redis(s) => Box::pin(s.set_admission(gate, paused, every_ms)).await,
         }
     }
 
     pub(crate) async fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
         match &self.backend {
             Backend::Memory(s) => s.poll(gate, id, ttl_ms, hb_ms),
-            Backend::Redis(s) => s.poll(gate, id, ttl_ms, hb_ms).await,
+            Backend::Redis(s) => Box::pin(s.poll(gate, id, ttl_ms, hb_ms)).await,
         }
     }
 
     pub(crate) async fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
         match &self.backend {
             Backend::Memory(s) => s.renew(gate, id, ttl_ms),
-            Backend::Redis(s) => s.renew(gate, id, ttl_ms).await,
+            Backend::Redis(s) => Box::pin(s.renew(gate, id, ttl_ms)).await,
         }
     }
 
     pub(crate) async fn leave(&self, gate: &Name, id: &str) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.leave(gate, id, None),
-            Backend::Redis(s) => s.leave(gate, id, None).await,
+            Backend::Redis(s) => Box::pin(s.leave(gate, id, None)).await,
         }
     }
 
@@ -211,7 +216,7 @@ impl Store {
     pub(crate) async fn end(&self, gate: &Name, id: &str, keep_ms: u64) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.leave(gate, id, Some(keep_ms)),
-            Backend::Redis(s) => s.leave(gate, id, Some(keep_ms)).await,
+            Backend::Redis(s) => Box::pin(s.leave(gate, id, Some(keep_ms))).await,
         }
     }
 
@@ -224,28 +229,28 @@ impl Store {
         let since = since.min(MAX_CURSOR);
         match &self.backend {
             Backend::Memory(s) => Ok(s.watch_state(gate, since, MAX_REVOKED_PER_WATCH)),
-            Backend::Redis(s) => s.watch_state(gate, since, MAX_REVOKED_PER_WATCH).await,
+            Backend::Redis(s) => Box::pin(s.watch_state(gate, since, MAX_REVOKED_PER_WATCH)).await,
         }
     }
 
     pub(crate) async fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
         match &self.backend {
             Backend::Memory(s) => s.set_capacity(gate, capacity),
-            Backend::Redis(s) => s.set_capacity(gate, capacity).await,
+            Backend::Redis(s) => Box::pin(s.set_capacity(gate, capacity)).await,
         }
     }
 
     pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
         match &self.backend {
             Backend::Memory(s) => s.holders(gate, limit),
-            Backend::Redis(s) => s.holders(gate, limit).await,
+            Backend::Redis(s) => Box::pin(s.holders(gate, limit)).await,
         }
     }
 
     pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
         match &self.backend {
             Backend::Memory(s) => s.stats(gate),
-            Backend::Redis(s) => s.stats(gate).await,
+            Backend::Redis(s) => Box::pin(s.stats(gate)).await,
         }
     }
 
@@ -253,7 +258,7 @@ impl Store {
     pub async fn ping(&self) -> Result<()> {
         match &self.backend {
             Backend::Memory(_) => Ok(()),
-            Backend::Redis(s) => s.ping().await,
+            Backend::Redis(s) => Box::pin(s.ping()).await,
         }
     }
 
@@ -277,7 +282,7 @@ impl Store {
     pub(crate) async fn listen_jobs(&self, queue: &Name) -> Result<Option<Listening>> {
         match &self.backend {
             Backend::Memory(_) => Ok(None),
-            Backend::Redis(s) => s.listen_jobs(queue).await.map(Some),
+            Backend::Redis(s) => Box::pin(s.listen_jobs(queue)).await.map(Some),
         }
     }
 
@@ -296,7 +301,7 @@ impl Store {
     ) -> Result<(u32, bool)> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.job_layout(q, want, expect, store)),
-            Backend::Redis(s) => s.job_layout(q, want, expect, store).await,
+            Backend::Redis(s) => Box::pin(s.job_layout(q, want, expect, store)).await,
         }
     }
 
@@ -308,7 +313,7 @@ impl Store {
     ) -> Result<Vec<jobs::PushOutcome>> {
         match &self.backend {
             Backend::Memory(s) => s.job_push(q, reqs).ok_or_else(|| Error::retired(q.as_str())),
-            Backend::Redis(s) => s.job_push(q, reqs).await,
+            Backend::Redis(s) => Box::pin(s.job_push(q, reqs)).await,
         }
     }
 
@@ -318,7 +323,7 @@ impl Store {
     pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.job_retire(q, close)),
-            Backend::Redis(s) => s.job_retire(q, close).await,
+            Backend::Redis(s) => Box::pin(s.job_retire(q, close)).await,
         }
     }
 
@@ -348,14 +353,14 @@ impl Store {
                 let (claimed, wake) = queue.claim(lease_ms, max, now);
                 ((acked, claimed), wake)
             })),
-            Backend::Redis(s) => s.job_claim(q, acks, keep, lease_ms, max).await,
+            Backend::Redis(s) => Box::pin(s.job_claim(q, acks, keep, lease_ms, max)).await,
         }
     }
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.read_queue(q, |queue, _| queue.done(limit))),
-            Backend::Redis(s) => s.job_done(q, limit).await,
+            Backend::Redis(s) => Box::pin(s.job_done(q, limit)).await,
         }
     }
 
@@ -371,7 +376,7 @@ impl Store {
             Backend::Memory(s) => {
                 Ok(s.with_queue(q, |queue, now| queue.nack(id, fence, delay_ms, jitter, now)))
             }
-            Backend::Redis(s) => s.job_nack(q, id, fence, delay_ms, jitter).await,
+            Backend::Redis(s) => Box::pin(s.job_nack(q, id, fence, delay_ms, jitter)).await,
         }
     }
 
@@ -386,14 +391,14 @@ impl Store {
             Backend::Memory(s) => {
                 Ok(s.with_queue(q, |queue, now| (queue.extend(id, fence, lease_ms, now), false)))
             }
-            Backend::Redis(s) => s.job_extend(q, id, fence, lease_ms).await,
+            Backend::Redis(s) => Box::pin(s.job_extend(q, id, fence, lease_ms)).await,
         }
     }
 
     pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<jobs::CancelOutcome> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.cancel(id), false))),
-            Backend::Redis(s) => s.job_cancel(q, id).await,
+            Backend::Redis(s) => Box::pin(s.job_cancel(q, id)).await,
         }
     }
 
@@ -405,14 +410,14 @@ impl Store {
     ) -> Result<jobs::RescheduleOutcome> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| queue.reschedule(id, when, now))),
-            Backend::Redis(s) => s.job_reschedule(q, id, when).await,
+            Backend::Redis(s) => Box::pin(s.job_reschedule(q, id, when)).await,
         }
     }
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.read_queue(q, |queue, _| queue.dead(limit))),
-            Backend::Redis(s) => s.job_dead(q, limit).await,
+            Backend::Redis(s) => Box::pin(s.job_dead(q, limit)).await,
         }
     }
 
@@ -422,21 +427,21 @@ impl Store {
                 let n = queue.replay(id);
                 (n, n > 0)
             })),
-            Backend::Redis(s) => s.job_replay(q, id).await,
+            Backend::Redis(s) => Box::pin(s.job_replay(q, id)).await,
         }
     }
 
     pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.purge(id), false))),
-            Backend::Redis(s) => s.job_purge(q, id).await,
+            Backend::Redis(s) => Box::pin(s.job_purge(q, id)).await,
         }
     }
 
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.read_queue(q, |queue, now| queue.stats(now))),
-            Backend::Redis(s) => s.job_stats(q).await,
+            Backend::Redis(s) => Box::pin(s.job_stats(q)).await,
         }
     }
 
@@ -446,7 +451,7 @@ impl Store {
     pub(crate) async fn listen(&self, gate: &Name) -> Result<Option<Listening>> {
         match &self.backend {
             Backend::Memory(_) => Ok(None),
-            Backend::Redis(s) => s.listen(gate).await.map(Some),
+            Backend::Redis(s) => Box::pin(s.listen(gate)).await.map(Some),
         }
     }
 }
