@@ -203,3 +203,18 @@ impl From<redis::RedisError> for Error {
 
 /// `Result` with tollgate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// tollgate's one error body over HTTP, as JSON text:
+/// `{"error":{"code":"…","message":"…"}}`. The rate-limit layer answers
+/// with it, and a server can use it for every error it renders, so that
+/// all of them read the same.
+///
+/// ```
+/// assert_eq!(
+///     tollgate::error_body("rate_limited", "slow \"down\""),
+///     r#"{"error":{"code":"rate_limited","message":"slow \"down\""}}"#
+/// );
+/// ```
+pub fn error_body(code: &str, message: &str) -> String {
+    serde_json::json!({"error": {"code": code, "message": message}}).to_string()
+}

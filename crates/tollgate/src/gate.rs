@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::{
-    self, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Occupancy, Place, Poll, Store,
+    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll, Store,
     check_capacity,
 };
 
@@ -82,17 +82,6 @@ pub enum TicketStatus {
     /// Not in line and not holding: cancelled, dropped for missed
     /// heartbeats, or its lease already ended.
     Gone,
-}
-
-/// What [`Gate::leave`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Left {
-    /// A held lease was released; its permits went to the line.
-    Released,
-    /// A ticket left the line.
-    Cancelled,
-    /// Nothing by that token: it had already ended.
-    Unknown,
 }
 
 /// A gate with a capacity, leased holders and a fair line of waiters.
@@ -247,7 +236,7 @@ impl Gate {
     /// Releases a lease or cancels a ticket.
     pub async fn leave(&self, token: &str) -> Result<Left> {
         check_id(token)?;
-        Ok(left(self.store.leave(&self.name, token).await?))
+        self.store.leave(&self.name, token).await
     }
 
     /// Ends a session: exactly [`Gate::leave`], but when a holder is
@@ -265,9 +254,7 @@ impl Gate {
                 keep.as_millis()
             )));
         }
-        Ok(left(
-            self.store.end(&self.name, token, keep.as_millis() as u64).await?,
-        ))
+        self.store.end(&self.name, token, keep.as_millis() as u64).await
     }
 
     /// Reads what a server keeping a local view of this gate needs, in one
@@ -450,14 +437,6 @@ impl Gate {
 /// The longest a revocation is kept ([`Gate::end`]).
 const MAX_KEEP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
-fn left(l: store::Left) -> Left {
-    match l {
-        store::Left::Released => Left::Released,
-        store::Left::Cancelled => Left::Cancelled,
-        store::Left::Unknown => Left::Unknown,
-    }
-}
-
 fn granted(token: String, g: Grant) -> Granted {
     Granted {
         token,
@@ -623,7 +602,7 @@ impl Lease {
         // On a store error `done` stays false and Drop tries once more.
         let left = s.gate.store.leave(&s.gate.name, &s.token).await?;
         self.done = true;
-        if left == store::Left::Unknown {
+        if left == Left::Unknown {
             s.mark_lost();
             return Err(lost());
         }

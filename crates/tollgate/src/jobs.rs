@@ -530,7 +530,7 @@ impl JobQueue {
 
     /// A registration for this queue's next wake-up.
     pub(crate) fn watch(&self) -> crate::store::Watch {
-        self.store.watch(&Store::job_wake_key(&self.name))
+        self.store.watch(&crate::store::jobs::wake_key(&self.name))
     }
 
     /// Claims the first due job, if any, without waiting.
@@ -557,7 +557,7 @@ impl JobQueue {
     pub async fn next_many(&self, max: usize, wait: Duration) -> Result<Vec<Job>> {
         check_max(max)?;
         let _listening = self.store.listen_jobs(&self.name).await?;
-        let key = Store::job_wake_key(&self.name);
+        let key = crate::store::jobs::wake_key(&self.name);
         let deadline = Instant::now() + wait;
         loop {
             // Registered before the claim, so a push in between wakes us.

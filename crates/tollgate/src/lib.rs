@@ -51,8 +51,8 @@ mod sharded;
 mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{Error, ErrorKind, Result};
-pub use gate::{Entered, Gate, GateOptions, Granted, Lease, Left, TicketStatus};
+pub use error::{Error, ErrorKind, Result, error_body};
+pub use gate::{Entered, Gate, GateOptions, Granted, Lease, TicketStatus};
 pub use jobs::{
     Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, Job, JobQueue, LATENESS_BOUNDS_MS,
     MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN, Nacked, OnDuplicate, PushOptions, PushResult,
@@ -70,8 +70,8 @@ pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use semaphore::Semaphore;
 pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
 pub use store::{
-    GateStats, GateWatch, Holding, MAX_REVOKED_PER_WATCH, MemoryFootprint, MemoryOptions, Occupancy, Place,
-    RedisConfig, Store,
+    GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, MemoryFootprint, MemoryOptions,
+    Occupancy, Place, RedisConfig, Store,
 };
 
 // The README's examples compile and run as doctests.
@@ -92,6 +92,3 @@ pub struct JobsDoctests;
 #[doc = include_str!("../../../docs/CLUSTER.md")]
 #[cfg(doctest)]
 pub struct ClusterDoctests;
-
-/// The largest capacity a gate may have.
-pub const MAX_CAPACITY: u32 = 1_000_000;

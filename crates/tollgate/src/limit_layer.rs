@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::error::ErrorKind;
+use crate::error::{ErrorKind, error_body};
 use crate::limit::{Decision, RateLimiter};
 
 /// The client's address as the connection saw it. Insert it into each
@@ -344,33 +344,13 @@ where
 
 /// tollgate's one error shape: `{"error": {"code", "message"}}`.
 fn error_response<B: From<String>>(status: StatusCode, code: &str, message: &str) -> Response<B> {
-    let body = format!(
-        r#"{{"error":{{"code":"{code}","message":{}}}}}"#,
-        json_string(message)
-    );
-    let mut response = Response::new(B::from(body));
+    let mut response = Response::new(B::from(error_body(code, message)));
     *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     response
-}
-
-/// A JSON string literal.
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -463,7 +443,12 @@ mod tests {
     }
 
     #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("a\"b\\c\n"), r#""a\"b\\c\u000a""#);
+    fn error_bodies_escape_their_message() {
+        let response: Response<String> =
+            error_response(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "a\"b\\c\n");
+        assert_eq!(
+            response.body(),
+            r#"{"error":{"code":"rate_limited","message":"a\"b\\c\n"}}"#
+        );
     }
 }

@@ -2,25 +2,37 @@
 //!
 //! Every method here is one atomic step: one critical section in memory, one
 //! Lua script on Redis. Callers never combine reads and writes themselves.
+//!
+//! This file is the `Store` handle and the dispatch to its backend only.
+//! Each primitive's operation types and its two implementations sit in
+//! its own folder (`gate/`, `jobs/`, `limit/`); `memory/` and `redis/` hold
+//! what a backend shares across primitives; `wakers.rs` is the per-process
+//! wake-up table both use.
 
+pub(crate) mod gate;
 pub(crate) mod jobs;
-mod limits;
+pub(crate) mod limit;
 pub(crate) mod memory;
 pub(crate) mod redis;
+mod wakers;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
+use self::limit::{Decision, Limit};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::limit::{Decision, Limit};
 use crate::name::Name;
 
+use self::gate::MAX_CURSOR;
+pub(crate) use self::gate::{EnterRequest, Entry, Grant, Poll, check_capacity};
+pub use self::gate::{
+    GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, Occupancy, Place,
+};
 pub use self::memory::MemoryOptions;
+pub(crate) use self::redis::Listening;
 pub use self::redis::RedisConfig;
+pub(crate) use self::wakers::{Wakers, Watch};
 
 /// Where gate state lives. Cheap to clone; clones share connections.
 #[derive(Debug, Clone)]
@@ -272,11 +284,6 @@ impl Store {
         wakers.register(id)
     }
 
-    /// The wake-up key of job queue `queue` (pushes announce on it).
-    pub(crate) fn job_wake_key(queue: &Name) -> String {
-        format!("job-queue/{}", queue.as_str())
-    }
-
     /// Makes sure pushes to job queue `queue` wake consumers in this
     /// process (Redis: subscribes to the queue's channel).
     pub(crate) async fn listen_jobs(&self, queue: &Name) -> Result<Option<Listening>> {
@@ -312,7 +319,7 @@ impl Store {
         reqs: &[jobs::PushReq<'_>],
     ) -> Result<Vec<jobs::PushOutcome>> {
         match &self.backend {
-            Backend::Memory(s) => s.job_push(q, reqs).ok_or_else(|| Error::retired(q.as_str())),
+            Backend::Memory(s) => s.job_push(q, reqs),
             Backend::Redis(s) => Box::pin(s.job_push(q, reqs)).await,
         }
     }
@@ -338,28 +345,14 @@ impl Store {
         max: usize,
     ) -> Result<(Vec<bool>, jobs::ClaimOutcome)> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| {
-                let acked = acks
-                    .iter()
-                    .map(|(id, fence)| queue.ack(id, *fence, keep, now))
-                    .collect();
-                if max == 0 {
-                    let empty = jobs::ClaimOutcome::Empty {
-                        next_due_ms: None,
-                        now_ms: now,
-                    };
-                    return ((acked, empty), 0);
-                }
-                let (claimed, wake) = queue.claim(lease_ms, max, now);
-                ((acked, claimed), wake)
-            })),
+            Backend::Memory(s) => Ok(s.job_claim(q, acks, keep, lease_ms, max)),
             Backend::Redis(s) => Box::pin(s.job_claim(q, acks, keep, lease_ms, max)).await,
         }
     }
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.read_queue(q, |queue, _| queue.done(limit))),
+            Backend::Memory(s) => Ok(s.job_done(q, limit)),
             Backend::Redis(s) => Box::pin(s.job_done(q, limit)).await,
         }
     }
@@ -373,9 +366,7 @@ impl Store {
         jitter: f64,
     ) -> Result<jobs::NackOutcome> {
         match &self.backend {
-            Backend::Memory(s) => {
-                Ok(s.with_queue(q, |queue, now| queue.nack(id, fence, delay_ms, jitter, now)))
-            }
+            Backend::Memory(s) => Ok(s.job_nack(q, id, fence, delay_ms, jitter)),
             Backend::Redis(s) => Box::pin(s.job_nack(q, id, fence, delay_ms, jitter)).await,
         }
     }
@@ -388,16 +379,14 @@ impl Store {
         lease_ms: u64,
     ) -> Result<Option<u64>> {
         match &self.backend {
-            Backend::Memory(s) => {
-                Ok(s.with_queue(q, |queue, now| (queue.extend(id, fence, lease_ms, now), false)))
-            }
+            Backend::Memory(s) => Ok(s.job_extend(q, id, fence, lease_ms)),
             Backend::Redis(s) => Box::pin(s.job_extend(q, id, fence, lease_ms)).await,
         }
     }
 
     pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<jobs::CancelOutcome> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.cancel(id), false))),
+            Backend::Memory(s) => Ok(s.job_cancel(q, id)),
             Backend::Redis(s) => Box::pin(s.job_cancel(q, id)).await,
         }
     }
@@ -409,38 +398,35 @@ impl Store {
         when: jobs::When,
     ) -> Result<jobs::RescheduleOutcome> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, now| queue.reschedule(id, when, now))),
+            Backend::Memory(s) => Ok(s.job_reschedule(q, id, when)),
             Backend::Redis(s) => Box::pin(s.job_reschedule(q, id, when)).await,
         }
     }
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.read_queue(q, |queue, _| queue.dead(limit))),
+            Backend::Memory(s) => Ok(s.job_dead(q, limit)),
             Backend::Redis(s) => Box::pin(s.job_dead(q, limit)).await,
         }
     }
 
     pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| {
-                let n = queue.replay(id);
-                (n, n > 0)
-            })),
+            Backend::Memory(s) => Ok(s.job_replay(q, id)),
             Backend::Redis(s) => Box::pin(s.job_replay(q, id)).await,
         }
     }
 
     pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.with_queue(q, |queue, _| (queue.purge(id), false))),
+            Backend::Memory(s) => Ok(s.job_purge(q, id)),
             Backend::Redis(s) => Box::pin(s.job_purge(q, id)).await,
         }
     }
 
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.read_queue(q, |queue, now| queue.stats(now))),
+            Backend::Memory(s) => Ok(s.job_stats(q)),
             Backend::Redis(s) => Box::pin(s.job_stats(q)).await,
         }
     }
@@ -456,113 +442,6 @@ impl Store {
     }
 }
 
-/// One `enter` call: take `permits` of the gate for `ttl_ms`, or (if `queue`)
-/// join the line under ticket `id`.
-#[derive(Debug, Clone)]
-pub(crate) struct EnterRequest<'a> {
-    pub(crate) id: &'a str,
-    pub(crate) permits: u32,
-    pub(crate) capacity: Option<u32>,
-    pub(crate) ttl_ms: u64,
-    pub(crate) heartbeat_ms: u64,
-    pub(crate) queue: bool,
-    /// Who is asking, shown in the holder list while they hold.
-    pub(crate) label: Option<&'a str>,
-}
-
-/// A lease the store just granted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub(crate) fence: u64,
-    /// Milliseconds until the lease ends, by the store's clock.
-    pub(crate) ttl_ms: u64,
-}
-
-/// A ticket's place in line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Place {
-    /// 1 for the head of the line.
-    pub position: u64,
-    /// How many tickets wait in line, this one included.
-    pub waiting: u64,
-    /// Estimated wait: position × the average interval between departures
-    /// (releases and expiries) measured on this gate, as a moving average.
-    /// `None` until two departures have been seen.
-    pub eta: Option<Duration>,
-}
-
-/// Why an entry without queueing was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Occupancy {
-    /// Permits held now.
-    pub used: u64,
-    /// The gate's capacity.
-    pub capacity: u32,
-    /// Tickets waiting in line.
-    pub waiting: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Entry {
-    Granted(Grant),
-    Queued(Place),
-    Busy(Occupancy),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Poll {
-    Granted(Grant),
-    Queued(Place),
-    /// Neither holding nor waiting: dropped for missing heartbeats, cancelled,
-    /// or expired.
-    Unknown,
-}
-
-/// What `leave` found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Left {
-    /// A lease ended early; its permits went to the line.
-    Released,
-    /// A ticket left the line.
-    Cancelled,
-    /// Nothing by that id (already expired or never there).
-    Unknown,
-}
-
-/// One current holder of a gate, as [`Gate::holders`](crate::Gate::holders)
-/// lists them: soonest to end first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holding {
-    /// The label given when entering, if any.
-    pub label: Option<String>,
-    /// Time left on the lease, by the store's clock.
-    pub ttl: Duration,
-}
-
-/// A snapshot of one gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GateStats {
-    /// The stored capacity, if any request or `set_capacity` has set one.
-    pub capacity: Option<u32>,
-    /// Permits held now.
-    pub used: u64,
-    /// Leases held now.
-    pub holders: u64,
-    /// Tickets in line.
-    pub waiting: u64,
-    /// Leases granted since the gate was created.
-    pub grants: u64,
-    /// Leases that ended by expiry rather than release.
-    pub expiries: u64,
-    /// The last fencing token handed out (0 if none yet).
-    pub fence: u64,
-    /// Admissions are paused: everyone new queues (see `Gate::pause`).
-    pub paused: bool,
-    /// At most one admission per this interval, if set
-    /// (`Gate::set_admission_interval`).
-    pub admission_interval: Option<Duration>,
-}
-
 /// How many names the embedded store holds state for
 /// ([`Store::memory_footprint`]). Reads never add to these; idle names
 /// leave them.
@@ -575,150 +454,4 @@ pub struct MemoryFootprint {
     /// Rate-limit keys stored (those whose budget is fully restored go at
     /// the next sweep).
     pub limit_keys: usize,
-}
-
-/// The most ids one [`Gate::watch_state`](crate::Gate::watch_state) answer
-/// carries; a longer log is answered over several calls (each answer's
-/// cursor continues where it stopped).
-pub const MAX_REVOKED_PER_WATCH: usize = 10_000;
-
-/// The largest cursor a watch takes (2^53: exact in Lua's numbers).
-const MAX_CURSOR: u64 = 1 << 53;
-
-/// What a server that keeps a local view of a gate needs to know, read in
-/// one step without changing anything: see
-/// [`Gate::watch_state`](crate::Gate::watch_state).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct GateWatch {
-    /// This incarnation of the gate's state: set when the state is created
-    /// by a writing operation, new whenever it is created anew (the store
-    /// lost its data: `FLUSHALL`, a restart without persistence, a failover
-    /// to an empty replica; or the state was dropped while idle). `None`
-    /// while the gate has no state. Compare it between calls; its value
-    /// means nothing else.
-    pub epoch: Option<u64>,
-    /// The stored capacity, if any.
-    pub capacity: Option<u32>,
-    /// Admissions are paused.
-    pub paused: bool,
-    /// The least interval between admissions, if set.
-    pub admission_interval: Option<Duration>,
-    /// Tokens of holders ended by [`Gate::end`](crate::Gate::end) from the
-    /// cursor asked for on, oldest first, at most
-    /// [`MAX_REVOKED_PER_WATCH`]. One may come again in a later answer
-    /// (ended twice); keep a set.
-    pub revoked: Vec<String>,
-    /// Pass it as `since` next time: no end missed, none answered twice.
-    /// It grows with the store's time (ms × 1024, a counter within a
-    /// millisecond). After the epoch changed, start again from 0.
-    pub cursor: u64,
-}
-
-/// Wake-ups for waiters in this process, keyed by ticket id. A hand-off
-/// carries the fence of the lease it grants, so the waiter can start work
-/// without another round trip. Several watchers of one ticket (a waiting
-/// `acquire` and a long-poll, say) each get the wake-up. `Notify` keeps one
-/// permit, so a wake-up that arrives before the watcher sleeps is not lost.
-#[derive(Debug, Default)]
-pub(crate) struct Wakers {
-    map: Mutex<HashMap<String, Vec<Arc<Slot>>>>,
-}
-
-#[derive(Debug, Default)]
-struct Slot {
-    notify: Notify,
-    /// Fence of a lease handed to this ticket, if a hand-off said so.
-    handed: Mutex<Option<u64>>,
-}
-
-impl Wakers {
-    pub(crate) fn register(self: &Arc<Self>, id: &str) -> Watch {
-        let slot = Arc::new(Slot::default());
-        self.map
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(id.to_owned())
-            .or_default()
-            .push(slot.clone());
-        Watch {
-            wakers: self.clone(),
-            id: id.to_owned(),
-            slot,
-        }
-    }
-
-    /// Tells the watchers of `id` that it was handed the lease with `fence`.
-    pub(crate) fn hand_off(&self, id: &str, fence: u64) {
-        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        for slot in map.get(id).into_iter().flatten() {
-            *slot.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(fence);
-            slot.notify.notify_one();
-        }
-    }
-
-    /// Wakes up to `n` watchers of `id` (a job queue's sleeping consumers).
-    pub(crate) fn wake(&self, id: &str, n: usize) {
-        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        for slot in map.get(id).into_iter().flatten().take(n) {
-            slot.notify.notify_one();
-        }
-    }
-
-    /// Wakes every watcher to look for itself (hand-offs may have been lost).
-    pub(crate) fn wake_all(&self) {
-        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        for slot in map.values().flatten() {
-            slot.notify.notify_one();
-        }
-    }
-}
-
-/// A registered interest in one ticket; unregisters on drop.
-#[derive(Debug)]
-pub(crate) struct Watch {
-    wakers: Arc<Wakers>,
-    id: String,
-    slot: Arc<Slot>,
-}
-
-impl Watch {
-    /// Waits for a wake-up or `timeout`, whichever is first. Returns the
-    /// fence if the wake-up was a hand-off.
-    pub(crate) async fn wait(&self, timeout: Duration) -> Option<u64> {
-        let _ = tokio::time::timeout(timeout, self.slot.notify.notified()).await;
-        self.slot
-            .handed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let mut map = self.wakers.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slots) = map.get_mut(&self.id) {
-            slots.retain(|s| !Arc::ptr_eq(s, &self.slot));
-            if slots.is_empty() {
-                map.remove(&self.id);
-            }
-        }
-    }
-}
-
-/// Keeps this process subscribed to one gate's hand-off channel.
-#[derive(Debug)]
-pub(crate) struct Listening {
-    pub(crate) fresh: bool,
-    pub(crate) _guard: redis::SubscriptionGuard,
-}
-
-pub(crate) fn check_capacity(capacity: u32) -> Result<u32> {
-    if capacity == 0 || capacity > crate::MAX_CAPACITY {
-        return Err(Error::invalid(format!(
-            "capacity must be between 1 and {}, got {capacity}",
-            crate::MAX_CAPACITY
-        )));
-    }
-    Ok(capacity)
 }

@@ -46,7 +46,7 @@ pub(crate) trait Shelved: Default {
 }
 
 #[derive(Debug)]
-pub(super) struct Shelf<S> {
+pub(in crate::store) struct Shelf<S> {
     inner: Mutex<Inner<S>>,
 }
 
@@ -98,7 +98,7 @@ impl<S: Shelved> Shelf<S> {
     /// reads and heartbeats do not, so a reader polling a gate (metrics)
     /// does not keep it forever (what they hold is counted by its
     /// deadlines).
-    pub(super) fn with<T>(
+    pub(in crate::store) fn with<T>(
         &self,
         name: &Name,
         now: u64,
@@ -145,7 +145,13 @@ impl<S: Shelved> Shelf<S> {
 
     /// Runs `read` on `name`'s state, if it has one, without creating it
     /// or counting as activity.
-    pub(super) fn peek<T>(&self, name: &Name, now: u64, idle: u64, read: impl FnOnce(Option<&S>) -> T) -> T {
+    pub(in crate::store) fn peek<T>(
+        &self,
+        name: &Name,
+        now: u64,
+        idle: u64,
+        read: impl FnOnce(Option<&S>) -> T,
+    ) -> T {
         let held = {
             let mut inner = self.lock();
             inner.sweep(now, idle);

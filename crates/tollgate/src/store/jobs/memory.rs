@@ -1,135 +1,19 @@
-//! Job queues: the operations both stores implement, and the memory
-//! store's version (the reference for `lua/jobs.lua`).
+//! Job queues in the embedded store, the reference model of `jobs.lua`:
+//! one queue's state and steps, and each operation as one critical
+//! section over it.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use super::memory::Shelved;
+use crate::error::{Error, Result};
+use crate::name::Name;
+use crate::store::memory::{MemoryStore, Shelved};
 
-/// When a pushed job becomes due.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum When {
-    /// This long after the store's now (ms).
-    Delay(u64),
-    /// At this store time (ms since the epoch).
-    At(u64),
-}
-
-/// How a job waits between attempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BackoffSpec {
-    /// `f` fixed or `e` exponential (with jitter).
-    pub(crate) kind: char,
-    pub(crate) base_ms: u64,
-    pub(crate) max_ms: u64,
-}
-
-#[derive(Debug)]
-pub(crate) struct PushReq<'a> {
-    pub(crate) id: &'a str,
-    pub(crate) payload: &'a [u8],
-    pub(crate) when: When,
-    pub(crate) priority: u8,
-    pub(crate) max_attempts: u32,
-    pub(crate) backoff: BackoffSpec,
-    pub(crate) replace: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PushOutcome {
-    New { run_at_ms: u64 },
-    Kept,
-    Replaced { run_at_ms: u64 },
-    Busy,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RawJob {
-    pub(crate) id: String,
-    pub(crate) payload: Vec<u8>,
-    pub(crate) attempt: u32,
-    pub(crate) fence: u64,
-    pub(crate) deadline_ms: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ClaimOutcome {
-    /// At least one job.
-    Jobs(Vec<RawJob>),
-    /// Nothing claimable; when something may be (store ms), if known, and
-    /// the store's now (so the consumer can sleep exactly until then).
-    Empty { next_due_ms: Option<u64>, now_ms: u64 },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NackOutcome {
-    Retry { run_at_ms: u64 },
-    Dead,
-    NotHeld,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CancelOutcome {
-    Cancelled,
-    Running,
-    Purged,
-    Unknown,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RescheduleOutcome {
-    Moved { run_at_ms: u64 },
-    Running,
-    Unknown,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RawDead {
-    pub(crate) id: String,
-    pub(crate) died_ms: u64,
-    pub(crate) attempts: u32,
-    pub(crate) payload: Vec<u8>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct RawStats {
-    pub(crate) ready: u64,
-    pub(crate) delayed: u64,
-    pub(crate) in_flight: u64,
-    pub(crate) dead: u64,
-    pub(crate) pushed: u64,
-    pub(crate) claimed: u64,
-    pub(crate) acked: u64,
-    pub(crate) retried: u64,
-    pub(crate) dead_total: u64,
-    pub(crate) redelivered: u64,
-    /// Completed jobs kept after their ack.
-    pub(crate) completed: u64,
-    /// Every promotion's lateness: the sum (ms) and a count per bucket of
-    /// LATENESS_BOUNDS_MS, plus one for later than the last bound.
-    pub(crate) lateness_sum_ms: u64,
-    pub(crate) lateness_buckets: Vec<u64>,
-    pub(crate) lateness_ms: Vec<u64>,
-}
-
-/// A completed job kept after its ack.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RawDone {
-    pub(crate) id: String,
-    pub(crate) acked_ms: u64,
-    pub(crate) payload: Vec<u8>,
-}
-
-/// How many acked jobs to keep, and for how long (ms).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Keep {
-    pub(crate) count: u64,
-    pub(crate) ms: u64,
-}
+use super::{
+    BackoffSpec, CancelOutcome, ClaimOutcome, Keep, LATENESS_BOUNDS_MS, NackOutcome, PushOutcome, PushReq,
+    RawDead, RawDone, RawJob, RawStats, RescheduleOutcome, When, wake_key,
+};
 
 const BATCH: usize = 100;
-/// Upper bounds (ms) of the lateness histogram's buckets (as in jobs.lua).
-pub(crate) const LATENESS_BOUNDS_MS: [u64; 13] =
-    [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
 const LATENESS_KEPT: usize = 200;
 /// Dead letters kept per queue; the oldest beyond go.
 pub(crate) const DEAD_KEPT: usize = 10_000;
@@ -674,6 +558,140 @@ pub(crate) fn backoff_delay(b: &BackoffSpec, attempts: u32, jitter: f64) -> u64 
         (exp * (0.5 + 0.5 * jitter)).floor() as u64
     } else {
         b.base_ms
+    }
+}
+
+/// The job-queue operations of the embedded store.
+impl MemoryStore {
+    /// Runs `op` on job queue `q` (now in store ms); wakes as many sleeping
+    /// consumers as it says (`true` is one).
+    fn with_queue<T, W: Into<usize>>(&self, q: &Name, op: impl FnOnce(&mut Queue, u64) -> (T, W)) -> T {
+        self.on_queue(q, true, op)
+    }
+
+    /// `with_queue` for an operation that only reads (it does not keep an
+    /// idle queue alive).
+    fn read_queue<T>(&self, q: &Name, op: impl FnOnce(&mut Queue, u64) -> T) -> T {
+        self.on_queue(q, false, |queue, now| (op(queue, now), false))
+    }
+
+    fn on_queue<T, W: Into<usize>>(
+        &self,
+        q: &Name,
+        touch: bool,
+        op: impl FnOnce(&mut Queue, u64) -> (T, W),
+    ) -> T {
+        let now = self.clock.now_ms();
+        let (out, wake) = self
+            .queues
+            .with(q, now, self.idle_ms, touch, Queue::default, |queue| {
+                op(queue, now)
+            });
+        let wake = wake.into();
+        if wake > 0 {
+            self.wakers.wake(&wake_key(q), wake);
+        }
+        out
+    }
+
+    pub(crate) fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>, store: bool) -> (u32, bool) {
+        self.on_queue(q, store, |queue, _| (queue.layout(want, expect, store), false))
+    }
+
+    /// Fails if the queue is retired (a partition of a replaced layout).
+    pub(crate) fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
+        self.with_queue(q, |queue, now| {
+            if queue.retired {
+                return (Err(Error::retired(q.as_str())), 0);
+            }
+            let mut woken = 0;
+            let outcomes = reqs
+                .iter()
+                .map(|req| {
+                    let (outcome, wake) = queue.push(req, now);
+                    woken += usize::from(wake);
+                    outcome
+                })
+                .collect();
+            (Ok(outcomes), woken)
+        })
+    }
+
+    pub(crate) fn job_retire(&self, q: &Name, close: bool) -> (bool, [u64; 4]) {
+        self.with_queue(q, |queue, _| (queue.retire(close), false))
+    }
+
+    /// Acks the deliveries `acks` (whether each was that delivery's), then
+    /// claims up to `max` jobs (none with 0), in one step.
+    pub(crate) fn job_claim(
+        &self,
+        q: &Name,
+        acks: &[(&str, u64)],
+        keep: Option<Keep>,
+        lease_ms: u64,
+        max: usize,
+    ) -> (Vec<bool>, ClaimOutcome) {
+        self.with_queue(q, |queue, now| {
+            let acked = acks
+                .iter()
+                .map(|(id, fence)| queue.ack(id, *fence, keep, now))
+                .collect();
+            if max == 0 {
+                let empty = ClaimOutcome::Empty {
+                    next_due_ms: None,
+                    now_ms: now,
+                };
+                return ((acked, empty), 0);
+            }
+            let (claimed, wake) = queue.claim(lease_ms, max, now);
+            ((acked, claimed), wake)
+        })
+    }
+
+    pub(crate) fn job_done(&self, q: &Name, limit: usize) -> Vec<RawDone> {
+        self.read_queue(q, |queue, _| queue.done(limit))
+    }
+
+    pub(crate) fn job_nack(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        delay_ms: Option<u64>,
+        jitter: f64,
+    ) -> NackOutcome {
+        self.with_queue(q, |queue, now| queue.nack(id, fence, delay_ms, jitter, now))
+    }
+
+    pub(crate) fn job_extend(&self, q: &Name, id: &str, fence: u64, lease_ms: u64) -> Option<u64> {
+        self.with_queue(q, |queue, now| (queue.extend(id, fence, lease_ms, now), false))
+    }
+
+    pub(crate) fn job_cancel(&self, q: &Name, id: &str) -> CancelOutcome {
+        self.with_queue(q, |queue, _| (queue.cancel(id), false))
+    }
+
+    pub(crate) fn job_reschedule(&self, q: &Name, id: &str, when: When) -> RescheduleOutcome {
+        self.with_queue(q, |queue, now| queue.reschedule(id, when, now))
+    }
+
+    pub(crate) fn job_dead(&self, q: &Name, limit: usize) -> Vec<RawDead> {
+        self.read_queue(q, |queue, _| queue.dead(limit))
+    }
+
+    pub(crate) fn job_replay(&self, q: &Name, id: Option<&str>) -> u64 {
+        self.with_queue(q, |queue, _| {
+            let n = queue.replay(id);
+            (n, n > 0)
+        })
+    }
+
+    pub(crate) fn job_purge(&self, q: &Name, id: Option<&str>) -> u64 {
+        self.with_queue(q, |queue, _| (queue.purge(id), false))
+    }
+
+    pub(crate) fn job_stats(&self, q: &Name) -> RawStats {
+        self.read_queue(q, |queue, now| queue.stats(now))
     }
 }
 

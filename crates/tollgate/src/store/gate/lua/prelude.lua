@@ -115,6 +115,7 @@ local holders, waiting = 0, 0
 local function next_fence()
   -- Fences start from the clock, so they keep growing even if Redis loses
   -- the meta hash (a restart without persistence), as long as time does.
+  -- The same rule as GateState::grant in src/store/gate/memory.rs.
   if Mf == 0 then
     Mf = now * 1000
     Mb = Mf
@@ -123,7 +124,8 @@ local function next_fence()
   return Mf
 end
 
--- Records `n` departures now, for the estimated wait.
+-- Records `n` departures now, for the estimated wait (as GateState::depart
+-- in src/store/gate/memory.rs).
 local function depart(n)
   for _ = 1, n do
     if Ml > 0 then
@@ -134,7 +136,8 @@ local function depart(n)
   end
 end
 
--- A waiter's estimated wait, -1 until two departures have been seen.
+-- A waiter's estimated wait, -1 until two departures have been seen (as
+-- GateState::eta in src/store/gate/memory.rs).
 local function eta(position)
   if Mr == nil then return -1 end
   return position * Mr

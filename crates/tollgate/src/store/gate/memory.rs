@@ -1,17 +1,24 @@
-//! One gate's state in the embedded store, and the steps every operation
-//! is made of (expiry, promotion, grants), as prelude.lua does them on
-//! Redis.
+//! Gates in the embedded store, the reference model of the Lua scripts in
+//! `lua/`: one gate's state, the steps every operation is made of
+//! (expiry, promotion, grants, as `prelude.lua` does them on Redis), and
+//! each operation as one critical section over that state.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
+
+use crate::name::Name;
+use crate::store::memory::{MemoryStore, Shelved};
 
 use super::line::Line;
-use super::shelf::Shelved;
+use super::{
+    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
+    capacity_conflict, no_capacity, permits_exceed,
+};
 
 #[derive(Debug, Default)]
-pub(super) struct GateState {
+pub(in crate::store) struct GateState {
     /// This incarnation of the state (see `GateWatch::epoch`).
     pub(super) epoch: u64,
     pub(super) capacity: Option<u32>,
@@ -91,12 +98,6 @@ pub(super) struct Ticket {
     pub(super) label: Option<String>,
 }
 
-pub(super) fn permits_exceed(permits: u32, capacity: u32) -> Error {
-    Error::invalid(format!(
-        "asked for {permits} permits but the gate's capacity is {capacity}"
-    ))
-}
-
 impl Shelved for GateState {
     fn is_blank(&self) -> bool {
         self.capacity.is_none()
@@ -133,21 +134,13 @@ impl Shelved for GateState {
 impl GateState {
     pub(super) fn resolve_capacity(&mut self, asked: Option<u32>) -> Result<u32> {
         match (self.capacity, asked) {
-            (Some(have), Some(want)) if have != want => Err(Error::new(
-                ErrorKind::CapacityConflict,
-                format!(
-                    "the gate's capacity is {have}, the request says {want}; change it with set_capacity"
-                ),
-            )),
+            (Some(have), Some(want)) if have != want => Err(capacity_conflict(have, want)),
             (Some(have), _) => Ok(have),
             (None, Some(want)) => {
                 self.capacity = Some(want);
                 Ok(want)
             }
-            (None, None) => Err(Error::new(
-                ErrorKind::NoCapacity,
-                "the gate has no capacity yet; name one in the request or set_capacity",
-            )),
+            (None, None) => Err(no_capacity()),
         }
     }
 
@@ -232,7 +225,8 @@ impl GateState {
         // Fences start from the clock so they keep growing even if the state
         // is lost (a restarted process), as long as the clock does; and
         // above every fence of a dropped state, which may have run ahead
-        // of the clock (more than 1,000 grants a millisecond).
+        // of the clock (more than 1,000 grants a millisecond). The same
+        // rule as `next_fence` in lua/prelude.lua.
         if self.fence == 0 {
             self.fence = (now * 1000).max(self.fence_floor);
         }
@@ -254,7 +248,8 @@ impl GateState {
         self.fence
     }
 
-    /// Records a departure, for the estimated wait (as the Lua prelude).
+    /// Records a departure, for the estimated wait (as `depart` in
+    /// lua/prelude.lua).
     pub(super) fn depart(&mut self, now: u64) {
         if self.last_departure > 0 {
             let gap = now.saturating_sub(self.last_departure);
@@ -266,6 +261,7 @@ impl GateState {
         self.last_departure = now;
     }
 
+    /// A waiter's estimated wait, as `eta` in lua/prelude.lua.
     pub(super) fn eta(&self, position: u64) -> Option<Duration> {
         self.gap_ms.map(|gap| Duration::from_millis(position * gap))
     }
@@ -336,5 +332,270 @@ impl GateState {
                 label,
             },
         );
+    }
+}
+
+/// The gate operations of the embedded store.
+impl MemoryStore {
+    /// A fresh epoch: the clock in µs and three random digits, as the Lua
+    /// scripts make it (head.lua).
+    fn new_epoch(&self) -> u64 {
+        self.clock.now_us() * 1000 + rand::random_range(0..1000)
+    }
+
+    /// Runs `op` on the gate's state after expiring what ended, then wakes
+    /// the waiters that were handed a lease along the way. A gate without
+    /// state gets a blank one, kept only if `op` wrote to it: a read (or a
+    /// write that changed nothing) leaves no trace, as on Redis.
+    fn with_gate<T>(
+        &self,
+        gate: &Name,
+        op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
+    ) -> Result<T> {
+        self.on_gate(gate, true, op)
+    }
+
+    /// `with_gate` for reads and heartbeats: they do not count as activity
+    /// (see `Shelf::with`).
+    fn read_gate<T>(
+        &self,
+        gate: &Name,
+        op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
+    ) -> Result<T> {
+        self.on_gate(gate, false, op)
+    }
+
+    fn on_gate<T>(
+        &self,
+        gate: &Name,
+        touch: bool,
+        op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
+    ) -> Result<T> {
+        let now = self.clock.now_ms();
+        let mut handed = Vec::new();
+        let new = || GateState {
+            epoch: self.new_epoch(),
+            ..GateState::default()
+        };
+        let out = self.gates.with(gate, now, self.idle_ms, touch, new, |state| {
+            state.expire(now);
+            state.promote(now, &mut handed);
+            op(state, now, &mut handed)
+        });
+        for (id, fence) in &handed {
+            self.wakers.hand_off(id, *fence);
+        }
+        out
+    }
+
+    pub(crate) fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
+        self.with_gate(gate, |s, now, _| {
+            let capacity = s.resolve_capacity(req.capacity)?;
+            if req.permits > capacity {
+                return Err(permits_exceed(req.permits, capacity));
+            }
+            if s.holders.contains_key(req.id) || s.tickets.contains_key(req.id) {
+                return Err(Error::invalid("that id is already in use on this gate"));
+            }
+            if s.line.is_empty() && s.used + u64::from(req.permits) <= u64::from(capacity) && s.may_admit(now)
+            {
+                s.admitted(now);
+                let label = req.label.map(str::to_owned);
+                let fence = s.grant(req.id, req.permits, now + req.ttl_ms, now, false, label);
+                return Ok(Entry::Granted(Grant {
+                    fence,
+                    ttl_ms: req.ttl_ms,
+                }));
+            }
+            if !req.queue {
+                return Ok(Entry::Busy(Occupancy {
+                    used: s.used,
+                    capacity,
+                    waiting: s.line.len() as u64,
+                }));
+            }
+            s.queue(
+                req.id,
+                req.permits,
+                now + req.heartbeat_ms,
+                req.label.map(str::to_owned),
+            );
+            let waiting = s.line.len() as u64;
+            Ok(Entry::Queued(Place {
+                position: waiting,
+                waiting,
+                eta: s.eta(waiting),
+            }))
+        })
+    }
+
+    pub(crate) fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+        self.read_gate(gate, |s, now, handed| {
+            if s.expire_one(id, now) {
+                s.promote(now, handed);
+                return Ok(Poll::Unknown);
+            }
+            if let Some(h) = s.holders.get(id) {
+                if !h.pending {
+                    return Ok(Poll::Granted(Grant {
+                        fence: if h.handed { h.fence } else { 0 },
+                        ttl_ms: h.expires - now,
+                    }));
+                }
+                let fence = h.fence;
+                s.set_expiry(id, now + ttl_ms);
+                return Ok(Poll::Granted(Grant { fence, ttl_ms }));
+            }
+            let Some(t) = s.tickets.get_mut(id) else {
+                return Ok(Poll::Unknown);
+            };
+            let (slot, old) = (t.slot, t.deadline);
+            t.deadline = now + hb_ms;
+            s.ticket_deadline.remove(&(old, id.to_owned()));
+            s.ticket_deadline.insert((now + hb_ms, id.to_owned()));
+            let position = s.line.position(slot);
+            Ok(Poll::Queued(Place {
+                position,
+                waiting: s.line.len() as u64,
+                eta: s.eta(position),
+            }))
+        })
+    }
+
+    pub(crate) fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+        self.with_gate(gate, |s, now, handed| {
+            // An ended lease is never renewed, swept or not.
+            if s.expire_one(id, now) {
+                s.promote(now, handed);
+                return Ok(None);
+            }
+            let Some(h) = s.holders.get(id) else {
+                return Ok(None);
+            };
+            let fence = h.fence;
+            s.set_expiry(id, now + ttl_ms);
+            Ok(Some(Grant { fence, ttl_ms }))
+        })
+    }
+
+    /// Releases or cancels `id`; with `keep_ms` (an end), a released
+    /// holder is recorded in the revocation log in the same step.
+    pub(crate) fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
+        self.with_gate(gate, |s, now, handed| {
+            if s.expire_one(id, now) {
+                // It ended before this call: an expiry, not a release.
+                s.promote(now, handed);
+                return Ok(Left::Unknown);
+            }
+            if let Some(h) = s.holders.remove(id) {
+                s.holder_expiry.remove(&(h.expires, id.to_owned()));
+                s.used -= u64::from(h.permits);
+                s.depart(now);
+                if let Some(keep) = keep_ms {
+                    s.record_end(id, now, keep);
+                }
+                s.promote(now, handed);
+                return Ok(Left::Released);
+            }
+            if s.drop_ticket(id) {
+                // The head leaving may let the next one in.
+                s.promote(now, handed);
+                return Ok(Left::Cancelled);
+            }
+            Ok(Left::Unknown)
+        })
+    }
+
+    pub(crate) fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
+        self.with_gate(gate, |s, now, handed| {
+            s.capacity = Some(capacity);
+            s.promote(now, handed);
+            Ok(())
+        })
+    }
+
+    pub(crate) fn set_admission(
+        &self,
+        gate: &Name,
+        paused: Option<bool>,
+        every_ms: Option<u64>,
+    ) -> Result<()> {
+        self.with_gate(gate, |s, now, handed| {
+            if let Some(p) = paused {
+                s.paused = p;
+            }
+            if let Some(every) = every_ms {
+                s.admit_every_ms = every;
+                if every == 0 {
+                    s.admit_at = 0;
+                }
+            }
+            s.promote(now, handed);
+            Ok(())
+        })
+    }
+
+    pub(crate) fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
+        self.read_gate(gate, |s, now, _| {
+            // Leases that ended but are not swept yet are not listed.
+            Ok(s.holder_expiry
+                .range((now + 1, String::new())..)
+                .take(limit as usize)
+                .filter_map(|(expires, id)| {
+                    s.holders.get(id).map(|h| Holding {
+                        label: h.label.clone(),
+                        ttl: Duration::from_millis(expires.saturating_sub(now)),
+                    })
+                })
+                .collect())
+        })
+    }
+
+    /// The gate's epoch, settings and revocation log from `since` on (see
+    /// watch.lua): reads only, creates nothing, expires nothing, and does
+    /// not count as activity (as on Redis, where a watch writes nothing).
+    pub(crate) fn watch_state(&self, gate: &Name, since: u64, max: usize) -> GateWatch {
+        let now = self.clock.now_ms();
+        self.gates.peek(gate, now, self.idle_ms, |s| {
+            let Some(s) = s else {
+                return GateWatch {
+                    cursor: since,
+                    ..GateWatch::default()
+                };
+            };
+            let from = since.max(now.saturating_sub(s.revoke_keep_ms) * 1024);
+            let page: Vec<(u64, &String)> = s.revoked.range(from..).take(max).map(|(k, v)| (*k, v)).collect();
+            // Never past the last score handed out: the next end scores
+            // above it whatever the clock says.
+            let cursor = match page.last() {
+                Some((last, _)) if page.len() == max => last + 1,
+                _ if s.revoke_last > 0 => (s.revoke_last + 1).max(since),
+                _ => since,
+            };
+            GateWatch {
+                epoch: Some(s.epoch),
+                capacity: s.capacity,
+                paused: s.paused,
+                admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
+                revoked: page.into_iter().map(|(_, id)| id.clone()).collect(),
+                cursor,
+            }
+        })
+    }
+
+    pub(crate) fn stats(&self, gate: &Name) -> Result<GateStats> {
+        self.read_gate(gate, |s, _, _| {
+            Ok(GateStats {
+                capacity: s.capacity,
+                used: s.used,
+                holders: s.holders.len() as u64,
+                waiting: s.line.len() as u64,
+                grants: s.grants,
+                expiries: s.expiries,
+                fence: s.fence,
+                paused: s.paused,
+                admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
+            })
+        })
     }
 }

@@ -1,5 +1,5 @@
 //! Rate-limit arithmetic shared by the memory store, written once as pure
-//! functions of (state, now, limit, cost). `lua/limit.lua` does the same
+//! functions of (state, now, limit, cost). `limit.lua` does the same
 //! steps on Redis; the conformance tests hold both to the same answers.
 //!
 //! GCRA works in nanoseconds (one "theoretical arrival time" per key),
@@ -7,8 +7,11 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::limit::{Algorithm, Decision, Limit, decision};
+use super::{Algorithm, Decision, Limit, decision};
+use std::sync::PoisonError;
+
 use crate::name::Name;
+use crate::store::memory::MemoryStore;
 
 /// A key's state and when it expires (µs); an expired state is the same as
 /// none, as on Redis.
@@ -249,10 +252,19 @@ fn windows(
     (decision(limit, true, remaining, 0, ns(left + p)), Some(state))
 }
 
+/// The rate-limit decision of the embedded store.
+impl MemoryStore {
+    pub(crate) fn limit(&self, limiter: &Name, key: &str, limit: &Limit, cost: u64) -> Decision {
+        let now = self.clock.now_us();
+        let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+        limits.check(limiter, key, limit, cost, now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::Rate;
+    use crate::store::limit::Rate;
 
     #[test]
     fn idle_keys_are_swept() {

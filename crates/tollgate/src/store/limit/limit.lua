@@ -1,4 +1,5 @@
--- One rate-limit decision, the same steps as src/store/limits.rs.
+-- One rate-limit decision, the same steps as src/store/limit/memory.rs
+-- (its `gcra` and `windows`, the reference model).
 -- KEYS[1]: the key's state: a string (GCRA: arrival time, ns since the
 --          epoch) or a hash (windows: w, c, p).
 -- ARGV: algorithm ('g', 'f' or 's'), cost, then

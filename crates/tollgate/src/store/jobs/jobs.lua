@@ -1,5 +1,6 @@
 -- jobs.lua: every job-queue operation, chosen by ARGV[1]. The same steps
--- as src/store/jobs.rs (the memory store); both pass one conformance suite.
+-- as src/store/jobs/memory.rs (`Queue`, the memory store's reference
+-- model); both pass one conformance suite (tests/stores_agree.rs).
 --
 -- Keys of one queue, all under one hash tag:
 --   KEYS[1] m  HASH  s push sequence (pushes and replacements), f last

@@ -1,0 +1,191 @@
+//! Gate operations' argument and answer types, shared by both stores,
+//! and the words both stores answer with when a request does not fit the
+//! gate (one constructor each, so the stores say the same thing).
+
+mod line;
+pub(crate) mod memory;
+mod redis;
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// One `enter` call: take `permits` of the gate for `ttl_ms`, or (if `queue`)
+/// join the line under ticket `id`.
+#[derive(Debug, Clone)]
+pub(crate) struct EnterRequest<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) permits: u32,
+    pub(crate) capacity: Option<u32>,
+    pub(crate) ttl_ms: u64,
+    pub(crate) heartbeat_ms: u64,
+    pub(crate) queue: bool,
+    /// Who is asking, shown in the holder list while they hold.
+    pub(crate) label: Option<&'a str>,
+}
+
+/// A lease the store just granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) fence: u64,
+    /// Milliseconds until the lease ends, by the store's clock.
+    pub(crate) ttl_ms: u64,
+}
+
+/// A ticket's place in line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// 1 for the head of the line.
+    pub position: u64,
+    /// How many tickets wait in line, this one included.
+    pub waiting: u64,
+    /// Estimated wait: position × the average interval between departures
+    /// (releases and expiries) measured on this gate, as a moving average.
+    /// `None` until two departures have been seen.
+    pub eta: Option<Duration>,
+}
+
+/// Why an entry without queueing was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Occupancy {
+    /// Permits held now.
+    pub used: u64,
+    /// The gate's capacity.
+    pub capacity: u32,
+    /// Tickets waiting in line.
+    pub waiting: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    Granted(Grant),
+    Queued(Place),
+    Busy(Occupancy),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Poll {
+    Granted(Grant),
+    Queued(Place),
+    /// Neither holding nor waiting: dropped for missing heartbeats, cancelled,
+    /// or expired.
+    Unknown,
+}
+
+/// What [`Gate::leave`](crate::Gate::leave) (or `end`) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// A held lease was released; its permits went to the line.
+    Released,
+    /// A ticket left the line.
+    Cancelled,
+    /// Nothing by that token: it had already ended.
+    Unknown,
+}
+
+/// One current holder of a gate, as [`Gate::holders`](crate::Gate::holders)
+/// lists them: soonest to end first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// The label given when entering, if any.
+    pub label: Option<String>,
+    /// Time left on the lease, by the store's clock.
+    pub ttl: Duration,
+}
+
+/// A snapshot of one gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GateStats {
+    /// The stored capacity, if any request or `set_capacity` has set one.
+    pub capacity: Option<u32>,
+    /// Permits held now.
+    pub used: u64,
+    /// Leases held now.
+    pub holders: u64,
+    /// Tickets in line.
+    pub waiting: u64,
+    /// Leases granted since the gate was created.
+    pub grants: u64,
+    /// Leases that ended by expiry rather than release.
+    pub expiries: u64,
+    /// The last fencing token handed out (0 if none yet).
+    pub fence: u64,
+    /// Admissions are paused: everyone new queues (see `Gate::pause`).
+    pub paused: bool,
+    /// At most one admission per this interval, if set
+    /// (`Gate::set_admission_interval`).
+    pub admission_interval: Option<Duration>,
+}
+
+/// The most ids one [`Gate::watch_state`](crate::Gate::watch_state) answer
+/// carries; a longer log is answered over several calls (each answer's
+/// cursor continues where it stopped).
+pub const MAX_REVOKED_PER_WATCH: usize = 10_000;
+
+/// The largest cursor a watch takes (2^53: exact in Lua's numbers).
+pub(super) const MAX_CURSOR: u64 = 1 << 53;
+
+/// What a server that keeps a local view of a gate needs to know, read in
+/// one step without changing anything: see
+/// [`Gate::watch_state`](crate::Gate::watch_state).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GateWatch {
+    /// This incarnation of the gate's state: set when the state is created
+    /// by a writing operation, new whenever it is created anew (the store
+    /// lost its data: `FLUSHALL`, a restart without persistence, a failover
+    /// to an empty replica; or the state was dropped while idle). `None`
+    /// while the gate has no state. Compare it between calls; its value
+    /// means nothing else.
+    pub epoch: Option<u64>,
+    /// The stored capacity, if any.
+    pub capacity: Option<u32>,
+    /// Admissions are paused.
+    pub paused: bool,
+    /// The least interval between admissions, if set.
+    pub admission_interval: Option<Duration>,
+    /// Tokens of holders ended by [`Gate::end`](crate::Gate::end) from the
+    /// cursor asked for on, oldest first, at most
+    /// [`MAX_REVOKED_PER_WATCH`]. One may come again in a later answer
+    /// (ended twice); keep a set.
+    pub revoked: Vec<String>,
+    /// Pass it as `since` next time: no end missed, none answered twice.
+    /// It grows with the store's time (ms × 1024, a counter within a
+    /// millisecond). After the epoch changed, start again from 0.
+    pub cursor: u64,
+}
+
+/// The largest capacity a gate may have.
+pub const MAX_CAPACITY: u32 = 1_000_000;
+
+pub(crate) fn check_capacity(capacity: u32) -> Result<u32> {
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        return Err(Error::invalid(format!(
+            "capacity must be between 1 and {}, got {capacity}",
+            MAX_CAPACITY
+        )));
+    }
+    Ok(capacity)
+}
+
+/// A request naming a capacity other than the stored one `have`.
+pub(crate) fn capacity_conflict(have: impl std::fmt::Display, want: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::CapacityConflict,
+        format!("the gate's capacity is {have}, the request says {want}; change it with set_capacity"),
+    )
+}
+
+/// A request for more permits than the gate's `capacity`.
+pub(crate) fn permits_exceed(permits: u32, capacity: impl std::fmt::Display) -> Error {
+    Error::invalid(format!(
+        "asked for {permits} permits but the gate's capacity is {capacity}"
+    ))
+}
+
+/// A request naming no capacity on a gate that has none stored.
+pub(crate) fn no_capacity() -> Error {
+    Error::new(
+        ErrorKind::NoCapacity,
+        "the gate has no capacity yet; name one in the request or set_capacity",
+    )
+}

@@ -1,0 +1,237 @@
+//! Gates on Redis: each operation's arguments and the decoding of its
+//! script's reply (scripts in `lua/`: `head.lua` and `prelude.lua` are
+//! prepended to each, see `store/redis/script.rs`).
+
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::Name;
+use crate::store::redis::{Listening, RedisStore, unexpected};
+
+use super::{
+    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
+    capacity_conflict, no_capacity, permits_exceed,
+};
+
+impl RedisStore {
+    fn base(&self, gate: &Name) -> String {
+        format!("{}:gate:{{{}}}", self.prefix, gate.as_str())
+    }
+
+    async fn run(&self, script: &Script, gate: &Name, args: impl redis::ToRedisArgs) -> Result<Vec<i64>> {
+        self.run_as(script, gate, args).await
+    }
+
+    async fn run_as<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        gate: &Name,
+        args: impl redis::ToRedisArgs,
+    ) -> Result<T> {
+        let base = self.base(gate);
+        self.invoke(script, &gate_keys(&base), args, &base).await
+    }
+
+    pub(crate) async fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
+        let r = self
+            .run(
+                &self.scripts.enter,
+                gate,
+                (
+                    req.id,
+                    req.permits,
+                    req.capacity.unwrap_or(0),
+                    req.ttl_ms,
+                    req.heartbeat_ms,
+                    u8::from(req.queue),
+                    req.label.unwrap_or(""),
+                ),
+            )
+            .await?;
+        match r.as_slice() {
+            [1, fence, ttl] => Ok(Entry::Granted(grant(*fence, *ttl))),
+            [2, position, waiting, eta] => Ok(Entry::Queued(place(*position, *waiting, *eta))),
+            [3, used, capacity, waiting] => Ok(Entry::Busy(Occupancy {
+                used: *used as u64,
+                capacity: *capacity as u32,
+                waiting: *waiting as u64,
+            })),
+            [-1, have] => Err(capacity_conflict(have, req.capacity.unwrap_or(0))),
+            [-2, capacity] => Err(permits_exceed(req.permits, capacity)),
+            [-3] => Err(no_capacity()),
+            other => Err(unexpected("enter", other)),
+        }
+    }
+
+    pub(crate) async fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+        let r = self.run(&self.scripts.poll, gate, (id, ttl_ms, hb_ms)).await?;
+        match r.as_slice() {
+            [1, fence, ttl] => Ok(Poll::Granted(grant(*fence, *ttl))),
+            [2, position, waiting, eta] => Ok(Poll::Queued(place(*position, *waiting, *eta))),
+            [0] => Ok(Poll::Unknown),
+            other => Err(unexpected("poll", other)),
+        }
+    }
+
+    pub(crate) async fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+        let r = self.run(&self.scripts.renew, gate, (id, ttl_ms)).await?;
+        match r.as_slice() {
+            [1, ttl] => Ok(Some(grant(0, *ttl))),
+            [0] => Ok(None),
+            other => Err(unexpected("renew", other)),
+        }
+    }
+
+    /// Releases or cancels `id`; with `keep_ms` (an end), a released
+    /// holder is recorded in the revocation log in the same script.
+    pub(crate) async fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
+        let r = match keep_ms {
+            None => self.run(&self.scripts.leave, gate, id).await?,
+            Some(keep) => self.run(&self.scripts.leave, gate, (id, keep)).await?,
+        };
+        match r.as_slice() {
+            [1] => Ok(Left::Released),
+            [2] => Ok(Left::Cancelled),
+            [0] => Ok(Left::Unknown),
+            other => Err(unexpected("leave", other)),
+        }
+    }
+
+    pub(crate) async fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
+        let r = self.run(&self.scripts.set_capacity, gate, capacity).await?;
+        match r.as_slice() {
+            [1] => Ok(()),
+            other => Err(unexpected("set_capacity", other)),
+        }
+    }
+
+    pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
+        let r: Vec<redis::Value> = self.run_as(&self.scripts.holders, gate, limit).await?;
+        let mut out = Vec::with_capacity(r.len() / 2);
+        for pair in r.chunks(2) {
+            let [redis::Value::Int(ttl), label] = pair else {
+                return Err(Error::new(ErrorKind::Store, "unexpected reply to holders"));
+            };
+            let label = match label {
+                redis::Value::BulkString(b) if !b.is_empty() => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            };
+            out.push(Holding {
+                label,
+                ttl: Duration::from_millis((*ttl).max(0) as u64),
+            });
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
+        let r = self.run(&self.scripts.stats, gate, Vec::<String>::new()).await?;
+        match r.as_slice() {
+            [
+                capacity,
+                used,
+                holders,
+                waiting,
+                grants,
+                expiries,
+                fence,
+                paused,
+                every,
+            ] => Ok(GateStats {
+                capacity: u32::try_from(*capacity).ok(),
+                used: *used as u64,
+                holders: *holders as u64,
+                waiting: *waiting as u64,
+                grants: *grants as u64,
+                expiries: *expiries as u64,
+                fence: *fence as u64,
+                paused: *paused == 1,
+                admission_interval: (*every > 0).then(|| Duration::from_millis(*every as u64)),
+            }),
+            other => Err(unexpected("stats", other)),
+        }
+    }
+
+    /// The gate's epoch, stored settings and the revocation log from
+    /// `since` on, read without writing (a no-writes script).
+    pub(crate) async fn watch_state(&self, gate: &Name, since: u64, max: usize) -> Result<GateWatch> {
+        let keys = gate_keys(&self.base(gate));
+        let v: Vec<Value> = self
+            .invoke_plain(&self.scripts.watch, &keys, (since, max))
+            .await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to watch_state");
+        let int = |v: &Value| -> Result<i64> { redis::from_redis_value_ref(v).map_err(|_| bad()) };
+        let [epoch, capacity, paused, every, cursor, ids @ ..] = v.as_slice() else {
+            return Err(bad());
+        };
+        let epoch: String = redis::from_redis_value_ref(epoch).map_err(|_| bad())?;
+        Ok(GateWatch {
+            epoch: if epoch.is_empty() {
+                None
+            } else {
+                Some(epoch.parse().map_err(|_| bad())?)
+            },
+            capacity: u32::try_from(int(capacity)?).ok(),
+            paused: int(paused)? == 1,
+            admission_interval: u64::try_from(int(every)?)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+            cursor: int(cursor)?.max(0) as u64,
+            revoked: ids
+                .iter()
+                .map(|id| redis::from_redis_value_ref(id).map_err(|_| bad()))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    pub(crate) async fn set_admission(
+        &self,
+        gate: &Name,
+        paused: Option<bool>,
+        every_ms: Option<u64>,
+    ) -> Result<()> {
+        let paused = match paused {
+            Some(true) => "1".to_owned(),
+            Some(false) => "0".to_owned(),
+            None => String::new(),
+        };
+        let every = every_ms.map(|e| e.to_string()).unwrap_or_default();
+        let r = self
+            .run(&self.scripts.set_admission, gate, (paused, every))
+            .await?;
+        match r.as_slice() {
+            [1] => Ok(()),
+            other => Err(unexpected("set_admission", other)),
+        }
+    }
+
+    pub(crate) async fn listen(&self, gate: &Name) -> Result<Listening> {
+        self.subscribe(format!("{}:n", self.base(gate))).await
+    }
+}
+
+/// The keys of the gate whose keys start with `base` (see prelude.lua).
+fn gate_keys(base: &str) -> Vec<String> {
+    [":m", ":h", ":p", ":q", ":r"]
+        .iter()
+        .map(|s| format!("{base}{s}"))
+        .collect()
+}
+
+fn grant(fence: i64, ttl: i64) -> Grant {
+    Grant {
+        fence: fence.max(0) as u64,
+        ttl_ms: ttl.max(0) as u64,
+    }
+}
+
+fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
+    Place {
+        position: position.max(0) as u64,
+        waiting: waiting.max(0) as u64,
+        eta: u64::try_from(eta_ms).ok().map(Duration::from_millis),
+    }
+}

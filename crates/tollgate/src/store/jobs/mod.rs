@@ -1,0 +1,138 @@
+//! Job queues in the store layer: the operations' argument and answer
+//! types both stores share. `memory.rs` is the reference model; `jobs.lua`
+//! (driven by `redis.rs`) is the same steps on Redis, one script, the
+//! operation in ARGV[1]; `tests/stores_agree.rs` holds one to the other.
+
+pub(crate) mod memory;
+mod redis;
+
+/// When a pushed job becomes due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum When {
+    /// This long after the store's now (ms).
+    Delay(u64),
+    /// At this store time (ms since the epoch).
+    At(u64),
+}
+
+/// How a job waits between attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BackoffSpec {
+    /// `f` fixed or `e` exponential (with jitter).
+    pub(crate) kind: char,
+    pub(crate) base_ms: u64,
+    pub(crate) max_ms: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct PushReq<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) payload: &'a [u8],
+    pub(crate) when: When,
+    pub(crate) priority: u8,
+    pub(crate) max_attempts: u32,
+    pub(crate) backoff: BackoffSpec,
+    pub(crate) replace: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PushOutcome {
+    New { run_at_ms: u64 },
+    Kept,
+    Replaced { run_at_ms: u64 },
+    Busy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawJob {
+    pub(crate) id: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempt: u32,
+    pub(crate) fence: u64,
+    pub(crate) deadline_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClaimOutcome {
+    /// At least one job.
+    Jobs(Vec<RawJob>),
+    /// Nothing claimable; when something may be (store ms), if known, and
+    /// the store's now (so the consumer can sleep exactly until then).
+    Empty { next_due_ms: Option<u64>, now_ms: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NackOutcome {
+    Retry { run_at_ms: u64 },
+    Dead,
+    NotHeld,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelOutcome {
+    Cancelled,
+    Running,
+    Purged,
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RescheduleOutcome {
+    Moved { run_at_ms: u64 },
+    Running,
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawDead {
+    pub(crate) id: String,
+    pub(crate) died_ms: u64,
+    pub(crate) attempts: u32,
+    pub(crate) payload: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RawStats {
+    pub(crate) ready: u64,
+    pub(crate) delayed: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) dead: u64,
+    pub(crate) pushed: u64,
+    pub(crate) claimed: u64,
+    pub(crate) acked: u64,
+    pub(crate) retried: u64,
+    pub(crate) dead_total: u64,
+    pub(crate) redelivered: u64,
+    /// Completed jobs kept after their ack.
+    pub(crate) completed: u64,
+    /// Every promotion's lateness: the sum (ms) and a count per bucket of
+    /// LATENESS_BOUNDS_MS, plus one for later than the last bound.
+    pub(crate) lateness_sum_ms: u64,
+    pub(crate) lateness_buckets: Vec<u64>,
+    pub(crate) lateness_ms: Vec<u64>,
+}
+
+/// A completed job kept after its ack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawDone {
+    pub(crate) id: String,
+    pub(crate) acked_ms: u64,
+    pub(crate) payload: Vec<u8>,
+}
+
+/// How many acked jobs to keep, and for how long (ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keep {
+    pub(crate) count: u64,
+    pub(crate) ms: u64,
+}
+
+/// Upper bounds (ms) of the lateness histogram's buckets (as in jobs.lua).
+pub(crate) const LATENESS_BOUNDS_MS: [u64; 13] =
+    [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
+
+/// The wake-up key of job queue `queue`: pushes announce on it, in this
+/// process (memory) and through the queue's channel (Redis).
+pub(crate) fn wake_key(queue: &crate::name::Name) -> String {
+    format!("job-queue/{}", queue.as_str())
+}

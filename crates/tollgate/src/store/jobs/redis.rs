@@ -1,0 +1,319 @@
+//! Job queues on Redis: each operation's arguments and the decoding of
+//! its reply; one script (`jobs.lua`), the operation in ARGV[1].
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::Name;
+use crate::store::redis::{Listening, RedisStore, unexpected};
+
+use super::{
+    CancelOutcome, ClaimOutcome, Keep, LATENESS_BOUNDS_MS, NackOutcome, PushOutcome, PushReq, RawDead,
+    RawDone, RawJob, RawStats, RescheduleOutcome, When,
+};
+
+impl RedisStore {
+    fn jobs_base(&self, q: &Name) -> String {
+        format!("{}:jobs:{{{}}}", self.prefix, q.as_str())
+    }
+
+    async fn run_jobs<T: redis::FromRedisValue>(
+        &self,
+        q: &Name,
+        op: &str,
+        args: impl redis::ToRedisArgs,
+    ) -> Result<T> {
+        let base = self.jobs_base(q);
+        let keys: Vec<String> = [":m", ":d", ":r", ":w", ":f", ":l", ":n", ":x", ":t", ":c"]
+            .iter()
+            .map(|s| format!("{base}{s}"))
+            .collect();
+        let all = (op, format!("{base}:n"), format!("!{}", super::wake_key(q)), args);
+        self.invoke(&self.scripts.jobs, &keys, all, &base).await
+    }
+
+    pub(crate) async fn listen_jobs(&self, q: &Name) -> Result<Listening> {
+        self.subscribe(format!("{}:n", self.jobs_base(q))).await
+    }
+
+    pub(crate) async fn job_layout(
+        &self,
+        q: &Name,
+        want: u32,
+        expect: Option<u32>,
+        store: bool,
+    ) -> Result<(u32, bool)> {
+        let expect = expect.map_or_else(String::new, |e| e.to_string());
+        let r: Vec<i64> = self
+            .run_jobs(q, "layout", (want, expect, if store { "1" } else { "0" }))
+            .await?;
+        match r.as_slice() {
+            [n, stored] if *n > 0 => Ok((*n as u32, *stored == 1)),
+            _ => Err(unexpected("layout", &r)),
+        }
+    }
+
+    pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
+        let r: Vec<i64> = self.run_jobs(q, "retire", if close { "1" } else { "0" }).await?;
+        match r.as_slice() {
+            [done, counts @ ..] if counts.len() == 4 => {
+                Ok((*done == 1, [0, 1, 2, 3].map(|i| counts[i].max(0) as u64)))
+            }
+            _ => Err(unexpected("retire", &r)),
+        }
+    }
+
+    /// Pushes a batch of jobs in one script call.
+    pub(crate) async fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + 10 * reqs.len());
+        args.push(int_arg(reqs.len() as i64));
+        for req in reqs {
+            let (delay, at) = match req.when {
+                When::Delay(d) => (d as i64, 0),
+                When::At(at) => (-1, at as i64),
+            };
+            args.extend([
+                req.id.as_bytes().to_vec(),
+                req.payload.to_vec(),
+                int_arg(delay),
+                int_arg(at),
+                int_arg(i64::from(req.priority)),
+                int_arg(i64::from(req.max_attempts)),
+                req.backoff.kind.to_string().into_bytes(),
+                int_arg(req.backoff.base_ms as i64),
+                int_arg(req.backoff.max_ms as i64),
+                if req.replace {
+                    b"replace".to_vec()
+                } else {
+                    b"keep".to_vec()
+                },
+            ]);
+        }
+        let r: Vec<i64> = self.run_jobs(q, "push", args).await?;
+        if r.len() != 2 * reqs.len() {
+            return Err(unexpected("push", &r));
+        }
+        r.chunks(2)
+            .map(|pair| match pair {
+                [1, at] => Ok(PushOutcome::New {
+                    run_at_ms: *at as u64,
+                }),
+                [2, _] => Ok(PushOutcome::Kept),
+                [3, at] => Ok(PushOutcome::Replaced {
+                    run_at_ms: *at as u64,
+                }),
+                [4, _] => Ok(PushOutcome::Busy),
+                other => Err(unexpected("push", other)),
+            })
+            .collect()
+    }
+
+    /// Acks the deliveries `acks` (whether each was that delivery's) and
+    /// claims up to `max` jobs (none with 0), in one script call.
+    pub(crate) async fn job_claim(
+        &self,
+        q: &Name,
+        acks: &[(&str, u64)],
+        keep: Option<Keep>,
+        lease_ms: u64,
+        max: usize,
+    ) -> Result<(Vec<bool>, ClaimOutcome)> {
+        let (n, ms) = keep.map_or((0, 0), |k| (k.count, k.ms));
+        let mut args: Vec<Vec<u8>> = vec![
+            int_arg(lease_ms as i64),
+            int_arg(max as i64),
+            int_arg(n as i64),
+            int_arg(ms as i64),
+        ];
+        for (id, fence) in acks {
+            args.push(id.as_bytes().to_vec());
+            args.push(int_arg(*fence as i64));
+        }
+        let v: redis::Value = self.run_jobs(q, "claim", args).await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
+        let redis::Value::Array(items) = v else {
+            return Err(bad());
+        };
+        let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
+        let k = items.first().and_then(int).ok_or_else(bad)? as usize;
+        let flags = items.get(1..1 + k).ok_or_else(bad)?;
+        let acked = flags.iter().map(|f| int(f) == Some(1)).collect();
+        Ok((acked, claim_reply(&items[1 + k..])?))
+    }
+
+    pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<RawDone>> {
+        let v: Vec<redis::Value> = self.run_jobs(q, "done", limit.max(1)).await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to done");
+        v.chunks(3)
+            .map(|row| match row {
+                [id, at, payload] => Ok(RawDone {
+                    id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
+                    acked_ms: redis::from_redis_value_ref::<String>(at)
+                        .ok()
+                        .and_then(|d| d.parse::<f64>().ok())
+                        .ok_or_else(bad)? as u64,
+                    payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
+                }),
+                _ => Err(bad()),
+            })
+            .collect()
+    }
+
+    pub(crate) async fn job_nack(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        delay_ms: Option<u64>,
+        jitter: f64,
+    ) -> Result<NackOutcome> {
+        let delay = delay_ms.map_or(-1, |d| d as i64);
+        let r: Vec<i64> = self
+            .run_jobs(q, "nack", (id, fence.to_string(), delay, format!("{jitter:.6}")))
+            .await?;
+        match r.as_slice() {
+            [1, at] => Ok(NackOutcome::Retry {
+                run_at_ms: *at as u64,
+            }),
+            [2] => Ok(NackOutcome::Dead),
+            [0] => Ok(NackOutcome::NotHeld),
+            other => Err(unexpected("nack", other)),
+        }
+    }
+
+    pub(crate) async fn job_extend(
+        &self,
+        q: &Name,
+        id: &str,
+        fence: u64,
+        lease_ms: u64,
+    ) -> Result<Option<u64>> {
+        let r: Vec<i64> = self
+            .run_jobs(q, "extend", (id, fence.to_string(), lease_ms))
+            .await?;
+        match r.as_slice() {
+            [1, deadline] => Ok(Some(*deadline as u64)),
+            [0] => Ok(None),
+            other => Err(unexpected("extend", other)),
+        }
+    }
+
+    pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<CancelOutcome> {
+        let r: Vec<i64> = self.run_jobs(q, "cancel", id).await?;
+        match r.as_slice() {
+            [1] => Ok(CancelOutcome::Cancelled),
+            [2] => Ok(CancelOutcome::Running),
+            [3] => Ok(CancelOutcome::Purged),
+            [0] => Ok(CancelOutcome::Unknown),
+            other => Err(unexpected("cancel", other)),
+        }
+    }
+
+    pub(crate) async fn job_reschedule(&self, q: &Name, id: &str, when: When) -> Result<RescheduleOutcome> {
+        let (delay, at) = match when {
+            When::Delay(d) => (d as i64, 0),
+            When::At(at) => (-1, at as i64),
+        };
+        let r: Vec<i64> = self.run_jobs(q, "reschedule", (id, delay, at)).await?;
+        match r.as_slice() {
+            [1, at] => Ok(RescheduleOutcome::Moved {
+                run_at_ms: *at as u64,
+            }),
+            [2] => Ok(RescheduleOutcome::Running),
+            [0] => Ok(RescheduleOutcome::Unknown),
+            other => Err(unexpected("reschedule", other)),
+        }
+    }
+
+    pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<RawDead>> {
+        let v: Vec<redis::Value> = self.run_jobs(q, "dead", limit.max(1)).await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to dead");
+        v.chunks(4)
+            .map(|row| match row {
+                [id, died, attempts, payload] => Ok(RawDead {
+                    id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
+                    died_ms: redis::from_redis_value_ref::<String>(died)
+                        .ok()
+                        .and_then(|d| d.parse::<f64>().ok())
+                        .ok_or_else(bad)? as u64,
+                    attempts: redis::from_redis_value_ref::<i64>(attempts).map_err(|_| bad())? as u32,
+                    payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
+                }),
+                _ => Err(bad()),
+            })
+            .collect()
+    }
+
+    pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        let r: Vec<i64> = self.run_jobs(q, "replay", id.unwrap_or("")).await?;
+        Ok(r.first().copied().unwrap_or(0).max(0) as u64)
+    }
+
+    pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        let r: Vec<i64> = self.run_jobs(q, "purge", id.unwrap_or("")).await?;
+        Ok(r.first().copied().unwrap_or(0).max(0) as u64)
+    }
+
+    pub(crate) async fn job_stats(&self, q: &Name) -> Result<RawStats> {
+        let r: Vec<i64> = self.run_jobs(q, "stats", Vec::<String>::new()).await?;
+        let buckets = LATENESS_BOUNDS_MS.len() + 1;
+        if r.len() < 12 + buckets {
+            return Err(unexpected("stats", &r));
+        }
+        let u = |i: usize| r[i].max(0) as u64;
+        Ok(RawStats {
+            ready: u(0),
+            delayed: u(1),
+            in_flight: u(2),
+            dead: u(3),
+            pushed: u(4),
+            claimed: u(5),
+            acked: u(6),
+            retried: u(7),
+            dead_total: u(8),
+            redelivered: u(9),
+            completed: u(10),
+            lateness_sum_ms: u(11),
+            lateness_buckets: r[12..12 + buckets].iter().map(|v| (*v).max(0) as u64).collect(),
+            lateness_ms: r[12 + buckets..].iter().map(|v| (*v).max(0) as u64).collect(),
+        })
+    }
+}
+
+/// A claim's reply: `{1, id, payload, attempt, fence, deadline}` or
+/// `{0, next due or -1, now}`.
+fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
+    let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
+    let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
+    match items {
+        [flag, next, now] if int(flag) == Some(0) => Ok(ClaimOutcome::Empty {
+            next_due_ms: int(next).and_then(|n| u64::try_from(n).ok()),
+            now_ms: int(now).ok_or_else(bad)? as u64,
+        }),
+        [flag, n, rows @ ..]
+            if int(flag) == Some(1) && int(n).is_some_and(|n| n as usize * 5 == rows.len()) =>
+        {
+            let jobs = rows
+                .chunks(5)
+                .map(|row| {
+                    let [id, payload, attempt, fence, deadline] = row else {
+                        return Err(bad());
+                    };
+                    let fence: String = redis::from_redis_value_ref(fence).map_err(|_| bad())?;
+                    Ok(RawJob {
+                        id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
+                        payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
+                        attempt: int(attempt).ok_or_else(bad)? as u32,
+                        fence: fence.parse().map_err(|_| bad())?,
+                        deadline_ms: int(deadline).ok_or_else(bad)? as u64,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(ClaimOutcome::Jobs(jobs))
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// An integer script argument.
+fn int_arg(n: i64) -> Vec<u8> {
+    n.to_string().into_bytes()
+}

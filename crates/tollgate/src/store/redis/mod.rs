@@ -1,0 +1,176 @@
+//! The Redis store: every operation is one Lua script (EVALSHA, loaded again
+//! on NOSCRIPT), all keys of a gate share one hash tag, and every deadline is
+//! computed from `redis.call('TIME')` inside the script.
+//!
+//! Two connections per store: a multiplexed command connection (concurrent
+//! callers are pipelined on it) and a RESP3 connection that only listens for
+//! hand-off messages. Both reconnect by themselves.
+//!
+//! On Redis Cluster (`redis+cluster://host:port,host:port`) both are
+//! cluster connections: scripts go to the node that owns their hash tag's
+//! slot (following MOVED and ASK), and notifications use sharded pub/sub
+//! (`SPUBLISH` in the scripts, `SSUBSCRIBE` here), which stays within the
+//! slot's shard and follows it when it moves.
+//!
+//! This folder owns the connection and the calls only: `conn.rs` (targets,
+//! URLs), `sentinel.rs` (a Sentinel-named master), `script.rs` (the scripts,
+//! EVALSHA, NOSCRIPT, the durable WAIT pipeline), `pubsub.rs` (the
+//! listener). Each primitive's arguments and replies are encoded and decoded
+//! beside its Lua: `store/gate/redis.rs`, `store/jobs/redis.rs`,
+//! `store/limit/redis.rs`.
+
+mod conn;
+mod pubsub;
+mod script;
+mod sentinel;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::wakers::Wakers;
+
+pub use self::conn::RedisConfig;
+use self::conn::{
+    Conn, Target, check_not_cluster, check_prefix, check_url, cluster_builder, cluster_nodes, connect_error,
+    sentinel_parts,
+};
+pub(crate) use self::pubsub::Listening;
+use self::pubsub::Subscriptions;
+use self::script::{Durable, Scripts};
+use self::sentinel::SentinelMaster;
+
+pub(crate) struct RedisStore {
+    conn: Conn,
+    /// `RedisConfig::response_timeout`: no operation takes longer (a
+    /// durable one: plus its WAIT's timeout).
+    timeout: Duration,
+    pub(in crate::store) prefix: String,
+    pub(in crate::store) scripts: Arc<Scripts>,
+    wakers: Arc<Wakers>,
+    subs: Arc<Subscriptions>,
+    /// How to open another command connection (for durable handles).
+    target: Arc<Target>,
+    durable: Option<Durable>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    pub(crate) async fn connect(config: RedisConfig) -> Result<Self> {
+        check_prefix(&config.prefix)?;
+        if config.idle < Duration::from_secs(1) || config.idle > Duration::from_secs(30 * 24 * 3600) {
+            return Err(Error::invalid(format!(
+                "the idle period must be between 1s and 30 days, got {}ms",
+                config.idle.as_millis()
+            )));
+        }
+        if let Some(nodes) = cluster_nodes(&config.url) {
+            return RedisStore::connect_cluster(nodes?, config).await;
+        }
+        if let Some(parts) = sentinel_parts(&config.url) {
+            let (sentinels, name, template) = parts?;
+            let manager_config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(config.response_timeout))
+                .set_connection_timeout(Some(config.connect_timeout))
+                .set_max_delay(Duration::from_secs(2))
+                .set_number_of_retries(2);
+            let master =
+                SentinelMaster::start(sentinels, name, template, manager_config, config.response_timeout)
+                    .await?;
+            return Ok(RedisStore::with_target(
+                Conn::Sentinel(master.clone()),
+                Target::Sentinel(master),
+                &config,
+                false,
+            ));
+        }
+        // Small requests should not wait on Nagle's algorithm (TCP_NODELAY,
+        // as most Redis clients set it; redis-rs leaves it off by default).
+        let info = check_url(&config.url)?;
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let info = info.set_tcp_settings(tcp);
+        let client = redis::Client::open(info.clone())
+            .map_err(|e| Error::invalid("unusable Redis URL").with_source(e))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_max_delay(Duration::from_secs(2))
+            .set_number_of_retries(2);
+        let mut conn = ConnectionManager::new_with_config(client, manager_config.clone())
+            .await
+            .map_err(|e| connect_error(e, "Redis", &config.url))?;
+        check_not_cluster(&mut conn, &config.url).await?;
+        Ok(RedisStore::with_target(
+            Conn::Single(conn),
+            Target::Single(Box::new((info, manager_config, config.response_timeout))),
+            &config,
+            false,
+        ))
+    }
+
+    /// A store on `conn`, which `target` describes; `cluster` switches the
+    /// scripts to sharded pub/sub.
+    fn with_target(conn: Conn, target: Target, config: &RedisConfig, cluster: bool) -> RedisStore {
+        let wakers = Arc::<Wakers>::default();
+        let target = Arc::new(target);
+        let subs = Subscriptions::start(target.clone(), wakers.clone());
+        RedisStore {
+            conn,
+            timeout: config.response_timeout,
+            prefix: config.prefix.clone(),
+            scripts: Arc::new(Scripts::new(cluster, config.idle)),
+            target,
+            durable: None,
+            subs,
+            wakers,
+        }
+    }
+
+    async fn connect_cluster(nodes: Vec<String>, config: RedisConfig) -> Result<Self> {
+        let client = cluster_builder(&nodes, &config)
+            .build()
+            .map_err(|e| Error::invalid("unusable Redis Cluster URL").with_source(e))?;
+        let conn = client
+            .get_async_connection()
+            .await
+            .map_err(|e| connect_error(e, "the Redis Cluster", &config.url))?;
+        Ok(RedisStore::with_target(
+            Conn::Cluster(conn),
+            Target::Cluster(nodes, config.clone()),
+            &config,
+            true,
+        ))
+    }
+
+    pub(crate) fn is_durable(&self) -> bool {
+        self.durable.is_some()
+    }
+
+    pub(crate) fn wakers(&self) -> Arc<Wakers> {
+        self.wakers.clone()
+    }
+
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        self.within(self.timeout, async move {
+            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// The error for a script reply of a shape the caller does not know.
+pub(in crate::store) fn unexpected(op: &str, reply: &[i64]) -> Error {
+    Error::new(ErrorKind::Store, format!("unexpected reply to {op}: {reply:?}"))
+}
