@@ -1,6 +1,9 @@
-//! Gate operations' argument and answer types, shared by both stores,
-//! and the words both stores answer with when a request does not fit the
-//! gate (one constructor each, so the stores say the same thing).
+//! The gate in the store layer: its operations' argument and answer
+//! types, shared by both stores, and the words both stores answer with
+//! when a request does not fit the gate (one constructor each, so the
+//! stores say the same thing). `memory.rs` (with `line.rs`) is the
+//! reference model; `redis.rs` and the scripts in `lua/` are the same
+//! steps on Redis; `tests/stores_agree.rs` holds one to the other.
 
 mod line;
 pub(crate) mod memory;

@@ -66,10 +66,7 @@ impl RedisStore {
         let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + 10 * reqs.len());
         args.push(int_arg(reqs.len() as i64));
         for req in reqs {
-            let (delay, at) = match req.when {
-                When::Delay(d) => (d as i64, 0),
-                When::At(at) => (-1, at as i64),
-            };
+            let (delay, at) = when_args(req.when);
             args.extend([
                 req.id.as_bytes().to_vec(),
                 req.payload.to_vec(),
@@ -208,10 +205,7 @@ impl RedisStore {
     }
 
     pub(crate) async fn job_reschedule(&self, q: &Name, id: &str, when: When) -> Result<RescheduleOutcome> {
-        let (delay, at) = match when {
-            When::Delay(d) => (d as i64, 0),
-            When::At(at) => (-1, at as i64),
-        };
+        let (delay, at) = when_args(when);
         let r: Vec<i64> = self.run_jobs(q, "reschedule", (id, delay, at)).await?;
         match r.as_slice() {
             [1, at] => Ok(RescheduleOutcome::Moved {
@@ -316,4 +310,13 @@ fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
 /// An integer script argument.
 fn int_arg(n: i64) -> Vec<u8> {
     n.to_string().into_bytes()
+}
+
+/// When a job is due, as jobs.lua takes it: a delay in ms (and 0), or -1
+/// and a store time in ms.
+fn when_args(when: When) -> (i64, i64) {
+    match when {
+        When::Delay(d) => (d as i64, 0),
+        When::At(at) => (-1, at as i64),
+    }
 }

@@ -2,6 +2,12 @@
 //! name's state. It is also the reference model the Redis scripts are
 //! tested against, so it is written for clarity first.
 //!
+//! This module owns what the primitives share: `MemoryStore` (the clock,
+//! the shelves of gates and queues, the rate-limit keys, the wakers), its
+//! options, the footprint and the idle sweep. Each primitive's state and
+//! operations sit beside its Lua: `store/gate/memory.rs`,
+//! `store/jobs/memory.rs`, `store/limit/memory.rs`.
+//!
 //! Each gate and each job queue has a lock of its own (see `shelf`), so a
 //! flood on one never holds up another. A std `Mutex` (not tokio's) is
 //! right here: no critical section awaits, and each is a bounded amount of

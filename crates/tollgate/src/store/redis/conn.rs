@@ -178,6 +178,16 @@ pub(super) fn cluster_builder(nodes: &[String], config: &RedisConfig) -> Cluster
         .max_retry_wait(500)
 }
 
+/// The connection manager's settings for one server (or a Sentinel's
+/// master) as `config` says: reconnects retried twice, at most 2 s apart.
+pub(super) fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_max_delay(Duration::from_secs(2))
+        .set_number_of_retries(2)
+}
+
 /// How to reach Redis. Build with [`RedisConfig::new`] and adjust fields.
 #[derive(Debug, Clone)]
 pub struct RedisConfig {

@@ -28,7 +28,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::wakers::Wakers;
@@ -36,7 +36,7 @@ use crate::store::wakers::Wakers;
 pub use self::conn::RedisConfig;
 use self::conn::{
     Conn, Target, check_not_cluster, check_prefix, check_url, cluster_builder, cluster_nodes, connect_error,
-    sentinel_parts,
+    manager_config, sentinel_parts,
 };
 pub(crate) use self::pubsub::Listening;
 use self::pubsub::Subscriptions;
@@ -79,11 +79,7 @@ impl RedisStore {
         }
         if let Some(parts) = sentinel_parts(&config.url) {
             let (sentinels, name, template) = parts?;
-            let manager_config = ConnectionManagerConfig::new()
-                .set_response_timeout(Some(config.response_timeout))
-                .set_connection_timeout(Some(config.connect_timeout))
-                .set_max_delay(Duration::from_secs(2))
-                .set_number_of_retries(2);
+            let manager_config = manager_config(&config);
             let master =
                 SentinelMaster::start(sentinels, name, template, manager_config, config.response_timeout)
                     .await?;
@@ -101,11 +97,7 @@ impl RedisStore {
         let info = info.set_tcp_settings(tcp);
         let client = redis::Client::open(info.clone())
             .map_err(|e| Error::invalid("unusable Redis URL").with_source(e))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_max_delay(Duration::from_secs(2))
-            .set_number_of_retries(2);
+        let manager_config = manager_config(&config);
         let mut conn = ConnectionManager::new_with_config(client, manager_config.clone())
             .await
             .map_err(|e| connect_error(e, "Redis", &config.url))?;
