@@ -599,12 +599,19 @@ fn now_ms() -> u64 {
 }
 
 fn plain(status: StatusCode, text: &str) -> Response<Body> {
-    let mut r = Response::new(Body::from(format!("{text}\n")));
+    let mut r = typed(format!("{text}\n"), "text/plain; charset=utf-8");
     *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    r
+}
+
+const JSON: &str = "application/json";
+const HTML: &str = "text/html; charset=utf-8";
+
+/// A response of `body`, of type `content_type`.
+fn typed(body: impl Into<Body>, content_type: &'static str) -> Response<Body> {
+    let mut r = Response::new(body.into());
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 

@@ -379,18 +379,10 @@ impl Room {
     fn queued_page(&self, headers: &HeaderMap, shown: Shown) -> Response<Body> {
         let retry = self.retry_seconds();
         let mut response = if wants_json(headers) {
-            let mut r = Response::new(Body::from(shown.json().to_string()));
-            r.headers_mut()
-                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            r
+            typed(shown.json().to_string(), JSON)
         } else {
             let html = self.page.render(&self.name, &shown, retry);
-            let mut r = Response::new(Body::from(html));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/html; charset=utf-8"),
-            );
-            r
+            typed(html, HTML)
         };
         *response.status_mut() = self.queued_status;
         let h = response.headers_mut();
@@ -403,18 +395,10 @@ impl Room {
         let secs = retry_after.as_millis().div_ceil(1000).max(1) as u64;
         let mut response = if wants_json(headers) {
             let body = error_body("rate_limited", message);
-            let mut r = Response::new(Body::from(body.to_string()));
-            r.headers_mut()
-                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            r
+            typed(body.to_string(), JSON)
         } else {
             let html = self.page.render_unknown(&self.name, secs);
-            let mut r = Response::new(Body::from(html));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/html; charset=utf-8"),
-            );
-            r
+            typed(html, HTML)
         };
         *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         let h = response.headers_mut();
@@ -452,17 +436,9 @@ impl Room {
                         "store_unavailable",
                         "the waiting room cannot decide right now; try again shortly",
                     );
-                    let mut r = Response::new(Body::from(body.to_string()));
-                    r.headers_mut()
-                        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                    r
+                    typed(body.to_string(), JSON)
                 } else {
-                    let mut r = Response::new(Body::from(page::TRY_AGAIN));
-                    r.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("text/html; charset=utf-8"),
-                    );
-                    r
+                    typed(page::TRY_AGAIN, HTML)
                 };
                 *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                 r.headers_mut()
@@ -574,10 +550,8 @@ impl Room {
 }
 
 fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Body> {
-    let mut r = Response::new(Body::from(body.to_string()));
+    let mut r = typed(body.to_string(), JSON);
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
