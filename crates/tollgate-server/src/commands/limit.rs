@@ -48,13 +48,10 @@ pub(crate) async fn check(args: LimitCheckArgs) -> i32 {
             return exit::USAGE;
         }
     };
-    // The durability flags are not for a check: it spends budget that
-    // no replica needs to confirm.
-    let no_durability = DurabilityArgs {
-        durable_replicas: None,
-        durable_timeout: None,
-    };
+    // A check has never waited for replicas: the --durable-* flags are
+    // not applied here, and the connection gets the check's own timeout.
     let connect_timeout = Some(args.timeout.max(Duration::from_secs(1)));
+    let no_durability = DurabilityArgs::default();
     let store = match connect_redis(url, &args.store.prefix, no_durability, connect_timeout).await {
         Ok(s) => s,
         Err(code) => return code,

@@ -34,7 +34,8 @@ impl StoreArgs {
 /// Connects to Redis at `url` with keys under `prefix`, durable as asked;
 /// `connect_timeout` replaces the library's default when given. A failure
 /// is printed and becomes its exit code. Every command that builds a store
-/// comes through here (`serve` and `bench` included).
+/// comes through here; `bench` (default prefix, no durability) would call
+/// `connect_redis(url, "tollgate", DurabilityArgs::default(), None)`.
 pub(crate) async fn connect_redis(
     url: &str,
     prefix: &str,
