@@ -243,8 +243,9 @@ pub(crate) struct ServeArgs {
     pub(crate) body_timeout: Option<Duration>,
 }
 
-/// Waiting for Redis replicas after each change (`WAIT`).
-#[derive(Debug, Args, Clone, Copy)]
+/// Waiting for Redis replicas after each change (`WAIT`); the default:
+/// none.
+#[derive(Debug, Default, Args, Clone, Copy)]
 pub(crate) struct DurabilityArgs {
     /// After each change, wait until this many replicas have it (Redis
     /// WAIT); a change they do not confirm in time fails as not replicated.

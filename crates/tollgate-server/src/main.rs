@@ -1,27 +1,19 @@
 //! The `tollgate` executable: the HTTP/JSON service, running a command
 //! under a distributed lock or semaphore, and benchmarks.
 
+mod api;
 mod bench;
 mod bench_flood;
 mod bench_http;
 mod bench_jobs;
 mod bench_limit;
 mod bench_room;
-mod body;
 mod cli;
-mod conn;
+mod client;
+mod commands;
 mod exit;
-mod http;
-mod jobs_cli;
-mod jobs_http;
-mod jobs_remote;
-mod limits;
-mod remote;
 mod room;
-mod run;
-mod scrape;
 mod serve;
-mod tickets;
 
 use clap::Parser;
 
@@ -64,10 +56,10 @@ fn main() {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
-            Command::Lock(Primitive::Run(args)) => run::lock(args).await,
-            Command::Semaphore(Primitive::Run(args)) => run::semaphore(args).await,
-            Command::Limit(LimitCommand::Check(args)) => limits::cli_check(args).await,
-            Command::Jobs(command) => jobs_cli::run(command).await,
+            Command::Lock(Primitive::Run(args)) => commands::run::lock(args).await,
+            Command::Semaphore(Primitive::Run(args)) => commands::run::semaphore(args).await,
+            Command::Limit(LimitCommand::Check(args)) => commands::limit::check(args).await,
+            Command::Jobs(command) => commands::jobs::run(command).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

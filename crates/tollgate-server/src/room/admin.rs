@@ -1,13 +1,28 @@
 //! The rooms' admin API, on the main listener behind the bearer tokens:
 //! stats, capacity, admission rate, pause and resume, and ending a session.
 
+use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::routing::{delete, get, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Room;
-use crate::http::{ApiError, AppState, Json};
+use crate::api::AppState;
+use crate::api::body::Json;
+use crate::api::error::ApiError;
+
+/// The rooms' admin routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/rooms/{room}", get(stats))
+        .route("/v1/rooms/{room}/capacity", put(set_capacity))
+        .route("/v1/rooms/{room}/admission_rate", put(set_admission_rate))
+        .route("/v1/rooms/{room}/pause", post(pause))
+        .route("/v1/rooms/{room}/resume", post(resume))
+        .route("/v1/rooms/{room}/sessions/{session}", delete(end_session))
+}
 
 fn room(state: &AppState, name: &str) -> Result<std::sync::Arc<Room>, ApiError> {
     state.rooms.get(name).cloned().ok_or_else(|| {

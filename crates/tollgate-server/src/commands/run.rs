@@ -8,11 +8,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
-use tollgate::{Gate, GateOptions, Lease, RedisConfig, Store};
+use tollgate::{Gate, GateOptions, Lease};
 
-use crate::remote::{Remote, RemoteError, RemoteLease};
-
-use crate::cli::{RunArgs, StoreArgs};
+use super::remote_lease::{Remote, RemoteLease};
+use crate::cli::RunArgs;
 use crate::exit;
 
 /// How long a child gets after SIGTERM (lease lost) before SIGKILL.
@@ -35,26 +34,6 @@ pub(crate) async fn semaphore(args: RunArgs) -> i32 {
     run(args, limit, permits, "semaphore").await
 }
 
-pub(crate) async fn connect(store: &StoreArgs) -> Result<Store, i32> {
-    let Some(url) = &store.redis else {
-        eprintln!(
-            "tollgate: no store given: pass --redis URL (e.g. redis://127.0.0.1:6379) or set TOLLGATE_REDIS_URL, \
-             or --server URL of a `tollgate serve` (TOLLGATE_SERVER)"
-        );
-        return Err(exit::USAGE);
-    };
-    let mut config = RedisConfig::new(url.clone());
-    config.prefix = store.prefix.clone();
-    let connected = match Store::connect(config).await {
-        Ok(s) => store.durability.apply(s).await,
-        Err(e) => Err(e),
-    };
-    connected.map_err(|e| {
-        eprintln!("tollgate: {e}");
-        exit::for_error(&e)
-    })
-}
-
 async fn run(args: RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
     let options = GateOptions {
         ttl: args.ttl,
@@ -69,7 +48,7 @@ async fn run(args: RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
     if let Some(server) = &args.store.server {
         return run_remote(server, &args, capacity, permits, what).await;
     }
-    let store = match connect(&args.store).await {
+    let store = match args.store.connect().await {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -103,9 +82,9 @@ fn busy(args: &RunArgs, what: &str) -> i32 {
 async fn run_remote(server: &str, args: &RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
     let remote = match Remote::new(server, &args.name, args.store.server_token.clone()) {
         Ok(r) => r,
-        Err(msg) => {
-            eprintln!("tollgate: {msg}");
-            return exit::USAGE;
+        Err(f) => {
+            eprintln!("tollgate: {}", f.message);
+            return f.code;
         }
     };
     match remote
@@ -114,13 +93,9 @@ async fn run_remote(server: &str, args: &RunArgs, capacity: u32, permits: u32, w
     {
         Ok(Some(lease)) => supervise(Held::Remote(lease), args, what).await,
         Ok(None) => busy(args, what),
-        Err(RemoteError::Refused(msg)) => {
-            eprintln!("tollgate: cannot acquire {what} {:?}: {msg}", args.name);
-            exit::USAGE
-        }
-        Err(RemoteError::Unavailable(msg)) => {
-            eprintln!("tollgate: cannot acquire {what} {:?}: {msg}", args.name);
-            exit::UNAVAILABLE
+        Err(f) => {
+            eprintln!("tollgate: cannot acquire {what} {:?}: {}", args.name, f.message);
+            f.code
         }
     }
 }
@@ -164,7 +139,7 @@ impl Held {
             Held::Remote(r) => match r.release().await {
                 Ok(true) => Released::Done,
                 Ok(false) => Released::AlreadyEnded,
-                Err(RemoteError::Refused(m) | RemoteError::Unavailable(m)) => Released::Failed(m),
+                Err(f) => Released::Failed(f.message),
             },
         }
     }

@@ -10,11 +10,12 @@ use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{Job, OnDuplicate, PushOptions, Retry};
 
+use super::queue::Queue;
 use crate::cli::{
     JobsCommand, JobsPushArgs, JobsQueueArgs, JobsRepartitionArgs, JobsReplayArgs, JobsWorkArgs,
 };
+use crate::client::Failure;
 use crate::exit;
-use crate::jobs_remote::{Failure, Queue};
 
 pub(crate) async fn run(command: JobsCommand) -> i32 {
     match command {
@@ -32,7 +33,7 @@ async fn repartition(args: JobsRepartitionArgs) -> i32 {
         eprintln!("tollgate: repartition works on the store (--redis), not through --server");
         return exit::USAGE;
     }
-    let store = match crate::run::connect(&args.store).await {
+    let store = match args.store.connect().await {
         Ok(s) => s,
         Err(code) => return code,
     };

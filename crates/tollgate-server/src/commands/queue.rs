@@ -7,35 +7,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
 use tollgate::{Job, OnDuplicate, PushOptions, PushResult, Retry, ShardedJobQueue};
 
 use crate::cli::QueueTarget;
+use crate::client::{Failure, Server, Timeout, segment, usage};
 use crate::exit;
-use crate::run::connect;
-
-/// Why a queue operation failed: the exit code and what to print.
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub(crate) code: i32,
-    pub(crate) message: String,
-}
-
-impl From<tollgate::Error> for Failure {
-    fn from(e: tollgate::Error) -> Self {
-        Failure {
-            code: exit::for_error(&e),
-            message: e.to_string(),
-        }
-    }
-}
-
-fn usage(message: impl Into<String>) -> Failure {
-    Failure {
-        code: exit::USAGE,
-        message: message.into(),
-    }
-}
 
 /// Longest one claim long-poll asks the server to wait (its limit is 60 s).
 const POLL_SLICE: Duration = Duration::from_secs(25);
@@ -43,10 +21,9 @@ const POLL_SLICE: Duration = Duration::from_secs(25);
 /// A queue on a `tollgate serve`.
 #[derive(Debug, Clone)]
 pub(crate) struct RemoteQueue {
-    client: reqwest::Client,
-    /// `http://host:port/v1/queues/<name>`.
-    url: String,
-    token: Option<String>,
+    server: Server,
+    /// `/v1/queues/<name>`.
+    path: String,
     name: String,
     lease: Duration,
     keep: Option<(usize, Duration)>,
@@ -57,16 +34,6 @@ pub(crate) struct RemoteQueue {
 pub(crate) enum Queue {
     Local(ShardedJobQueue),
     Remote(RemoteQueue),
-}
-
-/// Percent-encodes one path segment (job ids may hold `/`, `?`, `%`).
-fn segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 fn ms(t: SystemTime) -> u64 {
@@ -86,7 +53,7 @@ impl Queue {
             ShardedJobQueue::check_partitions(k).map_err(|e| usage(format!("--partitions {k}: {e}")))?;
         }
         let Some(server) = &store.server else {
-            let store = connect(store).await.map_err(|code| Failure {
+            let store = store.connect().await.map_err(|code| Failure {
                 code,
                 message: String::new(),
             })?;
@@ -104,23 +71,9 @@ impl Queue {
                 "--partitions does not go with --server: the server's [queues.NAME] partitions decides",
             ));
         }
-        let base = server.trim_end_matches('/');
-        if !base.starts_with("http://") {
-            return Err(usage(format!(
-                "--server {server:?}: give an http:// URL of a `tollgate serve` (https is not supported yet)"
-            )));
-        }
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| Failure {
-                code: exit::SOFTWARE,
-                message: format!("cannot set up an HTTP client: {e}"),
-            })?;
         Ok(Queue::Remote(RemoteQueue {
-            client,
-            url: format!("{base}/v1/queues/{}", segment(name)),
-            token: store.server_token.clone(),
+            server: Server::new(server, store.server_token.clone(), Timeout::Connect)?,
+            path: format!("/v1/queues/{}", segment(name)),
             name: name.to_owned(),
             lease: Duration::from_secs(30),
             keep: None,
@@ -189,9 +142,7 @@ impl Queue {
                 if let Some(at) = o.at {
                     body["at_ms"] = json!(ms(at));
                 }
-                let (_, v) = r
-                    .call(r.client.post(format!("{}/jobs", r.url)).json(&body))
-                    .await?;
+                let (_, v) = r.call(r.request(Method::POST, "/jobs").json(&body)).await?;
                 Ok(json!({"id": v["id"], "result": v["result"], "due_ms": v["due_ms"]}))
             }
         }
@@ -203,12 +154,13 @@ impl Queue {
             Queue::Local(q) => Ok(q.next(wait).await?),
             Queue::Remote(r) => {
                 let url = format!(
-                    "{}/claim?wait_ms={}&lease_ms={}",
-                    r.url,
+                    "/claim?wait_ms={}&lease_ms={}",
                     wait.min(POLL_SLICE).as_millis(),
                     r.lease.as_millis()
                 );
-                let (_, v) = r.call(r.client.post(url).timeout(POLL_SLICE * 2)).await?;
+                let (_, v) = r
+                    .call(r.request(Method::POST, &url).timeout(POLL_SLICE * 2))
+                    .await?;
                 let job = &v["job"];
                 if job.is_null() {
                     return Ok(None);
@@ -240,7 +192,8 @@ impl Queue {
                 if let Some((count, age)) = r.keep {
                     body["keep"] = json!({"count": count, "max_age_ms": age.as_millis() as u64});
                 }
-                r.call(r.client.post(r.job_url(id, "/ack")).json(&body)).await?;
+                r.call(r.request(Method::POST, &r.job_path(id, "/ack")).json(&body))
+                    .await?;
                 Ok(())
             }
         }
@@ -254,7 +207,8 @@ impl Queue {
                 if let Retry::After(d) = retry {
                     body["delay_ms"] = json!(d.as_millis() as u64);
                 }
-                r.call(r.client.post(r.job_url(id, "/nack")).json(&body)).await?;
+                r.call(r.request(Method::POST, &r.job_path(id, "/nack")).json(&body))
+                    .await?;
                 Ok(())
             }
         }
@@ -269,7 +223,7 @@ impl Queue {
                 .map_err(Failure::from),
             Queue::Remote(r) => {
                 let body = json!({"fence": fence, "lease_ms": lease.as_millis() as u64});
-                r.call(r.client.post(r.job_url(id, "/extend")).json(&body))
+                r.call(r.request(Method::POST, &r.job_path(id, "/extend")).json(&body))
                     .await?;
                 Ok(())
             }
@@ -290,7 +244,7 @@ impl Queue {
                     "recent_lateness_p99_ms": pick(0.99), "recent_lateness_max_ms": pick(1.0),
                 }))
             }
-            Queue::Remote(r) => Ok(r.call(r.client.get(&r.url)).await?.1),
+            Queue::Remote(r) => Ok(r.call(r.request(Method::GET, "")).await?.1),
         }
     }
 
@@ -307,9 +261,7 @@ impl Queue {
                 })
                 .collect()),
             Queue::Remote(r) => {
-                let (_, v) = r
-                    .call(r.client.get(format!("{}/dead?limit=10000", r.url)))
-                    .await?;
+                let (_, v) = r.call(r.request(Method::GET, "/dead?limit=10000")).await?;
                 Ok(v["jobs"]
                     .as_array()
                     .into_iter()
@@ -334,7 +286,7 @@ impl Queue {
             Queue::Remote(r) => {
                 let body = json!({"id": id});
                 let (_, v) = r
-                    .call(r.client.post(format!("{}/dead/replay", r.url)).json(&body))
+                    .call(r.request(Method::POST, "/dead/replay").json(&body))
                     .await?;
                 Ok(v["replayed"].as_u64().unwrap_or(0))
             }
@@ -343,36 +295,29 @@ impl Queue {
 }
 
 impl RemoteQueue {
-    fn job_url(&self, id: &str, action: &str) -> String {
-        format!("{}/jobs/{}{action}", self.url, segment(id))
+    /// A request to `path` under the queue's own.
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.server.request(method, &format!("{}{path}", self.path))
+    }
+
+    fn job_path(&self, id: &str, action: &str) -> String {
+        format!("/jobs/{}{action}", segment(id))
     }
 
     /// Sends `req`; a 2xx answer's JSON, else the failure the server named.
-    async fn call(&self, req: reqwest::RequestBuilder) -> Result<(u16, Value), Failure> {
-        let req = match &self.token {
-            Some(t) => req.bearer_auth(t),
-            None => req,
-        };
-        let resp = req.send().await.map_err(|e| Failure {
-            code: exit::UNAVAILABLE,
-            message: format!("cannot reach the tollgate server: {e}"),
-        })?;
-        let status = resp.status().as_u16();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
+    async fn call(&self, req: RequestBuilder) -> Result<(u16, Value), Failure> {
+        let answer = self.server.send(req).await?;
+        let status = answer.status;
         if (200..300).contains(&status) {
-            return Ok((status, body));
+            return Ok((status, answer.body));
         }
-        let code = match (status, body["error"]["code"].as_str()) {
-            (409, Some("lease_lost")) => exit::LEASE_LOST,
-            (_, Some("partition_conflict" | "store_misconfigured")) => exit::CONFIG,
-            (429, _) => exit::BUSY,
-            (s, _) if s >= 500 => exit::UNAVAILABLE,
-            _ => exit::USAGE,
-        };
-        let message = body["error"]["message"].as_str().map_or_else(
+        let message = answer.message().map_or_else(
             || format!("the server answered {status}"),
             |m| format!("{m} ({status})"),
         );
-        Err(Failure { code, message })
+        Err(Failure {
+            code: answer.exit_code(),
+            message,
+        })
     }
 }

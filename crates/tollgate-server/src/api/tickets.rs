@@ -21,7 +21,8 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use ipnet::IpNet;
 
-use crate::http::{ApiError, AppState, Caller};
+use super::error::ApiError;
+use super::{AppState, Caller};
 
 /// Waiting tickets one client may hold at once, by default.
 pub(crate) const DEFAULT_PER_CLIENT: usize = 1000;

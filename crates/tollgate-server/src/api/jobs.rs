@@ -5,9 +5,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
+use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
@@ -18,8 +20,9 @@ use tollgate::{
     ShardedJobQueue, Store,
 };
 
-use crate::body::{JsonBody, parse};
-use crate::http::{ApiError, AppState, Json, Query};
+use super::AppState;
+use super::body::{Json, JsonBody, limited, parse};
+use super::error::{ApiError, Query};
 
 /// Largest push body: a 1 MiB payload, base64-encoded, plus options.
 pub(crate) const PUSH_BODY_LIMIT: usize = 1_500_000;
@@ -127,12 +130,34 @@ impl Queues {
     }
 }
 
+/// The job-queue routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/queues/{queue}", get(stats))
+        .route("/v1/queues/{queue}/jobs", limited(post(push), PUSH_BODY_LIMIT))
+        .route(
+            "/v1/queues/{queue}/batch",
+            limited(post(push_batch), BATCH_BODY_LIMIT),
+        )
+        .route("/v1/queues/{queue}/claim", post(claim))
+        .route("/v1/queues/{queue}/ack", limited(post(ack_batch), ACK_BODY_LIMIT))
+        .route("/v1/queues/{queue}/completed", get(completed))
+        .route("/v1/queues/{queue}/jobs/{id}", delete(cancel))
+        .route("/v1/queues/{queue}/jobs/{id}/ack", post(ack))
+        .route("/v1/queues/{queue}/jobs/{id}/nack", post(nack))
+        .route("/v1/queues/{queue}/jobs/{id}/extend", post(extend))
+        .route("/v1/queues/{queue}/jobs/{id}/reschedule", post(reschedule))
+        .route("/v1/queues/{queue}/dead", get(dead))
+        .route("/v1/queues/{queue}/dead/replay", post(replay))
+        .route("/v1/queues/{queue}/dead/purge", post(purge))
+}
+
 fn queue(state: &AppState, name: &str, lease_ms: Option<u64>) -> Result<ShardedJobQueue, ApiError> {
     let mut q = state.queue_set.open(&state.store, name)?;
     if let Some(ms) = lease_ms {
         q = q.lease(Duration::from_millis(ms))?;
     }
-    crate::http::track(&state.queues, name);
+    super::track(&state.queues, name);
     Ok(q)
 }
 
@@ -685,63 +710,6 @@ pub(crate) async fn purge(
 ) -> Result<axum::Json<Value>, ApiError> {
     let n = queue(&state, &name, None)?.purge(body.id.as_deref()).await?;
     Ok(axum::Json(json!({"purged": n})))
-}
-
-/// One tracked queue's series for /metrics, read from the store at scrape
-/// time: whether they were read.
-pub(crate) async fn scrape_queue(state: &AppState, name: &str) -> bool {
-    let Ok(q) = state.queue_set.open(&state.store, name) else {
-        return false;
-    };
-    let s = match q.stats().await {
-        Ok(s) => s,
-        Err(e) => {
-            // Counted by the conversion.
-            let _ = ApiError::from(e);
-            return false;
-        }
-    };
-    let name = name.to_owned();
-    let label = || ("queue", name.clone());
-    for (metric, v) in [
-        ("tollgate_queue_pushed_total", s.pushed),
-        ("tollgate_queue_claimed_total", s.claimed),
-        ("tollgate_queue_acked_total", s.acked),
-        ("tollgate_queue_retried_total", s.retried),
-        ("tollgate_queue_dead_lettered_total", s.dead_total),
-        ("tollgate_queue_redelivered_total", s.redelivered),
-    ] {
-        metrics::counter!(metric, &[label()]).absolute(v);
-    }
-    for (metric, v) in [
-        ("tollgate_queue_ready", s.ready),
-        ("tollgate_queue_delayed", s.delayed),
-        ("tollgate_queue_in_flight", s.in_flight),
-        ("tollgate_queue_dead", s.dead),
-    ] {
-        metrics::gauge!(metric, &[label()]).set(v as f64);
-    }
-    // Lateness of every promotion, as a Prometheus histogram: the
-    // store keeps the bucket counts, so servers sharing Redis agree.
-    let mut cumulative = 0;
-    for (i, n) in s.lateness_buckets.iter().enumerate() {
-        cumulative += n;
-        let le = tollgate::LATENESS_BOUNDS_MS
-            .get(i)
-            .map_or_else(|| "+Inf".to_owned(), |ms| format!("{}", *ms as f64 / 1000.0));
-        metrics::counter!("tollgate_queue_lateness_seconds_bucket", "queue" => name.clone(), "le" => le)
-            .absolute(cumulative);
-    }
-    metrics::counter!("tollgate_queue_lateness_seconds_count", &[label()]).absolute(cumulative);
-    metrics::gauge!("tollgate_queue_lateness_seconds_sum", &[label()]).set(s.lateness_sum.as_secs_f64());
-    for (q, quantile) in [(0.5, "0.5"), (0.99, "0.99"), (1.0, "1")] {
-        if let Some(v) = s.recent_lateness_quantile(q) {
-            metrics::gauge!("tollgate_queue_recent_lateness_seconds", "queue" => name.clone(), "quantile" => quantile)
-                .set(v.as_secs_f64());
-        }
-    }
-
-    true
 }
 
 #[cfg(test)]

@@ -1,23 +1,31 @@
 //! Rate limits in the service: limits named in the config file, the check
-//! endpoint, the layer that protects tollgate's own API, and
-//! `tollgate limit check`.
+//! and describe routes, and the layer that protects tollgate's own API.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use tollgate::{
     Algorithm, Decision, KeyBy, Limit, OnStoreError, Rate, RateLimitLayer, RateLimiter, Store,
     set_rate_limit_headers,
 };
 
-use crate::cli::LimitCheckArgs;
-use crate::exit;
-use crate::http::{ApiError, AppState, Json};
+use super::AppState;
+use super::body::Json;
+use super::error::ApiError;
+
+/// The limit routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/limits/{name}", get(describe))
+        .route("/v1/limits/{name}/check", post(check))
+}
 
 /// A limit as written in the config file (`[limits.NAME]`) or sent with a
 /// check.
@@ -301,129 +309,4 @@ pub(crate) async fn describe(
         rate: limit.rate().to_string(),
         burst: limit.burst(),
     }))
-}
-
-/// `tollgate limit check NAME KEY`: prints the decision as JSON; exit 0
-/// when allowed, 1 when refused.
-pub(crate) async fn cli_check(args: LimitCheckArgs) -> i32 {
-    let spec = match (&args.rate, args.burst, &args.algorithm) {
-        (None, None, None) => None,
-        (Some(rate), burst, algorithm) => Some(LimitSpec {
-            rate: rate.clone(),
-            burst,
-            algorithm: algorithm.clone(),
-        }),
-        (None, _, _) => {
-            eprintln!("tollgate: --burst and --algorithm need --rate");
-            return exit::USAGE;
-        }
-    };
-    if let Some(server) = &args.store.server {
-        return remote_check(server, args.store.server_token.as_deref(), &args, spec).await;
-    }
-    let Some(url) = &args.store.redis else {
-        eprintln!(
-            "tollgate: limit check needs --redis URL or --server URL (or TOLLGATE_REDIS_URL / TOLLGATE_SERVER)"
-        );
-        return exit::USAGE;
-    };
-    let Some(spec) = spec else {
-        eprintln!("tollgate: limit check on Redis needs --rate (and optionally --burst, --algorithm)");
-        return exit::USAGE;
-    };
-    let limit = match spec.limit() {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("tollgate: {e}");
-            return exit::USAGE;
-        }
-    };
-    let mut config = tollgate::RedisConfig::new(url.clone());
-    config.prefix = args.store.prefix.clone();
-    config.connect_timeout = args.timeout.max(Duration::from_secs(1));
-    let decided = async {
-        let store = Store::connect(config).await?;
-        let limiter = RateLimiter::new(&store, &args.name, limit)?.timeout(args.timeout);
-        limiter.check(&args.key, args.cost).await
-    };
-    match decided.await {
-        Ok(d) => print_decision(&DecisionBody::from(&d)),
-        Err(e) => {
-            eprintln!("tollgate: {e}");
-            exit::for_error(&e)
-        }
-    }
-}
-
-fn print_decision(d: &DecisionBody) -> i32 {
-    println!("{}", serde_json::to_string(d).unwrap_or_default());
-    if d.allowed { 0 } else { exit::REFUSED }
-}
-
-async fn remote_check(
-    server: &str,
-    token: Option<&str>,
-    args: &LimitCheckArgs,
-    spec: Option<LimitSpec>,
-) -> i32 {
-    let base = server.trim_end_matches('/');
-    if !base.starts_with("http://") {
-        eprintln!("tollgate: --server {server:?}: give an http:// URL of a `tollgate serve`");
-        return exit::USAGE;
-    }
-    let mut body = serde_json::json!({"key": args.key, "cost": args.cost});
-    if let Some(spec) = spec {
-        body["rate"] = spec.rate.into();
-        if let Some(b) = spec.burst {
-            body["burst"] = b.into();
-        }
-        if let Some(a) = spec.algorithm {
-            body["algorithm"] = a.into();
-        }
-    }
-    let client = match reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("tollgate: cannot set up an HTTP client: {e}");
-            return exit::SOFTWARE;
-        }
-    };
-    let url = format!("{base}/v1/limits/{}/check", args.name.replace('/', "%2F"));
-    let mut req = client.post(url).json(&body);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let resp = match req.send().await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tollgate: cannot reach the tollgate server: {e}");
-            return exit::UNAVAILABLE;
-        }
-    };
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
-    match (status, serde_json::from_str::<DecisionBody>(&text)) {
-        (200 | 429, Ok(d)) => print_decision(&d),
-        (429, _) => {
-            // The server's own [protect] limit turned the check away; the
-            // key was not checked.
-            eprintln!("tollgate: the server is rate-limiting this client; try again later");
-            exit::BUSY
-        }
-        _ => {
-            let message = serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| format!("the server answered {status}"));
-            eprintln!("tollgate: {message}");
-            if status >= 500 {
-                exit::UNAVAILABLE
-            } else {
-                exit::USAGE
-            }
-        }
-    }
 }

@@ -3,26 +3,21 @@
 
 use std::time::Duration;
 
+use reqwest::Method;
+
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// What went wrong talking to the server, sorted by exit code.
-#[derive(Debug)]
-pub(crate) enum RemoteError {
-    /// The server refused the request as malformed or conflicting (4xx).
-    Refused(String),
-    /// The server could not be reached, or its store could not (5xx).
-    Unavailable(String),
-}
+use crate::client::{Answer, Failure, Server, Timeout, segment};
 
-/// A tollgate server and one gate on it.
+/// One gate on a tollgate server.
 #[derive(Debug, Clone)]
 pub(crate) struct Remote {
-    client: reqwest::Client,
-    gate_url: String,
-    token: Option<String>,
+    server: Server,
+    /// `/v1/gates/<name>`.
+    gate: String,
 }
 
 /// A lease held through the server, renewed in the background.
@@ -39,39 +34,30 @@ pub(crate) struct RemoteLease {
 const POLL_SLICE: Duration = Duration::from_secs(25);
 
 impl Remote {
-    pub(crate) fn new(server: &str, name: &str, token: Option<String>) -> Result<Remote, String> {
-        let base = server.trim_end_matches('/');
-        if !base.starts_with("http://") {
-            return Err(format!(
-                "--server {server:?}: give an http:// URL of a `tollgate serve` (https is not supported yet)"
-            ));
-        }
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| format!("cannot set up an HTTP client: {e}"))?;
+    pub(crate) fn new(server: &str, name: &str, token: Option<String>) -> Result<Remote, Failure> {
         Ok(Remote {
-            client,
-            gate_url: format!("{base}/v1/gates/{}", name.replace('/', "%2F")),
-            token,
+            server: Server::new(server, token, Timeout::Connect)?,
+            gate: format!("/v1/gates/{}", segment(name)),
         })
     }
 
-    async fn call(&self, req: reqwest::RequestBuilder) -> Result<(u16, Value), RemoteError> {
-        let req = match &self.token {
-            Some(t) => req.bearer_auth(t),
+    /// Sends `method` to the gate's `path`: 200 and 404 are answers, any
+    /// other status a failure.
+    async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Answer, Failure> {
+        let req = self.server.request(method, &format!("{}{path}", self.gate));
+        let req = match body {
+            Some(b) => req.json(b),
             None => req,
         };
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| RemoteError::Unavailable(format!("cannot reach the tollgate server: {e}")))?;
-        let status = resp.status().as_u16();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        match status {
-            200 | 404 => Ok((status, body)),
-            s if s >= 500 => Err(RemoteError::Unavailable(message(&body, s))),
-            s => Err(RemoteError::Refused(message(&body, s))),
+        let answer = self.server.send(req).await?;
+        match answer.status {
+            200 | 404 => Ok(answer),
+            status => Err(Failure {
+                code: answer.exit_code(),
+                message: answer
+                    .message()
+                    .map_or_else(|| format!("the tollgate server answered {status}"), str::to_owned),
+            }),
         }
     }
 
@@ -83,7 +69,7 @@ impl Remote {
         ttl: Duration,
         heartbeat: Duration,
         wait: Duration,
-    ) -> Result<Option<RemoteLease>, RemoteError> {
+    ) -> Result<Option<RemoteLease>, Failure> {
         let deadline = Instant::now() + wait;
         let body = json!({
             "capacity": capacity,
@@ -94,22 +80,25 @@ impl Remote {
         });
         'enter: loop {
             let sent = Instant::now();
-            let (_, answer) = self
-                .call(self.client.post(format!("{}/enter", self.gate_url)).json(&body))
-                .await?;
+            let answer = self.call(Method::POST, "/enter", Some(&body)).await?.body;
             let ticket = match answer["status"].as_str() {
                 Some("granted") => return Ok(Some(self.lease(&answer, ttl, sent))),
                 Some("busy") => return Ok(None),
                 Some("queued") => answer["ticket"].as_str().unwrap_or_default().to_owned(),
-                _ => return Err(RemoteError::Unavailable(format!("unexpected answer {answer}"))),
+                _ => {
+                    return Err(Failure {
+                        code: crate::exit::UNAVAILABLE,
+                        message: format!("unexpected answer {answer}"),
+                    });
+                }
             };
-            let ticket_url = format!("{}/tickets/{ticket}", self.gate_url);
+            let ticket_path = format!("/tickets/{ticket}");
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let slice = left.min(POLL_SLICE).as_millis() as u64;
                 let sent = Instant::now();
-                let (status, answer) = self
-                    .call(self.client.get(format!("{ticket_url}?wait_ms={slice}")))
+                let Answer { status, body: answer } = self
+                    .call(Method::GET, &format!("{ticket_path}?wait_ms={slice}"), None)
                     .await?;
                 if status == 404 {
                     // Dropped from the line (a stall past the heartbeat, or
@@ -124,7 +113,7 @@ impl Remote {
                 }
                 if Instant::now() >= deadline {
                     // Leave the line; a grant racing with this is given back.
-                    let _ = self.call(self.client.delete(&ticket_url)).await;
+                    let _ = self.call(Method::DELETE, &ticket_path, None).await;
                     return Ok(None);
                 }
             }
@@ -146,12 +135,6 @@ impl Remote {
     }
 }
 
-fn message(body: &Value, status: u16) -> String {
-    body["error"]["message"]
-        .as_str()
-        .map_or_else(|| format!("the tollgate server answered {status}"), str::to_owned)
-}
-
 /// Renews every third of the TTL; marks the lease lost when the server says
 /// it ended, or when renewals keep failing until the lease ran out.
 async fn keep(
@@ -162,7 +145,7 @@ async fn keep(
     lost: watch::Sender<bool>,
 ) {
     let mut end = first_deadline;
-    let renew_url = format!("{}/leases/{token}/renew", remote.gate_url);
+    let renew_path = format!("/leases/{token}/renew");
     let body = json!({"ttl_ms": ttl.as_millis() as u64});
     let mut next = Instant::now() + ttl / 3;
     loop {
@@ -172,9 +155,9 @@ async fn keep(
             let _ = lost.send(true);
             return;
         }
-        let attempt = remote.call(remote.client.post(&renew_url).json(&body));
+        let attempt = remote.call(Method::POST, &renew_path, Some(&body));
         match tokio::time::timeout(end - now, attempt).await {
-            Ok(Ok((200, _))) => {
+            Ok(Ok(Answer { status: 200, .. })) => {
                 end = now + ttl;
                 next = now + ttl / 3;
             }
@@ -183,10 +166,7 @@ async fn keep(
                 return;
             }
             Ok(Err(e)) => {
-                let why = match e {
-                    RemoteError::Refused(m) | RemoteError::Unavailable(m) => m,
-                };
-                tracing::warn!(error = %why, "lease renewal through the server failed; retrying");
+                tracing::warn!(error = %e.message, "lease renewal through the server failed; retrying");
                 next = Instant::now() + (ttl / 10).min(Duration::from_millis(250));
             }
             Err(_) => {
@@ -207,10 +187,10 @@ impl RemoteLease {
     }
 
     /// Releases the lease. `Ok(false)` if it had already ended.
-    pub(crate) async fn release(self) -> Result<bool, RemoteError> {
+    pub(crate) async fn release(self) -> Result<bool, Failure> {
         self.keeper.abort();
-        let url = format!("{}/leases/{}", self.remote.gate_url, self.token);
-        let (status, _) = self.remote.call(self.remote.client.delete(url)).await?;
-        Ok(status == 200)
+        let path = format!("/leases/{}", self.token);
+        let answer = self.remote.call(Method::DELETE, &path, None).await?;
+        Ok(answer.status == 200)
     }
 }

@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper::body::{Frame, SizeHint};
 
-use crate::http::ApiError;
+use super::error::ApiError;
 
 /// Largest request body on routes that do not say otherwise.
 pub(crate) const BODY_LIMIT: usize = 16 * 1024;

@@ -24,7 +24,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::http::ApiError;
+use super::error::ApiError;
 
 /// The longest request head (request line and headers), in bytes.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
@@ -120,7 +120,7 @@ fn rewrite(head: &[u8]) -> Vec<u8> {
             "malformed HTTP request: the request line or a header could not be parsed".to_owned(),
         ),
     };
-    let body = serde_json::json!({"error": {"code": code, "message": message}}).to_string();
+    let body = super::error::error_body(code, &message).to_string();
     let date = if date.is_empty() {
         String::new()
     } else {

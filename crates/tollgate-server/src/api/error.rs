@@ -1,0 +1,110 @@
+//! The API's one error shape, `{"error": {"code", "message"}}`: the
+//! [`ApiError`] every handler returns, the body builder shared with the
+//! waiting rooms and hyper's rewritten answers, and the query extractor
+//! whose rejections use it.
+
+use axum::extract::FromRequestParts;
+use axum::extract::rejection::QueryRejection;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tollgate::ErrorKind;
+
+/// The one JSON error body, `{"error": {"code", "message"}}`.
+pub(crate) fn error_body(code: &str, message: &str) -> serde_json::Value {
+    json!({"error": {"code": code, "message": message}})
+}
+
+/// The one error shape: `{"error": {"code", "message"}}` with a fitting
+/// status; never a 500 for a caller's mistake.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    pub(crate) code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// The `{"code", "message"}` of the error, for answers that carry one
+    /// error per item of a batch.
+    pub(crate) fn item(&self) -> serde_json::Value {
+        json!({"code": self.code, "message": self.message})
+    }
+
+    /// The answer for a library error, without counting it in the
+    /// store-error metric (for the items of a batch: the batch counts once).
+    pub(crate) fn uncounted(e: &tollgate::Error) -> Self {
+        let (status, code) = match e.kind() {
+            ErrorKind::InvalidInput => (StatusCode::BAD_REQUEST, "bad_request"),
+            ErrorKind::CapacityConflict => (StatusCode::CONFLICT, "capacity_conflict"),
+            ErrorKind::NoCapacity => (StatusCode::CONFLICT, "no_capacity"),
+            ErrorKind::LeaseLost => (StatusCode::NOT_FOUND, "lease_not_found"),
+            ErrorKind::JobRunning => (StatusCode::CONFLICT, "job_running"),
+            ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+            ErrorKind::NotReplicated => (StatusCode::SERVICE_UNAVAILABLE, "not_replicated"),
+            ErrorKind::PartitionConflict => (StatusCode::CONFLICT, "partition_conflict"),
+            // The server's set-up, not the caller's request.
+            ErrorKind::Misconfigured => (StatusCode::INTERNAL_SERVER_ERROR, "store_misconfigured"),
+            _ => (StatusCode::BAD_GATEWAY, "store_error"),
+        };
+        ApiError::new(status, code, e.to_string())
+    }
+}
+
+impl From<tollgate::Error> for ApiError {
+    fn from(e: tollgate::Error) -> Self {
+        let answer = ApiError::uncounted(&e);
+        if matches!(
+            e.kind(),
+            ErrorKind::Unavailable
+                | ErrorKind::Store
+                | ErrorKind::Misconfigured
+                | ErrorKind::NotReplicated
+                | ErrorKind::PartitionConflict
+        ) {
+            metrics::counter!("tollgate_store_errors_total", "code" => answer.code).increment(1);
+        }
+        answer
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = error_body(self.code, &self.message);
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// Query extractor whose rejections use the API's error shape.
+pub(crate) struct Query<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(v)| Query(v))
+            .map_err(|e: QueryRejection| {
+                ApiError::bad_request(format!("bad query string: {}", e.body_text()))
+            })
+    }
+}

@@ -1,0 +1,296 @@
+//! The HTTP/JSON API: the shared state, the router that merges every
+//! feature's `routes()`, the one front layer every request goes through,
+//! bearer-token authentication, and the probes. Each feature (gates, jobs,
+//! limits, room admin) owns its handlers and routes and depends only on
+//! this module's [`AppState`] and on [`error`], never on a sibling.
+
+pub(crate) mod body;
+pub(crate) mod conn;
+pub(crate) mod error;
+pub(crate) mod gates;
+pub(crate) mod jobs;
+pub(crate) mod limits;
+pub(crate) mod metrics;
+pub(crate) mod tickets;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+use tollgate::Store;
+
+use self::body::BODY_LIMIT;
+use self::error::ApiError;
+
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) store: Store,
+    /// Renders the Prometheus text format for /metrics.
+    pub(crate) metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// Gates this server has served, for the per-gate series (bounded).
+    pub(crate) gates: Tracked,
+    /// Job queues this server has served, for the per-queue series.
+    pub(crate) queues: Tracked,
+    /// Partition counts of the configured queues, and handles.
+    pub(crate) queue_set: std::sync::Arc<jobs::Queues>,
+    /// Configured and ad-hoc rate limiters.
+    pub(crate) limits: std::sync::Arc<limits::Limiters>,
+    /// The waiting rooms, for their admin routes.
+    pub(crate) rooms: std::sync::Arc<crate::room::Rooms>,
+    /// Rate-limits the /v1 routes when `[protect]` is configured.
+    pub(crate) protect: Option<tollgate::RateLimitLayer>,
+    /// Bearer tokens accepted on /v1 routes; empty: no authentication.
+    pub(crate) tokens: std::sync::Arc<Tokens>,
+    /// Waiting tickets per client (`max_tickets_per_client`).
+    pub(crate) tickets: std::sync::Arc<tickets::TicketCaps>,
+    /// How long /metrics may spend gathering figures from the store.
+    pub(crate) metrics_timeout: Duration,
+    /// How long a request body may take to arrive.
+    pub(crate) body_timeout: Duration,
+    /// Turns true when the server shuts down: pending long-polls answer at
+    /// once with the ticket's current status.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// At most this many gates (and as many queues) get their own series in
+/// /metrics.
+const TRACKED: usize = 1000;
+
+/// The router: every feature's routes, merged, behind the tokens and
+/// `[protect]` when configured, plus the open probes.
+pub(crate) fn router(state: AppState) -> Router {
+    let api = Router::new()
+        // Metrics name gates, so they sit behind the tokens too.
+        .merge(metrics::routes())
+        .merge(gates::routes())
+        .merge(limits::routes())
+        .merge(jobs::routes())
+        .merge(crate::room::admin::routes());
+    // Rate limiting runs after authentication: a caller without a token
+    // is turned away without spending anyone's allowance.
+    let api = match &state.protect {
+        Some(layer) => api.route_layer(layer.clone()),
+        None => api,
+    };
+    // Without tokens there is nothing to check, and no layer to pay for.
+    let api = if state.tokens.is_empty() {
+        api
+    } else {
+        api.route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+    };
+    Router::new()
+        // Probes stay open so an orchestrator needs no token.
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
+        .merge(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(state.clone(), front))
+        .with_state(state)
+}
+
+/// Checks `Authorization: Bearer <token>` when tokens are configured, and
+/// notes which token it was ([`Caller`]).
+async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer);
+    if let Some(index) = presented.and_then(|p| state.tokens.find(p)) {
+        req.extensions_mut().insert(Caller(index));
+        return next.run(req).await;
+    }
+    let mut response = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "send Authorization: Bearer <token> with one of the server's tokens",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// The credentials of `Bearer <token>`; the scheme's name is
+/// case-insensitive (RFC 7235), and one or more spaces follow it.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    let token = rest.trim_matches(' ');
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Which of the server's tokens a request presented (its place in the
+/// list), set by authentication: the client a ticket is counted against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caller(pub(crate) usize);
+
+/// The server's bearer tokens, kept as SHA-256 digests. A presented token
+/// is hashed and its digest compared with every one, each comparison
+/// running over all 32 bytes: the time taken depends neither on how much
+/// of a guess was right nor on whether its length was, and a digest that
+/// partly matches tells nothing about the token behind it.
+#[derive(Debug, Default)]
+pub(crate) struct Tokens(Vec<[u8; 32]>);
+
+impl Tokens {
+    pub(crate) fn new(tokens: &[String]) -> Tokens {
+        Tokens(tokens.iter().map(|t| digest(t)).collect())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The place of `presented` among the tokens, if it is one.
+    fn find(&self, presented: &str) -> Option<usize> {
+        let presented = digest(presented);
+        let mut found = None;
+        for (i, token) in self.0.iter().enumerate() {
+            if same(token, &presented) && found.is_none() {
+                found = Some(i);
+            }
+        }
+        found
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// Compares all 32 bytes, without stopping at the first difference.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    std::hint::black_box(a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
+}
+
+/// What every request goes through first, in one layer (each layer of
+/// its own would box one more future per request, and a parked long-poll
+/// keeps them all): a URI over the limit is refused (414), the body gets
+/// its deadline (408), and one structured log line and the request metrics
+/// record the route pattern (never the raw path, which carries tokens),
+/// status and duration.
+async fn front(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    // Bounded label values: known methods only.
+    let method = match *req.method() {
+        Method::GET
+        | Method::POST
+        | Method::PUT
+        | Method::DELETE
+        | Method::HEAD
+        | Method::OPTIONS
+        | Method::PATCH => req.method().as_str().to_owned(),
+        _ => "other".to_owned(),
+    };
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let started = std::time::Instant::now();
+    let response = match conn::uri_too_long(&req) {
+        Some(refused) => refused,
+        None => {
+            let timeout = state.body_timeout;
+            drop(state);
+            let (req, timed_out) = body::deadlined(req, timeout);
+            body::or_timed_out(next.run(req).await, &timed_out, timeout)
+        }
+    };
+    let status = response.status().as_u16().to_string();
+    let labels = [
+        ("route", route.clone()),
+        ("method", method.clone()),
+        ("status", status),
+    ];
+    ::metrics::counter!("tollgate_http_requests_total", &labels).increment(1);
+    ::metrics::histogram!("tollgate_http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+    tracing::info!(
+        %method,
+        route,
+        status = response.status().as_u16(),
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "request"
+    );
+    response
+}
+/// cannot blow up the /metrics series count with made-up names.
+pub(crate) type Tracked = std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>;
+
+/// The names tracked so far.
+pub(crate) fn tracked(set: &Tracked) -> Vec<String> {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect()
+}
+
+/// Remembers `name` for the per-name series, up to TRACKED names each.
+pub(crate) fn track(set: &Tracked, name: &str) {
+    let mut names = set.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if names.len() < TRACKED && !names.contains(name) {
+        names.insert(name.to_owned());
+    }
+}
+
+/// The API's OpenAPI 3 document, kept in docs/openapi.json.
+const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    state.store.ping().await?;
+    // A room that cannot admit exactly (its view of the store is stale, or
+    // the store lost its settings and they are not back yet) is not ready.
+    if let Some(why) = state.rooms.all().iter().find_map(|r| r.ready().err()) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "room_not_ready",
+            why,
+        ));
+    }
+    Ok(axum::Json(
+        json!({"status": "ready", "store": state.store.kind()}),
+    ))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method",
+    )
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route; the API lives under /v1/gates/{name} and /v1/limits/{name}",
+    )
+}

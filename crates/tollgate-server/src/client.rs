@@ -1,0 +1,142 @@
+//! The one client of `tollgate serve`, for the commands that work through
+//! one (`--server`): `lock run`, `semaphore run`, the `jobs` commands and
+//! `limit check`. It owns what they share: the http:// check, the bearer
+//! token, the path escaping, reaching the server, and how an answer the
+//! server refused becomes an exit code. What a command sends and how it
+//! words its messages stays with the command.
+
+use std::time::Duration;
+
+use reqwest::{Method, RequestBuilder};
+use serde_json::Value;
+
+use crate::exit;
+
+/// Why a command failed: the exit code and what to print (empty: it was
+/// printed already).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: i32,
+    pub(crate) message: String,
+}
+
+impl From<tollgate::Error> for Failure {
+    fn from(e: tollgate::Error) -> Self {
+        Failure {
+            code: exit::for_error(&e),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A usage failure (exit 64).
+pub(crate) fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: exit::USAGE,
+        message: message.into(),
+    }
+}
+
+/// Percent-encodes one path segment: names and job ids may hold `/`, `?`
+/// or `%`, which must reach the server as part of the segment.
+pub(crate) fn segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// How long a call may take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Timeout {
+    /// Only the connection is bounded (5 s): long-polls and renewals set
+    /// their own bounds.
+    Connect,
+    /// The whole call, connection included.
+    Total(Duration),
+}
+
+/// A `tollgate serve` at an http:// URL, with the token to present.
+#[derive(Debug, Clone)]
+pub(crate) struct Server {
+    client: reqwest::Client,
+    /// The URL without a trailing slash.
+    base: String,
+    token: Option<String>,
+}
+
+/// The server's answer: its status and its JSON body (null if it sent
+/// none).
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
+}
+
+impl Answer {
+    /// The `error.message` of an error answer.
+    pub(crate) fn message(&self) -> Option<&str> {
+        self.body["error"]["message"].as_str()
+    }
+
+    /// The exit code for an answer the server refused: the one mapping
+    /// from the API's statuses and error codes to the CLI's exit codes.
+    pub(crate) fn exit_code(&self) -> i32 {
+        match (self.status, self.body["error"]["code"].as_str()) {
+            (409, Some("lease_lost")) => exit::LEASE_LOST,
+            (_, Some("partition_conflict" | "store_misconfigured")) => exit::CONFIG,
+            (429, _) => exit::BUSY,
+            (s, _) if s >= 500 => exit::UNAVAILABLE,
+            _ => exit::USAGE,
+        }
+    }
+}
+
+impl Server {
+    /// Checks the URL (`Err`: why it is not one) and sets up the client.
+    pub(crate) fn new(server: &str, token: Option<String>, timeout: Timeout) -> Result<Server, Failure> {
+        let base = server.trim_end_matches('/');
+        if !base.starts_with("http://") {
+            return Err(usage(format!(
+                "--server {server:?}: give an http:// URL of a `tollgate serve` (https is not supported yet)"
+            )));
+        }
+        let builder = reqwest::Client::builder();
+        let builder = match timeout {
+            Timeout::Connect => builder.connect_timeout(Duration::from_secs(5)),
+            Timeout::Total(t) => builder.timeout(t),
+        };
+        let client = builder.build().map_err(|e| Failure {
+            code: exit::SOFTWARE,
+            message: format!("cannot set up an HTTP client: {e}"),
+        })?;
+        Ok(Server {
+            client,
+            base: base.to_owned(),
+            token,
+        })
+    }
+
+    /// A request to `path` (escaped by the caller: see [`segment`]).
+    pub(crate) fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let req = self.client.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    /// Sends `req` and reads the answer, whatever its status; `Err` only
+    /// when the server could not be reached.
+    pub(crate) async fn send(&self, req: RequestBuilder) -> Result<Answer, Failure> {
+        let resp = req.send().await.map_err(|e| Failure {
+            code: exit::UNAVAILABLE,
+            message: format!("cannot reach the tollgate server: {e}"),
+        })?;
+        let status = resp.status().as_u16();
+        let body = resp.json().await.unwrap_or(Value::Null);
+        Ok(Answer { status, body })
+    }
+}

@@ -1,0 +1,562 @@
+//! A visitor's way through a room: the token in a cookie or header, the
+//! bypass rules, arriving, waiting in line (page, JSON, rate of asking),
+//! being admitted and forwarded while active, the room's own endpoints
+//! (status, events, leave), and what a visitor sees while the store is down.
+
+use super::*;
+
+impl Room {
+    fn cookie(&self, value: &str, max_age: Duration) -> HeaderValue {
+        let secure = if self.secure_cookie { "; Secure" } else { "" };
+        let text = format!(
+            "{}={value}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{secure}",
+            self.cookie_name,
+            max_age.as_secs()
+        );
+        HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    fn clear_cookie(&self) -> HeaderValue {
+        HeaderValue::try_from(format!("{}=; Path=/; Max-Age=0", self.cookie_name))
+            .unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    /// The visitor's token from the `Tollgate-Token` header or the cookie.
+    fn presented(&self, headers: &HeaderMap) -> Option<String> {
+        if let Some(v) = headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
+            return Some(v.trim().to_owned());
+        }
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|pair| {
+                let (k, v) = pair.trim().split_once('=')?;
+                (k == self.cookie_name).then(|| v.to_owned())
+            })
+    }
+
+    fn visitor(&self, headers: &HeaderMap) -> Option<Visitor> {
+        let token = self.presented(headers)?;
+        let v = self.keys.verify(&self.name, &token, now_ms());
+        if v.is_none() {
+            self.metrics.rejected_tokens.increment(1);
+        }
+        v
+    }
+
+    /// Signs an active visitor's token and attaches it to `response`.
+    fn admit_token(&self, response: &mut Response<Body>, token: &str) {
+        let now = now_ms();
+        let visitor = Visitor::Active {
+            token: token.to_owned(),
+            renewed_ms: now,
+        };
+        let signed = self
+            .keys
+            .sign(&self.name, &visitor, now + self.session_ttl.as_millis() as u64);
+        self.attach(response, &signed, self.session_ttl);
+    }
+
+    fn attach(&self, response: &mut Response<Body>, signed: &str, max_age: Duration) {
+        response
+            .headers_mut()
+            .append(header::SET_COOKIE, self.cookie(signed, max_age));
+        if let Ok(v) = HeaderValue::try_from(signed) {
+            response.headers_mut().insert(TOKEN_HEADER, v);
+        }
+    }
+
+    /// Whether the request passes without queueing, and why.
+    fn bypassed(&self, req: &Request<hyper::body::Incoming>, path: &str, client: IpAddr) -> Option<Bypass> {
+        if self.bypass_paths.iter().any(|p| path::under(path, p)) {
+            Some(Bypass::Path)
+        } else if self.bypass_ips.iter().any(|n| n.contains(&client))
+            || self
+                .bypass_header
+                .as_ref()
+                .is_some_and(|(n, v)| req.headers().get(n) == Some(v))
+        {
+            Some(Bypass::Trusted)
+        } else {
+            None
+        }
+    }
+
+    /// A request for the site behind the room.
+    pub(super) async fn visit(
+        &self,
+        mut req: Request<hyper::body::Incoming>,
+        peer: SocketAddr,
+        path: &str,
+    ) -> Response<Body> {
+        // Tollgate-Visitor reaching the upstream is only ever the room's own.
+        req.headers_mut().remove(VISITOR_HEADER);
+        let client = client_ip(peer.ip(), req.headers(), &self.trusted_proxies);
+        let bypass = self.bypassed(&req, path, client);
+        // Only the listed protocols upgrade, and never on a bypassed path:
+        // a tunnel there would carry later requests past the room.
+        let may_upgrade = match proxy::upgrade_protocols(req.headers()) {
+            None => false,
+            Some(_) if bypass == Some(Bypass::Path) => {
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "bad request: no upgrade on a path that bypasses the waiting room",
+                );
+            }
+            Some(asked) => match asked.iter().find(|p| !self.upgrades.contains(p)) {
+                Some(refused) => {
+                    return plain(
+                        StatusCode::BAD_REQUEST,
+                        &format!("bad request: upgrading to {refused:?} is not allowed here"),
+                    );
+                }
+                None => true,
+            },
+        };
+        let hop = Hop {
+            client,
+            peer: peer.ip(),
+            trusted_peer: self.trusted_proxies.iter().any(|n| n.contains(&peer.ip())),
+            may_upgrade,
+        };
+        if bypass.is_some() {
+            self.metrics.bypassed.increment(1);
+            return self
+                .upstream
+                .forward(req, hop, &self.cookie_name, &self.metrics, None)
+                .await;
+        }
+        match self.visitor(req.headers()) {
+            Some(Visitor::Active { token, renewed_ms }) => self.active(req, hop, token, renewed_ms).await,
+            Some(Visitor::Waiting {
+                ticket,
+                since_ms,
+                eta_ms,
+            }) => self.waiting(req, hop, ticket, since_ms, eta_ms).await,
+            None => self.arrive(req, hop).await,
+        }
+    }
+
+    async fn arrive(&self, req: Request<hyper::body::Incoming>, hop: Hop) -> Response<Body> {
+        if let Some(limit) = &self.arrival_limit
+            && let Ok(d) = limit.check(&tollgate::ip_key(hop.client), 1).await
+            && !d.allowed
+        {
+            self.metrics.arrivals_limited.increment(1);
+            return self.slow_down(
+                req.headers(),
+                d.retry_after,
+                "too many arrivals from your address; try again shortly",
+            );
+        }
+        let mut entered = bounded(self.store_timeout, self.gate.enter(1, true)).await;
+        if entered.as_ref().is_err_and(|e| e.kind() == ErrorKind::NoCapacity) {
+            // The store lost the room's settings (data loss, or an idle
+            // gate dropped): write them back and count this visitor
+            // properly, rather than failing open or closed.
+            self.view.reset(now_ms());
+            self.restore().await;
+            entered = bounded(self.store_timeout, self.gate.enter(1, true)).await;
+        }
+        match entered {
+            Ok(Entered::Granted(g)) => {
+                self.metrics.admitted.increment(1);
+                self.metrics.wait.record(0.0);
+                self.forward_active(req, hop, &g.token, true).await
+            }
+            Ok(Entered::Queued { ticket, place }) => {
+                self.metrics.queued.increment(1);
+                let now = now_ms();
+                let signed = self.keys.sign(
+                    &self.name,
+                    &Visitor::Waiting {
+                        ticket,
+                        since_ms: now,
+                        eta_ms: place.eta.map(|e| e.as_millis() as u64),
+                    },
+                    now + 24 * 3600 * 1000,
+                );
+                let mut response = self.queued_page(req.headers(), Shown::of(&place));
+                self.attach(&mut response, &signed, Duration::from_secs(24 * 3600));
+                response
+            }
+            Ok(Entered::Busy(_)) => self.store_down(req, hop, None).await,
+            Err(e) => self.store_down(req, hop, Some(e)).await,
+        }
+    }
+
+    async fn active(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        hop: Hop,
+        token: String,
+        renewed_ms: u64,
+    ) -> Response<Body> {
+        let now = now_ms();
+        let age = Duration::from_millis(now.saturating_sub(renewed_ms));
+        if age < self.renew_every && self.view.trusts(&token, renewed_ms, now) {
+            return self.forward_active(req, hop, &token, false).await;
+        }
+        if self.view.is_revoked(&token) {
+            // An ended session presented again: it counts for nothing.
+            self.metrics.revoked_replays.increment(1);
+            return self.arrive(req, hop).await;
+        }
+        // Activity refreshes the session; a lease that ended (idle past its
+        // TTL, or the session was ended) means starting over.
+        match bounded(self.store_timeout, self.gate.renew(&token, self.session_ttl)).await {
+            Ok(_) => self.forward_active(req, hop, &token, true).await,
+            Err(e) if e.kind() == ErrorKind::LeaseLost => {
+                self.metrics.expired_sessions.increment(1);
+                self.arrive(req, hop).await
+            }
+            Err(e) if is_store_error(&e) => self.store_down(req, hop, Some(e)).await,
+            Err(_) => self.arrive(req, hop).await,
+        }
+    }
+
+    /// Forwards an admitted visitor's request; ends the session if the
+    /// upstream says so, else hands over a freshly signed token when
+    /// `fresh_token` (just admitted, or just renewed).
+    async fn forward_active(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        hop: Hop,
+        token: &str,
+        fresh_token: bool,
+    ) -> Response<Body> {
+        let mut req = req;
+        if let Ok(v) = HeaderValue::try_from(token) {
+            req.headers_mut().insert(VISITOR_HEADER, v);
+        }
+        let close = hop.may_upgrade.then(|| self.tunnel_watch(token));
+        let mut response = self
+            .upstream
+            .forward(req, hop, &self.cookie_name, &self.metrics, close)
+            .await;
+        let end = response
+            .headers_mut()
+            .remove(SESSION_HEADER)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
+        if end {
+            let _ = self.end_session(token).await;
+            response
+                .headers_mut()
+                .append(header::SET_COOKIE, self.clear_cookie());
+        } else if fresh_token {
+            self.admit_token(&mut response, token);
+        }
+        response
+    }
+
+    /// For an admitted visitor's upgraded connection (a WebSocket): keeps
+    /// the session alive while it is open (a tunnel carries no requests to
+    /// renew it), and resolves, closing it, once the session ends (ended
+    /// anywhere, or its lease lost).
+    fn tunnel_watch(&self, token: &str) -> BoxFuture<'static, ()> {
+        let (gate, view, token) = (self.gate.clone(), self.view.clone(), token.to_owned());
+        let (ttl, timeout) = (self.session_ttl, self.store_timeout);
+        let every = self.renew_every.as_millis() as u64;
+        let close_on_error = self.on_store_error == OnStoreError::Closed;
+        let closed = self.metrics.tunnels_closed.clone();
+        Box::pin(async move {
+            // When the session was last confirmed with the store (ms), and
+            // the view's reset count then.
+            let (mut confirmed, mut resets) = (now_ms(), view.resets());
+            let mut tried = 0;
+            loop {
+                tokio::time::sleep(watch::WATCH_EVERY).await;
+                if view.is_revoked(&token) {
+                    break;
+                }
+                let now = now_ms();
+                // Renew when due, and at once (at most once a second while
+                // it fails) when this server's view cannot vouch for the
+                // session: stale, or its state created anew since.
+                let doubt = !view.is_fresh(now) || view.resets() != resets;
+                let due = now.saturating_sub(confirmed) >= every;
+                if !(due || doubt) || now.saturating_sub(tried) < 1_000.min(every) {
+                    continue;
+                }
+                tried = now;
+                let resets_before = view.resets();
+                match bounded(timeout, gate.renew(&token, ttl)).await {
+                    Ok(_) => (confirmed, resets) = (now, resets_before),
+                    Err(e) if e.kind() == ErrorKind::LeaseLost => break,
+                    // The store cannot vouch for it: a fail-closed room
+                    // closes it, a fail-open one lets it be.
+                    Err(_) if close_on_error => break,
+                    Err(_) => {}
+                }
+            }
+            closed.increment(1);
+        })
+    }
+
+    /// Ends a visitor's session at once: an admitted visitor's slot goes to
+    /// the next in line in the same step; a waiting one leaves the line.
+    pub(crate) async fn end_session(&self, token: &str) -> tollgate::Result<tollgate::Left> {
+        // Refused here at once; the gate's revocation log tells the other
+        // servers, written in the step that frees the slot.
+        self.view.revoke(token, now_ms());
+        let left = self.end_in_store(token).await;
+        if let Err(e) = &left {
+            tracing::warn!(room = %self.name, error = %e, "could not end a session yet; retrying");
+        }
+        left
+    }
+
+    /// Ends `token`'s session in the store (and its revocation log); one
+    /// the store does not take is retried by the watch until it does, so
+    /// the other servers learn of it too.
+    pub(super) async fn end_in_store(&self, token: &str) -> tollgate::Result<tollgate::Left> {
+        let left = bounded(self.store_timeout, self.gate.end(token, self.view.keep())).await;
+        match &left {
+            Ok(tollgate::Left::Released) => self.metrics.ended_sessions.increment(1),
+            Ok(_) => {}
+            Err(_) => self.view.end_failed(token),
+        }
+        left
+    }
+
+    async fn waiting(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        hop: Hop,
+        ticket: String,
+        since_ms: u64,
+        eta_ms: Option<u64>,
+    ) -> Response<Body> {
+        // A visitor refreshing too often is answered without touching the
+        // line: their place is kept either way.
+        if let Ok(d) = self.status_limit.check(&ticket, 1).await
+            && !d.allowed
+        {
+            self.metrics.status_limited.increment(1);
+            return self.slow_down(req.headers(), d.retry_after, KEPT);
+        }
+        match bounded(self.store_timeout, self.gate.status(&ticket)).await {
+            // A session ended here whose end the store has not confirmed
+            // yet is still ended.
+            Ok(TicketStatus::Granted(g)) if self.view.is_revoked(&g.token) => {
+                self.metrics.revoked_replays.increment(1);
+                self.arrive(req, hop).await
+            }
+            Ok(TicketStatus::Granted(g)) => {
+                self.admitted_after(since_ms, eta_ms);
+                self.forward_active(req, hop, &g.token, true).await
+            }
+            Ok(TicketStatus::Queued(place)) => self.queued_page(req.headers(), Shown::of(&place)),
+            Ok(TicketStatus::Gone) => {
+                // Left the line (silent past the grace): a new arrival.
+                self.metrics.abandoned.increment(1);
+                self.arrive(req, hop).await
+            }
+            Err(e) if is_store_error(&e) => self.store_down(req, hop, Some(e)).await,
+            Err(_) => self.arrive(req, hop).await,
+        }
+    }
+
+    /// Counts an admission from the line, how long it waited, and how far
+    /// off the estimate it was given on joining was.
+    fn admitted_after(&self, since_ms: u64, eta_ms: Option<u64>) {
+        self.metrics.admitted.increment(1);
+        let waited = now_ms().saturating_sub(since_ms);
+        self.metrics.wait.record(waited as f64 / 1000.0);
+        if let Some(eta) = eta_ms {
+            self.metrics
+                .eta_error
+                .record(waited.abs_diff(eta) as f64 / 1000.0);
+        }
+    }
+
+    fn retry_seconds(&self) -> u64 {
+        2
+    }
+
+    fn queued_page(&self, headers: &HeaderMap, shown: Shown) -> Response<Body> {
+        let retry = self.retry_seconds();
+        let mut response = if wants_json(headers) {
+            typed(shown.json().to_string(), JSON)
+        } else {
+            let html = self.page.render(&self.name, &shown, retry);
+            typed(html, HTML)
+        };
+        *response.status_mut() = self.queued_status;
+        let h = response.headers_mut();
+        h.insert(header::RETRY_AFTER, HeaderValue::from(retry));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
+
+    fn slow_down(&self, headers: &HeaderMap, retry_after: Duration, message: &str) -> Response<Body> {
+        let secs = retry_after.as_millis().div_ceil(1000).max(1) as u64;
+        let mut response = if wants_json(headers) {
+            let body = error_body("rate_limited", message);
+            typed(body.to_string(), JSON)
+        } else {
+            let html = self.page.render_unknown(&self.name, secs);
+            typed(html, HTML)
+        };
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        let h = response.headers_mut();
+        h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
+
+    /// The store could not be asked: pass the visitor through (open) or
+    /// ask them to come back (closed).
+    async fn store_down(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        hop: Hop,
+        error: Option<tollgate::Error>,
+    ) -> Response<Body> {
+        // Uncounted visitors get no tunnel: it would outlive the outage.
+        let hop = Hop {
+            may_upgrade: false,
+            ..hop
+        };
+        let error = error.map_or_else(|| "unexpected answer".to_owned(), |e| e.to_string());
+        tracing::warn!(room = %self.name, error, open = self.on_store_error == OnStoreError::Open, "waiting room: store error");
+        match self.on_store_error {
+            OnStoreError::Open => {
+                self.metrics.failed_open.increment(1);
+                self.upstream
+                    .forward(req, hop, &self.cookie_name, &self.metrics, None)
+                    .await
+            }
+            OnStoreError::Closed => {
+                self.metrics.failed_closed.increment(1);
+                let mut r = if wants_json(req.headers()) {
+                    let body = error_body(
+                        "store_unavailable",
+                        "the waiting room cannot decide right now; try again shortly",
+                    );
+                    typed(body.to_string(), JSON)
+                } else {
+                    typed(page::TRY_AGAIN, HTML)
+                };
+                *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                r
+            }
+        }
+    }
+
+    /// The room's own endpoints: `status` (JSON), `events` (SSE), `leave`.
+    pub(super) async fn own(&self, req: Request<hyper::body::Incoming>, action: &str) -> Response<Body> {
+        let visitor = self.visitor(req.headers());
+        match (req.method(), action, visitor) {
+            (
+                &Method::GET,
+                "status",
+                Some(Visitor::Waiting {
+                    ticket,
+                    since_ms,
+                    eta_ms,
+                }),
+            ) => {
+                if let Ok(d) = self.status_limit.check(&ticket, 1).await
+                    && !d.allowed
+                {
+                    self.metrics.status_limited.increment(1);
+                    let mut h = req.headers().clone();
+                    h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+                    return self.slow_down(&h, d.retry_after, KEPT);
+                }
+                match bounded(self.store_timeout, self.gate.status(&ticket)).await {
+                    Ok(TicketStatus::Queued(place)) => {
+                        let mut r = json_response(StatusCode::OK, Shown::of(&place).json());
+                        r.headers_mut()
+                            .insert(header::RETRY_AFTER, HeaderValue::from(self.retry_seconds()));
+                        r
+                    }
+                    Ok(TicketStatus::Granted(g)) if self.view.is_revoked(&g.token) => {
+                        json_response(StatusCode::OK, json!({"status": "ended"}))
+                    }
+                    Ok(TicketStatus::Granted(g)) => {
+                        self.admitted_after(since_ms, eta_ms);
+                        let mut r = json_response(StatusCode::OK, json!({"status": "admitted"}));
+                        self.admit_token(&mut r, &g.token);
+                        r
+                    }
+                    Ok(TicketStatus::Gone) => json_response(StatusCode::OK, json!({"status": "gone"})),
+                    Err(_) => json_error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "store_unavailable",
+                        "try again shortly",
+                    ),
+                }
+            }
+            (&Method::GET, "status", Some(Visitor::Active { token, renewed_ms })) => {
+                let now = now_ms();
+                let young = now.saturating_sub(renewed_ms) < self.renew_every.as_millis() as u64;
+                if young && self.view.trusts(&token, renewed_ms, now) {
+                    return json_response(StatusCode::OK, json!({"status": "active"}));
+                }
+                if self.view.is_revoked(&token) {
+                    return json_response(StatusCode::OK, json!({"status": "ended"}));
+                }
+                match bounded(self.store_timeout, self.gate.status(&token)).await {
+                    Ok(TicketStatus::Granted(_)) => {
+                        json_response(StatusCode::OK, json!({"status": "active"}))
+                    }
+                    Ok(_) => json_response(StatusCode::OK, json!({"status": "ended"})),
+                    Err(_) => json_error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "store_unavailable",
+                        "try again shortly",
+                    ),
+                }
+            }
+            (&Method::GET, "status", None) => json_response(StatusCode::OK, json!({"status": "none"})),
+            (&Method::GET, "events", Some(Visitor::Waiting { ticket, .. })) => {
+                page::events(self, ticket).await
+            }
+            (&Method::GET, "events", _) => {
+                json_error(StatusCode::NOT_FOUND, "not_waiting", "no place in line")
+            }
+            (&Method::POST, "leave", v) => {
+                match v {
+                    Some(Visitor::Active { token, .. }) => {
+                        let _ = self.end_session(&token).await;
+                    }
+                    Some(Visitor::Waiting { ticket, .. }) => {
+                        let _ = bounded(self.store_timeout, self.gate.leave(&ticket)).await;
+                    }
+                    None => {}
+                }
+                let mut r = json_response(StatusCode::OK, json!({"status": "left"}));
+                r.headers_mut().append(header::SET_COOKIE, self.clear_cookie());
+                r
+            }
+            (_, "status" | "events" | "leave", _) => json_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "wrong method",
+            ),
+            _ => json_error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such waiting-room endpoint",
+            ),
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Body> {
+    let mut r = typed(body.to_string(), JSON);
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn json_error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    json_response(status, error_body(code, message))
+}

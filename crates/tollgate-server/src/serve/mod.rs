@@ -1,0 +1,191 @@
+//! `tollgate serve`: the HTTP/JSON service, on the embedded store unless
+//! `--redis` names one. [`run`] reads the settings, opens the store and
+//! what lives on it (queues, rooms, limits), starts the background tasks
+//! and hands the app to the [`listener`].
+
+mod listener;
+mod settings;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use tollgate::Store;
+
+use self::listener::Listeners;
+use self::settings::{Settings, settings};
+use crate::api::jobs::Queues;
+use crate::api::limits::Limiters;
+use crate::api::tickets::TicketCaps;
+use crate::api::{AppState, Tokens, router};
+use crate::cli::ServeArgs;
+use crate::exit;
+use crate::room::Rooms;
+
+pub(crate) async fn run(args: ServeArgs) -> i32 {
+    match start(args).await {
+        Ok(()) => 0,
+        Err(code) => code,
+    }
+}
+
+/// Prints why it failed and gives the usage exit code.
+fn usage(msg: &str) -> i32 {
+    eprintln!("tollgate: {msg}");
+    exit::USAGE
+}
+
+async fn start(args: ServeArgs) -> Result<(), i32> {
+    let args = settings(args).map_err(|msg| usage(&msg))?;
+    let queue_set = Arc::new(Queues::new(&args.queues).map_err(|msg| usage(&msg))?);
+    let store = open_store(&args).await?;
+    check_queues(&queue_set, &store).await?;
+    // Before anything that registers metrics (rooms, limiters).
+    let metrics = install_metrics()?;
+    let rooms = Arc::new(Rooms::new(&args.rooms, &store).map_err(|msg| usage(&msg))?);
+    let listeners = Listeners::bind(args.listen, args.proxy_listen, &rooms).await?;
+    listeners.announce(args.listen, args.proxy_listen, &rooms, store.kind());
+    for room in rooms.all() {
+        if let Err(e) = room.apply_config().await {
+            tracing::warn!(room = room.name(), error = %e, "could not set the room's capacity and admission rate; the stored ones stay");
+        }
+    }
+    // After the recorder: limiters register their metrics when made.
+    let limits = Limiters::configure(&store, &args.limits);
+    let protect = limits
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|l| args.protect.as_ref().map(|p| l.layer(p)).transpose());
+    let (limits, protect) = match (limits, protect) {
+        (Ok(l), Ok(p)) => (l, p),
+        (Err(msg), _) | (_, Err(msg)) => return Err(usage(&msg)),
+    };
+    // A ticket's client is its IP unless tokens are configured: believe
+    // the X-Forwarded-For of the proxies [protect] trusts.
+    let trusted = match &args.protect {
+        Some(p) => crate::api::limits::trusted_proxies(p).map_err(|msg| usage(&msg))?,
+        None => Vec::new(),
+    };
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    // Per room, this server's view of the store: ended sessions (so the
+    // proxy's fast path refuses them), the room's settings (written back
+    // if the store lost them) and, once a second, a light reap so gauges
+    // and waiters' notifications stay fresh when no request comes.
+    for room in rooms.all() {
+        let (room, stopping) = (room.clone(), stopping.clone());
+        tokio::spawn(async move { room.watch(stopping).await });
+    }
+    spawn_sweeper(&store, &queue_set, &metrics, args.memory_idle, stopping.clone());
+    let app = router(AppState {
+        store,
+        metrics,
+        gates: Default::default(),
+        queues: Default::default(),
+        queue_set,
+        limits: Arc::new(limits),
+        rooms: rooms.clone(),
+        protect,
+        tokens: Arc::new(Tokens::new(&args.tokens)),
+        tickets: Arc::new(TicketCaps::new(args.max_tickets_per_client, trusted)),
+        metrics_timeout: args.metrics_timeout,
+        body_timeout: args.body_timeout,
+        stopping,
+    });
+    listeners.serve(app, rooms, stop).await;
+    Ok(())
+}
+
+/// The embedded store, or Redis at `redis` (durable as asked).
+async fn open_store(args: &Settings) -> Result<Store, i32> {
+    let store = match &args.redis {
+        None => Store::memory_with(tollgate::MemoryOptions {
+            idle: args.memory_idle,
+            ..tollgate::MemoryOptions::default()
+        })
+        .map_err(|e| usage(&format!("memory_idle: {e}")))?,
+        Some(url) => crate::commands::connect_redis(url, &args.prefix, args.durability, None).await?,
+    };
+    if args.redis.is_none() && args.durability.durable_replicas.is_some_and(|n| n > 0) {
+        return Err(usage(
+            "durable_replicas needs Redis (--redis): the embedded store has no replicas",
+        ));
+    }
+    Ok(store)
+}
+
+async fn check_queues(queue_set: &Queues, store: &Store) -> Result<(), i32> {
+    // A queue configured with another partition count than the store has
+    // in force would strand jobs: refuse to start.
+    for (name, partitions) in queue_set.configured() {
+        let checked = match queue_set.open(store, name) {
+            Ok(q) => q.verify().await,
+            Err(e) => Err(e),
+        };
+        match checked {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    tollgate::ErrorKind::PartitionConflict | tollgate::ErrorKind::Misconfigured
+                ) =>
+            {
+                eprintln!("tollgate: [queues.{name}] partitions = {partitions}: {e}");
+                return Err(exit::CONFIG);
+            }
+            Err(e) => {
+                tracing::warn!(queue = name, error = %e, "could not check the queue's partitions now; each request will")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The Prometheus recorder, installed for the whole process.
+fn install_metrics() -> Result<PrometheusHandle, i32> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(&[
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        ])
+        .and_then(|b| b.install_recorder())
+        .map_err(|e| {
+            eprintln!("tollgate: cannot set up metrics: {e}");
+            exit::SOFTWARE
+        })
+}
+
+/// The embedded store drops idle names a few per operation; this drops
+/// them when no operation comes too (after a flood of names, say), a
+/// bounded batch at a time so no operation waits long behind it.
+/// Job-queue handles of queues gone idle are dropped the same way, and
+/// the histograms' samples recorded since the last scrape are folded
+/// into their buckets: the exporter keeps every sample until then, so a
+/// server nobody scrapes would otherwise grow with every request.
+fn spawn_sweeper(
+    store: &Store,
+    queue_set: &Arc<Queues>,
+    exporter: &PrometheusHandle,
+    idle: Duration,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let (store, queue_set, exporter) = (store.clone(), queue_set.clone(), exporter.clone());
+    tokio::spawn(async move {
+        let mut ticks = 0u64;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = stopping.changed() => return,
+            }
+            ticks += 1;
+            if ticks.is_multiple_of(50) {
+                queue_set.forget_idle(idle);
+                exporter.run_upkeep();
+            }
+            store.sweep_idle(2_000);
+            if let Some(f) = store.memory_footprint() {
+                metrics::gauge!("tollgate_memory_gates").set(f.gates as f64);
+                metrics::gauge!("tollgate_memory_queues").set(f.queues as f64);
+                metrics::gauge!("tollgate_memory_limit_keys").set(f.limit_keys as f64);
+            }
+        }
+    });
+}
