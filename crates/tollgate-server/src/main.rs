@@ -2,11 +2,6 @@
 //! under a distributed lock or semaphore, and benchmarks.
 
 mod bench;
-mod bench_flood;
-mod bench_http;
-mod bench_jobs;
-mod bench_limit;
-mod bench_room;
 mod body;
 mod cli;
 mod conn;
