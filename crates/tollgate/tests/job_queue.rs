@@ -39,6 +39,54 @@ async fn none(q: &JobQueue) {
     assert!(got.is_none(), "expected nothing due, got {got:?}");
 }
 
+/// Jobs `100 * chunk` to `100 * chunk + 99`, their number as the payload.
+fn hundred(chunk: usize) -> Vec<(String, PushOptions)> {
+    (0..100)
+        .map(|i| (format!("{}", chunk * 100 + i), PushOptions::default()))
+        .collect()
+}
+
+/// The (id, fence) pairs that ack `jobs`.
+fn fences(jobs: &[Job]) -> Vec<(&str, u64)> {
+    jobs.iter().map(|j| (j.id.as_str(), j.fence)).collect()
+}
+
+/// Runs `consumers` tasks of `consume()` at once and waits for them all.
+async fn run_consumers<F, Fut>(consumers: usize, mut consume: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..consumers).map(|_| tokio::spawn(consume())).collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// What the many-consumer tests' consumers acked, by payload: the check
+/// that every job was acked exactly once.
+#[derive(Clone, Default)]
+struct AckedOnce(Arc<Mutex<HashMap<String, u32>>>);
+
+impl AckedOnce {
+    /// Counts `jobs` as acked (once more each).
+    fn record<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) {
+        let mut acked = self.0.lock().unwrap();
+        for job in jobs {
+            *acked
+                .entry(String::from_utf8(job.payload.clone()).unwrap())
+                .or_default() += 1;
+        }
+    }
+
+    /// `jobs` distinct jobs were acked, none twice.
+    fn assert_each_once(&self, jobs: usize) {
+        let acked = self.0.lock().unwrap();
+        assert_eq!(acked.len(), jobs);
+        assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
+    }
+}
+
 async fn delayed_jobs_come_due_in_order(ts: TestStore) {
     let q = queue(&ts);
     q.push("a", &later(600)).await.unwrap();
@@ -616,30 +664,18 @@ mod realtime {
         for i in 0..10_000 {
             q.push(format!("{i}"), &PushOptions::default()).await.unwrap();
         }
-        let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        let consumers: Vec<_> = (0..20)
-            .map(|_| {
-                let (q, acked) = (q.clone(), acked.clone());
-                tokio::spawn(async move {
-                    while let Some(job) = q.next(Duration::from_millis(300)).await.unwrap() {
-                        q.ack(&job.id, job.fence).await.unwrap();
-                        *acked
-                            .lock()
-                            .unwrap()
-                            .entry(String::from_utf8(job.payload).unwrap())
-                            .or_default() += 1;
-                    }
-                })
-            })
-            .collect();
-        for c in consumers {
-            c.await.unwrap();
-        }
-        {
-            let acked = acked.lock().unwrap();
-            assert_eq!(acked.len(), 10_000);
-            assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
-        }
+        let acked = AckedOnce::default();
+        run_consumers(20, || {
+            let (q, acked) = (q.clone(), acked.clone());
+            async move {
+                while let Some(job) = q.next(Duration::from_millis(300)).await.unwrap() {
+                    q.ack(&job.id, job.fence).await.unwrap();
+                    acked.record([&job]);
+                }
+            }
+        })
+        .await;
+        acked.assert_each_once(10_000);
         let s = q.stats().await.unwrap();
         assert_eq!((s.ready, s.in_flight, s.acked, s.redelivered), (0, 0, 10_000, 0));
     }
@@ -649,41 +685,23 @@ mod realtime {
     async fn every_job_once_in_batches(ts: TestStore) {
         let q = queue(&ts);
         for chunk in 0..100 {
-            let jobs: Vec<(String, PushOptions)> = (0..100)
-                .map(|i| (format!("{}", chunk * 100 + i), PushOptions::default()))
-                .collect();
-            q.push_many(&jobs).await.unwrap();
+            q.push_many(&hundred(chunk)).await.unwrap();
         }
-        let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        let consumers: Vec<_> = (0..20)
-            .map(|_| {
-                let (q, acked) = (q.clone(), acked.clone());
-                tokio::spawn(async move {
-                    let mut held = q.next_many(25, Duration::from_millis(300)).await.unwrap();
-                    while !held.is_empty() {
-                        let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-                        let (flags, next) = q.ack_and_claim_many(&done, 25).await.unwrap();
-                        assert!(flags.iter().all(|f| *f), "an ack of a held job failed");
-                        let mut acked = acked.lock().unwrap();
-                        for job in &held {
-                            *acked
-                                .entry(String::from_utf8(job.payload.clone()).unwrap())
-                                .or_default() += 1;
-                        }
-                        drop(acked);
-                        held = next;
-                    }
-                })
-            })
-            .collect();
-        for c in consumers {
-            c.await.unwrap();
-        }
-        {
-            let acked = acked.lock().unwrap();
-            assert_eq!(acked.len(), 10_000);
-            assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
-        }
+        let acked = AckedOnce::default();
+        run_consumers(20, || {
+            let (q, acked) = (q.clone(), acked.clone());
+            async move {
+                let mut held = q.next_many(25, Duration::from_millis(300)).await.unwrap();
+                while !held.is_empty() {
+                    let (flags, next) = q.ack_and_claim_many(&fences(&held), 25).await.unwrap();
+                    assert!(flags.iter().all(|f| *f), "an ack of a held job failed");
+                    acked.record(&held);
+                    held = next;
+                }
+            }
+        })
+        .await;
+        acked.assert_each_once(10_000);
         let s = q.stats().await.unwrap();
         assert_eq!((s.ready, s.in_flight, s.acked, s.redelivered), (0, 0, 10_000, 0));
     }
@@ -864,7 +882,7 @@ mod sharded {
         let rest = q.claim_many(100).await.unwrap();
         assert_eq!(rest.len(), 34);
         held.extend(rest);
-        let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+        let done = fences(&held);
         assert!(q.ack_many(&done).await.unwrap().iter().all(|a| *a));
         let stale = held[0].fence;
         assert_eq!(
@@ -922,39 +940,24 @@ mod sharded {
         q.ack(&job.id, job.fence).await.unwrap();
 
         for chunk in 0..20 {
-            let jobs: Vec<(String, PushOptions)> = (0..100)
-                .map(|i| (format!("{}", chunk * 100 + i), PushOptions::default()))
-                .collect();
-            q.push_many(&jobs).await.unwrap();
+            q.push_many(&hundred(chunk)).await.unwrap();
         }
-        let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        let consumers: Vec<_> = (0..10)
-            .map(|_| {
-                let (q, acked) = (q.clone(), acked.clone());
-                tokio::spawn(async move {
-                    loop {
-                        let jobs = q.next_many(10, Duration::from_millis(300)).await.unwrap();
-                        if jobs.is_empty() {
-                            break;
-                        }
-                        let done: Vec<(&str, u64)> = jobs.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-                        assert!(q.ack_many(&done).await.unwrap().iter().all(|a| *a));
-                        let mut acked = acked.lock().unwrap();
-                        for job in &jobs {
-                            *acked
-                                .entry(String::from_utf8(job.payload.clone()).unwrap())
-                                .or_default() += 1;
-                        }
+        let acked = AckedOnce::default();
+        run_consumers(10, || {
+            let (q, acked) = (q.clone(), acked.clone());
+            async move {
+                loop {
+                    let jobs = q.next_many(10, Duration::from_millis(300)).await.unwrap();
+                    if jobs.is_empty() {
+                        break;
                     }
-                })
-            })
-            .collect();
-        for c in consumers {
-            c.await.unwrap();
-        }
-        let acked = acked.lock().unwrap();
-        assert_eq!(acked.len(), 2000);
-        assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
+                    assert!(q.ack_many(&fences(&jobs)).await.unwrap().iter().all(|a| *a));
+                    acked.record(&jobs);
+                }
+            }
+        })
+        .await;
+        acked.assert_each_once(2000);
     }
 
     /// The store keeps a queue's partition count: handles with another one
@@ -1138,7 +1141,7 @@ mod sharded {
             .collect();
         let claimed = q.claim_many(12).await.unwrap();
         assert_eq!(claimed.len(), 12);
-        let mut acks: Vec<(&str, u64)> = claimed.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+        let mut acks = fences(&claimed);
         acks.push((ids[0].as_str(), 999_999));
         let answers = q.ack_each(&acks).await.unwrap();
         assert_eq!(answers.len(), 13);
