@@ -65,6 +65,14 @@ fn check(url: &str, cases: &[(&str, i32, &str)]) {
     }
 }
 
+/// A redis-server of the test's own (bind it: dropping it stops the
+/// server), its URL, and a temp dir for what the commands write.
+fn redis_and_dir() -> (RedisServer, String, tempfile::TempDir) {
+    let server = RedisServer::start();
+    let url = server.url();
+    (server, url, tempfile::tempdir().expect("dir"))
+}
+
 /// Spawns tollgate in a process group of its own, so the test can clean up
 /// the command under it too.
 fn spawn(args: &[&str]) -> Child {
@@ -311,9 +319,7 @@ fn semaphore_run_admits_at_most_the_limit() {
 
 #[test]
 fn a_killed_holder_frees_the_lock_when_its_lease_ends() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let dir = tempfile::tempdir().expect("dir");
+    let (_server, url, dir) = redis_and_dir();
     let started = dir.path().join("started");
     let script = format!("echo $TOLLGATE_FENCE > {}; sleep 30", started.display());
     let holder = Group(spawn(&[
@@ -415,9 +421,7 @@ fn a_frozen_holder_loses_the_lock_and_its_command_is_stopped() {
 
 #[test]
 fn sigterm_is_forwarded_and_the_lock_released() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let dir = tempfile::tempdir().expect("dir");
+    let (_server, url, dir) = redis_and_dir();
     let started = dir.path().join("started");
     let script = format!(
         "trap 'exit 3' TERM; echo up > {}; sleep 30 & wait",
@@ -439,9 +443,7 @@ fn sigterm_is_forwarded_and_the_lock_released() {
 
 #[test]
 fn a_killed_waiter_leaves_the_line() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let dir = tempfile::tempdir().expect("dir");
+    let (_server, url, dir) = redis_and_dir();
     let started = dir.path().join("started");
     let release = dir.path().join("release");
     let script = format!(
@@ -489,9 +491,7 @@ fn a_killed_waiter_leaves_the_line() {
 
 #[test]
 fn six_processes_never_exceed_a_semaphore_of_two() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let dir = tempfile::tempdir().expect("dir");
+    let (_server, url, dir) = redis_and_dir();
     let inside = dir.path().join("inside");
     std::fs::create_dir(&inside).expect("mkdir");
     let seen = dir.path().join("seen");
