@@ -3,11 +3,6 @@
 
 mod api;
 mod bench;
-mod bench_flood;
-mod bench_http;
-mod bench_jobs;
-mod bench_limit;
-mod bench_room;
 mod cli;
 mod client;
 mod commands;

@@ -27,6 +27,52 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `line` split into arguments at spaces, as a shell would for plain
+/// words and '…' quotes (`''` is an empty argument), with `$URL`
+/// replaced by `url`.
+fn words(line: &str, url: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let (mut word, mut in_word, mut quoted) = (String::new(), false, false);
+    for ch in line.chars() {
+        match ch {
+            '\'' => (quoted, in_word) = (!quoted, true),
+            ' ' if !quoted => {
+                if in_word {
+                    args.push(std::mem::take(&mut word).replace("$URL", url));
+                }
+                in_word = false;
+            }
+            _ => {
+                word.push(ch);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        args.push(word.replace("$URL", url));
+    }
+    args
+}
+
+/// Runs each case in order (its arguments as for [`words`], the exit code
+/// it must end with, a piece of its stderr or "" for any) and checks it.
+fn check(url: &str, cases: &[(&str, i32, &str)]) {
+    for (line, code, says) in cases {
+        let args = words(line, url);
+        let o = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(o.status.code(), Some(*code), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
+/// A redis-server of the test's own (bind it: dropping it stops the
+/// server), its URL, and a temp dir for what the commands write.
+fn redis_and_dir() -> (RedisServer, String, tempfile::TempDir) {
+    let server = RedisServer::start();
+    let url = server.url();
+    (server, url, tempfile::tempdir().expect("dir"))
+}
+
 /// Spawns tollgate in a process group of its own, so the test can clean up
 /// the command under it too.
 fn spawn(args: &[&str]) -> Child {
@@ -139,8 +185,14 @@ fn eight_processes_share_one_lock_exactly_on_a_cluster() {
 fn exit_codes() {
     let server = RedisServer::start();
     let url = server.url();
-    let o = run(&["lock", "run", "x", "--redis", &url, "--", "sh", "-c", "exit 7"]);
-    assert_eq!(o.status.code(), Some(7), "the command's own code");
+    // The command's own code, and 127 for a command that is not there.
+    check(
+        &url,
+        &[
+            ("lock run x --redis $URL -- sh -c 'exit 7'", 7, ""),
+            ("lock run x --redis $URL -- /nonexistent/cmd", 127, ""),
+        ],
+    );
     let o = tollgate()
         .args(["lock", "run", "x", "--", "sh", "-c", "echo $TOLLGATE_FENCE"])
         .env("TOLLGATE_REDIS_URL", &url)
@@ -148,9 +200,6 @@ fn exit_codes() {
         .expect("run");
     assert!(o.status.success(), "TOLLGATE_REDIS_URL is used: {}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).trim().parse::<u64>().is_ok());
-
-    let o = run(&["lock", "run", "x", "--redis", &url, "--", "/nonexistent/cmd"]);
-    assert_eq!(o.status.code(), Some(127));
 
     // Busy: another process holds it.
     let holder = Group(spawn(&[
@@ -177,111 +226,27 @@ fn exit_codes() {
 fn bad_input_gets_a_message_and_exit_64() {
     let server = RedisServer::start();
     let url = server.url();
-    let cases: &[(&[&str], &str)] = &[
-        (&["lock", "run", "x", "--", "true"], "TOLLGATE_REDIS_URL"),
-        (
-            &["lock", "run", "bad name", "--redis", &url, "--", "true"],
-            "allowed",
-        ),
-        (&["lock", "run", "", "--redis", &url, "--", "true"], "empty"),
-        (
-            &["lock", "run", "x", "--ttl", "0s", "--redis", &url, "--", "true"],
-            "--ttl",
-        ),
-        (
-            &["lock", "run", "x", "--ttl", "30d", "--redis", &url, "--", "true"],
-            "--ttl",
-        ),
-        (
-            &["lock", "run", "x", "--ttl", "soon", "--redis", &url, "--", "true"],
-            "duration",
-        ),
-        (
-            &["lock", "run", "x", "--ttl", "-1s", "--redis", &url, "--", "true"],
-            "",
-        ),
-        (
-            &["lock", "run", "x", "--redis", "localhost:6379", "--", "true"],
-            "Redis URL",
-        ),
-        (
-            &["lock", "run", "x", "--redis", "redis://h:port", "--", "true"],
-            "URL",
-        ),
-        (&["lock", "run", "x", "--redis", &url], "CMD"),
-        (
-            &["semaphore", "run", "s", "--redis", &url, "--", "true"],
-            "--limit",
-        ),
-        (
-            &[
-                "semaphore",
-                "run",
-                "s",
-                "--limit",
-                "0",
-                "--redis",
-                &url,
-                "--",
-                "true",
-            ],
-            "--limit",
-        ),
-        (
-            &[
-                "semaphore",
-                "run",
-                "s",
-                "--limit",
-                "2",
-                "--permits",
-                "3",
-                "--redis",
-                &url,
-                "--",
-                "true",
-            ],
-            "--permits",
-        ),
-        (
-            &[
-                "semaphore",
-                "run",
-                "s",
-                "--limit",
-                "2",
-                "--permits",
-                "0",
-                "--redis",
-                &url,
-                "--",
-                "true",
-            ],
-            "--permits",
-        ),
-        (
-            &[
-                "semaphore",
-                "run",
-                "s",
-                "--limit",
-                "-2",
-                "--redis",
-                &url,
-                "--",
-                "true",
-            ],
-            "",
-        ),
+    // One case a line, however long: a table reads down its columns.
+    #[rustfmt::skip]
+    let cases: &[(&str, i32, &str)] = &[
+        ("lock run x -- true", 64, "TOLLGATE_REDIS_URL"),
+        ("lock run 'bad name' --redis $URL -- true", 64, "allowed"),
+        ("lock run '' --redis $URL -- true", 64, "empty"),
+        ("lock run x --ttl 0s --redis $URL -- true", 64, "--ttl"),
+        ("lock run x --ttl 30d --redis $URL -- true", 64, "--ttl"),
+        ("lock run x --ttl soon --redis $URL -- true", 64, "duration"),
+        ("lock run x --ttl -1s --redis $URL -- true", 64, ""),
+        ("lock run x --redis localhost:6379 -- true", 64, "Redis URL"),
+        ("lock run x --redis redis://h:port -- true", 64, "URL"),
+        ("lock run x --redis $URL", 64, "CMD"),
+        ("semaphore run s --redis $URL -- true", 64, "--limit"),
+        ("semaphore run s --limit 0 --redis $URL -- true", 64, "--limit"),
+        ("semaphore run s --limit 2 --permits 3 --redis $URL -- true", 64, "--permits"),
+        ("semaphore run s --limit 2 --permits 0 --redis $URL -- true", 64, "--permits"),
+        ("semaphore run s --limit -2 --redis $URL -- true", 64, ""),
+        ("lock run x --redis redis://127.0.0.1:1 -- true", 69, "unavailable"),
     ];
-    for (args, needle) in cases {
-        let o = run(args);
-        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
-    }
-    let o = run(&["lock", "run", "x", "--redis", "redis://127.0.0.1:1", "--", "true"]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("unavailable"), "{}", stderr(&o));
+    check(&url, cases);
     // A conflicting semaphore size is a usage error, not a hang.
     let holder = Group(spawn(&[
         "semaphore",
@@ -298,19 +263,10 @@ fn bad_input_gets_a_message_and_exit_64() {
         "30",
     ]));
     std::thread::sleep(Duration::from_millis(500));
-    let o = run(&[
-        "semaphore",
-        "run",
-        "sz",
-        "--limit",
-        "3",
-        "--redis",
+    check(
         &url,
-        "--",
-        "true",
-    ]);
-    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
-    assert!(stderr(&o).contains("capacity"), "{}", stderr(&o));
+        &[("semaphore run sz --limit 3 --redis $URL -- true", 64, "capacity")],
+    );
     drop(holder);
 }
 
@@ -363,9 +319,7 @@ fn semaphore_run_admits_at_most_the_limit() {
 
 #[test]
 fn a_killed_holder_frees_the_lock_when_its_lease_ends() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let dir = tempfile::tempdir().expect("dir");
+    let (_server, url, dir) = redis_and_dir();
     let started = dir.path().join("started");
     let script = format!("echo $TOLLGATE_FENCE > {}; sleep 30", started.display());
     let holder = Group(spawn(&[
@@ -467,9 +421,7 @@ fn a_frozen_holder_loses_the_lock_and_its_command_is_stopped() {
 
 #[test]
 fn sigterm_is_forwarded_and_the_lock_released() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let dir = tempfile::tempdir().expect("dir");
+    let (_server, url, dir) = redis_and_dir();
     let started = dir.path().join("started");
     let script = format!(
         "trap 'exit 3' TERM; echo up > {}; sleep 30 & wait",
@@ -491,9 +443,7 @@ fn sigterm_is_forwarded_and_the_lock_released() {
 
 #[test]
 fn a_killed_waiter_leaves_the_line() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let dir = tempfile::tempdir().expect("dir");
+    let (_server, url, dir) = redis_and_dir();
     let started = dir.path().join("started");
     let release = dir.path().join("release");
     let script = format!(
@@ -541,9 +491,7 @@ fn a_killed_waiter_leaves_the_line() {
 
 #[test]
 fn six_processes_never_exceed_a_semaphore_of_two() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let dir = tempfile::tempdir().expect("dir");
+    let (_server, url, dir) = redis_and_dir();
     let inside = dir.path().join("inside");
     std::fs::create_dir(&inside).expect("mkdir");
     let seen = dir.path().join("seen");
@@ -639,42 +587,18 @@ fn through_a_server_busy_lost_and_bad_urls_have_their_exit_codes() {
     let serve = Serve::start();
     let url = serve.1.clone();
     frozen_holder_loses_the_lock(&["--server", &url]);
-
-    let o = run(&[
-        "lock",
-        "run",
-        "x",
-        "--server",
-        "https://example.invalid",
-        "--",
-        "true",
-    ]);
-    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
-    assert!(stderr(&o).contains("http://"), "{}", stderr(&o));
-    let o = run(&["lock", "run", "x", "--server", "http://127.0.0.1:1", "--", "true"]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    let o = run(&[
-        "semaphore",
-        "run",
-        "s",
-        "--limit",
-        "2",
-        "--server",
+    // The last two: a capacity conflict through the server.
+    check(
         &url,
-        "--",
-        "true",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = run(&[
-        "semaphore",
-        "run",
-        "s",
-        "--limit",
-        "3",
-        "--server",
-        &url,
-        "--",
-        "true",
-    ]);
-    assert_eq!(o.status.code(), Some(64), "capacity conflict: {}", stderr(&o));
+        &[
+            (
+                "lock run x --server https://example.invalid -- true",
+                64,
+                "http://",
+            ),
+            ("lock run x --server http://127.0.0.1:1 -- true", 69, ""),
+            ("semaphore run s --limit 2 --server $URL -- true", 0, ""),
+            ("semaphore run s --limit 3 --server $URL -- true", 64, ""),
+        ],
+    );
 }

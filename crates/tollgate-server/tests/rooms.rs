@@ -8,6 +8,7 @@ mod serve_support;
 mod support;
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,16 +18,114 @@ use support::RedisServer;
 
 use room_support::*;
 
+#[path = "rooms/browser.rs"]
+mod browser;
+
+/// What a test changes in `room_config`'s room "shop", and the store it
+/// runs on; built from `ONE_SLOT` by the methods below.
+#[derive(Clone, Copy)]
+struct Overrides<'a> {
+    capacity: u32,
+    /// Settings replaced by name: `("session_ttl", r#""60s""#)` makes the
+    /// line `session_ttl = "60s"`.
+    set: &'a [(&'a str, &'a str)],
+    /// Lines added to the room's section.
+    extra: &'a str,
+    redis: Option<&'a str>,
+}
+
+/// The defaults: one slot, the embedded store.
+const ONE_SLOT: Overrides<'static> = Overrides {
+    capacity: 1,
+    set: &[],
+    extra: "",
+    redis: None,
+};
+
+/// Sessions that outlive the test, so only what a test does ends them.
+const LONG_SESSIONS: (&str, &str) = ("session_ttl", r#""60s""#);
+
+impl<'a> Overrides<'a> {
+    fn capacity(self, capacity: u32) -> Self {
+        Overrides { capacity, ..self }
+    }
+
+    fn set(self, set: &'a [(&'a str, &'a str)]) -> Self {
+        Overrides { set, ..self }
+    }
+
+    fn extra(self, extra: &'a str) -> Self {
+        Overrides { extra, ..self }
+    }
+
+    fn redis(self, redis: Option<&'a str>) -> Self {
+        Overrides { redis, ..self }
+    }
+
+    /// The config file's text for a room in front of `upstream`.
+    fn config(&self, upstream: SocketAddr) -> String {
+        let mut config = room_config(upstream, self.capacity, self.extra);
+        for (name, value) in self.set {
+            let prefix = format!("{name} = ");
+            let line = config
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("room_config has no {name}"))
+                .to_owned();
+            config = config.replacen(&line, &format!("{prefix}{value}"), 1);
+        }
+        config
+    }
+}
+
+/// A running room: the upstream (what it saw, its address), the temp
+/// dir, the config and the server. Keep it bound while the test runs.
+struct Room {
+    seen: Shared,
+    up: SocketAddr,
+    dir: tempfile::TempDir,
+    config: String,
+    s: Server,
+}
+
+/// A fresh upstream and a `tollgate serve` with one room in front of it:
+/// the room, its waiting-room address and a client.
+async fn start_room(o: Overrides<'_>) -> (Room, String, reqwest::Client) {
+    let (seen, up, dir) = site().await;
+    let config = o.config(up);
+    let s = start(&dir, &config, o.redis);
+    let proxy = s.proxy.clone().expect("proxy");
+    let room = Room {
+        seen,
+        up,
+        dir,
+        config,
+        s,
+    };
+    (room, proxy, reqwest::Client::new())
+}
+
+/// Sends a request the test built with `v`'s room token as its cookie.
+async fn send_as(v: &Visitor, req: reqwest::RequestBuilder, what: &str) -> reqwest::Response {
+    let cookie = format!("tollgate_shop={}", v.cookie.clone().expect("cookie"));
+    req.header("cookie", cookie).send().await.expect(what)
+}
+
+/// A visitor "holder" admitted at `proxy`: with one slot, the room is full.
+async fn take_a_slot(c: &reqwest::Client, proxy: &str) -> Visitor {
+    let mut holder = Visitor::new("holder");
+    assert!(is_admitted(&holder.get(c, proxy, "/page", true).await, "holder"));
+    holder
+}
+
 /// N = 3, 10 visitors: exactly 3 reach the upstream, the others wait at
 /// positions 1..7 in arrival order; sessions end by the upstream's header,
 /// through the admin API and by TTL, and the next in line are admitted in
 /// FIFO order, never more than 3 active at once (checked at the upstream).
 async fn ten_visitors_three_slots(redis: Option<&str>) {
-    let (seen, up, dir) = site().await;
+    let (room, proxy, c) = start_room(ONE_SLOT.capacity(3).redis(redis)).await;
+    let (seen, s) = (&room.seen, &room.s);
     seen.lock().expect("lock").ttl = Some(Duration::from_millis(1500));
-    let s = start(&dir, &room_config(up, 3, ""), redis);
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
     let mut visitors: Vec<Visitor> = (1..=10).map(|i| Visitor::new(&format!("v{i}"))).collect();
     for (i, v) in visitors.iter_mut().enumerate() {
         let a = v.get(&c, &proxy, "/page", true).await;
@@ -190,14 +289,10 @@ async fn ten_visitors_three_slots_sentinel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_share_one_room() {
     let redis = RedisServer::start();
-    let (seen, up, dir) = site().await;
-    let config = room_config(up, 3, "");
-    let (a, b) = (
-        start(&dir, &config, Some(&redis.url())),
-        start(&dir, &config, Some(&redis.url())),
-    );
-    let proxies = [a.proxy.clone().expect("a"), b.proxy.clone().expect("b")];
-    let c = reqwest::Client::new();
+    let (a, proxy, c) = start_room(ONE_SLOT.capacity(3).redis(Some(&redis.url()))).await;
+    let b = start(&a.dir, &a.config, Some(&redis.url()));
+    let seen = &a.seen;
+    let proxies = [proxy, b.proxy.clone().expect("b")];
     let mut admitted = 0;
     let mut positions = Vec::new();
     for i in 0..8 {
@@ -220,8 +315,8 @@ async fn two_servers_share_one_room() {
 /// rotated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_cannot_be_forged_or_moved() {
-    let (_seen, up, dir) = site().await;
-    let (s, proxy, c, _holder) = take_the_slot(start(&dir, &room_config(up, 1, ""), None)).await;
+    let (room, proxy, c) = start_room(ONE_SLOT).await;
+    let _holder = take_a_slot(&c, &proxy).await;
     let mut waiter = Visitor::new("waiter");
     assert_eq!(waiter.get(&c, &proxy, "/page", true).await.json()["position"], 1);
     let good = waiter.cookie.clone().expect("cookie");
@@ -264,19 +359,17 @@ async fn tokens_cannot_be_forged_or_moved() {
 
     // Rotation: a server whose keys are [new, old] still honours the old
     // key's tokens and signs with the new one.
-    let rotated = room_config(up, 1, "").replace(
-        &format!("cookie_keys = [\"{KEY}\"]"),
-        &format!("cookie_keys = [\"new-key-0123456789abcdef0123456789abcd\", \"{KEY}\"]"),
-    );
-    drop(s);
-    let s2 = start(&dir, &rotated, None);
+    let keys = format!("[\"new-key-0123456789abcdef0123456789abcd\", \"{KEY}\"]");
+    let rotated = ONE_SLOT.set(&[("cookie_keys", &keys)]).config(room.up);
+    drop(room.s);
+    let s2 = start(&room.dir, &rotated, None);
     let proxy2 = s2.proxy.clone().expect("proxy");
     let mut v = Visitor::new("rotating");
     assert!(is_admitted(&v.get(&c, &proxy2, "/page", true).await, "rotating"));
     let new_token = v.cookie.clone().expect("cookie");
-    let old_only = room_config(up, 1, "");
+    let old_only = room_config(room.up, 1, "");
     drop(s2);
-    let s3 = start(&dir, &old_only, None);
+    let s3 = start(&room.dir, &old_only, None);
     let mut stale = Visitor::new("rotating");
     stale.cookie = Some(new_token);
     let a = stale
@@ -293,16 +386,9 @@ async fn tokens_cannot_be_forged_or_moved() {
 /// and the next moves up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refreshing_keeps_the_place_and_vanishing_loses_it() {
-    let (_seen, up, dir) = site().await;
-    let (_s, proxy, c, _holder) = take_the_slot(start(
-        &dir,
-        &room_config(up, 1, "")
-            .replace("status_rate = \"50/s\"", "status_rate = \"5/s\"")
-            .replace("grace = \"3s\"", "grace = \"1s\"")
-            .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
-        None,
-    ))
-    .await;
+    let (_room, proxy, c) =
+        start_room(ONE_SLOT.set(&[("status_rate", r#""5/s""#), ("grace", r#""1s""#), LONG_SESSIONS])).await;
+    let _holder = take_a_slot(&c, &proxy).await;
     let mut eager = Visitor::new("eager");
     let mut quiet = Visitor::new("quiet");
     let mut patient = Visitor::new("patient");
@@ -351,14 +437,8 @@ async fn refreshing_keeps_the_place_and_vanishing_loses_it() {
 /// admissions resume only when fewer than 2 are active.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lowering_capacity_drains_without_evicting() {
-    let (_seen, up, dir) = site().await;
-    let s = start(
-        &dir,
-        &room_config(up, 5, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
-        None,
-    );
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
+    let (room, proxy, c) = start_room(ONE_SLOT.capacity(5).set(&[LONG_SESSIONS])).await;
+    let s = &room.s;
     let mut active: Vec<Visitor> = (0..5).map(|i| Visitor::new(&format!("a{i}"))).collect();
     for v in active.iter_mut() {
         assert!(is_admitted(&v.get(&c, &proxy, "/page", true).await, &v.name));
@@ -392,14 +472,7 @@ async fn lowering_capacity_drains_without_evicting() {
 /// clear 502/504 pages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_forwards_faithfully() {
-    let (_seen, up, dir) = site().await;
-    let s = start(
-        &dir,
-        &room_config(up, 1, "bypass_header = \"X-Internal: let-me-in\""),
-        None,
-    );
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
+    let (room, proxy, c) = start_room(ONE_SLOT.extra("bypass_header = \"X-Internal: let-me-in\"")).await;
     let mut v = Visitor::new("v");
     assert!(is_admitted(&v.get(&c, &proxy, "/page", true).await, "v"));
     let req = c
@@ -462,12 +535,12 @@ async fn the_proxy_forwards_faithfully() {
             .as_u16(),
         404
     );
-    drop(s);
+    drop(room.s);
     // The upstream down: 502 page.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let dead_addr = dead.local_addr().expect("addr");
     drop(dead);
-    let s = start(&dir, &room_config(dead_addr, 1, ""), None);
+    let s = start(&room.dir, &room_config(dead_addr, 1, ""), None);
     let mut v = Visitor::new("v");
     let a = v.get(&c, &s.proxy.clone().expect("proxy"), "/page", false).await;
     assert_eq!(a.status, 502, "{}", a.text);
@@ -478,20 +551,21 @@ async fn the_proxy_forwards_faithfully() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_down_open_or_closed() {
     let mut redis = RedisServer::start();
-    let (_seen, up, dir) = site().await;
-    let open = start(
-        &dir,
-        &room_config(up, 1, "on_store_error = \"open\"\nstore_timeout_ms = 200"),
-        Some(&redis.url()),
-    );
+    let url = redis.url();
+    let (room, _, c) = start_room(
+        ONE_SLOT
+            .extra("on_store_error = \"open\"\nstore_timeout_ms = 200")
+            .redis(Some(&url)),
+    )
+    .await;
+    let open = &room.s;
     let closed = start(
-        &dir,
-        &room_config(up, 1, "store_timeout_ms = 200"),
-        Some(&redis.url()),
+        &room.dir,
+        &room_config(room.up, 1, "store_timeout_ms = 200"),
+        Some(&url),
     );
     redis.kill();
-    let c = reqwest::Client::new();
-    for (s, want_in) in [(&open, true), (&closed, false)] {
+    for (s, want_in) in [(open, true), (&closed, false)] {
         let t = Instant::now();
         let mut v = Visitor::new("v");
         let a = v.get(&c, &s.proxy.clone().expect("proxy"), "/page", false).await;
@@ -520,24 +594,12 @@ async fn store_down_open_or_closed() {
 /// moment a slot is handed over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_stream_positions_then_admission() {
-    let (_seen, up, dir) = site().await;
-    let (_s, proxy, c, mut holder) = take_the_slot(start(
-        &dir,
-        &room_config(up, 1, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
-        None,
-    ))
-    .await;
+    let (_room, proxy, c) = start_room(ONE_SLOT.set(&[LONG_SESSIONS])).await;
+    let mut holder = take_a_slot(&c, &proxy).await;
     let mut waiter = Visitor::new("waiter");
     assert_eq!(waiter.get(&c, &proxy, "/page", true).await.status, 503);
-    let mut resp = c
-        .get(format!("{proxy}/.tollgate/shop/events"))
-        .header(
-            "cookie",
-            format!("tollgate_shop={}", waiter.cookie.clone().expect("cookie")),
-        )
-        .send()
-        .await
-        .expect("events");
+    let events = c.get(format!("{proxy}/.tollgate/shop/events"));
+    let mut resp = send_as(&waiter, events, "events").await;
     assert_eq!(resp.status().as_u16(), 200);
     let mut text = String::new();
     while !text.contains("event: position") {
@@ -641,23 +703,17 @@ async fn admin(
 /// line in. An admission rate paces entries whatever the free capacity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_resume_and_admission_rate() {
-    let (_seen, up, dir) = site().await;
-    let s = start(
-        &dir,
-        &room_config(up, 5, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\""),
-        None,
-    );
-    let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
+    let (room, proxy, c) = start_room(ONE_SLOT.capacity(5).set(&[LONG_SESSIONS])).await;
+    let s = &room.s;
     let mut a = Visitor::new("a");
     assert!(is_admitted(&a.get(&c, &proxy, "/page", true).await, "a"));
-    let stats = admin(&c, &s, reqwest::Method::POST, "/pause", None).await;
+    let stats = admin(&c, s, reqwest::Method::POST, "/pause", None).await;
     assert_eq!(stats["paused"], true, "{stats}");
     let mut b = Visitor::new("b");
     assert_eq!(b.get(&c, &proxy, "/page", true).await.json()["position"], 1);
     // Active visitors are not affected.
     assert!(is_admitted(&a.get(&c, &proxy, "/page", true).await, "a"));
-    let stats = admin(&c, &s, reqwest::Method::POST, "/resume", None).await;
+    let stats = admin(&c, s, reqwest::Method::POST, "/resume", None).await;
     assert_eq!(
         (stats["paused"].as_bool(), stats["active"].as_u64()),
         (Some(false), Some(2)),
@@ -668,7 +724,7 @@ async fn pause_resume_and_admission_rate() {
     // 60 a minute: one a second, even with three slots free.
     let stats = admin(
         &c,
-        &s,
+        s,
         reqwest::Method::PUT,
         "/admission_rate",
         Some(serde_json::json!({"per_minute": 60})),
@@ -699,183 +755,13 @@ async fn pause_resume_and_admission_rate() {
     }
     let stats = admin(
         &c,
-        &s,
+        s,
         reqwest::Method::PUT,
         "/admission_rate",
         Some(serde_json::json!({"per_minute": null})),
     )
     .await;
     assert!(stats["admissions_per_minute"].is_null(), "{stats}");
-}
-
-/// chromedriver on a free port, killed on drop.
-struct Driver {
-    child: std::process::Child,
-    base: String,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Driver {
-    fn start() -> Driver {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let child = std::process::Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect(
-                "chromedriver is installed (Debian: chromium chromium-driver; scripts/test installs them)",
-            );
-        Driver {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    async fn call(
-        &self,
-        c: &reqwest::Client,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Value {
-        let mut req = c.request(method, format!("{}{path}", self.base));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let v: Value = req.send().await.expect("webdriver").json().await.expect("json");
-        v["value"].clone()
-    }
-
-    async fn session(&self, c: &reqwest::Client) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while c.get(format!("{}/status", self.base)).send().await.is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let caps = serde_json::json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-            }
-        }}});
-        let v = self.call(c, reqwest::Method::POST, "/session", Some(caps)).await;
-        v["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {v}"))
-            .to_owned()
-    }
-}
-
-/// The waiting page in a real (headless) Chromium: it shows the position,
-/// updates it live without a reload, and moves the visitor on to the site
-/// when admitted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_waiting_page_in_a_real_browser() {
-    let (_seen, up, dir) = site().await;
-    let (_s, proxy, c, mut holder) = take_the_slot(start(
-        &dir,
-        &room_config(up, 1, "")
-            .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
-            .replace("grace = \"3s\"", "grace = \"20s\""),
-        None,
-    ))
-    .await;
-    let mut ahead = Visitor::new("ahead");
-    assert_eq!(ahead.get(&c, &proxy, "/page", true).await.json()["position"], 1);
-
-    let driver = Driver::start();
-    let session = driver.session(&c).await;
-    let at = |p: &str| format!("/session/{session}{p}");
-    let script = |js: &str| Some(serde_json::json!({"script": js, "args": []}));
-    driver
-        .call(
-            &c,
-            reqwest::Method::POST,
-            &at("/url"),
-            Some(serde_json::json!({"url": format!("{proxy}/page")})),
-        )
-        .await;
-    let position = "var e = document.getElementById('position'); return e ? e.textContent : null;";
-    assert_eq!(
-        driver
-            .call(&c, reqwest::Method::POST, &at("/execute/sync"), script(position))
-            .await,
-        "2"
-    );
-    // A mark that a reload would wipe.
-    driver
-        .call(
-            &c,
-            reqwest::Method::POST,
-            &at("/execute/sync"),
-            script("window.tollgateMark = 42; return 1;"),
-        )
-        .await;
-    // The visitor ahead leaves: the page shows position 1, live.
-    let leave = c
-        .post(format!("{proxy}/.tollgate/shop/leave"))
-        .header(
-            "cookie",
-            format!("tollgate_shop={}", ahead.cookie.clone().expect("cookie")),
-        )
-        .send()
-        .await
-        .expect("leave");
-    assert_eq!(leave.status().as_u16(), 200);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = driver
-            .call(&c, reqwest::Method::POST, &at("/execute/sync"), script(position))
-            .await;
-        if now == "1" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the position never updated: {now}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let mark = driver
-        .call(
-            &c,
-            reqwest::Method::POST,
-            &at("/execute/sync"),
-            script("return window.tollgateMark || null;"),
-        )
-        .await;
-    assert_eq!(mark, 42, "the page reloaded instead of updating in place");
-    // The holder leaves: the page moves the visitor on to the site.
-    assert_eq!(holder.get(&c, &proxy, "/done", true).await.text, "bye");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let source = driver.call(&c, reqwest::Method::GET, &at("/source"), None).await;
-        if source
-            .as_str()
-            .is_some_and(|t| t.contains("upstream page for anonymous"))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never admitted: {source}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let url = driver.call(&c, reqwest::Method::GET, &at("/url"), None).await;
-    assert_eq!(
-        url,
-        format!("{proxy}/page"),
-        "the visitor lands on the page it asked for"
-    );
-    driver
-        .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
-        .await;
 }
 
 /// An operator's own page replaces the default, placeholders filled in;

@@ -39,6 +39,85 @@ async fn none(q: &JobQueue) {
     assert!(got.is_none(), "expected nothing due, got {got:?}");
 }
 
+/// Jobs `100 * chunk` to `100 * chunk + 99`, their number as the payload.
+fn hundred(chunk: usize) -> Vec<(String, PushOptions)> {
+    (0..100)
+        .map(|i| (format!("{}", chunk * 100 + i), PushOptions::default()))
+        .collect()
+}
+
+/// The (id, fence) pairs that ack `jobs`.
+fn fences(jobs: &[Job]) -> Vec<(&str, u64)> {
+    jobs.iter().map(|j| (j.id.as_str(), j.fence)).collect()
+}
+
+/// Runs `consumers` tasks of `consume` at once, each with its own handle
+/// on `q` and on `acked`, and waits for them all.
+async fn run_consumers<Q, F, Fut>(consumers: usize, q: &Q, acked: &AckedOnce, consume: F)
+where
+    Q: Clone,
+    F: Fn(Q, AckedOnce) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..consumers)
+        .map(|_| tokio::spawn(consume(q.clone(), acked.clone())))
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// A consumer asleep in `next` (the call, not yet awaited), in a task of
+/// its own: the job it woke with, and when.
+fn sleeper(
+    next: impl std::future::Future<Output = Result<Option<Job>, tollgate::Error>> + Send + 'static,
+) -> tokio::task::JoinHandle<(Job, Instant)> {
+    tokio::spawn(async move {
+        let job = next.await.unwrap().expect("a job");
+        (job, Instant::now())
+    })
+}
+
+/// A consumer asleep in `next` (as `sleeper`) is woken by `push` (the
+/// call, not yet awaited) sent `settle` later: the job it woke with, and
+/// how long after the push.
+async fn woken_by<T>(
+    next: impl std::future::Future<Output = Result<Option<Job>, tollgate::Error>> + Send + 'static,
+    settle: Duration,
+    push: impl std::future::Future<Output = Result<T, tollgate::Error>>,
+) -> (Job, Duration) {
+    let waiter = sleeper(next);
+    tokio::time::sleep(settle).await;
+    let pushed = Instant::now();
+    push.await.unwrap();
+    let (job, at) = waiter.await.unwrap();
+    (job, at.duration_since(pushed))
+}
+
+/// What the many-consumer tests' consumers acked, by payload: the check
+/// that every job was acked exactly once.
+#[derive(Clone, Default)]
+struct AckedOnce(Arc<Mutex<HashMap<String, u32>>>);
+
+impl AckedOnce {
+    /// Counts `jobs` as acked (once more each).
+    fn record<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) {
+        let mut acked = self.0.lock().unwrap();
+        for job in jobs {
+            *acked
+                .entry(String::from_utf8(job.payload.clone()).unwrap())
+                .or_default() += 1;
+        }
+    }
+
+    /// `jobs` distinct jobs were acked, none twice.
+    fn assert_each_once(&self, jobs: usize) {
+        let acked = self.0.lock().unwrap();
+        assert_eq!(acked.len(), jobs);
+        assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
+    }
+}
+
 async fn delayed_jobs_come_due_in_order(ts: TestStore) {
     let q = queue(&ts);
     q.push("a", &later(600)).await.unwrap();
@@ -606,554 +685,11 @@ on_both_stores!(
     bad_input_is_refused,
 );
 
-/// Real-time behaviour on both stores: many consumers, and waking.
-mod realtime {
-    use super::*;
+#[path = "job_queue/realtime.rs"]
+mod realtime;
 
-    /// 20 consumers, 10,000 jobs: every job acked exactly once.
-    async fn every_job_once(ts: TestStore) {
-        let q = queue(&ts);
-        for i in 0..10_000 {
-            q.push(format!("{i}"), &PushOptions::default()).await.unwrap();
-        }
-        let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        let consumers: Vec<_> = (0..20)
-            .map(|_| {
-                let (q, acked) = (q.clone(), acked.clone());
-                tokio::spawn(async move {
-                    while let Some(job) = q.next(Duration::from_millis(300)).await.unwrap() {
-                        q.ack(&job.id, job.fence).await.unwrap();
-                        *acked
-                            .lock()
-                            .unwrap()
-                            .entry(String::from_utf8(job.payload).unwrap())
-                            .or_default() += 1;
-                    }
-                })
-            })
-            .collect();
-        for c in consumers {
-            c.await.unwrap();
-        }
-        {
-            let acked = acked.lock().unwrap();
-            assert_eq!(acked.len(), 10_000);
-            assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
-        }
-        let s = q.stats().await.unwrap();
-        assert_eq!((s.ready, s.in_flight, s.acked, s.redelivered), (0, 0, 10_000, 0));
-    }
-
-    /// 20 consumers taking batches of up to 25, 10,000 jobs pushed in
-    /// batches of 100: every job acked exactly once.
-    async fn every_job_once_in_batches(ts: TestStore) {
-        let q = queue(&ts);
-        for chunk in 0..100 {
-            let jobs: Vec<(String, PushOptions)> = (0..100)
-                .map(|i| (format!("{}", chunk * 100 + i), PushOptions::default()))
-                .collect();
-            q.push_many(&jobs).await.unwrap();
-        }
-        let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        let consumers: Vec<_> = (0..20)
-            .map(|_| {
-                let (q, acked) = (q.clone(), acked.clone());
-                tokio::spawn(async move {
-                    let mut held = q.next_many(25, Duration::from_millis(300)).await.unwrap();
-                    while !held.is_empty() {
-                        let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-                        let (flags, next) = q.ack_and_claim_many(&done, 25).await.unwrap();
-                        assert!(flags.iter().all(|f| *f), "an ack of a held job failed");
-                        let mut acked = acked.lock().unwrap();
-                        for job in &held {
-                            *acked
-                                .entry(String::from_utf8(job.payload.clone()).unwrap())
-                                .or_default() += 1;
-                        }
-                        drop(acked);
-                        held = next;
-                    }
-                })
-            })
-            .collect();
-        for c in consumers {
-            c.await.unwrap();
-        }
-        {
-            let acked = acked.lock().unwrap();
-            assert_eq!(acked.len(), 10_000);
-            assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
-        }
-        let s = q.stats().await.unwrap();
-        assert_eq!((s.ready, s.in_flight, s.acked, s.redelivered), (0, 0, 10_000, 0));
-    }
-
-    /// A batch of 5 ready jobs wakes 5 sleeping consumers at once, not one.
-    async fn a_batch_wakes_as_many_consumers(ts: TestStore) {
-        let q = queue(&ts);
-        let sleepers: Vec<_> = (0..5)
-            .map(|_| {
-                let q = q.clone();
-                tokio::spawn(async move {
-                    let job = q.next(Duration::from_secs(10)).await.unwrap().expect("a job");
-                    (job, Instant::now())
-                })
-            })
-            .collect();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let pushed = Instant::now();
-        let jobs: Vec<(String, PushOptions)> =
-            (0..5).map(|i| (format!("{i}"), PushOptions::default())).collect();
-        q.push_many(&jobs).await.unwrap();
-        for s in sleepers {
-            // Each sleeper holds its job (no ack), so none can take two.
-            let (_job, at) = s.await.unwrap();
-            assert!(
-                at.duration_since(pushed) < Duration::from_millis(200),
-                "a sleeper woke {:?} after the push (the fallback re-check is 1 s)",
-                at - pushed
-            );
-        }
-    }
-
-    /// A sleeping consumer is woken by a push at once, and by a delayed
-    /// job's due time to the millisecond, not by polling.
-    async fn sleeping_consumers_wake_on_time(ts: TestStore) {
-        let q = queue(&ts);
-        let waiter = {
-            let q = q.clone();
-            tokio::spawn(async move {
-                let job = q.next(Duration::from_secs(10)).await.unwrap().expect("a job");
-                (job, Instant::now())
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let pushed = Instant::now();
-        q.push("now", &PushOptions::default()).await.unwrap();
-        let (job, at) = waiter.await.unwrap();
-        assert_eq!(job.payload, b"now");
-        assert!(
-            at.duration_since(pushed) < Duration::from_millis(100),
-            "woke {:?} after the push",
-            at - pushed
-        );
-        q.ack(&job.id, job.fence).await.unwrap();
-
-        let pushed = Instant::now();
-        q.push("soon", &later(400)).await.unwrap();
-        let job = q.next(Duration::from_secs(10)).await.unwrap().expect("a job");
-        let waited = pushed.elapsed();
-        assert!(
-            waited >= Duration::from_millis(390) && waited < Duration::from_millis(500),
-            "the 400 ms job came after {waited:?}"
-        );
-        q.ack(&job.id, job.fence).await.unwrap();
-    }
-
-    /// Cancels race claims on 2,000 jobs: no job is both run (claimed) and
-    /// successfully cancelled, and each is one or the other.
-    async fn cancel_races_claim(ts: TestStore) {
-        let q = queue(&ts);
-        let ids: Vec<String> = (0..2000).map(|i| format!("job-{i}")).collect();
-        for id in &ids {
-            q.push("x", &with_id(id)).await.unwrap();
-        }
-        let claimers: Vec<_> = (0..4)
-            .map(|_| {
-                let q = q.clone();
-                tokio::spawn(async move {
-                    let mut got = Vec::new();
-                    while let Some(job) = q.claim().await.unwrap() {
-                        got.push(job.id);
-                    }
-                    got
-                })
-            })
-            .collect();
-        let cancellers: Vec<_> = (0..4)
-            .map(|k| {
-                let (q, ids) = (q.clone(), ids.clone());
-                tokio::spawn(async move {
-                    let mut cancelled = Vec::new();
-                    for id in ids.iter().rev().skip(k).step_by(4) {
-                        if q.cancel(id).await.unwrap() == Cancelled::Cancelled {
-                            cancelled.push(id.clone());
-                        }
-                    }
-                    cancelled
-                })
-            })
-            .collect();
-        let mut claimed = std::collections::HashSet::new();
-        for c in claimers {
-            for id in c.await.unwrap() {
-                assert!(claimed.insert(id), "a job was claimed twice");
-            }
-        }
-        let mut cancelled = std::collections::HashSet::new();
-        for c in cancellers {
-            cancelled.extend(c.await.unwrap());
-        }
-        assert!(
-            claimed.is_disjoint(&cancelled),
-            "a job was both run and cancelled"
-        );
-        assert_eq!(claimed.len() + cancelled.len(), 2000);
-    }
-
-    on_both_stores!(
-        realtime: every_job_once,
-        every_job_once_in_batches,
-        a_batch_wakes_as_many_consumers,
-        sleeping_consumers_wake_on_time,
-        cancel_races_claim
-    );
-}
-
-/// One queue over several partitions (on a cluster: several slots).
-mod sharded {
-    use super::*;
-    use tollgate::ShardedJobQueue;
-
-    fn sharded(ts: &TestStore, partitions: usize) -> ShardedJobQueue {
-        ShardedJobQueue::new(&ts.store, "sq", partitions).expect("sharded queue")
-    }
-
-    /// Ids route to partitions; dedupe, cancel, reschedule and fences work
-    /// through the router; claims take from every partition in turn; stats
-    /// add up; bad settings are refused.
-    async fn routes_by_id_and_drains_every_partition(ts: TestStore) {
-        let q = sharded(&ts, 4);
-        assert_eq!(q.partitions(), 4);
-        let ids: Vec<String> = (0..40).map(|i| format!("job-{i}")).collect();
-        let jobs: Vec<(String, PushOptions)> = ids.iter().map(|id| (id.clone(), with_id(id))).collect();
-        let pushed = q.push_many(&jobs).await.unwrap();
-        assert!(pushed.iter().all(|p| p.result == PushResult::Created));
-        let mut per_part = [0usize; 4];
-        for id in &ids {
-            per_part[q.partition_of(id)] += 1;
-        }
-        assert!(
-            per_part.iter().all(|n| *n > 0),
-            "40 ids cover 4 partitions: {per_part:?}"
-        );
-        // A duplicate id finds its partition and is kept.
-        assert_eq!(
-            q.push("again", &with_id("job-7")).await.unwrap().result,
-            PushResult::Kept
-        );
-        assert_eq!(q.cancel("job-3").await.unwrap(), Cancelled::Cancelled);
-        assert!(
-            q.reschedule("job-4", Duration::from_secs(60))
-                .await
-                .unwrap()
-                .is_some()
-        );
-        let s = q.stats().await.unwrap();
-        assert_eq!((s.ready, s.delayed, s.pushed), (38, 1, 40), "{s:?}");
-
-        // Claims in turn: the first four single claims hit four partitions.
-        let mut seen = std::collections::HashSet::new();
-        let mut held = Vec::new();
-        for _ in 0..4 {
-            let job = q.claim().await.unwrap().expect("a job");
-            seen.insert(q.partition_of(&job.id));
-            held.push(job);
-        }
-        assert_eq!(seen.len(), 4, "claims took from every partition in turn");
-        let rest = q.claim_many(100).await.unwrap();
-        assert_eq!(rest.len(), 34);
-        held.extend(rest);
-        let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-        assert!(q.ack_many(&done).await.unwrap().iter().all(|a| *a));
-        let stale = held[0].fence;
-        assert_eq!(
-            q.ack(&held[0].id, stale).await.unwrap_err().kind(),
-            ErrorKind::LeaseLost
-        );
-        let s = q.stats().await.unwrap();
-        assert_eq!(
-            (s.ready, s.in_flight, s.acked, s.claimed),
-            (0, 0, 38, 38),
-            "{s:?}"
-        );
-
-        // Dead letters of all partitions, and replay by id.
-        let opts = PushOptions {
-            max_attempts: 1,
-            ..with_id("doomed")
-        };
-        q.push("x", &opts).await.unwrap();
-        let job = q.claim().await.unwrap().expect("doomed");
-        assert_eq!(
-            q.nack(&job.id, job.fence, Retry::Backoff).await.unwrap(),
-            Nacked::Dead
-        );
-        assert_eq!(q.dead(10).await.unwrap().len(), 1);
-        assert_eq!(q.replay(Some("doomed")).await.unwrap(), 1);
-        assert_eq!(q.claim().await.unwrap().expect("replayed").id, "doomed");
-
-        for bad in [0, tollgate::MAX_PARTITIONS + 1] {
-            let err = ShardedJobQueue::new(&ts.store, "sq", bad).unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::InvalidInput);
-        }
-    }
-
-    /// 10 consumers, 2,000 jobs over 4 partitions: every job acked exactly
-    /// once, and a sleeping consumer wakes on a push to any partition.
-    async fn every_job_once_and_wakes(ts: TestStore) {
-        let q = sharded(&ts, 4);
-        let sleeper = {
-            let q = q.clone();
-            tokio::spawn(async move {
-                let job = q.next(Duration::from_secs(10)).await.unwrap().expect("a job");
-                (job, Instant::now())
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let pushed = Instant::now();
-        q.push("wake", &PushOptions::default()).await.unwrap();
-        let (job, at) = sleeper.await.unwrap();
-        assert!(
-            at.duration_since(pushed) < Duration::from_millis(200),
-            "woke after {:?}",
-            at - pushed
-        );
-        q.ack(&job.id, job.fence).await.unwrap();
-
-        for chunk in 0..20 {
-            let jobs: Vec<(String, PushOptions)> = (0..100)
-                .map(|i| (format!("{}", chunk * 100 + i), PushOptions::default()))
-                .collect();
-            q.push_many(&jobs).await.unwrap();
-        }
-        let acked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        let consumers: Vec<_> = (0..10)
-            .map(|_| {
-                let (q, acked) = (q.clone(), acked.clone());
-                tokio::spawn(async move {
-                    loop {
-                        let jobs = q.next_many(10, Duration::from_millis(300)).await.unwrap();
-                        if jobs.is_empty() {
-                            break;
-                        }
-                        let done: Vec<(&str, u64)> = jobs.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-                        assert!(q.ack_many(&done).await.unwrap().iter().all(|a| *a));
-                        let mut acked = acked.lock().unwrap();
-                        for job in &jobs {
-                            *acked
-                                .entry(String::from_utf8(job.payload.clone()).unwrap())
-                                .or_default() += 1;
-                        }
-                    }
-                })
-            })
-            .collect();
-        for c in consumers {
-            c.await.unwrap();
-        }
-        let acked = acked.lock().unwrap();
-        assert_eq!(acked.len(), 2000);
-        assert!(acked.values().all(|n| *n == 1), "a job was acked twice");
-    }
-
-    /// The store keeps a queue's partition count: handles with another one
-    /// are refused before they strand a job, and the count changes only
-    /// while the queue is empty.
-    async fn partition_counts_are_kept_and_changed_only_when_empty(ts: TestStore) {
-        // A plain queue holding a job has one partition: itself.
-        let plain = JobQueue::new(&ts.store, "pq").unwrap();
-        plain.push("old", &with_id("old-1")).await.unwrap();
-        let four = ShardedJobQueue::new(&ts.store, "pq", 4).unwrap();
-        let err = four.push("x", &PushOptions::default()).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
-        assert!(err.message().contains("1 partition(s)"), "{err}");
-        let one = ShardedJobQueue::new(&ts.store, "pq", 1).unwrap();
-        let job = one.claim().await.unwrap().expect("the plain queue's job");
-        assert_eq!(job.id, "old-1");
-        // The count the jobs implied is stored now: once the queue is
-        // empty, another count is still refused (until a repartition).
-        one.ack(&job.id, job.fence).await.unwrap();
-        let err = ShardedJobQueue::new(&ts.store, "pq", 4)
-            .unwrap()
-            .verify()
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
-        one.push("old", &with_id("old-2")).await.unwrap();
-        let job = one.claim().await.unwrap().expect("again");
-
-        // Not while a job runs, nor while one is dead.
-        let err = ShardedJobQueue::repartition(&ts.store, "pq", 4)
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidInput);
-        assert!(err.message().contains("1 running"), "{err}");
-        let opts = PushOptions {
-            max_attempts: 1,
-            ..with_id("doomed")
-        };
-        one.ack(&job.id, job.fence).await.unwrap();
-        one.push("x", &opts).await.unwrap();
-        let job = one.claim().await.unwrap().expect("doomed");
-        assert_eq!(
-            one.nack(&job.id, job.fence, Retry::Backoff).await.unwrap(),
-            Nacked::Dead
-        );
-        let err = ShardedJobQueue::repartition(&ts.store, "pq", 4)
-            .await
-            .unwrap_err();
-        assert!(err.message().contains("1 dead"), "{err}");
-        assert_eq!(one.purge(None).await.unwrap(), 1);
-
-        ShardedJobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
-        let err = ShardedJobQueue::new(&ts.store, "pq", 1)
-            .unwrap()
-            .stats()
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::PartitionConflict);
-        let four = ShardedJobQueue::new(&ts.store, "pq", 4).unwrap();
-        four.verify().await.unwrap();
-        let jobs: Vec<(String, PushOptions)> = (0..20)
-            .map(|i| (format!("{i}"), with_id(&format!("j{i}"))))
-            .collect();
-        four.push_many(&jobs).await.unwrap();
-        assert_eq!(four.stats().await.unwrap().ready, 20);
-        let err = ShardedJobQueue::repartition(&ts.store, "pq", 8)
-            .await
-            .unwrap_err();
-        assert!(err.message().contains("20 ready"), "{err}");
-        // A refused change leaves the layout as it was: open to pushes.
-        four.push("more", &with_id("j20")).await.unwrap();
-        // Asking for the count in force is no change, and always allowed.
-        ShardedJobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
-        // Partitioned, the queue's own name takes no jobs: a plain
-        // producer's push would never reach a consumer.
-        let err = JobQueue::new(&ts.store, "pq")
-            .unwrap()
-            .push("stray", &PushOptions::default())
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
-
-        // Reads store nothing: looking at a name leaves it free.
-        let looked = ShardedJobQueue::new(&ts.store, "looked-at", 3).unwrap();
-        looked.stats().await.unwrap();
-        looked.dead(10).await.unwrap();
-        ShardedJobQueue::new(&ts.store, "looked-at", 2)
-            .unwrap()
-            .push("x", &PushOptions::default())
-            .await
-            .unwrap();
-        assert_eq!(
-            looked.stats().await.unwrap_err().kind(),
-            ErrorKind::PartitionConflict
-        );
-
-        // A running handle notices a repartition at its next re-check.
-        let before = ShardedJobQueue::new(&ts.store, "moving", 2)
-            .unwrap()
-            .recheck_every(Duration::from_millis(200))
-            .unwrap();
-        before.verify().await.unwrap();
-        ShardedJobQueue::repartition(&ts.store, "moving", 5)
-            .await
-            .unwrap();
-        // Its pushes are refused at once: the old partitions are closed.
-        let err = before.push("x", &PushOptions::default()).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
-        // Its reads go on until its next re-check, which refuses them too.
-        before.stats().await.expect("agreed less than 200 ms ago");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let err = before.stats().await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
-        let five = ShardedJobQueue::new(&ts.store, "moving", 5).unwrap();
-        five.push("x", &PushOptions::default()).await.unwrap();
-        // Back to 2 once empty: the layout of 2 is opened again.
-        let job = five.claim().await.unwrap().expect("the job");
-        five.ack(&job.id, job.fence).await.unwrap();
-        ShardedJobQueue::repartition(&ts.store, "moving", 2)
-            .await
-            .unwrap();
-        ShardedJobQueue::new(&ts.store, "moving", 2)
-            .unwrap()
-            .push("x", &PushOptions::default())
-            .await
-            .unwrap();
-        assert_eq!(
-            five.push("y", &PushOptions::default()).await.unwrap_err().kind(),
-            ErrorKind::PartitionConflict
-        );
-        assert!(
-            ShardedJobQueue::new(&ts.store, "moving", 2)
-                .unwrap()
-                .recheck_every(Duration::ZERO)
-                .is_err()
-        );
-
-        // The first handle to change a fresh queue sets its count.
-        ShardedJobQueue::new(&ts.store, "fresh", 3)
-            .unwrap()
-            .verify()
-            .await
-            .unwrap();
-        for k in [1, 2, 4] {
-            let err = ShardedJobQueue::new(&ts.store, "fresh", k)
-                .unwrap()
-                .claim()
-                .await
-                .unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{k}: {err}");
-        }
-        let err = ShardedJobQueue::repartition(&ts.store, "fresh", 0)
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidInput);
-    }
-
-    /// Batches answer per job; an invalid job fails the whole batch before
-    /// any partition takes one.
-    async fn batches_answer_per_job(ts: TestStore) {
-        let q = sharded(&ts, 4).max_payload(10);
-        let bad = vec![
-            ("fine".to_owned(), with_id("a")),
-            ("far too long for it".to_owned(), with_id("b")),
-        ];
-        let err = q.push_each(&bad).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidInput);
-        assert_eq!(q.stats().await.unwrap().pushed, 0, "nothing was pushed");
-
-        let jobs: Vec<(String, PushOptions)> = (0..12)
-            .map(|i| (format!("{i}"), PushOptions::default()))
-            .collect();
-        let answers = q.push_each(&jobs).await.unwrap();
-        let ids: Vec<String> = answers
-            .into_iter()
-            .map(|a| {
-                let p = a.expect("every partition took its jobs");
-                assert_eq!(p.result, PushResult::Created);
-                p.id
-            })
-            .collect();
-        let claimed = q.claim_many(12).await.unwrap();
-        assert_eq!(claimed.len(), 12);
-        let mut acks: Vec<(&str, u64)> = claimed.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-        acks.push((ids[0].as_str(), 999_999));
-        let answers = q.ack_each(&acks).await.unwrap();
-        assert_eq!(answers.len(), 13);
-        assert!(answers[..12].iter().all(|a| matches!(a, Ok(true))));
-        assert!(matches!(answers[12], Ok(false)), "a stale fence is not acked");
-        assert!(q.ack_each(&[("", 1)]).await.is_err(), "an empty id is refused");
-    }
-
-    on_both_stores!(
-        realtime: routes_by_id_and_drains_every_partition,
-        every_job_once_and_wakes,
-        partition_counts_are_kept_and_changed_only_when_empty,
-        batches_answer_per_job
-    );
-}
+#[path = "job_queue/sharded.rs"]
+mod sharded;
 
 /// Records written before they were bucketed (all in one `:d` hash) are
 /// still claimed, then acked, and do not linger.

@@ -120,7 +120,7 @@ fn rewrite(head: &[u8]) -> Vec<u8> {
             "malformed HTTP request: the request line or a header could not be parsed".to_owned(),
         ),
     };
-    let body = super::error::error_body(code, &message).to_string();
+    let body = tollgate::error_body(code, &message);
     let date = if date.is_empty() {
         String::new()
     } else {

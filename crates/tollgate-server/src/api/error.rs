@@ -10,11 +10,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tollgate::ErrorKind;
 
-/// The one JSON error body, `{"error": {"code", "message"}}`.
-pub(crate) fn error_body(code: &str, message: &str) -> serde_json::Value {
-    json!({"error": {"code": code, "message": message}})
-}
-
 /// The one error shape: `{"error": {"code", "message"}}` with a fitting
 /// status; never a 500 for a caller's mistake.
 #[derive(Debug)]
@@ -82,8 +77,10 @@ impl From<tollgate::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = error_body(self.code, &self.message);
-        let mut response = (self.status, axum::Json(body)).into_response();
+        // The one error body, shared with the rooms and the rate-limit layer.
+        let body = tollgate::error_body(self.code, &self.message);
+        let json = [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))];
+        let mut response = (self.status, json, body).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()

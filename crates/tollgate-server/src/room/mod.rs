@@ -36,8 +36,6 @@ use self::proxy::{Hop, Upstream};
 use self::token::{Keys, Visitor};
 use self::watch::{Seen, View};
 
-use crate::api::error::error_body;
-
 /// The request header (and response header) that carries a visitor's token
 /// for API and mobile clients.
 pub(crate) const TOKEN_HEADER: &str = "tollgate-token";

@@ -394,8 +394,7 @@ impl Room {
     fn slow_down(&self, headers: &HeaderMap, retry_after: Duration, message: &str) -> Response<Body> {
         let secs = retry_after.as_millis().div_ceil(1000).max(1) as u64;
         let mut response = if wants_json(headers) {
-            let body = error_body("rate_limited", message);
-            typed(body.to_string(), JSON)
+            typed(tollgate::error_body("rate_limited", message), JSON)
         } else {
             let html = self.page.render_unknown(&self.name, secs);
             typed(html, HTML)
@@ -432,11 +431,13 @@ impl Room {
             OnStoreError::Closed => {
                 self.metrics.failed_closed.increment(1);
                 let mut r = if wants_json(req.headers()) {
-                    let body = error_body(
-                        "store_unavailable",
-                        "the waiting room cannot decide right now; try again shortly",
-                    );
-                    typed(body.to_string(), JSON)
+                    typed(
+                        tollgate::error_body(
+                            "store_unavailable",
+                            "the waiting room cannot decide right now; try again shortly",
+                        ),
+                        JSON,
+                    )
                 } else {
                     typed(page::TRY_AGAIN, HTML)
                 };
@@ -549,7 +550,7 @@ impl Room {
     }
 }
 
-fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Body> {
+fn json_response(status: StatusCode, body: impl ToString) -> Response<Body> {
     let mut r = typed(body.to_string(), JSON);
     *r.status_mut() = status;
     r.headers_mut()
@@ -558,5 +559,5 @@ fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Body> 
 }
 
 fn json_error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
-    json_response(status, error_body(code, message))
+    json_response(status, tollgate::error_body(code, message))
 }

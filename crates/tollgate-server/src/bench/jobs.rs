@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 use tollgate::{JobQueue, PushOptions, Store};
 
+use super::{each_worker, memory_usage, quantile, redis_store, round3};
 use crate::cli::BenchArgs;
 use crate::exit;
 
@@ -19,21 +20,48 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Quantile `q` of lateness samples (ms), to three decimals; 0 without
+/// samples.
 fn pct(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    (v[((v.len() as f64 - 1.0) * q).round() as usize] * 1000.0).round() / 1000.0
+    quantile(v, q).map_or(0.0, round3)
 }
 
-pub(crate) async fn run(args: &BenchArgs) -> i32 {
-    let Some(url) = &args.redis else {
-        eprintln!("tollgate: `bench jobs` needs --redis URL");
-        return exit::USAGE;
-    };
-    let store = match crate::bench::store_for(Some(url)).await {
-        Ok(s) => s,
+/// The (id, fence) pairs that ack `held`.
+fn fences(held: &[tollgate::Job]) -> Vec<(&str, u64)> {
+    held.iter().map(|j| (j.id.as_str(), j.fence)).collect()
+}
+
+/// The throughput cases' counts, shared by their workers.
+#[derive(Clone, Default)]
+struct Tally {
+    acked: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+}
+
+impl Tally {
+    /// Counts a batch ack's successes as acked jobs; answers how many.
+    fn acked(&self, flags: &[bool]) -> u64 {
+        let ok = flags.iter().filter(|f| **f).count() as u64;
+        self.acked.fetch_add(ok, Ordering::Relaxed);
+        ok
+    }
+
+    fn errors(&self, n: u64) {
+        self.errors.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Jobs acked, and the seconds since `started`.
+    fn total(&self, started: Instant) -> (u64, f64) {
+        (
+            self.acked.load(Ordering::Relaxed),
+            started.elapsed().as_secs_f64(),
+        )
+    }
+}
+
+pub(super) async fn run(args: &BenchArgs) -> i32 {
+    let (url, store) = match redis_store(args, "jobs").await {
+        Ok(found) => found,
         Err(code) => return code,
     };
     let run_id = format!("{:x}", std::process::id());
@@ -65,60 +93,52 @@ async fn throughput(store: &Store, run_id: &str, args: &BenchArgs, batch: usize)
         return json!({"case": "jobs_throughput", "errors": 1});
     };
     let end = Instant::now() + args.seconds;
-    let acked = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
+    let tally = Tally::default();
     let calls = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let tasks: Vec<_> = (0..args.workers)
-        .map(|_| {
-            let (q, acked, errors, calls) = (q.clone(), acked.clone(), errors.clone(), calls.clone());
-            tokio::spawn(async move {
-                let jobs: Vec<(&[u8], PushOptions)> =
-                    (0..batch).map(|_| (&b"x"[..], PushOptions::default())).collect();
-                let mut held: Vec<tollgate::Job> = Vec::new();
-                while Instant::now() < end {
-                    let pushed = if batch == 1 {
-                        q.push(b"x", &jobs[0].1).await.map(|_| ())
-                    } else {
-                        q.push_many(&jobs).await.map(|_| ())
-                    };
-                    calls.fetch_add(2, Ordering::Relaxed);
-                    if pushed.is_err() {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        continue;
+    each_worker(args.workers, |_| {
+        let (q, tally, calls) = (q.clone(), tally.clone(), calls.clone());
+        async move {
+            let jobs: Vec<(&[u8], PushOptions)> =
+                (0..batch).map(|_| (&b"x"[..], PushOptions::default())).collect();
+            let mut held: Vec<tollgate::Job> = Vec::new();
+            while Instant::now() < end {
+                let pushed = if batch == 1 {
+                    q.push(b"x", &jobs[0].1).await.map(|_| ())
+                } else {
+                    q.push_many(&jobs).await.map(|_| ())
+                };
+                calls.fetch_add(2, Ordering::Relaxed);
+                if pushed.is_err() {
+                    tally.errors(1);
+                    continue;
+                }
+                match q.ack_and_claim_many(&fences(&held), batch).await {
+                    Ok((flags, next)) => {
+                        let ok = tally.acked(&flags);
+                        tally.errors(flags.len() as u64 - ok);
+                        held = next;
                     }
-                    let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-                    match q.ack_and_claim_many(&done, batch).await {
-                        Ok((flags, next)) => {
-                            let ok = flags.iter().filter(|f| **f).count();
-                            acked.fetch_add(ok as u64, Ordering::Relaxed);
-                            errors.fetch_add((flags.len() - ok) as u64, Ordering::Relaxed);
-                            held = next;
-                        }
-                        Err(_) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                            held.clear();
-                        }
+                    Err(_) => {
+                        tally.errors(1);
+                        held.clear();
                     }
                 }
-                let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-                if let Ok(flags) = q.ack_many(&done).await {
-                    acked.fetch_add(flags.iter().filter(|f| **f).count() as u64, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        let _ = t.await;
-    }
-    let secs = started.elapsed().as_secs_f64();
-    let n = acked.load(Ordering::Relaxed);
+            }
+            // What it still holds when time is up counts as done too.
+            if let Ok(flags) = q.ack_many(&fences(&held)).await {
+                tally.acked(&flags);
+            }
+        }
+    })
+    .await;
+    let (n, secs) = tally.total(started);
     json!({
         "peer": "tollgate", "case": if batch == 1 { "jobs_throughput".to_owned() } else { format!("jobs_throughput_batch{batch}") },
         "store": store.kind(), "workers": args.workers, "batch": batch,
         "jobs_per_s": (n as f64 / secs).round(),
         "store_ops_per_s": (calls.load(Ordering::Relaxed) as f64 / secs).round(),
-        "acked": n, "errors": errors.load(Ordering::Relaxed),
+        "acked": n, "errors": tally.errors.load(Ordering::Relaxed),
     })
 }
 
@@ -132,55 +152,43 @@ async fn sharded_throughput(store: &Store, run_id: &str, args: &BenchArgs, k: us
         return json!({"case": "jobs_sharded_throughput", "errors": 1});
     };
     let end = Instant::now() + args.seconds;
-    let acked = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
+    let tally = Tally::default();
     let started = Instant::now();
-    let tasks: Vec<_> = (0..args.workers)
-        .map(|_| {
-            let (q, acked, errors) = (q.clone(), acked.clone(), errors.clone());
-            tokio::spawn(async move {
-                let jobs: Vec<(&[u8], PushOptions)> =
-                    (0..BATCH).map(|_| (&b"x"[..], PushOptions::default())).collect();
-                let mut held: Vec<tollgate::Job> = Vec::new();
-                while Instant::now() < end {
-                    if q.push_many(&jobs).await.is_err() {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-                    if !done.is_empty() {
-                        match q.ack_many(&done).await {
-                            Ok(flags) => {
-                                acked.fetch_add(
-                                    flags.iter().filter(|f| **f).count() as u64,
-                                    Ordering::Relaxed,
-                                );
-                            }
-                            Err(_) => {
-                                errors.fetch_add(1, Ordering::Relaxed);
-                            }
+    each_worker(args.workers, |_| {
+        let (q, tally) = (q.clone(), tally.clone());
+        async move {
+            let jobs: Vec<(&[u8], PushOptions)> =
+                (0..BATCH).map(|_| (&b"x"[..], PushOptions::default())).collect();
+            let mut held: Vec<tollgate::Job> = Vec::new();
+            while Instant::now() < end {
+                if q.push_many(&jobs).await.is_err() {
+                    tally.errors(1);
+                }
+                if !held.is_empty() {
+                    match q.ack_many(&fences(&held)).await {
+                        Ok(flags) => {
+                            tally.acked(&flags);
                         }
+                        Err(_) => tally.errors(1),
                     }
-                    held = q.claim_many(BATCH).await.unwrap_or_else(|_| {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        Vec::new()
-                    });
                 }
-                let done: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
-                if let Ok(flags) = q.ack_many(&done).await {
-                    acked.fetch_add(flags.iter().filter(|f| **f).count() as u64, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        let _ = t.await;
-    }
-    let secs = started.elapsed().as_secs_f64();
-    let n = acked.load(Ordering::Relaxed);
+                held = q.claim_many(BATCH).await.unwrap_or_else(|_| {
+                    tally.errors(1);
+                    Vec::new()
+                });
+            }
+            // What it still holds when time is up counts as done too.
+            if let Ok(flags) = q.ack_many(&fences(&held)).await {
+                tally.acked(&flags);
+            }
+        }
+    })
+    .await;
+    let (n, secs) = tally.total(started);
     json!({
         "peer": "tollgate", "case": "jobs_sharded_throughput", "store": store.kind(), "workers": args.workers,
         "partitions": k, "batch": BATCH, "jobs_per_s": (n as f64 / secs).round(), "acked": n,
-        "errors": errors.load(Ordering::Relaxed),
+        "errors": tally.errors.load(Ordering::Relaxed),
     })
 }
 
@@ -294,7 +302,7 @@ async fn memory(
         .map(|suffix| format!("{base}{suffix}"))
         .chain((0..4096).map(|b| format!("{base}:d:{b}")))
         .collect();
-    let Some(bytes) = crate::bench::memory_usage(url, &keys).await else {
+    let Some(bytes) = memory_usage(url, &keys).await else {
         return json!({"case": case, "errors": 1});
     };
     let per_job = bytes as f64 / N as f64;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Entered, Gate, GateOptions, Store};
 
-use crate::bench::{percentile, store_for};
+use super::{micros, percentile_ms, store_for};
 use crate::cli::BenchArgs;
 use crate::exit;
 
@@ -54,27 +54,23 @@ impl Pick {
     }
 }
 
-fn micros(d: Duration) -> u32 {
-    d.as_micros().min(u128::from(u32::MAX)) as u32
-}
-
 fn summary(enters: &mut [u32], leaves: &mut [u32]) -> serde_json::Value {
     serde_json::json!({
         "n": enters.len(),
-        "enter_p50_ms": percentile(enters, 0.5),
-        "enter_p99_ms": percentile(enters, 0.99),
-        "enter_max_ms": percentile(enters, 1.0),
-        "leave_p50_ms": percentile(leaves, 0.5),
-        "leave_p99_ms": percentile(leaves, 0.99),
+        "enter_p50_ms": percentile_ms(enters, 0.5),
+        "enter_p99_ms": percentile_ms(enters, 0.99),
+        "enter_max_ms": percentile_ms(enters, 1.0),
+        "leave_p50_ms": percentile_ms(leaves, 0.5),
+        "leave_p99_ms": percentile_ms(leaves, 0.99),
     })
 }
 
-pub(crate) async fn run(args: &BenchArgs) -> i32 {
+pub(super) async fn run(args: &BenchArgs) -> i32 {
     if args.line == 0 || args.line > 10_000_000 {
         eprintln!("tollgate: --line must be between 1 and 10000000");
         return exit::USAGE;
     }
-    let store: Store = match store_for(args.redis.as_deref()).await {
+    let store: Store = match store_for(args).await {
         Ok(s) => s,
         Err(code) => return code,
     };

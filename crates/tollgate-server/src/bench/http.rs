@@ -13,6 +13,7 @@ use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
+use super::quantile;
 use crate::cli::BenchArgs;
 use crate::exit;
 
@@ -85,19 +86,13 @@ impl Conn {
     }
 }
 
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
-}
-
+/// Quantile `q` of latencies in milliseconds, rounded to the microsecond;
+/// 0 without samples.
 fn percentile(v: &mut [Duration], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_unstable();
-    ms(v[((v.len() as f64 - 1.0) * q).round() as usize])
+    quantile(v, q).map_or(0.0, |d| (d.as_secs_f64() * 1_000_000.0).round() / 1000.0)
 }
 
-pub(crate) async fn run(args: &BenchArgs) -> i32 {
+pub(super) async fn run(args: &BenchArgs) -> i32 {
     let Some(server) = &args.server else {
         eprintln!("tollgate: `bench http` needs --server URL of a running `tollgate serve`");
         return exit::USAGE;

@@ -6,15 +6,16 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tollgate::{Limit, Rate, RateLimiter};
 
+use super::{each_worker, round3, store_for};
 use crate::cli::BenchArgs;
 use crate::exit;
 
-pub(crate) async fn run(args: &BenchArgs) -> i32 {
+pub(super) async fn run(args: &BenchArgs) -> i32 {
     if args.keys == 0 || args.keys > 10_000_000 {
         eprintln!("tollgate: --keys must be between 1 and 10000000");
         return exit::USAGE;
     }
-    let store = match crate::bench::store_for(args.redis.as_deref()).await {
+    let store = match store_for(args).await {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -34,34 +35,33 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
         std::sync::Arc::new((0..args.keys).map(|i| format!("key:{i}")).collect());
     let end = Instant::now() + args.seconds;
     let started = Instant::now();
-    let tasks: Vec<_> = (0..args.workers)
-        .map(|w| {
-            let (limiter, keys) = (limiter.clone(), keys.clone());
-            tokio::spawn(async move {
-                let (mut allowed, mut refused, mut errors) = (0u64, 0u64, 0u64);
-                let mut i = w * 7919;
-                // Check the clock every 64 decisions: reading it costs about
-                // as much as an in-memory decision.
-                'run: loop {
-                    for _ in 0..64 {
-                        i = (i + 1) % keys.len();
-                        match limiter.check(&keys[i], 1).await {
-                            Ok(d) if d.allowed => allowed += 1,
-                            Ok(_) => refused += 1,
-                            Err(_) => errors += 1,
-                        }
-                    }
-                    if Instant::now() >= end {
-                        break 'run;
+    let results = each_worker(args.workers, |w| {
+        let (limiter, keys) = (limiter.clone(), keys.clone());
+        async move {
+            let (mut allowed, mut refused, mut errors) = (0u64, 0u64, 0u64);
+            let mut i = w * 7919;
+            // Check the clock every 64 decisions: reading it costs about
+            // as much as an in-memory decision.
+            'run: loop {
+                for _ in 0..64 {
+                    i = (i + 1) % keys.len();
+                    match limiter.check(&keys[i], 1).await {
+                        Ok(d) if d.allowed => allowed += 1,
+                        Ok(_) => refused += 1,
+                        Err(_) => errors += 1,
                     }
                 }
-                (allowed, refused, errors)
-            })
-        })
-        .collect();
+                if Instant::now() >= end {
+                    break 'run;
+                }
+            }
+            (allowed, refused, errors)
+        }
+    })
+    .await;
     let (mut allowed, mut refused, mut errors) = (0, 0, 0);
-    for t in tasks {
-        let (a, r, e) = t.await.unwrap_or((0, 0, 1));
+    for r in results {
+        let (a, r, e) = r.unwrap_or((0, 0, 1));
         allowed += a;
         refused += r;
         errors += e;
@@ -73,7 +73,7 @@ pub(crate) async fn run(args: &BenchArgs) -> i32 {
         json!({
             "peer": "tollgate", "case": "limit_gcra", "store": store.kind(), "workers": args.workers,
             "threads": if args.single_thread { 1 } else { 0 }, "keys": args.keys,
-            "seconds": (secs * 1000.0).round() / 1000.0,
+            "seconds": round3(secs),
             "decisions_per_s": (n as f64 / secs).round(), "allowed": allowed, "refused": refused,
             "errors": errors,
         })

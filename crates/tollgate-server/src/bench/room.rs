@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tollgate::{Entered, Gate, GateOptions, TicketStatus};
 
+use super::{memory_usage, quantile, redis_store};
 use crate::cli::BenchArgs;
 use crate::exit;
 
 /// Answers every request with 200 "ok" until --seconds have passed.
-pub(crate) async fn upstream(args: &BenchArgs) -> i32 {
+pub(super) async fn upstream(args: &BenchArgs) -> i32 {
     let Some(addr) = args.listen else {
         eprintln!("tollgate: `bench upstream` needs --listen ADDR");
         return exit::USAGE;
@@ -50,28 +51,18 @@ pub(crate) async fn upstream(args: &BenchArgs) -> i32 {
     0
 }
 
-fn micros(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e7).round() / 10.0
-}
-
+/// Quantile `q` of latencies in microseconds, to one decimal; 0 without
+/// samples.
 fn percentile(v: &mut [Duration], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_unstable();
-    micros(v[((v.len() as f64 - 1.0) * q).round() as usize])
+    quantile(v, q).map_or(0.0, |d| (d.as_secs_f64() * 1e7).round() / 10.0)
 }
 
 /// Fills one gate's line to each of --sizes waiters (50 tasks joining
 /// concurrently), and at each size times 1,000 joins and 1,000 status
 /// lookups of random waiters, and reads the line's Redis memory.
-pub(crate) async fn line(args: &BenchArgs) -> i32 {
-    let Some(url) = &args.redis else {
-        eprintln!("tollgate: `bench line` needs --redis URL");
-        return exit::USAGE;
-    };
-    let store = match crate::bench::store_for(Some(url)).await {
-        Ok(s) => s,
+pub(super) async fn line(args: &BenchArgs) -> i32 {
+    let (url, store) = match redis_store(args, "line").await {
+        Ok(found) => found,
         Err(code) => return code,
     };
     let name = format!("bench:line:{:x}", std::process::id());
@@ -124,7 +115,7 @@ pub(crate) async fn line(args: &BenchArgs) -> i32 {
             .iter()
             .map(|suffix| format!("tollgate:gate:{{{name}}}{suffix}"))
             .collect();
-        let bytes = crate::bench::memory_usage(url, &keys).await.unwrap_or(0);
+        let bytes = memory_usage(url, &keys).await.unwrap_or(0);
         let waiting = tickets.len() as u64;
         // Join latency: 1,000 more, one at a time (they stay in line).
         let mut joins = Vec::with_capacity(1000);

@@ -1,0 +1,170 @@
+//! `tollgate bench lock|semaphore`: throughput, latency and fairness of
+//! locks and semaphores through the library, one JSON line.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tollgate::{Gate, GateOptions};
+
+use super::{each_worker, micros, percentile_ms, round3, store_for};
+use crate::cli::{BenchArgs, BenchTarget};
+use crate::exit;
+
+#[derive(Debug, Serialize)]
+struct Report {
+    peer: &'static str,
+    case: &'static str,
+    store: &'static str,
+    workers: usize,
+    seconds: f64,
+    /// Acquire+release pairs (critical sections) per second.
+    ops_per_s: f64,
+    /// Store operations per second: each acquire and each release counts one.
+    store_ops_per_s: f64,
+    /// Latency of a whole acquire+release pair.
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Latency of the acquire alone (including any wait in line).
+    acquire_p50_ms: f64,
+    acquire_p99_ms: f64,
+    n: u64,
+    errors: u64,
+    max_concurrent_holders: usize,
+    per_worker_min: u64,
+    per_worker_max: u64,
+}
+
+struct Worker {
+    pairs: u64,
+    errors: u64,
+    pair_us: Vec<u32>,
+    acquire_us: Vec<u32>,
+}
+
+/// `tollgate bench lock|semaphore`: the dispatcher sends only these two
+/// targets here.
+pub(super) async fn run(args: &BenchArgs) -> i32 {
+    let (case, capacity) = match (args.target, args.contended) {
+        (BenchTarget::Lock, false) => ("mutex_uncontended", 1),
+        (BenchTarget::Lock, true) => ("mutex_contended", 1),
+        _ => ("semaphore_contended", args.limit),
+    };
+    let store = match store_for(args).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    if capacity == 0 {
+        eprintln!("tollgate: --limit must be at least 1");
+        return exit::USAGE;
+    }
+    let shared = case != "mutex_uncontended";
+    let run_id = format!(
+        "{:x}",
+        std::process::id() ^ Instant::now().elapsed().subsec_nanos()
+    );
+    let mut gates = Vec::with_capacity(args.workers);
+    for w in 0..args.workers {
+        let name = if shared {
+            format!("bench:{case}:{run_id}")
+        } else {
+            format!("bench:{case}:{run_id}:{w}")
+        };
+        match Gate::new(&store, &name, Some(capacity), GateOptions::default()) {
+            Ok(g) => gates.push(g),
+            Err(e) => {
+                eprintln!("tollgate: {e}");
+                return exit::USAGE;
+            }
+        }
+    }
+
+    let holders = Arc::new(AtomicUsize::new(0));
+    let max_holders = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let end = start + args.seconds;
+    let results = each_worker(args.workers, |w| {
+        let (gate, holders, max_holders) = (gates[w].clone(), holders.clone(), max_holders.clone());
+        async move {
+            let mut w = Worker {
+                pairs: 0,
+                errors: 0,
+                pair_us: Vec::new(),
+                acquire_us: Vec::new(),
+            };
+            while Instant::now() < end {
+                let t0 = Instant::now();
+                let lease = match gate.acquire(1, Duration::from_secs(30)).await {
+                    Ok(Some(l)) => l,
+                    Ok(None) | Err(_) => {
+                        w.errors += 1;
+                        continue;
+                    }
+                };
+                let t1 = Instant::now();
+                let now_holding = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                max_holders.fetch_max(now_holding, Ordering::SeqCst);
+                // The critical section: let every other task run once, so
+                // an overlapping holder would be seen.
+                tokio::task::yield_now().await;
+                holders.fetch_sub(1, Ordering::SeqCst);
+                match lease.release().await {
+                    Ok(()) => {
+                        w.pairs += 1;
+                        w.acquire_us.push(micros(t1 - t0));
+                        w.pair_us.push(micros(t0.elapsed()));
+                    }
+                    Err(_) => w.errors += 1,
+                }
+            }
+            w
+        }
+    })
+    .await;
+    let mut workers = Vec::new();
+    for r in results {
+        match r {
+            Ok(w) => workers.push(w),
+            Err(e) => {
+                eprintln!("tollgate: a bench worker failed: {e}");
+                return exit::SOFTWARE;
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let n: u64 = workers.iter().map(|w| w.pairs).sum();
+    let mut pair_us: Vec<u32> = workers.iter().flat_map(|w| w.pair_us.iter().copied()).collect();
+    let mut acquire_us: Vec<u32> = workers
+        .iter()
+        .flat_map(|w| w.acquire_us.iter().copied())
+        .collect();
+    let report = Report {
+        peer: "tollgate",
+        case,
+        store: store.kind(),
+        workers: args.workers,
+        seconds: round3(elapsed),
+        ops_per_s: round3(n as f64 / elapsed),
+        store_ops_per_s: round3(2.0 * n as f64 / elapsed),
+        p50_ms: percentile_ms(&mut pair_us, 0.50),
+        p99_ms: percentile_ms(&mut pair_us, 0.99),
+        acquire_p50_ms: percentile_ms(&mut acquire_us, 0.50),
+        acquire_p99_ms: percentile_ms(&mut acquire_us, 0.99),
+        n,
+        errors: workers.iter().map(|w| w.errors).sum(),
+        max_concurrent_holders: max_holders.load(Ordering::SeqCst),
+        per_worker_min: workers.iter().map(|w| w.pairs).min().unwrap_or(0),
+        per_worker_max: workers.iter().map(|w| w.pairs).max().unwrap_or(0),
+    };
+    match serde_json::to_string(&report) {
+        Ok(line) => {
+            println!("{line}");
+            0
+        }
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            exit::SOFTWARE
+        }
+    }
+}

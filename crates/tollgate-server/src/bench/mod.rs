@@ -1,0 +1,128 @@
+//! `tollgate bench`: the benchmarks, one JSON line per case. This module
+//! owns the dispatch from a `BenchTarget` to its submodule, and what the
+//! submodules share: the store built from the CLI's arguments, Redis memory
+//! readings, running one task per worker, quantiles and rounding. A
+//! submodule uses these helpers and never a sibling, so each reads alone.
+
+mod flood;
+mod http;
+mod jobs;
+mod limit;
+mod lock;
+mod room;
+
+use std::future::Future;
+use std::time::Duration;
+
+use tollgate::Store;
+
+use crate::cli::{BenchArgs, BenchTarget};
+use crate::exit;
+
+pub(crate) async fn run(args: BenchArgs) -> i32 {
+    // Checked for every target, as the arguments are shared.
+    if args.workers == 0 || args.workers > 10_000 {
+        eprintln!("tollgate: --workers must be between 1 and 10000");
+        return exit::USAGE;
+    }
+    if args.seconds.is_zero() || args.seconds > Duration::from_secs(600) {
+        eprintln!("tollgate: --seconds must be between 1ms and 10m");
+        return exit::USAGE;
+    }
+    match args.target {
+        BenchTarget::Lock | BenchTarget::Semaphore => lock::run(&args).await,
+        BenchTarget::Http => http::run(&args).await,
+        BenchTarget::Limit => limit::run(&args).await,
+        BenchTarget::Upstream => room::upstream(&args).await,
+        BenchTarget::Line => room::line(&args).await,
+        BenchTarget::Jobs => jobs::run(&args).await,
+        BenchTarget::Flood => flood::run(&args).await,
+    }
+}
+
+/// The store a benchmark measures: Redis at `--redis`, or the embedded one.
+/// The one place the benches build a store from their arguments; an error
+/// is printed and answered as the exit code.
+async fn store_for(args: &BenchArgs) -> Result<Store, i32> {
+    match args.redis.as_deref() {
+        Some(url) => {
+            crate::commands::connect_redis(url, "tollgate", crate::cli::DurabilityArgs::default(), None).await
+        }
+        None => Ok(Store::memory()),
+    }
+}
+
+/// For the benches that read Redis memory and so need Redis: its URL and
+/// the store, or a usage error naming `command` when `--redis` is missing.
+async fn redis_store<'a>(args: &'a BenchArgs, command: &str) -> Result<(&'a str, Store), i32> {
+    let Some(url) = args.redis.as_deref() else {
+        eprintln!("tollgate: `bench {command}` needs --redis URL");
+        return Err(exit::USAGE);
+    };
+    Ok((url, store_for(args).await?))
+}
+
+/// The Redis memory of `keys` together (`MEMORY USAGE … SAMPLES 0`: exact),
+/// or `None` if Redis cannot be asked.
+async fn memory_usage(url: &str, keys: &[String]) -> Option<i64> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let mut bytes = 0;
+    for key in keys {
+        let used: Option<i64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        bytes += used.unwrap_or(0);
+    }
+    Some(bytes)
+}
+
+/// Runs `work(w)` for each of `workers` workers as a task of its own (all
+/// started before any is awaited, so they run together) and collects
+/// their results in worker order.
+async fn each_worker<T, F, Fut>(workers: usize, mut work: F) -> Vec<Result<T, tokio::task::JoinError>>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = (0..workers).map(|w| tokio::spawn(work(w))).collect();
+    let mut results = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        results.push(t.await);
+    }
+    results
+}
+
+/// The sample at quantile `q` (0 to 1, nearest rank) of `v`, which it
+/// sorts; `None` without samples. Each bench converts it to the unit
+/// and rounding its JSON fields have always had.
+fn quantile<T: Copy + PartialOrd>(v: &mut [T], q: f64) -> Option<T> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    Some(v[((v.len() as f64 - 1.0) * q).round() as usize])
+}
+
+/// Rounded to three decimals (of a millisecond or a second, as reported).
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Whole microseconds, saturating: the compact sample of the lock and
+/// flood benches, which keep millions of them.
+fn micros(d: Duration) -> u32 {
+    d.as_micros().min(u128::from(u32::MAX)) as u32
+}
+
+/// Quantile `q` of samples in microseconds, in milliseconds (3 decimals);
+/// 0 without samples.
+fn percentile_ms(v: &mut [u32], q: f64) -> f64 {
+    quantile(v, q).map_or(0.0, |us| round3(f64::from(us) / 1000.0))
+}
