@@ -88,8 +88,10 @@ async fn a_flood_of_names_leaves_no_memory_behind() {
         "flood of 100,000 names in {:?}: RSS {baseline} KiB before, {peak} KiB after",
         started.elapsed()
     );
+    // (Some 17 MB on a quiet machine; on a loaded one the flood is slower
+    // and its first names are already dropped by its end, so less.)
     assert!(
-        peak > baseline + 10_000,
+        peak > baseline + 5_000,
         "the flood did not grow the server ({baseline} -> {peak} KiB): the test measures nothing"
     );
     // Leases end after 1 s, names go idle 2 s later; the server drops them
