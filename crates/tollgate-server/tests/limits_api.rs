@@ -229,6 +229,29 @@ async fn the_api_itself_is_protected_per_client() {
     .await
     .expect("blocking");
     assert_eq!(codes, [Some(0), Some(0), Some(0), Some(75)]);
+    // Every `--server` command maps that answer the same way: `lock run`
+    // turned away by the server's own limit exits 75 too (not 64). The
+    // budget refills one a second, so of a few quick tries at least one
+    // is turned away, and each of the others runs its command (0).
+    let base = s.base.clone();
+    let codes = tokio::task::spawn_blocking(move || {
+        (0..3)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_tollgate"))
+                    .env_remove("TOLLGATE_REDIS_URL")
+                    .env_remove("TOLLGATE_SERVER")
+                    .args(["lock", "run", "nightly", "--server", &base, "--", "true"])
+                    .output()
+                    .expect("run tollgate")
+                    .status
+                    .code()
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("blocking");
+    assert!(codes.contains(&Some(75)), "{codes:?}");
+    assert!(codes.iter().all(|c| matches!(c, Some(0 | 75))), "{codes:?}");
 }
 
 /// Redis down: the default reports the error (503), `open` allows and
