@@ -460,31 +460,30 @@ if op == 'reschedule' then
   return {1, run_at}
 end
 
-if op == 'dead' then
-  -- ARGV: 4 limit. Reply: {id, died ms, attempts, payload, ...}
-  local rows = redis.call('ZRANGE', KX, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')
+-- A listing's rows ({id, score, ...} from a sorted set) as
+-- {id, score, [attempts,] payload, ...}.
+local function listed(rows, with_attempts)
   local out = {}
   for i = 1, #rows, 2 do
     local m = meta_of(rows[i])
     out[#out + 1] = rows[i]
     out[#out + 1] = rows[i + 1]
-    out[#out + 1] = tonumber(redis.call('HGET', KN, rows[i])) or 0
+    if with_attempts then
+      out[#out + 1] = tonumber(redis.call('HGET', KN, rows[i])) or 0
+    end
     out[#out + 1] = m and m.payload or ''
   end
   return out
 end
 
+if op == 'dead' then
+  -- ARGV: 4 limit. Reply: {id, died ms, attempts, payload, ...}
+  return listed(redis.call('ZRANGE', KX, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES'), true)
+end
+
 if op == 'done' then
   -- ARGV: 4 limit. Reply: {id, acked ms, payload, ...}, most recent first.
-  local rows = redis.call('ZREVRANGE', KC, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')
-  local out = {}
-  for i = 1, #rows, 2 do
-    local m = meta_of(rows[i])
-    out[#out + 1] = rows[i]
-    out[#out + 1] = rows[i + 1]
-    out[#out + 1] = m and m.payload or ''
-  end
-  return out
+  return listed(redis.call('ZREVRANGE', KC, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES'), false)
 end
 
 if op == 'replay' then
