@@ -209,6 +209,8 @@ async fn front(State(state): State<AppState>, req: Request, next: Next) -> Respo
         Some(refused) => refused,
         None => {
             let timeout = state.body_timeout;
+            // Not held across the wait below (a parked long-poll would
+            // carry it for its whole minute).
             drop(state);
             let (req, timed_out) = body::deadlined(req, timeout);
             body::or_timed_out(next.run(req).await, &timed_out, timeout)

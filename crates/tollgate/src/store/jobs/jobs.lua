@@ -486,12 +486,16 @@ if op == 'done' then
   return listed(redis.call('ZREVRANGE', KC, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES'), false)
 end
 
+-- The dead jobs a replay or purge names: ARGV[4], or every one if ''.
+local function dead_named()
+  if ARGV[4] == '' then return redis.call('ZRANGE', KX, 0, -1) end
+  return {ARGV[4]}
+end
+
 if op == 'replay' then
   -- ARGV: 4 id ('' for every dead job). Reply: {replayed}
-  local ids = {ARGV[4]}
-  if ARGV[4] == '' then ids = redis.call('ZRANGE', KX, 0, -1) end
   local n = 0
-  for _, id in ipairs(ids) do
+  for _, id in ipairs(dead_named()) do
     if redis.call('ZREM', KX, id) == 1 then
       local m = meta_of(id)
       if m then
@@ -507,10 +511,8 @@ end
 
 if op == 'purge' then
   -- ARGV: 4 id ('' for every dead job). Reply: {purged}
-  local ids = {ARGV[4]}
-  if ARGV[4] == '' then ids = redis.call('ZRANGE', KX, 0, -1) end
   local n = 0
-  for _, id in ipairs(ids) do
+  for _, id in ipairs(dead_named()) do
     if redis.call('ZREM', KX, id) == 1 then
       forget(id)
       n = n + 1
