@@ -397,3 +397,46 @@ async fn limit_check_through_a_server_and_its_exit_codes() {
         assert!(!out.stderr.is_empty(), "{args:?}: no message");
     }
 }
+
+/// A server whose Redis stops accepting its user (the ACL changed under
+/// it) answers `store_misconfigured`, and every `--server` command maps
+/// that to 78, the set-up exit code: no retry mends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refused_by_its_redis_makes_every_server_command_exit_78() {
+    let redis = RedisServer::start();
+    redis.command(&["ACL", "SETUSER", "tg", "on", ">pw", "~*", "&*", "+@all"]);
+    let url = redis.url().replacen("redis://", "redis://tg:pw@", 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start_with(Some(&url), &["--config", &config(&dir, LIMITS)]);
+    let base = s.base.clone();
+    let tollgate = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .env_remove("TOLLGATE_REDIS_URL")
+            .env_remove("TOLLGATE_SERVER")
+            .args(args)
+            .output()
+            .expect("run tollgate")
+    };
+    let commands: [&[&str]; 3] = [
+        &["lock", "run", "nightly", "--server", &base, "--", "true"],
+        &["limit", "check", "api", "k", "--server", &base],
+        &["jobs", "stats", "mail", "--server", &base],
+    ];
+    // While Redis accepts the user, each works.
+    for args in commands {
+        let out = tokio::task::block_in_place(|| tollgate(args));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    redis.command(&["ACL", "SETUSER", "tg", "-@all"]);
+    for args in commands {
+        let out = tokio::task::block_in_place(|| tollgate(args));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {err}");
+        assert!(err.contains("refused"), "{args:?}: {err}");
+    }
+}

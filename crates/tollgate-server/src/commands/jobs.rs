@@ -14,59 +14,64 @@ use super::queue::Queue;
 use crate::cli::{
     JobsCommand, JobsPushArgs, JobsQueueArgs, JobsRepartitionArgs, JobsReplayArgs, JobsWorkArgs,
 };
-use crate::client::Failure;
+use crate::client::{Failure, usage};
 use crate::exit;
 
 pub(crate) async fn run(command: JobsCommand) -> i32 {
-    match command {
+    let done = match command {
         JobsCommand::Push(a) => push(a).await,
         JobsCommand::Work(a) => work(a).await,
         JobsCommand::Stats(a) => stats(a).await,
         JobsCommand::Dead(a) => dead(a).await,
         JobsCommand::Replay(a) => replay(a).await,
         JobsCommand::Repartition(a) => repartition(a).await,
-    }
-}
-
-async fn repartition(args: JobsRepartitionArgs) -> i32 {
-    if args.store.server.is_some() {
-        eprintln!("tollgate: repartition works on the store (--redis), not through --server");
-        return exit::USAGE;
-    }
-    let store = match args.store.connect().await {
-        Ok(s) => s,
-        Err(code) => return code,
     };
-    match tollgate::ShardedJobQueue::repartition(&store, &args.queue, args.partitions).await {
-        Ok(()) => {
-            println!("{}", json!({"queue": args.queue, "partitions": args.partitions}));
-            0
+    match done {
+        Ok(code) => code,
+        Err(f) => {
+            // Some failures (a store that cannot be reached) were told
+            // where they happened and carry no message.
+            if !f.message.is_empty() {
+                eprintln!("tollgate: {}", f.message);
+            }
+            f.code
         }
-        Err(e) => failed(Failure::from(e)),
     }
 }
 
-/// Prints why it failed (if it says) and gives the exit code.
-fn failed(f: Failure) -> i32 {
-    if !f.message.is_empty() {
-        eprintln!("tollgate: {}", f.message);
+/// A failure with exit code `code`.
+fn failure(code: i32, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
     }
-    f.code
 }
 
-async fn push(args: JobsPushArgs) -> i32 {
+async fn repartition(args: JobsRepartitionArgs) -> Result<i32, Failure> {
+    if args.store.server.is_some() {
+        return Err(usage(
+            "repartition works on the store (--redis), not through --server",
+        ));
+    }
+    let store = args.store.connect().await.map_err(|code| failure(code, ""))?;
+    tollgate::ShardedJobQueue::repartition(&store, &args.queue, args.partitions).await?;
+    println!("{}", json!({"queue": args.queue, "partitions": args.partitions}));
+    Ok(0)
+}
+
+async fn push(args: JobsPushArgs) -> Result<i32, Failure> {
     let at = match &args.at {
         None => None,
         Some(t) => match humantime::parse_rfc3339_weak(t) {
             // The bound --delay has (the library checks that one).
             Ok(at) if at > std::time::SystemTime::now() + tollgate::MAX_JOB_DELAY => {
-                eprintln!("tollgate: --at {t:?} is more than a year ahead");
-                return exit::USAGE;
+                return Err(usage(format!("--at {t:?} is more than a year ahead")));
             }
             Ok(at) => Some(at),
             Err(e) => {
-                eprintln!("tollgate: --at {t:?}: {e} (give RFC 3339, e.g. 2026-11-21T18:00:00Z)");
-                return exit::USAGE;
+                return Err(usage(format!(
+                    "--at {t:?}: {e} (give RFC 3339, e.g. 2026-11-21T18:00:00Z)"
+                )));
             }
         },
     };
@@ -89,72 +94,36 @@ async fn push(args: JobsPushArgs) -> i32 {
         std::io::stdin().read_to_end(&mut payload).map(|_| payload)
     })
     .await;
+    let why = "cannot read the payload from standard input";
     let payload = match read {
         Ok(Ok(p)) => p,
-        Ok(Err(e)) => {
-            eprintln!("tollgate: cannot read the payload from standard input: {e}");
-            return exit::USAGE;
-        }
-        Err(e) => {
-            eprintln!("tollgate: cannot read the payload from standard input: {e}");
-            return exit::SOFTWARE;
-        }
+        Ok(Err(e)) => return Err(usage(format!("{why}: {e}"))),
+        Err(e) => return Err(failure(exit::SOFTWARE, format!("{why}: {e}"))),
     };
-    let q = match Queue::open(&args.target, true).await {
-        Ok(q) => q,
-        Err(f) => return failed(f),
-    };
-    match q.push(&payload, &options).await {
-        Ok(answer) => {
-            println!("{answer}");
-            0
-        }
-        Err(f) => failed(f),
-    }
+    let q = Queue::open(&args.target, true).await?;
+    println!("{}", q.push(&payload, &options).await?);
+    Ok(0)
 }
 
-async fn stats(args: JobsQueueArgs) -> i32 {
-    let q = match Queue::open(&args.target, false).await {
-        Ok(q) => q,
-        Err(f) => return failed(f),
-    };
-    match q.stats().await {
-        Ok(s) => {
-            println!("{s}");
-            0
-        }
-        Err(f) => failed(f),
-    }
+async fn stats(args: JobsQueueArgs) -> Result<i32, Failure> {
+    let q = Queue::open(&args.target, false).await?;
+    println!("{}", q.stats().await?);
+    Ok(0)
 }
 
-async fn dead(args: JobsQueueArgs) -> i32 {
-    let q = match Queue::open(&args.target, false).await {
-        Ok(q) => q,
-        Err(f) => return failed(f),
-    };
-    match q.dead().await {
-        Ok(list) => {
-            for d in list {
-                println!("{d}");
-            }
-            0
-        }
-        Err(f) => failed(f),
+async fn dead(args: JobsQueueArgs) -> Result<i32, Failure> {
+    let q = Queue::open(&args.target, false).await?;
+    for d in q.dead().await? {
+        println!("{d}");
     }
+    Ok(0)
 }
 
-async fn replay(args: JobsReplayArgs) -> i32 {
-    let q = match Queue::open(&args.target, true).await {
-        Ok(q) => q,
-        Err(f) => return failed(f),
-    };
-    match q.replay(args.id.as_deref()).await {
-        Ok(n) => {
-            println!("{}", json!({"replayed": n}));
-            0
-        }
-        Err(f) => failed(f),
-    }
+async fn replay(args: JobsReplayArgs) -> Result<i32, Failure> {
+    let q = Queue::open(&args.target, true).await?;
+    let n = q.replay(args.id.as_deref()).await?;
+    println!("{}", json!({"replayed": n}));
+    Ok(0)
 }
 
 /// Whether `program` can be started, found the way `execvp` finds it (a
@@ -207,42 +176,26 @@ enum Ran {
     CannotStart(i32),
 }
 
-async fn work(args: JobsWorkArgs) -> i32 {
+async fn work(args: JobsWorkArgs) -> Result<i32, Failure> {
     if args.concurrency == 0 || args.concurrency > 1000 {
-        eprintln!("tollgate: --concurrency must be 1 to 1000");
-        return exit::USAGE;
+        return Err(usage("--concurrency must be 1 to 1000"));
     }
     // Before claiming anything: a claimed job's attempt is counted, so a
     // command that cannot start would burn (and dead-letter) every job.
     if let Err((code, why)) = runnable(&args.command[0]) {
-        eprintln!("tollgate: cannot run {:?}: {why}", args.command[0]);
-        return code;
+        return Err(failure(code, format!("cannot run {:?}: {why}", args.command[0])));
     }
-    let q = match Queue::open(&args.target, true).await {
-        Ok(q) => q,
-        Err(f) => return failed(f),
-    };
-    let q = match q.lease(args.lease) {
-        Ok(q) => q,
-        Err(f) => return failed(f),
-    };
+    let q = Queue::open(&args.target, true).await?.lease(args.lease)?;
     let q = match args.keep_completed {
         None => q,
-        Some(n) => match q.keep_completed(n, args.keep_for) {
-            Ok(q) => q,
-            Err(f) => {
-                return failed(Failure {
-                    code: exit::USAGE,
-                    ..f
-                });
-            }
-        },
+        Some(n) => q
+            .keep_completed(n, args.keep_for)
+            .map_err(|f| failure(exit::USAGE, f.message))?,
     };
     let (Ok(mut sigterm), Ok(mut sigint)) =
         (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
     else {
-        eprintln!("tollgate: cannot install signal handlers");
-        return exit::SOFTWARE;
+        return Err(failure(exit::SOFTWARE, "cannot install signal handlers"));
     };
     let stopping = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -260,11 +213,11 @@ async fn work(args: JobsWorkArgs) -> i32 {
         _ = sigterm.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
         _ = sigint.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
     };
-    match results.iter().find(|r| !matches!(r, Ok(0))) {
+    Ok(match results.iter().find(|r| !matches!(r, Ok(0))) {
         None => 0,
         Some(Ok(code)) => *code,
         Some(Err(_)) => exit::SOFTWARE,
-    }
+    })
 }
 
 /// Lets running jobs finish for the grace, then tells the workers to stop

@@ -19,8 +19,14 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/rooms/{room}", get(stats))
         .route("/v1/rooms/{room}/capacity", put(set_capacity))
         .route("/v1/rooms/{room}/admission_rate", put(set_admission_rate))
-        .route("/v1/rooms/{room}/pause", post(pause))
-        .route("/v1/rooms/{room}/resume", post(resume))
+        .route(
+            "/v1/rooms/{room}/pause",
+            post(|State(s): State<AppState>, Path(n): Path<String>| set_paused(s, n, true)),
+        )
+        .route(
+            "/v1/rooms/{room}/resume",
+            post(|State(s): State<AppState>, Path(n): Path<String>| set_paused(s, n, false)),
+        )
         .route("/v1/rooms/{room}/sessions/{session}", delete(end_session))
 }
 
@@ -93,23 +99,16 @@ pub(crate) async fn end_session(
     }
 }
 
-/// `POST /v1/rooms/{room}/pause`: everyone new queues; nobody is evicted.
-pub(crate) async fn pause(
-    State(state): State<AppState>,
-    Path(name): Path<String>,
-) -> Result<axum::Json<Value>, ApiError> {
+/// `POST /v1/rooms/{room}/pause` (`paused`: everyone new queues; nobody
+/// is evicted) and `POST /v1/rooms/{room}/resume` (free slots go to the
+/// line at once).
+async fn set_paused(state: AppState, name: String, paused: bool) -> Result<axum::Json<Value>, ApiError> {
     let room = room(&state, &name)?;
-    room.gate().pause().await?;
-    Ok(axum::Json(stats_of(&room).await?))
-}
-
-/// `POST /v1/rooms/{room}/resume`: free slots go to the line at once.
-pub(crate) async fn resume(
-    State(state): State<AppState>,
-    Path(name): Path<String>,
-) -> Result<axum::Json<Value>, ApiError> {
-    let room = room(&state, &name)?;
-    room.gate().resume().await?;
+    if paused {
+        room.gate().pause().await?;
+    } else {
+        room.gate().resume().await?;
+    }
     Ok(axum::Json(stats_of(&room).await?))
 }
 
