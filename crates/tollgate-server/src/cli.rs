@@ -5,8 +5,17 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// `tollgate --version`: the crate version and the git commit it was
+/// built from (see build.rs).
+pub(crate) const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TOLLGATE_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
-#[command(name = "tollgate", version, about = "Fair distributed locks and semaphores")]
+#[command(name = "tollgate", version = VERSION, about = "Fair distributed locks and semaphores")]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,

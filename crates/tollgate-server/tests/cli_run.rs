@@ -602,3 +602,21 @@ fn through_a_server_busy_lost_and_bad_urls_have_their_exit_codes() {
         ],
     );
 }
+
+/// `--version` names the commit the binary was built from.
+#[test]
+fn version_names_the_commit() {
+    let out = run(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git runs");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    assert_eq!(head.len(), 12, "not in a git checkout?");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("tollgate {} (commit {head})", env!("CARGO_PKG_VERSION"))
+    );
+}

@@ -10,6 +10,8 @@
 //! counted in `tollgate_scrape_errors_total`, so a stale figure is never
 //! silent.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -111,11 +113,65 @@ pub(crate) async fn gather(state: &AppState) {
 /// deadline: see [`gather`]).
 async fn metrics_text(State(state): State<AppState>) -> Response {
     gather(&state).await;
+    metrics_process::Collector::default().collect();
+    let mut text = state.metrics.render();
+    {
+        let mut lateness = state
+            .lateness
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Queues no longer tracked are gone from every other series too.
+        let queues = tracked(&state.queues);
+        lateness.retain(|q, _| queues.contains(q));
+        render_lateness(&mut text, &lateness);
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        state.metrics.render(),
+        text,
     )
         .into_response()
+}
+
+/// A queue's lateness histogram as the store keeps it: a count per bucket
+/// of [`tollgate::LATENESS_BOUNDS_MS`] (then one for later than the last
+/// bound; none before the first promotion) and the sum.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Lateness {
+    buckets: Vec<u64>,
+    sum_seconds: f64,
+}
+
+/// The last lateness read of each tracked queue.
+pub(crate) type LatenessByQueue = std::sync::Arc<std::sync::Mutex<BTreeMap<String, Lateness>>>;
+
+/// Appends `tollgate_queue_lateness_seconds` as one histogram family:
+/// cumulative buckets in `le` order, `_sum` and `_count`.
+fn render_lateness(out: &mut String, by_queue: &BTreeMap<String, Lateness>) {
+    const NAME: &str = "tollgate_queue_lateness_seconds";
+    if by_queue.is_empty() {
+        return;
+    }
+    let help = super::families::help(NAME);
+    let _ = writeln!(out, "# HELP {NAME} {help}\n# TYPE {NAME} histogram");
+    let bounds = tollgate::LATENESS_BOUNDS_MS;
+    for (queue, l) in by_queue {
+        let queue = label_value(queue);
+        let mut cumulative = 0;
+        for i in 0..=bounds.len() {
+            cumulative += l.buckets.get(i).copied().unwrap_or(0);
+            let le = bounds
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |ms| format!("{}", *ms as f64 / 1000.0));
+            let _ = writeln!(out, "{NAME}_bucket{{queue=\"{queue}\",le=\"{le}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{NAME}_sum{{queue=\"{queue}\"}} {}", l.sum_seconds);
+        let _ = writeln!(out, "{NAME}_count{{queue=\"{queue}\"}} {cumulative}");
+    }
+}
+
+/// `v` escaped for a label value in the text format.
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// The figures of one tracked gate, for /metrics: whether they were read.
@@ -176,19 +232,20 @@ pub(crate) async fn scrape_queue(state: &AppState, name: &str) -> bool {
     ] {
         metrics::gauge!(metric, &[label()]).set(v as f64);
     }
-    // Lateness of every promotion, as a Prometheus histogram: the
-    // store keeps the bucket counts, so servers sharing Redis agree.
-    let mut cumulative = 0;
-    for (i, n) in s.lateness_buckets.iter().enumerate() {
-        cumulative += n;
-        let le = tollgate::LATENESS_BOUNDS_MS
-            .get(i)
-            .map_or_else(|| "+Inf".to_owned(), |ms| format!("{}", *ms as f64 / 1000.0));
-        metrics::counter!("tollgate_queue_lateness_seconds_bucket", "queue" => name.clone(), "le" => le)
-            .absolute(cumulative);
-    }
-    metrics::counter!("tollgate_queue_lateness_seconds_count", &[label()]).absolute(cumulative);
-    metrics::gauge!("tollgate_queue_lateness_seconds_sum", &[label()]).set(s.lateness_sum.as_secs_f64());
+    // Lateness of every promotion: the store keeps the bucket counts, so
+    // servers sharing Redis agree. The exporter has no histogram it can
+    // set outright, so /metrics renders this one itself.
+    state
+        .lateness
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(
+            name.clone(),
+            Lateness {
+                buckets: s.lateness_buckets.clone(),
+                sum_seconds: s.lateness_sum.as_secs_f64(),
+            },
+        );
     for (q, quantile) in [(0.5, "0.5"), (0.99, "0.99"), (1.0, "1")] {
         if let Some(v) = s.recent_lateness_quantile(q) {
             metrics::gauge!("tollgate_queue_recent_lateness_seconds", "queue" => name.clone(), "quantile" => quantile)

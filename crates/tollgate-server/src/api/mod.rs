@@ -7,6 +7,7 @@
 pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod error;
+pub(crate) mod families;
 pub(crate) mod gates;
 pub(crate) mod jobs;
 pub(crate) mod limits;
@@ -32,6 +33,8 @@ pub(crate) struct AppState {
     pub(crate) store: Store,
     /// Renders the Prometheus text format for /metrics.
     pub(crate) metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// The queues' lateness histograms, as last read (see metrics.rs).
+    pub(crate) lateness: metrics::LatenessByQueue,
     /// Gates this server has served, for the per-gate series (bounded).
     pub(crate) gates: Tracked,
     /// Job queues this server has served, for the per-queue series.

@@ -79,6 +79,7 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
     let app = router(AppState {
         store,
         metrics,
+        lateness: Default::default(),
         gates: Default::default(),
         queues: Default::default(),
         queue_set,
@@ -147,6 +148,7 @@ fn install_metrics() -> Result<PrometheusHandle, i32> {
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
         ])
         .and_then(|b| b.install_recorder())
+        .inspect(|_| crate::api::families::register())
         .map_err(|e| {
             eprintln!("tollgate: cannot set up metrics: {e}");
             exit::SOFTWARE
