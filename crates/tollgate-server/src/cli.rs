@@ -27,10 +27,10 @@ pub(crate) enum Command {
     Serve(ServeArgs),
     /// A distributed mutual-exclusion lock.
     #[command(subcommand)]
-    Lock(Primitive),
+    Lock(LockCommand),
     /// A distributed counting semaphore.
     #[command(subcommand)]
-    Semaphore(Primitive),
+    Semaphore(SemaphoreCommand),
     /// Rate limits: check a key against a limit.
     #[command(subcommand)]
     Limit(LimitCommand),
@@ -122,7 +122,7 @@ pub(crate) struct JobsPushArgs {
     #[command(flatten)]
     pub(crate) target: QueueTarget,
     /// Due this long from now.
-    #[arg(long, value_parser = duration, value_name = "D", conflicts_with = "at")]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D", conflicts_with = "at")]
     pub(crate) delay: Option<Duration>,
     /// Due at this time (RFC 3339, e.g. 2026-11-21T18:00:00Z).
     #[arg(long, value_name = "TIME")]
@@ -149,20 +149,20 @@ pub(crate) struct JobsWorkArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub(crate) concurrency: usize,
     /// Visibility lease; extended every third of it while CMD runs.
-    #[arg(long, default_value = "30s", value_parser = duration, value_name = "D")]
+    #[arg(long, default_value = "30s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) lease: Duration,
     /// Exit (0) once no job has come for this long.
-    #[arg(long, value_parser = duration, value_name = "D")]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) idle_exit: Option<Duration>,
     /// On SIGTERM, how long running jobs may take to finish.
-    #[arg(long, default_value = "30s", value_parser = duration, value_name = "D")]
+    #[arg(long, default_value = "30s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) shutdown_grace: Duration,
     /// Keep this many acked jobs (listable, and still counting for dedupe)
     /// instead of deleting them.
     #[arg(long, value_name = "N")]
     pub(crate) keep_completed: Option<usize>,
     /// With --keep-completed: none kept longer than this.
-    #[arg(long, default_value = "24h", value_parser = duration, value_name = "D")]
+    #[arg(long, default_value = "24h", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) keep_for: Duration,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
@@ -189,21 +189,82 @@ pub(crate) struct LimitCheckArgs {
     #[arg(long, default_value_t = 1, value_name = "C")]
     pub(crate) cost: u64,
     /// Longest wait for Redis per decision.
-    #[arg(long, default_value = "100ms", value_parser = duration, value_name = "D")]
+    #[arg(long, default_value = "100ms", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) timeout: Duration,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }
 
+/// The exit codes of `lock run` and `semaphore run`, with what else
+/// makes a usage error (64).
+macro_rules! run_exit_codes {
+    ($usage:literal) => {
+        concat!(
+            "Exit codes: the command's own (128+N if killed by signal N); 64 bad arguments",
+            $usage,
+            "; 69 the store or server is unreachable; 70 an internal error; \
+             75 not acquired within --wait (or a server's own rate limit); \
+             76 the lease was lost while the command ran (it got SIGTERM); \
+             78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index); \
+             126/127 the command could not be started / was not found."
+        )
+    };
+}
+
 #[derive(Debug, Subcommand)]
-pub(crate) enum Primitive {
-    /// Run a command while holding the lock (or permits), renewing the lease
-    /// until it exits.
-    ///
-    /// Exit code: the command's own; 75 if the lock could not be had within
-    /// --wait; 76 if the lease was lost while the command ran (it got
-    /// SIGTERM); 69 if the store is unreachable; 64 for bad arguments.
+pub(crate) enum LockCommand {
+    /// Run a command while holding the lock, renewing the lease until it
+    /// exits.
+    #[command(after_help = run_exit_codes!(""))]
     Run(RunArgs),
+    /// Print the lock's state as JSON: capacity, permits used, holders
+    /// (label and time left of each, soonest to end first), line length,
+    /// grants, expiries and the last fencing token.
+    #[command(after_help = STATUS_EXIT_CODES)]
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SemaphoreCommand {
+    /// Run a command while holding permits, renewing the lease until it
+    /// exits.
+    #[command(after_help = run_exit_codes!(" (or --limit differs from the stored capacity)"))]
+    Run(SemaphoreRunArgs),
+    /// Print the semaphore's state as JSON (as `lock status`).
+    #[command(after_help = STATUS_EXIT_CODES)]
+    Status(StatusArgs),
+}
+
+const STATUS_EXIT_CODES: &str = "Exit codes: 0 printed; 64 bad arguments; \
+69 the store or server is unreachable; 78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index).";
+
+/// `lock status` / `semaphore status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Name of the lock or semaphore.
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// `semaphore run`: `lock run`'s arguments and the permits.
+#[derive(Debug, Args)]
+pub(crate) struct SemaphoreRunArgs {
+    /// Number of permits of the semaphore. Without it, the capacity
+    /// already stored is used (a semaphore that has none needs it). A
+    /// different number than the stored one is refused (exit 64) unless
+    /// --resize is given.
+    #[arg(long, value_name = "N")]
+    pub(crate) limit: Option<u32>,
+    /// Permits to take.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub(crate) permits: u32,
+    /// With --limit: store N as the semaphore's capacity first (raising
+    /// admits waiters at once; lowering takes effect as holders leave).
+    #[arg(long, requires = "limit")]
+    pub(crate) resize: bool,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
 }
 
 #[derive(Debug, Args)]
@@ -244,11 +305,11 @@ pub(crate) struct ServeArgs {
     pub(crate) max_tickets_per_client: Option<usize>,
     /// How long /metrics may spend reading figures from the store; what is
     /// not in by then is counted as a scrape error [default: 1s].
-    #[arg(long, env = "TOLLGATE_METRICS_TIMEOUT", value_name = "DURATION", value_parser = duration)]
+    #[arg(long, env = "TOLLGATE_METRICS_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) metrics_timeout: Option<Duration>,
     /// How long a request body may take to arrive; after that, 408
     /// [default: 30s].
-    #[arg(long, env = "TOLLGATE_BODY_TIMEOUT", value_name = "DURATION", value_parser = duration)]
+    #[arg(long, env = "TOLLGATE_BODY_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) body_timeout: Option<Duration>,
 }
 
@@ -261,7 +322,7 @@ pub(crate) struct DurabilityArgs {
     #[arg(long, env = "TOLLGATE_DURABLE_REPLICAS", value_name = "N")]
     pub(crate) durable_replicas: Option<u32>,
     /// How long to wait for the replicas [default: 500ms].
-    #[arg(long, env = "TOLLGATE_DURABLE_TIMEOUT", value_name = "DURATION", value_parser = duration)]
+    #[arg(long, env = "TOLLGATE_DURABLE_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) durable_timeout: Option<Duration>,
 }
 
@@ -308,21 +369,15 @@ pub(crate) struct StoreArgs {
 pub(crate) struct RunArgs {
     /// Name of the lock or semaphore (letters, digits, _ - . : / @).
     pub(crate) name: String,
-    /// Number of permits of the semaphore (semaphore only).
-    #[arg(long, value_name = "N")]
-    pub(crate) limit: Option<u32>,
-    /// Permits to take (semaphore only).
-    #[arg(long, default_value_t = 1, value_name = "K")]
-    pub(crate) permits: u32,
     /// Lease length; renewed every third of it while the command runs.
-    #[arg(long, default_value = "30s", value_parser = duration, value_name = "D")]
+    #[arg(long, default_value = "30s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) ttl: Duration,
     /// How long a waiter may go without a heartbeat (it sends one at least
     /// every second) before it loses its place in line.
-    #[arg(long, default_value = "10s", value_parser = duration, value_name = "D")]
+    #[arg(long, default_value = "10s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) heartbeat: Duration,
     /// How long to wait in line; 0 means try once.
-    #[arg(long, default_value = "0s", value_parser = duration, value_name = "D")]
+    #[arg(long, default_value = "0s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) wait: Duration,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
@@ -366,7 +421,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 50)]
     pub(crate) workers: usize,
     /// How long to measure.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) seconds: Duration,
     /// All workers share one lock (otherwise each has its own).
     #[arg(long)]
@@ -413,14 +468,17 @@ pub(crate) struct BenchArgs {
     pub(crate) flood: bool,
 }
 
-/// Parses `250ms`, `30s`, `5m`, `1h`; a bare number is seconds.
+/// Parses `250ms`, `30s`, `5m`, `1h`; a bare number (which unit?) and a
+/// negative duration are refused with a message saying so.
 pub(crate) fn duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
+    if s.starts_with('-') {
+        return Err(format!("{s:?}: a duration cannot be negative"));
+    }
+    // A bare number is refused rather than guessed (seconds? ms?), as in
+    // the config file's room settings.
     if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) {
-        return s
-            .parse::<u64>()
-            .map(Duration::from_secs)
-            .map_err(|_| format!("{s:?} is too large"));
+        return Err(format!("{s:?} needs a unit: {s}s, {s}ms, {s}m or {s}h"));
     }
     humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 250ms, 30s or 5m ({e})"))
 }
@@ -434,7 +492,8 @@ mod tests {
         assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(duration("7"), Ok(Duration::from_secs(7)));
+        assert!(duration("7").is_err_and(|e| e.contains("needs a unit")));
+        assert!(duration("-1s").is_err_and(|e| e.contains("negative")));
         assert!(duration("").is_err());
         assert!(duration("-1s").is_err());
         assert!(duration("soon").is_err());

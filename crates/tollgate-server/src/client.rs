@@ -87,6 +87,8 @@ impl Answer {
         match (self.status, self.body["error"]["code"].as_str()) {
             (409, Some("lease_lost")) => exit::LEASE_LOST,
             (_, Some("partition_conflict" | "store_misconfigured")) => exit::CONFIG,
+            // The token is part of the set-up: no retry mends it.
+            (401, _) => exit::CONFIG,
             (429, _) => exit::BUSY,
             (s, _) if s >= 500 => exit::UNAVAILABLE,
             _ => exit::USAGE,
@@ -117,6 +119,31 @@ impl Server {
             base: base.to_owned(),
             token,
         })
+    }
+
+    /// The failure for an answer the server refused: its exit code, and
+    /// its message with the status, or for a refused token which flag to
+    /// set.
+    pub(crate) fn failure(&self, answer: &Answer) -> Failure {
+        let status = answer.status;
+        let message = match (status, &self.token) {
+            (401, None) => format!(
+                "the tollgate server at {} requires a token: give it with --server-token (or TOLLGATE_SERVER_TOKEN)",
+                self.base
+            ),
+            (401, Some(_)) => format!(
+                "the tollgate server at {} refused the token given with --server-token (or TOLLGATE_SERVER_TOKEN)",
+                self.base
+            ),
+            _ => answer.message().map_or_else(
+                || format!("the tollgate server answered {status}"),
+                |m| format!("{m} ({status})"),
+            ),
+        };
+        Failure {
+            code: answer.exit_code(),
+            message,
+        }
     }
 
     /// A request to `path` (escaped by the caller: see [`segment`]).

@@ -22,7 +22,7 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use crate::cli::{Cli, Command, LimitCommand, Primitive};
+use crate::cli::{Cli, Command, LimitCommand, LockCommand, SemaphoreCommand};
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -51,8 +51,10 @@ fn main() {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
-            Command::Lock(Primitive::Run(args)) => commands::run::lock(args).await,
-            Command::Semaphore(Primitive::Run(args)) => commands::run::semaphore(args).await,
+            Command::Lock(LockCommand::Run(args)) => commands::run::lock(args).await,
+            Command::Lock(LockCommand::Status(args)) => commands::status::run(args).await,
+            Command::Semaphore(SemaphoreCommand::Run(args)) => commands::run::semaphore(args).await,
+            Command::Semaphore(SemaphoreCommand::Status(args)) => commands::status::run(args).await,
             Command::Limit(LimitCommand::Check(args)) => commands::limit::check(args).await,
             Command::Jobs(command) => commands::jobs::run(command).await,
             Command::Bench(args) => bench::run(args).await,

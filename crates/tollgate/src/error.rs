@@ -182,6 +182,16 @@ impl From<redis::RedisError> for Error {
             )
             .with_source(e);
         }
+        // A database the server does not have (`redis://host:6379/99`):
+        // the URL is wrong, and no retry mends it.
+        if e.to_string().contains("DB index is out of range") {
+            return Error::new(
+                ErrorKind::Misconfigured,
+                "redis has no database with the index the URL names (its last /N): \
+                 use 0 up to one less than the server's `databases` setting (16 by default)",
+            )
+            .with_source(e);
+        }
         let kind = if e.is_io_error()
             || e.is_connection_refusal()
             || e.is_timeout()

@@ -446,7 +446,7 @@ async fn renew(
 }
 
 #[derive(Debug, Serialize)]
-struct StatsAnswer {
+pub(crate) struct StatsAnswer {
     name: String,
     capacity: Option<u32>,
     used: u64,
@@ -457,7 +457,7 @@ struct StatsAnswer {
     fence: u64,
 }
 
-fn stats_answer(name: String, s: GateStats) -> StatsAnswer {
+pub(crate) fn stats_answer(name: String, s: GateStats) -> StatsAnswer {
     StatsAnswer {
         name,
         capacity: s.capacity,
@@ -496,13 +496,13 @@ async fn holders(
     Query(q): Query<HoldersQuery>,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
     let g = gate(&state, &name, None, DEFAULT_TTL_MS, DEFAULT_HEARTBEAT_MS)?;
-    let list: Vec<serde_json::Value> = g
-        .holders(q.limit)
-        .await?
-        .into_iter()
-        .map(|h| json!({"label": h.label, "ttl_ms": h.ttl.as_millis() as u64}))
-        .collect();
+    let list: Vec<serde_json::Value> = g.holders(q.limit).await?.into_iter().map(holding_json).collect();
     Ok(axum::Json(json!({"holders": list})))
+}
+
+/// One holder as the API and `lock status` show it.
+pub(crate) fn holding_json(h: tollgate::Holding) -> serde_json::Value {
+    json!({"label": h.label, "ttl_ms": h.ttl.as_millis() as u64})
 }
 
 #[derive(Debug, Deserialize)]

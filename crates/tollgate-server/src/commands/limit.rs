@@ -119,11 +119,9 @@ async fn remote_check(
             exit::BUSY
         }
         _ => {
-            let message = answer
-                .message()
-                .map_or_else(|| format!("the server answered {status}"), str::to_owned);
-            eprintln!("tollgate: {message}");
-            answer.exit_code()
+            let f = server.failure(&answer);
+            eprintln!("tollgate: {}", f.message);
+            f.code
         }
     }
 }

@@ -307,17 +307,9 @@ impl RemoteQueue {
     /// Sends `req`; a 2xx answer's JSON, else the failure the server named.
     async fn call(&self, req: RequestBuilder) -> Result<(u16, Value), Failure> {
         let answer = self.server.send(req).await?;
-        let status = answer.status;
-        if (200..300).contains(&status) {
-            return Ok((status, answer.body));
+        if (200..300).contains(&answer.status) {
+            return Ok((answer.status, answer.body));
         }
-        let message = answer.message().map_or_else(
-            || format!("the server answered {status}"),
-            |m| format!("{m} ({status})"),
-        );
-        Err(Failure {
-            code: answer.exit_code(),
-            message,
-        })
+        Err(self.server.failure(&answer))
     }
 }

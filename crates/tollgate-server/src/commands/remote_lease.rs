@@ -52,32 +52,42 @@ impl Remote {
         let answer = self.server.send(req).await?;
         match answer.status {
             200 | 404 => Ok(answer),
-            status => Err(Failure {
-                code: answer.exit_code(),
-                message: answer
-                    .message()
-                    .map_or_else(|| format!("the tollgate server answered {status}"), str::to_owned),
-            }),
+            _ => Err(self.server.failure(&answer)),
         }
     }
 
     /// Takes the permits, waiting in line up to `wait` (0: try once).
+    /// Stores `capacity` as the gate's capacity.
+    pub(crate) async fn set_capacity(&self, capacity: u32) -> Result<(), Failure> {
+        let answer = self
+            .call(Method::PUT, "/capacity", Some(&json!({ "capacity": capacity })))
+            .await?;
+        if answer.status == 200 {
+            Ok(())
+        } else {
+            Err(self.server.failure(&answer))
+        }
+    }
+
+    /// Takes the permits of a gate of `capacity` (`None`: the stored one).
     pub(crate) async fn acquire(
         &self,
-        capacity: u32,
+        capacity: Option<u32>,
         permits: u32,
         ttl: Duration,
         heartbeat: Duration,
         wait: Duration,
     ) -> Result<Option<RemoteLease>, Failure> {
         let deadline = Instant::now() + wait;
-        let body = json!({
-            "capacity": capacity,
+        let mut body = json!({
             "permits": permits,
             "ttl_ms": ttl.as_millis() as u64,
             "heartbeat_ms": heartbeat.as_millis() as u64,
             "queue": !wait.is_zero(),
         });
+        if let Some(n) = capacity {
+            body["capacity"] = json!(n);
+        }
         'enter: loop {
             let sent = Instant::now();
             let answer = self.call(Method::POST, "/enter", Some(&body)).await?.body;

@@ -11,63 +11,102 @@ use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{Gate, GateOptions, Lease};
 
 use super::remote_lease::{Remote, RemoteLease};
-use crate::cli::RunArgs;
+use crate::cli::{RunArgs, SemaphoreRunArgs};
 use crate::exit;
 
 /// How long a child gets after SIGTERM (lease lost) before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(10);
 
 pub(crate) async fn lock(args: RunArgs) -> i32 {
-    if args.limit.is_some() || args.permits != 1 {
-        eprintln!("tollgate: --limit and --permits are for `tollgate semaphore run`");
-        return exit::USAGE;
-    }
-    run(args, 1, 1, "lock").await
+    run(args, Permits::LOCK, "lock").await
 }
 
-pub(crate) async fn semaphore(args: RunArgs) -> i32 {
-    let Some(limit) = args.limit else {
-        eprintln!("tollgate: `semaphore run` needs --limit N (the number of permits)");
-        return exit::USAGE;
+pub(crate) async fn semaphore(args: SemaphoreRunArgs) -> i32 {
+    let permits = Permits {
+        limit: args.limit,
+        take: args.permits,
+        resize: args.resize,
     };
-    let permits = args.permits;
-    run(args, limit, permits, "semaphore").await
+    run(args.run, permits, "semaphore").await
 }
 
-async fn run(args: RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
+/// What a run asks of the gate.
+#[derive(Debug, Clone, Copy)]
+struct Permits {
+    /// The capacity; `None`: the stored one.
+    limit: Option<u32>,
+    /// Permits to take.
+    take: u32,
+    /// Store `limit` as the capacity first.
+    resize: bool,
+}
+
+impl Permits {
+    const LOCK: Permits = Permits {
+        limit: Some(1),
+        take: 1,
+        resize: false,
+    };
+}
+
+async fn run(args: RunArgs, permits: Permits, what: &str) -> i32 {
     let options = GateOptions {
         ttl: args.ttl,
         heartbeat: args.heartbeat,
         ..GateOptions::default()
     };
     // Validate before connecting, so bad input never waits on the network.
-    if let Err(msg) = validate(&args, capacity, permits) {
+    if let Err(msg) = validate(&args, permits) {
         eprintln!("tollgate: {msg}");
         return exit::USAGE;
     }
     if let Some(server) = &args.store.server {
-        return run_remote(server, &args, capacity, permits, what).await;
+        return run_remote(server, &args, permits, what).await;
     }
     let store = match args.store.connect().await {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let gate = match Gate::new(&store, &args.name, Some(capacity), options) {
+    let gate = match Gate::new(&store, &args.name, permits.limit, options) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("tollgate: {}", e.message());
             return exit::USAGE;
         }
     };
-    let lease = match gate.acquire(permits, args.wait).await {
+    let resized = match permits.limit {
+        Some(n) if permits.resize => gate.set_capacity(n).await,
+        _ => Ok(()),
+    };
+    let lease = match resized {
+        Ok(()) => gate.acquire(permits.take, args.wait).await,
+        Err(e) => Err(e),
+    };
+    let lease = match lease {
         Ok(Some(lease)) => lease,
         Ok(None) => return busy(&args, what),
         Err(e) => {
-            eprintln!("tollgate: cannot acquire {what} {:?}: {e}", args.name);
+            eprintln!(
+                "tollgate: cannot acquire {what} {:?}: {}",
+                args.name,
+                cli_words(&e)
+            );
             return exit::for_error(&e);
         }
     };
     supervise(Held::Local(lease), &args, what).await
+}
+
+/// `e` as the CLI says it: a capacity conflict or a missing capacity names
+/// the flags that mend it.
+fn cli_words(e: &tollgate::Error) -> String {
+    match e.kind() {
+        tollgate::ErrorKind::CapacityConflict => {
+            format!("{e}: give the stored number, leave --limit out, or change it with --limit N --resize")
+        }
+        tollgate::ErrorKind::NoCapacity => format!("{e}: give --limit N"),
+        _ => e.to_string(),
+    }
 }
 
 fn busy(args: &RunArgs, what: &str) -> i32 {
@@ -79,7 +118,7 @@ fn busy(args: &RunArgs, what: &str) -> i32 {
     exit::BUSY
 }
 
-async fn run_remote(server: &str, args: &RunArgs, capacity: u32, permits: u32, what: &str) -> i32 {
+async fn run_remote(server: &str, args: &RunArgs, permits: Permits, what: &str) -> i32 {
     let remote = match Remote::new(server, &args.name, args.store.server_token.clone()) {
         Ok(r) => r,
         Err(f) => {
@@ -87,10 +126,19 @@ async fn run_remote(server: &str, args: &RunArgs, capacity: u32, permits: u32, w
             return f.code;
         }
     };
-    match remote
-        .acquire(capacity, permits, args.ttl, args.heartbeat, args.wait)
-        .await
-    {
+    let resized = match permits.limit {
+        Some(n) if permits.resize => remote.set_capacity(n).await,
+        _ => Ok(()),
+    };
+    let acquired = match resized {
+        Ok(()) => {
+            remote
+                .acquire(permits.limit, permits.take, args.ttl, args.heartbeat, args.wait)
+                .await
+        }
+        Err(f) => Err(f),
+    };
+    match acquired {
         Ok(Some(lease)) => supervise(Held::Remote(lease), args, what).await,
         Ok(None) => busy(args, what),
         Err(f) => {
@@ -145,17 +193,19 @@ impl Held {
     }
 }
 
-fn validate(args: &RunArgs, capacity: u32, permits: u32) -> Result<(), String> {
+fn validate(args: &RunArgs, permits: Permits) -> Result<(), String> {
     tollgate::Name::new(&args.name).map_err(|e| e.message().to_owned())?;
-    if capacity == 0 || capacity > tollgate::MAX_CAPACITY {
+    let most = permits.limit.unwrap_or(tollgate::MAX_CAPACITY);
+    if most == 0 || most > tollgate::MAX_CAPACITY {
         return Err(format!(
-            "--limit must be between 1 and {}, got {capacity}",
+            "--limit must be between 1 and {}, got {most}",
             tollgate::MAX_CAPACITY
         ));
     }
-    if permits == 0 || permits > capacity {
+    if permits.take == 0 || permits.take > most {
         return Err(format!(
-            "--permits must be between 1 and --limit ({capacity}), got {permits}"
+            "--permits must be between 1 and --limit ({most}), got {}",
+            permits.take
         ));
     }
     if args.ttl < tollgate::MIN_TTL || args.ttl > tollgate::MAX_TTL {

@@ -1,0 +1,74 @@
+//! `tollgate lock status` / `semaphore status`: a gate's state as JSON,
+//! the same fields as `GET /v1/gates/{name}` plus `leases`, its holders
+//! (label and time left, soonest to end first).
+
+use reqwest::Method;
+use serde_json::Value;
+use tollgate::{Gate, GateOptions};
+
+use crate::api::gates::{holding_json, stats_answer};
+use crate::cli::StatusArgs;
+use crate::client::{Failure, Server, Timeout, segment, usage};
+
+/// Holders listed at most.
+const HOLDERS: u32 = 100;
+
+pub(crate) async fn run(args: StatusArgs) -> i32 {
+    match status(&args).await {
+        Ok(v) => {
+            println!("{v}");
+            0
+        }
+        Err(f) => {
+            if !f.message.is_empty() {
+                eprintln!("tollgate: {}", f.message);
+            }
+            f.code
+        }
+    }
+}
+
+async fn status(args: &StatusArgs) -> Result<Value, Failure> {
+    tollgate::Name::new(&args.name).map_err(|e| usage(e.message()))?;
+    if let Some(url) = &args.store.server {
+        let server = Server::new(
+            url,
+            args.store.server_token.clone(),
+            Timeout::Total(std::time::Duration::from_secs(30)),
+        )?;
+        let path = format!("/v1/gates/{}", segment(&args.name));
+        let get = |path: String| {
+            let server = server.clone();
+            async move {
+                let answer = server.send(server.request(Method::GET, &path)).await?;
+                if answer.status == 200 {
+                    Ok(answer.body)
+                } else {
+                    Err(server.failure(&answer))
+                }
+            }
+        };
+        let mut stats = get(path.clone()).await?;
+        let holders = get(format!("{path}/holders?limit={HOLDERS}")).await?;
+        stats["leases"] = holders["holders"].clone();
+        return Ok(stats);
+    }
+    let store = args.store.connect().await.map_err(|code| Failure {
+        code,
+        message: String::new(),
+    })?;
+    let gate = Gate::new(&store, &args.name, None, GateOptions::default())?;
+    let stats = gate.stats().await?;
+    let leases: Vec<Value> = gate
+        .holders(HOLDERS)
+        .await?
+        .into_iter()
+        .map(holding_json)
+        .collect();
+    let mut v = serde_json::to_value(stats_answer(args.name.clone(), stats)).map_err(|e| Failure {
+        code: crate::exit::SOFTWARE,
+        message: e.to_string(),
+    })?;
+    v["leases"] = Value::from(leases);
+    Ok(v)
+}
