@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
 use crate::store::Store;
+use crate::store::limit::Check;
 pub use crate::store::limit::{
     Algorithm, Decision, Limit, MAX_LIMIT, MAX_PERIOD, MAX_REFILL, MIN_PERIOD, Rate,
 };
@@ -172,7 +173,8 @@ impl RateLimiter {
     pub async fn check_with(&self, key: &str, cost: u64, limit: &Limit) -> Result<Decision> {
         check_key(key)?;
         limit.check_cost(cost)?;
-        let ask = self.store.limit(&self.name, key, limit, cost);
+        let check = Check { key, limit, cost };
+        let ask = self.store.limit(&self.name, &check);
         // The embedded store answers at once; only a remote one needs the
         // deadline (and the timer it costs).
         let asked = if self.store.is_remote() {

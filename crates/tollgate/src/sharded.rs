@@ -22,7 +22,7 @@ use crate::jobs::{
 };
 use crate::name::{Name, new_id};
 use crate::store::Store;
-use crate::store::jobs::ClaimOutcome;
+use crate::store::jobs::{ClaimOutcome, Layout};
 
 /// The most partitions a sharded queue may have.
 pub const MAX_PARTITIONS: usize = 256;
@@ -136,7 +136,12 @@ impl ShardedJobQueue {
         let want = ShardedJobQueue::check_partitions(partitions)?;
         let base = Name::new(name)?;
         let new = ShardedJobQueue::new(store, name, partitions)?;
-        let (current, _) = store.job_layout(&base, want, None, true).await?;
+        let store_want = |expect| Layout {
+            want,
+            expect,
+            store: true,
+        };
+        let (current, _) = store.job_layout(&base, &store_want(None)).await?;
         if current != want {
             let old = ShardedJobQueue::new(store, name, current as usize)?;
             let mut closed = Vec::new();
@@ -171,7 +176,7 @@ impl ShardedJobQueue {
         if current == want {
             return Ok(());
         }
-        match store.job_layout(&base, want, Some(current), true).await? {
+        match store.job_layout(&base, &store_want(Some(current))).await? {
             (n, _) if n == want => Ok(()),
             (n, _) => Err(conflict(&base, n, partitions)),
         }
@@ -207,7 +212,12 @@ impl ShardedJobQueue {
             }
         }
         let asked = self.parts.len();
-        let answer = self.store.job_layout(&self.name, asked as u32, None, write).await;
+        let ask = Layout {
+            want: asked as u32,
+            expect: None,
+            store: write,
+        };
+        let answer = self.store.job_layout(&self.name, &ask).await;
         if agreed != 0 {
             layout.rechecking.store(false, Ordering::Release);
         }

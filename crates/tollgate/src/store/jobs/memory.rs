@@ -9,8 +9,8 @@ use crate::name::Name;
 use crate::store::memory::{MemoryStore, Shelved};
 
 use super::{
-    BackoffSpec, CancelOutcome, ClaimOutcome, Keep, LATENESS_BOUNDS_MS, NackOutcome, PushOutcome, PushReq,
-    RawDead, RawDone, RawJob, RawStats, RescheduleOutcome, When, wake_key,
+    BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, LATENESS_BOUNDS_MS, Layout, Nack,
+    NackOutcome, PushOutcome, PushReq, RawDead, RawDone, RawJob, RawStats, RescheduleOutcome, When, wake_key,
 };
 
 const BATCH: usize = 100;
@@ -360,14 +360,13 @@ impl Queue {
             .collect()
     }
 
-    pub(crate) fn nack(
-        &mut self,
-        id: &str,
-        fence: u64,
-        delay_ms: Option<u64>,
-        jitter: f64,
-        now: u64,
-    ) -> (NackOutcome, bool) {
+    pub(crate) fn nack(&mut self, nack: &Nack<'_>, now: u64) -> (NackOutcome, bool) {
+        let Nack {
+            id,
+            fence,
+            delay_ms,
+            jitter,
+        } = *nack;
         if !self.held(id, fence) {
             return (NackOutcome::NotHeld, false);
         }
@@ -390,7 +389,8 @@ impl Queue {
         )
     }
 
-    pub(crate) fn extend(&mut self, id: &str, fence: u64, lease_ms: u64, now: u64) -> Option<u64> {
+    pub(crate) fn extend(&mut self, extend: &Extend<'_>, now: u64) -> Option<u64> {
+        let Extend { id, fence, lease_ms } = *extend;
         if !self.held(id, fence) {
             return None;
         }
@@ -501,7 +501,8 @@ impl Queue {
     /// count in force is `expect`, or none, or `want` implied by the jobs.
     /// Returns the count in force afterwards (`want` if none) and whether
     /// it is stored.
-    pub(crate) fn layout(&mut self, want: u32, expect: Option<u32>, store: bool) -> (u32, bool) {
+    pub(crate) fn layout(&mut self, layout: &Layout) -> (u32, bool) {
+        let Layout { want, expect, store } = *layout;
         let holds_jobs = self.counts().iter().any(|n| *n > 0);
         let current = self.partitions.or(holds_jobs.then_some(1));
         let implied = self.partitions.is_none() && current == Some(want);
@@ -594,8 +595,8 @@ impl MemoryStore {
         out
     }
 
-    pub(crate) fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>, store: bool) -> (u32, bool) {
-        self.on_queue(q, store, |queue, _| (queue.layout(want, expect, store), false))
+    pub(crate) fn job_layout(&self, q: &Name, layout: &Layout) -> (u32, bool) {
+        self.on_queue(q, layout.store, |queue, _| (queue.layout(layout), false))
     }
 
     /// Fails if the queue is retired (a partition of a replaced layout).
@@ -621,16 +622,16 @@ impl MemoryStore {
         self.with_queue(q, |queue, _| (queue.retire(close), false))
     }
 
-    /// Acks the deliveries `acks` (whether each was that delivery's), then
-    /// claims up to `max` jobs (none with 0), in one step.
-    pub(crate) fn job_claim(
-        &self,
-        q: &Name,
-        acks: &[(&str, u64)],
-        keep: Option<Keep>,
-        lease_ms: u64,
-        max: usize,
-    ) -> (Vec<bool>, ClaimOutcome) {
+    /// Acks the deliveries `claim.acks` (whether each was that
+    /// delivery's), then claims up to `claim.max` jobs (none with 0), in
+    /// one step.
+    pub(crate) fn job_claim(&self, q: &Name, claim: &Claim<'_>) -> (Vec<bool>, ClaimOutcome) {
+        let Claim {
+            acks,
+            keep,
+            lease_ms,
+            max,
+        } = *claim;
         self.with_queue(q, |queue, now| {
             let acked = acks
                 .iter()
@@ -652,19 +653,12 @@ impl MemoryStore {
         self.read_queue(q, |queue, _| queue.done(limit))
     }
 
-    pub(crate) fn job_nack(
-        &self,
-        q: &Name,
-        id: &str,
-        fence: u64,
-        delay_ms: Option<u64>,
-        jitter: f64,
-    ) -> NackOutcome {
-        self.with_queue(q, |queue, now| queue.nack(id, fence, delay_ms, jitter, now))
+    pub(crate) fn job_nack(&self, q: &Name, nack: &Nack<'_>) -> NackOutcome {
+        self.with_queue(q, |queue, now| queue.nack(nack, now))
     }
 
-    pub(crate) fn job_extend(&self, q: &Name, id: &str, fence: u64, lease_ms: u64) -> Option<u64> {
-        self.with_queue(q, |queue, now| (queue.extend(id, fence, lease_ms, now), false))
+    pub(crate) fn job_extend(&self, q: &Name, extend: &Extend<'_>) -> Option<u64> {
+        self.with_queue(q, |queue, now| (queue.extend(extend, now), false))
     }
 
     pub(crate) fn job_cancel(&self, q: &Name, id: &str) -> CancelOutcome {
@@ -724,10 +718,13 @@ mod tests {
                 panic!("no job")
             };
             let job = &jobs[0];
-            assert_eq!(
-                q.nack(&job.id, job.fence, None, 0.0, now + i as u64).0,
-                NackOutcome::Dead
-            );
+            let nack = Nack {
+                id: &job.id,
+                fence: job.fence,
+                delay_ms: None,
+                jitter: 0.0,
+            };
+            assert_eq!(q.nack(&nack, now + i as u64).0, NackOutcome::Dead);
         }
         assert_eq!(q.dead.len(), DEAD_KEPT);
         assert_eq!(q.jobs.len(), DEAD_KEPT, "the dropped ones are forgotten too");

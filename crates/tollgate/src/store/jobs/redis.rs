@@ -6,8 +6,8 @@ use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::{
-    CancelOutcome, ClaimOutcome, Keep, LATENESS_BOUNDS_MS, NackOutcome, PushOutcome, PushReq, RawDead,
-    RawDone, RawJob, RawStats, RescheduleOutcome, When,
+    CancelOutcome, Claim, ClaimOutcome, Extend, LATENESS_BOUNDS_MS, Layout, Nack, NackOutcome, PushOutcome,
+    PushReq, RawDead, RawDone, RawJob, RawStats, RescheduleOutcome, When,
 };
 
 impl RedisStore {
@@ -34,17 +34,10 @@ impl RedisStore {
         self.subscribe(format!("{}:n", self.jobs_base(q))).await
     }
 
-    pub(crate) async fn job_layout(
-        &self,
-        q: &Name,
-        want: u32,
-        expect: Option<u32>,
-        store: bool,
-    ) -> Result<(u32, bool)> {
-        let expect = expect.map_or_else(String::new, |e| e.to_string());
-        let r: Vec<i64> = self
-            .run_jobs(q, "layout", (want, expect, if store { "1" } else { "0" }))
-            .await?;
+    pub(crate) async fn job_layout(&self, q: &Name, layout: &Layout) -> Result<(u32, bool)> {
+        let expect = layout.expect.map_or_else(String::new, |e| e.to_string());
+        let store = if layout.store { "1" } else { "0" };
+        let r: Vec<i64> = self.run_jobs(q, "layout", (layout.want, expect, store)).await?;
         match r.as_slice() {
             [n, stored] if *n > 0 => Ok((*n as u32, *stored == 1)),
             _ => Err(unexpected("layout", &r)),
@@ -103,24 +96,17 @@ impl RedisStore {
             .collect()
     }
 
-    /// Acks the deliveries `acks` (whether each was that delivery's) and
-    /// claims up to `max` jobs (none with 0), in one script call.
-    pub(crate) async fn job_claim(
-        &self,
-        q: &Name,
-        acks: &[(&str, u64)],
-        keep: Option<Keep>,
-        lease_ms: u64,
-        max: usize,
-    ) -> Result<(Vec<bool>, ClaimOutcome)> {
-        let (n, ms) = keep.map_or((0, 0), |k| (k.count, k.ms));
+    /// Acks the deliveries `claim.acks` (whether each was that delivery's)
+    /// and claims up to `claim.max` jobs (none with 0), in one script call.
+    pub(crate) async fn job_claim(&self, q: &Name, claim: &Claim<'_>) -> Result<(Vec<bool>, ClaimOutcome)> {
+        let (n, ms) = claim.keep.map_or((0, 0), |k| (k.count, k.ms));
         let mut args: Vec<Vec<u8>> = vec![
-            int_arg(lease_ms as i64),
-            int_arg(max as i64),
+            int_arg(claim.lease_ms as i64),
+            int_arg(claim.max as i64),
             int_arg(n as i64),
             int_arg(ms as i64),
         ];
-        for (id, fence) in acks {
+        for (id, fence) in claim.acks {
             args.push(id.as_bytes().to_vec());
             args.push(int_arg(*fence as i64));
         }
@@ -154,17 +140,11 @@ impl RedisStore {
             .collect()
     }
 
-    pub(crate) async fn job_nack(
-        &self,
-        q: &Name,
-        id: &str,
-        fence: u64,
-        delay_ms: Option<u64>,
-        jitter: f64,
-    ) -> Result<NackOutcome> {
-        let delay = delay_ms.map_or(-1, |d| d as i64);
+    pub(crate) async fn job_nack(&self, q: &Name, nack: &Nack<'_>) -> Result<NackOutcome> {
+        let delay = nack.delay_ms.map_or(-1, |d| d as i64);
+        let jitter = format!("{:.6}", nack.jitter);
         let r: Vec<i64> = self
-            .run_jobs(q, "nack", (id, fence.to_string(), delay, format!("{jitter:.6}")))
+            .run_jobs(q, "nack", (nack.id, nack.fence.to_string(), delay, jitter))
             .await?;
         match r.as_slice() {
             [1, at] => Ok(NackOutcome::Retry {
@@ -176,16 +156,9 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn job_extend(
-        &self,
-        q: &Name,
-        id: &str,
-        fence: u64,
-        lease_ms: u64,
-    ) -> Result<Option<u64>> {
-        let r: Vec<i64> = self
-            .run_jobs(q, "extend", (id, fence.to_string(), lease_ms))
-            .await?;
+    pub(crate) async fn job_extend(&self, q: &Name, extend: &Extend<'_>) -> Result<Option<u64>> {
+        let args = (extend.id, extend.fence.to_string(), extend.lease_ms);
+        let r: Vec<i64> = self.run_jobs(q, "extend", args).await?;
         match r.as_slice() {
             [1, deadline] => Ok(Some(*deadline as u64)),
             [0] => Ok(None),

@@ -273,6 +273,17 @@ impl fmt::Display for Limit {
     }
 }
 
+/// One check of a key of a limiter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Check<'a> {
+    /// The limited key (a client, a user, a route...).
+    pub(crate) key: &'a str,
+    /// The limit to check it against.
+    pub(crate) limit: &'a Limit,
+    /// What this request spends, if it fits.
+    pub(crate) cost: u64,
+}
+
 /// The answer to one check. Durations are whole milliseconds, rounded up:
 /// a request retried `retry_after` later is allowed, unless others spent
 /// the budget in between.
