@@ -97,6 +97,17 @@ impl Shelved for Queue {
     }
 }
 
+/// Takes the entries of `set` (time, id) due by `until` out of it, first
+/// due first, at most `BATCH` at a time: a step's work stays bounded
+/// however much fell due at once.
+fn take_due(set: &mut BTreeSet<(u64, String)>, until: u64) -> Vec<(u64, String)> {
+    let mut due = Vec::new();
+    while due.len() < BATCH && set.first().is_some_and(|(at, _)| *at <= until) {
+        due.extend(set.pop_first());
+    }
+    due
+}
+
 /// Readiness order: higher priority first, then push order.
 fn ready_key(id: &str, d: &JobData) -> (u8, u64, String) {
     (255 - d.prio, d.seq, id.to_owned())
@@ -170,15 +181,7 @@ impl Queue {
     /// Returns how many jobs became ready.
     fn promote(&mut self, now: u64) -> usize {
         let mut readied = 0;
-        let due: Vec<(u64, String)> = self
-            .delayed
-            .iter()
-            .take_while(|(at, _)| *at <= now)
-            .take(BATCH)
-            .cloned()
-            .collect();
-        for (at, id) in due {
-            self.delayed.remove(&(at, id.clone()));
+        for (at, id) in take_due(&mut self.delayed, now) {
             self.set_ready(&id);
             let late = now - at;
             self.lateness.push_front(late);
@@ -194,15 +197,7 @@ impl Queue {
             readied += 1;
         }
         self.lateness.truncate(LATENESS_KEPT);
-        let ended: Vec<(u64, String)> = self
-            .in_flight
-            .iter()
-            .take_while(|(at, _)| *at <= now)
-            .take(BATCH)
-            .cloned()
-            .collect();
-        for (at, id) in ended {
-            self.in_flight.remove(&(at, id.clone()));
+        for (_, id) in take_due(&mut self.in_flight, now) {
             self.stats.redelivered += 1;
             let exhausted = self.jobs.get(&id).is_some_and(|(d, _)| d.attempts >= d.max);
             if exhausted {
@@ -331,15 +326,7 @@ impl Queue {
                 self.jobs.remove(&old);
             }
         }
-        let stale: Vec<(u64, String)> = self
-            .done
-            .iter()
-            .take_while(|(at, _)| *at <= now.saturating_sub(keep.ms))
-            .take(BATCH)
-            .cloned()
-            .collect();
-        for (at, old) in stale {
-            self.done.remove(&(at, old.clone()));
+        for (_, old) in take_due(&mut self.done, now.saturating_sub(keep.ms)) {
             self.jobs.remove(&old);
         }
         true
