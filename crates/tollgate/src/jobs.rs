@@ -271,6 +271,22 @@ pub(crate) fn check_max(max: usize) -> Result<()> {
     Ok(())
 }
 
+/// How long a consumer waiting for jobs until `deadline` sleeps before it
+/// claims again: until something may be due (`next_due` from now, if
+/// known) or a push wakes it, and at most a second in case a wake-up was
+/// lost. `None` once the deadline has passed.
+pub(crate) fn sleep_until(deadline: Instant, next_due: Option<Duration>) -> Option<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return None;
+    }
+    Some(
+        next_due
+            .map_or(left, |due| due.min(left))
+            .min(Duration::from_secs(1)),
+    )
+}
+
 fn lost(what: &str) -> Error {
     Error::new(
         ErrorKind::LeaseLost,
@@ -570,15 +586,9 @@ impl JobQueue {
                     next_due_ms.map(|due| Duration::from_millis(due.saturating_sub(now_ms)))
                 }
             };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let Some(sleep) = sleep_until(deadline, next_due) else {
                 return Ok(Vec::new());
-            }
-            let sleep = [Some(left), next_due, Some(Duration::from_secs(1))]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(left);
+            };
             watch.wait(sleep).await;
         }
     }
