@@ -115,7 +115,7 @@ impl RedisStore {
         let redis::Value::Array(items) = v else {
             return Err(bad());
         };
-        let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
+        let int = value::<i64>;
         let k = items.first().and_then(int).ok_or_else(bad)? as usize;
         let flags = items.get(1..1 + k).ok_or_else(bad)?;
         let acked = flags.iter().map(|f| int(f) == Some(1)).collect();
@@ -124,20 +124,14 @@ impl RedisStore {
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<RawDone>> {
         let v: Vec<redis::Value> = self.run_jobs(q, "done", limit.max(1)).await?;
-        let bad = || Error::new(ErrorKind::Store, "unexpected reply to done");
-        v.chunks(3)
-            .map(|row| match row {
-                [id, at, payload] => Ok(RawDone {
-                    id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
-                    acked_ms: redis::from_redis_value_ref::<String>(at)
-                        .ok()
-                        .and_then(|d| d.parse::<f64>().ok())
-                        .ok_or_else(bad)? as u64,
-                    payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
-                }),
-                _ => Err(bad()),
+        listing("done", &v, 3, |row| {
+            let [id, at, payload] = row else { return None };
+            Some(RawDone {
+                id: value(id)?,
+                acked_ms: score_ms(at)?,
+                payload: value(payload)?,
             })
-            .collect()
+        })
     }
 
     pub(crate) async fn job_nack(&self, q: &Name, nack: &Nack<'_>) -> Result<NackOutcome> {
@@ -192,21 +186,17 @@ impl RedisStore {
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<RawDead>> {
         let v: Vec<redis::Value> = self.run_jobs(q, "dead", limit.max(1)).await?;
-        let bad = || Error::new(ErrorKind::Store, "unexpected reply to dead");
-        v.chunks(4)
-            .map(|row| match row {
-                [id, died, attempts, payload] => Ok(RawDead {
-                    id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
-                    died_ms: redis::from_redis_value_ref::<String>(died)
-                        .ok()
-                        .and_then(|d| d.parse::<f64>().ok())
-                        .ok_or_else(bad)? as u64,
-                    attempts: redis::from_redis_value_ref::<i64>(attempts).map_err(|_| bad())? as u32,
-                    payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
-                }),
-                _ => Err(bad()),
+        listing("dead", &v, 4, |row| {
+            let [id, died, attempts, payload] = row else {
+                return None;
+            };
+            Some(RawDead {
+                id: value(id)?,
+                died_ms: score_ms(died)?,
+                attempts: value::<i64>(attempts)? as u32,
+                payload: value(payload)?,
             })
-            .collect()
+        })
     }
 
     pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
@@ -249,7 +239,7 @@ impl RedisStore {
 /// `{0, next due or -1, now}`.
 fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
     let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
-    let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
+    let int = value::<i64>;
     match items {
         [flag, next, now] if int(flag) == Some(0) => Ok(ClaimOutcome::Empty {
             next_due_ms: int(next).and_then(|n| u64::try_from(n).ok()),
@@ -278,6 +268,30 @@ fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
         }
         _ => Err(bad()),
     }
+}
+
+/// A listing's reply (the dead letters, the kept completed jobs): rows of
+/// `width` values, each decoded by `row`; one that does not decode makes
+/// the whole reply unexpected.
+fn listing<T>(
+    op: &str,
+    v: &[redis::Value],
+    width: usize,
+    row: impl Fn(&[redis::Value]) -> Option<T>,
+) -> Result<Vec<T>> {
+    v.chunks(width)
+        .map(|r| row(r).ok_or_else(|| Error::new(ErrorKind::Store, format!("unexpected reply to {op}"))))
+        .collect()
+}
+
+/// One value of a reply, as `T`.
+fn value<T: redis::FromRedisValue>(v: &redis::Value) -> Option<T> {
+    redis::from_redis_value_ref(v).ok()
+}
+
+/// A sorted-set score in a reply (a decimal string), as whole ms.
+fn score_ms(v: &redis::Value) -> Option<u64> {
+    value::<String>(v)?.parse::<f64>().ok().map(|ms| ms as u64)
 }
 
 /// An integer script argument.
