@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::{
-    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll, Store,
-    check_capacity,
+    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
+    Store, check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -283,12 +283,20 @@ impl Gate {
     /// Pauses admissions: nobody new is granted, everyone queues. Holders
     /// keep their leases. Undo with [`resume`](Self::resume).
     pub async fn pause(&self) -> Result<()> {
-        self.store.set_admission(&self.name, Some(true), None).await
+        self.set_paused(true).await
     }
 
     /// Resumes admissions; free permits go to the line at once.
     pub async fn resume(&self) -> Result<()> {
-        self.store.set_admission(&self.name, Some(false), None).await
+        self.set_paused(false).await
+    }
+
+    async fn set_paused(&self, paused: bool) -> Result<()> {
+        let admission = Admission {
+            paused: Some(paused),
+            every_ms: None,
+        };
+        self.store.set_admission(&self.name, &admission).await
     }
 
     /// Caps the rate of admissions (grants, from the line or not) at one
@@ -301,7 +309,11 @@ impl Gate {
             Some(d) if d.is_zero() => return Err(Error::invalid("an admission interval must be positive")),
             Some(d) => check_ttl("admission interval", d)?,
         };
-        self.store.set_admission(&self.name, None, Some(ms)).await
+        let interval = Admission {
+            paused: None,
+            every_ms: Some(ms),
+        };
+        self.store.set_admission(&self.name, &interval).await
     }
 
     /// Up to `limit` current holders, soonest to end first, with their

@@ -14,8 +14,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, new_id};
 use crate::store::Store;
 use crate::store::jobs::{
-    BackoffSpec, CancelOutcome, ClaimOutcome, Keep, NackOutcome, PushOutcome, PushReq, RawJob,
-    RescheduleOutcome, When,
+    BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, Nack, NackOutcome, PushOutcome, PushReq,
+    RawJob, RescheduleOutcome, When,
 };
 
 /// The largest payload a queue accepts by default (1 MiB).
@@ -271,6 +271,22 @@ pub(crate) fn check_max(max: usize) -> Result<()> {
     Ok(())
 }
 
+/// How long a consumer waiting for jobs until `deadline` sleeps before it
+/// claims again: until something may be due (`next_due` from now, if
+/// known) or a push wakes it, and at most a second in case a wake-up was
+/// lost. `None` once the deadline has passed.
+pub(crate) fn sleep_until(deadline: Instant, next_due: Option<Duration>) -> Option<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return None;
+    }
+    Some(
+        next_due
+            .map_or(left, |due| due.min(left))
+            .min(Duration::from_secs(1)),
+    )
+}
+
 fn lost(what: &str) -> Error {
     Error::new(
         ErrorKind::LeaseLost,
@@ -502,11 +518,13 @@ impl JobQueue {
         for (id, _) in done {
             check_job_id(id)?;
         }
-        let lease_ms = self.lease.as_millis() as u64;
-        let (acked, claimed) = self
-            .store
-            .job_claim(&self.name, done, self.keep, lease_ms, max)
-            .await?;
+        let claim = Claim {
+            acks: done,
+            keep: self.keep,
+            lease_ms: self.lease.as_millis() as u64,
+            max,
+        };
+        let (acked, claimed) = self.store.job_claim(&self.name, &claim).await?;
         if acked.len() != done.len() {
             return Err(Error::new(
                 ErrorKind::Store,
@@ -568,15 +586,9 @@ impl JobQueue {
                     next_due_ms.map(|due| Duration::from_millis(due.saturating_sub(now_ms)))
                 }
             };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let Some(sleep) = sleep_until(deadline, next_due) else {
                 return Ok(Vec::new());
-            }
-            let sleep = [Some(left), next_due, Some(Duration::from_secs(1))]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(left);
+            };
             watch.wait(sleep).await;
         }
     }
@@ -628,8 +640,13 @@ impl JobQueue {
             Retry::Backoff => None,
             Retry::After(d) => Some(ms_of(d, "a retry delay")?),
         };
-        let jitter = rand::random::<f64>();
-        match self.store.job_nack(&self.name, id, fence, delay, jitter).await? {
+        let nack = Nack {
+            id,
+            fence,
+            delay_ms: delay,
+            jitter: rand::random::<f64>(),
+        };
+        match self.store.job_nack(&self.name, &nack).await? {
             NackOutcome::Retry { run_at_ms } => Ok(Nacked::RetryAt(to_time(run_at_ms))),
             NackOutcome::Dead => Ok(Nacked::Dead),
             NackOutcome::NotHeld => Err(lost("nack")),
@@ -639,8 +656,12 @@ impl JobQueue {
     /// Extends job `id`'s delivery `fence` to `lease` from now.
     pub async fn extend(&self, id: &str, fence: u64, lease: Duration) -> Result<SystemTime> {
         check_job_id(id)?;
-        let ms = ms_of(lease, "a lease")?;
-        match self.store.job_extend(&self.name, id, fence, ms).await? {
+        let extend = Extend {
+            id,
+            fence,
+            lease_ms: ms_of(lease, "a lease")?,
+        };
+        match self.store.job_extend(&self.name, &extend).await? {
             Some(deadline) => Ok(to_time(deadline)),
             None => Err(lost("extend")),
         }

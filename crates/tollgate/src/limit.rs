@@ -10,8 +10,9 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::name::Name;
+use crate::name::{Name, check_text};
 use crate::store::Store;
+use crate::store::limit::Check;
 pub use crate::store::limit::{
     Algorithm, Decision, Limit, MAX_LIMIT, MAX_PERIOD, MAX_REFILL, MIN_PERIOD, Rate,
 };
@@ -52,21 +53,13 @@ impl FromStr for OnStoreError {
 /// A validated key: 1 to [`MAX_KEY_LEN`] bytes, no whitespace or control
 /// characters.
 pub(crate) fn check_key(key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(Error::invalid("key must not be empty"));
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(Error::invalid(format!(
-            "key is {} bytes long; at most {MAX_KEY_LEN} are allowed",
-            key.len()
-        )));
-    }
-    if let Some(bad) = key.chars().find(|c| c.is_whitespace() || c.is_control()) {
-        return Err(Error::invalid(format!(
-            "key contains {bad:?}; whitespace and control characters are not allowed"
-        )));
-    }
-    Ok(())
+    check_text(
+        "key",
+        key,
+        MAX_KEY_LEN,
+        |c| !c.is_whitespace() && !c.is_control(),
+        "whitespace and control characters are not allowed",
+    )
 }
 
 /// A named rate limiter over a store. Cheap to clone; clones share the
@@ -172,7 +165,8 @@ impl RateLimiter {
     pub async fn check_with(&self, key: &str, cost: u64, limit: &Limit) -> Result<Decision> {
         check_key(key)?;
         limit.check_cost(cost)?;
-        let ask = self.store.limit(&self.name, key, limit, cost);
+        let check = Check { key, limit, cost };
+        let ask = self.store.limit(&self.name, &check);
         // The embedded store answers at once; only a remote one needs the
         // deadline (and the timer it costs).
         let asked = if self.store.is_remote() {

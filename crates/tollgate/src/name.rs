@@ -22,20 +22,13 @@ pub struct Name(Arc<str>);
 impl Name {
     /// Checks `name` and wraps it.
     pub fn new(name: &str) -> Result<Name> {
-        if name.is_empty() {
-            return Err(Error::invalid("name must not be empty"));
-        }
-        if name.len() > MAX_NAME_LEN {
-            return Err(Error::invalid(format!(
-                "name is {} bytes long; at most {MAX_NAME_LEN} are allowed",
-                name.len()
-            )));
-        }
-        if let Some(bad) = name.chars().find(|c| !is_name_char(*c)) {
-            return Err(Error::invalid(format!(
-                "name contains {bad:?}; allowed are letters, digits and _ - . : / @"
-            )));
-        }
+        check_text(
+            "name",
+            name,
+            MAX_NAME_LEN,
+            is_name_char,
+            "allowed are letters, digits and _ - . : / @",
+        )?;
         Ok(Name(name.into()))
     }
 
@@ -47,6 +40,31 @@ impl Name {
 
 fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/' | '@')
+}
+
+/// Checks a `what` (a name, a key) from outside: 1 to `max` bytes, every
+/// character one that `allowed` takes; `rule` says which those are in the
+/// error.
+pub(crate) fn check_text(
+    what: &str,
+    text: &str,
+    max: usize,
+    allowed: impl Fn(char) -> bool,
+    rule: &str,
+) -> Result<()> {
+    if text.is_empty() {
+        return Err(Error::invalid(format!("{what} must not be empty")));
+    }
+    if text.len() > max {
+        return Err(Error::invalid(format!(
+            "{what} is {} bytes long; at most {max} are allowed",
+            text.len()
+        )));
+    }
+    if let Some(bad) = text.chars().find(|c| !allowed(*c)) {
+        return Err(Error::invalid(format!("{what} contains {bad:?}; {rule}")));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Name {

@@ -18,11 +18,11 @@ use futures_util::future::{join_all, select_all};
 use crate::error::{Error, ErrorKind, Result};
 use crate::jobs::{
     Cancelled, CompletedJob, DeadJob, Job, JobQueue, Nacked, PushOptions, Pushed, QueueStats, Retry,
-    check_max,
+    check_max, sleep_until,
 };
 use crate::name::{Name, new_id};
 use crate::store::Store;
-use crate::store::jobs::ClaimOutcome;
+use crate::store::jobs::{ClaimOutcome, Layout};
 
 /// The most partitions a sharded queue may have.
 pub const MAX_PARTITIONS: usize = 256;
@@ -136,7 +136,12 @@ impl ShardedJobQueue {
         let want = ShardedJobQueue::check_partitions(partitions)?;
         let base = Name::new(name)?;
         let new = ShardedJobQueue::new(store, name, partitions)?;
-        let (current, _) = store.job_layout(&base, want, None, true).await?;
+        let store_want = |expect| Layout {
+            want,
+            expect,
+            store: true,
+        };
+        let (current, _) = store.job_layout(&base, &store_want(None)).await?;
         if current != want {
             let old = ShardedJobQueue::new(store, name, current as usize)?;
             let mut closed = Vec::new();
@@ -171,7 +176,7 @@ impl ShardedJobQueue {
         if current == want {
             return Ok(());
         }
-        match store.job_layout(&base, want, Some(current), true).await? {
+        match store.job_layout(&base, &store_want(Some(current))).await? {
             (n, _) if n == want => Ok(()),
             (n, _) => Err(conflict(&base, n, partitions)),
         }
@@ -207,7 +212,12 @@ impl ShardedJobQueue {
             }
         }
         let asked = self.parts.len();
-        let answer = self.store.job_layout(&self.name, asked as u32, None, write).await;
+        let ask = Layout {
+            want: asked as u32,
+            expect: None,
+            store: write,
+        };
+        let answer = self.store.job_layout(&self.name, &ask).await;
         if agreed != 0 {
             layout.rechecking.store(false, Ordering::Release);
         }
@@ -501,15 +511,9 @@ impl ShardedJobQueue {
             if !got.is_empty() {
                 return Ok(got);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let Some(sleep) = sleep_until(deadline, soonest) else {
                 return Ok(Vec::new());
-            }
-            let sleep = [Some(left), soonest, Some(Duration::from_secs(1))]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(left);
+            };
             select_all(watches.iter().map(|w| Box::pin(w.wait(sleep)))).await;
         }
     }
@@ -584,48 +588,60 @@ impl ShardedJobQueue {
 
     /// Up to `limit` dead jobs of all partitions, oldest first.
     pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>> {
-        self.checked(false).await?;
-        let lists = join_all(self.parts.iter().map(|p| p.dead(limit))).await;
-        let mut all = Vec::new();
-        for list in lists {
-            all.extend(list?);
-        }
-        all.sort_by_key(|d| d.died);
-        all.truncate(limit.clamp(1, 10_000));
-        Ok(all)
+        self.merged(limit, |p| p.dead(limit), |d| d.died).await
     }
 
     /// Kept completed jobs of all partitions, most recent first.
     pub async fn completed(&self, limit: usize) -> Result<Vec<CompletedJob>> {
+        self.merged(limit, |p| p.completed(limit), |d| std::cmp::Reverse(d.acked))
+            .await
+    }
+
+    /// A listing of all partitions: each partition's (`list`, asked of all
+    /// at once), put in the order of `key` and cut to `limit` as one
+    /// partition's is.
+    async fn merged<'a, T, K, Fut>(
+        &'a self,
+        limit: usize,
+        list: impl Fn(&'a JobQueue) -> Fut,
+        key: impl FnMut(&T) -> K,
+    ) -> Result<Vec<T>>
+    where
+        K: Ord,
+        Fut: std::future::Future<Output = Result<Vec<T>>>,
+    {
         self.checked(false).await?;
-        let lists = join_all(self.parts.iter().map(|p| p.completed(limit))).await;
         let mut all = Vec::new();
-        for list in lists {
-            all.extend(list?);
+        for part in join_all(self.parts.iter().map(list)).await {
+            all.extend(part?);
         }
-        all.sort_by_key(|d| std::cmp::Reverse(d.acked));
+        all.sort_by_key(key);
         all.truncate(limit.clamp(1, 10_000));
         Ok(all)
     }
 
     /// Replays a dead job (the partition of its id), or all dead jobs.
     pub async fn replay(&self, id: Option<&str>) -> Result<u64> {
-        self.checked(true).await?;
-        match id {
-            Some(id) => self.part(id).replay(Some(id)).await,
-            None => join_all(self.parts.iter().map(|p| p.replay(None)))
-                .await
-                .into_iter()
-                .sum(),
-        }
+        self.on_dead(id, JobQueue::replay).await
     }
 
     /// Deletes a dead job (the partition of its id), or all dead jobs.
     pub async fn purge(&self, id: Option<&str>) -> Result<u64> {
+        self.on_dead(id, JobQueue::purge).await
+    }
+
+    /// Runs `op` (a partition's replay or purge) on the dead job `id` in
+    /// the partition of its id, or with `None` on every partition at once;
+    /// answers how many jobs it took.
+    async fn on_dead<'a, Op, Fut>(&'a self, id: Option<&'a str>, op: Op) -> Result<u64>
+    where
+        Op: Fn(&'a JobQueue, Option<&'a str>) -> Fut,
+        Fut: std::future::Future<Output = Result<u64>>,
+    {
         self.checked(true).await?;
         match id {
-            Some(id) => self.part(id).purge(Some(id)).await,
-            None => join_all(self.parts.iter().map(|p| p.purge(None)))
+            Some(id) => op(self.part(id), Some(id)).await,
+            None => join_all(self.parts.iter().map(|p| op(p, None)))
                 .await
                 .into_iter()
                 .sum(),

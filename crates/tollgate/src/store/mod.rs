@@ -19,13 +19,13 @@ mod wakers;
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::limit::{Decision, Limit};
+use self::limit::{Check, Decision};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::name::Name;
 
 use self::gate::MAX_CURSOR;
-pub(crate) use self::gate::{EnterRequest, Entry, Grant, Poll, check_capacity};
+pub(crate) use self::gate::{Admission, EnterRequest, Entry, Grant, Poll, check_capacity};
 pub use self::gate::{
     GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, Occupancy, Place,
 };
@@ -172,33 +172,20 @@ impl Store {
         }
     }
 
-    /// One rate-limit decision for `key` of `limiter`: spends `cost` if it
-    /// fits.
-    pub(crate) async fn limit(
-        &self,
-        limiter: &Name,
-        key: &str,
-        limit: &Limit,
-        cost: u64,
-    ) -> Result<Decision> {
+    /// One rate-limit decision for `check.key` of `limiter`: spends
+    /// `check.cost` if it fits.
+    pub(crate) async fn limit(&self, limiter: &Name, check: &Check<'_>) -> Result<Decision> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.limit(limiter, key, limit, cost)),
-            Backend::Redis(s) => Box::pin(s.limit(limiter, key, limit, cost)).await,
+            Backend::Memory(s) => Ok(s.limit(limiter, check)),
+            Backend::Redis(s) => Box::pin(s.limit(limiter, check)).await,
         }
     }
 
-    /// Changes admission control: pause or resume (`paused`), and the
-    /// least interval between admissions in ms (`every_ms`, 0: none);
-    /// `None` leaves a setting as it is.
-    pub(crate) async fn set_admission(
-        &self,
-        gate: &Name,
-        paused: Option<bool>,
-        every_ms: Option<u64>,
-    ) -> Result<()> {
+    /// Changes admission control (see [`Admission`]).
+    pub(crate) async fn set_admission(&self, gate: &Name, admission: &Admission) -> Result<()> {
         match &self.backend {
-            Backend::Memory(s) => s.set_admission(gate, paused, every_ms),
-            Backend::Redis(s) => Box::pin(s.set_admission(gate, paused, every_ms)).await,
+            Backend::Memory(s) => s.set_admission(gate, admission),
+            Backend::Redis(s) => Box::pin(s.set_admission(gate, admission)).await,
         }
     }
 
@@ -299,16 +286,10 @@ impl Store {
     /// `expect`, or there is none, or the jobs in `q` imply `want` (1).
     /// Answers the count in force afterwards (`want` if none) and whether
     /// it is stored.
-    pub(crate) async fn job_layout(
-        &self,
-        q: &Name,
-        want: u32,
-        expect: Option<u32>,
-        store: bool,
-    ) -> Result<(u32, bool)> {
+    pub(crate) async fn job_layout(&self, q: &Name, layout: &jobs::Layout) -> Result<(u32, bool)> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_layout(q, want, expect, store)),
-            Backend::Redis(s) => Box::pin(s.job_layout(q, want, expect, store)).await,
+            Backend::Memory(s) => Ok(s.job_layout(q, layout)),
+            Backend::Redis(s) => Box::pin(s.job_layout(q, layout)).await,
         }
     }
 
@@ -334,19 +315,17 @@ impl Store {
         }
     }
 
-    /// Acks the deliveries `acks` (whether each was that delivery's), then
-    /// claims up to `max` jobs (none with 0), in one step.
+    /// Acks the deliveries `claim.acks` (whether each was that
+    /// delivery's), then claims up to `claim.max` jobs (none with 0), in
+    /// one step.
     pub(crate) async fn job_claim(
         &self,
         q: &Name,
-        acks: &[(&str, u64)],
-        keep: Option<jobs::Keep>,
-        lease_ms: u64,
-        max: usize,
+        claim: &jobs::Claim<'_>,
     ) -> Result<(Vec<bool>, jobs::ClaimOutcome)> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_claim(q, acks, keep, lease_ms, max)),
-            Backend::Redis(s) => Box::pin(s.job_claim(q, acks, keep, lease_ms, max)).await,
+            Backend::Memory(s) => Ok(s.job_claim(q, claim)),
+            Backend::Redis(s) => Box::pin(s.job_claim(q, claim)).await,
         }
     }
 
@@ -357,30 +336,17 @@ impl Store {
         }
     }
 
-    pub(crate) async fn job_nack(
-        &self,
-        q: &Name,
-        id: &str,
-        fence: u64,
-        delay_ms: Option<u64>,
-        jitter: f64,
-    ) -> Result<jobs::NackOutcome> {
+    pub(crate) async fn job_nack(&self, q: &Name, nack: &jobs::Nack<'_>) -> Result<jobs::NackOutcome> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_nack(q, id, fence, delay_ms, jitter)),
-            Backend::Redis(s) => Box::pin(s.job_nack(q, id, fence, delay_ms, jitter)).await,
+            Backend::Memory(s) => Ok(s.job_nack(q, nack)),
+            Backend::Redis(s) => Box::pin(s.job_nack(q, nack)).await,
         }
     }
 
-    pub(crate) async fn job_extend(
-        &self,
-        q: &Name,
-        id: &str,
-        fence: u64,
-        lease_ms: u64,
-    ) -> Result<Option<u64>> {
+    pub(crate) async fn job_extend(&self, q: &Name, extend: &jobs::Extend<'_>) -> Result<Option<u64>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_extend(q, id, fence, lease_ms)),
-            Backend::Redis(s) => Box::pin(s.job_extend(q, id, fence, lease_ms)).await,
+            Backend::Memory(s) => Ok(s.job_extend(q, extend)),
+            Backend::Redis(s) => Box::pin(s.job_extend(q, extend)).await,
         }
     }
 

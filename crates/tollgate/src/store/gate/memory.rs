@@ -13,7 +13,7 @@ use crate::store::memory::{MemoryStore, Shelved};
 
 use super::line::Line;
 use super::{
-    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
+    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
     capacity_conflict, no_capacity, permits_exceed,
 };
 
@@ -514,17 +514,12 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn set_admission(
-        &self,
-        gate: &Name,
-        paused: Option<bool>,
-        every_ms: Option<u64>,
-    ) -> Result<()> {
+    pub(crate) fn set_admission(&self, gate: &Name, admission: &Admission) -> Result<()> {
         self.with_gate(gate, |s, now, handed| {
-            if let Some(p) = paused {
+            if let Some(p) = admission.paused {
                 s.paused = p;
             }
-            if let Some(every) = every_ms {
+            if let Some(every) = admission.every_ms {
                 s.admit_every_ms = every;
                 if every == 0 {
                     s.admit_at = 0;

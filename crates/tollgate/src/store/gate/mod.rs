@@ -27,6 +27,15 @@ pub(crate) struct EnterRequest<'a> {
     pub(crate) label: Option<&'a str>,
 }
 
+/// One `set_admission` call: `None` leaves a setting as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Admission {
+    /// Pause (`true`) or resume (`false`) admissions.
+    pub(crate) paused: Option<bool>,
+    /// The least interval between admissions in ms (0: none).
+    pub(crate) every_ms: Option<u64>,
+}
+
 /// A lease the store just granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Grant {

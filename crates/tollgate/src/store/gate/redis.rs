@@ -11,7 +11,7 @@ use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::{
-    EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
+    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
     capacity_conflict, no_capacity, permits_exceed,
 };
 
@@ -187,18 +187,13 @@ impl RedisStore {
         })
     }
 
-    pub(crate) async fn set_admission(
-        &self,
-        gate: &Name,
-        paused: Option<bool>,
-        every_ms: Option<u64>,
-    ) -> Result<()> {
-        let paused = match paused {
+    pub(crate) async fn set_admission(&self, gate: &Name, admission: &Admission) -> Result<()> {
+        let paused = match admission.paused {
             Some(true) => "1".to_owned(),
             Some(false) => "0".to_owned(),
             None => String::new(),
         };
-        let every = every_ms.map(|e| e.to_string()).unwrap_or_default();
+        let every = admission.every_ms.map(|e| e.to_string()).unwrap_or_default();
         let r = self
             .run(&self.scripts.set_admission, gate, (paused, every))
             .await?;

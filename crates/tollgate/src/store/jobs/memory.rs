@@ -9,8 +9,8 @@ use crate::name::Name;
 use crate::store::memory::{MemoryStore, Shelved};
 
 use super::{
-    BackoffSpec, CancelOutcome, ClaimOutcome, Keep, LATENESS_BOUNDS_MS, NackOutcome, PushOutcome, PushReq,
-    RawDead, RawDone, RawJob, RawStats, RescheduleOutcome, When, wake_key,
+    BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, LATENESS_BOUNDS_MS, Layout, Nack,
+    NackOutcome, PushOutcome, PushReq, RawDead, RawDone, RawJob, RawStats, RescheduleOutcome, When, wake_key,
 };
 
 const BATCH: usize = 100;
@@ -97,6 +97,17 @@ impl Shelved for Queue {
     }
 }
 
+/// Takes the entries of `set` (time, id) due by `until` out of it, first
+/// due first, at most `BATCH` at a time: a step's work stays bounded
+/// however much fell due at once.
+fn take_due(set: &mut BTreeSet<(u64, String)>, until: u64) -> Vec<(u64, String)> {
+    let mut due = Vec::new();
+    while due.len() < BATCH && set.first().is_some_and(|(at, _)| *at <= until) {
+        due.extend(set.pop_first());
+    }
+    due
+}
+
 /// Readiness order: higher priority first, then push order.
 fn ready_key(id: &str, d: &JobData) -> (u8, u64, String) {
     (255 - d.prio, d.seq, id.to_owned())
@@ -170,15 +181,7 @@ impl Queue {
     /// Returns how many jobs became ready.
     fn promote(&mut self, now: u64) -> usize {
         let mut readied = 0;
-        let due: Vec<(u64, String)> = self
-            .delayed
-            .iter()
-            .take_while(|(at, _)| *at <= now)
-            .take(BATCH)
-            .cloned()
-            .collect();
-        for (at, id) in due {
-            self.delayed.remove(&(at, id.clone()));
+        for (at, id) in take_due(&mut self.delayed, now) {
             self.set_ready(&id);
             let late = now - at;
             self.lateness.push_front(late);
@@ -194,15 +197,7 @@ impl Queue {
             readied += 1;
         }
         self.lateness.truncate(LATENESS_KEPT);
-        let ended: Vec<(u64, String)> = self
-            .in_flight
-            .iter()
-            .take_while(|(at, _)| *at <= now)
-            .take(BATCH)
-            .cloned()
-            .collect();
-        for (at, id) in ended {
-            self.in_flight.remove(&(at, id.clone()));
+        for (_, id) in take_due(&mut self.in_flight, now) {
             self.stats.redelivered += 1;
             let exhausted = self.jobs.get(&id).is_some_and(|(d, _)| d.attempts >= d.max);
             if exhausted {
@@ -331,15 +326,7 @@ impl Queue {
                 self.jobs.remove(&old);
             }
         }
-        let stale: Vec<(u64, String)> = self
-            .done
-            .iter()
-            .take_while(|(at, _)| *at <= now.saturating_sub(keep.ms))
-            .take(BATCH)
-            .cloned()
-            .collect();
-        for (at, old) in stale {
-            self.done.remove(&(at, old.clone()));
+        for (_, old) in take_due(&mut self.done, now.saturating_sub(keep.ms)) {
             self.jobs.remove(&old);
         }
         true
@@ -360,14 +347,13 @@ impl Queue {
             .collect()
     }
 
-    pub(crate) fn nack(
-        &mut self,
-        id: &str,
-        fence: u64,
-        delay_ms: Option<u64>,
-        jitter: f64,
-        now: u64,
-    ) -> (NackOutcome, bool) {
+    pub(crate) fn nack(&mut self, nack: &Nack<'_>, now: u64) -> (NackOutcome, bool) {
+        let Nack {
+            id,
+            fence,
+            delay_ms,
+            jitter,
+        } = *nack;
         if !self.held(id, fence) {
             return (NackOutcome::NotHeld, false);
         }
@@ -390,7 +376,8 @@ impl Queue {
         )
     }
 
-    pub(crate) fn extend(&mut self, id: &str, fence: u64, lease_ms: u64, now: u64) -> Option<u64> {
+    pub(crate) fn extend(&mut self, extend: &Extend<'_>, now: u64) -> Option<u64> {
+        let Extend { id, fence, lease_ms } = *extend;
         if !self.held(id, fence) {
             return None;
         }
@@ -501,7 +488,8 @@ impl Queue {
     /// count in force is `expect`, or none, or `want` implied by the jobs.
     /// Returns the count in force afterwards (`want` if none) and whether
     /// it is stored.
-    pub(crate) fn layout(&mut self, want: u32, expect: Option<u32>, store: bool) -> (u32, bool) {
+    pub(crate) fn layout(&mut self, layout: &Layout) -> (u32, bool) {
+        let Layout { want, expect, store } = *layout;
         let holds_jobs = self.counts().iter().any(|n| *n > 0);
         let current = self.partitions.or(holds_jobs.then_some(1));
         let implied = self.partitions.is_none() && current == Some(want);
@@ -594,8 +582,8 @@ impl MemoryStore {
         out
     }
 
-    pub(crate) fn job_layout(&self, q: &Name, want: u32, expect: Option<u32>, store: bool) -> (u32, bool) {
-        self.on_queue(q, store, |queue, _| (queue.layout(want, expect, store), false))
+    pub(crate) fn job_layout(&self, q: &Name, layout: &Layout) -> (u32, bool) {
+        self.on_queue(q, layout.store, |queue, _| (queue.layout(layout), false))
     }
 
     /// Fails if the queue is retired (a partition of a replaced layout).
@@ -621,16 +609,16 @@ impl MemoryStore {
         self.with_queue(q, |queue, _| (queue.retire(close), false))
     }
 
-    /// Acks the deliveries `acks` (whether each was that delivery's), then
-    /// claims up to `max` jobs (none with 0), in one step.
-    pub(crate) fn job_claim(
-        &self,
-        q: &Name,
-        acks: &[(&str, u64)],
-        keep: Option<Keep>,
-        lease_ms: u64,
-        max: usize,
-    ) -> (Vec<bool>, ClaimOutcome) {
+    /// Acks the deliveries `claim.acks` (whether each was that
+    /// delivery's), then claims up to `claim.max` jobs (none with 0), in
+    /// one step.
+    pub(crate) fn job_claim(&self, q: &Name, claim: &Claim<'_>) -> (Vec<bool>, ClaimOutcome) {
+        let Claim {
+            acks,
+            keep,
+            lease_ms,
+            max,
+        } = *claim;
         self.with_queue(q, |queue, now| {
             let acked = acks
                 .iter()
@@ -652,19 +640,12 @@ impl MemoryStore {
         self.read_queue(q, |queue, _| queue.done(limit))
     }
 
-    pub(crate) fn job_nack(
-        &self,
-        q: &Name,
-        id: &str,
-        fence: u64,
-        delay_ms: Option<u64>,
-        jitter: f64,
-    ) -> NackOutcome {
-        self.with_queue(q, |queue, now| queue.nack(id, fence, delay_ms, jitter, now))
+    pub(crate) fn job_nack(&self, q: &Name, nack: &Nack<'_>) -> NackOutcome {
+        self.with_queue(q, |queue, now| queue.nack(nack, now))
     }
 
-    pub(crate) fn job_extend(&self, q: &Name, id: &str, fence: u64, lease_ms: u64) -> Option<u64> {
-        self.with_queue(q, |queue, now| (queue.extend(id, fence, lease_ms, now), false))
+    pub(crate) fn job_extend(&self, q: &Name, extend: &Extend<'_>) -> Option<u64> {
+        self.with_queue(q, |queue, now| (queue.extend(extend, now), false))
     }
 
     pub(crate) fn job_cancel(&self, q: &Name, id: &str) -> CancelOutcome {
@@ -724,10 +705,13 @@ mod tests {
                 panic!("no job")
             };
             let job = &jobs[0];
-            assert_eq!(
-                q.nack(&job.id, job.fence, None, 0.0, now + i as u64).0,
-                NackOutcome::Dead
-            );
+            let nack = Nack {
+                id: &job.id,
+                fence: job.fence,
+                delay_ms: None,
+                jitter: 0.0,
+            };
+            assert_eq!(q.nack(&nack, now + i as u64).0, NackOutcome::Dead);
         }
         assert_eq!(q.dead.len(), DEAD_KEPT);
         assert_eq!(q.jobs.len(), DEAD_KEPT, "the dropped ones are forgotten too");

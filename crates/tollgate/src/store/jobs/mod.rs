@@ -127,6 +127,49 @@ pub(crate) struct Keep {
     pub(crate) ms: u64,
 }
 
+/// One `job_layout` call on the base queue of a sharded queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// The partition count this handle has.
+    pub(crate) want: u32,
+    /// Store `want` over this count in force (a repartition's old one).
+    pub(crate) expect: Option<u32>,
+    /// Store `want` if allowed; without it the call only reads.
+    pub(crate) store: bool,
+}
+
+/// One `job_claim` call: acks, then claims.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claim<'a> {
+    /// Deliveries `(id, fence)` to ack first.
+    pub(crate) acks: &'a [(&'a str, u64)],
+    /// Keep the acked jobs as completed, if set.
+    pub(crate) keep: Option<Keep>,
+    /// The lease each claimed job gets (ms).
+    pub(crate) lease_ms: u64,
+    /// The most jobs to claim (0: none, only the acks).
+    pub(crate) max: usize,
+}
+
+/// One `job_nack` call: gives a delivery back for a retry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Nack<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) fence: u64,
+    /// Retry after this long (ms); `None`: after the job's own backoff.
+    pub(crate) delay_ms: Option<u64>,
+    /// A random number in [0, 1) for the exponential backoff's jitter.
+    pub(crate) jitter: f64,
+}
+
+/// One `job_extend` call: a delivery's lease set to `lease_ms` from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Extend<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) fence: u64,
+    pub(crate) lease_ms: u64,
+}
+
 /// Upper bounds (ms) of the lateness histogram's buckets (as in jobs.lua).
 pub(crate) const LATENESS_BOUNDS_MS: [u64; 13] =
     [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];

@@ -6,8 +6,8 @@ use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::{
-    CancelOutcome, ClaimOutcome, Keep, LATENESS_BOUNDS_MS, NackOutcome, PushOutcome, PushReq, RawDead,
-    RawDone, RawJob, RawStats, RescheduleOutcome, When,
+    CancelOutcome, Claim, ClaimOutcome, Extend, LATENESS_BOUNDS_MS, Layout, Nack, NackOutcome, PushOutcome,
+    PushReq, RawDead, RawDone, RawJob, RawStats, RescheduleOutcome, When,
 };
 
 impl RedisStore {
@@ -34,17 +34,10 @@ impl RedisStore {
         self.subscribe(format!("{}:n", self.jobs_base(q))).await
     }
 
-    pub(crate) async fn job_layout(
-        &self,
-        q: &Name,
-        want: u32,
-        expect: Option<u32>,
-        store: bool,
-    ) -> Result<(u32, bool)> {
-        let expect = expect.map_or_else(String::new, |e| e.to_string());
-        let r: Vec<i64> = self
-            .run_jobs(q, "layout", (want, expect, if store { "1" } else { "0" }))
-            .await?;
+    pub(crate) async fn job_layout(&self, q: &Name, layout: &Layout) -> Result<(u32, bool)> {
+        let expect = layout.expect.map_or_else(String::new, |e| e.to_string());
+        let store = if layout.store { "1" } else { "0" };
+        let r: Vec<i64> = self.run_jobs(q, "layout", (layout.want, expect, store)).await?;
         match r.as_slice() {
             [n, stored] if *n > 0 => Ok((*n as u32, *stored == 1)),
             _ => Err(unexpected("layout", &r)),
@@ -103,24 +96,17 @@ impl RedisStore {
             .collect()
     }
 
-    /// Acks the deliveries `acks` (whether each was that delivery's) and
-    /// claims up to `max` jobs (none with 0), in one script call.
-    pub(crate) async fn job_claim(
-        &self,
-        q: &Name,
-        acks: &[(&str, u64)],
-        keep: Option<Keep>,
-        lease_ms: u64,
-        max: usize,
-    ) -> Result<(Vec<bool>, ClaimOutcome)> {
-        let (n, ms) = keep.map_or((0, 0), |k| (k.count, k.ms));
+    /// Acks the deliveries `claim.acks` (whether each was that delivery's)
+    /// and claims up to `claim.max` jobs (none with 0), in one script call.
+    pub(crate) async fn job_claim(&self, q: &Name, claim: &Claim<'_>) -> Result<(Vec<bool>, ClaimOutcome)> {
+        let (n, ms) = claim.keep.map_or((0, 0), |k| (k.count, k.ms));
         let mut args: Vec<Vec<u8>> = vec![
-            int_arg(lease_ms as i64),
-            int_arg(max as i64),
+            int_arg(claim.lease_ms as i64),
+            int_arg(claim.max as i64),
             int_arg(n as i64),
             int_arg(ms as i64),
         ];
-        for (id, fence) in acks {
+        for (id, fence) in claim.acks {
             args.push(id.as_bytes().to_vec());
             args.push(int_arg(*fence as i64));
         }
@@ -129,7 +115,7 @@ impl RedisStore {
         let redis::Value::Array(items) = v else {
             return Err(bad());
         };
-        let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
+        let int = value::<i64>;
         let k = items.first().and_then(int).ok_or_else(bad)? as usize;
         let flags = items.get(1..1 + k).ok_or_else(bad)?;
         let acked = flags.iter().map(|f| int(f) == Some(1)).collect();
@@ -138,33 +124,21 @@ impl RedisStore {
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<RawDone>> {
         let v: Vec<redis::Value> = self.run_jobs(q, "done", limit.max(1)).await?;
-        let bad = || Error::new(ErrorKind::Store, "unexpected reply to done");
-        v.chunks(3)
-            .map(|row| match row {
-                [id, at, payload] => Ok(RawDone {
-                    id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
-                    acked_ms: redis::from_redis_value_ref::<String>(at)
-                        .ok()
-                        .and_then(|d| d.parse::<f64>().ok())
-                        .ok_or_else(bad)? as u64,
-                    payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
-                }),
-                _ => Err(bad()),
+        listing("done", &v, 3, |row| {
+            let [id, at, payload] = row else { return None };
+            Some(RawDone {
+                id: value(id)?,
+                acked_ms: score_ms(at)?,
+                payload: value(payload)?,
             })
-            .collect()
+        })
     }
 
-    pub(crate) async fn job_nack(
-        &self,
-        q: &Name,
-        id: &str,
-        fence: u64,
-        delay_ms: Option<u64>,
-        jitter: f64,
-    ) -> Result<NackOutcome> {
-        let delay = delay_ms.map_or(-1, |d| d as i64);
+    pub(crate) async fn job_nack(&self, q: &Name, nack: &Nack<'_>) -> Result<NackOutcome> {
+        let delay = nack.delay_ms.map_or(-1, |d| d as i64);
+        let jitter = format!("{:.6}", nack.jitter);
         let r: Vec<i64> = self
-            .run_jobs(q, "nack", (id, fence.to_string(), delay, format!("{jitter:.6}")))
+            .run_jobs(q, "nack", (nack.id, nack.fence.to_string(), delay, jitter))
             .await?;
         match r.as_slice() {
             [1, at] => Ok(NackOutcome::Retry {
@@ -176,16 +150,9 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn job_extend(
-        &self,
-        q: &Name,
-        id: &str,
-        fence: u64,
-        lease_ms: u64,
-    ) -> Result<Option<u64>> {
-        let r: Vec<i64> = self
-            .run_jobs(q, "extend", (id, fence.to_string(), lease_ms))
-            .await?;
+    pub(crate) async fn job_extend(&self, q: &Name, extend: &Extend<'_>) -> Result<Option<u64>> {
+        let args = (extend.id, extend.fence.to_string(), extend.lease_ms);
+        let r: Vec<i64> = self.run_jobs(q, "extend", args).await?;
         match r.as_slice() {
             [1, deadline] => Ok(Some(*deadline as u64)),
             [0] => Ok(None),
@@ -219,21 +186,17 @@ impl RedisStore {
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<RawDead>> {
         let v: Vec<redis::Value> = self.run_jobs(q, "dead", limit.max(1)).await?;
-        let bad = || Error::new(ErrorKind::Store, "unexpected reply to dead");
-        v.chunks(4)
-            .map(|row| match row {
-                [id, died, attempts, payload] => Ok(RawDead {
-                    id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
-                    died_ms: redis::from_redis_value_ref::<String>(died)
-                        .ok()
-                        .and_then(|d| d.parse::<f64>().ok())
-                        .ok_or_else(bad)? as u64,
-                    attempts: redis::from_redis_value_ref::<i64>(attempts).map_err(|_| bad())? as u32,
-                    payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
-                }),
-                _ => Err(bad()),
+        listing("dead", &v, 4, |row| {
+            let [id, died, attempts, payload] = row else {
+                return None;
+            };
+            Some(RawDead {
+                id: value(id)?,
+                died_ms: score_ms(died)?,
+                attempts: value::<i64>(attempts)? as u32,
+                payload: value(payload)?,
             })
-            .collect()
+        })
     }
 
     pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
@@ -276,7 +239,7 @@ impl RedisStore {
 /// `{0, next due or -1, now}`.
 fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
     let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
-    let int = |v: &redis::Value| -> Option<i64> { redis::from_redis_value_ref(v).ok() };
+    let int = value::<i64>;
     match items {
         [flag, next, now] if int(flag) == Some(0) => Ok(ClaimOutcome::Empty {
             next_due_ms: int(next).and_then(|n| u64::try_from(n).ok()),
@@ -305,6 +268,30 @@ fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
         }
         _ => Err(bad()),
     }
+}
+
+/// A listing's reply (the dead letters, the kept completed jobs): rows of
+/// `width` values, each decoded by `row`; one that does not decode makes
+/// the whole reply unexpected.
+fn listing<T>(
+    op: &str,
+    v: &[redis::Value],
+    width: usize,
+    row: impl Fn(&[redis::Value]) -> Option<T>,
+) -> Result<Vec<T>> {
+    v.chunks(width)
+        .map(|r| row(r).ok_or_else(|| Error::new(ErrorKind::Store, format!("unexpected reply to {op}"))))
+        .collect()
+}
+
+/// One value of a reply, as `T`.
+fn value<T: redis::FromRedisValue>(v: &redis::Value) -> Option<T> {
+    redis::from_redis_value_ref(v).ok()
+}
+
+/// A sorted-set score in a reply (a decimal string), as whole ms.
+fn score_ms(v: &redis::Value) -> Option<u64> {
+    value::<String>(v)?.parse::<f64>().ok().map(|ms| ms as u64)
 }
 
 /// An integer script argument.

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{Algorithm, Decision, Limit, decision};
+use super::{Algorithm, Check, Decision, Limit, decision};
 use std::sync::PoisonError;
 
 use crate::name::Name;
@@ -254,10 +254,10 @@ fn windows(
 
 /// The rate-limit decision of the embedded store.
 impl MemoryStore {
-    pub(crate) fn limit(&self, limiter: &Name, key: &str, limit: &Limit, cost: u64) -> Decision {
+    pub(crate) fn limit(&self, limiter: &Name, check: &Check<'_>) -> Decision {
         let now = self.clock.now_us();
         let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
-        limits.check(limiter, key, limit, cost, now)
+        limits.check(limiter, check.key, check.limit, check.cost, now)
     }
 }
 

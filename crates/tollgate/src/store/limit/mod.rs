@@ -72,6 +72,16 @@ impl fmt::Display for Algorithm {
     }
 }
 
+/// Checks that a count or burst (`what`) is 1 to [`MAX_LIMIT`].
+fn check_count(what: &str, n: u64) -> Result<()> {
+    if n == 0 || n > MAX_LIMIT {
+        return Err(Error::invalid(format!(
+            "{what} must be 1 to {MAX_LIMIT}, got {n}"
+        )));
+    }
+    Ok(())
+}
+
 /// `count` events per `period`, written `10/s`, `600/min`, `5/250ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
@@ -83,11 +93,7 @@ impl Rate {
     /// Checks and builds a rate: `count` in 1..=[`MAX_LIMIT`], `period` in
     /// [`MIN_PERIOD`]..=[`MAX_PERIOD`].
     pub fn new(count: u64, period: Duration) -> Result<Rate> {
-        if count == 0 || count > MAX_LIMIT {
-            return Err(Error::invalid(format!(
-                "a rate's count must be 1 to {MAX_LIMIT}, got {count}"
-            )));
-        }
+        check_count("a rate's count", count)?;
         if period < MIN_PERIOD || period > MAX_PERIOD || !period.as_nanos().is_multiple_of(1_000_000) {
             return Err(Error::invalid(format!(
                 "a rate's period must be whole milliseconds from 1ms to 24h, got {period:?}"
@@ -171,11 +177,7 @@ impl Limit {
     /// GCRA: `rate` on average, at most `burst` at once (a fresh key allows
     /// exactly `burst` requests immediately, then one per interval).
     pub fn gcra(rate: Rate, burst: u64) -> Result<Limit> {
-        if burst == 0 || burst > MAX_LIMIT {
-            return Err(Error::invalid(format!(
-                "burst must be 1 to {MAX_LIMIT}, got {burst}"
-            )));
-        }
+        check_count("burst", burst)?;
         let limit = Limit {
             algorithm: Algorithm::Gcra,
             rate,
@@ -271,6 +273,17 @@ impl fmt::Display for Limit {
             a => write!(f, "{a} {}", self.rate),
         }
     }
+}
+
+/// One check of a key of a limiter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Check<'a> {
+    /// The limited key (a client, a user, a route...).
+    pub(crate) key: &'a str,
+    /// The limit to check it against.
+    pub(crate) limit: &'a Limit,
+    /// What this request spends, if it fits.
+    pub(crate) cost: u64,
 }
 
 /// The answer to one check. Durations are whole milliseconds, rounded up:

@@ -1,7 +1,7 @@
 //! Rate limits on Redis: one script (`limit.lua`), one key per limited
 //! key.
 
-use super::{Algorithm, Decision, Limit, decision};
+use super::{Algorithm, Check, Decision, decision};
 use crate::error::Result;
 use crate::name::Name;
 use crate::store::redis::{RedisStore, unexpected};
@@ -9,13 +9,8 @@ use crate::store::redis::{RedisStore, unexpected};
 impl RedisStore {
     /// One rate-limit decision. GCRA keys are strings and window keys
     /// hashes, so they live under different names.
-    pub(crate) async fn limit(
-        &self,
-        limiter: &Name,
-        key: &str,
-        limit: &Limit,
-        cost: u64,
-    ) -> Result<Decision> {
+    pub(crate) async fn limit(&self, limiter: &Name, check: &Check<'_>) -> Result<Decision> {
+        let Check { key, limit, cost } = *check;
         let (space, algo, a, b) = match limit.algorithm() {
             Algorithm::Gcra => ("g", "g", limit.interval_ns(), limit.burst()),
             Algorithm::FixedWindow => ("w", "f", limit.rate().count(), limit.period_us()),
