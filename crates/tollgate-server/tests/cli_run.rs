@@ -235,11 +235,15 @@ fn bad_input_gets_a_message_and_exit_64() {
         ("lock run x --ttl 0s --redis $URL -- true", 64, "--ttl"),
         ("lock run x --ttl 30d --redis $URL -- true", 64, "--ttl"),
         ("lock run x --ttl soon --redis $URL -- true", 64, "duration"),
-        ("lock run x --ttl -1s --redis $URL -- true", 64, ""),
+        ("lock run x --ttl -1s --redis $URL -- true", 64, "cannot be negative"),
+        ("lock run x --ttl 30 --redis $URL -- true", 64, "needs a unit: 30s"),
+        ("lock run x --limit 2 --redis $URL -- true", 64, "--limit"),
+        ("lock run x --redis $URL/99 -- true", 78, "no database"),
+        ("semaphore run s --resize --redis $URL -- true", 64, "--limit"),
         ("lock run x --redis localhost:6379 -- true", 64, "Redis URL"),
         ("lock run x --redis redis://h:port -- true", 64, "URL"),
         ("lock run x --redis $URL", 64, "CMD"),
-        ("semaphore run s --redis $URL -- true", 64, "--limit"),
+        ("semaphore run s --redis $URL -- true", 64, "give --limit N"),
         ("semaphore run s --limit 0 --redis $URL -- true", 64, "--limit"),
         ("semaphore run s --limit 2 --permits 3 --redis $URL -- true", 64, "--permits"),
         ("semaphore run s --limit 2 --permits 0 --redis $URL -- true", 64, "--permits"),
@@ -265,8 +269,54 @@ fn bad_input_gets_a_message_and_exit_64() {
     std::thread::sleep(Duration::from_millis(500));
     check(
         &url,
-        &[("semaphore run sz --limit 3 --redis $URL -- true", 64, "capacity")],
+        &[("semaphore run sz --limit 3 --redis $URL -- true", 64, "--resize")],
     );
+    drop(holder);
+}
+
+/// A semaphore's capacity is stored: later runs may leave --limit out,
+/// and --resize changes it; `status` shows the holders and the line.
+#[test]
+fn semaphore_runs_use_the_stored_capacity_and_status_shows_the_holders() {
+    let (_server, url, _dir) = redis_and_dir();
+    #[rustfmt::skip]
+    check(&url, &[
+        ("semaphore run s2 --limit 3 --redis $URL -- true", 0, ""),
+        ("semaphore run s2 --redis $URL -- true", 0, ""),
+        ("semaphore run s2 --permits 3 --redis $URL -- true", 0, ""),
+        ("semaphore run s2 --permits 4 --redis $URL -- true", 64, "capacity is 3"),
+        ("semaphore run s2 --limit 5 --redis $URL -- true", 64, "--resize"),
+        ("semaphore run s2 --limit 5 --resize --permits 4 --redis $URL -- true", 0, ""),
+        ("lock status 'bad name' --redis $URL", 64, "allowed"),
+    ]);
+    let status = |name: &str| -> serde_json::Value {
+        let o = run(&["semaphore", "status", name, "--redis", &url]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).expect("JSON")
+    };
+    assert_eq!(status("s2")["capacity"], 5);
+    assert_eq!(status("s2")["used"], 0);
+    // A holder with a 30 s lease, and a second waiting in line behind it.
+    let holder = Group(spawn(&[
+        "lock", "run", "st", "--redis", &url, "--", "sleep", "30",
+    ]));
+    std::thread::sleep(Duration::from_millis(500));
+    let waiter = Group(spawn(&[
+        "lock", "run", "st", "--wait", "20s", "--redis", &url, "--", "true",
+    ]));
+    std::thread::sleep(Duration::from_millis(500));
+    let s = status("st");
+    assert_eq!(
+        (s["capacity"].as_u64(), s["used"].as_u64(), s["waiting"].as_u64()),
+        (Some(1), Some(1), Some(1)),
+        "{s}"
+    );
+    assert!(s["fence"].as_u64().is_some_and(|f| f > 0), "{s}");
+    let ttl = s["leases"][0]["ttl_ms"]
+        .as_u64()
+        .expect("a lease with its time left");
+    assert!(ttl > 20_000 && ttl <= 30_000, "{s}");
+    drop(waiter);
     drop(holder);
 }
 

@@ -440,3 +440,65 @@ async fn a_server_refused_by_its_redis_makes_every_server_command_exit_78() {
         assert!(err.contains("refused"), "{args:?}: {err}");
     }
 }
+
+/// A server that requires a token: without one, or with a wrong one,
+/// every `--server` command exits 78 and names the flag to set; with it,
+/// they work (`lock status` included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_wrong_server_token_exits_78_naming_the_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = "a-good-token-0123456789";
+    let text = format!("{LIMITS}\ntokens = [\"{token}\"]\n");
+    // `tokens` must come before the tables: put it first.
+    let text = format!(
+        "tokens = [\"{token}\"]\n{}",
+        text.replace(&format!("\ntokens = [\"{token}\"]\n"), "")
+    );
+    let s = Server::start_with(None, &["--config", &config(&dir, &text)]);
+    let base = s.base.clone();
+    let tollgate = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .env_remove("TOLLGATE_REDIS_URL")
+            .env_remove("TOLLGATE_SERVER")
+            .env_remove("TOLLGATE_SERVER_TOKEN")
+            .args(args)
+            .output()
+            .expect("run tollgate")
+    };
+    let commands: [&[&str]; 4] = [
+        &["lock", "run", "nightly", "--server", &base, "--", "true"],
+        &["lock", "status", "nightly", "--server", &base],
+        &["limit", "check", "api", "k", "--server", &base],
+        &["jobs", "stats", "mail", "--server", &base],
+    ];
+    for (given, says) in [
+        (None, "requires a token"),
+        (Some("wrong-token-0123456789"), "refused the token"),
+    ] {
+        for args in commands {
+            let mut args = args.to_vec();
+            if let Some(t) = given {
+                // Before any `--` and the command after it.
+                args.splice(3..3, ["--server-token", t]);
+            }
+            let out = tokio::task::block_in_place(|| tollgate(&args));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(78), "{args:?}: {err}");
+            assert!(
+                err.contains(says) && err.contains("--server-token"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    for args in commands {
+        let mut args = args.to_vec();
+        args.splice(3..3, ["--server-token", token]);
+        let out = tokio::task::block_in_place(|| tollgate(&args));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -54,7 +54,15 @@ impl ApiError {
             ErrorKind::Misconfigured => (StatusCode::INTERNAL_SERVER_ERROR, "store_misconfigured"),
             _ => (StatusCode::BAD_GATEWAY, "store_error"),
         };
-        ApiError::new(status, code, e.to_string())
+        // What mends it, in the API's words.
+        let hint = match e.kind() {
+            ErrorKind::CapacityConflict => {
+                "; leave capacity out to use the stored one, or change it with PUT /v1/gates/{name}/capacity"
+            }
+            ErrorKind::NoCapacity => "; name one: capacity in the request body",
+            _ => "",
+        };
+        ApiError::new(status, code, format!("{e}{hint}"))
     }
 }
 

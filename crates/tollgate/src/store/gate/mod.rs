@@ -183,7 +183,7 @@ pub(crate) fn check_capacity(capacity: u32) -> Result<u32> {
 pub(crate) fn capacity_conflict(have: impl std::fmt::Display, want: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorKind::CapacityConflict,
-        format!("the gate's capacity is {have}, the request says {want}; change it with set_capacity"),
+        format!("the gate's capacity is {have}, the request says {want}"),
     )
 }
 
@@ -196,8 +196,5 @@ pub(crate) fn permits_exceed(permits: u32, capacity: impl std::fmt::Display) -> 
 
 /// A request naming no capacity on a gate that has none stored.
 pub(crate) fn no_capacity() -> Error {
-    Error::new(
-        ErrorKind::NoCapacity,
-        "the gate has no capacity yet; name one in the request or set_capacity",
-    )
+    Error::new(ErrorKind::NoCapacity, "the gate has no capacity yet")
 }
