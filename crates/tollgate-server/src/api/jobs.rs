@@ -42,7 +42,7 @@ pub(crate) struct QueueSettings {
     /// queue of its own under its own hash tag, so on Redis Cluster the
     /// queue's load spreads over the masters. Every server and worker of
     /// the queue must use the same number.
-    partitions: usize,
+    pub(crate) partitions: usize,
 }
 
 /// How often a configured queue's handle asks the store whether the

@@ -172,3 +172,96 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::limits::LimitSpec;
+    use crate::room::RoomSettings;
+
+    /// tollgate.example.toml sets every key the server knows: it parses
+    /// strictly (no key the server does not know), and each struct is
+    /// taken apart without `..`, so a key added to the code and not to
+    /// the example fails to compile here until the example has it.
+    #[test]
+    fn the_example_config_sets_every_key() {
+        let text = include_str!("../../../../tollgate.example.toml");
+        let file: FileSettings = toml::from_str(text).expect("the example parses");
+        let FileSettings {
+            listen,
+            redis,
+            prefix,
+            tokens,
+            limits,
+            protect,
+            proxy_listen,
+            rooms,
+            durable_replicas,
+            durable_timeout,
+            queues,
+            max_tickets_per_client,
+            metrics_timeout,
+            body_timeout,
+            memory_idle,
+        } = file;
+        assert!(listen.is_some() && redis.is_some() && prefix.is_some() && !tokens.is_empty());
+        assert!(proxy_listen.is_some() && durable_replicas.is_some() && durable_timeout.is_some());
+        assert!(max_tickets_per_client.is_some() && metrics_timeout.is_some());
+        assert!(body_timeout.is_some() && memory_idle.is_some());
+
+        let limit = limits.values().next().expect("a [limits.NAME]").clone();
+        let LimitSettings {
+            spec,
+            on_store_error,
+            timeout_ms,
+        } = limit;
+        let LimitSpec {
+            rate,
+            burst,
+            algorithm,
+        } = spec;
+        assert!(!rate.is_empty() && burst.is_some() && algorithm.is_some());
+        assert!(on_store_error.is_some() && timeout_ms.is_some());
+
+        let ProtectSettings {
+            limit,
+            key,
+            trusted_proxies,
+        } = protect.expect("[protect]");
+        assert!(!limit.is_empty() && key.is_some() && !trusted_proxies.is_empty());
+
+        let QueueSettings { partitions } = queues.values().next().expect("a [queues.NAME]").clone();
+        assert!(partitions >= 1);
+
+        let RoomSettings {
+            upstream,
+            hosts,
+            path_prefix,
+            capacity,
+            admissions_per_minute,
+            session_ttl,
+            grace,
+            cookie_keys,
+            status_rate,
+            arrival_rate,
+            on_store_error,
+            store_timeout_ms,
+            upstream_timeout_ms,
+            page,
+            queued_status,
+            bypass_paths,
+            bypass_ips,
+            bypass_header,
+            trusted_proxies,
+            upgrades,
+            secure_cookie,
+        } = rooms.values().next().expect("a [rooms.NAME]").clone();
+        assert!(!upstream.is_empty() && !hosts.is_empty() && path_prefix.is_some() && capacity > 0);
+        assert!(admissions_per_minute.is_some() && session_ttl.is_some() && grace.is_some());
+        assert!(!cookie_keys.is_empty() && status_rate.is_some() && arrival_rate.is_some());
+        assert!(on_store_error.is_some() && store_timeout_ms.is_some() && upstream_timeout_ms.is_some());
+        assert!(page.is_some() && queued_status.is_some() && !bypass_paths.is_empty());
+        assert!(!bypass_ips.is_empty() && bypass_header.is_some() && !trusted_proxies.is_empty());
+        assert!(upgrades.is_some() && secure_cookie.is_some());
+    }
+}

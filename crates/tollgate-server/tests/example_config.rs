@@ -1,0 +1,46 @@
+//! tollgate.example.toml is a working configuration: a server started with
+//! it (on a real redis-server, its page and listen addresses pointed at a
+//! temp dir and free ports) serves the API with its token, its limit and
+//! its room. (That it sets every key the server knows is checked in
+//! serve/settings.rs.)
+
+mod serve_support;
+#[path = "../../tollgate/tests/support/mod.rs"]
+mod support;
+
+use serve_support::{Server, send};
+use support::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_config_starts_a_working_server() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let page = dir.path().join("waiting.html");
+    std::fs::write(
+        &page,
+        "<p>You are number {{position}} of {{waiting}}; about {{eta}}.</p>",
+    )
+    .expect("page");
+    let example = include_str!("../../../tollgate.example.toml")
+        .replace(
+            "page = \"waiting.html\"",
+            &format!("page = {:?}", page.display().to_string()),
+        )
+        .replace(
+            "proxy_listen = \"127.0.0.1:7780\"",
+            "proxy_listen = \"127.0.0.1:0\"",
+        );
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, example).expect("config");
+    // --listen and --redis on the command line win over the file.
+    let s = Server::start_with(Some(&redis.url()), &["--config", path.to_str().expect("path")]);
+    let c = reqwest::Client::new();
+    assert_eq!(send(c.get(s.url("/healthz"))).await.0, 200);
+    assert_eq!(send(c.get(s.url("/v1/limits/api"))).await.0, 401, "tokens are on");
+    let token = "change-me-to-a-long-random-token";
+    let (st, limit) = send(c.get(s.url("/v1/limits/api")).bearer_auth(token)).await;
+    assert_eq!((st, limit["rate"].as_str()), (200, Some("100/min")), "{limit}");
+    let (st, room) = send(c.get(s.url("/v1/rooms/shop")).bearer_auth(token)).await;
+    assert_eq!((st, room["capacity"].as_u64()), (200, Some(1500)), "{room}");
+    assert!(s.proxy.is_some(), "the room listens");
+}
