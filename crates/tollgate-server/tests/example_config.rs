@@ -43,4 +43,11 @@ async fn the_example_config_starts_a_working_server() {
     let (st, room) = send(c.get(s.url("/v1/rooms/shop")).bearer_auth(token)).await;
     assert_eq!((st, room["capacity"].as_u64()), (200, Some(1500)), "{room}");
     assert!(s.proxy.is_some(), "the room listens");
+    // A wrong route says where the API is: every part of it.
+    let (st, e) = send(c.get(s.url("/v2/nothing"))).await;
+    let says = e["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(st, 404);
+    for part in ["/v1/gates", "/v1/queues", "/v1/limits", "/v1/rooms"] {
+        assert!(says.contains(part), "{e}");
+    }
 }

@@ -296,6 +296,6 @@ async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        "no such route; the API lives under /v1/gates/{name} and /v1/limits/{name}",
+        "no such route; the API lives under /v1/gates/{name}, /v1/queues/{queue}, /v1/limits/{name} and /v1/rooms/{room} (see docs/HTTP.md)",
     )
 }
