@@ -25,15 +25,31 @@ impl Server {
 
     /// With its standard error going to `stderr` (a file, to read logs).
     pub fn start_full(redis: Option<&str>, extra: &[&str], stderr: Stdio) -> Server {
+        Server::spawn(Server::command(redis, extra), stderr)
+    }
+
+    /// The command `start_full` runs (on 127.0.0.1:0 unless `extra` has a
+    /// --listen), to change its environment before [`Server::spawn`].
+    pub fn command(redis: Option<&str>, extra: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
+        cmd.arg("serve");
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(extra)
             .env_remove("TOLLGATE_REDIS_URL")
             .env_remove("TOLLGATE_TOKENS")
+            .env_remove("TOLLGATE_WAIT_FOR_STORE")
+            .env_remove("TOLLGATE_LOG_FORMAT")
             .env("TOLLGATE_LOG", "warn");
         if let Some(url) = redis {
             cmd.args(["--redis", url]);
         }
+        cmd
+    }
+
+    /// Runs `cmd` and reads the listening line.
+    pub fn spawn(mut cmd: Command, stderr: Stdio) -> Server {
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(stderr)
