@@ -39,7 +39,8 @@ fn exited(mut s: Server, limit: Duration) -> (i32, String, Duration) {
 #[tokio::test]
 async fn serve_started_before_redis_serves_once_redis_answers() {
     let port = support::free_port();
-    let s = Server::start(Some(&format!("redis://127.0.0.1:{port}")));
+    let url = format!("redis://127.0.0.1:{port}");
+    let s = Server::spawn(Server::command(Some(&url), &[]), Stdio::inherit());
     let c = reqwest::Client::new();
 
     // Alive, not ready; a route that needs the store says so, as JSON.
@@ -77,9 +78,9 @@ async fn serve_started_before_redis_serves_once_redis_answers() {
 #[tokio::test]
 async fn wait_for_store_bounds_the_wait_and_exits_69() {
     let port = support::free_port();
-    let s = Server::start_full(
-        Some(&format!("redis://user:secret-pw@127.0.0.1:{port}")),
-        &["--wait-for-store", "1s"],
+    let url = format!("redis://user:secret-pw@127.0.0.1:{port}");
+    let s = Server::spawn(
+        Server::command(Some(&url), &["--wait-for-store", "1s"]),
         Stdio::piped(),
     );
     let (code, stderr, ran) = exited(s, Duration::from_secs(15));
@@ -100,7 +101,7 @@ async fn what_no_wait_mends_exits_78_at_once() {
         format!("redis://alice:a-wrong-password@127.0.0.1:{}", redis.port),
         format!("redis://alice:the-right-password@127.0.0.1:{}/99", redis.port),
     ] {
-        let s = Server::start_full(Some(&url), &[], Stdio::piped());
+        let s = Server::spawn(Server::command(Some(&url), &[]), Stdio::piped());
         let (code, stderr, _) = exited(s, Duration::from_secs(10));
         assert_eq!(code, 78, "{url}: {stderr}");
         assert!(!stderr.contains("password@"), "{stderr}");

@@ -120,7 +120,7 @@ pub(crate) fn starting_router(connecting: tokio::sync::watch::Receiver<Option<St
 async fn not_connected(State(connecting): State<tokio::sync::watch::Receiver<Option<String>>>) -> ApiError {
     let message = match &*connecting.borrow() {
         Some(e) => format!("not connected to the store yet; retrying ({e})"),
-        None => "connecting to the store".to_owned(),
+        None => "not connected to the store yet; connecting".to_owned(),
     };
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", message)
 }
