@@ -54,8 +54,9 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let opening = open(args, queue_set, metrics, stopping, failed);
     tokio::pin!(opening);
-    // Nothing is accepted until the app is open or the store has failed
-    // once: a store that answers at once gets no request answered 503
+    // Nothing is accepted until the app is open, the store has failed
+    // once, or a second has gone by without an answer (a host that drops
+    // packets): a store that answers at once gets no request answered 503
     // (connections wait in the backlog meanwhile, as they always did).
     let waiting = tokio::select! {
         opened = &mut opening => {
@@ -64,6 +65,7 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
             false
         }
         _ = async { connecting.clone().wait_for(Option::is_some).await.is_ok() } => true,
+        () = tokio::time::sleep(Duration::from_secs(1)) => true,
     };
     let serving = listeners.serve(app.clone(), stop);
     tokio::pin!(serving);
