@@ -215,7 +215,10 @@ async fn wait_for_redis(
         return retrying.await;
     };
     tokio::time::timeout(limit, retrying).await.unwrap_or_else(|_| {
-        let last = failed.borrow().clone().unwrap_or_else(|| "no answer".to_owned());
+        let last = failed
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| "its first attempt had not finished".to_owned());
         eprintln!(
             "tollgate: Redis at {shown} did not answer within {limit:?} (--wait-for-store, \
              TOLLGATE_WAIT_FOR_STORE, wait_for_store): {last}"
