@@ -269,13 +269,15 @@ pub(crate) struct SemaphoreRunArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// Address to listen on [default: 127.0.0.1:7700].
+    /// Address to listen on, HOST:PORT; a host name is resolved and the
+    /// first of its addresses that can be bound is used
+    /// [default: 127.0.0.1:7700].
     #[arg(long, env = "TOLLGATE_LISTEN", value_name = "ADDR")]
-    pub(crate) listen: Option<std::net::SocketAddr>,
-    /// Address the waiting rooms ([rooms.NAME] in the config) listen on
-    /// [default: 127.0.0.1:7780].
+    pub(crate) listen: Option<String>,
+    /// Address the waiting rooms ([rooms.NAME] in the config) listen on,
+    /// resolved like --listen [default: 127.0.0.1:7780].
     #[arg(long, env = "TOLLGATE_PROXY_LISTEN", value_name = "ADDR")]
-    pub(crate) proxy_listen: Option<std::net::SocketAddr>,
+    pub(crate) proxy_listen: Option<String>,
     /// Redis URL; without it the embedded in-memory store is used, and this
     /// one process is the whole server.
     #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
@@ -311,6 +313,26 @@ pub(crate) struct ServeArgs {
     /// [default: 30s].
     #[arg(long, env = "TOLLGATE_BODY_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) body_timeout: Option<Duration>,
+    /// With --redis: how long to wait for Redis to answer at start. The
+    /// server listens at once (/readyz answers 503 until Redis does) and
+    /// retries; past this it exits 69 [default: wait forever].
+    #[arg(long, env = "TOLLGATE_WAIT_FOR_STORE", value_name = "DURATION", value_parser = duration)]
+    pub(crate) wait_for_store: Option<Duration>,
+    /// Log lines on standard error as text or as one JSON object each
+    /// (levels and targets: TOLLGATE_LOG, e.g. `info` or
+    /// `warn,tollgate::access=info`).
+    #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+}
+
+/// How `serve` writes its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line: timestamp, level, target, message and
+    /// the event's fields.
+    Json,
 }
 
 /// Waiting for Redis replicas after each change (`WAIT`); the default:

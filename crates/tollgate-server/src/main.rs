@@ -22,7 +22,7 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use crate::cli::{Cli, Command, LimitCommand, LockCommand, SemaphoreCommand};
+use crate::cli::{Cli, Command, LimitCommand, LockCommand, LogFormat, SemaphoreCommand};
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -33,14 +33,7 @@ fn main() {
             std::process::exit(code);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_level(&cli.command))),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    start_logging(&cli.command);
     let runtime = match runtime_for(&cli.command) {
         Ok(rt) => rt,
         Err(e) => {
@@ -63,6 +56,28 @@ fn main() {
     // Dropped leases release in spawned tasks; give them a moment.
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     std::process::exit(code);
+}
+
+/// Log lines go to standard error, filtered by TOLLGATE_LOG; `serve`
+/// writes them as JSON with `--log-format json` (the logger starts before
+/// the config file is read, so the format is a flag and an environment
+/// variable only).
+fn start_logging(command: &Command) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_level(command)));
+    let logger = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match command {
+        Command::Serve(args) if args.log_format == LogFormat::Json => {
+            // The event's fields beside timestamp, level and target, not
+            // nested under "fields": what log shippers index directly.
+            logger.json().flatten_event(true).init();
+        }
+        _ => logger
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }
 
 /// The server logs requests at info; the CLI commands only warnings, so a

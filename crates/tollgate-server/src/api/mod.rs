@@ -107,6 +107,27 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// What the API answers before the store first answers: `/healthz` (the
+/// process is alive) and the OpenAPI document; everything else, `/readyz`
+/// included, 503 `store_unavailable` (with Retry-After) naming the last
+/// connection error, which `connecting` holds.
+pub(crate) fn starting_router(connecting: tokio::sync::watch::Receiver<Option<String>>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi))
+        .fallback(not_connected)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(connecting)
+}
+
+async fn not_connected(State(connecting): State<tokio::sync::watch::Receiver<Option<String>>>) -> ApiError {
+    let message = match &*connecting.borrow() {
+        Some(e) => format!("not connected to the store yet; retrying ({e})"),
+        None => "not connected to the store yet; connecting".to_owned(),
+    };
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", message)
+}
+
 /// Checks `Authorization: Bearer <token>` when tokens are configured, and
 /// notes which token it was ([`Caller`]).
 async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
@@ -232,7 +253,7 @@ async fn front(State(state): State<AppState>, req: Request, next: Next) -> Respo
         %method,
         route,
         status = response.status().as_u16(),
-        ms = started.elapsed().as_secs_f64() * 1000.0,
+        ms = started.elapsed().as_millis() as u64,
         "request"
     );
     response

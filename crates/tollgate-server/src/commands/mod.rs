@@ -35,7 +35,8 @@ impl StoreArgs {
 /// Connects to Redis at `url` with keys under `prefix`, durable as asked;
 /// `connect_timeout` replaces the library's default when given. A failure
 /// is printed and becomes its exit code. Every command that builds a store
-/// comes through here; `bench` (default prefix, no durability) would call
+/// comes through here (`serve`, which retries, through [`open_redis`]);
+/// `bench` (default prefix, no durability) would call
 /// `connect_redis(url, "tollgate", DurabilityArgs::default(), None)`.
 pub(crate) async fn connect_redis(
     url: &str,
@@ -43,17 +44,26 @@ pub(crate) async fn connect_redis(
     durability: DurabilityArgs,
     connect_timeout: Option<Duration>,
 ) -> Result<Store, i32> {
+    open_redis(redis_config(url, prefix, connect_timeout), durability)
+        .await
+        .map_err(|e| {
+            eprintln!("tollgate: {e}");
+            exit::for_error(&e)
+        })
+}
+
+/// How to reach Redis at `url`, keys under `prefix`; `connect_timeout`
+/// replaces the library's default when given.
+pub(crate) fn redis_config(url: &str, prefix: &str, connect_timeout: Option<Duration>) -> RedisConfig {
     let mut config = RedisConfig::new(url.to_owned());
     config.prefix = prefix.to_owned();
     if let Some(t) = connect_timeout {
         config.connect_timeout = t;
     }
-    let connected = match Store::connect(config).await {
-        Ok(s) => durability.apply(s).await,
-        Err(e) => Err(e),
-    };
-    connected.map_err(|e| {
-        eprintln!("tollgate: {e}");
-        exit::for_error(&e)
-    })
+    config
+}
+
+/// Connects as `config` says, durable as asked.
+pub(crate) async fn open_redis(config: RedisConfig, durability: DurabilityArgs) -> tollgate::Result<Store> {
+    durability.apply(Store::connect(config).await?).await
 }

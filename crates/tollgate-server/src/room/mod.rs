@@ -530,10 +530,6 @@ impl Rooms {
         Ok(Rooms { rooms })
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.rooms.is_empty()
-    }
-
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<Room>> {
         self.rooms.iter().find(|r| r.name == name)
     }
@@ -583,7 +579,7 @@ impl Rooms {
             };
         }
         match self.rooms.iter().find(|r| r.matches(host.as_deref(), &matched)) {
-            Some(room) => room.visit(req, peer, &matched).await,
+            Some(room) => room.logged_visit(req, peer, &matched).await,
             None => plain(StatusCode::NOT_FOUND, "no waiting room serves this address"),
         }
     }
@@ -599,6 +595,26 @@ fn now_ms() -> u64 {
 fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut r = typed(format!("{text}\n"), "text/plain; charset=utf-8");
     *r.status_mut() = status;
+    r
+}
+
+/// A room that cannot decide (its store unreachable, or not reached yet
+/// at start): come back in a few seconds.
+pub(crate) fn closed(headers: &HeaderMap) -> Response<Body> {
+    let mut r = if wants_json(headers) {
+        typed(
+            tollgate::error_body(
+                "store_unavailable",
+                "the waiting room cannot decide right now; try again shortly",
+            ),
+            JSON,
+        )
+    } else {
+        typed(page::TRY_AGAIN, HTML)
+    };
+    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
     r
 }
 

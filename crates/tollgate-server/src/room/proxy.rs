@@ -146,6 +146,8 @@ impl Upstream {
                 )
             }
             Ok(Ok(mut response)) => {
+                let upstream = UpstreamStatus(response.status().as_u16());
+                response.extensions_mut().insert(upstream);
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     let Some(client_side) = client_side else {
                         // Switching protocols unasked would leave a
@@ -181,6 +183,11 @@ impl Upstream {
         response
     }
 }
+
+/// The status the upstream answered with, kept on the response for the
+/// access log (absent when tollgate answered itself: timeout, unreachable).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct UpstreamStatus(pub(super) u16);
 
 /// The protocols a request asks to upgrade to (lower case, without
 /// versions), if it asks at all.

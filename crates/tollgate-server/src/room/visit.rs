@@ -84,8 +84,37 @@ impl Room {
         }
     }
 
+    /// A request for the site behind the room, and its access-log line
+    /// (target `tollgate::access`, at info): the visitor's session id
+    /// (never the signed token), the upstream's status when it answered,
+    /// and the time to the response's head in whole milliseconds.
+    pub(super) async fn logged_visit(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        peer: SocketAddr,
+        path: &str,
+    ) -> Response<Body> {
+        let started = std::time::Instant::now();
+        let (method, logged_path) = (req.method().clone(), req.uri().path().to_owned());
+        let mut response = self.visit(req, peer, path).await;
+        let visitor = response.extensions_mut().remove::<VisitorId>();
+        let upstream = response.extensions_mut().remove::<proxy::UpstreamStatus>();
+        tracing::info!(
+            target: "tollgate::access",
+            room = %self.name,
+            visitor = visitor.as_ref().map(|v| v.0.as_str()),
+            %method,
+            path = logged_path,
+            status = response.status().as_u16(),
+            upstream_status = upstream.map(|u| u.0),
+            ms = started.elapsed().as_millis() as u64,
+            "visit"
+        );
+        response
+    }
+
     /// A request for the site behind the room.
-    pub(super) async fn visit(
+    async fn visit(
         &self,
         mut req: Request<hyper::body::Incoming>,
         peer: SocketAddr,
@@ -168,6 +197,7 @@ impl Room {
             }
             Ok(Entered::Queued { ticket, place }) => {
                 self.metrics.queued.increment(1);
+                let id = VisitorId(ticket.clone());
                 let now = now_ms();
                 let signed = self.keys.sign(
                     &self.name,
@@ -180,6 +210,7 @@ impl Room {
                 );
                 let mut response = self.queued_page(req.headers(), Shown::of(&place));
                 self.attach(&mut response, &signed, Duration::from_secs(24 * 3600));
+                response.extensions_mut().insert(id);
                 response
             }
             Ok(Entered::Busy(_)) => self.store_down(req, hop, None).await,
@@ -236,6 +267,7 @@ impl Room {
             .upstream
             .forward(req, hop, &self.cookie_name, &self.metrics, close)
             .await;
+        response.extensions_mut().insert(VisitorId(token.to_owned()));
         let end = response
             .headers_mut()
             .remove(SESSION_HEADER)
@@ -348,7 +380,11 @@ impl Room {
                 self.admitted_after(since_ms, eta_ms);
                 self.forward_active(req, hop, &g.token, true).await
             }
-            Ok(TicketStatus::Queued(place)) => self.queued_page(req.headers(), Shown::of(&place)),
+            Ok(TicketStatus::Queued(place)) => {
+                let mut response = self.queued_page(req.headers(), Shown::of(&place));
+                response.extensions_mut().insert(VisitorId(ticket));
+                response
+            }
             Ok(TicketStatus::Gone) => {
                 // Left the line (silent past the grace): a new arrival.
                 self.metrics.abandoned.increment(1);
@@ -430,21 +466,7 @@ impl Room {
             }
             OnStoreError::Closed => {
                 self.metrics.failed_closed.increment(1);
-                let mut r = if wants_json(req.headers()) {
-                    typed(
-                        tollgate::error_body(
-                            "store_unavailable",
-                            "the waiting room cannot decide right now; try again shortly",
-                        ),
-                        JSON,
-                    )
-                } else {
-                    typed(page::TRY_AGAIN, HTML)
-                };
-                *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-                r
+                closed(req.headers())
             }
         }
     }
@@ -549,6 +571,11 @@ impl Room {
         }
     }
 }
+
+/// Whom a response was for, for the access log: the ticket's id while in
+/// line, the session's once admitted (the same id), never the signed token.
+#[derive(Debug, Clone)]
+struct VisitorId(String);
 
 fn json_response(status: StatusCode, body: impl ToString) -> Response<Body> {
     let mut r = typed(body.to_string(), JSON);

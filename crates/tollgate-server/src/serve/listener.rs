@@ -3,7 +3,7 @@
 //! graceful shutdown on SIGTERM or SIGINT.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -26,14 +26,47 @@ pub(super) struct Listeners {
     proxy: Option<TcpListener>,
 }
 
+/// What the listeners serve: the whole app once the store is open, until
+/// then the starting one (probes, and 503 for the rest) and closed rooms.
+/// Chosen per request, so a connection opened while starting (a client's
+/// pooled one) is served in full once the store is up; the handlers
+/// themselves always get a store.
+#[derive(Clone)]
+pub(super) struct App {
+    ready: Arc<OnceLock<(axum::Router, Arc<Rooms>)>>,
+    starting: axum::Router,
+}
+
+impl App {
+    pub(super) fn new(starting: axum::Router) -> App {
+        App {
+            ready: Arc::default(),
+            starting,
+        }
+    }
+
+    /// From now on, `api` and `rooms` answer.
+    pub(super) fn open(&self, api: axum::Router, rooms: Arc<Rooms>) {
+        let _ = self.ready.set((api, rooms));
+    }
+
+    fn api(&self) -> axum::Router {
+        match self.ready.get() {
+            Some((api, _)) => api.clone(),
+            None => self.starting.clone(),
+        }
+    }
+
+    fn rooms(&self) -> Option<&Arc<Rooms>> {
+        self.ready.get().map(|(_, rooms)| rooms)
+    }
+}
+
 impl Listeners {
-    /// Binds the API's address and, if there are rooms, the proxy's; a
-    /// failure is printed and becomes the exit code.
-    pub(super) async fn bind(
-        listen: SocketAddr,
-        proxy_listen: SocketAddr,
-        rooms: &Rooms,
-    ) -> Result<Self, i32> {
+    /// Binds the API's address and, if there are rooms, the proxy's: the
+    /// first address a host name resolves to that can be bound. A failure
+    /// is printed and becomes the exit code.
+    pub(super) async fn bind(listen: &str, proxy_listen: &str, with_rooms: bool) -> Result<Self, i32> {
         let api = match TcpListener::bind(listen).await {
             Ok(l) => l,
             Err(e) => {
@@ -41,9 +74,7 @@ impl Listeners {
                 return Err(exit::UNAVAILABLE);
             }
         };
-        let proxy = if rooms.is_empty() {
-            None
-        } else {
+        let proxy = if with_rooms {
             match TcpListener::bind(proxy_listen).await {
                 Ok(l) => Some(l),
                 Err(e) => {
@@ -51,25 +82,26 @@ impl Listeners {
                     return Err(exit::UNAVAILABLE);
                 }
             }
+        } else {
+            None
         };
         Ok(Listeners { api, proxy })
     }
 
     /// The one line a person (or a test) needs: where to send requests.
-    pub(super) fn announce(&self, listen: SocketAddr, proxy_listen: SocketAddr, rooms: &Rooms, store: &str) {
-        let addr: SocketAddr = self.api.local_addr().unwrap_or(listen);
+    pub(super) fn announce(&self, rooms: &[String], store: &str) {
+        let shown = |l: &TcpListener| {
+            l.local_addr()
+                .map_or_else(|e| format!("({e})"), |a| a.to_string())
+        };
         let rooms_at = match &self.proxy {
-            Some(p) => {
-                let names: Vec<&str> = rooms.all().iter().map(|r| r.name()).collect();
-                format!(
-                    "; waiting rooms on http://{} ({})",
-                    p.local_addr().unwrap_or(proxy_listen),
-                    names.join(", ")
-                )
-            }
+            Some(p) => format!("; waiting rooms on http://{} ({})", shown(p), rooms.join(", ")),
             None => String::new(),
         };
-        println!("tollgate serve: listening on http://{addr} (store: {store}){rooms_at}");
+        println!(
+            "tollgate serve: listening on http://{} (store: {store}){rooms_at}",
+            shown(&self.api)
+        );
     }
 
     /// Serves both listeners until SIGTERM or SIGINT, then shuts down:
@@ -79,7 +111,7 @@ impl Listeners {
     /// Connections are served with hyper's HTTP/1 builder directly rather
     /// than axum's auto-detecting `serve`: it keeps an idle connection (and
     /// so an open long-poll) markedly smaller.
-    pub(super) async fn serve(self, app: axum::Router, rooms: Arc<Rooms>, stop: watch::Sender<bool>) {
+    pub(super) async fn serve(self, app: App, stop: watch::Sender<bool>) {
         let Listeners { api, proxy } = self;
         let graceful = GracefulShutdown::new();
         let (proxy_open, mut proxy_closed) = tokio::sync::mpsc::channel::<()>(1);
@@ -91,7 +123,7 @@ impl Listeners {
                     let Some((stream, peer)) = or_back_off(accepted, "accept failed (waiting rooms)").await else {
                         continue;
                     };
-                    serve_proxy(stream, peer, rooms.clone(), stop.subscribe(), proxy_open.clone());
+                    serve_proxy(stream, peer, app.clone(), stop.subscribe(), proxy_open.clone());
                 }
                 accepted = api.accept() => {
                     let Some((stream, peer)) = or_back_off(accepted, "accept failed").await else {
@@ -138,7 +170,7 @@ async fn or_back_off(
 }
 
 /// Serves one API connection, under the graceful shutdown's watch.
-fn serve_api(stream: TcpStream, peer: SocketAddr, app: &axum::Router, graceful: &GracefulShutdown) {
+fn serve_api(stream: TcpStream, peer: SocketAddr, app: &App, graceful: &GracefulShutdown) {
     let _ = stream.set_nodelay(true);
     // The request head's limits (hyper answers past them itself;
     // JsonParseErrors gives those answers the JSON error body).
@@ -161,14 +193,21 @@ fn serve_api(stream: TcpStream, peer: SocketAddr, app: &axum::Router, graceful: 
 fn serve_proxy(
     stream: TcpStream,
     peer: SocketAddr,
-    rooms: Arc<Rooms>,
+    app: App,
     mut stopping: watch::Receiver<bool>,
     open: tokio::sync::mpsc::Sender<()>,
 ) {
     let _ = stream.set_nodelay(true);
     let service = hyper::service::service_fn(move |req| {
-        let rooms = rooms.clone();
-        async move { Ok::<_, std::convert::Infallible>(rooms.handle(req, peer).await) }
+        let rooms = app.rooms().cloned();
+        async move {
+            Ok::<_, std::convert::Infallible>(match rooms {
+                Some(rooms) => rooms.handle(req, peer).await,
+                // Closed, whatever on_store_error says, until the store
+                // first answers: no room has its settings applied yet.
+                None => crate::room::closed(req.headers()),
+            })
+        }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -198,19 +237,18 @@ async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, S
     }
 }
 
-/// Tells the app (the rate-limit layer's client-IP key) who is connected.
 type Incoming = hyper::Request<hyper::body::Incoming>;
 
+/// Sends each request to the app of the moment ([`App::api`]), telling it
+/// (the rate-limit layer's client-IP key) who is connected.
 fn with_peer(
-    app: axum::Router,
+    app: App,
     peer: SocketAddr,
-) -> tower::util::MapRequest<axum::Router, impl FnMut(Incoming) -> Incoming + Clone> {
-    tower::ServiceBuilder::new()
-        .map_request(move |mut req: Incoming| {
-            req.extensions_mut().insert(PeerAddr(peer));
-            req
-        })
-        .service(app)
+) -> tower::util::ServiceFn<impl FnMut(Incoming) -> tower::util::Oneshot<axum::Router, Incoming> + Clone> {
+    tower::service_fn(move |mut req: Incoming| {
+        req.extensions_mut().insert(PeerAddr(peer));
+        tower::ServiceExt::oneshot(app.api(), req)
+    })
 }
 
 /// Resolves on SIGTERM or SIGINT: in-flight requests finish (long-polls

@@ -12,7 +12,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tollgate::Store;
 
-use self::listener::Listeners;
+use self::listener::{App, Listeners};
 use self::settings::{Settings, settings};
 use crate::api::jobs::Queues;
 use crate::api::limits::Limiters;
@@ -38,13 +38,80 @@ fn usage(msg: &str) -> i32 {
 async fn start(args: ServeArgs) -> Result<(), i32> {
     let args = settings(args).map_err(|msg| usage(&msg))?;
     let queue_set = Arc::new(Queues::new(&args.queues).map_err(|msg| usage(&msg))?);
-    let store = open_store(&args).await?;
-    check_queues(&queue_set, &store).await?;
+    if args.redis.is_none() && args.durability.durable_replicas.is_some_and(|n| n > 0) {
+        return Err(usage(
+            "durable_replicas needs Redis (--redis): the embedded store has no replicas",
+        ));
+    }
+    let room_names = check_config(&args)?;
+    let listeners = Listeners::bind(&args.listen, &args.proxy_listen, !room_names.is_empty()).await?;
+    let store_kind = if args.redis.is_some() { "redis" } else { "memory" };
+    listeners.announce(&room_names, store_kind);
     // Before anything that registers metrics (rooms, limiters).
     let metrics = install_metrics()?;
+    let (failed, connecting) = tokio::sync::watch::channel(None);
+    let app = App::new(crate::api::starting_router(connecting.clone()));
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let opening = open(args, queue_set, metrics, stopping, failed);
+    tokio::pin!(opening);
+    // Nothing is accepted until the app is open, the store has failed
+    // once, or a second has gone by without an answer (a host that drops
+    // packets): a store that answers at once gets no request answered 503
+    // (connections wait in the backlog meanwhile, as they always did).
+    let waiting = tokio::select! {
+        opened = &mut opening => {
+            let (api, rooms) = opened?;
+            app.open(api, rooms);
+            false
+        }
+        _ = async { connecting.clone().wait_for(Option::is_some).await.is_ok() } => true,
+        () = tokio::time::sleep(Duration::from_secs(1)) => true,
+    };
+    let serving = listeners.serve(app.clone(), stop);
+    tokio::pin!(serving);
+    if waiting {
+        tokio::select! {
+            opened = &mut opening => {
+                let (api, rooms) = opened?;
+                app.open(api, rooms);
+            }
+            // Stopped (SIGTERM, SIGINT) before the store answered.
+            () = &mut serving => return Ok(()),
+        }
+    }
+    serving.await;
+    Ok(())
+}
+
+/// Checks the configuration that needs a store to be built (rooms,
+/// limits, `[protect]`) on a scratch embedded store, before the metrics
+/// recorder is installed (so nothing registers): a mistake is refused
+/// before anything listens, not once Redis answers. The room names, in
+/// matching order, for the listening line.
+fn check_config(args: &Settings) -> Result<Vec<String>, i32> {
+    let scratch = Store::memory();
+    let rooms = Rooms::new(&args.rooms, &scratch).map_err(|msg| usage(&msg))?;
+    let limits = Limiters::configure(&scratch, &args.limits).map_err(|msg| usage(&msg))?;
+    if let Some(p) = &args.protect {
+        limits.layer(p).map_err(|msg| usage(&msg))?;
+        crate::api::limits::trusted_proxies(p).map_err(|msg| usage(&msg))?;
+    }
+    Ok(rooms.all().iter().map(|r| r.name().to_owned()).collect())
+}
+
+/// Opens the store (waiting for Redis as long as `wait_for_store` allows,
+/// each failure sent to `failed`) and what lives on it, starts the
+/// background tasks, and builds the app: its API and its rooms.
+async fn open(
+    args: Settings,
+    queue_set: Arc<Queues>,
+    metrics: PrometheusHandle,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    failed: tokio::sync::watch::Sender<Option<String>>,
+) -> Result<(axum::Router, Arc<Rooms>), i32> {
+    let store = open_store(&args, &failed).await?;
+    check_queues(&queue_set, &store).await?;
     let rooms = Arc::new(Rooms::new(&args.rooms, &store).map_err(|msg| usage(&msg))?);
-    let listeners = Listeners::bind(args.listen, args.proxy_listen, &rooms).await?;
-    listeners.announce(args.listen, args.proxy_listen, &rooms, store.kind());
     for room in rooms.all() {
         if let Err(e) = room.apply_config().await {
             tracing::warn!(room = room.name(), error = %e, "could not set the room's capacity and admission rate; the stored ones stay");
@@ -66,7 +133,6 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
         Some(p) => crate::api::limits::trusted_proxies(p).map_err(|msg| usage(&msg))?,
         None => Vec::new(),
     };
-    let (stop, stopping) = tokio::sync::watch::channel(false);
     // Per room, this server's view of the store: ended sessions (so the
     // proxy's fast path refuses them), the room's settings (written back
     // if the store lost them) and, once a second, a light reap so gauges
@@ -76,7 +142,7 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
         tokio::spawn(async move { room.watch(stopping).await });
     }
     spawn_sweeper(&store, &queue_set, &metrics, args.memory_idle, stopping.clone());
-    let app = router(AppState {
+    let api = router(AppState {
         store,
         metrics,
         lateness: Default::default(),
@@ -92,26 +158,85 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
         body_timeout: args.body_timeout,
         stopping,
     });
-    listeners.serve(app, rooms, stop).await;
-    Ok(())
+    Ok((api, rooms))
 }
 
 /// The embedded store, or Redis at `redis` (durable as asked).
-async fn open_store(args: &Settings) -> Result<Store, i32> {
-    let store = match &args.redis {
+async fn open_store(
+    args: &Settings,
+    failed: &tokio::sync::watch::Sender<Option<String>>,
+) -> Result<Store, i32> {
+    match &args.redis {
         None => Store::memory_with(tollgate::MemoryOptions {
             idle: args.memory_idle,
             ..tollgate::MemoryOptions::default()
         })
-        .map_err(|e| usage(&format!("memory_idle: {e}")))?,
-        Some(url) => crate::commands::connect_redis(url, &args.prefix, args.durability, None).await?,
-    };
-    if args.redis.is_none() && args.durability.durable_replicas.is_some_and(|n| n > 0) {
-        return Err(usage(
-            "durable_replicas needs Redis (--redis): the embedded store has no replicas",
-        ));
+        .map_err(|e| usage(&format!("memory_idle: {e}"))),
+        Some(url) => wait_for_redis(args, url, failed).await,
     }
-    Ok(store)
+}
+
+/// Retries a Redis that does not answer (not started yet, restarting)
+/// with backoff: 100 ms, doubling, at most 5 s apart; for at most
+/// `wait_for_store` if set (then exit 69). What no retry mends (refused
+/// credentials, a Cluster node named by a plain URL, a bad URL or DB
+/// index) exits at once with its own code.
+async fn wait_for_redis(
+    args: &Settings,
+    url: &str,
+    failed: &tokio::sync::watch::Sender<Option<String>>,
+) -> Result<Store, i32> {
+    let config = crate::commands::redis_config(url, &args.prefix, None);
+    let shown = config.redacted_url();
+    let retrying = async {
+        let mut pause = Duration::from_millis(100);
+        let mut attempt = 1u64;
+        loop {
+            match crate::commands::open_redis(config.clone(), args.durability).await {
+                Ok(store) => return Ok(store),
+                Err(e) if unreachable(&e) => {
+                    tracing::warn!(attempt, error = %e, retry_in_ms = pause.as_millis() as u64, "Redis does not answer yet; retrying");
+                    failed.send_replace(Some(e.to_string()));
+                }
+                Err(e) => {
+                    eprintln!("tollgate: {e}");
+                    return Err(match e.kind() {
+                        // Redis answered the connection's set-up with an error.
+                        tollgate::ErrorKind::Unavailable => exit::CONFIG,
+                        _ => exit::for_error(&e),
+                    });
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
+            attempt += 1;
+        }
+    };
+    let Some(limit) = args.wait_for_store else {
+        return retrying.await;
+    };
+    tokio::time::timeout(limit, retrying).await.unwrap_or_else(|_| {
+        let last = failed
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| "its first attempt had not finished".to_owned());
+        eprintln!(
+            "tollgate: Redis at {shown} did not answer within {limit:?} (--wait-for-store, \
+             TOLLGATE_WAIT_FOR_STORE, wait_for_store): {last}"
+        );
+        Err(exit::UNAVAILABLE)
+    })
+}
+
+/// Whether Redis could not be reached, which waiting can mend, rather
+/// than reached and refusing the connection's set-up (a SELECT of a DB
+/// index it does not have): the library calls both unavailable, the
+/// second with Redis's own error as the source.
+fn unreachable(e: &tollgate::Error) -> bool {
+    let answered = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<tollgate::Error>())
+        .is_some_and(|s| s.kind() == tollgate::ErrorKind::Store);
+    e.kind() == tollgate::ErrorKind::Unavailable && !answered
 }
 
 async fn check_queues(queue_set: &Queues, store: &Store) -> Result<(), i32> {

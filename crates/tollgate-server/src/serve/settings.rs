@@ -2,7 +2,6 @@
 //! clap) win over the TOML config file, which wins over the defaults.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::api::jobs::QueueSettings;
@@ -14,7 +13,8 @@ use crate::room::RoomSettings;
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSettings {
-    listen: Option<SocketAddr>,
+    /// HOST:PORT; a host name is resolved.
+    listen: Option<String>,
     redis: Option<String>,
     prefix: Option<String>,
     #[serde(default)]
@@ -25,7 +25,7 @@ struct FileSettings {
     /// Rate-limit tollgate's own /v1 API.
     protect: Option<ProtectSettings>,
     /// Where the waiting rooms listen.
-    proxy_listen: Option<SocketAddr>,
+    proxy_listen: Option<String>,
     /// Waiting rooms: `[rooms.NAME]`.
     #[serde(default)]
     rooms: HashMap<String, RoomSettings>,
@@ -44,17 +44,20 @@ struct FileSettings {
     body_timeout: Option<String>,
     /// The embedded store: how long an idle name's state is kept, e.g. "10m".
     memory_idle: Option<String>,
+    /// With Redis: how long to wait for it at start, e.g. "30s"; absent:
+    /// forever.
+    wait_for_store: Option<String>,
 }
 
 /// The settings `serve` runs with.
 pub(super) struct Settings {
-    pub(super) listen: SocketAddr,
+    pub(super) listen: String,
     pub(super) redis: Option<String>,
     pub(super) prefix: String,
     pub(super) tokens: Vec<String>,
     pub(super) limits: HashMap<String, LimitSettings>,
     pub(super) protect: Option<ProtectSettings>,
-    pub(super) proxy_listen: SocketAddr,
+    pub(super) proxy_listen: String,
     pub(super) rooms: HashMap<String, RoomSettings>,
     pub(super) durability: DurabilityArgs,
     pub(super) queues: HashMap<String, QueueSettings>,
@@ -62,6 +65,8 @@ pub(super) struct Settings {
     pub(super) metrics_timeout: Duration,
     pub(super) body_timeout: Duration,
     pub(super) memory_idle: Duration,
+    /// How long to wait for Redis at start; `None`: forever.
+    pub(super) wait_for_store: Option<Duration>,
 }
 
 /// A duration from a flag, else from the file's `key`, else `default`;
@@ -82,6 +87,20 @@ fn duration_setting(
         return Err(format!("{key} must be {min:?} to {max:?}, not {d:?}"));
     }
     Ok(d)
+}
+
+/// A listening address as given (HOST:PORT, the host a name or an IP
+/// address, `[...]` around IPv6), else `default`; resolved when bound.
+fn address(key: &str, given: Option<String>, default: &str) -> Result<String, String> {
+    let Some(text) = given else {
+        return Ok(default.to_owned());
+    };
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(text),
+        _ => Err(format!(
+            "{key} = {text:?}: write HOST:PORT, e.g. 127.0.0.1:7700 or localhost:7700"
+        )),
+    }
 }
 
 /// Merges the config file, the environment and the flags: flags and
@@ -113,10 +132,7 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         }
     };
     Ok(Settings {
-        listen: args
-            .listen
-            .or(file.listen)
-            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7700))),
+        listen: address("listen", args.listen.or(file.listen), "127.0.0.1:7700")?,
         redis: args.redis.or(file.redis),
         prefix: args
             .prefix
@@ -129,10 +145,11 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         },
         limits: file.limits,
         protect: file.protect,
-        proxy_listen: args
-            .proxy_listen
-            .or(file.proxy_listen)
-            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7780))),
+        proxy_listen: address(
+            "proxy_listen",
+            args.proxy_listen.or(file.proxy_listen),
+            "127.0.0.1:7780",
+        )?,
         rooms: file.rooms,
         queues: file.queues,
         max_tickets_per_client: args
@@ -160,6 +177,16 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
             tollgate::MemoryOptions::default().idle,
             (Duration::from_secs(1), Duration::from_secs(30 * 24 * 3600)),
         )?,
+        wait_for_store: match (args.wait_for_store, file.wait_for_store.as_deref()) {
+            (None, None) => None,
+            (flag, file) => Some(duration_setting(
+                "wait_for_store",
+                flag,
+                file,
+                Duration::ZERO,
+                (Duration::from_millis(100), Duration::from_secs(30 * 24 * 3600)),
+            )?),
+        },
         durability: DurabilityArgs {
             durable_replicas: args.durability.durable_replicas.or(file.durable_replicas),
             durable_timeout: match (args.durability.durable_timeout, file.durable_timeout) {
@@ -203,11 +230,12 @@ mod tests {
             metrics_timeout,
             body_timeout,
             memory_idle,
+            wait_for_store,
         } = file;
         assert!(listen.is_some() && redis.is_some() && prefix.is_some() && !tokens.is_empty());
         assert!(proxy_listen.is_some() && durable_replicas.is_some() && durable_timeout.is_some());
         assert!(max_tickets_per_client.is_some() && metrics_timeout.is_some());
-        assert!(body_timeout.is_some() && memory_idle.is_some());
+        assert!(body_timeout.is_some() && memory_idle.is_some() && wait_for_store.is_some());
 
         let limit = limits.values().next().expect("a [limits.NAME]").clone();
         let LimitSettings {

@@ -24,16 +24,62 @@ impl Server {
     }
 
     /// With its standard error going to `stderr` (a file, to read logs).
+    /// With `redis`, returns once the server has reached it (or is gone).
     pub fn start_full(redis: Option<&str>, extra: &[&str], stderr: Stdio) -> Server {
+        let s = Server::spawn(Server::command(redis, extra), stderr);
+        if redis.is_some() {
+            s.wait_for_store();
+        }
+        s
+    }
+
+    /// Waits until the server has opened its store (its /readyz no longer
+    /// gives the answer of a server still waiting for Redis), or is gone:
+    /// it listens before it reaches Redis, and a test that stops Redis
+    /// right after the start must know the server saw it up.
+    pub fn wait_for_store(&self) {
+        use std::io::{Read, Write};
+        let addr = self.base.trim_start_matches("http://");
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(20) {
+            let Ok(mut conn) = std::net::TcpStream::connect(addr) else {
+                return;
+            };
+            let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let mut answer = String::new();
+            let asked = conn.write_all(b"GET /readyz HTTP/1.0\r\nHost: tollgate\r\n\r\n");
+            if asked.is_err() || conn.read_to_string(&mut answer).is_err() {
+                return;
+            }
+            if !answer.contains("not connected to the store yet") {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The command `start_full` runs (on 127.0.0.1:0 unless `extra` has a
+    /// --listen), to change its environment before [`Server::spawn`].
+    pub fn command(redis: Option<&str>, extra: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
+        cmd.arg("serve");
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(extra)
             .env_remove("TOLLGATE_REDIS_URL")
             .env_remove("TOLLGATE_TOKENS")
+            .env_remove("TOLLGATE_WAIT_FOR_STORE")
+            .env_remove("TOLLGATE_LOG_FORMAT")
             .env("TOLLGATE_LOG", "warn");
         if let Some(url) = redis {
             cmd.args(["--redis", url]);
         }
+        cmd
+    }
+
+    /// Runs `cmd` and reads the listening line.
+    pub fn spawn(mut cmd: Command, stderr: Stdio) -> Server {
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(stderr)

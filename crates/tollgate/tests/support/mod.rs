@@ -32,7 +32,9 @@ pub fn cluster_node_timeout() -> Duration {
     Duration::from_millis(ms)
 }
 
-fn free_port() -> u16 {
+/// A free loopback port (for a server started on it later:
+/// [`RedisServer::start_on_port`]).
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -231,6 +233,22 @@ impl RedisServer {
             false,
             free_cluster_port,
         )
+    }
+
+    /// On `port` (from [`free_port`]): for a client started before its
+    /// Redis.
+    pub fn start_on_port(port: u16) -> RedisServer {
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir: tempfile::tempdir().expect("temp dir"),
+            extra: Vec::new(),
+            tls_port: None,
+        };
+        if let Err(e) = server.spawn() {
+            panic!("could not start redis-server on port {port}: {e}");
+        }
+        server
     }
 
     fn start_with(extra: impl Fn(&std::path::Path, u16) -> Vec<String>, tls: bool) -> RedisServer {

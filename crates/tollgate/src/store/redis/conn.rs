@@ -339,6 +339,13 @@ pub(super) fn connect_error(e: impl Into<Error>, what: &str, url: &str) -> Error
     }
 }
 
+impl RedisConfig {
+    /// The URL with its password, if any, shown as `***`: for messages.
+    pub fn redacted_url(&self) -> String {
+        redacted(&self.url)
+    }
+}
+
 /// `url` with its password, if any, shown as `***` (for messages): the
 /// part of the user info after its first `:` (up to the last `@`, so a
 /// password holding `/` is hidden too), and `pass=` / `password=` query
