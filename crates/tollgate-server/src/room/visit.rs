@@ -3,7 +3,11 @@
 //! being admitted and forwarded while active, the room's own endpoints
 //! (status, events, leave), and what a visitor sees while the store is down.
 
+use super::page::Figures;
 use super::*;
+
+/// How long a visitor of a closed room without its store is asked to wait.
+const TRY_AGAIN_SECONDS: u64 = 5;
 
 impl Room {
     fn cookie(&self, value: &str, max_age: Duration) -> HeaderValue {
@@ -372,6 +376,16 @@ impl Room {
         }
     }
 
+    /// One of the room's pages; its language may follow `Accept-Language`.
+    fn html(&self, html: String) -> Response<Body> {
+        let mut r = typed(html, HTML);
+        if self.pages.varies() {
+            r.headers_mut()
+                .insert(header::VARY, HeaderValue::from_static("accept-language"));
+        }
+        r
+    }
+
     fn retry_seconds(&self) -> u64 {
         2
     }
@@ -381,8 +395,11 @@ impl Room {
         let mut response = if wants_json(headers) {
             typed(shown.json().to_string(), JSON)
         } else {
-            let html = self.page.render(&self.name, &shown, retry);
-            typed(html, HTML)
+            let lang = self.pages.lang(headers);
+            let html = self
+                .pages
+                .waiting(&self.name, lang, Figures::Known(&shown), retry);
+            self.html(html)
         };
         *response.status_mut() = self.queued_status;
         let h = response.headers_mut();
@@ -396,8 +413,8 @@ impl Room {
         let mut response = if wants_json(headers) {
             typed(tollgate::error_body("rate_limited", message), JSON)
         } else {
-            let html = self.page.render_unknown(&self.name, secs);
-            typed(html, HTML)
+            let lang = self.pages.lang(headers);
+            self.html(self.pages.waiting(&self.name, lang, Figures::Unknown, secs))
         };
         *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         let h = response.headers_mut();
@@ -439,11 +456,12 @@ impl Room {
                         JSON,
                     )
                 } else {
-                    typed(page::TRY_AGAIN, HTML)
+                    let lang = self.pages.lang(req.headers());
+                    self.html(self.pages.try_again(&self.name, lang, TRY_AGAIN_SECONDS))
                 };
                 *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                 r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                    .insert(header::RETRY_AFTER, HeaderValue::from(TRY_AGAIN_SECONDS));
                 r
             }
         }

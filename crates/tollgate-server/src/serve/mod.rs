@@ -42,7 +42,10 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
     check_queues(&queue_set, &store).await?;
     // Before anything that registers metrics (rooms, limiters).
     let metrics = install_metrics()?;
-    let rooms = Arc::new(Rooms::new(&args.rooms, &store).map_err(|msg| usage(&msg))?);
+    let rooms = Arc::new(Rooms::new(&args.rooms, &store).map_err(|e| {
+        eprintln!("tollgate: {e}");
+        e.exit_code()
+    })?);
     let listeners = Listeners::bind(args.listen, args.proxy_listen, &rooms).await?;
     listeners.announce(args.listen, args.proxy_listen, &rooms, store.kind());
     for room in rooms.all() {
