@@ -562,16 +562,12 @@ async fn store_down_open_or_closed() {
     )
     .await;
     let open = &room.s;
-    let try_again = room.dir.path().join("try-again.html");
-    std::fs::write(
-        &try_again,
+    let try_again = template(
+        &room.dir,
+        "try_again_page",
         "<p>{{room}}: please try again in {{retry_seconds}} s</p>",
-    )
-    .expect("page");
-    let extra = format!(
-        "store_timeout_ms = 200\ntry_again_page = \"{}\"",
-        try_again.display()
     );
+    let extra = format!("store_timeout_ms = 200\n{try_again}");
     let closed = start(&room.dir, &room_config(room.up, 1, &extra), Some(&url));
     redis.kill();
     for (s, want_in) in [(open, true), (&closed, false)] {
@@ -778,13 +774,12 @@ async fn pause_resume_and_admission_rate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_waiting_page() {
     let (_seen, up, dir) = site().await;
-    let page = dir.path().join("page.html");
-    std::fs::write(
-        &page,
+    let page = template(
+        &dir,
+        "page",
         "<p>Place {{position}} of {{waiting}}, about {{eta}}; live at {{events_url}}</p>",
-    )
-    .expect("page");
-    let extra = format!("page = \"{}\"\nqueued_status = 200", page.display());
+    );
+    let extra = format!("{page}queued_status = 200");
     let (_s, proxy, c, _holder) = take_the_slot(start(&dir, &room_config(up, 1, &extra), None)).await;
     let mut v = Visitor::new("v");
     let a = v.get(&c, &proxy, "/page", false).await;

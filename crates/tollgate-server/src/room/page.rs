@@ -16,9 +16,13 @@ use tollgate::TicketStatus;
 use super::lang::{Lang, LangSetting, Text};
 use super::{Room, Shown, bounded};
 
+/// The frame of every built-in page: its head, the style (light and
+/// dark), and `{{t_body}}`.
+const SHELL: &str = include_str!("shell.html");
+/// The built-in waiting page's body.
 const WAITING: &str = include_str!("page.html");
-/// The "try again" and upstream error pages: a heading and a line.
-const NOTICE: &str = include_str!("notice.html");
+/// The body of the built-in "try again" and upstream error pages.
+const NOTICE: &str = "<main>\n<h1>{{t_heading}}</h1>\n<p>{{t_text}}</p>\n</main>";
 
 /// The pages a room shows, and what each template may name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +46,12 @@ impl Kind {
             Kind::UpstreamDown => "upstream_down_page",
             Kind::UpstreamTimeout => "upstream_timeout_page",
         }
+    }
+
+    /// The built-in page: the shell around its body.
+    fn built_in(self) -> Template {
+        let body = if self == Kind::Waiting { WAITING } else { NOTICE };
+        Template(Template(SHELL.to_owned()).fill(&[("t_body", body)]))
     }
 
     /// The placeholders a custom template of this page may use (docs/ROOMS.md).
@@ -131,15 +141,16 @@ fn placeholders(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// A room's pages: the built-in ones in its language (`lang`), or the
-/// operator's templates.
+/// A room's pages: the built-in ones, in its language (`lang`), or the
+/// operator's templates. Both are filled with the same values; only the
+/// built-in ones name the words (`{{t_…}}`).
 #[derive(Debug)]
 pub(crate) struct Pages {
     lang: LangSetting,
-    waiting: Option<Template>,
-    try_again: Option<Template>,
-    upstream_down: Option<Template>,
-    upstream_timeout: Option<Template>,
+    waiting: Template,
+    try_again: Template,
+    upstream_down: Template,
+    upstream_timeout: Template,
 }
 
 /// What a waiting page shows: figures, or none (a visitor asking too
@@ -156,7 +167,10 @@ impl Pages {
         lang: LangSetting,
         file: impl Fn(Kind) -> Option<std::path::PathBuf>,
     ) -> Result<Pages, String> {
-        let load = |kind| file(kind).map(|path| Template::load(kind, &path)).transpose();
+        let load = |kind: Kind| match file(kind) {
+            Some(path) => Template::load(kind, &path),
+            None => Ok(kind.built_in()),
+        };
         Ok(Pages {
             lang,
             waiting: load(Kind::Waiting)?,
@@ -192,7 +206,10 @@ impl Pages {
         })
         .to_string()
         .replace("</", "<\\/");
-        let room_html = escape(room);
+        let (room_html, head) = (
+            escape(room),
+            format!("<noscript><meta http-equiv=\"refresh\" content=\"{refresh}\"></noscript>"),
+        );
         let values = [
             ("room", room_html.as_str()),
             ("lang", t.code),
@@ -204,7 +221,8 @@ impl Pages {
             ("events_url", &format!("/.tollgate/{room}/events")),
             ("status_url", &format!("/.tollgate/{room}/status")),
             ("refresh_seconds", &refresh.to_string()),
-            ("t_in_line", t.in_line),
+            ("t_head", &head),
+            ("t_title", t.in_line),
             ("t_lead", t.lead),
             ("t_place", t.place),
             ("t_of", t.of),
@@ -212,40 +230,30 @@ impl Pages {
             ("t_estimate", t.estimate),
             ("t_words", &words),
         ];
-        match &self.waiting {
-            Some(custom) => custom.fill(&values),
-            None => Template(WAITING.to_owned()).fill(&values),
-        }
+        self.waiting.fill(&values)
     }
 
     /// The page of a room that cannot reach its store (served with 503 and
     /// `Retry-After: retry`).
     pub(crate) fn try_again(&self, room: &str, lang: Lang, retry: u64) -> String {
         let t = lang.text();
-        let head = format!(
-            "<meta name=\"robots\" content=\"noindex\"><meta http-equiv=\"refresh\" content=\"{retry}\">"
-        );
+        let head = format!("<meta http-equiv=\"refresh\" content=\"{retry}\">");
         let notice = [
             ("t_head", head.as_str()),
             ("t_title", t.try_again_title),
             ("t_heading", t.try_again_heading),
             ("t_text", t.try_again_text),
         ];
-        self.notice(self.try_again.as_ref(), room, lang, "503", retry, &notice)
+        self.notice(&self.try_again, room, lang, "503", retry, &notice)
     }
 
     /// The page for a 502 (`timeout` false) or a 504 from the upstream.
     pub(crate) fn upstream_error(&self, room: &str, lang: Lang, timeout: bool, retry: u64) -> String {
         let t = lang.text();
-        let (custom, status, title, text) = if timeout {
-            (
-                self.upstream_timeout.as_ref(),
-                "504",
-                t.timeout_title,
-                t.timeout_text,
-            )
+        let (page, status, title, text) = if timeout {
+            (&self.upstream_timeout, "504", t.timeout_title, t.timeout_text)
         } else {
-            (self.upstream_down.as_ref(), "502", t.down_title, t.down_text)
+            (&self.upstream_down, "502", t.down_title, t.down_text)
         };
         let notice = [
             ("t_head", ""),
@@ -253,12 +261,12 @@ impl Pages {
             ("t_heading", title),
             ("t_text", text),
         ];
-        self.notice(custom, room, lang, status, retry, &notice)
+        self.notice(page, room, lang, status, retry, &notice)
     }
 
     fn notice(
         &self,
-        custom: Option<&Template>,
+        page: &Template,
         room: &str,
         lang: Lang,
         status: &str,
@@ -273,10 +281,7 @@ impl Pages {
             ("retry_seconds", &retry),
         ];
         values.extend_from_slice(words);
-        match custom {
-            Some(c) => c.fill(&values),
-            None => Template(NOTICE.to_owned()).fill(&values),
-        }
+        page.fill(&values)
     }
 }
 

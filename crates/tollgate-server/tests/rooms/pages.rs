@@ -49,12 +49,11 @@ async fn unknown_placeholders_are_refused_at_load() {
         ("upstream_timeout_page", "<p>{{t_title}}</p>", "{{t_title}}"),
     ];
     for (setting, text, bad) in cases {
-        let file = dir.path().join(format!("{setting}-{}.html", rand_suffix()));
-        std::fs::write(&file, text).expect("template");
-        let extra = format!("{setting} = \"{}\"", file.display());
-        let (code, err) = serve_refuses(&dir, &room_config(up, 1, &extra));
+        let line = template(&dir, setting, text);
+        let (code, err) = serve_refuses(&dir, &room_config(up, 1, &line));
         assert_eq!(code, Some(78), "{setting}: {err}");
-        for part in ["[rooms.shop]", setting, &file.display().to_string(), bad] {
+        let file = line.split('"').nth(1).expect("path");
+        for part in ["[rooms.shop]", setting, file, bad] {
             assert!(err.contains(part), "{setting}: {part:?} not in {err}");
         }
     }
@@ -79,12 +78,10 @@ async fn unknown_placeholders_are_refused_at_load() {
             "{{room}} {{lang}} {{status}} {{retry_seconds}}",
         ),
     ];
-    let mut extra = String::new();
-    for (setting, text) in pages {
-        let file = dir.path().join(format!("{setting}.html"));
-        std::fs::write(&file, text).expect("template");
-        extra.push_str(&format!("{setting} = \"{}\"\n", file.display()));
-    }
+    let extra: String = pages
+        .iter()
+        .map(|(setting, text)| template(&dir, setting, text))
+        .collect();
     let _s = start(&dir, &room_config(up, 1, &extra), None);
     // A bad language is a bad setting.
     let (code, err) = serve_refuses(&dir, &room_config(up, 1, "lang = \"fr\""));
@@ -152,19 +149,17 @@ async fn the_page_speaks_the_rooms_language() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_upstream_error_pages() {
     let (_seen, up, dir) = site().await;
-    let down = dir.path().join("down.html");
-    std::fs::write(
-        &down,
+    let down = template(
+        &dir,
+        "upstream_down_page",
         "<p lang=\"{{lang}}\">{{room}} is down ({{status}}), back in {{retry_seconds}} s</p>",
-    )
-    .expect("page");
-    let slow = dir.path().join("slow.html");
-    std::fs::write(&slow, "<p>{{room}} is slow ({{status}})</p>").expect("page");
-    let extra = format!(
-        "upstream_down_page = \"{}\"\nupstream_timeout_page = \"{}\"\nlang = \"auto\"",
-        down.display(),
-        slow.display()
     );
+    let slow = template(
+        &dir,
+        "upstream_timeout_page",
+        "<p>{{room}} is slow ({{status}})</p>",
+    );
+    let extra = format!("{down}{slow}lang = \"auto\"");
     let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let dead_addr = dead.local_addr().expect("addr");
     drop(dead);
