@@ -15,21 +15,30 @@ use support::RedisServer;
 async fn the_example_config_starts_a_working_server() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let page = dir.path().join("waiting.html");
-    std::fs::write(
-        &page,
-        "<p>You are number {{position}} of {{waiting}}; about {{eta}}.</p>",
-    )
-    .expect("page");
-    let example = include_str!("../../../tollgate.example.toml")
-        .replace(
-            "page = \"waiting.html\"",
-            &format!("page = {:?}", page.display().to_string()),
-        )
-        .replace(
-            "proxy_listen = \"127.0.0.1:7780\"",
-            "proxy_listen = \"127.0.0.1:0\"",
+    let mut example = include_str!("../../../tollgate.example.toml").replace(
+        "proxy_listen = \"127.0.0.1:7780\"",
+        "proxy_listen = \"127.0.0.1:0\"",
+    );
+    // Each page template, in the temp dir, with the placeholders it may use.
+    for (file, text) in [
+        (
+            "waiting.html",
+            "<p>Number {{position}} of {{waiting}}; about {{eta}}.</p>",
+        ),
+        (
+            "try-again.html",
+            "<p>{{room}} is busy; again in {{retry_seconds}} s.</p>",
+        ),
+        ("upstream-down.html", "<p>{{status}}: {{room}} is down.</p>"),
+        ("upstream-timeout.html", "<p>{{status}}: {{room}} is slow.</p>"),
+    ] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, text).expect("page");
+        example = example.replace(
+            &format!("\"{file}\""),
+            &format!("{:?}", path.display().to_string()),
         );
+    }
     let path = dir.path().join("tollgate.toml");
     std::fs::write(&path, example).expect("config");
     // --listen and --redis on the command line win over the file.

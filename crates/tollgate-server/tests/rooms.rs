@@ -20,6 +20,8 @@ use room_support::*;
 
 #[path = "rooms/browser.rs"]
 mod browser;
+#[path = "rooms/pages.rs"]
+mod pages;
 
 /// What a test changes in `room_config`'s room "shop", and the store it
 /// runs on; built from `ONE_SLOT` by the methods below.
@@ -547,7 +549,8 @@ async fn the_proxy_forwards_faithfully() {
 }
 
 /// Redis down: an `open` room lets visitors through, a `closed` one shows
-/// a "try again" page with 503 and Retry-After; neither hangs.
+/// a "try again" page (here the operator's own) with 503 and Retry-After;
+/// neither hangs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_down_open_or_closed() {
     let mut redis = RedisServer::start();
@@ -559,11 +562,13 @@ async fn store_down_open_or_closed() {
     )
     .await;
     let open = &room.s;
-    let closed = start(
+    let try_again = template(
         &room.dir,
-        &room_config(room.up, 1, "store_timeout_ms = 200"),
-        Some(&url),
+        "try_again_page",
+        "<p>{{room}}: please try again in {{retry_seconds}} s</p>",
     );
+    let extra = format!("store_timeout_ms = 200\n{try_again}");
+    let closed = start(&room.dir, &room_config(room.up, 1, &extra), Some(&url));
     redis.kill();
     for (s, want_in) in [(open, true), (&closed, false)] {
         let t = Instant::now();
@@ -575,7 +580,7 @@ async fn store_down_open_or_closed() {
         } else {
             assert_eq!(a.status, 503);
             assert_eq!(a.headers["retry-after"], "5");
-            assert!(a.text.contains("try again"), "{}", a.text);
+            assert_eq!(a.text, "<p>shop: please try again in 5 s</p>");
         }
         let metrics = s.metrics(Some("admin-token-0123456789")).await;
         let series = if want_in {
@@ -769,13 +774,12 @@ async fn pause_resume_and_admission_rate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_waiting_page() {
     let (_seen, up, dir) = site().await;
-    let page = dir.path().join("page.html");
-    std::fs::write(
-        &page,
+    let page = template(
+        &dir,
+        "page",
         "<p>Place {{position}} of {{waiting}}, about {{eta}}; live at {{events_url}}</p>",
-    )
-    .expect("page");
-    let extra = format!("page = \"{}\"\nqueued_status = 200", page.display());
+    );
+    let extra = format!("{page}queued_status = 200");
     let (_s, proxy, c, _holder) = take_the_slot(start(&dir, &room_config(up, 1, &extra), None)).await;
     let mut v = Visitor::new("v");
     let a = v.get(&c, &proxy, "/page", false).await;

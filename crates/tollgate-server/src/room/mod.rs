@@ -9,6 +9,7 @@
 
 pub(crate) mod admin;
 mod counters;
+mod lang;
 mod page;
 mod path;
 mod proxy;
@@ -31,7 +32,8 @@ use serde_json::json;
 use tollgate::{Entered, ErrorKind, Gate, GateOptions, Limit, RateLimiter, Store, TicketStatus, client_ip};
 
 use self::counters::RoomMetrics;
-use self::page::Page;
+use self::lang::LangSetting;
+use self::page::{Kind, Pages};
 use self::proxy::{Hop, Upstream};
 use self::token::{Keys, Visitor};
 use self::watch::{Seen, View};
@@ -91,6 +93,17 @@ pub(crate) struct RoomSettings {
     pub(crate) upstream_timeout_ms: Option<u64>,
     /// An HTML file replacing the default waiting page.
     pub(crate) page: Option<std::path::PathBuf>,
+    /// An HTML file replacing the "try again" page (a closed room that
+    /// cannot reach its store).
+    pub(crate) try_again_page: Option<std::path::PathBuf>,
+    /// An HTML file replacing the 502 page (the upstream cannot be reached).
+    pub(crate) upstream_down_page: Option<std::path::PathBuf>,
+    /// An HTML file replacing the 504 page (the upstream did not answer in
+    /// time).
+    pub(crate) upstream_timeout_page: Option<std::path::PathBuf>,
+    /// The built-in pages' language: `en` (default), `es`, `zh`, or `auto`
+    /// (from each request's `Accept-Language`, English if none fits).
+    pub(crate) lang: Option<String>,
     /// Status of the waiting page: 503 (default; crawlers do not index it)
     /// or 200.
     pub(crate) queued_status: Option<u16>,
@@ -143,7 +156,7 @@ pub(crate) struct Room {
     arrival_limit: Option<RateLimiter>,
     on_store_error: OnStoreError,
     store_timeout: Duration,
-    page: Page,
+    pages: Arc<Pages>,
     queued_status: StatusCode,
     hosts: Vec<String>,
     path_prefix: String,
@@ -224,15 +237,48 @@ fn check_room_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Why a room could not be set up.
+#[derive(Debug)]
+pub(crate) enum RoomError {
+    /// A bad setting (exit 64, as any bad argument).
+    Setting(String),
+    /// A page template that cannot be used: unreadable, or naming a
+    /// placeholder its page does not fill (exit 78).
+    Page(String),
+}
+
+impl From<String> for RoomError {
+    fn from(message: String) -> RoomError {
+        RoomError::Setting(message)
+    }
+}
+
+impl std::fmt::Display for RoomError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RoomError::Setting(m) | RoomError::Page(m) => f.write_str(m),
+        }
+    }
+}
+
+impl RoomError {
+    pub(crate) fn exit_code(&self) -> i32 {
+        match self {
+            RoomError::Setting(_) => crate::exit::USAGE,
+            RoomError::Page(_) => crate::exit::CONFIG,
+        }
+    }
+}
+
 impl Room {
-    pub(crate) fn new(name: &str, s: &RoomSettings, store: &Store) -> Result<Room, String> {
+    pub(crate) fn new(name: &str, s: &RoomSettings, store: &Store) -> Result<Room, RoomError> {
         check_room_name(name)?;
         let at = |e: String| format!("[rooms.{name}] {e}");
         let session_ttl =
             duration("session_ttl", s.session_ttl.as_deref(), Duration::from_secs(300)).map_err(at)?;
         let grace = duration("grace", s.grace.as_deref(), Duration::from_secs(30)).map_err(at)?;
         if s.capacity == 0 || s.capacity > tollgate::MAX_CAPACITY {
-            return Err(at(format!("capacity must be 1 to {}", tollgate::MAX_CAPACITY)));
+            return Err(at(format!("capacity must be 1 to {}", tollgate::MAX_CAPACITY)).into());
         }
         let options = GateOptions {
             ttl: session_ttl,
@@ -266,12 +312,12 @@ impl Room {
         let on_store_error = match s.on_store_error.as_deref().unwrap_or("closed") {
             "open" => OnStoreError::Open,
             "closed" => OnStoreError::Closed,
-            other => return Err(at(format!("on_store_error = {other:?}: use open or closed"))),
+            other => return Err(at(format!("on_store_error = {other:?}: use open or closed")).into()),
         };
         let queued_status = match s.queued_status.unwrap_or(503) {
             200 => StatusCode::OK,
             503 => StatusCode::SERVICE_UNAVAILABLE,
-            other => return Err(at(format!("queued_status = {other}: use 503 or 200"))),
+            other => return Err(at(format!("queued_status = {other}: use 503 or 200")).into()),
         };
         let bypass_header = match &s.bypass_header {
             None => None,
@@ -288,7 +334,7 @@ impl Room {
         };
         let path_prefix = s.path_prefix.as_deref().unwrap_or("/");
         if !path_prefix.starts_with('/') {
-            return Err(at(format!("path_prefix = {path_prefix:?} must start with /")));
+            return Err(at(format!("path_prefix = {path_prefix:?} must start with /")).into());
         }
         let path_prefix = path::prefix(path_prefix).map_err(|e| at(format!("path_prefix = {e}")))?;
         let bypass_paths = s
@@ -296,10 +342,18 @@ impl Room {
             .iter()
             .map(|p| path::prefix(p).map_err(|e| at(format!("bypass_paths: {e}"))))
             .collect::<Result<Vec<_>, _>>()?;
-        let page = match &s.page {
-            None => Page::default_page(),
-            Some(path) => Page::from_file(path).map_err(at)?,
-        };
+        let lang = LangSetting::parse(s.lang.as_deref()).map_err(at)?;
+        let pages = Pages::load(lang, |kind| {
+            match kind {
+                Kind::Waiting => &s.page,
+                Kind::TryAgain => &s.try_again_page,
+                Kind::UpstreamDown => &s.upstream_down_page,
+                Kind::UpstreamTimeout => &s.upstream_timeout_page,
+            }
+            .clone()
+        })
+        .map_err(|e| RoomError::Page(at(e)))?;
+        let pages = Arc::new(pages);
         let admission_interval = s
             .admissions_per_minute
             .map(|n| admission_interval(n).map_err(|e| at(format!("admissions_per_minute: {e}"))))
@@ -311,6 +365,7 @@ impl Room {
             upstream: Upstream::new(
                 &s.upstream,
                 Duration::from_millis(s.upstream_timeout_ms.unwrap_or(30_000)),
+                pages.clone(),
             )
             .map_err(at)?,
             session_ttl,
@@ -319,7 +374,7 @@ impl Room {
             arrival_limit,
             on_store_error,
             store_timeout: Duration::from_millis(s.store_timeout_ms.unwrap_or(500).clamp(1, 60_000)),
-            page,
+            pages,
             queued_status,
             hosts: s
                 .hosts
@@ -516,7 +571,7 @@ pub(crate) struct Rooms {
 }
 
 impl Rooms {
-    pub(crate) fn new(settings: &HashMap<String, RoomSettings>, store: &Store) -> Result<Rooms, String> {
+    pub(crate) fn new(settings: &HashMap<String, RoomSettings>, store: &Store) -> Result<Rooms, RoomError> {
         let mut rooms = settings
             .iter()
             .map(|(name, s)| Room::new(name, s, store).map(Arc::new))
@@ -598,9 +653,12 @@ fn plain(status: StatusCode, text: &str) -> Response<Body> {
     r
 }
 
-/// A room that cannot decide (its store unreachable, or not reached yet
-/// at start): come back in a few seconds.
-pub(crate) fn closed(headers: &HeaderMap) -> Response<Body> {
+/// How long a visitor is told to wait before trying a closed room again.
+pub(crate) const TRY_AGAIN_SECONDS: u64 = 5;
+
+/// The answer of a room that cannot decide (its store is unreachable):
+/// 503 with `Retry-After`, as JSON for API clients, else `page`.
+pub(crate) fn closed(headers: &HeaderMap, page: impl FnOnce() -> Response<Body>) -> Response<Body> {
     let mut r = if wants_json(headers) {
         typed(
             tollgate::error_body(
@@ -610,12 +668,22 @@ pub(crate) fn closed(headers: &HeaderMap) -> Response<Body> {
             JSON,
         )
     } else {
-        typed(page::TRY_AGAIN, HTML)
+        page()
     };
     *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        .insert(header::RETRY_AFTER, HeaderValue::from(TRY_AGAIN_SECONDS));
     r
+}
+
+/// `closed` before the store first answered, when no room is built yet:
+/// the built-in page, in English.
+pub(crate) fn closed_at_start(headers: &HeaderMap) -> Response<Body> {
+    closed(headers, || {
+        let pages = page::Pages::load(lang::LangSetting::Fixed(lang::Lang::En), |_| None)
+            .unwrap_or_else(|_| unreachable!("the built-in pages need no file"));
+        typed(pages.try_again("", lang::Lang::En, TRY_AGAIN_SECONDS), HTML)
+    })
 }
 
 const JSON: &str = "application/json";

@@ -1,90 +1,310 @@
-//! The waiting page (a template with `{{…}}` placeholders) and its live
-//! updates over Server-Sent Events.
+//! A room's pages (the waiting page, "try again", the upstream's 502 and
+//! 504): built in, in the room's language, or the operator's templates with
+//! `{{…}}` placeholders, checked when the config is loaded; and the waiting
+//! page's live updates over Server-Sent Events.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::Response;
+use axum::http::{HeaderMap, Response};
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
+use serde_json::json;
 use tollgate::TicketStatus;
 
+use super::lang::{Lang, LangSetting, Text};
 use super::{Room, Shown, bounded};
 
-const DEFAULT: &str = include_str!("page.html");
+/// The frame of every built-in page: its head, the style (light and
+/// dark), and `{{t_body}}`.
+const SHELL: &str = include_str!("shell.html");
+/// The built-in waiting page's body.
+const WAITING: &str = include_str!("page.html");
+/// The body of the built-in "try again" and upstream error pages.
+const NOTICE: &str = "<main>\n<h1>{{t_heading}}</h1>\n<p>{{t_text}}</p>\n</main>";
 
-/// Shown (with 503 and `Retry-After`) while a closed room cannot reach its
-/// store.
-pub(crate) const TRY_AGAIN: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta name=\"robots\" content=\"noindex\"><meta http-equiv=\"refresh\" content=\"5\">\
-<title>Please try again</title></head><body><h1>Please try again in a moment</h1>\
-<p>The waiting room cannot let anyone in right now. This page retries by itself.</p></body></html>\n";
-
-/// A waiting-page template. Placeholders: `{{room}}`, `{{position}}`,
-/// `{{waiting}}`, `{{eta}}`, `{{events_url}}`, `{{status_url}}`,
-/// `{{refresh_seconds}}`.
-#[derive(Debug, Clone)]
-pub(crate) struct Page {
-    template: String,
+/// The pages a room shows, and what each template may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// While waiting in line (`page`).
+    Waiting,
+    /// While a closed room cannot reach its store (`try_again_page`).
+    TryAgain,
+    /// The upstream could not be reached: 502 (`upstream_down_page`).
+    UpstreamDown,
+    /// The upstream did not answer in time: 504 (`upstream_timeout_page`).
+    UpstreamTimeout,
 }
 
-impl Page {
-    pub(crate) fn default_page() -> Page {
-        Page {
-            template: DEFAULT.to_owned(),
+impl Kind {
+    /// The room setting naming this page's template.
+    pub(crate) fn setting(self) -> &'static str {
+        match self {
+            Kind::Waiting => "page",
+            Kind::TryAgain => "try_again_page",
+            Kind::UpstreamDown => "upstream_down_page",
+            Kind::UpstreamTimeout => "upstream_timeout_page",
         }
     }
 
-    pub(crate) fn from_file(path: &std::path::Path) -> Result<Page, String> {
-        let template =
-            std::fs::read_to_string(path).map_err(|e| format!("page = {}: {e}", path.display()))?;
-        Ok(Page { template })
+    /// The built-in page: the shell around its body.
+    fn built_in(self) -> Template {
+        let body = if self == Kind::Waiting { WAITING } else { NOTICE };
+        Template(Template(SHELL.to_owned()).fill(&[("t_body", body)]))
     }
 
-    pub(crate) fn render(&self, room: &str, shown: &Shown, refresh: u64) -> String {
-        self.fill(
-            room,
-            &shown.position.to_string(),
-            &shown.waiting.to_string(),
-            &eta_text(shown.eta),
-            refresh,
-        )
-    }
-
-    /// The page without figures (for a visitor asking too often).
-    pub(crate) fn render_unknown(&self, room: &str, refresh: u64) -> String {
-        self.fill(room, "…", "…", "unknown", refresh)
-    }
-
-    fn fill(&self, room: &str, position: &str, waiting: &str, eta: &str, refresh: u64) -> String {
-        self.template
-            .replace("{{room}}", &escape(room))
-            .replace("{{position}}", position)
-            .replace("{{waiting}}", waiting)
-            .replace("{{eta}}", eta)
-            .replace("{{events_url}}", &format!("/.tollgate/{room}/events"))
-            .replace("{{status_url}}", &format!("/.tollgate/{room}/status"))
-            .replace("{{refresh_seconds}}", &refresh.to_string())
+    /// The placeholders a custom template of this page may use (docs/ROOMS.md).
+    fn placeholders(self) -> &'static [&'static str] {
+        match self {
+            Kind::Waiting => &[
+                "room",
+                "lang",
+                "position",
+                "waiting",
+                "eta",
+                "eta_low_minutes",
+                "eta_high_minutes",
+                "events_url",
+                "status_url",
+                "refresh_seconds",
+            ],
+            Kind::TryAgain => &["room", "lang", "retry_seconds"],
+            Kind::UpstreamDown | Kind::UpstreamTimeout => &["room", "lang", "status", "retry_seconds"],
+        }
     }
 }
 
-fn minutes(d: Duration) -> String {
-    let m = (d.as_secs_f64() / 60.0).round() as u64;
+/// A page template: `{{name}}` placeholders in HTML.
+#[derive(Debug, Clone)]
+struct Template(String);
+
+impl Template {
+    /// Reads an operator's template, refusing any placeholder `kind` does
+    /// not fill (it would reach visitors as it is).
+    fn load(kind: Kind, path: &std::path::Path) -> Result<Template, String> {
+        let at = format!("{} = {}", kind.setting(), path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{at}: {e}"))?;
+        let known = kind.placeholders();
+        if let Some(unknown) = placeholders(&text).find(|p| !known.contains(p)) {
+            let list: Vec<String> = known.iter().map(|p| format!("{{{{{p}}}}}")).collect();
+            return Err(format!(
+                "{at}: unknown placeholder {{{{{unknown}}}}} (this page knows {})",
+                list.join(", ")
+            ));
+        }
+        Ok(Template(text))
+    }
+
+    /// The template with each placeholder `values` names filled in.
+    fn fill(&self, values: &[(&str, &str)]) -> String {
+        let mut out = String::with_capacity(self.0.len() + 256);
+        let mut rest = self.0.as_str();
+        while let Some((before, name, after)) = next_placeholder(rest) {
+            out.push_str(before);
+            match values.iter().find(|(k, _)| *k == name) {
+                Some((_, v)) => out.push_str(v),
+                None => out.push_str(&rest[before.len()..rest.len() - after.len()]),
+            }
+            rest = after;
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+/// The text before the first `{{name}}` in `text`, the name, and the text
+/// after it. A name is letters, digits and `_ . -`, spaces around it
+/// included (so `{{ eta }}` is a name a check refuses, not HTML).
+fn next_placeholder(text: &str) -> Option<(&str, &str, &str)> {
+    let mut from = 0;
+    while let Some(i) = text[from..].find("{{").map(|i| i + from) {
+        let inner = &text[i + 2..];
+        let len = inner
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ' ')))
+            .unwrap_or(inner.len());
+        if inner[len..].starts_with("}}") && !inner[..len].trim().is_empty() {
+            return Some((&text[..i], &inner[..len], &inner[len + 2..]));
+        }
+        from = i + 2;
+    }
+    None
+}
+
+/// Every placeholder's name in `text`.
+fn placeholders(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let (_, name, after) = next_placeholder(rest)?;
+        rest = after;
+        Some(name)
+    })
+}
+
+/// A room's pages: the built-in ones, in its language (`lang`), or the
+/// operator's templates. Both are filled with the same values; only the
+/// built-in ones name the words (`{{t_…}}`).
+#[derive(Debug)]
+pub(crate) struct Pages {
+    lang: LangSetting,
+    waiting: Template,
+    try_again: Template,
+    upstream_down: Template,
+    upstream_timeout: Template,
+}
+
+/// What a waiting page shows: figures, or none (a visitor asking too
+/// often).
+pub(crate) enum Figures<'a> {
+    Known(&'a Shown),
+    Unknown,
+}
+
+impl Pages {
+    /// The built-in pages in `lang`, each replaced by a template file if
+    /// its setting names one.
+    pub(crate) fn load(
+        lang: LangSetting,
+        file: impl Fn(Kind) -> Option<std::path::PathBuf>,
+    ) -> Result<Pages, String> {
+        let load = |kind: Kind| match file(kind) {
+            Some(path) => Template::load(kind, &path),
+            None => Ok(kind.built_in()),
+        };
+        Ok(Pages {
+            lang,
+            waiting: load(Kind::Waiting)?,
+            try_again: load(Kind::TryAgain)?,
+            upstream_down: load(Kind::UpstreamDown)?,
+            upstream_timeout: load(Kind::UpstreamTimeout)?,
+        })
+    }
+
+    /// The language of the pages for a request with `headers`.
+    pub(crate) fn lang(&self, headers: &HeaderMap) -> Lang {
+        self.lang.pick(headers)
+    }
+
+    /// Whether the pages depend on `Accept-Language` (`Vary` says so).
+    pub(crate) fn varies(&self) -> bool {
+        self.lang == LangSetting::Auto
+    }
+
+    pub(crate) fn waiting(&self, room: &str, lang: Lang, figures: Figures<'_>, refresh: u64) -> String {
+        let t = lang.text();
+        let (position, waiting, eta) = match figures {
+            Figures::Known(s) => (s.position.to_string(), s.waiting.to_string(), s.eta),
+            Figures::Unknown => ("…".to_owned(), "…".to_owned(), None),
+        };
+        let minutes = |d: Duration| (d.as_secs_f64() / 60.0).round() as u64;
+        let (low, high) = eta.map_or((String::new(), String::new()), |(l, h)| {
+            (minutes(l).to_string(), minutes(h).to_string())
+        });
+        let words = json!({
+            "unknown": t.unknown, "under": t.under_a_minute, "one": t.one_minute,
+            "many": t.minutes, "range": t.range, "turn": t.your_turn,
+        })
+        .to_string()
+        .replace("</", "<\\/");
+        let (room_html, head) = (
+            escape(room),
+            format!("<noscript><meta http-equiv=\"refresh\" content=\"{refresh}\"></noscript>"),
+        );
+        let values = [
+            ("room", room_html.as_str()),
+            ("lang", t.code),
+            ("position", &position),
+            ("waiting", &waiting),
+            ("eta", &eta_text(t, eta.map(|(l, h)| (minutes(l), minutes(h))))),
+            ("eta_low_minutes", &low),
+            ("eta_high_minutes", &high),
+            ("events_url", &format!("/.tollgate/{room}/events")),
+            ("status_url", &format!("/.tollgate/{room}/status")),
+            ("refresh_seconds", &refresh.to_string()),
+            ("t_head", &head),
+            ("t_title", t.in_line),
+            ("t_lead", t.lead),
+            ("t_place", t.place),
+            ("t_of", t.of),
+            ("t_waiting", t.waiting),
+            ("t_estimate", t.estimate),
+            ("t_words", &words),
+        ];
+        self.waiting.fill(&values)
+    }
+
+    /// The page of a room that cannot reach its store (served with 503 and
+    /// `Retry-After: retry`).
+    pub(crate) fn try_again(&self, room: &str, lang: Lang, retry: u64) -> String {
+        let t = lang.text();
+        let head = format!("<meta http-equiv=\"refresh\" content=\"{retry}\">");
+        let notice = [
+            ("t_head", head.as_str()),
+            ("t_title", t.try_again_title),
+            ("t_heading", t.try_again_heading),
+            ("t_text", t.try_again_text),
+        ];
+        self.notice(&self.try_again, room, lang, "503", retry, &notice)
+    }
+
+    /// The page for a 502 (`timeout` false) or a 504 from the upstream.
+    pub(crate) fn upstream_error(&self, room: &str, lang: Lang, timeout: bool, retry: u64) -> String {
+        let t = lang.text();
+        let (page, status, title, text) = if timeout {
+            (&self.upstream_timeout, "504", t.timeout_title, t.timeout_text)
+        } else {
+            (&self.upstream_down, "502", t.down_title, t.down_text)
+        };
+        let notice = [
+            ("t_head", ""),
+            ("t_title", title),
+            ("t_heading", title),
+            ("t_text", text),
+        ];
+        self.notice(page, room, lang, status, retry, &notice)
+    }
+
+    fn notice(
+        &self,
+        page: &Template,
+        room: &str,
+        lang: Lang,
+        status: &str,
+        retry: u64,
+        words: &[(&str, &str)],
+    ) -> String {
+        let (room_html, retry) = (escape(room), retry.to_string());
+        let mut values = vec![
+            ("room", room_html.as_str()),
+            ("lang", lang.text().code),
+            ("status", status),
+            ("retry_seconds", &retry),
+        ];
+        values.extend_from_slice(words);
+        page.fill(&values)
+    }
+}
+
+fn minutes_text(t: &Text, m: u64) -> String {
     match m {
-        0 => "under a minute".to_owned(),
-        1 => "1 minute".to_owned(),
-        m => format!("{m} minutes"),
+        0 => t.under_a_minute.to_owned(),
+        1 => t.one_minute.to_owned(),
+        m => t.minutes.replace("{m}", &m.to_string()),
     }
 }
 
-/// "3 minutes to 6 minutes", or "unknown" before departures were measured.
-fn eta_text(eta: Option<(Duration, Duration)>) -> String {
-    match eta {
-        None => "unknown".to_owned(),
+/// "3 minutes to 6 minutes" (in `t`'s words), or "unknown" before
+/// departures were measured. The page's script says the same (`words`).
+fn eta_text(t: &Text, minutes: Option<(u64, u64)>) -> String {
+    match minutes {
+        None => t.unknown.to_owned(),
         Some((low, high)) => {
-            let (l, h) = (minutes(low), minutes(high));
-            if l == h { l } else { format!("{l} to {h}") }
+            let (l, h) = (minutes_text(t, low), minutes_text(t, high));
+            if l == h {
+                l
+            } else {
+                t.range.replace("{low}", &l).replace("{high}", &h)
+            }
         }
     }
 }
@@ -157,4 +377,45 @@ pub(crate) async fn events(room: &Room, ticket: String) -> Response<Body> {
     Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_found_and_filled() {
+        let t = "a {{x}} b {{ y }} {{}} {x} {{z}}} {{a:b}} {{x}}";
+        assert_eq!(placeholders(t).collect::<Vec<_>>(), ["x", " y ", "z", "x"]);
+        let filled = Template(t.to_owned()).fill(&[("x", "1"), ("z", "{{x}}")]);
+        assert_eq!(filled, "a 1 b {{ y }} {{}} {x} {{x}}} {{a:b}} 1");
+    }
+
+    #[test]
+    fn built_in_pages_fill_every_placeholder() {
+        let pages = Pages::load(LangSetting::Auto, |_| None).expect("built in");
+        let shown = Shown {
+            position: 3,
+            waiting: 9,
+            eta: Some((Duration::from_secs(90), Duration::from_secs(400))),
+        };
+        for lang in [Lang::En, Lang::Es, Lang::Zh] {
+            for page in [
+                pages.waiting("shop", lang, Figures::Known(&shown), 2),
+                pages.waiting("shop", lang, Figures::Unknown, 2),
+                pages.try_again("shop", lang, 5),
+                pages.upstream_error("shop", lang, false, 5),
+                pages.upstream_error("shop", lang, true, 5),
+            ] {
+                assert_eq!(placeholders(&page).count(), 0, "{page}");
+                assert!(page.contains(&format!("<html lang=\"{}\">", lang.text().code)));
+            }
+        }
+        let es = pages.waiting("shop", Lang::Es, Figures::Known(&shown), 2);
+        assert!(es.contains("de 2 minutos a 7 minutos"), "{es}");
+        assert!(
+            es.contains("data-low-minutes=\"2\" data-high-minutes=\"7\""),
+            "{es}"
+        );
+    }
 }

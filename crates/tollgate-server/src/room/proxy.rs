@@ -20,6 +20,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
+use super::page::Pages;
 use super::{RoomMetrics, TOKEN_HEADER, VISITOR_HEADER};
 
 /// Connection-level headers a proxy must not pass on (RFC 9110 7.6.1).
@@ -39,6 +40,8 @@ pub(crate) struct Upstream {
     base: String,
     client: Client<HttpConnector, UnsyncBoxBody<Bytes, hyper::Error>>,
     timeout: Duration,
+    /// The room's pages, for the 502 and 504.
+    pages: Arc<Pages>,
 }
 
 /// Where a request came from, and what it may do on the way through.
@@ -56,7 +59,7 @@ pub(crate) struct Hop {
 }
 
 impl Upstream {
-    pub(crate) fn new(url: &str, timeout: Duration) -> Result<Upstream, String> {
+    pub(crate) fn new(url: &str, timeout: Duration, pages: Arc<Pages>) -> Result<Upstream, String> {
         let uri: Uri = url
             .parse()
             .map_err(|_| format!("upstream = {url:?} is not a URL"))?;
@@ -78,6 +81,7 @@ impl Upstream {
             ),
             client: Client::builder(TokioExecutor::new()).build(connector),
             timeout,
+            pages,
         })
     }
 
@@ -102,6 +106,7 @@ impl Upstream {
                 "The address could not be understood.",
             );
         };
+        let lang = self.pages.lang(req.headers());
         let (mut parts, body) = req.into_parts();
         parts.uri = uri;
         let original_host = parts.headers.get(header::HOST).cloned();
@@ -126,11 +131,10 @@ impl Upstream {
         let mut response = match answer {
             Err(_) => {
                 tracing::warn!(room = %metrics.room, "upstream timed out");
-                error_page(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "The site is taking too long",
-                    "It did not answer in time. Please try again.",
-                )
+                let html = self
+                    .pages
+                    .upstream_error(&metrics.room, lang, true, RETRY_SECONDS);
+                page_response(StatusCode::GATEWAY_TIMEOUT, html, self.pages.varies())
             }
             Ok(Err(_)) if body_failed.load(Ordering::Relaxed) => error_page(
                 StatusCode::BAD_REQUEST,
@@ -139,11 +143,10 @@ impl Upstream {
             ),
             Ok(Err(e)) => {
                 tracing::warn!(room = %metrics.room, error = %e, "upstream unreachable");
-                error_page(
-                    StatusCode::BAD_GATEWAY,
-                    "The site cannot be reached",
-                    "Please try again in a moment.",
-                )
+                let html = self
+                    .pages
+                    .upstream_error(&metrics.room, lang, false, RETRY_SECONDS);
+                page_response(StatusCode::BAD_GATEWAY, html, self.pages.varies())
             }
             Ok(Ok(mut response)) => {
                 let upstream = UpstreamStatus(response.status().as_u16());
@@ -319,12 +322,22 @@ fn prepare_request(
     }
 }
 
-/// A short HTML page for proxy errors.
+/// How long a visitor shown a 502 or 504 is asked to wait (`Retry-After`).
+const RETRY_SECONDS: u64 = 5;
+
+/// A short HTML page for the visitor's own errors (and an upstream that
+/// answers what is not passed on), in English.
 pub(crate) fn error_page(status: StatusCode, title: &str, text: &str) -> Response<Body> {
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title></head>\
          <body><h1>{title}</h1><p>{text}</p></body></html>\n"
     );
+    page_response(status, html, false)
+}
+
+/// An HTML page with `status`; a 502 or 504 asks to retry in
+/// [`RETRY_SECONDS`]. `varies`: its language followed `Accept-Language`.
+fn page_response(status: StatusCode, html: String, varies: bool) -> Response<Body> {
     let mut r = Response::new(Body::from(html));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -333,7 +346,11 @@ pub(crate) fn error_page(status: StatusCode, title: &str, text: &str) -> Respons
     );
     if status == StatusCode::GATEWAY_TIMEOUT || status == StatusCode::BAD_GATEWAY {
         r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_SECONDS));
+    }
+    if varies {
+        r.headers_mut()
+            .insert(header::VARY, HeaderValue::from_static("accept-language"));
     }
     r
 }

@@ -3,6 +3,7 @@
 //! being admitted and forwarded while active, the room's own endpoints
 //! (status, events, leave), and what a visitor sees while the store is down.
 
+use super::page::Figures;
 use super::*;
 
 impl Room {
@@ -408,6 +409,16 @@ impl Room {
         }
     }
 
+    /// One of the room's pages; its language may follow `Accept-Language`.
+    fn html(&self, html: String) -> Response<Body> {
+        let mut r = typed(html, HTML);
+        if self.pages.varies() {
+            r.headers_mut()
+                .insert(header::VARY, HeaderValue::from_static("accept-language"));
+        }
+        r
+    }
+
     fn retry_seconds(&self) -> u64 {
         2
     }
@@ -417,8 +428,11 @@ impl Room {
         let mut response = if wants_json(headers) {
             typed(shown.json().to_string(), JSON)
         } else {
-            let html = self.page.render(&self.name, &shown, retry);
-            typed(html, HTML)
+            let lang = self.pages.lang(headers);
+            let html = self
+                .pages
+                .waiting(&self.name, lang, Figures::Known(&shown), retry);
+            self.html(html)
         };
         *response.status_mut() = self.queued_status;
         let h = response.headers_mut();
@@ -432,8 +446,8 @@ impl Room {
         let mut response = if wants_json(headers) {
             typed(tollgate::error_body("rate_limited", message), JSON)
         } else {
-            let html = self.page.render_unknown(&self.name, secs);
-            typed(html, HTML)
+            let lang = self.pages.lang(headers);
+            self.html(self.pages.waiting(&self.name, lang, Figures::Unknown, secs))
         };
         *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         let h = response.headers_mut();
@@ -466,7 +480,10 @@ impl Room {
             }
             OnStoreError::Closed => {
                 self.metrics.failed_closed.increment(1);
-                closed(req.headers())
+                let lang = self.pages.lang(req.headers());
+                closed(req.headers(), || {
+                    self.html(self.pages.try_again(&self.name, lang, TRY_AGAIN_SECONDS))
+                })
             }
         }
     }

@@ -205,7 +205,7 @@ fn serve_proxy(
                 Some(rooms) => rooms.handle(req, peer).await,
                 // Closed, whatever on_store_error says, until the store
                 // first answers: no room has its settings applied yet.
-                None => crate::room::closed(req.headers()),
+                None => crate::room::closed_at_start(req.headers()),
             })
         }
     });

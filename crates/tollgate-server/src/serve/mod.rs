@@ -83,6 +83,12 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
     Ok(())
 }
 
+/// Says why the rooms could not be built, and gives the exit code.
+fn room_failure(e: crate::room::RoomError) -> i32 {
+    eprintln!("tollgate: {e}");
+    e.exit_code()
+}
+
 /// Checks the configuration that needs a store to be built (rooms,
 /// limits, `[protect]`) on a scratch embedded store, before the metrics
 /// recorder is installed (so nothing registers): a mistake is refused
@@ -90,7 +96,7 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
 /// matching order, for the listening line.
 fn check_config(args: &Settings) -> Result<Vec<String>, i32> {
     let scratch = Store::memory();
-    let rooms = Rooms::new(&args.rooms, &scratch).map_err(|msg| usage(&msg))?;
+    let rooms = Rooms::new(&args.rooms, &scratch).map_err(room_failure)?;
     let limits = Limiters::configure(&scratch, &args.limits).map_err(|msg| usage(&msg))?;
     if let Some(p) = &args.protect {
         limits.layer(p).map_err(|msg| usage(&msg))?;
@@ -111,7 +117,7 @@ async fn open(
 ) -> Result<(axum::Router, Arc<Rooms>), i32> {
     let store = open_store(&args, &failed).await?;
     check_queues(&queue_set, &store).await?;
-    let rooms = Arc::new(Rooms::new(&args.rooms, &store).map_err(|msg| usage(&msg))?);
+    let rooms = Arc::new(Rooms::new(&args.rooms, &store).map_err(room_failure)?);
     for room in rooms.all() {
         if let Err(e) = room.apply_config().await {
             tracing::warn!(room = room.name(), error = %e, "could not set the room's capacity and admission rate; the stored ones stay");

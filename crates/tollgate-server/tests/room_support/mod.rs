@@ -260,3 +260,11 @@ pub async fn open_tunnel(proxy: &str) -> (tokio::net::TcpStream, String) {
     let response = head(&mut conn).await;
     (conn, response)
 }
+
+/// Writes `text` as a page template in `dir`: the room's config line
+/// `setting = "<its path>"`.
+pub fn template(dir: &tempfile::TempDir, setting: &str, text: &str) -> String {
+    let file = dir.path().join(format!("{setting}-{}.html", rand_suffix()));
+    std::fs::write(&file, text).expect("write template");
+    format!("{setting} = \"{}\"\n", file.display())
+}

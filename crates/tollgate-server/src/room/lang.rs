@@ -1,0 +1,226 @@
+//! The languages of the built-in pages: their words, and which one a
+//! request gets (a room's `lang`, or its `Accept-Language` with `auto`).
+
+use axum::http::header::{self, HeaderMap};
+
+/// A language the built-in pages are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lang {
+    En,
+    Es,
+    Zh,
+}
+
+/// Every word the built-in pages say, in one language.
+#[derive(Debug)]
+pub(crate) struct Text {
+    /// The `<html lang>` code, and `{{lang}}`.
+    pub(crate) code: &'static str,
+    pub(crate) in_line: &'static str,
+    pub(crate) lead: &'static str,
+    pub(crate) place: &'static str,
+    /// Around the line's length: "of N waiting".
+    pub(crate) of: &'static str,
+    pub(crate) waiting: &'static str,
+    pub(crate) estimate: &'static str,
+    pub(crate) unknown: &'static str,
+    pub(crate) under_a_minute: &'static str,
+    pub(crate) one_minute: &'static str,
+    /// `{m}` is the number of minutes.
+    pub(crate) minutes: &'static str,
+    /// `{low}` and `{high}` are two of the above.
+    pub(crate) range: &'static str,
+    pub(crate) your_turn: &'static str,
+    pub(crate) try_again_title: &'static str,
+    pub(crate) try_again_heading: &'static str,
+    pub(crate) try_again_text: &'static str,
+    pub(crate) down_title: &'static str,
+    pub(crate) down_text: &'static str,
+    pub(crate) timeout_title: &'static str,
+    pub(crate) timeout_text: &'static str,
+}
+
+const EN: Text = Text {
+    code: "en",
+    in_line: "You are in line",
+    lead: "The site is busy. You keep your place as long as this page stays open; \
+           it moves you on by itself when it is your turn.",
+    place: "Your place in line",
+    of: "of",
+    waiting: "waiting",
+    estimate: "Estimated wait:",
+    unknown: "unknown",
+    under_a_minute: "under a minute",
+    one_minute: "1 minute",
+    minutes: "{m} minutes",
+    range: "{low} to {high}",
+    your_turn: "It is your turn. Taking you there…",
+    try_again_title: "Please try again",
+    try_again_heading: "Please try again in a moment",
+    try_again_text: "The waiting room cannot let anyone in right now. This page retries by itself.",
+    down_title: "The site cannot be reached",
+    down_text: "Please try again in a moment.",
+    timeout_title: "The site is taking too long",
+    timeout_text: "It did not answer in time. Please try again.",
+};
+
+const ES: Text = Text {
+    code: "es",
+    in_line: "Está en la fila",
+    lead: "El sitio está muy solicitado. Conserva su lugar mientras esta página siga abierta; \
+           le hará pasar por sí sola cuando sea su turno.",
+    place: "Su lugar en la fila",
+    of: "de",
+    waiting: "en espera",
+    estimate: "Espera estimada:",
+    unknown: "desconocida",
+    under_a_minute: "menos de un minuto",
+    one_minute: "1 minuto",
+    minutes: "{m} minutos",
+    range: "de {low} a {high}",
+    your_turn: "Es su turno. Le llevamos allí…",
+    try_again_title: "Inténtelo de nuevo",
+    try_again_heading: "Inténtelo de nuevo en un momento",
+    try_again_text: "La sala de espera no puede dejar pasar a nadie ahora mismo. \
+                     Esta página vuelve a intentarlo sola.",
+    down_title: "No se puede acceder al sitio",
+    down_text: "Inténtelo de nuevo en un momento.",
+    timeout_title: "El sitio tarda demasiado",
+    timeout_text: "No respondió a tiempo. Inténtelo de nuevo.",
+};
+
+const ZH: Text = Text {
+    code: "zh",
+    in_line: "您正在排队",
+    lead: "网站繁忙。只要此页面保持打开，您的位置就会保留；轮到您时，页面会自动带您进入。",
+    place: "您在队列中的位置",
+    of: "共",
+    waiting: "人在等候",
+    estimate: "预计等待：",
+    unknown: "未知",
+    under_a_minute: "不到一分钟",
+    one_minute: "1 分钟",
+    minutes: "{m} 分钟",
+    range: "{low}至{high}",
+    your_turn: "轮到您了，正在带您进入…",
+    try_again_title: "请稍后重试",
+    try_again_heading: "请稍后再试",
+    try_again_text: "等候室暂时无法放行任何人。此页面会自动重试。",
+    down_title: "无法访问网站",
+    down_text: "请稍后再试。",
+    timeout_title: "网站响应时间过长",
+    timeout_text: "网站未能及时响应，请重试。",
+};
+
+impl Lang {
+    const ALL: [Lang; 3] = [Lang::En, Lang::Es, Lang::Zh];
+
+    pub(crate) fn text(self) -> &'static Text {
+        match self {
+            Lang::En => &EN,
+            Lang::Es => &ES,
+            Lang::Zh => &ZH,
+        }
+    }
+
+    /// The language of a tag's primary subtag (`es-MX` is `es`).
+    fn of_tag(tag: &str) -> Option<Lang> {
+        let primary = tag.split(['-', '_']).next().unwrap_or(tag);
+        Lang::ALL
+            .into_iter()
+            .find(|l| l.text().code.eq_ignore_ascii_case(primary))
+    }
+}
+
+/// A room's `lang`: one language for everyone, or each request's
+/// `Accept-Language`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LangSetting {
+    Fixed(Lang),
+    Auto,
+}
+
+impl LangSetting {
+    /// `lang = "en" | "es" | "zh" | "auto"`; unset is English, as before
+    /// there was a choice.
+    pub(crate) fn parse(text: Option<&str>) -> Result<LangSetting, String> {
+        match text {
+            None => Ok(LangSetting::Fixed(Lang::En)),
+            Some("auto") => Ok(LangSetting::Auto),
+            Some(t) => Lang::of_tag(t)
+                .filter(|l| l.text().code.eq_ignore_ascii_case(t))
+                .map(LangSetting::Fixed)
+                .ok_or_else(|| format!("lang = {t:?}: use en, es, zh or auto")),
+        }
+    }
+
+    /// The language for a request with `headers`.
+    pub(crate) fn pick(self, headers: &HeaderMap) -> Lang {
+        match self {
+            LangSetting::Fixed(l) => l,
+            LangSetting::Auto => headers
+                .get(header::ACCEPT_LANGUAGE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(accepted)
+                .unwrap_or(Lang::En),
+        }
+    }
+}
+
+/// The most wanted language of an `Accept-Language` value that the pages
+/// are written in (RFC 9110 12.5.4: quality values, the first listed on a
+/// tie; `q=0` means not wanted).
+fn accepted(value: &str) -> Option<Lang> {
+    let mut best: Option<(u16, Lang)> = None;
+    for item in value.split(',') {
+        let mut parts = item.split(';');
+        let tag = parts.next().unwrap_or("").trim();
+        let quality = parts
+            .filter_map(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .or_else(|| p.trim().strip_prefix("Q="))
+            })
+            .next()
+            .map_or(Some(1000), quality);
+        let (Some(q), Some(lang)) = (quality, Lang::of_tag(tag)) else {
+            continue;
+        };
+        if q > 0 && best.is_none_or(|(b, _)| q > b) {
+            best = Some((q, lang));
+        }
+    }
+    best.map(|(_, l)| l)
+}
+
+/// A quality value in thousandths (`0.8` is 800); `None` if unreadable.
+fn quality(text: &str) -> Option<u16> {
+    let q: f64 = text.trim().parse().ok()?;
+    (0.0..=1.0).contains(&q).then(|| (q * 1000.0).round() as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_language_by_quality() {
+        assert_eq!(accepted("es"), Some(Lang::Es));
+        assert_eq!(accepted("zh-CN,zh;q=0.9,en;q=0.8"), Some(Lang::Zh));
+        assert_eq!(accepted("en;q=0.5, es-MX;q=0.9"), Some(Lang::Es));
+        assert_eq!(accepted("fr, de;q=0.9, es;q=0.1"), Some(Lang::Es));
+        assert_eq!(accepted("es;q=0, en;q=0.2"), Some(Lang::En));
+        assert_eq!(accepted("fr, *;q=0.5"), None);
+        assert_eq!(accepted("es;q=abc, zh;q=0.3"), Some(Lang::Zh));
+        assert_eq!(accepted(""), None);
+    }
+
+    #[test]
+    fn setting() {
+        assert_eq!(LangSetting::parse(None), Ok(LangSetting::Fixed(Lang::En)));
+        assert_eq!(LangSetting::parse(Some("zh")), Ok(LangSetting::Fixed(Lang::Zh)));
+        assert_eq!(LangSetting::parse(Some("auto")), Ok(LangSetting::Auto));
+        assert!(LangSetting::parse(Some("fr")).is_err());
+        assert!(LangSetting::parse(Some("es-MX")).is_err());
+    }
+}
