@@ -24,6 +24,12 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run the HTTP/JSON service (embedded store unless --redis is given).
+    #[command(
+        after_help = "Exit codes: 0 stopped by SIGTERM or SIGINT; 64 a bad flag or config \
+value (the message names it); 69 Redis did not answer within --wait-for-store; 70 an internal \
+error; 78 the set-up is wrong (Redis refused the user or ACL, the URL's DB index, a Cluster \
+node given as a plain URL, a room's page template)."
+    )]
     Serve(ServeArgs),
     /// A distributed mutual-exclusion lock.
     #[command(subcommand)]
@@ -295,8 +301,12 @@ pub(crate) struct ServeArgs {
         value_name = "TOKEN"
     )]
     pub(crate) tokens: Vec<String>,
-    /// A TOML file with any of `listen`, `redis`, `prefix`, `tokens`.
-    /// Flags and environment variables override it.
+    /// A TOML file; tollgate.example.toml has every key with its default:
+    /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
+    /// durable_replicas, durable_timeout, max_tickets_per_client,
+    /// metrics_timeout, body_timeout, memory_idle, and the tables
+    /// [limits.NAME], [protect], [queues.NAME], [rooms.NAME]. Flags and
+    /// environment variables override it.
     #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<std::path::PathBuf>,
     #[command(flatten)]

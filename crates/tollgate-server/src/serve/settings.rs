@@ -236,6 +236,36 @@ mod tests {
         assert!(proxy_listen.is_some() && durable_replicas.is_some() && durable_timeout.is_some());
         assert!(max_tickets_per_client.is_some() && metrics_timeout.is_some());
         assert!(body_timeout.is_some() && memory_idle.is_some() && wait_for_store.is_some());
+        // `serve --help` names every key the destructuring above names.
+        let help = {
+            use clap::CommandFactory;
+            let mut cli = crate::cli::Cli::command();
+            cli.find_subcommand_mut("serve")
+                .expect("serve")
+                .render_long_help()
+                .to_string()
+        };
+        for key in [
+            "listen",
+            "redis",
+            "prefix",
+            "tokens",
+            "[limits.NAME]",
+            "[protect]",
+            "proxy_listen",
+            "[rooms.NAME]",
+            "durable_replicas",
+            "durable_timeout",
+            "[queues.NAME]",
+            "max_tickets_per_client",
+            "metrics_timeout",
+            "body_timeout",
+            "memory_idle",
+            "wait_for_store",
+        ] {
+            assert!(help.contains(key), "serve --help does not name {key}");
+        }
+        assert!(help.contains("tollgate.example.toml"));
 
         let limit = limits.values().next().expect("a [limits.NAME]").clone();
         let LimitSettings {
