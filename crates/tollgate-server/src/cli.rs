@@ -44,6 +44,10 @@ node given as a plain URL, a room's page template)."
     #[command(subcommand)]
     Jobs(JobsCommand),
     /// Measure throughput, latency and fairness; prints one JSON line per case.
+    #[command(
+        after_help = "Exit codes: 0 measured; 64 bad arguments; 69 the store or server is \
+unreachable; 70 an internal error; 78 the set-up is wrong (Redis credentials or ACL, the URL's DB index)."
+    )]
     Bench(BenchArgs),
 }
 
@@ -53,8 +57,10 @@ pub(crate) enum LimitCommand {
     /// decision as JSON.
     ///
     /// Exit code: 0 allowed; 1 refused (retry_after_ms says when to try
-    /// again); 69 if the store or server is unreachable; 64 for bad
-    /// arguments.
+    /// again); 64 bad arguments; 69 the store or server is unreachable;
+    /// 75 a server's own rate limit turned this client away; 78 the set-up
+    /// is wrong (Redis credentials or ACL, --server-token, the URL's DB
+    /// index, a server answering store_misconfigured).
     Check(LimitCheckArgs),
 }
 
