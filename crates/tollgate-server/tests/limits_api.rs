@@ -237,12 +237,7 @@ async fn the_api_itself_is_protected_per_client() {
     let codes = tokio::task::spawn_blocking(move || {
         (0..3)
             .map(|_| {
-                Command::new(env!("CARGO_BIN_EXE_tollgate"))
-                    .env_remove("TOLLGATE_REDIS_URL")
-                    .env_remove("TOLLGATE_SERVER")
-                    .args(["lock", "run", "nightly", "--server", &base, "--", "true"])
-                    .output()
-                    .expect("run tollgate")
+                tollgate(&["lock", "run", "nightly", "--server", &base, "--", "true"])
                     .status
                     .code()
             })
@@ -310,14 +305,19 @@ async fn store_down_follows_each_limits_policy() {
     );
 }
 
-fn limit_check(args: &[&str]) -> Output {
+/// `tollgate ARGS`, with no store or server from the environment.
+fn tollgate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .env_remove("TOLLGATE_REDIS_URL")
         .env_remove("TOLLGATE_SERVER")
-        .args(["limit", "check"])
+        .env_remove("TOLLGATE_SERVER_TOKEN")
         .args(args)
         .output()
         .expect("run tollgate")
+}
+
+fn limit_check(args: &[&str]) -> Output {
+    tollgate(&[&["limit", "check"], args].concat())
 }
 
 /// Two processes, each running `tollgate limit check` over and over, share
@@ -409,14 +409,6 @@ async fn a_server_refused_by_its_redis_makes_every_server_command_exit_78() {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = Server::start_with(Some(&url), &["--config", &config(&dir, LIMITS)]);
     let base = s.base.clone();
-    let tollgate = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .env_remove("TOLLGATE_REDIS_URL")
-            .env_remove("TOLLGATE_SERVER")
-            .args(args)
-            .output()
-            .expect("run tollgate")
-    };
     let commands: [&[&str]; 3] = [
         &["lock", "run", "nightly", "--server", &base, "--", "true"],
         &["limit", "check", "api", "k", "--server", &base],
@@ -456,15 +448,6 @@ async fn a_missing_or_wrong_server_token_exits_78_naming_the_flag() {
     );
     let s = Server::start_with(None, &["--config", &config(&dir, &text)]);
     let base = s.base.clone();
-    let tollgate = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .env_remove("TOLLGATE_REDIS_URL")
-            .env_remove("TOLLGATE_SERVER")
-            .env_remove("TOLLGATE_SERVER_TOKEN")
-            .args(args)
-            .output()
-            .expect("run tollgate")
-    };
     let commands: [&[&str]; 4] = [
         &["lock", "run", "nightly", "--server", &base, "--", "true"],
         &["lock", "status", "nightly", "--server", &base],
