@@ -565,3 +565,54 @@ fn a_command_that_cannot_start_claims_nothing() {
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("more than a year ahead"));
 }
+
+/// `jobs work` at TOLLGATE_LOG=info says what became of each job: claimed,
+/// done, failed with the exit code and a retry, dead-lettered.
+#[test]
+fn the_worker_logs_each_job() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    assert!(push(&url, "told", "fine\n", &["--id", "fine"]).status.success());
+    let out = push(
+        &url,
+        "told",
+        "poison\n",
+        &["--id", "poison", "--max-attempts", "2"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = tollgate()
+        .env("TOLLGATE_LOG", "info")
+        .args(["jobs", "work", "told", "--redis", &url, "--idle-exit", "3s", "--"])
+        .args(["sh", "-c", r#"read line; [ "$line" = poison ] && exit 3; exit 0"#])
+        .stdin(Stdio::null())
+        .output()
+        .expect("worker");
+    assert!(out.status.success(), "{out:?}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    let line = |words: &[&str]| {
+        assert!(
+            log.lines().any(|l| words.iter().all(|w| l.contains(w))),
+            "no line with {words:?} in:\n{log}"
+        );
+    };
+    line(&[
+        "tollgate::worker",
+        "claimed",
+        "queue=\"told\"",
+        "job=\"fine\"",
+        "attempt=1",
+    ]);
+    line(&["done", "job=\"fine\"", "ms="]);
+    line(&[
+        "failed (exit code 3); will be retried",
+        "job=\"poison\"",
+        "attempt=1",
+        "retry_in_ms=",
+    ]);
+    line(&["claimed", "job=\"poison\"", "attempt=2"]);
+    line(&[
+        "failed (exit code 3) on its last attempt: dead-lettered",
+        "job=\"poison\"",
+        "attempt=2",
+    ]);
+}

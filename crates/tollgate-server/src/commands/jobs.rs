@@ -8,7 +8,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
-use tollgate::{Job, OnDuplicate, PushOptions, Retry};
+use tollgate::{Job, Nacked, OnDuplicate, PushOptions, Retry};
 
 use super::queue::Queue;
 use crate::cli::{
@@ -263,26 +263,36 @@ async fn worker(
                 return e.code;
             }
             Err(e) => {
-                tracing::warn!(error = %e.message, "claiming a job failed; retrying");
+                tracing::warn!(target: LOG, queue = q.name(), error = %e.message, "claiming a job failed; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
         };
         idle_since = Instant::now();
-        match run_one(&q, &args, &job, stop.clone()).await {
-            Ran::Acked | Ran::Retried | Ran::Released => {}
-            Ran::Lost => eprintln!(
-                "tollgate: job {} was delivered again before it finished here",
-                job.id
-            ),
-            Ran::CannotStart(code) => {
-                stopping.store(true, Ordering::SeqCst);
-                return code;
-            }
+        // Each end of a run is logged where it happens (run_one).
+        if let Ran::CannotStart(code) = run_one(&q, &args, &job, stop.clone()).await {
+            stopping.store(true, Ordering::SeqCst);
+            return code;
         }
     }
     0
 }
+
+/// How a command ended, as a worker's log and a dead letter say it.
+fn how_it_ended(status: &std::io::Result<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(sig)) => format!("killed by signal {sig}"),
+            (None, None) => format!("{s}"),
+        },
+        Err(e) => format!("cannot wait for the command: {e}"),
+    }
+}
+
+/// Log lines of `jobs work` carry this target (`TOLLGATE_LOG=tollgate::worker=info`).
+const LOG: &str = "tollgate::worker";
 
 async fn run_one(
     q: &Queue,
@@ -290,6 +300,9 @@ async fn run_one(
     job: &Job,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Ran {
+    let (queue, id, attempt) = (q.name(), job.id.as_str(), job.attempt);
+    tracing::info!(target: LOG, queue, job = id, attempt, fence = job.fence, "claimed");
+    let started = Instant::now();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("TOLLGATE_JOB_ID", &job.id)
@@ -323,9 +336,11 @@ async fn run_one(
         tokio::select! {
             status = child.wait() => break status,
             () = tokio::time::sleep(every) => {
-                if q.extend(&job.id, job.fence, args.lease).await.is_err() {
+                if let Err(e) = q.extend(&job.id, job.fence, args.lease).await {
                     let _ = child.start_kill();
                     let _ = child.wait().await;
+                    tracing::warn!(target: LOG, queue, job = id, attempt, error = %e.message,
+                        "lease lost: the command was stopped; the job will be delivered again");
                     return Ran::Lost;
                 }
             }
@@ -333,18 +348,42 @@ async fn run_one(
                 let _ = child.start_kill();
                 let _ = child.wait().await;
                 let _ = q.nack(&job.id, job.fence, Retry::After(Duration::ZERO)).await;
+                tracing::info!(target: LOG, queue, job = id, attempt,
+                    "released at shutdown: the command was stopped; the job is due again");
                 return Ran::Released;
             }
         }
     };
-    match status {
-        Ok(s) if s.success() => match q.ack(&job.id, job.fence).await {
-            Ok(()) => Ran::Acked,
-            Err(_) => Ran::Lost,
-        },
-        _ => match q.nack(&job.id, job.fence, Retry::Backoff).await {
-            Ok(_) => Ran::Retried,
-            Err(_) => Ran::Lost,
-        },
+    let ms = started.elapsed().as_millis() as u64;
+    let lost = |e: Failure| {
+        tracing::warn!(target: LOG, queue, job = id, attempt, ms, error = %e.message,
+            "lease lost before the job's end was recorded; it will be delivered again");
+        Ran::Lost
+    };
+    if status.as_ref().is_ok_and(|s| s.success()) {
+        return match q.ack(&job.id, job.fence).await {
+            Ok(()) => {
+                tracing::info!(target: LOG, queue, job = id, attempt, ms, "done");
+                Ran::Acked
+            }
+            Err(e) => lost(e),
+        };
+    }
+    let why = how_it_ended(&status);
+    match q.nack(&job.id, job.fence, Retry::Backoff).await {
+        Ok(Nacked::RetryAt(at)) => {
+            let retry_in_ms = at
+                .duration_since(std::time::SystemTime::now())
+                .map_or(0, |d| d.as_millis() as u64);
+            tracing::info!(target: LOG, queue, job = id, attempt, ms, retry_in_ms,
+                "failed ({why}); will be retried");
+            Ran::Retried
+        }
+        Ok(Nacked::Dead) => {
+            tracing::warn!(target: LOG, queue, job = id, attempt, ms,
+                "failed ({why}) on its last attempt: dead-lettered");
+            Ran::Retried
+        }
+        Err(e) => lost(e),
     }
 }

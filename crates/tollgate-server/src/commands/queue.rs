@@ -9,7 +9,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
-use tollgate::{Job, OnDuplicate, PushOptions, PushResult, Retry, ShardedJobQueue};
+use tollgate::{Job, Nacked, OnDuplicate, PushOptions, PushResult, Retry, ShardedJobQueue};
 
 use crate::cli::QueueTarget;
 use crate::client::{Failure, Server, Timeout, segment, usage};
@@ -199,17 +199,24 @@ impl Queue {
         }
     }
 
-    pub(crate) async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<(), Failure> {
+    /// Gives a job back: retried (when) or dead.
+    pub(crate) async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<Nacked, Failure> {
         match self {
-            Queue::Local(q) => q.nack(id, fence, retry).await.map(|_| ()).map_err(Failure::from),
+            Queue::Local(q) => Ok(q.nack(id, fence, retry).await?),
             Queue::Remote(r) => {
                 let mut body = json!({"fence": fence});
                 if let Retry::After(d) = retry {
                     body["delay_ms"] = json!(d.as_millis() as u64);
                 }
-                r.call(r.request(Method::POST, &r.job_path(id, "/nack")).json(&body))
+                let (_, v) = r
+                    .call(r.request(Method::POST, &r.job_path(id, "/nack")).json(&body))
                     .await?;
-                Ok(())
+                Ok(match v["result"].as_str() {
+                    Some("dead") => Nacked::Dead,
+                    _ => {
+                        Nacked::RetryAt(UNIX_EPOCH + Duration::from_millis(v["due_ms"].as_u64().unwrap_or(0)))
+                    }
+                })
             }
         }
     }
