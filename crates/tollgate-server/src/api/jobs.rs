@@ -586,8 +586,13 @@ pub(crate) async fn extend(
     Ok(axum::Json(json!({"lease_until_ms": ms(until)})))
 }
 
-fn not_found(what: &str) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "job_not_found", format!("no such {what}"))
+/// No job `id` (`what`: "job", "waiting job") in queue `name`.
+fn not_found(what: &str, id: &str, name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "job_not_found",
+        format!("no {what} {id:?} in queue {name:?}"),
+    )
 }
 
 fn running() -> ApiError {
@@ -608,7 +613,7 @@ pub(crate) async fn cancel(
         Cancelled::Cancelled => Ok(axum::Json(json!({"result": "cancelled"}))),
         Cancelled::Purged => Ok(axum::Json(json!({"result": "purged"}))),
         Cancelled::Running => Err(running()),
-        Cancelled::Unknown => Err(not_found("job")),
+        Cancelled::Unknown => Err(not_found("job", &id, &name)),
     }
 }
 
@@ -627,7 +632,7 @@ pub(crate) async fn reschedule(
     let q = queue(&state, &name, None)?;
     match q.reschedule(&id, Duration::from_millis(body.delay_ms)).await? {
         Some(at) => Ok(axum::Json(json!({"due_ms": ms(at)}))),
-        None => Err(not_found("waiting job")),
+        None => Err(not_found("waiting job", &id, &name)),
     }
 }
 

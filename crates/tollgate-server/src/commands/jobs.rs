@@ -1,4 +1,4 @@
-//! `tollgate jobs push|work|stats|dead|replay|repartition`.
+//! `tollgate jobs push|work|stats|dead|completed|replay|purge|cancel|reschedule|repartition`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,11 +8,12 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
-use tollgate::{Job, Nacked, OnDuplicate, PushOptions, Retry};
+use tollgate::{Backoff, Job, Nacked, OnDuplicate, PushOptions, Retry};
 
 use super::queue::Queue;
 use crate::cli::{
-    JobsCommand, JobsPushArgs, JobsQueueArgs, JobsRepartitionArgs, JobsReplayArgs, JobsWorkArgs,
+    BackoffKind, JobsCommand, JobsCompletedArgs, JobsIdArgs, JobsPushArgs, JobsQueueArgs,
+    JobsRepartitionArgs, JobsReplayArgs, JobsRescheduleArgs, JobsWorkArgs,
 };
 use crate::client::{Failure, usage};
 use crate::exit;
@@ -23,7 +24,11 @@ pub(crate) async fn run(command: JobsCommand) -> i32 {
         JobsCommand::Work(a) => work(a).await,
         JobsCommand::Stats(a) => stats(a).await,
         JobsCommand::Dead(a) => dead(a).await,
+        JobsCommand::Completed(a) => completed(a).await,
         JobsCommand::Replay(a) => replay(a).await,
+        JobsCommand::Purge(a) => purge(a).await,
+        JobsCommand::Cancel(a) => cancel(a).await,
+        JobsCommand::Reschedule(a) => reschedule(a).await,
         JobsCommand::Repartition(a) => repartition(a).await,
     };
     match done {
@@ -59,49 +64,126 @@ async fn repartition(args: JobsRepartitionArgs) -> Result<i32, Failure> {
     Ok(0)
 }
 
-async fn push(args: JobsPushArgs) -> Result<i32, Failure> {
-    let at = match &args.at {
-        None => None,
-        Some(t) => match humantime::parse_rfc3339_weak(t) {
-            // The bound --delay has (the library checks that one).
-            Ok(at) if at > std::time::SystemTime::now() + tollgate::MAX_JOB_DELAY => {
-                return Err(usage(format!("--at {t:?} is more than a year ahead")));
-            }
-            Ok(at) => Some(at),
-            Err(e) => {
-                return Err(usage(format!(
-                    "--at {t:?}: {e} (give RFC 3339, e.g. 2026-11-21T18:00:00Z)"
-                )));
-            }
-        },
+/// `--at TIME` (RFC 3339, at most a year ahead).
+fn parse_at(t: &str) -> Result<std::time::SystemTime, Failure> {
+    match humantime::parse_rfc3339_weak(t) {
+        // The bound --delay has (the library checks that one).
+        Ok(at) if at > std::time::SystemTime::now() + tollgate::MAX_JOB_DELAY => {
+            Err(usage(format!("--at {t:?} is more than a year ahead")))
+        }
+        Ok(at) => Ok(at),
+        Err(e) => Err(usage(format!(
+            "--at {t:?}: {e} (give RFC 3339, e.g. 2026-11-21T18:00:00Z)"
+        ))),
+    }
+}
+
+/// The backoff of `--backoff KIND --backoff-base D --backoff-max D`.
+fn backoff(args: &JobsPushArgs) -> Result<Backoff, Failure> {
+    let Some(kind) = args.backoff else {
+        return Ok(Backoff::default());
     };
+    let base = args
+        .backoff_base
+        .ok_or_else(|| usage("--backoff needs --backoff-base"))?;
+    Ok(match kind {
+        BackoffKind::Fixed if args.backoff_max.is_some() => {
+            return Err(usage("--backoff-max goes with --backoff exponential only"));
+        }
+        BackoffKind::Fixed => Backoff::Fixed(base),
+        BackoffKind::Exponential => Backoff::Exponential {
+            base,
+            max: args.backoff_max.unwrap_or(Duration::from_secs(300)),
+        },
+    })
+}
+
+/// The payload: the file named by `--payload-file`, or standard input.
+async fn read_payload(file: Option<std::path::PathBuf>) -> Result<Vec<u8>, Failure> {
+    let file = file.filter(|f| f.as_os_str() != "-");
+    let why = match &file {
+        Some(f) => format!("cannot read the payload from {}", f.display()),
+        None => "cannot read the payload from standard input".to_owned(),
+    };
+    let read = tokio::task::spawn_blocking(move || match file {
+        Some(f) => std::fs::read(f),
+        None => {
+            use std::io::Read;
+            let mut payload = Vec::new();
+            std::io::stdin().read_to_end(&mut payload).map(|_| payload)
+        }
+    })
+    .await;
+    match read {
+        Ok(Ok(p)) => Ok(p),
+        Ok(Err(e)) => Err(usage(format!("{why}: {e}"))),
+        Err(e) => Err(failure(exit::SOFTWARE, format!("{why}: {e}"))),
+    }
+}
+
+async fn push(args: JobsPushArgs) -> Result<i32, Failure> {
+    let at = args.at.as_deref().map(parse_at).transpose()?;
     let options = PushOptions {
         id: args.id.clone(),
         delay: args.delay,
         at,
         priority: args.priority,
         max_attempts: args.max_attempts,
+        backoff: backoff(&args)?,
         on_duplicate: if args.replace {
             OnDuplicate::Replace
         } else {
             OnDuplicate::Keep
         },
-        ..PushOptions::default()
     };
-    let mut payload = Vec::new();
-    let read = tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        std::io::stdin().read_to_end(&mut payload).map(|_| payload)
-    })
-    .await;
-    let why = "cannot read the payload from standard input";
-    let payload = match read {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => return Err(usage(format!("{why}: {e}"))),
-        Err(e) => return Err(failure(exit::SOFTWARE, format!("{why}: {e}"))),
-    };
+    let payload = read_payload(args.payload_file.clone()).await?;
     let q = Queue::open(&args.target, true).await?;
     println!("{}", q.push(&payload, &options).await?);
+    Ok(0)
+}
+
+async fn cancel(args: JobsIdArgs) -> Result<i32, Failure> {
+    let q = Queue::open(&args.target, true).await?;
+    println!("{}", q.cancel(&args.id).await?);
+    Ok(0)
+}
+
+async fn reschedule(args: JobsRescheduleArgs) -> Result<i32, Failure> {
+    let delay = match (args.delay, args.at.as_deref()) {
+        (Some(d), _) => d,
+        // The store's clock decides when the job is due; the delay is
+        // measured on this machine's.
+        (None, Some(t)) => parse_at(t)?
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+        (None, None) => return Err(usage("give --delay D or --at TIME")),
+    };
+    let q = Queue::open(&args.job.target, true).await?;
+    println!("{}", q.reschedule(&args.job.id, delay).await?);
+    Ok(0)
+}
+
+async fn purge(args: JobsReplayArgs) -> Result<i32, Failure> {
+    let q = Queue::open(&args.target, true).await?;
+    let n = q.purge(args.id.as_deref()).await?;
+    if let (Some(id), 0) = (&args.id, n) {
+        return Err(failure(
+            exit::NO_SUCH,
+            format!("no dead job {id:?} in queue {:?}", q.name()),
+        ));
+    }
+    println!("{}", json!({"purged": n}));
+    Ok(0)
+}
+
+async fn completed(args: JobsCompletedArgs) -> Result<i32, Failure> {
+    if args.limit == 0 || args.limit > 10_000 {
+        return Err(usage("--limit must be 1 to 10000"));
+    }
+    let q = Queue::open(&args.target, false).await?;
+    for c in q.completed(args.limit).await? {
+        println!("{c}");
+    }
     Ok(0)
 }
 
