@@ -873,3 +873,55 @@ fn cancel_reschedule_purge_completed_and_backoff(url: &str) {
         "being run",
     );
 }
+
+#[test]
+fn a_queue_that_never_existed_on_redis() {
+    let redis = RedisServer::start();
+    a_queue_that_never_existed(&redis.url());
+}
+
+#[test]
+fn a_queue_that_never_existed_through_a_server() {
+    let server = serve_support::Server::start(None);
+    a_queue_that_never_existed(&server.base);
+    // The server names queues it knows that are close.
+    fails(
+        &["stats", "mial", "--server", &server.base],
+        65,
+        "did you mean \"mail\"?",
+    );
+}
+
+/// `stats`, `dead` and `completed` of a queue nothing was pushed to: exit
+/// 65, "no such queue"; of a drained one: its zeros and empty lists.
+fn a_queue_that_never_existed(url: &str) {
+    let [flag, url] = at(url);
+    for verb in ["stats", "dead", "completed"] {
+        fails(&[verb, "never", flag, url], 65, "no such queue \"never\"");
+    }
+    assert!(push(url, "mail", "hi", &[]).status.success());
+    let worker = tollgate()
+        .args([
+            "jobs",
+            "work",
+            "mail",
+            flag,
+            url,
+            "--idle-exit",
+            "500ms",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("worker");
+    assert!(worker.status.success(), "{worker:?}");
+    let stats = &ok_lines(&jobs(&["stats", "mail", flag, url]))[0];
+    assert_eq!(
+        (stats["ready"].as_u64(), stats["acked"].as_u64()),
+        (Some(0), Some(1)),
+        "{stats}"
+    );
+    assert!(ok_lines(&jobs(&["dead", "mail", flag, url])).is_empty());
+    assert!(ok_lines(&jobs(&["completed", "mail", flag, url])).is_empty());
+}

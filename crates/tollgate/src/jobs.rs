@@ -211,6 +211,13 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
+    /// No job held and none ever pushed: how the stats of a queue that
+    /// never existed read (so they may be those of a queue that did: [`JobQueue::exists`]
+    /// tells).
+    pub fn is_blank(&self) -> bool {
+        self.pushed == 0 && self.ready + self.delayed + self.in_flight + self.dead + self.completed == 0
+    }
+
     /// The `q` quantile (0.0 to 1.0) of `recent_lateness`, if there are
     /// samples.
     pub fn recent_lateness_quantile(&self, q: f64) -> Option<Duration> {
@@ -724,6 +731,15 @@ impl JobQueue {
             check_job_id(id)?;
         }
         self.store.job_purge(&self.name, id).await
+    }
+
+    /// Whether the queue ever held anything: a push was made to it (it
+    /// stays so after it is drained). Its stats and listings read the
+    /// same (zeros, nothing) either way; this tells a misspelt name from
+    /// an idle queue. The embedded store forgets a queue that held
+    /// nothing for its idle time.
+    pub async fn exists(&self) -> Result<bool> {
+        self.store.job_exists(&self.name).await
     }
 
     /// Counts and recent lateness.

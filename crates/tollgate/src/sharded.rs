@@ -648,6 +648,21 @@ impl ShardedJobQueue {
         }
     }
 
+    /// Whether any partition ever held anything ([`JobQueue::exists`]),
+    /// or the queue has a partition count stored (a repartitioned queue's
+    /// new partitions may not have held anything yet).
+    pub async fn exists(&self) -> Result<bool> {
+        if self.parts.len() > 1 && self.store.job_exists(&self.name).await? {
+            return Ok(true);
+        }
+        for e in join_all(self.parts.iter().map(JobQueue::exists)).await {
+            if e? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// The partitions' stats, added up (recent lateness: all their samples).
     pub async fn stats(&self) -> Result<QueueStats> {
         self.checked(false).await?;

@@ -670,8 +670,29 @@ async fn bad_input_is_refused(ts: TestStore) {
     assert_eq!(v["to"], "a@example.org");
 }
 
+/// A queue exists once something was pushed to it, and stays so when
+/// drained; reads alone do not make it exist.
+async fn a_queue_exists_once_pushed_to(ts: TestStore) {
+    let q = queue(&ts);
+    let s = q.stats().await.unwrap();
+    assert!(s.is_blank(), "{s:?}");
+    assert!(q.dead(10).await.unwrap().is_empty());
+    none(&q).await;
+    assert!(!q.exists().await.unwrap(), "reads do not make a queue");
+    q.push("x", &PushOptions::default()).await.unwrap();
+    assert!(q.exists().await.unwrap());
+    let job = claim(&q).await;
+    q.ack(&job.id, job.fence).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert!(!s.is_blank(), "{s:?}");
+    assert!(q.exists().await.unwrap(), "a drained queue still exists");
+    let other = JobQueue::new(&ts.store, "other").expect("queue");
+    assert!(!other.exists().await.unwrap());
+}
+
 on_both_stores!(
     manual_clock: delayed_jobs_come_due_in_order,
+    a_queue_exists_once_pushed_to,
     priority_then_push_order,
     fences_guard_ack_nack_and_extend,
     ack_and_claim_in_one_step,

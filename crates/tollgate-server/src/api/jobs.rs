@@ -114,6 +114,30 @@ impl Queues {
         Ok(q)
     }
 
+    /// Names of queues this server knows within two edits of `name`,
+    /// closest first: where a misspelt name finds what was meant without
+    /// a scan of the store. The configured names, and the handles' while
+    /// there are few of them: an unknown name must not cost a pass over
+    /// thousands (a flood of made-up names would pay it on every request).
+    fn close_to(&self, name: &str) -> Vec<String> {
+        let handles = self
+            .handles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let used = (handles.len() <= SUGGEST_FROM_HANDLES).then(|| handles.keys());
+        let mut close: Vec<(usize, String)> = self
+            .partitions
+            .keys()
+            .chain(used.into_iter().flatten())
+            .filter(|n| n.len().abs_diff(name.len()) <= 2 && n.as_str() != name)
+            .map(|n| (strsim::levenshtein(n, name), n.clone()))
+            .filter(|(d, _)| *d <= 2)
+            .collect();
+        close.sort();
+        close.dedup();
+        close.into_iter().map(|(_, n)| n).collect()
+    }
+
     /// Drops the handles of queues not used for `idle` (a configured
     /// queue's too: the next use opens it again, with its count), and
     /// gives the map's spare room back.
@@ -159,6 +183,45 @@ fn queue(state: &AppState, name: &str, lease_ms: Option<u64>) -> Result<ShardedJ
     }
     super::track(&state.queues, name);
     Ok(q)
+}
+
+/// The handles' names are looked at for a "did you mean" up to this many.
+const SUGGEST_FROM_HANDLES: usize = 256;
+
+/// Queues named to check whether they exist for one "did you mean".
+const SUGGESTIONS_CHECKED: usize = 3;
+
+/// Called when `q` answered as an empty queue does: 404
+/// `queue_not_found` if it never held anything (naming close names of
+/// queues that did), else nothing.
+async fn known(state: &AppState, name: &str, q: &ShardedJobQueue) -> Result<(), ApiError> {
+    if q.exists().await? {
+        return Ok(());
+    }
+    let mut meant = Vec::new();
+    for other in state
+        .queue_set
+        .close_to(name)
+        .into_iter()
+        .take(SUGGESTIONS_CHECKED)
+    {
+        let Ok(o) = state.queue_set.open(&state.store, &other) else {
+            continue;
+        };
+        if o.exists().await.unwrap_or(false) {
+            meant.push(format!("{other:?}"));
+        }
+    }
+    let hint = if meant.is_empty() {
+        String::new()
+    } else {
+        format!("; did you mean {}?", meant.join(" or "))
+    };
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        "queue_not_found",
+        format!("no such queue {name:?} (nothing was ever pushed to it){hint}"),
+    ))
 }
 
 fn ms(t: std::time::SystemTime) -> u64 {
@@ -544,7 +607,11 @@ pub(crate) async fn completed(
     Path(name): Path<String>,
     Query(query): Query<DeadQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let list = queue(&state, &name, None)?.completed(query.limit()?).await?;
+    let q = queue(&state, &name, None)?;
+    let list = q.completed(query.limit()?).await?;
+    if list.is_empty() {
+        known(&state, &name, &q).await?;
+    }
     let jobs: Vec<Value> = list
         .iter()
         .map(|d| with_payload(json!({"id": d.id, "acked_ms": ms(d.acked)}), &d.payload))
@@ -643,6 +710,9 @@ pub(crate) async fn stats(
 ) -> Result<axum::Json<Value>, ApiError> {
     let q = queue(&state, &name, None)?;
     let s = q.stats().await?;
+    if s.is_blank() {
+        known(&state, &name, &q).await?;
+    }
     let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
     Ok(axum::Json(json!({
         "queue": name, "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead, "completed": s.completed,
@@ -679,7 +749,11 @@ pub(crate) async fn dead(
     Path(name): Path<String>,
     Query(query): Query<DeadQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let list = queue(&state, &name, None)?.dead(query.limit()?).await?;
+    let q = queue(&state, &name, None)?;
+    let list = q.dead(query.limit()?).await?;
+    if list.is_empty() {
+        known(&state, &name, &q).await?;
+    }
     let jobs: Vec<Value> = list
         .iter()
         .map(|d| {

@@ -249,6 +249,9 @@ impl Queue {
         match self {
             Queue::Local(q) => {
                 let s = q.stats().await?;
+                if s.is_blank() {
+                    known(q).await?;
+                }
                 let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
                 Ok(json!({
                     "queue": q.name(), "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
@@ -265,15 +268,19 @@ impl Queue {
     /// The dead letters, oldest first, one JSON object each.
     pub(crate) async fn dead(&self) -> Result<Vec<Value>, Failure> {
         match self {
-            Queue::Local(q) => Ok(q
-                .dead(10_000)
-                .await?
-                .into_iter()
-                .map(|d| {
-                    json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
-                           "payload": String::from_utf8_lossy(&d.payload)})
-                })
-                .collect()),
+            Queue::Local(q) => {
+                let dead = q.dead(10_000).await?;
+                if dead.is_empty() {
+                    known(q).await?;
+                }
+                Ok(dead
+                    .into_iter()
+                    .map(|d| {
+                        json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
+                               "payload": String::from_utf8_lossy(&d.payload)})
+                    })
+                    .collect())
+            }
             Queue::Remote(r) => {
                 let (_, v) = r.call(r.request(Method::GET, "/dead?limit=10000")).await?;
                 Ok(listed(
@@ -355,12 +362,16 @@ impl Queue {
     /// Kept completed jobs, most recent first, one JSON object each.
     pub(crate) async fn completed(&self, limit: usize) -> Result<Vec<Value>, Failure> {
         match self {
-            Queue::Local(q) => Ok(q
-                .completed(limit)
-                .await?
-                .into_iter()
-                .map(|c| json!({"id": c.id, "acked_ms": ms(c.acked), "payload": String::from_utf8_lossy(&c.payload)}))
-                .collect()),
+            Queue::Local(q) => {
+                let done = q.completed(limit).await?;
+                if done.is_empty() {
+                    known(q).await?;
+                }
+                Ok(done
+                    .into_iter()
+                    .map(|c| json!({"id": c.id, "acked_ms": ms(c.acked), "payload": String::from_utf8_lossy(&c.payload)}))
+                    .collect())
+            }
             Queue::Remote(r) => {
                 let (_, v) = r
                     .call(r.request(Method::GET, &format!("/completed?limit={limit}")))
@@ -388,6 +399,19 @@ fn listed(v: &Value, fields: impl Fn(&Value) -> Value) -> Vec<Value> {
             out
         })
         .collect()
+}
+
+/// Called when `q` answered as an empty queue does: exit 65 if it never
+/// held anything. (No "did you mean" here: on Redis that would take a
+/// scan of the keyspace; a `tollgate serve` names the queues it knows.)
+async fn known(q: &ShardedJobQueue) -> Result<(), Failure> {
+    if q.exists().await? {
+        return Ok(());
+    }
+    Err(no_such(format!(
+        "no such queue {:?} (nothing was ever pushed to it)",
+        q.name()
+    )))
 }
 
 fn no_such(message: String) -> Failure {

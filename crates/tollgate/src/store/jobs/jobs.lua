@@ -571,6 +571,13 @@ if op == 'retire' then
   return {1, ready, delayed, running, dead}
 end
 
+if op == 'exists' then
+  -- Whether anything was ever written to the queue: every push counts in
+  -- KM, and nothing deletes it (memory.rs: `job_exists`, `is_blank`).
+  -- Reply: 1 or 0.
+  return redis.call('EXISTS', KM)
+end
+
 if op == 'stats' then
   -- Reply: {ready, delayed, in flight, dead, pushed, claimed, acked,
   --         retried, dead total, redelivered, completed kept, lateness sum

@@ -674,6 +674,13 @@ impl MemoryStore {
     pub(crate) fn job_stats(&self, q: &Name) -> RawStats {
         self.read_queue(q, |queue, now| queue.stats(now))
     }
+
+    /// Whether anything was ever written to queue `q` (see `is_blank`;
+    /// jobs.lua's `exists`: its `m` hash). A queue that held nothing for
+    /// the idle time is dropped, and then is not.
+    pub(crate) fn job_exists(&self, q: &Name) -> bool {
+        self.read_queue(q, |queue, _| !queue.is_blank())
+    }
 }
 
 #[cfg(test)]

@@ -209,6 +209,11 @@ impl RedisStore {
         Ok(r.first().copied().unwrap_or(0).max(0) as u64)
     }
 
+    pub(crate) async fn job_exists(&self, q: &Name) -> Result<bool> {
+        let r: i64 = self.run_jobs(q, "exists", Vec::<String>::new()).await?;
+        Ok(r == 1)
+    }
+
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<RawStats> {
         let r: Vec<i64> = self.run_jobs(q, "stats", Vec::<String>::new()).await?;
         let buckets = LATENESS_BOUNDS_MS.len() + 1;
