@@ -568,6 +568,12 @@ impl ShardedJobQueue {
         self.part(id).nack(id, fence, retry).await
     }
 
+    /// See [`JobQueue::nack_with_error`].
+    pub async fn nack_with_error(&self, id: &str, fence: u64, retry: Retry, error: &str) -> Result<Nacked> {
+        self.checked(true).await?;
+        self.part(id).nack_with_error(id, fence, retry, error).await
+    }
+
     /// See [`JobQueue::extend`].
     pub async fn extend(&self, id: &str, fence: u64, lease: Duration) -> Result<SystemTime> {
         self.checked(true).await?;
