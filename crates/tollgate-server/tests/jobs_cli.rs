@@ -583,7 +583,11 @@ fn the_worker_logs_each_job() {
     let out = tollgate()
         .env("TOLLGATE_LOG", "info")
         .args(["jobs", "work", "told", "--redis", &url, "--idle-exit", "3s", "--"])
-        .args(["sh", "-c", r#"read line; [ "$line" = poison ] && exit 3; exit 0"#])
+        .args([
+            "sh",
+            "-c",
+            r#"read line; [ "$line" = poison ] && { echo "boom $TOLLGATE_ATTEMPT" >&2; exit 3; }; exit 0"#,
+        ])
         .stdin(Stdio::null())
         .output()
         .expect("worker");
@@ -615,6 +619,11 @@ fn the_worker_logs_each_job() {
         "job=\"poison\"",
         "attempt=2",
     ]);
+    // The command's standard error still reaches the worker's, and the
+    // dead job keeps why it died.
+    line(&["boom 1"]);
+    let dead = &ok_lines(&jobs(&["dead", "told", "--redis", &url]))[0];
+    assert_eq!(dead["last_error"], "exit code 3\nboom 2\n", "{dead}");
 }
 
 #[test]
@@ -786,6 +795,12 @@ fn cancel_reschedule_purge_completed_and_backoff(url: &str) {
     assert!(done[0]["acked_ms"].as_u64().is_some(), "{}", done[0]);
     fails(&["completed", "verbs", "--limit", "0", flag, url], 64, "--limit");
 
+    let dead = ok_lines(&jobs(&["dead", "verbs", flag, url]));
+    assert_eq!(
+        (dead[0]["id"].as_str(), dead[0]["last_error"].as_str()),
+        (Some("dies"), Some("exit code 1")),
+        "{dead:?}"
+    );
     fails(
         &["purge", "verbs", "--id", "waits", flag, url],
         65,

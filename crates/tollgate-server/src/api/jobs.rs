@@ -512,6 +512,9 @@ pub(crate) struct FenceBody {
     lease_ms: Option<u64>,
     /// ack: keep the job as completed instead of deleting it.
     keep: Option<KeepBody>,
+    /// nack: why the job failed; kept with it (its first 4 KiB) if this
+    /// nack makes it dead, and listed as its `last_error`.
+    error: Option<String>,
 }
 
 /// Retention of acked jobs: the last `count` (1 to 1,000,000) acked with
@@ -628,11 +631,12 @@ pub(crate) async fn nack(
     let retry = body
         .delay_ms
         .map_or(Retry::Backoff, |d| Retry::After(Duration::from_millis(d)));
-    let answer = match queue(&state, &name, None)?
-        .nack(&id, body.fence, retry)
-        .await
-        .map_err(lease_lost)?
-    {
+    let q = queue(&state, &name, None)?;
+    let nacked = match &body.error {
+        Some(e) => q.nack_with_error(&id, body.fence, retry, e).await,
+        None => q.nack(&id, body.fence, retry).await,
+    };
+    let answer = match nacked.map_err(lease_lost)? {
         Nacked::RetryAt(at) => json!({"result": "retry", "due_ms": ms(at)}),
         Nacked::Dead => json!({"result": "dead"}),
     };
@@ -757,7 +761,8 @@ pub(crate) async fn dead(
     let jobs: Vec<Value> = list
         .iter()
         .map(|d| {
-            let fields = json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts});
+            let fields = json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
+                                "last_error": d.last_error});
             with_payload(fields, &d.payload)
         })
         .collect();

@@ -373,6 +373,34 @@ fn how_it_ended(status: &std::io::Result<std::process::ExitStatus>) -> String {
     }
 }
 
+/// How much of the end of a failed command's standard error a dead job
+/// keeps (with "exit code N" before it, within the store's 4 KiB).
+const STDERR_KEPT: usize = 4000;
+
+/// Copies a command's standard error to ours as it comes, and answers its
+/// last `STDERR_KEPT` bytes.
+async fn tee(mut from: tokio::process::ChildStderr) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    // std's stderr (tokio's needs a feature this crate does not build):
+    // a write of a few KiB to a terminal or a log pipe.
+    let mut out = std::io::stderr();
+    let (mut kept, mut buf) = (Vec::new(), [0u8; 8192]);
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let _ = std::io::Write::write_all(&mut out, &buf[..n]);
+        kept.extend_from_slice(&buf[..n]);
+        if kept.len() > 2 * STDERR_KEPT {
+            kept.drain(..kept.len() - STDERR_KEPT);
+        }
+    }
+    if kept.len() > STDERR_KEPT {
+        kept.drain(..kept.len() - STDERR_KEPT);
+    }
+    kept
+}
+
 /// Log lines of `jobs work` carry this target (`TOLLGATE_LOG=tollgate::worker=info`).
 const LOG: &str = "tollgate::worker";
 
@@ -392,6 +420,7 @@ async fn run_one(
         .env("TOLLGATE_ATTEMPT", job.attempt.to_string())
         .env("TOLLGATE_QUEUE", q.name())
         .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -399,7 +428,9 @@ async fn run_one(
             eprintln!("tollgate: cannot run {:?}: {e}", args.command[0]);
             // Due again at once. Its claim counted an attempt, which a nack
             // cannot give back (on its last attempt the job goes dead).
-            let _ = q.nack(&job.id, job.fence, Retry::After(Duration::ZERO)).await;
+            let _ = q
+                .nack(&job.id, job.fence, Retry::After(Duration::ZERO), None)
+                .await;
             return Ran::CannotStart(if e.kind() == std::io::ErrorKind::NotFound {
                 exit::NOT_FOUND
             } else {
@@ -407,6 +438,7 @@ async fn run_one(
             });
         }
     };
+    let stderr = child.stderr.take().map(|e| tokio::spawn(tee(e)));
     if let Some(mut stdin) = child.stdin.take() {
         let payload = job.payload.clone();
         tokio::spawn(async move {
@@ -429,7 +461,7 @@ async fn run_one(
             _ = stop.changed() => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
-                let _ = q.nack(&job.id, job.fence, Retry::After(Duration::ZERO)).await;
+                let _ = q.nack(&job.id, job.fence, Retry::After(Duration::ZERO), None).await;
                 tracing::info!(target: LOG, queue, job = id, attempt,
                     "released at shutdown: the command was stopped; the job is due again");
                 return Ran::Released;
@@ -452,7 +484,22 @@ async fn run_one(
         };
     }
     let why = how_it_ended(&status);
-    match q.nack(&job.id, job.fence, Retry::Backoff).await {
+    // The end of what the command said, unless a process it left behind
+    // still holds its standard error open.
+    let said = match stderr {
+        Some(t) => tokio::time::timeout(Duration::from_secs(1), t)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let error = if said.is_empty() {
+        why.clone()
+    } else {
+        format!("{why}\n{}", String::from_utf8_lossy(&said))
+    };
+    match q.nack(&job.id, job.fence, Retry::Backoff, Some(&error)).await {
         Ok(Nacked::RetryAt(at)) => {
             let retry_in_ms = at
                 .duration_since(std::time::SystemTime::now())

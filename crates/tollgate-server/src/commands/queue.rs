@@ -206,12 +206,22 @@ impl Queue {
         }
     }
 
-    /// Gives a job back: retried (when) or dead.
-    pub(crate) async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<Nacked, Failure> {
+    /// Gives a job back: retried (when) or dead (keeping `error`, if
+    /// given, as why).
+    pub(crate) async fn nack(
+        &self,
+        id: &str,
+        fence: u64,
+        retry: Retry,
+        error: Option<&str>,
+    ) -> Result<Nacked, Failure> {
         match self {
-            Queue::Local(q) => Ok(q.nack(id, fence, retry).await?),
+            Queue::Local(q) => Ok(match error {
+                Some(e) => q.nack_with_error(id, fence, retry, e).await?,
+                None => q.nack(id, fence, retry).await?,
+            }),
             Queue::Remote(r) => {
-                let mut body = json!({"fence": fence});
+                let mut body = json!({"fence": fence, "error": error});
                 if let Retry::After(d) = retry {
                     body["delay_ms"] = json!(d.as_millis() as u64);
                 }
@@ -277,7 +287,7 @@ impl Queue {
                     .into_iter()
                     .map(|d| {
                         json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
-                               "payload": String::from_utf8_lossy(&d.payload)})
+                               "last_error": d.last_error, "payload": String::from_utf8_lossy(&d.payload)})
                     })
                     .collect())
             }
@@ -285,7 +295,7 @@ impl Queue {
                 let (_, v) = r.call(r.request(Method::GET, "/dead?limit=10000")).await?;
                 Ok(listed(
                     &v,
-                    |d| json!({"id": d["id"], "died_ms": d["died_ms"], "attempts": d["attempts"]}),
+                    |d| json!({"id": d["id"], "died_ms": d["died_ms"], "attempts": d["attempts"], "last_error": d["last_error"]}),
                 ))
             }
         }
