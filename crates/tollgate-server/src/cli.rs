@@ -64,28 +64,63 @@ pub(crate) enum LimitCommand {
     Check(LimitCheckArgs),
 }
 
+/// The exit codes every `jobs` command shares, after its own.
+macro_rules! jobs_exit_codes {
+    ($own:literal) => {
+        concat!(
+            "Exit codes: ",
+            $own,
+            "64 bad arguments; 69 the store or server is unreachable; 70 an internal error; \
+             78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index, \
+             --partitions differing from the stored count)."
+        )
+    };
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum JobsCommand {
-    /// Push one job; the payload is read from standard input. Prints
-    /// {"id", "result", "due_ms"}.
+    /// Push one job; the payload is read from standard input (or
+    /// --payload-file). Prints {"id", "result", "due_ms"}.
+    #[command(after_help = jobs_exit_codes!("0 pushed (or kept, replaced, busy: see result); "))]
     Push(JobsPushArgs),
     /// Run CMD once per job, with the payload on its standard input and
     /// TOLLGATE_JOB_ID, TOLLGATE_FENCE, TOLLGATE_ATTEMPT, TOLLGATE_QUEUE in
     /// its environment: ack on exit 0, nack (retry after backoff)
     /// otherwise; the lease is extended while CMD runs. SIGTERM/SIGINT: no
     /// new jobs; running ones finish (or, after --shutdown-grace, are
-    /// stopped and released at once).
+    /// stopped and released at once). Each job's course is logged at info
+    /// under the target tollgate::worker (TOLLGATE_LOG=info).
+    #[command(after_help = jobs_exit_codes!(
+        "0 a signal or --idle-exit ended it; 126/127 CMD could not be started / was not found (checked before any claim); "
+    ))]
     Work(JobsWorkArgs),
     /// The queue's counts, as JSON.
+    #[command(after_help = jobs_exit_codes!("0 printed; 65 no such queue (it never held anything); "))]
     Stats(JobsQueueArgs),
     /// Dead jobs (oldest first), as JSON lines.
+    #[command(after_help = jobs_exit_codes!("0 printed; 65 no such queue (it never held anything); "))]
     Dead(JobsQueueArgs),
-    /// Make dead jobs ready again: one by --id, or all.
+    /// Kept completed jobs (most recent first), as JSON lines; only workers
+    /// with --keep-completed keep them.
+    #[command(after_help = jobs_exit_codes!("0 printed; 65 no such queue (it never held anything); "))]
+    Completed(JobsCompletedArgs),
+    /// Make dead jobs ready again: one by --id, or all. Prints {"replayed": n}.
+    #[command(after_help = jobs_exit_codes!("0 replayed (n may be 0); "))]
     Replay(JobsReplayArgs),
+    /// Delete dead jobs: one by --id, or all. Prints {"purged": n}.
+    #[command(after_help = jobs_exit_codes!("0 purged (all: n may be 0); 65 no dead job --id; "))]
+    Purge(JobsReplayArgs),
+    /// Cancel a waiting job (a dead one is purged). Prints {"id", "result":
+    /// "cancelled"|"purged"}.
+    #[command(after_help = jobs_exit_codes!("0 cancelled; 65 no such job; 75 the job is being run (try later); "))]
+    Cancel(JobsIdArgs),
+    /// Move a waiting job's due time. Prints {"id", "due_ms"}.
+    #[command(after_help = jobs_exit_codes!("0 moved; 65 no such waiting job; 75 the job is being run (try later); "))]
+    Reschedule(JobsRescheduleArgs),
     /// Change the queue's number of partitions. Only an empty queue may
     /// (nothing ready, delayed, running or dead): stop its producers and
     /// workers first, and start them again with the new --partitions.
-    /// Exit code 64 if the queue still holds jobs.
+    #[command(after_help = jobs_exit_codes!("0 changed; 64 also when the queue still holds jobs; "))]
     Repartition(JobsRepartitionArgs),
 }
 
@@ -116,6 +151,38 @@ pub(crate) struct JobsReplayArgs {
     /// Only this dead job.
     #[arg(long)]
     pub(crate) id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct JobsCompletedArgs {
+    #[command(flatten)]
+    pub(crate) target: QueueTarget,
+    /// At most this many (1 to 10000).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub(crate) limit: usize,
+}
+
+/// A job by its id.
+#[derive(Debug, Args)]
+pub(crate) struct JobsIdArgs {
+    #[command(flatten)]
+    pub(crate) target: QueueTarget,
+    /// The job's id.
+    #[arg(value_name = "ID")]
+    pub(crate) id: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct JobsRescheduleArgs {
+    #[command(flatten)]
+    pub(crate) job: JobsIdArgs,
+    /// Due this long from now.
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D",
+          required_unless_present = "at", conflicts_with = "at")]
+    pub(crate) delay: Option<Duration>,
+    /// Due at this time (RFC 3339, e.g. 2026-11-21T18:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) at: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -151,6 +218,29 @@ pub(crate) struct JobsPushArgs {
     /// Higher runs first.
     #[arg(long, default_value_t = 0)]
     pub(crate) priority: u8,
+    /// The wait before a retry: fixed (always --backoff-base) or
+    /// exponential (--backoff-base doubling per attempt up to
+    /// --backoff-max, times a random factor in [0.5, 1)). Default
+    /// exponential from 1s to 5m.
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub(crate) backoff: Option<BackoffKind>,
+    /// The backoff's first (or, fixed, every) wait.
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D", requires = "backoff")]
+    pub(crate) backoff_base: Option<Duration>,
+    /// Exponential backoff: the longest wait [default: 5m].
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D", requires = "backoff")]
+    pub(crate) backoff_max: Option<Duration>,
+    /// Read the payload from this file instead of standard input (`-`:
+    /// standard input).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) payload_file: Option<std::path::PathBuf>,
+}
+
+/// `jobs push --backoff`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum BackoffKind {
+    Fixed,
+    Exponential,
 }
 
 #[derive(Debug, Args)]

@@ -86,6 +86,8 @@ impl Answer {
     pub(crate) fn exit_code(&self) -> i32 {
         match (self.status, self.body["error"]["code"].as_str()) {
             (409, Some("lease_lost")) => exit::LEASE_LOST,
+            (409, Some("job_running")) => exit::BUSY,
+            (404, Some("job_not_found" | "queue_not_found")) => exit::NO_SUCH,
             (_, Some("partition_conflict" | "store_misconfigured")) => exit::CONFIG,
             // The token is part of the set-up: no retry mends it.
             (401, _) => exit::CONFIG,

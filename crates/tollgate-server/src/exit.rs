@@ -4,11 +4,15 @@
 pub(crate) const REFUSED: i32 = 1;
 /// Bad arguments, or no store named.
 pub(crate) const USAGE: i32 = 64;
+/// No such thing: a job id, or a queue that never held anything
+/// (sysexits' EX_DATAERR).
+pub(crate) const NO_SUCH: i32 = 65;
 /// The store could not be reached.
 pub(crate) const UNAVAILABLE: i32 = 69;
 /// Something tollgate did not expect.
 pub(crate) const SOFTWARE: i32 = 70;
-/// The lock or permits could not be had within `--wait`.
+/// The lock or permits could not be had within `--wait`; a job to cancel
+/// or reschedule is being run.
 pub(crate) const BUSY: i32 = 75;
 /// The lease was lost while the command ran; the command got SIGTERM.
 pub(crate) const LEASE_LOST: i32 = 76;
@@ -26,10 +30,8 @@ pub(crate) const NOT_FOUND: i32 = 127;
 pub(crate) fn for_error(e: &tollgate::Error) -> i32 {
     use tollgate::ErrorKind;
     match e.kind() {
-        ErrorKind::InvalidInput
-        | ErrorKind::CapacityConflict
-        | ErrorKind::NoCapacity
-        | ErrorKind::JobRunning => USAGE,
+        ErrorKind::InvalidInput | ErrorKind::CapacityConflict | ErrorKind::NoCapacity => USAGE,
+        ErrorKind::JobRunning => BUSY,
         ErrorKind::Unavailable | ErrorKind::NotReplicated => UNAVAILABLE,
         ErrorKind::LeaseLost => LEASE_LOST,
         ErrorKind::Misconfigured | ErrorKind::PartitionConflict => CONFIG,

@@ -523,7 +523,12 @@ async fn a_partitioned_queue_survives_a_flushall() {
             assert_eq!(e["error"]["code"], "partition_conflict", "{e}");
             break;
         }
-        assert_eq!(st, 200, "{e}");
+        // Until the count is stored again, the plain queue of that name
+        // never held anything as far as the store knows.
+        assert!(
+            st == 200 || (st == 404 && e["error"]["code"] == "queue_not_found"),
+            "{st} {e}"
+        );
         assert!(
             Instant::now() < deadline,
             "the partition count was not stored again: {e}"

@@ -565,3 +565,378 @@ fn a_command_that_cannot_start_claims_nothing() {
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("more than a year ahead"));
 }
+
+/// `jobs work` at TOLLGATE_LOG=info says what became of each job: claimed,
+/// done, failed with the exit code and a retry, dead-lettered.
+#[test]
+fn the_worker_logs_each_job() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    assert!(push(&url, "told", "fine\n", &["--id", "fine"]).status.success());
+    let out = push(
+        &url,
+        "told",
+        "poison\n",
+        &["--id", "poison", "--max-attempts", "2"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = tollgate()
+        .env("TOLLGATE_LOG", "info")
+        .args(["jobs", "work", "told", "--redis", &url, "--idle-exit", "3s", "--"])
+        .args([
+            "sh",
+            "-c",
+            r#"read line; [ "$line" = poison ] && { echo "boom $TOLLGATE_ATTEMPT" >&2; exit 3; }; exit 0"#,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("worker");
+    assert!(out.status.success(), "{out:?}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    let line = |words: &[&str]| {
+        assert!(
+            log.lines().any(|l| words.iter().all(|w| l.contains(w))),
+            "no line with {words:?} in:\n{log}"
+        );
+    };
+    line(&[
+        "tollgate::worker",
+        "claimed",
+        "queue=\"told\"",
+        "job=\"fine\"",
+        "attempt=1",
+    ]);
+    line(&["done", "job=\"fine\"", "ms="]);
+    line(&[
+        "failed (exit code 3); will be retried",
+        "job=\"poison\"",
+        "attempt=1",
+        "retry_in_ms=",
+    ]);
+    line(&["claimed", "job=\"poison\"", "attempt=2"]);
+    line(&[
+        "failed (exit code 3) on its last attempt: dead-lettered",
+        "job=\"poison\"",
+        "attempt=2",
+    ]);
+    // The command's standard error still reaches the worker's, and the
+    // dead job keeps why it died.
+    line(&["boom 1"]);
+    let dead = &ok_lines(&jobs(&["dead", "told", "--redis", &url]))[0];
+    assert_eq!(dead["last_error"], "exit code 3\nboom 2\n", "{dead}");
+}
+
+#[test]
+fn cancel_reschedule_purge_completed_and_backoff_on_redis() {
+    let redis = RedisServer::start();
+    cancel_reschedule_purge_completed_and_backoff(&redis.url());
+}
+
+#[test]
+fn cancel_reschedule_purge_completed_and_backoff_through_a_server() {
+    let server = serve_support::Server::start(None);
+    cancel_reschedule_purge_completed_and_backoff(&server.base);
+}
+
+/// The output of a jobs command that must succeed, as JSON lines.
+fn ok_lines(out: &Output) -> Vec<serde_json::Value> {
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// A jobs command that must fail with `code`, its message naming `says`.
+fn fails(args: &[&str], code: i32, says: &str) {
+    let out = tollgate()
+        .arg("jobs")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    assert!(err.contains(says), "{args:?}: {err:?} does not say {says:?}");
+}
+
+fn cancel_reschedule_purge_completed_and_backoff(url: &str) {
+    let [flag, url] = at(url);
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("payload");
+    std::fs::write(&file, "from a file").expect("write");
+    let file = file.to_str().expect("utf-8");
+
+    // Push from a file, later; move it, then cancel it.
+    let out = push(
+        url,
+        "verbs",
+        "ignored",
+        &["--id", "later", "--delay", "1h", "--payload-file", file],
+    );
+    assert_eq!(ok_lines(&out)[0]["result"], "created");
+    let moved = &ok_lines(&jobs(&[
+        "reschedule",
+        "verbs",
+        "later",
+        "--delay",
+        "10m",
+        flag,
+        url,
+    ]))[0];
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_millis() as u64;
+    let due = moved["due_ms"].as_u64().expect("due_ms");
+    assert!(due > now_ms + 500_000 && due < now_ms + 700_000, "{moved}");
+    let at = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(7200));
+    let moved = &ok_lines(&jobs(&[
+        "reschedule",
+        "verbs",
+        "later",
+        "--at",
+        &at.to_string(),
+        flag,
+        url,
+    ]))[0];
+    assert!(
+        moved["due_ms"].as_u64().expect("due_ms") > now_ms + 7_000_000,
+        "{moved}"
+    );
+    let cancelled = &ok_lines(&jobs(&["cancel", "verbs", "later", flag, url]))[0];
+    assert_eq!(
+        (cancelled["id"].as_str(), cancelled["result"].as_str()),
+        (Some("later"), Some("cancelled"))
+    );
+    fails(&["cancel", "verbs", "later", flag, url], 65, "\"later\"");
+    fails(
+        &["reschedule", "verbs", "nope", "--delay", "1s", flag, url],
+        65,
+        "\"nope\"",
+    );
+    fails(&["reschedule", "verbs", "later", flag, url], 64, "--delay");
+    fails(
+        &[
+            "reschedule",
+            "verbs",
+            "later",
+            "--delay",
+            "1s",
+            "--at",
+            &at.to_string(),
+            flag,
+            url,
+        ],
+        64,
+        "--at",
+    );
+
+    // A job that dies at once, one that waits out a fixed hour after its
+    // failure, one that succeeds and is kept.
+    for (id, extra) in [
+        ("dies", vec!["--max-attempts", "1"]),
+        (
+            "waits",
+            vec![
+                "--max-attempts",
+                "2",
+                "--backoff",
+                "fixed",
+                "--backoff-base",
+                "1h",
+            ],
+        ),
+        ("ok", vec![]),
+    ] {
+        let mut args = vec!["--id", id];
+        args.extend(extra);
+        assert!(push(url, "verbs", id, &args).status.success());
+    }
+    let worker = tollgate()
+        .args([
+            "jobs",
+            "work",
+            "verbs",
+            flag,
+            url,
+            "--idle-exit",
+            "1s",
+            "--keep-completed",
+            "10",
+            "--",
+        ])
+        .args(["sh", "-c", r#"read l; [ "$l" = ok ]"#])
+        .stdin(Stdio::null())
+        .output()
+        .expect("worker");
+    assert!(worker.status.success(), "{worker:?}");
+    let stats = &ok_lines(&jobs(&["stats", "verbs", flag, url]))[0];
+    assert_eq!(
+        (
+            stats["dead"].as_u64(),
+            stats["delayed"].as_u64(),
+            stats["completed"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{stats}"
+    );
+    let done = ok_lines(&jobs(&["completed", "verbs", "--limit", "5", flag, url]));
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (done[0]["id"].as_str(), done[0]["payload"].as_str()),
+        (Some("ok"), Some("ok"))
+    );
+    assert!(done[0]["acked_ms"].as_u64().is_some(), "{}", done[0]);
+    fails(&["completed", "verbs", "--limit", "0", flag, url], 64, "--limit");
+
+    let dead = ok_lines(&jobs(&["dead", "verbs", flag, url]));
+    assert_eq!(
+        (dead[0]["id"].as_str(), dead[0]["last_error"].as_str()),
+        (Some("dies"), Some("exit code 1")),
+        "{dead:?}"
+    );
+    fails(
+        &["purge", "verbs", "--id", "waits", flag, url],
+        65,
+        "no dead job \"waits\"",
+    );
+    assert_eq!(
+        ok_lines(&jobs(&["purge", "verbs", "--id", "dies", flag, url]))[0]["purged"],
+        1
+    );
+    assert_eq!(ok_lines(&jobs(&["purge", "verbs", flag, url]))[0]["purged"], 0);
+
+    // Bad backoffs and payload files: exit 64, saying why.
+    fails(
+        &["push", "verbs", "--backoff-base", "1s", flag, url],
+        64,
+        "--backoff",
+    );
+    fails(
+        &["push", "verbs", "--backoff", "fixed", flag, url],
+        64,
+        "--backoff-base",
+    );
+    fails(
+        &[
+            "push",
+            "verbs",
+            "--backoff",
+            "fixed",
+            "--backoff-base",
+            "1s",
+            "--backoff-max",
+            "2s",
+            flag,
+            url,
+        ],
+        64,
+        "--backoff-max",
+    );
+    fails(
+        &[
+            "push",
+            "verbs",
+            "--backoff",
+            "exponential",
+            "--backoff-base",
+            "1m",
+            "--backoff-max",
+            "1s",
+            flag,
+            url,
+        ],
+        64,
+        "backoff",
+    );
+    fails(
+        &[
+            "push",
+            "verbs",
+            "--backoff",
+            "linear",
+            "--backoff-base",
+            "1s",
+            flag,
+            url,
+        ],
+        64,
+        "linear",
+    );
+    fails(
+        &["push", "verbs", "--payload-file", "/nonexistent/p", flag, url],
+        64,
+        "/nonexistent/p",
+    );
+
+    // A job being run is neither cancelled nor moved: exit 75, try later.
+    assert!(push(url, "busy", "x", &["--id", "running"]).status.success());
+    let _worker = Worker::start(url, "busy", &[], &["sleep", "30"]);
+    wait_for("the claim", Duration::from_secs(10), || {
+        ok_lines(&jobs(&["stats", "busy", flag, url]))[0]["in_flight"] == 1
+    });
+    fails(&["cancel", "busy", "running", flag, url], 75, "being run");
+    fails(
+        &["reschedule", "busy", "running", "--delay", "1s", flag, url],
+        75,
+        "being run",
+    );
+}
+
+#[test]
+fn a_queue_that_never_existed_on_redis() {
+    let redis = RedisServer::start();
+    a_queue_that_never_existed(&redis.url());
+}
+
+#[test]
+fn a_queue_that_never_existed_through_a_server() {
+    let server = serve_support::Server::start(None);
+    a_queue_that_never_existed(&server.base);
+    // The server names queues it knows that are close.
+    fails(
+        &["stats", "mial", "--server", &server.base],
+        65,
+        "did you mean \"mail\"?",
+    );
+}
+
+/// `stats`, `dead` and `completed` of a queue nothing was pushed to: exit
+/// 65, "no such queue"; of a drained one: its zeros and empty lists.
+fn a_queue_that_never_existed(url: &str) {
+    let [flag, url] = at(url);
+    for verb in ["stats", "dead", "completed"] {
+        fails(&[verb, "never", flag, url], 65, "no such queue \"never\"");
+    }
+    assert!(push(url, "mail", "hi", &[]).status.success());
+    let worker = tollgate()
+        .args([
+            "jobs",
+            "work",
+            "mail",
+            flag,
+            url,
+            "--idle-exit",
+            "500ms",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("worker");
+    assert!(worker.status.success(), "{worker:?}");
+    let stats = &ok_lines(&jobs(&["stats", "mail", flag, url]))[0];
+    assert_eq!(
+        (stats["ready"].as_u64(), stats["acked"].as_u64()),
+        (Some(0), Some(1)),
+        "{stats}"
+    );
+    assert!(ok_lines(&jobs(&["dead", "mail", flag, url])).is_empty());
+    assert!(ok_lines(&jobs(&["completed", "mail", flag, url])).is_empty());
+}

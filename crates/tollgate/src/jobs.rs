@@ -14,8 +14,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, new_id};
 use crate::store::Store;
 use crate::store::jobs::{
-    BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, Nack, NackOutcome, PushOutcome, PushReq,
-    RawJob, RescheduleOutcome, When,
+    BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, MAX_ERROR_BYTES, Nack, NackOutcome,
+    PushOutcome, PushReq, RawJob, RescheduleOutcome, When,
 };
 
 /// The largest payload a queue accepts by default (1 MiB).
@@ -177,6 +177,10 @@ pub struct DeadJob {
     pub died: SystemTime,
     pub attempts: u32,
     pub payload: Vec<u8>,
+    /// Why it died: the error given to the nack that made it dead
+    /// ([`JobQueue::nack_with_error`]); `None` if none was given, or it
+    /// died because its last lease ended.
+    pub last_error: Option<String>,
 }
 
 /// A queue's counts and recent lateness.
@@ -211,6 +215,13 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
+    /// No job held and none ever pushed: how the stats of a queue that
+    /// never existed read (so they may be those of a queue that did: [`JobQueue::exists`]
+    /// tells).
+    pub fn is_blank(&self) -> bool {
+        self.pushed == 0 && self.ready + self.delayed + self.in_flight + self.dead + self.completed == 0
+    }
+
     /// The `q` quantile (0.0 to 1.0) of `recent_lateness`, if there are
     /// samples.
     pub fn recent_lateness_quantile(&self, q: f64) -> Option<Duration> {
@@ -219,6 +230,18 @@ impl QueueStats {
         let i = ((v.len() as f64 - 1.0) * q.clamp(0.0, 1.0)).round() as usize;
         v.get(i).copied()
     }
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn truncated(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// A named job queue over a store. Cheap to clone.
@@ -635,6 +658,18 @@ impl JobQueue {
     /// Gives job `id`'s delivery `fence` back for a retry (or to the dead
     /// letters after its last attempt).
     pub async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<Nacked> {
+        self.nack_inner(id, fence, retry, None).await
+    }
+
+    /// [`JobQueue::nack`], saying why the job failed: if this was its last
+    /// attempt, `error` is kept with the dead job (its first 4 KiB, cut on
+    /// a character boundary) and shown by [`JobQueue::dead`] as
+    /// `last_error`.
+    pub async fn nack_with_error(&self, id: &str, fence: u64, retry: Retry, error: &str) -> Result<Nacked> {
+        self.nack_inner(id, fence, retry, Some(error)).await
+    }
+
+    async fn nack_inner(&self, id: &str, fence: u64, retry: Retry, error: Option<&str>) -> Result<Nacked> {
         check_job_id(id)?;
         let delay = match retry {
             Retry::Backoff => None,
@@ -645,6 +680,7 @@ impl JobQueue {
             fence,
             delay_ms: delay,
             jitter: rand::random::<f64>(),
+            error: error.map(|e| truncated(e, MAX_ERROR_BYTES)),
         };
         match self.store.job_nack(&self.name, &nack).await? {
             NackOutcome::Retry { run_at_ms } => Ok(Nacked::RetryAt(to_time(run_at_ms))),
@@ -705,6 +741,7 @@ impl JobQueue {
                 died: to_time(d.died_ms),
                 attempts: d.attempts,
                 payload: d.payload,
+                last_error: d.last_error,
             })
             .collect())
     }
@@ -724,6 +761,15 @@ impl JobQueue {
             check_job_id(id)?;
         }
         self.store.job_purge(&self.name, id).await
+    }
+
+    /// Whether the queue ever held anything: a push was made to it (it
+    /// stays so after it is drained). Its stats and listings read the
+    /// same (zeros, nothing) either way; this tells a misspelt name from
+    /// an idle queue. The embedded store forgets a queue that held
+    /// nothing for its idle time.
+    pub async fn exists(&self) -> Result<bool> {
+        self.store.job_exists(&self.name).await
     }
 
     /// Counts and recent lateness.

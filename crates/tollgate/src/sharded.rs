@@ -568,6 +568,12 @@ impl ShardedJobQueue {
         self.part(id).nack(id, fence, retry).await
     }
 
+    /// See [`JobQueue::nack_with_error`].
+    pub async fn nack_with_error(&self, id: &str, fence: u64, retry: Retry, error: &str) -> Result<Nacked> {
+        self.checked(true).await?;
+        self.part(id).nack_with_error(id, fence, retry, error).await
+    }
+
     /// See [`JobQueue::extend`].
     pub async fn extend(&self, id: &str, fence: u64, lease: Duration) -> Result<SystemTime> {
         self.checked(true).await?;
@@ -646,6 +652,21 @@ impl ShardedJobQueue {
                 .into_iter()
                 .sum(),
         }
+    }
+
+    /// Whether any partition ever held anything ([`JobQueue::exists`]),
+    /// or the queue has a partition count stored (a repartitioned queue's
+    /// new partitions may not have held anything yet).
+    pub async fn exists(&self) -> Result<bool> {
+        if self.parts.len() > 1 && self.store.job_exists(&self.name).await? {
+            return Ok(true);
+        }
+        for e in join_all(self.parts.iter().map(JobQueue::exists)).await {
+            if e? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The partitions' stats, added up (recent lateness: all their samples).

@@ -670,8 +670,63 @@ async fn bad_input_is_refused(ts: TestStore) {
     assert_eq!(v["to"], "a@example.org");
 }
 
+/// A dead job keeps the error of the nack that killed it (its first
+/// 4 KiB, cut on a character boundary); retries and replays keep none.
+async fn a_dead_job_keeps_why_it_died(ts: TestStore) {
+    let q = queue(&ts);
+    let two = PushOptions {
+        id: Some("e".into()),
+        max_attempts: 2,
+        ..PushOptions::default()
+    };
+    q.push("x", &two).await.unwrap();
+    let job = claim(&q).await;
+    let retried = q
+        .nack_with_error(&job.id, job.fence, Retry::After(Duration::ZERO), "first")
+        .await;
+    assert!(matches!(retried, Ok(Nacked::RetryAt(_))), "{retried:?}");
+    let job = claim(&q).await;
+    let long = "é".repeat(3000); // 6000 bytes
+    let died = q.nack_with_error(&job.id, job.fence, Retry::Backoff, &long).await;
+    assert_eq!(died.unwrap(), Nacked::Dead);
+    let dead = q.dead(10).await.unwrap();
+    let kept = dead[0].last_error.as_deref().expect("the error");
+    assert_eq!(kept, "é".repeat(2048), "the first 4 KiB, whole characters");
+    // Replayed, then dead without an error: none.
+    assert_eq!(q.replay(Some("e")).await.unwrap(), 1);
+    for _ in 0..2 {
+        let job = claim(&q).await;
+        q.nack(&job.id, job.fence, Retry::After(Duration::ZERO))
+            .await
+            .unwrap();
+    }
+    assert_eq!(q.dead(10).await.unwrap()[0].last_error, None);
+}
+
+/// A queue exists once something was pushed to it, and stays so when
+/// drained; reads alone do not make it exist.
+async fn a_queue_exists_once_pushed_to(ts: TestStore) {
+    let q = queue(&ts);
+    let s = q.stats().await.unwrap();
+    assert!(s.is_blank(), "{s:?}");
+    assert!(q.dead(10).await.unwrap().is_empty());
+    none(&q).await;
+    assert!(!q.exists().await.unwrap(), "reads do not make a queue");
+    q.push("x", &PushOptions::default()).await.unwrap();
+    assert!(q.exists().await.unwrap());
+    let job = claim(&q).await;
+    q.ack(&job.id, job.fence).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert!(!s.is_blank(), "{s:?}");
+    assert!(q.exists().await.unwrap(), "a drained queue still exists");
+    let other = JobQueue::new(&ts.store, "other").expect("queue");
+    assert!(!other.exists().await.unwrap());
+}
+
 on_both_stores!(
     manual_clock: delayed_jobs_come_due_in_order,
+    a_queue_exists_once_pushed_to,
+    a_dead_job_keeps_why_it_died,
     priority_then_push_order,
     fences_guard_ack_nack_and_extend,
     ack_and_claim_in_one_step,

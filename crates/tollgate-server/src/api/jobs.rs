@@ -114,6 +114,30 @@ impl Queues {
         Ok(q)
     }
 
+    /// Names of queues this server knows within two edits of `name`,
+    /// closest first: where a misspelt name finds what was meant without
+    /// a scan of the store. The configured names, and the handles' while
+    /// there are few of them: an unknown name must not cost a pass over
+    /// thousands (a flood of made-up names would pay it on every request).
+    fn close_to(&self, name: &str) -> Vec<String> {
+        let handles = self
+            .handles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let used = (handles.len() <= SUGGEST_FROM_HANDLES).then(|| handles.keys());
+        let mut close: Vec<(usize, String)> = self
+            .partitions
+            .keys()
+            .chain(used.into_iter().flatten())
+            .filter(|n| n.len().abs_diff(name.len()) <= 2 && n.as_str() != name)
+            .map(|n| (strsim::levenshtein(n, name), n.clone()))
+            .filter(|(d, _)| *d <= 2)
+            .collect();
+        close.sort();
+        close.dedup();
+        close.into_iter().map(|(_, n)| n).collect()
+    }
+
     /// Drops the handles of queues not used for `idle` (a configured
     /// queue's too: the next use opens it again, with its count), and
     /// gives the map's spare room back.
@@ -159,6 +183,45 @@ fn queue(state: &AppState, name: &str, lease_ms: Option<u64>) -> Result<ShardedJ
     }
     super::track(&state.queues, name);
     Ok(q)
+}
+
+/// The handles' names are looked at for a "did you mean" up to this many.
+const SUGGEST_FROM_HANDLES: usize = 256;
+
+/// Queues named to check whether they exist for one "did you mean".
+const SUGGESTIONS_CHECKED: usize = 3;
+
+/// Called when `q` answered as an empty queue does: 404
+/// `queue_not_found` if it never held anything (naming close names of
+/// queues that did), else nothing.
+async fn known(state: &AppState, name: &str, q: &ShardedJobQueue) -> Result<(), ApiError> {
+    if q.exists().await? {
+        return Ok(());
+    }
+    let mut meant = Vec::new();
+    for other in state
+        .queue_set
+        .close_to(name)
+        .into_iter()
+        .take(SUGGESTIONS_CHECKED)
+    {
+        let Ok(o) = state.queue_set.open(&state.store, &other) else {
+            continue;
+        };
+        if o.exists().await.unwrap_or(false) {
+            meant.push(format!("{other:?}"));
+        }
+    }
+    let hint = if meant.is_empty() {
+        String::new()
+    } else {
+        format!("; did you mean {}?", meant.join(" or "))
+    };
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        "queue_not_found",
+        format!("no such queue {name:?} (nothing was ever pushed to it){hint}"),
+    ))
 }
 
 fn ms(t: std::time::SystemTime) -> u64 {
@@ -449,6 +512,9 @@ pub(crate) struct FenceBody {
     lease_ms: Option<u64>,
     /// ack: keep the job as completed instead of deleting it.
     keep: Option<KeepBody>,
+    /// nack: why the job failed; kept with it (its first 4 KiB) if this
+    /// nack makes it dead, and listed as its `last_error`.
+    error: Option<String>,
 }
 
 /// Retention of acked jobs: the last `count` (1 to 1,000,000) acked with
@@ -544,7 +610,11 @@ pub(crate) async fn completed(
     Path(name): Path<String>,
     Query(query): Query<DeadQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let list = queue(&state, &name, None)?.completed(query.limit()?).await?;
+    let q = queue(&state, &name, None)?;
+    let list = q.completed(query.limit()?).await?;
+    if list.is_empty() {
+        known(&state, &name, &q).await?;
+    }
     let jobs: Vec<Value> = list
         .iter()
         .map(|d| with_payload(json!({"id": d.id, "acked_ms": ms(d.acked)}), &d.payload))
@@ -561,11 +631,12 @@ pub(crate) async fn nack(
     let retry = body
         .delay_ms
         .map_or(Retry::Backoff, |d| Retry::After(Duration::from_millis(d)));
-    let answer = match queue(&state, &name, None)?
-        .nack(&id, body.fence, retry)
-        .await
-        .map_err(lease_lost)?
-    {
+    let q = queue(&state, &name, None)?;
+    let nacked = match &body.error {
+        Some(e) => q.nack_with_error(&id, body.fence, retry, e).await,
+        None => q.nack(&id, body.fence, retry).await,
+    };
+    let answer = match nacked.map_err(lease_lost)? {
         Nacked::RetryAt(at) => json!({"result": "retry", "due_ms": ms(at)}),
         Nacked::Dead => json!({"result": "dead"}),
     };
@@ -586,8 +657,13 @@ pub(crate) async fn extend(
     Ok(axum::Json(json!({"lease_until_ms": ms(until)})))
 }
 
-fn not_found(what: &str) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "job_not_found", format!("no such {what}"))
+/// No job `id` (`what`: "job", "waiting job") in queue `name`.
+fn not_found(what: &str, id: &str, name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "job_not_found",
+        format!("no {what} {id:?} in queue {name:?}"),
+    )
 }
 
 fn running() -> ApiError {
@@ -608,7 +684,7 @@ pub(crate) async fn cancel(
         Cancelled::Cancelled => Ok(axum::Json(json!({"result": "cancelled"}))),
         Cancelled::Purged => Ok(axum::Json(json!({"result": "purged"}))),
         Cancelled::Running => Err(running()),
-        Cancelled::Unknown => Err(not_found("job")),
+        Cancelled::Unknown => Err(not_found("job", &id, &name)),
     }
 }
 
@@ -627,7 +703,7 @@ pub(crate) async fn reschedule(
     let q = queue(&state, &name, None)?;
     match q.reschedule(&id, Duration::from_millis(body.delay_ms)).await? {
         Some(at) => Ok(axum::Json(json!({"due_ms": ms(at)}))),
-        None => Err(not_found("waiting job")),
+        None => Err(not_found("waiting job", &id, &name)),
     }
 }
 
@@ -638,6 +714,9 @@ pub(crate) async fn stats(
 ) -> Result<axum::Json<Value>, ApiError> {
     let q = queue(&state, &name, None)?;
     let s = q.stats().await?;
+    if s.is_blank() {
+        known(&state, &name, &q).await?;
+    }
     let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
     Ok(axum::Json(json!({
         "queue": name, "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead, "completed": s.completed,
@@ -674,11 +753,16 @@ pub(crate) async fn dead(
     Path(name): Path<String>,
     Query(query): Query<DeadQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let list = queue(&state, &name, None)?.dead(query.limit()?).await?;
+    let q = queue(&state, &name, None)?;
+    let list = q.dead(query.limit()?).await?;
+    if list.is_empty() {
+        known(&state, &name, &q).await?;
+    }
     let jobs: Vec<Value> = list
         .iter()
         .map(|d| {
-            let fields = json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts});
+            let fields = json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
+                                "last_error": d.last_error});
             with_payload(fields, &d.payload)
         })
         .collect();

@@ -1,4 +1,4 @@
-//! `tollgate jobs push|work|stats|dead|replay|repartition`.
+//! `tollgate jobs push|work|stats|dead|completed|replay|purge|cancel|reschedule|repartition`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,11 +8,12 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
-use tollgate::{Job, OnDuplicate, PushOptions, Retry};
+use tollgate::{Backoff, Job, Nacked, OnDuplicate, PushOptions, Retry};
 
 use super::queue::Queue;
 use crate::cli::{
-    JobsCommand, JobsPushArgs, JobsQueueArgs, JobsRepartitionArgs, JobsReplayArgs, JobsWorkArgs,
+    BackoffKind, JobsCommand, JobsCompletedArgs, JobsIdArgs, JobsPushArgs, JobsQueueArgs,
+    JobsRepartitionArgs, JobsReplayArgs, JobsRescheduleArgs, JobsWorkArgs,
 };
 use crate::client::{Failure, usage};
 use crate::exit;
@@ -23,7 +24,11 @@ pub(crate) async fn run(command: JobsCommand) -> i32 {
         JobsCommand::Work(a) => work(a).await,
         JobsCommand::Stats(a) => stats(a).await,
         JobsCommand::Dead(a) => dead(a).await,
+        JobsCommand::Completed(a) => completed(a).await,
         JobsCommand::Replay(a) => replay(a).await,
+        JobsCommand::Purge(a) => purge(a).await,
+        JobsCommand::Cancel(a) => cancel(a).await,
+        JobsCommand::Reschedule(a) => reschedule(a).await,
         JobsCommand::Repartition(a) => repartition(a).await,
     };
     match done {
@@ -59,49 +64,126 @@ async fn repartition(args: JobsRepartitionArgs) -> Result<i32, Failure> {
     Ok(0)
 }
 
-async fn push(args: JobsPushArgs) -> Result<i32, Failure> {
-    let at = match &args.at {
-        None => None,
-        Some(t) => match humantime::parse_rfc3339_weak(t) {
-            // The bound --delay has (the library checks that one).
-            Ok(at) if at > std::time::SystemTime::now() + tollgate::MAX_JOB_DELAY => {
-                return Err(usage(format!("--at {t:?} is more than a year ahead")));
-            }
-            Ok(at) => Some(at),
-            Err(e) => {
-                return Err(usage(format!(
-                    "--at {t:?}: {e} (give RFC 3339, e.g. 2026-11-21T18:00:00Z)"
-                )));
-            }
-        },
+/// `--at TIME` (RFC 3339, at most a year ahead).
+fn parse_at(t: &str) -> Result<std::time::SystemTime, Failure> {
+    match humantime::parse_rfc3339_weak(t) {
+        // The bound --delay has (the library checks that one).
+        Ok(at) if at > std::time::SystemTime::now() + tollgate::MAX_JOB_DELAY => {
+            Err(usage(format!("--at {t:?} is more than a year ahead")))
+        }
+        Ok(at) => Ok(at),
+        Err(e) => Err(usage(format!(
+            "--at {t:?}: {e} (give RFC 3339, e.g. 2026-11-21T18:00:00Z)"
+        ))),
+    }
+}
+
+/// The backoff of `--backoff KIND --backoff-base D --backoff-max D`.
+fn backoff(args: &JobsPushArgs) -> Result<Backoff, Failure> {
+    let Some(kind) = args.backoff else {
+        return Ok(Backoff::default());
     };
+    let base = args
+        .backoff_base
+        .ok_or_else(|| usage("--backoff needs --backoff-base"))?;
+    Ok(match kind {
+        BackoffKind::Fixed if args.backoff_max.is_some() => {
+            return Err(usage("--backoff-max goes with --backoff exponential only"));
+        }
+        BackoffKind::Fixed => Backoff::Fixed(base),
+        BackoffKind::Exponential => Backoff::Exponential {
+            base,
+            max: args.backoff_max.unwrap_or(Duration::from_secs(300)),
+        },
+    })
+}
+
+/// The payload: the file named by `--payload-file`, or standard input.
+async fn read_payload(file: Option<std::path::PathBuf>) -> Result<Vec<u8>, Failure> {
+    let file = file.filter(|f| f.as_os_str() != "-");
+    let why = match &file {
+        Some(f) => format!("cannot read the payload from {}", f.display()),
+        None => "cannot read the payload from standard input".to_owned(),
+    };
+    let read = tokio::task::spawn_blocking(move || match file {
+        Some(f) => std::fs::read(f),
+        None => {
+            use std::io::Read;
+            let mut payload = Vec::new();
+            std::io::stdin().read_to_end(&mut payload).map(|_| payload)
+        }
+    })
+    .await;
+    match read {
+        Ok(Ok(p)) => Ok(p),
+        Ok(Err(e)) => Err(usage(format!("{why}: {e}"))),
+        Err(e) => Err(failure(exit::SOFTWARE, format!("{why}: {e}"))),
+    }
+}
+
+async fn push(args: JobsPushArgs) -> Result<i32, Failure> {
+    let at = args.at.as_deref().map(parse_at).transpose()?;
     let options = PushOptions {
         id: args.id.clone(),
         delay: args.delay,
         at,
         priority: args.priority,
         max_attempts: args.max_attempts,
+        backoff: backoff(&args)?,
         on_duplicate: if args.replace {
             OnDuplicate::Replace
         } else {
             OnDuplicate::Keep
         },
-        ..PushOptions::default()
     };
-    let mut payload = Vec::new();
-    let read = tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        std::io::stdin().read_to_end(&mut payload).map(|_| payload)
-    })
-    .await;
-    let why = "cannot read the payload from standard input";
-    let payload = match read {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => return Err(usage(format!("{why}: {e}"))),
-        Err(e) => return Err(failure(exit::SOFTWARE, format!("{why}: {e}"))),
-    };
+    let payload = read_payload(args.payload_file.clone()).await?;
     let q = Queue::open(&args.target, true).await?;
     println!("{}", q.push(&payload, &options).await?);
+    Ok(0)
+}
+
+async fn cancel(args: JobsIdArgs) -> Result<i32, Failure> {
+    let q = Queue::open(&args.target, true).await?;
+    println!("{}", q.cancel(&args.id).await?);
+    Ok(0)
+}
+
+async fn reschedule(args: JobsRescheduleArgs) -> Result<i32, Failure> {
+    let delay = match (args.delay, args.at.as_deref()) {
+        (Some(d), _) => d,
+        // The store's clock decides when the job is due; the delay is
+        // measured on this machine's.
+        (None, Some(t)) => parse_at(t)?
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+        (None, None) => return Err(usage("give --delay D or --at TIME")),
+    };
+    let q = Queue::open(&args.job.target, true).await?;
+    println!("{}", q.reschedule(&args.job.id, delay).await?);
+    Ok(0)
+}
+
+async fn purge(args: JobsReplayArgs) -> Result<i32, Failure> {
+    let q = Queue::open(&args.target, true).await?;
+    let n = q.purge(args.id.as_deref()).await?;
+    if let (Some(id), 0) = (&args.id, n) {
+        return Err(failure(
+            exit::NO_SUCH,
+            format!("no dead job {id:?} in queue {:?}", q.name()),
+        ));
+    }
+    println!("{}", json!({"purged": n}));
+    Ok(0)
+}
+
+async fn completed(args: JobsCompletedArgs) -> Result<i32, Failure> {
+    if args.limit == 0 || args.limit > 10_000 {
+        return Err(usage("--limit must be 1 to 10000"));
+    }
+    let q = Queue::open(&args.target, false).await?;
+    for c in q.completed(args.limit).await? {
+        println!("{c}");
+    }
     Ok(0)
 }
 
@@ -263,26 +345,64 @@ async fn worker(
                 return e.code;
             }
             Err(e) => {
-                tracing::warn!(error = %e.message, "claiming a job failed; retrying");
+                tracing::warn!(target: LOG, queue = q.name(), error = %e.message, "claiming a job failed; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
         };
         idle_since = Instant::now();
-        match run_one(&q, &args, &job, stop.clone()).await {
-            Ran::Acked | Ran::Retried | Ran::Released => {}
-            Ran::Lost => eprintln!(
-                "tollgate: job {} was delivered again before it finished here",
-                job.id
-            ),
-            Ran::CannotStart(code) => {
-                stopping.store(true, Ordering::SeqCst);
-                return code;
-            }
+        // Each end of a run is logged where it happens (run_one).
+        if let Ran::CannotStart(code) = run_one(&q, &args, &job, stop.clone()).await {
+            stopping.store(true, Ordering::SeqCst);
+            return code;
         }
     }
     0
 }
+
+/// How a command ended, as a worker's log and a dead letter say it.
+fn how_it_ended(status: &std::io::Result<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(sig)) => format!("killed by signal {sig}"),
+            (None, None) => format!("{s}"),
+        },
+        Err(e) => format!("cannot wait for the command: {e}"),
+    }
+}
+
+/// How much of the end of a failed command's standard error a dead job
+/// keeps (with "exit code N" before it, within the store's 4 KiB).
+const STDERR_KEPT: usize = 4000;
+
+/// Copies a command's standard error to ours as it comes, and answers its
+/// last `STDERR_KEPT` bytes.
+async fn tee(mut from: tokio::process::ChildStderr) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    // std's stderr (tokio's needs a feature this crate does not build):
+    // a write of a few KiB to a terminal or a log pipe.
+    let mut out = std::io::stderr();
+    let (mut kept, mut buf) = (Vec::new(), [0u8; 8192]);
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let _ = std::io::Write::write_all(&mut out, &buf[..n]);
+        kept.extend_from_slice(&buf[..n]);
+        if kept.len() > 2 * STDERR_KEPT {
+            kept.drain(..kept.len() - STDERR_KEPT);
+        }
+    }
+    if kept.len() > STDERR_KEPT {
+        kept.drain(..kept.len() - STDERR_KEPT);
+    }
+    kept
+}
+
+/// Log lines of `jobs work` carry this target (`TOLLGATE_LOG=tollgate::worker=info`).
+const LOG: &str = "tollgate::worker";
 
 async fn run_one(
     q: &Queue,
@@ -290,6 +410,9 @@ async fn run_one(
     job: &Job,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Ran {
+    let (queue, id, attempt) = (q.name(), job.id.as_str(), job.attempt);
+    tracing::info!(target: LOG, queue, job = id, attempt, fence = job.fence, "claimed");
+    let started = Instant::now();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("TOLLGATE_JOB_ID", &job.id)
@@ -297,6 +420,7 @@ async fn run_one(
         .env("TOLLGATE_ATTEMPT", job.attempt.to_string())
         .env("TOLLGATE_QUEUE", q.name())
         .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -304,7 +428,9 @@ async fn run_one(
             eprintln!("tollgate: cannot run {:?}: {e}", args.command[0]);
             // Due again at once. Its claim counted an attempt, which a nack
             // cannot give back (on its last attempt the job goes dead).
-            let _ = q.nack(&job.id, job.fence, Retry::After(Duration::ZERO)).await;
+            let _ = q
+                .nack(&job.id, job.fence, Retry::After(Duration::ZERO), None)
+                .await;
             return Ran::CannotStart(if e.kind() == std::io::ErrorKind::NotFound {
                 exit::NOT_FOUND
             } else {
@@ -312,6 +438,7 @@ async fn run_one(
             });
         }
     };
+    let stderr = child.stderr.take().map(|e| tokio::spawn(tee(e)));
     if let Some(mut stdin) = child.stdin.take() {
         let payload = job.payload.clone();
         tokio::spawn(async move {
@@ -323,28 +450,69 @@ async fn run_one(
         tokio::select! {
             status = child.wait() => break status,
             () = tokio::time::sleep(every) => {
-                if q.extend(&job.id, job.fence, args.lease).await.is_err() {
+                if let Err(e) = q.extend(&job.id, job.fence, args.lease).await {
                     let _ = child.start_kill();
                     let _ = child.wait().await;
+                    tracing::warn!(target: LOG, queue, job = id, attempt, error = %e.message,
+                        "lease lost: the command was stopped; the job will be delivered again");
                     return Ran::Lost;
                 }
             }
             _ = stop.changed() => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
-                let _ = q.nack(&job.id, job.fence, Retry::After(Duration::ZERO)).await;
+                let _ = q.nack(&job.id, job.fence, Retry::After(Duration::ZERO), None).await;
+                tracing::info!(target: LOG, queue, job = id, attempt,
+                    "released at shutdown: the command was stopped; the job is due again");
                 return Ran::Released;
             }
         }
     };
-    match status {
-        Ok(s) if s.success() => match q.ack(&job.id, job.fence).await {
-            Ok(()) => Ran::Acked,
-            Err(_) => Ran::Lost,
-        },
-        _ => match q.nack(&job.id, job.fence, Retry::Backoff).await {
-            Ok(_) => Ran::Retried,
-            Err(_) => Ran::Lost,
-        },
+    let ms = started.elapsed().as_millis() as u64;
+    let lost = |e: Failure| {
+        tracing::warn!(target: LOG, queue, job = id, attempt, ms, error = %e.message,
+            "lease lost before the job's end was recorded; it will be delivered again");
+        Ran::Lost
+    };
+    if status.as_ref().is_ok_and(|s| s.success()) {
+        return match q.ack(&job.id, job.fence).await {
+            Ok(()) => {
+                tracing::info!(target: LOG, queue, job = id, attempt, ms, "done");
+                Ran::Acked
+            }
+            Err(e) => lost(e),
+        };
+    }
+    let why = how_it_ended(&status);
+    // The end of what the command said, unless a process it left behind
+    // still holds its standard error open.
+    let said = match stderr {
+        Some(t) => tokio::time::timeout(Duration::from_secs(1), t)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let error = if said.is_empty() {
+        why.clone()
+    } else {
+        format!("{why}\n{}", String::from_utf8_lossy(&said))
+    };
+    match q.nack(&job.id, job.fence, Retry::Backoff, Some(&error)).await {
+        Ok(Nacked::RetryAt(at)) => {
+            let retry_in_ms = at
+                .duration_since(std::time::SystemTime::now())
+                .map_or(0, |d| d.as_millis() as u64);
+            tracing::info!(target: LOG, queue, job = id, attempt, ms, retry_in_ms,
+                "failed ({why}); will be retried");
+            Ran::Retried
+        }
+        Ok(Nacked::Dead) => {
+            tracing::warn!(target: LOG, queue, job = id, attempt, ms,
+                "failed ({why}) on its last attempt: dead-lettered");
+            Ran::Retried
+        }
+        Err(e) => lost(e),
     }
 }

@@ -9,7 +9,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
-use tollgate::{Job, OnDuplicate, PushOptions, PushResult, Retry, ShardedJobQueue};
+use tollgate::{
+    Backoff, Cancelled, Job, Nacked, OnDuplicate, PushOptions, PushResult, Retry, ShardedJobQueue,
+};
 
 use crate::cli::QueueTarget;
 use crate::client::{Failure, Server, Timeout, segment, usage};
@@ -142,6 +144,11 @@ impl Queue {
                 if let Some(at) = o.at {
                     body["at_ms"] = json!(ms(at));
                 }
+                body["backoff"] = match o.backoff {
+                    Backoff::Fixed(d) => json!({"kind": "fixed", "base_ms": d.as_millis() as u64}),
+                    Backoff::Exponential { base, max } => json!({"kind": "exponential",
+                        "base_ms": base.as_millis() as u64, "max_ms": max.as_millis() as u64}),
+                };
                 let (_, v) = r.call(r.request(Method::POST, "/jobs").json(&body)).await?;
                 Ok(json!({"id": v["id"], "result": v["result"], "due_ms": v["due_ms"]}))
             }
@@ -199,17 +206,34 @@ impl Queue {
         }
     }
 
-    pub(crate) async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<(), Failure> {
+    /// Gives a job back: retried (when) or dead (keeping `error`, if
+    /// given, as why).
+    pub(crate) async fn nack(
+        &self,
+        id: &str,
+        fence: u64,
+        retry: Retry,
+        error: Option<&str>,
+    ) -> Result<Nacked, Failure> {
         match self {
-            Queue::Local(q) => q.nack(id, fence, retry).await.map(|_| ()).map_err(Failure::from),
+            Queue::Local(q) => Ok(match error {
+                Some(e) => q.nack_with_error(id, fence, retry, e).await?,
+                None => q.nack(id, fence, retry).await?,
+            }),
             Queue::Remote(r) => {
-                let mut body = json!({"fence": fence});
+                let mut body = json!({"fence": fence, "error": error});
                 if let Retry::After(d) = retry {
                     body["delay_ms"] = json!(d.as_millis() as u64);
                 }
-                r.call(r.request(Method::POST, &r.job_path(id, "/nack")).json(&body))
+                let (_, v) = r
+                    .call(r.request(Method::POST, &r.job_path(id, "/nack")).json(&body))
                     .await?;
-                Ok(())
+                Ok(match v["result"].as_str() {
+                    Some("dead") => Nacked::Dead,
+                    _ => {
+                        Nacked::RetryAt(UNIX_EPOCH + Duration::from_millis(v["due_ms"].as_u64().unwrap_or(0)))
+                    }
+                })
             }
         }
     }
@@ -235,6 +259,9 @@ impl Queue {
         match self {
             Queue::Local(q) => {
                 let s = q.stats().await?;
+                if s.is_blank() {
+                    known(q).await?;
+                }
                 let pick = |q: f64| s.recent_lateness_quantile(q).map(|d| d.as_millis() as u64);
                 Ok(json!({
                     "queue": q.name(), "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
@@ -251,30 +278,25 @@ impl Queue {
     /// The dead letters, oldest first, one JSON object each.
     pub(crate) async fn dead(&self) -> Result<Vec<Value>, Failure> {
         match self {
-            Queue::Local(q) => Ok(q
-                .dead(10_000)
-                .await?
-                .into_iter()
-                .map(|d| {
-                    json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
-                           "payload": String::from_utf8_lossy(&d.payload)})
-                })
-                .collect()),
-            Queue::Remote(r) => {
-                let (_, v) = r.call(r.request(Method::GET, "/dead?limit=10000")).await?;
-                Ok(v["jobs"]
-                    .as_array()
+            Queue::Local(q) => {
+                let dead = q.dead(10_000).await?;
+                if dead.is_empty() {
+                    known(q).await?;
+                }
+                Ok(dead
                     .into_iter()
-                    .flatten()
                     .map(|d| {
-                        let payload = d["payload_base64"]
-                            .as_str()
-                            .and_then(|b| STANDARD.decode(b).ok())
-                            .unwrap_or_default();
-                        json!({"id": d["id"], "died_ms": d["died_ms"], "attempts": d["attempts"],
-                               "payload": String::from_utf8_lossy(&payload)})
+                        json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
+                               "last_error": d.last_error, "payload": String::from_utf8_lossy(&d.payload)})
                     })
                     .collect())
+            }
+            Queue::Remote(r) => {
+                let (_, v) = r.call(r.request(Method::GET, "/dead?limit=10000")).await?;
+                Ok(listed(
+                    &v,
+                    |d| json!({"id": d["id"], "died_ms": d["died_ms"], "attempts": d["attempts"], "last_error": d["last_error"]}),
+                ))
             }
         }
     }
@@ -291,6 +313,128 @@ impl Queue {
                 Ok(v["replayed"].as_u64().unwrap_or(0))
             }
         }
+    }
+}
+
+impl Queue {
+    /// Cancels a waiting job (purges a dead one): `{"id", "result"}`; a
+    /// job being run, or none, is a failure (75, 65).
+    pub(crate) async fn cancel(&self, id: &str) -> Result<Value, Failure> {
+        let result = match self {
+            Queue::Local(q) => match q.cancel(id).await? {
+                Cancelled::Cancelled => "cancelled",
+                Cancelled::Purged => "purged",
+                Cancelled::Running => return Err(running(id)),
+                Cancelled::Unknown => return Err(no_such(format!("no job {id:?} in queue {:?}", q.name()))),
+            },
+            Queue::Remote(r) => {
+                let (_, v) = r.call(r.request(Method::DELETE, &r.job_path(id, ""))).await?;
+                return Ok(json!({"id": id, "result": v["result"]}));
+            }
+        };
+        Ok(json!({"id": id, "result": result}))
+    }
+
+    /// Moves a waiting job's due time to `delay` from now: `{"id", "due_ms"}`.
+    pub(crate) async fn reschedule(&self, id: &str, delay: Duration) -> Result<Value, Failure> {
+        match self {
+            Queue::Local(q) => match q.reschedule(id, delay).await {
+                Ok(Some(at)) => Ok(json!({"id": id, "due_ms": ms(at)})),
+                Ok(None) => Err(no_such(format!("no waiting job {id:?} in queue {:?}", q.name()))),
+                Err(e) if e.kind() == tollgate::ErrorKind::JobRunning => Err(running(id)),
+                Err(e) => Err(e.into()),
+            },
+            Queue::Remote(r) => {
+                let body = json!({"delay_ms": delay.as_millis() as u64});
+                let (_, v) = r
+                    .call(
+                        r.request(Method::POST, &r.job_path(id, "/reschedule"))
+                            .json(&body),
+                    )
+                    .await?;
+                Ok(json!({"id": id, "due_ms": v["due_ms"]}))
+            }
+        }
+    }
+
+    /// Deletes one dead job, or all; returns how many.
+    pub(crate) async fn purge(&self, id: Option<&str>) -> Result<u64, Failure> {
+        match self {
+            Queue::Local(q) => Ok(q.purge(id).await?),
+            Queue::Remote(r) => {
+                let body = json!({"id": id});
+                let (_, v) = r.call(r.request(Method::POST, "/dead/purge").json(&body)).await?;
+                Ok(v["purged"].as_u64().unwrap_or(0))
+            }
+        }
+    }
+
+    /// Kept completed jobs, most recent first, one JSON object each.
+    pub(crate) async fn completed(&self, limit: usize) -> Result<Vec<Value>, Failure> {
+        match self {
+            Queue::Local(q) => {
+                let done = q.completed(limit).await?;
+                if done.is_empty() {
+                    known(q).await?;
+                }
+                Ok(done
+                    .into_iter()
+                    .map(|c| json!({"id": c.id, "acked_ms": ms(c.acked), "payload": String::from_utf8_lossy(&c.payload)}))
+                    .collect())
+            }
+            Queue::Remote(r) => {
+                let (_, v) = r
+                    .call(r.request(Method::GET, &format!("/completed?limit={limit}")))
+                    .await?;
+                Ok(listed(&v, |c| json!({"id": c["id"], "acked_ms": c["acked_ms"]})))
+            }
+        }
+    }
+}
+
+/// The jobs of a server's listing (`{"jobs": [...]}`): `fields` of each,
+/// and its payload as text.
+fn listed(v: &Value, fields: impl Fn(&Value) -> Value) -> Vec<Value> {
+    v["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| {
+            let payload = j["payload_base64"]
+                .as_str()
+                .and_then(|b| STANDARD.decode(b).ok())
+                .unwrap_or_default();
+            let mut out = fields(j);
+            out["payload"] = json!(String::from_utf8_lossy(&payload));
+            out
+        })
+        .collect()
+}
+
+/// Called when `q` answered as an empty queue does: exit 65 if it never
+/// held anything. (No "did you mean" here: on Redis that would take a
+/// scan of the keyspace; a `tollgate serve` names the queues it knows.)
+async fn known(q: &ShardedJobQueue) -> Result<(), Failure> {
+    if q.exists().await? {
+        return Ok(());
+    }
+    Err(no_such(format!(
+        "no such queue {:?} (nothing was ever pushed to it)",
+        q.name()
+    )))
+}
+
+fn no_such(message: String) -> Failure {
+    Failure {
+        code: exit::NO_SUCH,
+        message,
+    }
+}
+
+fn running(id: &str) -> Failure {
+    Failure {
+        code: exit::BUSY,
+        message: format!("job {id:?} is being run; it cannot be changed now (try again later)"),
     }
 }
 

@@ -390,6 +390,13 @@ impl Store {
         }
     }
 
+    pub(crate) async fn job_exists(&self, q: &Name) -> Result<bool> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_exists(q)),
+            Backend::Redis(s) => Box::pin(s.job_exists(q)).await,
+        }
+    }
+
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.job_stats(q)),

@@ -24,11 +24,15 @@
 --   KEYS[10] c ZSET  completed jobs kept after their ack (only when the
 --                    consumer asks to keep some): id -> when acked (ms);
 --                    their records stay in d until they leave c
+--   e (m's name with e for m, not declared, same hash tag) HASH  dead
+--              job id -> the error text of the nack that made it dead
+--              (memory.rs: JobData.error)
 -- A job is in exactly one of r, w, f, x, and in d while it exists.
 -- Pushes that make a job ready publish "!<wake key>" on the queue's channel
 -- (ARGV[2]) so a sleeping consumer claims it at once.
 local KM, KD, KR, KW, KF, KL, KN, KX, KT, KC = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
   KEYS[8], KEYS[9], KEYS[10]
+local KE = string.sub(KM, 1, -2) .. 'e'
 local op, channel = ARGV[1], ARGV[2]
 -- Server time, read only by the operations that need it (acks that claim
 -- nothing and keep nothing do not).
@@ -99,6 +103,7 @@ local function forget(id)
   redis.call('HDEL', bucket(id), id)
   redis.call('HDEL', KD, id)
   redis.call('HDEL', KN, id)
+  redis.call('HDEL', KE, id)
 end
 
 -- Moves job `id` to the dead letters; the oldest beyond DEAD_KEPT go.
@@ -394,7 +399,8 @@ end
 
 if op == 'nack' then
   -- ARGV: 4 id, 5 fence, 6 delay ms (-1: the job's backoff), 7 jitter
-  -- (0..1). Reply: {1, run_at} retried later, {2} dead, {0} not ours.
+  -- (0..1), 8 error text ('' none), kept if the job dies. Reply:
+  -- {1, run_at} retried later, {2} dead, {0} not ours.
   local id = ARGV[4]
   if not holds(id, ARGV[5]) then return {0} end
   redis.call('ZREM', KF, id)
@@ -403,6 +409,7 @@ if op == 'nack' then
   local attempts = tonumber(redis.call('HGET', KN, id)) or 0
   if attempts >= m.max then
     bury(id)
+    if ARGV[8] ~= '' then redis.call('HSET', KE, id, ARGV[8]) end
     return {2}
   end
   local delay = tonumber(ARGV[6])
@@ -470,6 +477,7 @@ local function listed(rows, with_attempts)
     out[#out + 1] = rows[i + 1]
     if with_attempts then
       out[#out + 1] = tonumber(redis.call('HGET', KN, rows[i])) or 0
+      out[#out + 1] = redis.call('HGET', KE, rows[i]) or ''
     end
     out[#out + 1] = m and m.payload or ''
   end
@@ -477,7 +485,8 @@ local function listed(rows, with_attempts)
 end
 
 if op == 'dead' then
-  -- ARGV: 4 limit. Reply: {id, died ms, attempts, payload, ...}
+  -- ARGV: 4 limit. Reply: {id, died ms, attempts, error ('' none),
+  -- payload, ...}
   return listed(redis.call('ZRANGE', KX, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES'), true)
 end
 
@@ -500,6 +509,7 @@ if op == 'replay' then
       local m = meta_of(id)
       if m then
         redis.call('HDEL', KN, id)
+        redis.call('HDEL', KE, id)
         redis.call('ZADD', KR, ready_score(m), id)
         n = n + 1
       end
@@ -569,6 +579,13 @@ if op == 'retire' then
     redis.call('HSET', KM, 'retired', '1')
   end
   return {1, ready, delayed, running, dead}
+end
+
+if op == 'exists' then
+  -- Whether anything was ever written to the queue: every push counts in
+  -- KM, and nothing deletes it (memory.rs: `job_exists`, `is_blank`).
+  -- Reply: 1 or 0.
+  return redis.call('EXISTS', KM)
 end
 
 if op == 'stats' then

@@ -26,6 +26,9 @@ struct JobData {
     backoff: BackoffSpec,
     payload: Vec<u8>,
     attempts: u32,
+    /// Why it died: the error of the nack that made it dead (jobs.lua:
+    /// its `e` hash).
+    error: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,6 +254,7 @@ impl Queue {
                     backoff: req.backoff,
                     payload: req.payload.to_vec(),
                     attempts,
+                    error: None,
                 },
                 Place::Ready,
             ),
@@ -353,6 +357,7 @@ impl Queue {
             fence,
             delay_ms,
             jitter,
+            error,
         } = *nack;
         if !self.held(id, fence) {
             return (NackOutcome::NotHeld, false);
@@ -363,6 +368,9 @@ impl Queue {
         };
         if d.attempts >= d.max {
             self.bury(id, now);
+            if let Some((d, _)) = self.jobs.get_mut(id) {
+                d.error = error.map(str::to_owned);
+            }
             return (NackOutcome::Dead, false);
         }
         let delay = delay_ms.unwrap_or_else(|| backoff_delay(&d.backoff, d.attempts, jitter));
@@ -432,6 +440,7 @@ impl Queue {
                     died_ms: *at,
                     attempts: d.attempts,
                     payload: d.payload.clone(),
+                    last_error: d.error.clone(),
                 })
             })
             .collect()
@@ -451,6 +460,7 @@ impl Queue {
                 self.unplace(&id);
                 if let Some((d, _)) = self.jobs.get_mut(&id) {
                     d.attempts = 0;
+                    d.error = None;
                 }
                 self.set_ready(&id);
                 n += 1;
@@ -674,6 +684,13 @@ impl MemoryStore {
     pub(crate) fn job_stats(&self, q: &Name) -> RawStats {
         self.read_queue(q, |queue, now| queue.stats(now))
     }
+
+    /// Whether anything was ever written to queue `q` (see `is_blank`;
+    /// jobs.lua's `exists`: its `m` hash). A queue that held nothing for
+    /// the idle time is dropped, and then is not.
+    pub(crate) fn job_exists(&self, q: &Name) -> bool {
+        self.read_queue(q, |queue, _| !queue.is_blank())
+    }
 }
 
 #[cfg(test)]
@@ -710,6 +727,7 @@ mod tests {
                 fence: job.fence,
                 delay_ms: None,
                 jitter: 0.0,
+                error: None,
             };
             assert_eq!(q.nack(&nack, now + i as u64).0, NackOutcome::Dead);
         }

@@ -89,6 +89,8 @@ pub(crate) struct RawDead {
     pub(crate) died_ms: u64,
     pub(crate) attempts: u32,
     pub(crate) payload: Vec<u8>,
+    /// The error its last nack gave, if that nack made it dead.
+    pub(crate) last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -160,7 +162,13 @@ pub(crate) struct Nack<'a> {
     pub(crate) delay_ms: Option<u64>,
     /// A random number in [0, 1) for the exponential backoff's jitter.
     pub(crate) jitter: f64,
+    /// Why it failed (at most MAX_ERROR_BYTES): kept with the job if this
+    /// nack makes it dead.
+    pub(crate) error: Option<&'a str>,
 }
+
+/// The longest error text kept with a dead job.
+pub(crate) const MAX_ERROR_BYTES: usize = 4096;
 
 /// One `job_extend` call: a delivery's lease set to `lease_ms` from now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

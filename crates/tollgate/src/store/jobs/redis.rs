@@ -138,7 +138,17 @@ impl RedisStore {
         let delay = nack.delay_ms.map_or(-1, |d| d as i64);
         let jitter = format!("{:.6}", nack.jitter);
         let r: Vec<i64> = self
-            .run_jobs(q, "nack", (nack.id, nack.fence.to_string(), delay, jitter))
+            .run_jobs(
+                q,
+                "nack",
+                (
+                    nack.id,
+                    nack.fence.to_string(),
+                    delay,
+                    jitter,
+                    nack.error.unwrap_or(""),
+                ),
+            )
             .await?;
         match r.as_slice() {
             [1, at] => Ok(NackOutcome::Retry {
@@ -186,8 +196,8 @@ impl RedisStore {
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<RawDead>> {
         let v: Vec<redis::Value> = self.run_jobs(q, "dead", limit.max(1)).await?;
-        listing("dead", &v, 4, |row| {
-            let [id, died, attempts, payload] = row else {
+        listing("dead", &v, 5, |row| {
+            let [id, died, attempts, error, payload] = row else {
                 return None;
             };
             Some(RawDead {
@@ -195,6 +205,7 @@ impl RedisStore {
                 died_ms: score_ms(died)?,
                 attempts: value::<i64>(attempts)? as u32,
                 payload: value(payload)?,
+                last_error: Some(value::<String>(error)?).filter(|e| !e.is_empty()),
             })
         })
     }
@@ -207,6 +218,11 @@ impl RedisStore {
     pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         let r: Vec<i64> = self.run_jobs(q, "purge", id.unwrap_or("")).await?;
         Ok(r.first().copied().unwrap_or(0).max(0) as u64)
+    }
+
+    pub(crate) async fn job_exists(&self, q: &Name) -> Result<bool> {
+        let r: i64 = self.run_jobs(q, "exists", Vec::<String>::new()).await?;
+        Ok(r == 1)
     }
 
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<RawStats> {
