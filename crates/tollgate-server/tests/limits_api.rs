@@ -412,7 +412,15 @@ async fn a_server_refused_by_its_redis_makes_every_server_command_exit_78() {
     let commands: [&[&str]; 3] = [
         &["lock", "run", "nightly", "--server", &base, "--", "true"],
         &["limit", "check", "api", "k", "--server", &base],
-        &["jobs", "stats", "mail", "--server", &base],
+        &[
+            "jobs",
+            "push",
+            "mail",
+            "--payload-file",
+            "/dev/null",
+            "--server",
+            &base,
+        ],
     ];
     // While Redis accepts the user, each works.
     for args in commands {
@@ -452,7 +460,15 @@ async fn a_missing_or_wrong_server_token_exits_78_naming_the_flag() {
         &["lock", "run", "nightly", "--server", &base, "--", "true"],
         &["lock", "status", "nightly", "--server", &base],
         &["limit", "check", "api", "k", "--server", &base],
-        &["jobs", "stats", "mail", "--server", &base],
+        &[
+            "jobs",
+            "push",
+            "mail",
+            "--payload-file",
+            "/dev/null",
+            "--server",
+            &base,
+        ],
     ];
     for (given, says) in [
         (None, "requires a token"),
