@@ -305,7 +305,7 @@ macro_rules! run_exit_codes {
             "Exit codes: the command's own (128+N if killed by signal N); 64 bad arguments",
             $usage,
             "; 69 the store or server is unreachable; 70 an internal error; \
-             75 not acquired within --wait (or a server's own rate limit); \
+             75 not acquired within --wait, 0 with --if-busy skip (or a server's own rate limit); \
              76 the lease was lost while the command ran (it got SIGTERM); \
              78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index); \
              126/127 the command could not be started / was not found."
@@ -339,6 +339,15 @@ pub(crate) enum SemaphoreCommand {
 
 const STATUS_EXIT_CODES: &str = "Exit codes: 0 printed; 64 bad arguments; \
 69 the store or server is unreachable; 78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index).";
+
+/// What `lock run` does when the lock is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum IfBusy {
+    /// Exit 75 with a message.
+    Fail,
+    /// Exit 0, silently.
+    Skip,
+}
 
 /// `lock status` / `semaphore status`.
 #[derive(Debug, Args)]
@@ -507,6 +516,21 @@ pub(crate) struct RunArgs {
     /// How long to wait in line; 0 means try once.
     #[arg(long, default_value = "0s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) wait: Duration,
+    /// Keep the lock at least this long after the grant, even when the
+    /// command exits sooner: a runner that finishes early shortens its
+    /// lease to end at grant + D (by the store's clock) and exits at once,
+    /// so machines whose cron fired a little later find it taken. Make it
+    /// longer than the fleet's clock skew plus cron start jitter.
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) min_hold: Option<Duration>,
+    /// When the lock is taken (or was taken within --min-hold): `fail`
+    /// exits 75 with a message; `skip` exits 0 and prints nothing (-v says
+    /// why), so skipping machines stay silent in cron mail.
+    #[arg(long, value_enum, default_value_t = IfBusy::Fail, value_name = "WHAT")]
+    pub(crate) if_busy: IfBusy,
+    /// Say more: with --if-busy skip, why it skipped.
+    #[arg(short, long)]
+    pub(crate) verbose: bool,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
     /// The command and its arguments, after `--`.

@@ -670,3 +670,123 @@ fn version_names_the_commit() {
         format!("tollgate {} (commit {head})", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// The crontab case: on each tick five machines start `lock run` 0 to
+/// 600 ms apart; a 50 ms job must run once per tick, not once per
+/// machine. `--min-hold 2s` keeps the lock taken past the late starters,
+/// `--if-busy skip` makes them exit 0 with nothing printed.
+fn once_per_tick(store: &[&str]) {
+    let dir = tempfile::tempdir().expect("dir");
+    let offsets_ms = [0u64, 150, 300, 450, 600];
+    for tick in 0..4 {
+        let runs = dir.path().join(format!("runs-{tick}"));
+        let script = format!("echo run >> {}; sleep 0.05", runs.display());
+        let started = Instant::now();
+        let machines: Vec<_> = (0..offsets_ms.len())
+            .map(|m| {
+                // Each tick the machines start in another order.
+                let delay = Duration::from_millis(offsets_ms[(m + tick) % offsets_ms.len()]);
+                let mut args: Vec<String> =
+                    ["lock", "run", "nightly", "--min-hold", "2s", "--if-busy", "skip"]
+                        .map(str::to_owned)
+                        .to_vec();
+                args.extend(store.iter().map(|s| (*s).to_owned()));
+                args.extend(["--", "sh", "-c", &script].map(str::to_owned));
+                std::thread::spawn(move || {
+                    std::thread::sleep(delay);
+                    run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+                })
+            })
+            .collect();
+        for m in machines {
+            let o = m.join().expect("machine");
+            assert_eq!(o.status.code(), Some(0), "tick {tick}: {}", stderr(&o));
+            assert!(
+                o.stdout.is_empty() && o.stderr.is_empty(),
+                "tick {tick}: said {:?} / {}",
+                o.stdout,
+                stderr(&o)
+            );
+        }
+        let ran = std::fs::read_to_string(&runs).unwrap_or_default().lines().count();
+        assert_eq!(ran, 1, "tick {tick}: the job ran {ran} times");
+        // The next tick comes once this one's hold has ended.
+        std::thread::sleep(Duration::from_millis(3000).saturating_sub(started.elapsed()));
+    }
+}
+
+#[test]
+fn min_hold_and_if_busy_skip_run_a_job_once_per_tick_on_redis() {
+    let server = RedisServer::start();
+    once_per_tick(&["--redis", &server.url()]);
+}
+
+/// What --min-hold fixes: without it, a late starter finds the lock free
+/// again and runs the job a second time; `--if-busy fail` (the default)
+/// exits 75 with a message, and `-v` says why a skipper skipped.
+#[test]
+fn without_min_hold_a_late_machine_runs_again_and_busy_is_75_unless_skipped() {
+    let (_server, url, dir) = redis_and_dir();
+    let runs = dir.path().join("runs");
+    let job = format!("echo run >> {}", runs.display());
+    for _ in 0..2 {
+        let o = run(&["lock", "run", "plain", "--redis", &url, "--", "sh", "-c", &job]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    let ran = std::fs::read_to_string(&runs).expect("runs").lines().count();
+    assert_eq!(ran, 2, "without --min-hold both machines run the job");
+    // A hold of 5 s: a second runner is busy (75, with a message), or
+    // skips (0, silent; -v says why); the holder shows in `lock status`.
+    let o = run(&[
+        "lock",
+        "run",
+        "held",
+        "--min-hold",
+        "5s",
+        "--redis",
+        &url,
+        "--",
+        "true",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    #[rustfmt::skip]
+    check(&url, &[
+        ("lock run held --redis $URL -- true", 75, "busy"),
+        ("lock run held --if-busy skip --redis $URL -- true", 0, ""),
+        ("lock run held --if-busy skip -v --redis $URL -- true", 0, "skipped"),
+        ("lock run held --min-hold 25h --redis $URL -- true", 64, "--min-hold"),
+        ("lock run held --if-busy never --redis $URL -- true", 64, "never"),
+    ]);
+    let quiet = run(&[
+        "lock",
+        "run",
+        "held",
+        "--if-busy",
+        "skip",
+        "--redis",
+        &url,
+        "--",
+        "true",
+    ]);
+    assert!(quiet.stdout.is_empty() && quiet.stderr.is_empty());
+    let o = run(&["lock", "status", "held", "--redis", &url]);
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let lease = &status["leases"][0];
+    assert!(
+        lease["label"]
+            .as_str()
+            .is_some_and(|l| l.contains(" pid ") && l.contains(" since ")),
+        "{status}"
+    );
+    assert!(
+        lease["ttl_ms"].as_u64().is_some_and(|t| t > 2_000 && t <= 5_000),
+        "{status}"
+    );
+}
+
+#[test]
+fn min_hold_and_if_busy_skip_run_a_job_once_per_tick_through_a_server() {
+    // The server on its embedded store: the memory model's lease clock.
+    let serve = Serve::start();
+    once_per_tick(&["--server", &serve.1]);
+}

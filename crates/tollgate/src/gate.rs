@@ -338,7 +338,22 @@ impl Gate {
     /// Takes `permits`, waiting in line up to `wait`; `None` if the wait ran
     /// out. Dropping the future leaves the line.
     pub async fn acquire(&self, permits: u32, wait: Duration) -> Result<Option<Lease>> {
+        self.acquire_as(permits, wait, None).await
+    }
+
+    /// [`Gate::acquire`] with a label saying who holds (or waits), shown by
+    /// [`Gate::holders`]: 1 to 64 printable ASCII characters.
+    pub async fn acquire_as(
+        &self,
+        permits: u32,
+        wait: Duration,
+        label: Option<&str>,
+    ) -> Result<Option<Lease>> {
         self.check_permits(permits)?;
+        if let Some(label) = label {
+            check_label(label)?;
+        }
+
         let deadline = Instant::now() + wait;
         let id = new_id();
         // Registered before entering, so a hand-off cannot slip past us.
@@ -355,7 +370,16 @@ impl Gate {
             gate: Some(self.clone()),
             id: id.clone(),
         };
-        match self.enter_store(&id, &self.request(&id, permits, queue)).await? {
+        match self
+            .enter_store(
+                &id,
+                &EnterRequest {
+                    label,
+                    ..self.request(&id, permits, queue)
+                },
+            )
+            .await?
+        {
             Entry::Granted(g) => {
                 ticket.gate = None;
                 return Ok(Some(self.lease(id, permits, g, sent)));
@@ -423,7 +447,13 @@ impl Gate {
                     sent = Instant::now();
                     if let Entry::Granted(g) = self
                         .store
-                        .enter(&self.name, &self.request(&id, permits, true))
+                        .enter(
+                            &self.name,
+                            &EnterRequest {
+                                label,
+                                ..self.request(&id, permits, true)
+                            },
+                        )
                         .await?
                     {
                         ticket.gate = None;
@@ -615,6 +645,35 @@ impl Lease {
         let left = s.gate.store.leave(&s.gate.name, &s.token).await?;
         self.done = true;
         if left == Left::Unknown {
+            s.mark_lost();
+            return Err(lost());
+        }
+        Ok(())
+    }
+}
+
+impl Lease {
+    /// Stops renewing and lets the lease end `hold` from now by the store's
+    /// clock, with no release call and nothing left running: the permits
+    /// stay taken until then even if this process exits at once. A hold
+    /// under 10 ms releases now. This is how a job that finished early
+    /// keeps a lock for a minimum time (`lock run --min-hold`), so that
+    /// late starters on other machines find it taken. Fails with
+    /// [`ErrorKind::LeaseLost`] if the lease had already ended.
+    pub async fn release_after(mut self, hold: Duration) -> Result<()> {
+        if hold < crate::MIN_TTL {
+            return self.release().await;
+        }
+        let ttl_ms = check_ttl("hold", hold)?;
+        self.keeper.abort();
+        let s = &self.shared;
+        // Never released from here on, not even by Drop: if the store
+        // cannot be told, the lease ends at its current deadline.
+        self.done = true;
+        // The renewal sets the lease's end to now + hold on the store's
+        // clock: it shortens a longer lease as well as it extends one.
+        let renewed = s.gate.store.renew(&s.gate.name, &s.token, ttl_ms).await?;
+        if renewed.is_none() {
             s.mark_lost();
             return Err(lost());
         }

@@ -270,7 +270,71 @@ async fn wait_limit_is_honoured(ts: TestStore) {
     a.release().await.expect("release");
 }
 
+/// `release_after` keeps the lease for the hold and then lets it end by
+/// itself (a 30 s lease shortened, nothing left renewing it), and the
+/// label given on acquiring shows among the holders meanwhile.
+async fn release_after_holds_then_lets_go(ts: TestStore) {
+    let lock = Lock::new(&ts.store, "nightly").expect("lock");
+    let lease = lock
+        .gate()
+        .acquire_as(1, Duration::ZERO, Some("host-a pid 7"))
+        .await
+        .expect("store")
+        .expect("free");
+    let holders = lock.gate().holders(10).await.expect("holders");
+    assert_eq!(holders[0].label.as_deref(), Some("host-a pid 7"));
+    let held = Instant::now();
+    lease
+        .release_after(Duration::from_millis(500))
+        .await
+        .expect("hold");
+    // Held for the hold, though nothing renews or releases it.
+    assert!(lock.try_acquire().await.expect("store").is_none());
+    let ttl = lock.gate().holders(10).await.expect("holders")[0].ttl;
+    assert!(
+        ttl <= Duration::from_millis(500),
+        "the 30 s lease was not shortened: {ttl:?}"
+    );
+    // Then free, at the hold's end (within a generous margin).
+    let next = lock
+        .acquire(Duration::from_secs(5))
+        .await
+        .expect("store")
+        .expect("free after the hold");
+    let waited = held.elapsed();
+    assert!(
+        waited >= Duration::from_millis(450) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    // A hold under 10 ms is a release now.
+    next.release_after(Duration::from_millis(5))
+        .await
+        .expect("release");
+    assert!(lock.try_acquire().await.expect("store").is_some());
+}
+
+/// `release_after` on a lease that already ended says so (it never brings
+/// it back), and a hold over 24 h is refused without touching the lease.
+async fn release_after_a_lost_lease_is_lease_lost(ts: TestStore) {
+    let lock = Lock::with_options(&ts.store, "short", short_lease(false)).expect("lock");
+    let lease = lock.try_acquire().await.expect("store").expect("free");
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let e = lease
+        .release_after(Duration::from_secs(5))
+        .await
+        .expect_err("ended");
+    assert!(e.is_lease_lost(), "{e}");
+    let lease = lock.try_acquire().await.expect("store").expect("free again");
+    let e = lease
+        .release_after(Duration::from_secs(25 * 3600))
+        .await
+        .expect_err("too long");
+    assert_eq!(e.kind(), tollgate::ErrorKind::InvalidInput, "{e}");
+}
+
 on_both_stores!(realtime:
+    release_after_holds_then_lets_go,
+    release_after_a_lost_lease_is_lease_lost,
     mutual_exclusion_with_50_tasks,
     semaphore_of_3_under_30_tasks,
     waiters_are_served_in_arrival_order,

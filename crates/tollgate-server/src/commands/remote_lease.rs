@@ -77,6 +77,7 @@ impl Remote {
         ttl: Duration,
         heartbeat: Duration,
         wait: Duration,
+        label: &str,
     ) -> Result<Option<RemoteLease>, Failure> {
         let deadline = Instant::now() + wait;
         let mut body = json!({
@@ -84,6 +85,7 @@ impl Remote {
             "ttl_ms": ttl.as_millis() as u64,
             "heartbeat_ms": heartbeat.as_millis() as u64,
             "queue": !wait.is_zero(),
+            "label": label,
         });
         if let Some(n) = capacity {
             body["capacity"] = json!(n);
@@ -194,6 +196,21 @@ impl RemoteLease {
         if rx.wait_for(|l| *l).await.is_err() {
             std::future::pending::<()>().await;
         }
+    }
+
+    /// Stops renewing and lets the lease end `hold` from now by the
+    /// store's clock (a renewal to `hold`), with no release: see
+    /// `tollgate::Lease::release_after`. `Ok(false)` if it had already
+    /// ended.
+    pub(crate) async fn release_after(self, hold: Duration) -> Result<bool, Failure> {
+        if hold < tollgate::MIN_TTL {
+            return self.release().await;
+        }
+        self.keeper.abort();
+        let path = format!("/leases/{}/renew", self.token);
+        let body = json!({"ttl_ms": hold.as_millis() as u64});
+        let answer = self.remote.call(Method::POST, &path, Some(&body)).await?;
+        Ok(answer.status == 200)
     }
 
     /// Releases the lease. `Ok(false)` if it had already ended.

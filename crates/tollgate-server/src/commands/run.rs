@@ -11,7 +11,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{Gate, GateOptions, Lease};
 
 use super::remote_lease::{Remote, RemoteLease};
-use crate::cli::{RunArgs, SemaphoreRunArgs};
+use crate::cli::{IfBusy, RunArgs, SemaphoreRunArgs};
 use crate::exit;
 
 /// How long a child gets after SIGTERM (lease lost) before SIGKILL.
@@ -79,7 +79,10 @@ async fn run(args: RunArgs, permits: Permits, what: &str) -> i32 {
         _ => Ok(()),
     };
     let lease = match resized {
-        Ok(()) => gate.acquire(permits.take, args.wait).await,
+        Ok(()) => {
+            gate.acquire_as(permits.take, args.wait, Some(&holder_label()))
+                .await
+        }
         Err(e) => Err(e),
     };
     let lease = match lease {
@@ -109,13 +112,45 @@ fn cli_words(e: &tollgate::Error) -> String {
     }
 }
 
+/// Not acquired within --wait: 75 with a message, or with `--if-busy
+/// skip` 0 and silence (a reason only with -v).
 fn busy(args: &RunArgs, what: &str) -> i32 {
-    eprintln!(
-        "tollgate: {what} {:?} is busy; not acquired within {}",
+    let why = format!(
+        "{what} {:?} is busy; not acquired within {}",
         args.name,
         humantime::format_duration(args.wait)
     );
-    exit::BUSY
+    match args.if_busy {
+        IfBusy::Fail => {
+            eprintln!("tollgate: {why}");
+            exit::BUSY
+        }
+        IfBusy::Skip => {
+            if args.verbose {
+                eprintln!("tollgate: skipped: {why} (or taken within its --min-hold)");
+            }
+            0
+        }
+    }
+}
+
+/// Who holds, for `lock status`: this host, process and start time (at
+/// most 64 printable characters, as labels must be).
+fn holder_label() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(32)
+        .collect();
+    let host = if host.is_empty() {
+        "unknown-host".to_owned()
+    } else {
+        host
+    };
+    let since = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+    format!("{host} pid {} since {since}", std::process::id())
 }
 
 async fn run_remote(server: &str, args: &RunArgs, permits: Permits, what: &str) -> i32 {
@@ -133,7 +168,14 @@ async fn run_remote(server: &str, args: &RunArgs, permits: Permits, what: &str) 
     let acquired = match resized {
         Ok(()) => {
             remote
-                .acquire(permits.limit, permits.take, args.ttl, args.heartbeat, args.wait)
+                .acquire(
+                    permits.limit,
+                    permits.take,
+                    args.ttl,
+                    args.heartbeat,
+                    args.wait,
+                    &holder_label(),
+                )
                 .await
         }
         Err(f) => Err(f),
@@ -178,13 +220,18 @@ impl Held {
     }
 
     async fn release(self) -> Released {
+        self.release_after(Duration::ZERO).await
+    }
+
+    /// Lets the lease end `hold` from now (`--min-hold`), or at once.
+    async fn release_after(self, hold: Duration) -> Released {
         match self {
-            Held::Local(l) => match l.release().await {
+            Held::Local(l) => match l.release_after(hold).await {
                 Ok(()) => Released::Done,
                 Err(e) if e.is_lease_lost() => Released::AlreadyEnded,
                 Err(e) => Released::Failed(e.to_string()),
             },
-            Held::Remote(r) => match r.release().await {
+            Held::Remote(r) => match r.release_after(hold).await {
                 Ok(true) => Released::Done,
                 Ok(false) => Released::AlreadyEnded,
                 Err(f) => Released::Failed(f.message),
@@ -225,10 +272,16 @@ fn validate(args: &RunArgs, permits: Permits) -> Result<(), String> {
     if args.wait > tollgate::MAX_TTL {
         return Err("--wait must be at most 24h".to_owned());
     }
+    if args.min_hold.is_some_and(|d| d > tollgate::MAX_TTL) {
+        return Err("--min-hold must be at most 24h".to_owned());
+    }
     Ok(())
 }
 
 async fn supervise(lease: Held, args: &RunArgs, what: &str) -> i32 {
+    // A moment after the grant: holding to here + --min-hold keeps the
+    // lock at least that long after it.
+    let granted = std::time::Instant::now();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("TOLLGATE_FENCE", lease.fence().to_string())
@@ -276,7 +329,10 @@ async fn supervise(lease: Held, args: &RunArgs, what: &str) -> i32 {
             }
         }
     };
-    match lease.release().await {
+    let hold = args
+        .min_hold
+        .map_or(Duration::ZERO, |d| d.saturating_sub(granted.elapsed()));
+    match lease.release_after(hold).await {
         Released::AlreadyEnded => {
             eprintln!(
                 "tollgate: the lease on {what} {:?} had ended before the command finished",
