@@ -46,6 +46,7 @@ mod limit;
 mod limit_layer;
 mod lock;
 mod name;
+pub mod schedule;
 mod semaphore;
 mod sharded;
 mod store;
@@ -67,6 +68,7 @@ pub use limit_layer::{
 };
 pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
+pub use schedule::{Cron, Every, Misfire, When};
 pub use semaphore::Semaphore;
 pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
 pub use store::{
