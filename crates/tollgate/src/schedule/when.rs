@@ -163,7 +163,7 @@ impl When {
             };
             let interval = humantime::parse_duration(span.trim()).map_err(|e| {
                 Error::invalid(format!(
-                    "schedule interval {:?}: {e}; write e.g. \"every 30s\" or \"every 1h 30m\"",
+                    "schedule interval {:?}: {e}; allowed are whole seconds from 1s to 366 days, e.g. \"every 30s\" or \"every 1h 30m\"",
                     span.trim()
                 ))
             })?;
@@ -531,7 +531,7 @@ impl Cron {
         };
         if cron.next_after(0).is_none() {
             return Err(Error::invalid(format!(
-                "cron expression {expr:?}: no date ever matches its day-of-month and month fields"
+                "cron expression {expr:?}: no date ever matches its day-of-month and month fields; allowed are days some listed month has (not 30 or 31 in February alone)"
             )));
         }
         Ok(cron)
