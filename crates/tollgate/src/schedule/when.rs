@@ -214,7 +214,7 @@ impl When {
                 humantime::format_duration(interval)
             )));
         }
-        if anchor_ms % 1000 != 0 {
+        if !anchor_ms.is_multiple_of(1000) {
             return Err(Error::invalid(format!(
                 "schedule anchor {anchor_ms}: allowed is a whole second (a multiple of 1000 ms)"
             )));
@@ -408,11 +408,7 @@ impl Field {
     }
 
     fn value(&self, text: &str, whole: &str) -> Result<u32> {
-        if let Some(i) = self
-            .names
-            .iter()
-            .position(|n| n.eq_ignore_ascii_case(text))
-        {
+        if let Some(i) = self.names.iter().position(|n| n.eq_ignore_ascii_case(text)) {
             // Month names start at 1, weekday names at 0 (Sunday).
             return Ok(self.min + i as u32);
         }
@@ -470,8 +466,7 @@ impl Field {
 
 fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
     let head = text.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix)
-        .then(|| &text[prefix.len()..])
+    head.eq_ignore_ascii_case(prefix).then(|| &text[prefix.len()..])
 }
 
 impl Cron {
@@ -627,12 +622,11 @@ impl Cron {
                     break;
                 }
             }
-            if self.day_matches(day) {
-                if let Some(tick) = self.first_on_day(day, t) {
-                    if best.is_none_or(|(b, _)| tick < b) {
-                        best = Some((tick, day));
-                    }
-                }
+            if self.day_matches(day)
+                && let Some(tick) = self.first_on_day(day, t)
+                && best.is_none_or(|(b, _)| tick < b)
+            {
+                best = Some((tick, day));
             }
             day = day.succ_opt()?;
         }
@@ -643,6 +637,10 @@ impl Cron {
     fn first_on_day(&self, day: NaiveDate, t: i64) -> Option<i64> {
         let midnight = day.and_time(NaiveTime::MIN);
         let x0 = midnight.and_utc().timestamp();
+        if x0 + i64::from(DAY_SECS) + MAX_OFFSET_SECS <= t {
+            // Every instant of this day is before t, whatever the offset.
+            return None;
+        }
         // The offsets in force around this day bound which wall-clock times
         // can fire after t, and when a later one can no longer fire earlier.
         let (mut lo_off, mut hi_off) = (i64::MAX, i64::MIN);
