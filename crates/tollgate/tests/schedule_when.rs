@@ -128,6 +128,36 @@ fn new_york_fall_back_fixed_time_fires_once_at_the_first_pass() {
     );
 }
 
+#[test]
+fn santiago_changes_at_midnight() {
+    // Chile moves clocks at midnight: on 2026-09-06 00:00 jumps to 01:00 (so
+    // the day has no midnight), and on 2026-04-04 23:00-24:00 happens twice
+    // (the second pass after 24:00 -03 became 23:00 -04).
+    let w = when("TZ=America/Santiago 0 0 * * *");
+    assert_eq!(
+        ticks(
+            &w,
+            ms("2026-09-05T12:00:00-04:00"),
+            ms("2026-09-07T12:00:00-03:00")
+        ),
+        all(&["2026-09-06T01:00:00-03:00", "2026-09-07T00:00:00-03:00"])
+    );
+    let w = when("TZ=America/Santiago 30 23 * * *");
+    assert_eq!(
+        ticks(
+            &w,
+            ms("2026-04-04T12:00:00-03:00"),
+            ms("2026-04-06T00:00:00-04:00")
+        ),
+        all(&["2026-04-04T23:30:00-03:00", "2026-04-05T23:30:00-04:00"])
+    );
+    let w = when("TZ=America/Santiago */30 * * * *");
+    let from = ms("2026-04-04T22:00:00-03:00");
+    let got = ticks(&w, from, from + 4 * 3_600_000);
+    let want: Vec<u64> = (1..=8).map(|k| from + k * 1_800_000).collect();
+    assert_eq!(got, want);
+}
+
 // ---- wildcard hours: real elapsed time
 
 #[test]

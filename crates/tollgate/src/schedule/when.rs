@@ -115,6 +115,22 @@ impl FromStr for Misfire {
 ///   which no instant has, do not.
 /// - **Intervals** are UTC arithmetic (anchor + k·interval, k ≥ 0), untouched
 ///   by DST.
+///
+/// ```
+/// use tollgate::{Misfire, When};
+///
+/// // 02:30 in Berlin does not exist on 2026-03-29: that day fires at 03:00
+/// // CEST (01:00 UTC), when the gap ends.
+/// let nightly: When = "TZ=Europe/Berlin 30 2 * * *".parse()?;
+/// let sat_noon = 1_774_695_600_000; // 2026-03-28T11:00:00Z
+/// assert_eq!(nightly.next_after(sat_noon), Some(1_774_746_000_000));
+///
+/// // The store holds the next tick; after downtime, fire the missed ones.
+/// let every_minute = When::parse("every 1m")?;
+/// let (fire, next) = every_minute.due_ticks(60_000, 185_000, Misfire::All);
+/// assert_eq!((fire, next), (vec![60_000, 120_000, 180_000], 240_000));
+/// # Ok::<(), tollgate::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum When {
     /// A cron expression in a zone.
