@@ -305,6 +305,23 @@ async fn store_down_follows_each_limits_policy() {
     );
 }
 
+/// One command of each kind that goes through the server at `base`.
+fn server_commands(base: &str) -> [Vec<&str>; 3] {
+    [
+        vec!["lock", "run", "nightly", "--server", base, "--", "true"],
+        vec!["limit", "check", "api", "k", "--server", base],
+        vec![
+            "jobs",
+            "push",
+            "mail",
+            "--payload-file",
+            "/dev/null",
+            "--server",
+            base,
+        ],
+    ]
+}
+
 /// `tollgate ARGS`, with no store or server from the environment.
 fn tollgate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -409,21 +426,9 @@ async fn a_server_refused_by_its_redis_makes_every_server_command_exit_78() {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = Server::start_with(Some(&url), &["--config", &config(&dir, LIMITS)]);
     let base = s.base.clone();
-    let commands: [&[&str]; 3] = [
-        &["lock", "run", "nightly", "--server", &base, "--", "true"],
-        &["limit", "check", "api", "k", "--server", &base],
-        &[
-            "jobs",
-            "push",
-            "mail",
-            "--payload-file",
-            "/dev/null",
-            "--server",
-            &base,
-        ],
-    ];
+    let commands = server_commands(&base);
     // While Redis accepts the user, each works.
-    for args in commands {
+    for args in &commands {
         let out = tokio::task::block_in_place(|| tollgate(args));
         assert_eq!(
             out.status.code(),
@@ -433,7 +438,7 @@ async fn a_server_refused_by_its_redis_makes_every_server_command_exit_78() {
         );
     }
     redis.command(&["ACL", "SETUSER", "tg", "-@all"]);
-    for args in commands {
+    for args in &commands {
         let out = tokio::task::block_in_place(|| tollgate(args));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(78), "{args:?}: {err}");
@@ -448,34 +453,18 @@ async fn a_server_refused_by_its_redis_makes_every_server_command_exit_78() {
 async fn a_missing_or_wrong_server_token_exits_78_naming_the_flag() {
     let dir = tempfile::tempdir().expect("tempdir");
     let token = "a-good-token-0123456789";
-    let text = format!("{LIMITS}\ntokens = [\"{token}\"]\n");
-    // `tokens` must come before the tables: put it first.
-    let text = format!(
-        "tokens = [\"{token}\"]\n{}",
-        text.replace(&format!("\ntokens = [\"{token}\"]\n"), "")
-    );
+    // `tokens` is a top-level key: before the tables.
+    let text = format!("tokens = [\"{token}\"]\n{LIMITS}");
     let s = Server::start_with(None, &["--config", &config(&dir, &text)]);
     let base = s.base.clone();
-    let commands: [&[&str]; 4] = [
-        &["lock", "run", "nightly", "--server", &base, "--", "true"],
-        &["lock", "status", "nightly", "--server", &base],
-        &["limit", "check", "api", "k", "--server", &base],
-        &[
-            "jobs",
-            "push",
-            "mail",
-            "--payload-file",
-            "/dev/null",
-            "--server",
-            &base,
-        ],
-    ];
+    let mut commands = server_commands(&base).to_vec();
+    commands.insert(1, vec!["lock", "status", "nightly", "--server", &base]);
     for (given, says) in [
         (None, "requires a token"),
         (Some("wrong-token-0123456789"), "refused the token"),
     ] {
-        for args in commands {
-            let mut args = args.to_vec();
+        for args in &commands {
+            let mut args = args.clone();
             if let Some(t) = given {
                 // Before any `--` and the command after it.
                 args.splice(3..3, ["--server-token", t]);
@@ -489,8 +478,8 @@ async fn a_missing_or_wrong_server_token_exits_78_naming_the_flag() {
             );
         }
     }
-    for args in commands {
-        let mut args = args.to_vec();
+    for args in &commands {
+        let mut args = args.clone();
         args.splice(3..3, ["--server-token", token]);
         let out = tokio::task::block_in_place(|| tollgate(&args));
         assert_eq!(

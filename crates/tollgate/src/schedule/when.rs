@@ -368,45 +368,30 @@ struct Field {
     names: &'static [&'static str],
 }
 
-const SECOND: Field = Field {
-    name: "second",
-    min: 0,
-    max: 59,
-    names: &[],
-};
-const MINUTE: Field = Field {
-    name: "minute",
-    min: 0,
-    max: 59,
-    names: &[],
-};
-const HOUR: Field = Field {
-    name: "hour",
-    min: 0,
-    max: 23,
-    names: &[],
-};
-const DAY: Field = Field {
-    name: "day-of-month",
-    min: 1,
-    max: 31,
-    names: &[],
-};
-const MONTH: Field = Field {
-    name: "month",
-    min: 1,
-    max: 12,
-    names: &[
-        "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
-    ],
-};
+const fn field(name: &'static str, min: u32, max: u32, names: &'static [&'static str]) -> Field {
+    Field {
+        name,
+        min,
+        max,
+        names,
+    }
+}
+
+const MONTHS: &[&str] = &[
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
+const SECOND: Field = field("second", 0, 59, &[]);
+const MINUTE: Field = field("minute", 0, 59, &[]);
+const HOUR: Field = field("hour", 0, 23, &[]);
+const DAY: Field = field("day-of-month", 1, 31, &[]);
+const MONTH: Field = field("month", 1, 12, MONTHS);
 // 7 is Sunday too; folded into bit 0 after parsing.
-const WEEKDAY: Field = Field {
-    name: "day-of-week",
-    min: 0,
-    max: 7,
-    names: &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"],
-};
+const WEEKDAY: Field = field(
+    "day-of-week",
+    0,
+    7,
+    &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"],
+);
 
 impl Field {
     fn invalid(&self, text: &str, why: &str) -> Error {
