@@ -68,7 +68,10 @@ pub use limit_layer::{
 };
 pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
-pub use schedule::{Cron, Every, Misfire, When};
+pub use schedule::{
+    Cron, Every, FireReport, FiredJob, FiredTick, Misfire, ScheduleInfo, ScheduleSpec, Schedules, Upserted,
+    When,
+};
 pub use semaphore::Semaphore;
 pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
 pub use store::{

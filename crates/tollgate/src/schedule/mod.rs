@@ -7,6 +7,12 @@
 //! are pure functions of their inputs and must stay identical across
 //! versions.
 
+mod fire;
+mod schedules;
 mod when;
 
+pub use fire::{FireReport, FiredJob, MAX_FIRE_SLEEP};
+pub use schedules::{
+    FiredTick, MAX_SCHEDULE_NAME_LEN, ScheduleInfo, ScheduleSpec, Schedules, Upserted, check_schedule_name,
+};
 pub use when::{Cron, Every, MAX_CATCH_UP, MAX_INTERVAL, MIN_INTERVAL, Misfire, SKIP_GRACE_MS, When};

@@ -14,6 +14,7 @@ pub(crate) mod jobs;
 pub(crate) mod limit;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod schedule;
 mod wakers;
 
 use std::sync::Arc;
@@ -401,6 +402,111 @@ impl Store {
         match &self.backend {
             Backend::Memory(s) => Ok(s.job_stats(q)),
             Backend::Redis(s) => Box::pin(s.job_stats(q)).await,
+        }
+    }
+
+    /// Records that schedule `name` lives with queue `q`; answers the
+    /// queue it lived with before, if any.
+    pub(crate) async fn schedule_index_set(&self, name: &str, q: &Name) -> Result<Option<String>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_index_set(name, q)),
+            Backend::Redis(s) => Box::pin(s.schedule_index_set(name, q)).await,
+        }
+    }
+
+    pub(crate) async fn schedule_index_get(&self, name: &str) -> Result<Option<String>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_index_get(name)),
+            Backend::Redis(s) => Box::pin(s.schedule_index_get(name)).await,
+        }
+    }
+
+    /// Forgets where schedule `name` lives if that is queue `q`.
+    pub(crate) async fn schedule_index_drop(&self, name: &str, q: &Name) -> Result<bool> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_index_drop(name, q)),
+            Backend::Redis(s) => Box::pin(s.schedule_index_drop(name, q)).await,
+        }
+    }
+
+    /// The queues that have (or had) schedules.
+    pub(crate) async fn schedule_queues(&self) -> Result<Vec<String>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_queues()),
+            Backend::Redis(s) => Box::pin(s.schedule_queues()).await,
+        }
+    }
+
+    pub(crate) async fn schedule_put(
+        &self,
+        q: &Name,
+        put: &schedule::Put<'_>,
+    ) -> Result<schedule::PutOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_put(q, put)),
+            Backend::Redis(s) => Box::pin(s.schedule_put(q, put)).await,
+        }
+    }
+
+    /// The store's now and up to `limit` schedules of queue `q` due by it.
+    pub(crate) async fn schedule_due(&self, q: &Name, limit: usize) -> Result<schedule::Due> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_due(q, limit)),
+            Backend::Redis(s) => Box::pin(s.schedule_due(q, limit)).await,
+        }
+    }
+
+    /// Fires ticks of schedules of queue `q`, each only if unchanged since
+    /// read; answers the store's now and one outcome per schedule.
+    pub(crate) async fn schedule_fire(
+        &self,
+        q: &Name,
+        fires: &[schedule::Fire<'_>],
+    ) -> Result<(u64, Vec<schedule::FireOutcome>)> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_fire(q, fires)),
+            Backend::Redis(s) => Box::pin(s.schedule_fire(q, fires)).await,
+        }
+    }
+
+    pub(crate) async fn schedule_trigger(
+        &self,
+        q: &Name,
+        name: &str,
+        rev: u64,
+        job: &schedule::JobSpec,
+    ) -> Result<schedule::TriggerOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_trigger(q, name, rev, job)),
+            Backend::Redis(s) => Box::pin(s.schedule_trigger(q, name, rev, job)).await,
+        }
+    }
+
+    pub(crate) async fn schedule_pause(&self, q: &Name, name: &str, pause: bool) -> Result<bool> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_pause(q, name, pause)),
+            Backend::Redis(s) => Box::pin(s.schedule_pause(q, name, pause)).await,
+        }
+    }
+
+    pub(crate) async fn schedule_delete(&self, q: &Name, name: &str) -> Result<bool> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_delete(q, name)),
+            Backend::Redis(s) => Box::pin(s.schedule_delete(q, name)).await,
+        }
+    }
+
+    pub(crate) async fn schedule_get(&self, q: &Name, name: &str) -> Result<Option<schedule::RawSchedule>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_get(q, name)),
+            Backend::Redis(s) => Box::pin(s.schedule_get(q, name)).await,
+        }
+    }
+
+    pub(crate) async fn schedule_list(&self, q: &Name) -> Result<Vec<schedule::RawSchedule>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.schedule_list(q)),
+            Backend::Redis(s) => Box::pin(s.schedule_list(q)).await,
         }
     }
 

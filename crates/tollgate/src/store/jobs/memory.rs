@@ -59,6 +59,8 @@ pub(crate) struct Queue {
     pub(crate) retired: bool,
     /// The first fence is above this (see `Shelved`).
     fence_floor: u64,
+    /// The schedules that push to this queue (kept with it, as on Redis).
+    pub(crate) schedules: crate::store::schedule::memory::Schedules,
 }
 
 impl Shelved for Queue {
@@ -70,6 +72,7 @@ impl Shelved for Queue {
             && self.partitions.is_none()
             && !self.retired
             && self.stats == RawStats::default()
+            && self.schedules.is_empty()
     }
 
     /// A queue is dropped only when it holds nothing at all (no job of any
@@ -88,7 +91,7 @@ impl Shelved for Queue {
             && self.in_flight.is_empty()
             && self.dead.is_empty()
             && self.done.is_empty();
-        (empty && self.partitions.is_none() && !self.retired).then_some(0)
+        (empty && self.partitions.is_none() && !self.retired && self.schedules.is_empty()).then_some(0)
     }
 
     fn fence(&self) -> u64 {
@@ -117,6 +120,16 @@ fn ready_key(id: &str, d: &JobData) -> (u8, u64, String) {
 }
 
 impl Queue {
+    /// The partition count stored on this base queue, if any.
+    pub(crate) fn partitions(&self) -> Option<u32> {
+        self.partitions
+    }
+
+    /// Whether a job with this id exists (in any state).
+    pub(crate) fn has_job(&self, id: &str) -> bool {
+        self.jobs.contains_key(id)
+    }
+
     fn set_ready(&mut self, id: &str) {
         if let Some((d, place)) = self.jobs.get_mut(id) {
             *place = Place::Ready;
@@ -573,7 +586,7 @@ impl MemoryStore {
         self.on_queue(q, false, |queue, now| (op(queue, now), false))
     }
 
-    fn on_queue<T, W: Into<usize>>(
+    pub(in crate::store) fn on_queue<T, W: Into<usize>>(
         &self,
         q: &Name,
         touch: bool,

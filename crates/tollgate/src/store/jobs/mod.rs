@@ -4,7 +4,7 @@
 //! operation in ARGV[1]; `tests/stores_agree.rs` holds one to the other.
 
 pub(crate) mod memory;
-mod redis;
+pub(in crate::store) mod redis;
 
 /// When a pushed job becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,13 +21,25 @@ impl RedisStore {
         op: &str,
         args: impl redis::ToRedisArgs,
     ) -> Result<T> {
+        self.on_queue_keys(&self.scripts.jobs, q, op, args).await
+    }
+
+    /// Runs `script` (one built on queue.lua) on queue `q`'s keys, the
+    /// operation `op` first in its arguments.
+    pub(in crate::store) async fn on_queue_keys<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        q: &Name,
+        op: &str,
+        args: impl redis::ToRedisArgs,
+    ) -> Result<T> {
         let base = self.jobs_base(q);
         let keys: Vec<String> = [":m", ":d", ":r", ":w", ":f", ":l", ":n", ":x", ":t", ":c"]
             .iter()
             .map(|s| format!("{base}{s}"))
             .collect();
         let all = (op, format!("{base}:n"), format!("!{}", super::wake_key(q)), args);
-        self.invoke(&self.scripts.jobs, &keys, all, &base).await
+        self.invoke(script, &keys, all, &base).await
     }
 
     pub(crate) async fn listen_jobs(&self, q: &Name) -> Result<Listening> {
@@ -301,7 +313,7 @@ fn listing<T>(
 }
 
 /// One value of a reply, as `T`.
-fn value<T: redis::FromRedisValue>(v: &redis::Value) -> Option<T> {
+pub(in crate::store) fn value<T: redis::FromRedisValue>(v: &redis::Value) -> Option<T> {
     redis::from_redis_value_ref(v).ok()
 }
 
@@ -311,7 +323,7 @@ fn score_ms(v: &redis::Value) -> Option<u64> {
 }
 
 /// An integer script argument.
-fn int_arg(n: i64) -> Vec<u8> {
+pub(in crate::store) fn int_arg(n: i64) -> Vec<u8> {
     n.to_string().into_bytes()
 }
 

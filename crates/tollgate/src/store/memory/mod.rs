@@ -76,6 +76,7 @@ pub(crate) struct MemoryStore {
     pub(in crate::store) limits: Mutex<Limits>,
     pub(in crate::store) queues: Shelf<Queue>,
     pub(in crate::store) wakers: Arc<Wakers>,
+    pub(in crate::store) schedule_index: Mutex<crate::store::schedule::memory::Index>,
 }
 
 impl MemoryStore {
@@ -88,6 +89,7 @@ impl MemoryStore {
             limits: Mutex::default(),
             queues: Shelf::default(),
             wakers: Arc::default(),
+            schedule_index: Mutex::default(),
         }
     }
 

@@ -49,10 +49,12 @@ pub(in crate::store) struct Scripts {
     pub(in crate::store) set_admission: Script,
     pub(in crate::store) watch: Script,
     pub(in crate::store) jobs: Script,
+    pub(in crate::store) schedules: Script,
+    pub(in crate::store) schedule_index: Script,
 }
 
 impl Scripts {
-    pub(super) fn all(&self) -> [&Script; 11] {
+    pub(super) fn all(&self) -> [&Script; 13] {
         [
             &self.enter,
             &self.poll,
@@ -65,6 +67,8 @@ impl Scripts {
             &self.set_admission,
             &self.watch,
             &self.jobs,
+            &self.schedules,
+            &self.schedule_index,
         ]
     }
 
@@ -100,7 +104,17 @@ impl Scripts {
             set_admission: script(gate_script!("../gate/lua/set_admission.lua")),
             // Alone: no prelude, since a watch must not expire or write.
             watch: script(include_str!("../gate/lua/watch.lua")),
-            jobs: script(include_str!("../jobs/jobs.lua")),
+            jobs: script(concat!(
+                include_str!("../jobs/queue.lua"),
+                "\n",
+                include_str!("../jobs/jobs.lua")
+            )),
+            schedules: script(concat!(
+                include_str!("../jobs/queue.lua"),
+                "\n",
+                include_str!("../schedule/schedule.lua")
+            )),
+            schedule_index: script(include_str!("../schedule/index.lua")),
         }
     }
 }

@@ -1,0 +1,435 @@
+//! Schedules: the same assertions on the memory store (on a hand-moved
+//! clock) and on a real redis-server, a 3-master cluster and Sentinel
+//! (in real time, on every-second schedules). The time rules themselves
+//! (cron, zones, DST) are tested without a store in `schedule_when.rs`.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use support::TestStore;
+use tollgate::Clock;
+use tollgate::schedule::MAX_FIRE_SLEEP;
+use tollgate::{
+    ErrorKind, FireReport, JobQueue, Misfire, PushOptions, ScheduleSpec, Schedules, ShardedJobQueue,
+    Upserted, When,
+};
+
+fn every_second(queue: &str) -> ScheduleSpec {
+    ScheduleSpec::new(When::parse("every 1s").expect("when"), queue)
+}
+
+fn ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as u64
+}
+
+/// Every job waiting in `queue`, claimed: id -> payload.
+async fn drain(ts: &TestStore, queue: &str) -> BTreeMap<String, Vec<u8>> {
+    let q = JobQueue::new(&ts.store, queue).expect("queue");
+    let mut out = BTreeMap::new();
+    loop {
+        let jobs = q.claim_many(1000).await.expect("claim");
+        if jobs.is_empty() {
+            return out;
+        }
+        for job in jobs {
+            assert!(
+                out.insert(job.id.clone(), job.payload.clone()).is_none(),
+                "{} twice",
+                job.id
+            );
+            q.ack(&job.id, job.fence).await.expect("ack");
+        }
+    }
+}
+
+/// The tick of each job id `<schedule>@<tick>` of `schedule`, ascending.
+fn ticks_of(jobs: &BTreeMap<String, Vec<u8>>, schedule: &str) -> Vec<u64> {
+    let mut ticks: Vec<u64> = jobs
+        .keys()
+        .filter_map(|id| id.strip_prefix(&format!("{schedule}@")))
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    ticks.sort_unstable();
+    ticks
+}
+
+/// Lets `total` of store time pass in steps of 200 ms, running one firing
+/// pass on every handle of `firers` at once after each step.
+async fn fire_for(ts: &TestStore, firers: &[Schedules], total: Duration) -> Vec<FireReport> {
+    let mut reports = Vec::new();
+    let mut passed = Duration::ZERO;
+    while passed < total {
+        ts.advance(Duration::from_millis(200)).await;
+        passed += Duration::from_millis(200);
+        let passes = firers.iter().map(|s| s.fire_due());
+        for r in futures_util::future::join_all(passes).await {
+            reports.push(r.expect("fire"));
+        }
+    }
+    reports
+}
+
+/// Starts each test 100 ms after a whole second of store time (moving the
+/// hand-moved clock, or waiting for the real one), so that every-second
+/// ticks fall between the 200 ms steps the same way on every store.
+async fn align(ts: &TestStore) {
+    match &ts.clock {
+        Some(clock) => clock.advance(Duration::from_millis(100)),
+        None => {
+            let into = ms(SystemTime::now()) % 1000;
+            tokio::time::sleep(Duration::from_millis((1100 - into) % 1000)).await;
+        }
+    }
+}
+
+/// The store's now (ms): the hand-moved clock, or this machine's (the
+/// same as the local Redis's).
+fn store_now(ts: &TestStore) -> u64 {
+    match &ts.clock {
+        Some(c) => c.now_us() / 1000,
+        None => ms(SystemTime::now()),
+    }
+}
+
+async fn upsert_get_list_and_delete(ts: TestStore) {
+    align(&ts).await;
+    let s = Schedules::new(&ts.store);
+    let mut spec = every_second("reports");
+    spec.payload = b"v1".to_vec();
+    spec.priority = 7;
+    assert_eq!(
+        s.upsert("nightly", &spec).await.expect("create"),
+        Upserted::Created
+    );
+    assert_eq!(
+        s.upsert("nightly", &spec).await.expect("again"),
+        Upserted::Unchanged
+    );
+
+    let info = s.get("nightly").await.expect("get").expect("exists");
+    assert_eq!(info.spec, spec);
+    assert!(!info.paused);
+    let next = ms(info.next.expect("a next tick"));
+    assert_eq!(next % 1000, 0, "every-second ticks are whole seconds: {next}");
+    assert!(info.recent.is_empty());
+
+    spec.payload = b"v2".to_vec();
+    assert_eq!(
+        s.upsert("nightly", &spec).await.expect("change"),
+        Upserted::Changed
+    );
+    assert_eq!(
+        s.get("nightly").await.expect("get").expect("exists").spec.payload,
+        b"v2"
+    );
+
+    let mut other = every_second("other-queue");
+    other.misfire = Misfire::All;
+    s.upsert("hourly", &other).await.expect("second");
+    let names: Vec<String> = s
+        .list()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, ["hourly", "nightly"]);
+
+    assert!(s.delete("nightly").await.expect("delete"));
+    assert!(!s.delete("nightly").await.expect("delete again"));
+    assert!(s.get("nightly").await.expect("get").is_none());
+    assert!(!s.pause("nightly").await.expect("pause a gone one"));
+    assert!(s.trigger("nightly").await.expect("trigger a gone one").is_none());
+    assert_eq!(s.list().await.expect("list").len(), 1);
+}
+
+/// Four firing handles at once (each with its own cache, as four processes
+/// would be): every tick is pushed exactly once, none is missed, and the
+/// job carries the schedule's payload and options.
+async fn each_tick_fires_once_among_many_firers(ts: TestStore) {
+    align(&ts).await;
+    let firers: Vec<Schedules> = (0..4).map(|_| Schedules::new(&ts.store)).collect();
+    let mut spec = every_second("ticks");
+    spec.payload = b"tick".to_vec();
+    firers[0].upsert("beat", &spec).await.expect("create");
+    let created = store_now(&ts);
+    let reports = fire_for(&ts, &firers, Duration::from_millis(3400)).await;
+
+    let jobs = drain(&ts, "ticks").await;
+    let ticks = ticks_of(&jobs, "beat");
+    assert!(
+        ticks.len() >= 3,
+        "three seconds fire at least three ticks: {ticks:?}"
+    );
+    for pair in ticks.windows(2) {
+        assert_eq!(
+            pair[1] - pair[0],
+            1000,
+            "consecutive, none missed, none twice: {ticks:?}"
+        );
+    }
+    assert!(jobs.values().all(|p| p == b"tick"));
+    let fired: Vec<u64> = reports
+        .iter()
+        .flat_map(|r| r.fired.iter().map(|f| f.tick_ms))
+        .collect();
+    assert_eq!(
+        fired.len(),
+        ticks.len(),
+        "each tick reported by the one handle that fired it"
+    );
+    assert!(
+        ticks[0] >= created - created % 1000,
+        "no tick before the schedule existed"
+    );
+    let info = firers[1].get("beat").await.expect("get").expect("exists");
+    let recent: Vec<u64> = info.recent.iter().map(|t| ms(t.at)).collect();
+    assert_eq!(recent, ticks, "the history names the ticks fired");
+    assert_eq!(info.recent[0].job_id, format!("beat@{}", ticks[0]));
+    assert!(ms(info.next.expect("next")) > *ticks.last().expect("a tick"));
+    assert!(reports.iter().all(|r| r.sleep <= MAX_FIRE_SLEEP));
+}
+
+/// Ticks missed while nothing fired: `all` pushes each (up to its
+/// catch-up), `once` the newest only, and so does `skip` when the newest
+/// is within the grace period (as an every-second schedule's always is).
+/// On the hand-moved clock, an hourly schedule 30 minutes past its missed
+/// tick shows `skip` and `once` apart.
+async fn missed_ticks_follow_the_misfire_policy(ts: TestStore) {
+    align(&ts).await;
+    let s = Schedules::new(&ts.store);
+    for (name, policy) in [
+        ("all", Misfire::All),
+        ("once", Misfire::Once),
+        ("skip", Misfire::Skip),
+    ] {
+        let mut spec = every_second("late");
+        spec.misfire = policy;
+        s.upsert(name, &spec).await.expect("create");
+    }
+    let mut capped = every_second("late");
+    capped.misfire = Misfire::All;
+    capped.max_catch_up = 2;
+    s.upsert("capped", &capped).await.expect("create");
+    // One pass stores each first tick; then nothing fires for a while.
+    s.fire_due().await.expect("first pass");
+    let gap = if ts.clock.is_some() { 90_000 } else { 3_300 };
+    ts.advance(Duration::from_millis(gap)).await;
+    let report = s.fire_due().await.expect("after the gap");
+
+    let jobs = drain(&ts, "late").await;
+    let all = ticks_of(&jobs, "all");
+    let due = (gap / 1000) as usize;
+    assert!(
+        all.len() >= due,
+        "all pushes every missed tick: {} of {due}",
+        all.len()
+    );
+    for pair in all.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1000);
+    }
+    let newest = *all.last().expect("a tick");
+    assert_eq!(ticks_of(&jobs, "once"), [newest], "once pushes the newest");
+    assert_eq!(
+        ticks_of(&jobs, "capped"),
+        all[all.len() - 2..],
+        "capped at the newest two"
+    );
+    assert_eq!(
+        ticks_of(&jobs, "skip"),
+        [newest],
+        "a tick within the grace still fires"
+    );
+    let missed: BTreeMap<&str, u64> = report.missed.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+    assert_eq!(missed.get("all"), None, "all missed nothing");
+    assert_eq!(missed["once"], all.len() as u64 - 1);
+    assert_eq!(missed["capped"], all.len() as u64 - 2);
+
+    if ts.clock.is_some() {
+        for (name, policy) in [("hourly-once", Misfire::Once), ("hourly-skip", Misfire::Skip)] {
+            let mut spec = ScheduleSpec::new(When::parse("@hourly").expect("when"), "hourly");
+            spec.misfire = policy;
+            s.upsert(name, &spec).await.expect("create");
+        }
+        s.fire_due().await.expect("first pass");
+        ts.advance(Duration::from_secs(90 * 60)).await;
+        s.fire_due().await.expect("after the gap");
+        let jobs = drain(&ts, "hourly").await;
+        assert_eq!(
+            ticks_of(&jobs, "hourly-once").len(),
+            1,
+            "once: the newest missed tick"
+        );
+        assert!(
+            ticks_of(&jobs, "hourly-skip").is_empty(),
+            "skip: a tick 30 min late is dropped"
+        );
+    }
+}
+
+async fn pause_resume_and_trigger(ts: TestStore) {
+    align(&ts).await;
+    let s = Schedules::new(&ts.store);
+    let mut spec = every_second("paused");
+    spec.payload = b"p".to_vec();
+    spec.paused = true;
+    s.upsert("quiet", &spec).await.expect("create paused");
+    let info = s.get("quiet").await.expect("get").expect("exists");
+    assert!(info.paused && info.next.is_none());
+    fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(1400)).await;
+    assert!(
+        drain(&ts, "paused").await.is_empty(),
+        "a paused schedule fires nothing"
+    );
+
+    // An upsert keeps it paused; a trigger still pushes one job.
+    spec.paused = false;
+    assert_eq!(
+        s.upsert("quiet", &spec).await.expect("upsert"),
+        Upserted::Unchanged
+    );
+    assert!(s.get("quiet").await.expect("get").expect("exists").paused);
+    let id = s.trigger("quiet").await.expect("trigger").expect("exists");
+    assert!(id.starts_with("quiet@manual-"), "{id}");
+    let jobs = drain(&ts, "paused").await;
+    assert_eq!(jobs.keys().collect::<Vec<_>>(), [&id]);
+    assert_eq!(jobs[&id], b"p");
+    let recent = s.get("quiet").await.expect("get").expect("exists").recent;
+    assert!(recent.len() == 1 && recent[0].manual && recent[0].job_id == id);
+
+    assert!(s.resume("quiet").await.expect("resume"));
+    let resumed = store_now(&ts);
+    fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(2400)).await;
+    let ticks = ticks_of(&drain(&ts, "paused").await, "quiet");
+    assert!(ticks.len() >= 2, "fires again once resumed: {ticks:?}");
+    assert!(ticks[0] > resumed, "the pause's ticks are not fired later");
+    assert!(s.pause("quiet").await.expect("pause"));
+    fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(1400)).await;
+    assert!(drain(&ts, "paused").await.is_empty());
+}
+
+/// A changed expression takes effect from its next tick; a change of the
+/// queue moves the schedule (it fires only to the new queue).
+async fn changes_take_effect_from_the_next_tick(ts: TestStore) {
+    align(&ts).await;
+    let s = Schedules::new(&ts.store);
+    s.upsert("moving", &every_second("first")).await.expect("create");
+    fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(1400)).await;
+    assert!(!drain(&ts, "first").await.is_empty());
+
+    let mut slower = ScheduleSpec::new(When::parse("every 2s").expect("when"), "first");
+    assert_eq!(
+        s.upsert("moving", &slower).await.expect("change"),
+        Upserted::Changed
+    );
+    fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(4400)).await;
+    let ticks = ticks_of(&drain(&ts, "first").await, "moving");
+    assert!(
+        !ticks.is_empty() && ticks.iter().all(|t| t % 2000 == 0),
+        "every 2 s now: {ticks:?}"
+    );
+
+    slower.queue = "second".into();
+    assert_eq!(
+        s.upsert("moving", &slower).await.expect("move"),
+        Upserted::Changed
+    );
+    fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(2400)).await;
+    assert!(drain(&ts, "first").await.is_empty(), "the old queue gets nothing");
+    assert!(
+        !drain(&ts, "second").await.is_empty(),
+        "the new queue gets the ticks"
+    );
+    assert_eq!(s.list().await.expect("list").len(), 1);
+}
+
+/// A start in the future: nothing before it. An end: nothing after it,
+/// and then no next tick.
+async fn start_and_end_bound_the_ticks(ts: TestStore) {
+    align(&ts).await;
+    let s = Schedules::new(&ts.store);
+    let now = store_now(&ts);
+    let mut spec = every_second("bounded");
+    spec.start = Some(UNIX_EPOCH + Duration::from_millis(now - now % 1000 + 2000));
+    spec.end = Some(UNIX_EPOCH + Duration::from_millis(now - now % 1000 + 3000));
+    s.upsert("window", &spec).await.expect("create");
+    let info = s.get("window").await.expect("get").expect("exists");
+    assert_eq!(info.next, spec.start, "the first tick is the start");
+    fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(5000)).await;
+    let ticks = ticks_of(&drain(&ts, "bounded").await, "window");
+    let (start, end) = (ms(spec.start.expect("start")), ms(spec.end.expect("end")));
+    assert_eq!(ticks, [start, end], "only the ticks from start to end");
+    assert!(
+        s.get("window")
+            .await
+            .expect("get")
+            .expect("exists")
+            .next
+            .is_none()
+    );
+}
+
+async fn bad_input_is_refused_with_the_field(ts: TestStore) {
+    let s = Schedules::new(&ts.store);
+    let good = every_second("q");
+    let refused = |spec: ScheduleSpec, name: &'static str, says: &'static str| {
+        let s = s.clone();
+        async move {
+            let e = s.upsert(name, &spec).await.expect_err(says);
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+            assert!(e.message().contains(says), "{e} should say {says}");
+        }
+    };
+    refused(good.clone(), "has space", "schedule name").await;
+    refused(good.clone(), &*"x".repeat(101).leak(), "schedule name").await;
+    let mut bad = good.clone();
+    bad.queue = "no spaces".into();
+    refused(bad, "ok", "queue").await;
+    let mut bad = good.clone();
+    bad.max_attempts = 0;
+    refused(bad, "ok", "max_attempts").await;
+    let mut bad = good.clone();
+    bad.max_catch_up = 0;
+    refused(bad, "ok", "max_catch_up").await;
+    let mut bad = good.clone();
+    bad.start = Some(UNIX_EPOCH + Duration::from_secs(2_000_000_000));
+    bad.end = Some(UNIX_EPOCH + Duration::from_secs(1_000_000_000));
+    refused(bad, "ok", "end").await;
+    let mut bad = good.clone();
+    bad.payload = vec![0; 2 << 20];
+    refused(bad, "ok", "payload").await;
+    for (text, says) in [
+        ("every 0s", "interval"),
+        ("61 * * * *", "minute"),
+        ("TZ=Mars/Olympus 0 * * * *", "zone"),
+        ("* * *", "fields"),
+    ] {
+        let e = When::parse(text).expect_err(text);
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.message().contains(says), "{text}: {e} should say {says}");
+    }
+
+    // A partitioned queue's jobs live in its partitions: refused, and
+    // nothing is left behind.
+    let sharded = ShardedJobQueue::new(&ts.store, "wide", 4).expect("sharded");
+    sharded.push(b"x", &PushOptions::default()).await.expect("push");
+    let e = s
+        .upsert("to-wide", &every_second("wide"))
+        .await
+        .expect_err("partitioned");
+    assert!(e.message().contains("partitioned"), "{e}");
+    assert!(s.get("to-wide").await.expect("get").is_none());
+    assert!(s.list().await.expect("list").is_empty());
+}
+
+on_both_stores!(manual_clock:
+    upsert_get_list_and_delete,
+    each_tick_fires_once_among_many_firers,
+    missed_ticks_follow_the_misfire_policy,
+    pause_resume_and_trigger,
+    changes_take_effect_from_the_next_tick,
+    start_and_end_bound_the_ticks,
+    bad_input_is_refused_with_the_field,
+);
