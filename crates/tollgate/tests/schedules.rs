@@ -12,7 +12,7 @@ use support::TestStore;
 use tollgate::Clock;
 use tollgate::schedule::MAX_FIRE_SLEEP;
 use tollgate::{
-    ErrorKind, FireReport, JobQueue, Misfire, PushOptions, ScheduleSpec, Schedules, ShardedJobQueue,
+    Backoff, ErrorKind, FireReport, JobQueue, Misfire, PushOptions, ScheduleSpec, Schedules, ShardedJobQueue,
     Upserted, When,
 };
 
@@ -136,6 +136,33 @@ async fn upsert_get_list_and_delete(ts: TestStore) {
         .map(|i| i.name)
         .collect();
     assert_eq!(names, ["hourly", "nightly"]);
+
+    // Every field round-trips (only what differs from the defaults is
+    // stored).
+    let full = ScheduleSpec {
+        payload: b"\n{\"binary\": \"\xff\"}\n".to_vec(),
+        priority: 200,
+        max_attempts: 3,
+        backoff: Backoff::Fixed(Duration::from_secs(2)),
+        misfire: Misfire::All,
+        max_catch_up: 50,
+        start: Some(UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
+        end: Some(UNIX_EPOCH + Duration::from_secs(1_900_000_000)),
+        jitter: Duration::from_millis(1500),
+        ..ScheduleSpec::new(
+            When::parse("TZ=Europe/Berlin 30 2 * * 1-5").expect("when"),
+            "full",
+        )
+    };
+    s.upsert("full", &full).await.expect("full");
+    let got = s.get("full").await.expect("get").expect("exists");
+    assert_eq!(got.spec, full);
+    assert_eq!(
+        got.next,
+        full.start
+            .map(|_| UNIX_EPOCH + Duration::from_secs(1_800_235_800))
+    );
+    assert!(s.delete("full").await.expect("delete"));
 
     assert!(s.delete("nightly").await.expect("delete"));
     assert!(!s.delete("nightly").await.expect("delete again"));

@@ -116,20 +116,23 @@ pub enum Upserted {
     Unchanged,
 }
 
-/// The definition as stored (the payload goes beside it).
-#[derive(Debug, Serialize, Deserialize)]
+/// The definition as stored beside the timing and the payload: only what
+/// differs from the defaults, to keep an idle schedule small in Redis.
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Stored {
-    when: String,
-    queue: String,
-    priority: u8,
-    max_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    priority: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_attempts: Option<u32>,
     /// `fixed:<ms>` or `exponential:<base ms>:<max ms>`.
-    backoff: String,
-    misfire: String,
-    max_catch_up: usize,
-    start_ms: Option<u64>,
-    end_ms: Option<u64>,
-    jitter_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    backoff: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    misfire: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_catch_up: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    jitter_ms: Option<u64>,
 }
 
 /// A schedule decoded for firing: its spec and the job as pushes take it.
@@ -147,8 +150,8 @@ pub(super) fn time(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-/// The text of what decides a schedule's ticks; a change of it restarts
-/// the schedule.
+/// The text of what decides a schedule's ticks, `<when>|<start ms>|<end
+/// ms>` (0 for none); a change of it restarts the schedule.
 fn timing(spec: &ScheduleSpec) -> String {
     format!(
         "{}|{}|{}",
@@ -156,6 +159,16 @@ fn timing(spec: &ScheduleSpec) -> String {
         spec.start.map_or(0, ms),
         spec.end.map_or(0, ms)
     )
+}
+
+/// `timing` read back.
+fn untiming(text: &str) -> Option<(When, Option<SystemTime>, Option<SystemTime>)> {
+    let mut parts = text.rsplitn(3, '|');
+    let end: u64 = parts.next()?.parse().ok()?;
+    let start: u64 = parts.next()?.parse().ok()?;
+    let when = When::parse(parts.next()?).ok()?;
+    let at = |t: u64| (t > 0).then(|| time(t));
+    Some((when, at(start), at(end)))
 }
 
 fn encode_backoff(b: &Backoff) -> String {
@@ -178,9 +191,9 @@ fn decode_backoff(text: &str) -> Option<Backoff> {
     }
 }
 
-/// Decodes a stored schedule; a definition this version cannot read is a
-/// store error naming the schedule.
-pub(super) fn parse(raw: &RawSchedule) -> Result<Parsed> {
+/// Decodes schedule `raw` of queue `queue`; a definition this version
+/// cannot read is a store error naming the schedule.
+pub(super) fn parse(queue: &Name, raw: &RawSchedule) -> Result<Parsed> {
     let bad = |why: &str| {
         Error::new(
             ErrorKind::Store,
@@ -191,19 +204,26 @@ pub(super) fn parse(raw: &RawSchedule) -> Result<Parsed> {
         )
     };
     let stored: Stored = serde_json::from_str(&raw.definition).map_err(|e| bad(&e.to_string()))?;
+    let (when, start, end) = untiming(&raw.timing).ok_or_else(|| bad("timing"))?;
+    let defaults = ScheduleSpec::new(when, queue.as_str());
     let spec = ScheduleSpec {
-        when: When::parse(&stored.when).map_err(|e| bad(e.message()))?,
-        queue: stored.queue,
         payload: raw.payload.clone(),
-        priority: stored.priority,
-        max_attempts: stored.max_attempts,
-        backoff: decode_backoff(&stored.backoff).ok_or_else(|| bad("backoff"))?,
-        misfire: stored.misfire.parse().map_err(|e: Error| bad(e.message()))?,
-        max_catch_up: stored.max_catch_up,
-        start: stored.start_ms.map(time),
-        end: stored.end_ms.map(time),
-        jitter: Duration::from_millis(stored.jitter_ms),
+        priority: stored.priority.unwrap_or(defaults.priority),
+        max_attempts: stored.max_attempts.unwrap_or(defaults.max_attempts),
+        backoff: match &stored.backoff {
+            Some(b) => decode_backoff(b).ok_or_else(|| bad("backoff"))?,
+            None => defaults.backoff,
+        },
+        misfire: match &stored.misfire {
+            Some(m) => m.parse().map_err(|e: Error| bad(e.message()))?,
+            None => defaults.misfire,
+        },
+        max_catch_up: stored.max_catch_up.unwrap_or(defaults.max_catch_up),
+        start,
+        end,
+        jitter: Duration::from_millis(stored.jitter_ms.unwrap_or(0)),
         paused: raw.paused,
+        ..defaults
     };
     let job = job_of(&spec)?;
     Ok(Parsed { spec, job })
@@ -299,17 +319,14 @@ impl Schedules {
         check_schedule_name(name)?;
         check(spec)?;
         let queue = Name::new(&spec.queue)?;
+        let defaults = ScheduleSpec::new(spec.when.clone(), &spec.queue);
         let stored = Stored {
-            when: spec.when.to_string(),
-            queue: spec.queue.clone(),
-            priority: spec.priority,
-            max_attempts: spec.max_attempts,
-            backoff: encode_backoff(&spec.backoff),
-            misfire: spec.misfire.to_string(),
-            max_catch_up: spec.max_catch_up,
-            start_ms: spec.start.map(ms),
-            end_ms: spec.end.map(ms),
-            jitter_ms: spec.jitter.as_millis() as u64,
+            priority: (spec.priority != defaults.priority).then_some(spec.priority),
+            max_attempts: (spec.max_attempts != defaults.max_attempts).then_some(spec.max_attempts),
+            backoff: (spec.backoff != defaults.backoff).then(|| encode_backoff(&spec.backoff)),
+            misfire: (spec.misfire != defaults.misfire).then(|| spec.misfire.to_string()),
+            max_catch_up: (spec.max_catch_up != defaults.max_catch_up).then_some(spec.max_catch_up),
+            jitter_ms: (!spec.jitter.is_zero()).then_some(spec.jitter.as_millis() as u64),
         };
         let definition = serde_json::to_string(&stored)
             .map_err(|e| Error::new(ErrorKind::Store, format!("encoding a schedule: {e}")))?;
@@ -374,7 +391,7 @@ impl Schedules {
     /// Schedule `name` and its state, if it exists.
     pub async fn get(&self, name: &str) -> Result<Option<ScheduleInfo>> {
         match self.raw(name).await? {
-            Some((_, raw)) => Ok(Some(info(&raw)?)),
+            Some((queue, raw)) => Ok(Some(info(&queue, &raw)?)),
             None => Ok(None),
         }
     }
@@ -385,7 +402,7 @@ impl Schedules {
         for queue in self.store.schedule_queues().await? {
             let queue = Name::new(&queue)?;
             for raw in self.store.schedule_list(&queue).await? {
-                out.push(info(&raw)?);
+                out.push(info(&queue, &raw)?);
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -432,7 +449,7 @@ impl Schedules {
             let Some((queue, raw)) = self.raw(name).await? else {
                 return Ok(None);
             };
-            let parsed = parse(&raw)?;
+            let parsed = parse(&queue, &raw)?;
             match self
                 .store
                 .schedule_trigger(&queue, name, raw.rev, &parsed.job)
@@ -451,8 +468,8 @@ impl Schedules {
 }
 
 /// A stored schedule as the public view.
-fn info(raw: &RawSchedule) -> Result<ScheduleInfo> {
-    let parsed = parse(raw)?;
+fn info(queue: &Name, raw: &RawSchedule) -> Result<ScheduleInfo> {
+    let parsed = parse(queue, raw)?;
     let next = match raw.next {
         _ if raw.paused => None,
         Next::Never => None,
@@ -496,7 +513,7 @@ impl Schedules {
         {
             return Ok(parsed.clone());
         }
-        let parsed = Arc::new(parse(raw)?);
+        let parsed = Arc::new(parse(queue, raw)?);
         // Bounded: a cache of a few hundred thousand schedules at most is
         // dropped whole rather than tracked.
         if cache.len() > 200_000 {
