@@ -559,6 +559,10 @@ pub(crate) enum BenchTarget {
     /// by --workers tasks: an unrelated gate's enter/leave latency during
     /// the flood against a baseline without it (status_flood).
     Flood,
+    /// --schedules schedules on --redis, each every --every, fired by
+    /// --firers processes for --seconds: every tick pushed exactly once,
+    /// the due-to-push lag, the firers' CPU, Redis memory per schedule.
+    Schedules,
 }
 
 #[derive(Debug, Args)]
@@ -618,6 +622,18 @@ pub(crate) struct BenchArgs {
     /// flood against a baseline without it (http_status_flood).
     #[arg(long)]
     pub(crate) flood: bool,
+    /// `schedules` only: how many schedules.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) schedules: usize,
+    /// `schedules` only: each schedule's interval (whole seconds).
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub(crate) every: Duration,
+    /// `schedules` only: how many firing processes.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) firers: usize,
+    /// `schedules`, internal: be one firing process for this long.
+    #[arg(long, hide = true, value_parser = duration)]
+    pub(crate) fire_for: Option<Duration>,
 }
 
 /// Parses `250ms`, `30s`, `5m`, `1h`; a bare number (which unit?) and a

@@ -10,6 +10,7 @@ mod jobs;
 mod limit;
 mod lock;
 mod room;
+mod schedules;
 
 use std::future::Future;
 use std::time::Duration;
@@ -37,6 +38,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         BenchTarget::Line => room::line(&args).await,
         BenchTarget::Jobs => jobs::run(&args).await,
         BenchTarget::Flood => flood::run(&args).await,
+        BenchTarget::Schedules => schedules::run(&args).await,
     }
 }
 

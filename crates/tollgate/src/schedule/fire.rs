@@ -190,7 +190,15 @@ impl Schedules {
                 Err(e) => report.unreadable.push((raw.name.clone(), e)),
             }
         }
-        for chunk in planned.chunks(FIRE_BATCH) {
+        // Every firing process reads the same due list: each starts at a
+        // random place in it, so that at a burst they mostly fire
+        // different schedules (the rest come back stale, cheaply), and
+        // sends its steps at once rather than one after another.
+        if !planned.is_empty() {
+            let turn = rand::random::<u32>() as usize % planned.len();
+            planned.rotate_left(turn);
+        }
+        let steps = planned.chunks(FIRE_BATCH).map(|chunk| async move {
             let fires: Vec<Fire<'_>> = chunk
                 .iter()
                 .map(|(raw, parsed, plan)| Fire {
@@ -202,7 +210,10 @@ impl Schedules {
                     ticks: plan.ticks.clone(),
                 })
                 .collect();
-            let (now, outcomes) = self.store.schedule_fire(queue, &fires).await?;
+            (chunk, self.store.schedule_fire(queue, &fires).await)
+        });
+        for (chunk, answer) in futures_util::future::join_all(steps).await {
+            let (now, outcomes) = answer?;
             for ((raw, _, plan), outcome) in chunk.iter().zip(outcomes) {
                 match outcome {
                     FireOutcome::Stale => continue,

@@ -200,6 +200,7 @@ impl Queue {
                         .remember(fire.name, fire.ticks.iter().map(|(tick, _)| tick.to_string()));
                 }
                 r.next = fire.next;
+                r.from = 0;
                 self.schedules.write(fire.name, r);
                 match why {
                     Some(why) => FireOutcome::Refused(why),

@@ -10,7 +10,8 @@
 --   S  HASH  name -> "<rev>,<next>,<from>,<paused>\n<timing>\n<definition>\n<payload>"
 --            rev counts changes; next is the tick to fire next (ms), 0 for
 --            "the first tick at or after from", -1 for none left; from is
---            the store time (ms) the schedule's timing last (re)started;
+--            the store time (ms) the schedule's timing last (re)started (0
+--            once next is a tick: only next = 0 reads it);
 --            timing and definition are the client's text, compared as is
 --   Z  ZSET  name -> next, for every schedule in S not paused with next >= 0
 --   H  HASH  name -> the last HISTORY ticks fired, oldest first, by comma:
@@ -60,16 +61,34 @@ local function remember(name, entries)
   redis.call('HSET', KH, name, table.concat(list, ',', math.max(1, #list - HISTORY + 1)))
 end
 
--- Pushes job `id` unless one with that id exists (then counted as a
--- kept duplicate, as a push counts it). Returns whether it was new.
-local function push_new(id, o, payload, run_at)
-  local seq = redis.call('HINCRBY', KM, 's', 1)
+-- Jobs pushed by one call, placed together at its end: the ready ones in
+-- one ZADD and one wake-up (a fire of many schedules is one burst).
+local ready_batch = {}
+
+local function place_ready()
+  for i = 1, #ready_batch, 1000 do
+    redis.call('ZADD', KR, unpack(ready_batch, i, math.min(i + 999, #ready_batch)))
+  end
+  if #ready_batch > 0 then wake(#ready_batch / 2) end
+  ready_batch = {}
+end
+
+-- Pushes job `id` with sequence number `seq` unless one with that id
+-- exists (then counted as a kept duplicate, as a push counts it); the job
+-- options are ARGV[o .. o + 4]. Returns whether it was new.
+local function push_new(id, seq, o, payload, run_at)
   local record = head_of(seq, ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]) .. payload
   if redis.call('HSETNX', bucket(id), id, record) == 0 then
     count('replaced')
     return false
   end
-  line_up(id, {prio = tonumber(ARGV[o]), seq = seq}, run_at)
+  local m = {prio = tonumber(ARGV[o]), seq = seq}
+  if run_at <= now then
+    ready_batch[#ready_batch + 1] = ready_score(m)
+    ready_batch[#ready_batch + 1] = id
+  else
+    line_up(id, m, run_at)
+  end
   return true
 end
 
@@ -134,6 +153,14 @@ if op == 'fire' then
   --        refused(); the schedule still moves on, nothing is pushed).
   local why = refused()
   local out, a = {now}, 5
+  -- One sequence range for every tick of the call (s counts pushes).
+  local total, b = 0, 5
+  for _ = 1, tonumber(ARGV[4]) do
+    local k = tonumber(ARGV[b + 9])
+    total, b = total + k, b + 10 + 2 * k
+  end
+  local seq = 0
+  if total > 0 and not why then seq = redis.call('HINCRBY', KM, 's', total) - total end
   for _ = 1, tonumber(ARGV[4]) do
     local name, k = ARGV[a], tonumber(ARGV[a + 9])
     local s = read(name)
@@ -147,20 +174,23 @@ if op == 'fire' then
         local payload, fired = payload_of(s), {}
         for j = 0, k - 1 do
           local tick = ARGV[a + 10 + 2 * j]
-          if push_new(name .. '@' .. tick, a + 4, payload, tonumber(ARGV[a + 11 + 2 * j])) then
+          seq = seq + 1
+          if push_new(name .. '@' .. tick, seq, a + 4, payload, tonumber(ARGV[a + 11 + 2 * j])) then
             pushed = pushed + 1
           end
           fired[#fired + 1] = tick
         end
         remember(name, fired)
       end
-      s.next = tonumber(ARGV[a + 3])
+      -- from only serves next = 0: stored as 0 after, to keep it short.
+      s.next, s.from = tonumber(ARGV[a + 3]), 0
       write(name, s)
     end
     out[#out + 1] = ok and (why or 1) or 0
     out[#out + 1] = pushed
     a = a + 10 + 2 * k
   end
+  place_ready()
   return out
 end
 
@@ -177,7 +207,8 @@ if op == 'trigger' then
   local t = now
   while redis.call('HEXISTS', bucket(name .. '@manual-' .. t), name .. '@manual-' .. t) == 1 do t = t + 1 end
   local id = name .. '@manual-' .. t
-  push_new(id, 6, payload_of(s), now)
+  push_new(id, redis.call('HINCRBY', KM, 's', 1), 6, payload_of(s), now)
+  place_ready()
   remember(name, {'manual-' .. t})
   return {1, id}
 end

@@ -1,0 +1,302 @@
+//! `tollgate bench schedules --redis URL`: many schedules fired by several
+//! processes at once, with no leader. Creates `--schedules` schedules each
+//! firing every `--every` (their ticks spread evenly over the whole
+//! seconds of the interval), starts `--firers` firing processes (this
+//! executable again, in a hidden mode), and after `--seconds` checks every
+//! tick of the window was pushed exactly once: the union of what the
+//! firers report, each tick once, against the ticks due, and the jobs in
+//! the queue. Reports the due-to-push lag, the firers' CPU, and Redis
+//! memory per idle schedule (`MEMORY USAGE` of the schedules' keys).
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+use tollgate::{JobQueue, ScheduleSpec, Schedules, When};
+
+use super::{memory_usage, quantile, redis_store, round3};
+use crate::cli::BenchArgs;
+use crate::exit;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// This process's CPU time so far (user + system), from /proc.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command (which may hold spaces) in parentheses.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+pub(super) async fn run(args: &BenchArgs) -> i32 {
+    match args.fire_for {
+        Some(d) => fire(args, d).await,
+        None => lead(args).await,
+    }
+}
+
+/// The hidden mode: fire every due schedule for `d`, then print what was
+/// fired (one JSON line).
+async fn fire(args: &BenchArgs, d: Duration) -> i32 {
+    let (_, store) = match redis_store(args, "schedules").await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let schedules = Schedules::new(&store);
+    let (cpu0, started) = (cpu_seconds(), Instant::now());
+    let (mut fired, mut lags_us, mut errors, mut stale_passes) = (Vec::new(), Vec::new(), 0u64, 0u64);
+    let mut passes = Vec::new();
+    while started.elapsed() < d {
+        let pass = Instant::now();
+        match schedules.fire_due().await {
+            Ok(report) => {
+                if !report.fired.is_empty() {
+                    passes.push((
+                        report.fired.len(),
+                        pass.elapsed().as_micros() as u64,
+                        report
+                            .fired
+                            .iter()
+                            .map(|f| f.lag.as_millis() as u64)
+                            .min()
+                            .unwrap_or(0),
+                    ));
+                }
+                if report.fired.is_empty() {
+                    stale_passes += 1;
+                }
+                for f in report.fired {
+                    lags_us.push(f.lag.as_micros() as u64);
+                    fired.push(f.job_id);
+                }
+                errors += (report.refused.len() + report.unreadable.len()) as u64;
+                tokio::time::sleep(report.sleep.min(d.saturating_sub(started.elapsed()))).await;
+            }
+            Err(e) => {
+                eprintln!("tollgate bench: firing: {e}");
+                errors += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let out = json!({
+        "fired": fired,
+        "lags_us": lags_us,
+        "errors": errors,
+        "empty_passes": stale_passes,
+        "passes": passes,
+        "cpu_s": cpu_seconds() - cpu0,
+        "wall_s": started.elapsed().as_secs_f64(),
+    });
+    println!("{out}");
+    0
+}
+
+async fn lead(args: &BenchArgs) -> i32 {
+    let (url, store) = match redis_store(args, "schedules").await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let n = args.schedules;
+    let every_s = args.every.as_secs();
+    if n == 0 || n > 1_000_000 || every_s == 0 || args.every.subsec_nanos() != 0 || args.firers == 0 {
+        eprintln!(
+            "tollgate: bench schedules needs --schedules 1 to 1000000, --every in whole seconds, --firers 1 or more"
+        );
+        return exit::USAGE;
+    }
+    let run = format!("{:x}", rand_tag());
+    let queue = format!("bench-schedules-{run}");
+    let s = Schedules::new(&store);
+
+    // The window checked starts far enough ahead that creating them all
+    // and starting the firers is done by then. The schedules are plain
+    // (no start or end, as most are), so they fire before and after it
+    // too: only the window's ticks are counted as due.
+    let setup = Duration::from_secs(20 + (n / 1000) as u64);
+    let every_ms = every_s * 1000;
+    let window_start = (now_ms() + setup.as_millis() as u64).div_ceil(every_ms) * every_ms;
+    let window_end = window_start + args.seconds.as_millis() as u64;
+    let created = Instant::now();
+    let made = futures_util::future::join_all((0..32).map(|w| {
+        let (s, queue) = (s.clone(), queue.clone());
+        let run = run.clone();
+        async move {
+            for i in (w..n).step_by(32) {
+                // Ticks at anchor + k·every: the anchors spread the ticks
+                // evenly over the interval's whole seconds.
+                let anchor = (i as u64 % every_s) * 1000;
+                let when = When::parse(&format!("every {every_s}s from {anchor}"))?;
+                s.upsert(&format!("b{run}-{i}"), &ScheduleSpec::new(when, &queue))
+                    .await?;
+            }
+            Ok::<(), tollgate::Error>(())
+        }
+    }))
+    .await;
+    if let Some(Err(e)) = made.into_iter().find(Result::is_err) {
+        eprintln!("tollgate: creating the schedules: {e}");
+        return exit::UNAVAILABLE;
+    }
+    let create_s = created.elapsed().as_secs_f64();
+    if now_ms() + 5000 > window_start {
+        eprintln!("tollgate: creating {n} schedules took {create_s:.1}s, past the window's start; use fewer");
+        return exit::SOFTWARE;
+    }
+
+    // The firers run from now until the window's end plus a margin.
+    let fire_for = Duration::from_millis(window_end + 3000 - now_ms());
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("tollgate: cannot find this executable to start the firers: {e}");
+            return exit::SOFTWARE;
+        }
+    };
+    let mut children = Vec::new();
+    for _ in 0..args.firers {
+        let child = tokio::process::Command::new(&exe)
+            .args(["bench", "schedules", "--redis", url, "--fire-for"])
+            .arg(format!("{}ms", fire_for.as_millis()))
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn();
+        match child {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                eprintln!("tollgate: starting a firer: {e}");
+                return exit::SOFTWARE;
+            }
+        }
+    }
+
+    // Idle: after the firers' first passes stored every next tick, before
+    // any fired.
+    tokio::time::sleep(Duration::from_millis(
+        window_start.saturating_sub(now_ms() + 1500),
+    ))
+    .await;
+    let keys = schedule_keys(&queue);
+    let idle_bytes = memory_usage(url, &keys).await;
+    let mut idle_by_key = Vec::new();
+    for key in &keys {
+        idle_by_key.push(memory_usage(url, std::slice::from_ref(key)).await.unwrap_or(0));
+    }
+
+    let mut outputs = Vec::new();
+    for child in children {
+        match child.wait_with_output().await {
+            Ok(out) if out.status.success() => outputs.push(out.stdout),
+            Ok(out) => {
+                eprintln!("tollgate: a firer failed: {}", out.status);
+                return exit::SOFTWARE;
+            }
+            Err(e) => {
+                eprintln!("tollgate: waiting for a firer: {e}");
+                return exit::SOFTWARE;
+            }
+        }
+    }
+    let history_bytes = memory_usage(url, &keys).await;
+
+    let (mut seen, mut fired_total, mut lags, mut errors) = (HashSet::new(), 0usize, Vec::new(), 0u64);
+    let mut firers = Vec::new();
+    for out in &outputs {
+        let v: serde_json::Value = match serde_json::from_slice(out) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("tollgate: a firer's report: {e}");
+                return exit::SOFTWARE;
+            }
+        };
+        let fired: Vec<String> = serde_json::from_value(v["fired"].clone()).unwrap_or_default();
+        fired_total += fired.len();
+        seen.extend(fired);
+        lags.extend(
+            serde_json::from_value::<Vec<u64>>(v["lags_us"].clone())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|us| us as f64 / 1000.0),
+        );
+        errors += v["errors"].as_u64().unwrap_or(0);
+        let (cpu, wall) = (
+            v["cpu_s"].as_f64().unwrap_or(0.0),
+            v["wall_s"].as_f64().unwrap_or(1.0),
+        );
+        firers.push(json!({"ticks": v["fired"].as_array().map_or(0, Vec::len), "cpu_pct": round3(100.0 * cpu / wall)}));
+    }
+    let expected: HashSet<String> = (0..n)
+        .flat_map(|i| {
+            let anchor = (i as u64 % every_s) * 1000;
+            let first = window_start + (anchor + every_ms - window_start % every_ms) % every_ms;
+            let run = &run;
+            (first..=window_end)
+                .step_by(every_ms as usize)
+                .map(move |t| format!("b{run}-{i}@{t}"))
+        })
+        .collect();
+    let missed = expected.difference(&seen).count();
+    let queued = match JobQueue::new(&store, &queue) {
+        Ok(q) => q.stats().await.map(|st| st.ready + st.delayed).unwrap_or(0),
+        Err(_) => 0,
+    };
+    let per = |bytes: Option<i64>| bytes.map(|b| round3(b as f64 / n as f64));
+    println!(
+        "{}",
+        json!({
+            "case": "schedules",
+            "schedules": n,
+            "every_s": every_s,
+            "ticks_per_s": round3(n as f64 / every_s as f64),
+            "firers": firers,
+            "window_s": args.seconds.as_secs_f64(),
+            "create_s": round3(create_s),
+            "expected_ticks": expected.len(),
+            "fired_ticks": seen.len(),
+            "duplicates": fired_total - seen.len(),
+            "missed": missed,
+            "fired_in_window": seen.intersection(&expected).count(),
+            "jobs_in_queue": queued,
+            "jobs_match_fired": queued == seen.len() as u64,
+            "errors": errors,
+            "lag_ms_p50": quantile(&mut lags, 0.5).map(round3),
+            "lag_ms_p99": quantile(&mut lags, 0.99).map(round3),
+            "lag_ms_max": quantile(&mut lags, 1.0).map(round3),
+            "redis_bytes_per_idle_schedule": per(idle_bytes),
+            "idle_bytes_by_key": keys.iter().zip(&idle_by_key).map(|(k, b)| json!({"key": k, "per_schedule": round3(*b as f64 / n as f64)})).collect::<Vec<_>>(),
+            "redis_bytes_per_schedule_with_history": per(history_bytes),
+        })
+    );
+    if missed > 0 || fired_total != seen.len() || queued != seen.len() as u64 {
+        return exit::SOFTWARE;
+    }
+    0
+}
+
+/// Every Redis key a queue's schedules take, with the index (whose share
+/// is theirs: one field each).
+fn schedule_keys(queue: &str) -> Vec<String> {
+    let base = format!("tollgate:jobs:{{{queue}}}:");
+    vec![
+        format!("{base}S"),
+        format!("{base}Z"),
+        format!("{base}H"),
+        "tollgate:schedules:{index}:n".to_owned(),
+    ]
+}
+
+fn rand_tag() -> u32 {
+    // The run's names only need to differ from earlier runs'.
+    (now_ms() % 1_000_000_007) as u32 ^ std::process::id()
+}
