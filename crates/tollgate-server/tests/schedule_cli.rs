@@ -299,10 +299,10 @@ fn bad_input_exits_64_naming_the_field() {
     let url = redis.url();
     let add = |extra: &[&str]| {
         let mut args = vec!["schedule", "add", "s"];
-        if !extra.iter().any(|a| *a == "--when") {
+        if !extra.contains(&"--when") {
             args.extend(["--when", "every 1s"]);
         }
-        if !extra.iter().any(|a| *a == "--queue") {
+        if !extra.contains(&"--queue") {
             args.extend(["--queue", "q"]);
         }
         args.extend(extra);
