@@ -342,7 +342,7 @@ pub(crate) enum ScheduleCommand {
     Next(ScheduleNextArgs),
 }
 
-/// Where the schedules are: the store (--redis) or a `tollgate serve`.
+/// A schedule by name, on the store (--redis) or a `tollgate serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ScheduleNameArgs {
     /// The schedule's name (letters, digits, _ - . : / @; at most 100 bytes).

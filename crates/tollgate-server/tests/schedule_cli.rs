@@ -215,6 +215,26 @@ fn add_list_show_pause_resume_trigger_rm_on_redis() {
     assert_eq!(stdout(&out).trim(), r#"deleted schedule "nightly""#);
     assert_eq!(schedule(&url, &["show", "nightly"]).status.code(), Some(65));
     assert_eq!(stdout(&schedule(&url, &["list"])).lines().count(), 2);
+
+    // A payload from a file, kept byte for byte.
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("payload");
+    std::fs::write(&file, b"\xff\x00raw").expect("payload file");
+    let file = file.to_str().expect("path");
+    let args = [
+        "add",
+        "filed",
+        "--when",
+        "@daily",
+        "--queue",
+        "q",
+        "--payload-file",
+        file,
+    ];
+    assert!(schedule(&url, &args).status.success());
+    let v = json_of(&schedule(&url, &["show", "filed", "--json"]));
+    assert_eq!(v["payload_base64"], STANDARD.encode(b"\xff\x00raw"), "{v}");
+    assert!(stdout(&schedule(&url, &["show", "filed"])).contains("payload:      5 bytes, not UTF-8"));
 }
 
 /// `next` on DST days, with no store: a time in Berlin's spring-forward
@@ -535,6 +555,12 @@ fn stub_answer(method: &str, path: &str) -> (u16, Value) {
         }
         ("GET", "/v1/schedules") => (200, json!({"schedules": [stub_view()]})),
         ("GET", "/v1/schedules/nightly") | ("POST", "/v1/schedules/nightly/resume") => (200, stub_view()),
+        // An interval whose zone the server names anyway.
+        ("GET", "/v1/schedules/beat") => {
+            let mut v = stub_view();
+            (v["name"], v["when"], v["zone"]) = (json!("beat"), json!("every 1h"), json!("UTC"));
+            (200, v)
+        }
         ("POST", "/v1/schedules/nightly/trigger") => (200, json!({"job_id": "nightly@manual-1"})),
         ("DELETE", "/v1/schedules/nightly") => (200, json!({"deleted": true})),
         _ => (
@@ -616,6 +642,19 @@ fn through_a_server_the_commands_speak_the_http_contract() {
         "1",
     ]));
     assert_eq!(ticks, "2026-03-29T03:00:00+02:00 CEST  2026-03-29T01:00:00Z\n");
+    let ticks = stdout(&server(&[
+        "next",
+        "--name",
+        "beat",
+        "--after",
+        "2026-01-01T00:30:00Z",
+        "--count",
+        "2",
+    ]));
+    assert_eq!(
+        ticks,
+        "2026-01-01T01:00:00+00:00 UTC  2026-01-01T01:00:00Z\n2026-01-01T02:00:00+00:00 UTC  2026-01-01T02:00:00Z\n"
+    );
     // schedule_not_found is exit 65, with the server's message.
     for args in [
         &["show", "other"][..],

@@ -300,6 +300,26 @@ fn when_of(expr: &str, zone: Option<&str>) -> Result<When, Failure> {
     })
 }
 
+/// The `When` of a view: its `when` in its `zone` (a cron expression's;
+/// an interval's zone, if a server names one, is UTC whatever it says).
+fn view_when(name: &str, v: &Value) -> Result<When, Failure> {
+    let expr = v["when"].as_str().unwrap_or_default().trim();
+    let zone = v["zone"].as_str();
+    let is_cron = !expr.get(..6).is_some_and(|w| w.eq_ignore_ascii_case("every "))
+        && !expr.split_whitespace().next().is_some_and(|w| w.contains('='));
+    let parsed = match zone {
+        Some(zone) if is_cron => When::cron(expr, zone),
+        _ => When::parse(expr),
+    };
+    parsed.map_err(|e| Failure {
+        code: exit::SOFTWARE,
+        message: format!(
+            "schedule {name:?} has a `when` this version cannot read ({expr:?}, zone {zone:?}): {}",
+            e.message()
+        ),
+    })
+}
+
 /// An RFC 3339 time given to `flag`.
 fn parse_time(flag: &str, t: &str) -> Result<SystemTime, Failure> {
     let bad = |why: String| {
@@ -625,15 +645,7 @@ async fn next(args: ScheduleNextArgs) -> Result<(), Failure> {
         (Some(name), _) => {
             checked(name)?;
             let v = Place::open(&args.store).await?.get(name).await?;
-            let expr = v["when"].as_str().unwrap_or_default();
-            let when = when_of(expr, v["zone"].as_str()).map_err(|f| Failure {
-                code: exit::SOFTWARE,
-                message: format!(
-                    "schedule {name:?} answered a `when` this version cannot read: {}",
-                    f.message
-                ),
-            })?;
-            (when, v["start_ms"].as_u64(), v["end_ms"].as_u64())
+            (view_when(name, &v)?, v["start_ms"].as_u64(), v["end_ms"].as_u64())
         }
         (None, Some(expr)) => (when_of(expr, args.zone.as_deref())?, None, None),
         (None, None) => return Err(usage("give an expression, or --name NAME of a stored schedule")),
