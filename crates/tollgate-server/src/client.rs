@@ -1,8 +1,8 @@
 //! The one client of `tollgate serve`, for the commands that work through
 //! one (`--server`): `lock run`, `semaphore run`, the `jobs` and
-//! `schedule` commands and `limit check`. It owns what they share: the http:// check, the bearer
-//! token, the path escaping, reaching the server, and how an answer the
-//! server refused becomes an exit code. What a command sends and how it
+//! `schedule` commands and `limit check`. It owns what they share: the
+//! http:// check, the bearer token, the path escaping, reaching the
+//! server, and how an answer the server refused becomes an exit code. What a command sends and how it
 //! words its messages stays with the command.
 
 use std::time::Duration;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 use support::RedisServer;
@@ -462,7 +462,19 @@ fn three_workers_with_schedules_run_each_tick_once() {
         let s = stats();
         s["ready"] == 0 && s["delayed"] == 0 && s["in_flight"] == 0
     });
-    drop(workers);
+    // SIGTERM: each stops firing and claiming, and exits 0.
+    let mut workers = workers;
+    for w in &workers {
+        kill(Pid::from_raw(w.0.id() as i32), Signal::SIGTERM).expect("SIGTERM");
+    }
+    for w in &mut workers {
+        let mut status = None;
+        wait_for("a worker's exit after SIGTERM", Duration::from_secs(10), || {
+            status = w.0.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    }
 
     let lines = std::fs::read_to_string(&ran).expect("ran");
     let mut ticks: Vec<u64> = lines

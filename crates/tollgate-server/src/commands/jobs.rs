@@ -275,22 +275,21 @@ async fn work(args: JobsWorkArgs) -> Result<i32, Failure> {
         return Err(failure(code, format!("cannot run {:?}: {why}", args.command[0])));
     }
     let q = Queue::open(&args.target, true).await?.lease(args.lease)?;
-    // Aborted when this function returns, however it does.
-    let _firing = match args.schedules {
-        true => {
-            let store = args
-                .target
-                .store
-                .connect()
-                .await
-                .map_err(|code| failure(code, ""))?;
-            let schedules = tollgate::Schedules::new(&store);
-            Some(AbortOnDrop(tokio::spawn(async move {
-                schedules.fire_forever(log_firing).await;
-            })))
-        }
-        false => None,
-    };
+    // Stopped at the first signal, or when this function returns,
+    // however it does.
+    let mut firing = None;
+    if args.schedules {
+        let store = args
+            .target
+            .store
+            .connect()
+            .await
+            .map_err(|code| failure(code, ""))?;
+        let schedules = tollgate::Schedules::new(&store);
+        firing = Some(AbortOnDrop(tokio::spawn(async move {
+            schedules.fire_forever(log_firing).await;
+        })));
+    }
     let q = match args.keep_completed {
         None => q,
         Some(n) => q
@@ -315,8 +314,8 @@ async fn work(args: JobsWorkArgs) -> Result<i32, Failure> {
     tokio::pin!(all);
     let results = tokio::select! {
         r = &mut all => r,
-        _ = sigterm.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
-        _ = sigint.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
+        _ = sigterm.recv() => { stopping.store(true, Ordering::SeqCst); drop(firing.take()); shutdown(&args, &stop_tx, all).await }
+        _ = sigint.recv() => { stopping.store(true, Ordering::SeqCst); drop(firing.take()); shutdown(&args, &stop_tx, all).await }
     };
     Ok(match results.iter().find(|r| !matches!(r, Ok(0))) {
         None => 0,
