@@ -309,9 +309,7 @@ pub(crate) enum ScheduleCommand {
     /// unchanged and the next tick. A changed timing (--when, --zone,
     /// --start, --end) fires from its first tick after now; --paused only
     /// applies to a new schedule (`pause` and `resume` change it).
-    #[command(after_help = schedule_exit_codes!(
-        "0 created, changed or unchanged; 64 also a partitioned queue; "
-    ))]
+    #[command(after_help = schedule_exit_codes!("0 created, changed or unchanged; "))]
     Add(ScheduleAddArgs),
     /// Every schedule: name, when, zone, queue, next tick, paused, last
     /// fired (a table; --json: one JSON object per line).
