@@ -43,6 +43,11 @@ node given as a plain URL, a room's page template)."
     /// Job queues: push jobs, run a worker, inspect.
     #[command(subcommand)]
     Jobs(JobsCommand),
+    /// Schedules: a cron expression or an interval that pushes a job to a
+    /// queue at each tick (fired by `tollgate serve` or `jobs work
+    /// --schedules`).
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// Measure throughput, latency and fairness; prints one JSON line per case.
     #[command(
         after_help = "Exit codes: 0 measured; 64 bad arguments; 69 the store or server is \
@@ -91,7 +96,7 @@ pub(crate) enum JobsCommand {
     /// stopped and released at once). Each job's course is logged at info
     /// under the target tollgate::worker (TOLLGATE_LOG=info).
     #[command(after_help = jobs_exit_codes!(
-        "0 a signal or --idle-exit ended it; 126/127 CMD could not be started / was not found (checked before any claim); "
+        "0 a signal or --idle-exit ended it; 64 also --schedules with --server; 126/127 CMD could not be started / was not found (checked before any claim); "
     ))]
     Work(JobsWorkArgs),
     /// The queue's counts, as JSON.
@@ -218,6 +223,17 @@ pub(crate) struct JobsPushArgs {
     /// Higher runs first.
     #[arg(long, default_value_t = 0)]
     pub(crate) priority: u8,
+    #[command(flatten)]
+    pub(crate) backoff: BackoffArgs,
+    /// Read the payload from this file instead of standard input (`-`:
+    /// standard input).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) payload_file: Option<std::path::PathBuf>,
+}
+
+/// A job's retry wait: `jobs push` and `schedule add`.
+#[derive(Debug, Args)]
+pub(crate) struct BackoffArgs {
     /// The wait before a retry: fixed (always --backoff-base) or
     /// exponential (--backoff-base doubling per attempt up to
     /// --backoff-max, times a random factor in [0.5, 1)). Default
@@ -230,13 +246,9 @@ pub(crate) struct JobsPushArgs {
     /// Exponential backoff: the longest wait [default: 5m].
     #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D", requires = "backoff")]
     pub(crate) backoff_max: Option<Duration>,
-    /// Read the payload from this file instead of standard input (`-`:
-    /// standard input).
-    #[arg(long, value_name = "FILE")]
-    pub(crate) payload_file: Option<std::path::PathBuf>,
 }
 
-/// `jobs push --backoff`.
+/// `--backoff`.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum BackoffKind {
     Fixed,
@@ -266,9 +278,182 @@ pub(crate) struct JobsWorkArgs {
     /// With --keep-completed: none kept longer than this.
     #[arg(long, default_value = "24h", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) keep_for: Duration,
+    /// Also fire every due schedule of the store (each tick's job is
+    /// pushed once, whichever process fires it first; any number of
+    /// workers and servers may fire at once). For fleets with no `tollgate
+    /// serve`; not with --server. Logged at info under tollgate::worker.
+    #[arg(long)]
+    pub(crate) schedules: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
+}
+
+/// The exit codes every `schedule` command shares, after its own.
+macro_rules! schedule_exit_codes {
+    ($own:literal) => {
+        concat!(
+            "Exit codes: ",
+            $own,
+            "64 bad arguments (the message names the field and what is allowed); \
+             69 the store or server is unreachable; 70 an internal error; \
+             78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index)."
+        )
+    };
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// Create schedule NAME, or change it to exactly these settings
+    /// (unnamed ones take their defaults). Prints created, changed or
+    /// unchanged and the next tick. A changed timing (--when, --zone,
+    /// --start, --end) fires from its first tick after now; --paused only
+    /// applies to a new schedule (`pause` and `resume` change it).
+    #[command(after_help = schedule_exit_codes!("0 created, changed or unchanged; "))]
+    Add(ScheduleAddArgs),
+    /// Every schedule: name, when, zone, queue, next tick, paused, last
+    /// fired (a table; --json: one JSON object per line).
+    #[command(after_help = schedule_exit_codes!("0 printed (none: an empty table); "))]
+    List(ScheduleListArgs),
+    /// Every setting of schedule NAME, its next tick and its recent ticks
+    /// with their job ids.
+    #[command(after_help = schedule_exit_codes!("0 printed; 65 no such schedule; "))]
+    Show(ScheduleNameArgs),
+    /// Delete schedule NAME; the jobs it pushed stay.
+    #[command(after_help = schedule_exit_codes!("0 deleted; 65 no such schedule; "))]
+    Rm(ScheduleNameArgs),
+    /// Stop NAME firing until `resume`.
+    #[command(after_help = schedule_exit_codes!("0 paused (or already paused); 65 no such schedule; "))]
+    Pause(ScheduleNameArgs),
+    /// Fire NAME again, from its first tick after now (the ticks of the
+    /// pause are not fired later).
+    #[command(after_help = schedule_exit_codes!("0 resumed (or not paused); 65 no such schedule; "))]
+    Resume(ScheduleNameArgs),
+    /// Push one extra job of NAME now (id NAME@manual-<ms>), paused or
+    /// not; its ticks do not move. Prints the job id.
+    #[command(after_help = schedule_exit_codes!("0 pushed; 65 no such schedule; "))]
+    Trigger(ScheduleNameArgs),
+    /// The next ticks of an expression, in its zone and in UTC, worked
+    /// out here with no store (to check a DST day: --after); or, with
+    /// --name, of a stored schedule (within its --start and --end).
+    #[command(after_help = schedule_exit_codes!("0 printed; 65 no such schedule (--name); "))]
+    Next(ScheduleNextArgs),
+}
+
+/// A schedule by name, on the store (--redis) or a `tollgate serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleNameArgs {
+    /// The schedule's name (letters, digits, _ - . : / @; at most 100 bytes).
+    pub(crate) name: String,
+    /// Print the schedule (or the answer) as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleListArgs {
+    /// One JSON object per schedule and line instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleAddArgs {
+    /// The schedule's name (letters, digits, _ - . : / @; at most 100 bytes).
+    pub(crate) name: String,
+    /// When it fires: cron with 5 fields (minute hour day-of-month month
+    /// day-of-week) or 6 (seconds first), `TZ=Zone` before the fields, a
+    /// macro (@hourly, @daily, @weekly, @monthly, @yearly), or an interval
+    /// `every 30s` [`from <unix ms>`]. A time that a spring-forward skips
+    /// fires when the gap ends; a repeated hour fires once (docs/JOBS.md).
+    #[arg(long, value_name = "EXPR")]
+    pub(crate) when: String,
+    /// The IANA zone of a cron expression (e.g. Europe/Berlin) [default:
+    /// UTC]; the same as `TZ=Zone` before the fields.
+    #[arg(long, value_name = "ZONE")]
+    pub(crate) zone: Option<String>,
+    /// The queue each tick's job goes to (an unpartitioned one).
+    #[arg(long, value_name = "QUEUE")]
+    pub(crate) queue: String,
+    /// Each job's payload [default: empty].
+    #[arg(long, value_name = "TEXT", conflicts_with = "payload_file")]
+    pub(crate) payload: Option<String>,
+    /// Read the payload from this file (`-`: standard input).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) payload_file: Option<std::path::PathBuf>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) priority: u8,
+    /// Deliveries of each job before it goes to the dead letters.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub(crate) max_attempts: u32,
+    #[command(flatten)]
+    pub(crate) backoff: BackoffArgs,
+    /// Ticks missed while nothing fired (downtime): skip (fire only a tick
+    /// less than 60 s late), once (one job for all of them) or all (each,
+    /// up to --max-catch-up, the newest).
+    #[arg(long, value_parser = misfire, default_value = "skip", value_name = "POLICY")]
+    pub(crate) misfire: tollgate::Misfire,
+    /// With --misfire all: at most this many missed ticks (1 to 1000).
+    #[arg(long, default_value_t = tollgate::schedule::MAX_CATCH_UP, value_name = "N")]
+    pub(crate) max_catch_up: usize,
+    /// No tick before this time (RFC 3339, e.g. 2026-12-01T00:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) start: Option<String>,
+    /// No tick after this time (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) end: Option<String>,
+    /// Each job is due up to this long after its tick (a fixed spread per
+    /// tick), so schedules sharing a tick do not all start at once.
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) jitter: Option<Duration>,
+    /// A new schedule starts paused.
+    #[arg(long)]
+    pub(crate) paused: bool,
+    /// Print the schedule as JSON, with "result".
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleNextArgs {
+    /// The expression, as `add --when` takes it.
+    #[arg(
+        value_name = "EXPR",
+        required_unless_present = "name",
+        conflicts_with = "name"
+    )]
+    pub(crate) when: Option<String>,
+    /// The zone of the expression, as `add --zone`.
+    #[arg(long, value_name = "ZONE", conflicts_with = "name")]
+    pub(crate) zone: Option<String>,
+    /// A stored schedule instead of an expression (needs --redis or
+    /// --server).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) name: Option<String>,
+    /// How many ticks (1 to 1000).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub(crate) count: usize,
+    /// Ticks after this time (RFC 3339, e.g. 2026-03-28T00:00:00Z)
+    /// [default: now].
+    #[arg(long, value_name = "TIME")]
+    pub(crate) after: Option<String>,
+    /// JSON: {"zone", "ticks": [{"at_ms", "local", "utc"}]}.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// `--misfire`: the library's words and message.
+fn misfire(s: &str) -> Result<tollgate::Misfire, String> {
+    s.parse().map_err(|e: tollgate::Error| e.message().to_owned())
 }
 
 #[derive(Debug, Args)]

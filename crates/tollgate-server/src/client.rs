@@ -1,8 +1,8 @@
 //! The one client of `tollgate serve`, for the commands that work through
-//! one (`--server`): `lock run`, `semaphore run`, the `jobs` commands and
-//! `limit check`. It owns what they share: the http:// check, the bearer
-//! token, the path escaping, reaching the server, and how an answer the
-//! server refused becomes an exit code. What a command sends and how it
+//! one (`--server`): `lock run`, `semaphore run`, the `jobs` and
+//! `schedule` commands and `limit check`. It owns what they share: the
+//! http:// check, the bearer token, the path escaping, reaching the
+//! server, and how an answer the server refused becomes an exit code. What a command sends and how it
 //! words its messages stays with the command.
 
 use std::time::Duration;
@@ -87,7 +87,7 @@ impl Answer {
         match (self.status, self.body["error"]["code"].as_str()) {
             (409, Some("lease_lost")) => exit::LEASE_LOST,
             (409, Some("job_running")) => exit::BUSY,
-            (404, Some("job_not_found" | "queue_not_found")) => exit::NO_SUCH,
+            (404, Some("job_not_found" | "queue_not_found" | "schedule_not_found")) => exit::NO_SUCH,
             (_, Some("partition_conflict" | "store_misconfigured")) => exit::CONFIG,
             // The token is part of the set-up: no retry mends it.
             (401, _) => exit::CONFIG,

@@ -4,8 +4,8 @@
 pub(crate) const REFUSED: i32 = 1;
 /// Bad arguments, or no store named.
 pub(crate) const USAGE: i32 = 64;
-/// No such thing: a job id, or a queue that never held anything
-/// (sysexits' EX_DATAERR).
+/// No such thing: a job id, a queue that never held anything, or a
+/// schedule (sysexits' EX_DATAERR).
 pub(crate) const NO_SUCH: i32 = 65;
 /// The store could not be reached.
 pub(crate) const UNAVAILABLE: i32 = 69;

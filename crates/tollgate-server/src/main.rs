@@ -50,6 +50,7 @@ fn main() {
             Command::Semaphore(SemaphoreCommand::Status(args)) => commands::status::run(args).await,
             Command::Limit(LimitCommand::Check(args)) => commands::limit::check(args).await,
             Command::Jobs(command) => commands::jobs::run(command).await,
+            Command::Schedule(command) => commands::schedule::run(command).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

@@ -1,4 +1,5 @@
-//! `tollgate jobs push|work|stats|dead|completed|replay|purge|cancel|reschedule|repartition`.
+//! `tollgate jobs push|work|stats|dead|completed|replay|purge|cancel|reschedule|repartition`;
+//! `jobs work --schedules` also fires the store's schedules.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +13,7 @@ use tollgate::{Backoff, Job, Nacked, OnDuplicate, PushOptions, Retry};
 
 use super::queue::Queue;
 use crate::cli::{
-    BackoffKind, JobsCommand, JobsCompletedArgs, JobsIdArgs, JobsPushArgs, JobsQueueArgs,
+    BackoffArgs, BackoffKind, JobsCommand, JobsCompletedArgs, JobsIdArgs, JobsPushArgs, JobsQueueArgs,
     JobsRepartitionArgs, JobsReplayArgs, JobsRescheduleArgs, JobsWorkArgs,
 };
 use crate::client::{Failure, usage};
@@ -79,7 +80,7 @@ fn parse_at(t: &str) -> Result<std::time::SystemTime, Failure> {
 }
 
 /// The backoff of `--backoff KIND --backoff-base D --backoff-max D`.
-fn backoff(args: &JobsPushArgs) -> Result<Backoff, Failure> {
+pub(crate) fn backoff(args: &BackoffArgs) -> Result<Backoff, Failure> {
     let Some(kind) = args.backoff else {
         return Ok(Backoff::default());
     };
@@ -99,7 +100,7 @@ fn backoff(args: &JobsPushArgs) -> Result<Backoff, Failure> {
 }
 
 /// The payload: the file named by `--payload-file`, or standard input.
-async fn read_payload(file: Option<std::path::PathBuf>) -> Result<Vec<u8>, Failure> {
+pub(crate) async fn read_payload(file: Option<std::path::PathBuf>) -> Result<Vec<u8>, Failure> {
     let file = file.filter(|f| f.as_os_str() != "-");
     let why = match &file {
         Some(f) => format!("cannot read the payload from {}", f.display()),
@@ -129,7 +130,7 @@ async fn push(args: JobsPushArgs) -> Result<i32, Failure> {
         at,
         priority: args.priority,
         max_attempts: args.max_attempts,
-        backoff: backoff(&args)?,
+        backoff: backoff(&args.backoff)?,
         on_duplicate: if args.replace {
             OnDuplicate::Replace
         } else {
@@ -262,12 +263,33 @@ async fn work(args: JobsWorkArgs) -> Result<i32, Failure> {
     if args.concurrency == 0 || args.concurrency > 1000 {
         return Err(usage("--concurrency must be 1 to 1000"));
     }
+    if args.schedules && args.target.store.server.is_some() {
+        return Err(usage(
+            "--schedules fires the store's schedules itself (--redis); through --server, \
+             the `tollgate serve` fires them",
+        ));
+    }
     // Before claiming anything: a claimed job's attempt is counted, so a
     // command that cannot start would burn (and dead-letter) every job.
     if let Err((code, why)) = runnable(&args.command[0]) {
         return Err(failure(code, format!("cannot run {:?}: {why}", args.command[0])));
     }
     let q = Queue::open(&args.target, true).await?.lease(args.lease)?;
+    // Stopped at the first signal, or when this function returns,
+    // however it does.
+    let mut firing = None;
+    if args.schedules {
+        let store = args
+            .target
+            .store
+            .connect()
+            .await
+            .map_err(|code| failure(code, ""))?;
+        let schedules = tollgate::Schedules::new(&store);
+        firing = Some(AbortOnDrop(tokio::spawn(async move {
+            schedules.fire_forever(log_firing).await;
+        })));
+    }
     let q = match args.keep_completed {
         None => q,
         Some(n) => q
@@ -292,14 +314,50 @@ async fn work(args: JobsWorkArgs) -> Result<i32, Failure> {
     tokio::pin!(all);
     let results = tokio::select! {
         r = &mut all => r,
-        _ = sigterm.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
-        _ = sigint.recv() => { stopping.store(true, Ordering::SeqCst); shutdown(&args, &stop_tx, all).await }
+        _ = sigterm.recv() => { stopping.store(true, Ordering::SeqCst); drop(firing.take()); shutdown(&args, &stop_tx, all).await }
+        _ = sigint.recv() => { stopping.store(true, Ordering::SeqCst); drop(firing.take()); shutdown(&args, &stop_tx, all).await }
     };
     Ok(match results.iter().find(|r| !matches!(r, Ok(0))) {
         None => 0,
         Some(Ok(code)) => *code,
         Some(Err(_)) => exit::SOFTWARE,
     })
+}
+
+/// A task that ends with its handle.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Logs one firing pass of `--schedules` as the worker logs its jobs:
+/// each pushed tick at info, what went wrong at warn.
+fn log_firing(pass: tollgate::Result<&tollgate::FireReport>) {
+    let report = match pass {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(target: LOG, error = %e, "firing schedules failed; retrying in 1 s");
+            return;
+        }
+    };
+    for f in &report.fired {
+        tracing::info!(target: LOG, schedule = %f.schedule, queue = %f.queue, job = %f.job_id,
+            lag_ms = f.lag.as_millis() as u64, "schedule fired");
+    }
+    for (schedule, missed) in &report.missed {
+        tracing::info!(target: LOG, schedule = %schedule, missed,
+            "schedule ticks missed (not pushed, as its misfire policy says)");
+    }
+    for (schedule, e) in &report.refused {
+        tracing::warn!(target: LOG, schedule = %schedule, error = %e,
+            "schedule's queue refused its job; the schedule moved on");
+    }
+    for (schedule, e) in &report.unreadable {
+        tracing::warn!(target: LOG, schedule = %schedule, error = %e, "schedule cannot be read; left as it is");
+    }
 }
 
 /// Lets running jobs finish for the grace, then tells the workers to stop

@@ -7,6 +7,7 @@ pub(crate) mod limit;
 mod queue;
 mod remote_lease;
 pub(crate) mod run;
+pub(crate) mod schedule;
 pub(crate) mod status;
 
 use std::time::Duration;
