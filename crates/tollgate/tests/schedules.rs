@@ -24,8 +24,11 @@ fn ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as u64
 }
 
-/// Every job waiting in `queue`, claimed: id -> payload.
+/// Every job pushed to `queue`, claimed: id -> payload. Lets a second
+/// and a bit pass first (firing nothing), so that the jobs of ticks fired
+/// ahead (up to a second before they are due) are due.
 async fn drain(ts: &TestStore, queue: &str) -> BTreeMap<String, Vec<u8>> {
+    ts.advance(Duration::from_millis(1100)).await;
     let q = JobQueue::new(&ts.store, queue).expect("queue");
     let mut out = BTreeMap::new();
     loop {
@@ -240,39 +243,51 @@ async fn missed_ticks_follow_the_misfire_policy(ts: TestStore) {
     capped.misfire = Misfire::All;
     capped.max_catch_up = 2;
     s.upsert("capped", &capped).await.expect("create");
-    // One pass stores each first tick; then nothing fires for a while.
-    s.fire_due().await.expect("first pass");
+    // One pass stores each first tick (and fires the one due within the
+    // second ahead); then nothing fires for a while.
+    let first = s.fire_due().await.expect("first pass");
+    let before: Vec<u64> = first.fired.iter().map(|f| f.tick_ms).collect();
     let gap = if ts.clock.is_some() { 90_000 } else { 3_300 };
     ts.advance(Duration::from_millis(gap)).await;
     let report = s.fire_due().await.expect("after the gap");
+    let now = store_now(&ts);
 
+    // The ticks that came due in the gap, and those fired ahead after it.
     let jobs = drain(&ts, "late").await;
-    let all = ticks_of(&jobs, "all");
-    let due = (gap / 1000) as usize;
-    assert!(
-        all.len() >= due,
-        "all pushes every missed tick: {} of {due}",
-        all.len()
-    );
+    let late = |name: &str| -> (Vec<u64>, Vec<u64>) {
+        ticks_of(&jobs, name)
+            .into_iter()
+            .filter(|t| !before.contains(t))
+            .partition(|t| *t <= now)
+    };
+    let (all, ahead) = late("all");
+    // Every second of the gap but the first, fired ahead before it.
+    let due = (gap / 1000) as usize - 1;
+    assert_eq!(all.len(), due, "all pushes every missed tick");
     for pair in all.windows(2) {
         assert_eq!(pair[1] - pair[0], 1000);
     }
     let newest = *all.last().expect("a tick");
-    assert_eq!(ticks_of(&jobs, "once"), [newest], "once pushes the newest");
+    assert_eq!(ahead, [newest + 1000], "the tick within the second ahead");
     assert_eq!(
-        ticks_of(&jobs, "capped"),
-        all[all.len() - 2..],
-        "capped at the newest two"
+        late("once"),
+        (vec![newest], ahead.clone()),
+        "once pushes the newest"
     );
     assert_eq!(
-        ticks_of(&jobs, "skip"),
-        [newest],
+        late("capped"),
+        (all[all.len() - 2..].to_vec(), ahead.clone()),
+        "capped at two"
+    );
+    assert_eq!(
+        late("skip"),
+        (vec![newest], ahead.clone()),
         "a tick within the grace still fires"
     );
     let missed: BTreeMap<&str, u64> = report.missed.iter().map(|(n, c)| (n.as_str(), *c)).collect();
     assert_eq!(missed.get("all"), None, "all missed nothing");
-    assert_eq!(missed["once"], all.len() as u64 - 1);
-    assert_eq!(missed["capped"], all.len() as u64 - 2);
+    assert_eq!(missed.get("once").copied().unwrap_or(0), all.len() as u64 - 1);
+    assert_eq!(missed.get("capped").copied().unwrap_or(0), all.len() as u64 - 2);
 
     if ts.clock.is_some() {
         for (name, policy) in [("hourly-once", Misfire::Once), ("hourly-skip", Misfire::Skip)] {
@@ -281,6 +296,7 @@ async fn missed_ticks_follow_the_misfire_policy(ts: TestStore) {
             s.upsert(name, &spec).await.expect("create");
         }
         s.fire_due().await.expect("first pass");
+        // To 30 minutes past the hour's tick.
         ts.advance(Duration::from_secs(90 * 60)).await;
         s.fire_due().await.expect("after the gap");
         let jobs = drain(&ts, "hourly").await;
@@ -332,9 +348,29 @@ async fn pause_resume_and_trigger(ts: TestStore) {
     let ticks = ticks_of(&drain(&ts, "paused").await, "quiet");
     assert!(ticks.len() >= 2, "fires again once resumed: {ticks:?}");
     assert!(ticks[0] > resumed, "the pause's ticks are not fired later");
+    // A pass fires the tick due within the second ahead; a pause takes
+    // its job back, and its place in the history.
+    let ahead: Vec<String> = s
+        .fire_due()
+        .await
+        .expect("fire")
+        .fired
+        .into_iter()
+        .map(|f| f.job_id)
+        .collect();
+    assert!(!ahead.is_empty(), "a tick within the second ahead is fired ahead");
     assert!(s.pause("quiet").await.expect("pause"));
+    let recent = s.get("quiet").await.expect("get").expect("exists").recent;
+    assert!(
+        recent.iter().all(|t| !ahead.contains(&t.job_id)),
+        "{recent:?} still has {ahead:?}"
+    );
     fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(1400)).await;
-    assert!(drain(&ts, "paused").await.is_empty());
+    let left = drain(&ts, "paused").await;
+    assert!(left.keys().all(|id| !ahead.contains(id)), "taken back: {left:?}");
+    let paused_at = store_now(&ts);
+    fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(1400)).await;
+    assert!(drain(&ts, "paused").await.is_empty(), "nothing after {paused_at}");
 }
 
 /// A changed expression takes effect from its next tick; a change of the
@@ -357,6 +393,35 @@ async fn changes_take_effect_from_the_next_tick(ts: TestStore) {
         !ticks.is_empty() && ticks.iter().all(|t| t % 2000 == 0),
         "every 2 s now: {ticks:?}"
     );
+
+    // A new payload: the job of a tick already fired ahead is pushed
+    // again with it.
+    let mut ahead = Vec::new();
+    while ahead.is_empty() {
+        ts.advance(Duration::from_millis(200)).await;
+        let report = s.fire_due().await.expect("fire");
+        let now = store_now(&ts);
+        ahead = report
+            .fired
+            .iter()
+            .map(|f| f.tick_ms)
+            .filter(|t| *t > now + 50)
+            .collect();
+    }
+    slower.payload = b"new".to_vec();
+    assert_eq!(
+        s.upsert("moving", &slower).await.expect("change"),
+        Upserted::Changed
+    );
+    s.fire_due().await.expect("fire again");
+    let jobs = drain(&ts, "first").await;
+    for t in &ahead {
+        assert_eq!(
+            jobs.get(&format!("moving@{t}")).map(Vec::as_slice),
+            Some(&b"new"[..]),
+            "{t}"
+        );
+    }
 
     slower.queue = "second".into();
     assert_eq!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::name::Name;
-use crate::store::schedule::{Due, Fire, FireOutcome, Next, RawSchedule};
+use crate::store::schedule::{Due, Fire, FireOutcome, LOOKAHEAD_MS, Next, RawSchedule};
 
 use super::schedules::{Parsed, ScheduleSpec, Schedules, refusal_error};
 use super::{MAX_CATCH_UP, Misfire};
@@ -39,8 +39,9 @@ pub struct FireReport {
     /// Schedules that could not be read (a definition this version cannot
     /// decode); they stay as they are.
     pub unreadable: Vec<(String, crate::Error)>,
-    /// When to run the next pass: at the soonest next tick, at most
-    /// [`MAX_FIRE_SLEEP`] from now.
+    /// When to run the next pass: a second before the soonest next tick
+    /// (ticks are fired up to a second ahead), at most [`MAX_FIRE_SLEEP`]
+    /// from now.
     pub sleep: Duration,
 }
 
@@ -52,7 +53,9 @@ pub struct FiredJob {
     pub job_id: String,
     /// The tick (store time, ms since the epoch).
     pub tick_ms: u64,
-    /// From the tick to the push, by the store's clock.
+    /// How late the push was: from the tick to the push, by the store's
+    /// clock; zero for a tick pushed ahead (up to a second before it is
+    /// due, as a job delayed until the tick).
     pub lag: Duration,
 }
 
@@ -97,6 +100,9 @@ struct Plan {
     missed: u64,
 }
 
+/// What to fire of `raw` at store time `now`: the ticks due by then (by
+/// its misfire policy) and those due within the lookahead, which go in as
+/// jobs delayed until their tick.
 fn plan(name: &str, raw: &RawSchedule, parsed: &Parsed, now: u64) -> Option<Plan> {
     let spec = &parsed.spec;
     let base = match raw.next {
@@ -113,39 +119,42 @@ fn plan(name: &str, raw: &RawSchedule, parsed: &Parsed, now: u64) -> Option<Plan
         },
         Next::Never => return None,
     };
-    if base > now {
-        // Only the first tick worked out: store it.
-        return Some(Plan {
-            ticks: Vec::new(),
-            next: Next::At(base),
-            missed: 0,
-        });
-    }
-    let (mut fire, next) = spec.when.due_ticks(base, now, spec.misfire);
-    if spec.misfire == Misfire::All && fire.len() > spec.max_catch_up.min(MAX_CATCH_UP) {
-        fire.drain(..fire.len() - spec.max_catch_up);
-    }
-    fire.retain(|t| within_end(spec, *t).is_some());
-    let next = match within_end(spec, next) {
-        Some(t) if t != u64::MAX => Next::At(t),
-        _ => Next::Never,
-    };
-    let mut due = 0;
-    let mut tick = Some(base);
-    while let Some(t) = tick.filter(|t| *t <= now && within_end(spec, *t).is_some()) {
-        due += 1;
-        if due >= MISSED_COUNTED {
-            break;
+    let (mut fire, mut next, mut missed) = (Vec::new(), Some(base), 0);
+    if base <= now {
+        let (due, after) = spec.when.due_ticks(base, now, spec.misfire);
+        fire = due;
+        if spec.misfire == Misfire::All && fire.len() > spec.max_catch_up.min(MAX_CATCH_UP) {
+            fire.drain(..fire.len() - spec.max_catch_up);
         }
-        tick = spec.when.next_after(t);
+        fire.retain(|t| within_end(spec, *t).is_some());
+        let mut came_due = 0;
+        let mut tick = Some(base);
+        while let Some(t) = tick.filter(|t| *t <= now && within_end(spec, *t).is_some()) {
+            came_due += 1;
+            if came_due >= MISSED_COUNTED {
+                break;
+            }
+            tick = spec.when.next_after(t);
+        }
+        missed = came_due.saturating_sub(fire.len() as u64);
+        next = (after != u64::MAX).then_some(after);
     }
+    // Ahead: the ticks of the lookahead, pushed now, due at their time.
+    while let Some(t) = next.filter(|t| *t <= now + LOOKAHEAD_MS && within_end(spec, *t).is_some()) {
+        fire.push(t);
+        next = spec.when.next_after(t);
+    }
+    let next = match next.and_then(|t| within_end(spec, t)) {
+        Some(t) => Next::At(t),
+        None => Next::Never,
+    };
     Some(Plan {
         ticks: fire
             .iter()
             .map(|t| (*t, t + spread(&format!("{name}@{t}"), spec.jitter)))
             .collect(),
         next,
-        missed: due.saturating_sub(fire.len() as u64),
+        missed,
     })
 }
 
@@ -166,9 +175,8 @@ impl Schedules {
                 let due = self.store.schedule_due(&queue, DUE_BATCH).await?;
                 if due.schedules.is_empty() {
                     if let Some(Next::At(t)) = due.soonest {
-                        report.sleep = report
-                            .sleep
-                            .min(Duration::from_millis(t.saturating_sub(due.now_ms)));
+                        let ahead = t.saturating_sub(due.now_ms + LOOKAHEAD_MS);
+                        report.sleep = report.sleep.min(Duration::from_millis(ahead));
                     }
                     break;
                 }

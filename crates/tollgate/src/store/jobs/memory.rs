@@ -130,6 +130,16 @@ impl Queue {
         self.jobs.contains_key(id)
     }
 
+    /// Removes job `id` if it is delayed (not yet due); whether it was.
+    pub(crate) fn take_back_delayed(&mut self, id: &str) -> bool {
+        if !matches!(self.jobs.get(id), Some((_, Place::Delayed(_)))) {
+            return false;
+        }
+        self.unplace(id);
+        self.jobs.remove(id);
+        true
+    }
+
     fn set_ready(&mut self, id: &str) {
         if let Some((d, place)) = self.jobs.get_mut(id) {
             *place = Place::Ready;

@@ -12,8 +12,8 @@ use crate::store::jobs::{PushOutcome, PushReq, When};
 use crate::store::memory::MemoryStore;
 
 use super::{
-    Due, Fire, FireOutcome, HISTORY, JobSpec, Next, Put, PutOutcome, RawSchedule, Refusal, TriggerOutcome,
-    manual_entry,
+    Due, Fire, FireOutcome, HISTORY, JobSpec, LOOKAHEAD_MS, Next, Put, PutOutcome, RawSchedule, Refusal,
+    TriggerOutcome, manual_entry,
 };
 
 #[derive(Debug, Clone)]
@@ -112,14 +112,39 @@ fn push_new(
 }
 
 impl Queue {
+    /// Takes back the jobs schedule `name` pushed ahead for ticks not yet
+    /// due (still delayed) and drops them from its history; the earliest
+    /// such tick (schedule.lua's `withdraw`).
+    fn withdraw(&mut self, name: &str, now: u64) -> Option<u64> {
+        let entries: Vec<String> = self.schedules.history.get(name)?.iter().cloned().collect();
+        let mut earliest: Option<u64> = None;
+        let mut kept = std::collections::VecDeque::new();
+        for e in entries {
+            let ahead = e.parse::<u64>().ok().filter(|tick| *tick > now);
+            match ahead {
+                Some(tick) if self.take_back_delayed(&format!("{name}@{e}")) => {
+                    earliest = Some(earliest.map_or(tick, |t| t.min(tick)));
+                }
+                _ => kept.push_back(e),
+            }
+        }
+        if earliest.is_some() {
+            if kept.is_empty() {
+                self.schedules.history.remove(name);
+            } else {
+                self.schedules.history.insert(name.to_owned(), kept);
+            }
+        }
+        earliest
+    }
+
     pub(crate) fn schedule_put(&mut self, put: &Put<'_>, now: u64) -> PutOutcome {
         if let Some(why) = refused(self) {
             return PutOutcome::Refused(why);
         }
-        let s = &mut self.schedules;
         let from = now.max(put.start_ms);
-        let Some(old) = s.records.get(put.name).cloned() else {
-            s.write(
+        let Some(old) = self.schedules.records.get(put.name).cloned() else {
+            self.schedules.write(
                 put.name,
                 Record {
                     rev: 1,
@@ -136,12 +161,14 @@ impl Queue {
         if old.timing == put.timing && old.definition == put.definition && old.payload == put.payload {
             return PutOutcome::Unchanged;
         }
-        let (next, from) = if old.timing == put.timing {
-            (old.next, old.from)
-        } else {
-            (Next::FromStart, from)
+        // Ticks pushed ahead are pushed again with the change.
+        let earliest = self.withdraw(put.name, now);
+        let (next, from) = match earliest {
+            _ if old.timing != put.timing => (Next::FromStart, from),
+            Some(tick) => (Next::At(tick), old.from),
+            None => (old.next, old.from),
         };
-        s.write(
+        self.schedules.write(
             put.name,
             Record {
                 rev: old.rev + 1,
@@ -164,7 +191,7 @@ impl Queue {
             schedules: s
                 .by_next
                 .iter()
-                .take_while(|(next, _)| *next <= now as i64)
+                .take_while(|(next, _)| *next <= (now + LOOKAHEAD_MS) as i64)
                 .take(limit)
                 .filter_map(|(_, name)| s.records.get(name).map(|r| s.raw(name, r, false)))
                 .collect(),
@@ -184,7 +211,7 @@ impl Queue {
                 if r.paused
                     || r.rev != fire.rev
                     || r.next != fire.expect
-                    || fire.ticks.iter().any(|(t, _)| *t > now)
+                    || fire.ticks.iter().any(|(t, _)| *t > now + LOOKAHEAD_MS)
                 {
                     return FireOutcome::Stale;
                 }
@@ -241,6 +268,9 @@ impl Queue {
             return false;
         };
         if r.paused != pause {
+            if pause {
+                self.withdraw(name, now);
+            }
             r.paused = pause;
             r.rev += 1;
             if !pause {
@@ -252,7 +282,8 @@ impl Queue {
         true
     }
 
-    pub(crate) fn schedule_delete(&mut self, name: &str) -> bool {
+    pub(crate) fn schedule_delete(&mut self, name: &str, now: u64) -> bool {
+        self.withdraw(name, now);
         let s = &mut self.schedules;
         s.history.remove(name);
         match s.records.remove(name) {
@@ -338,7 +369,7 @@ impl MemoryStore {
     }
 
     pub(crate) fn schedule_delete(&self, q: &Name, name: &str) -> bool {
-        self.on_queue(q, true, |queue, _| (queue.schedule_delete(name), false))
+        self.on_queue(q, true, |queue, now| (queue.schedule_delete(name, now), false))
     }
 
     pub(crate) fn schedule_get(&self, q: &Name, name: &str) -> Option<RawSchedule> {

@@ -13,6 +13,12 @@ mod redis;
 
 use crate::store::jobs::BackoffSpec;
 
+/// A tick may be fired this long before it is due (ms): its job goes in
+/// as a delayed job due at the tick, so firing is never on a tick's
+/// critical path, and a pause, change or delete takes back the jobs of
+/// ticks not yet due. Same as LOOKAHEAD in schedule.lua.
+pub(crate) const LOOKAHEAD_MS: u64 = 1000;
+
 /// How many fired ticks each schedule remembers.
 pub(crate) const HISTORY: usize = 10;
 

@@ -17,12 +17,17 @@
 --   H  HASH  name -> the last HISTORY ticks fired, oldest first, by comma:
 --            "<tick ms>" or "manual-<ms>" (the job id is "<name>@" that)
 -- Invariant: a tick is fired only by a `fire` naming the schedule's rev
--- and next as stored, with every tick due by the store's clock, and that
+-- and next as stored, with every tick due by the store's clock within
+-- LOOKAHEAD (its job then waits, delayed, until the tick), and that
 -- same step moves next past it: however many clients fire, each tick
 -- pushes its job once (and the job id "<name>@<tick>" dedupes besides).
 local SB = string.sub(KM, 1, -2)
 local KS, KZ, KH = SB .. 'S', SB .. 'Z', SB .. 'H'
 local HISTORY = 10
+-- A tick may be fired this long before it is due (ms): its job goes in
+-- as a delayed job due at the tick, so the firing is never on the tick's
+-- critical path. Same as LOOKAHEAD_MS in Rust.
+local LOOKAHEAD = 1000
 
 local function read(name)
   local v = redis.call('HGET', KS, name)
@@ -59,6 +64,34 @@ local function remember(name, entries)
   end
   for _, e in ipairs(entries) do list[#list + 1] = e end
   redis.call('HSET', KH, name, table.concat(list, ',', math.max(1, #list - HISTORY + 1)))
+end
+
+-- Takes back the jobs this schedule pushed ahead for ticks not yet due
+-- (still delayed), and drops them from the history, so that a pause, a
+-- change or a delete applies to every tick not yet due. Returns the
+-- earliest tick taken back, or nil.
+local function withdraw(name)
+  local h = redis.call('HGET', KH, name)
+  if not h then return nil end
+  local kept, earliest = {}, nil
+  for e in string.gmatch(h, '[^,]+') do
+    local tick = tonumber(e)
+    local id = name .. '@' .. e
+    if tick and tick > now and redis.call('ZREM', KW, id) == 1 then
+      forget(id)
+      if not earliest or tick < earliest then earliest = tick end
+    else
+      kept[#kept + 1] = e
+    end
+  end
+  if earliest then
+    if #kept > 0 then
+      redis.call('HSET', KH, name, table.concat(kept, ','))
+    else
+      redis.call('HDEL', KH, name)
+    end
+  end
+  return earliest
 end
 
 -- Jobs pushed by one call, placed together at its end: the ready ones in
@@ -116,8 +149,12 @@ if op == 'put' then
     return {1, 1}
   end
   if s.rest == rest then return {3, s.rev} end
+  -- Ticks pushed ahead are pushed again with the change.
+  local earliest = withdraw(name)
   if string.sub(s.rest, 1, string.find(s.rest, '\n', 1, true) - 1) ~= ARGV[5] then
     s.next, s.from = 0, from
+  elseif earliest then
+    s.next = earliest
   end
   s.rev, s.rest = s.rev + 1, rest
   write(name, s)
@@ -126,8 +163,9 @@ end
 
 if op == 'due' then
   -- ARGV: 4 the most schedules to answer. Reply: {now, the lowest next
-  -- in Z or -1, then name, record for each schedule due by now}.
-  local names = redis.call('ZRANGEBYSCORE', KZ, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
+  -- in Z or -1, then name, record for each schedule due by now plus
+  -- LOOKAHEAD}.
+  local names = redis.call('ZRANGEBYSCORE', KZ, '-inf', now + LOOKAHEAD, 'LIMIT', 0, tonumber(ARGV[4]))
   local first = redis.call('ZRANGE', KZ, 0, 0, 'WITHSCORES')
   local out = {now, tonumber(first[2]) or -1}
   if #names > 0 then
@@ -149,8 +187,10 @@ if op == 'fire' then
   --       tick ms and run-at ms.
   -- Reply: {now, then two per schedule: status, jobs pushed}: status 1
   --        fired, 0 stale (rev or next changed, paused, gone, or a tick
-  --        not yet due: nothing done), -1 | -2 the queue refused (see
-  --        refused(); the schedule still moves on, nothing is pushed).
+  --        more than LOOKAHEAD ahead: nothing done), -1 | -2 the queue
+  --        refused (see refused(); the schedule still moves on, nothing
+  --        is pushed). A job is due at its run-at, so a tick fired ahead
+  --        waits in the delayed set until then.
   local why = refused()
   local out, a = {now}, 5
   -- One sequence range for every tick of the call (s counts pushes).
@@ -166,7 +206,7 @@ if op == 'fire' then
     local s = read(name)
     local ok = s and not s.paused and s.rev == tonumber(ARGV[a + 1]) and s.next == tonumber(ARGV[a + 2])
     for j = 0, k - 1 do
-      if tonumber(ARGV[a + 10 + 2 * j]) > now then ok = false end
+      if tonumber(ARGV[a + 10 + 2 * j]) > now + LOOKAHEAD then ok = false end
     end
     local pushed = 0
     if ok then
@@ -221,6 +261,7 @@ if op == 'pause' or op == 'resume' then
   if not s then return {0} end
   local pause = op == 'pause'
   if s.paused ~= pause then
+    if pause then withdraw(ARGV[4]) end
     s.paused, s.rev = pause, s.rev + 1
     if not pause then s.next, s.from = 0, now end
     write(ARGV[4], s)
@@ -229,7 +270,9 @@ if op == 'pause' or op == 'resume' then
 end
 
 if op == 'delete' then
-  -- ARGV: 4 name. Reply: 1 deleted, 0 no such schedule.
+  -- ARGV: 4 name. Reply: 1 deleted, 0 no such schedule. The jobs of
+  -- ticks not yet due go with it; the others stay.
+  withdraw(ARGV[4])
   redis.call('ZREM', KZ, ARGV[4])
   redis.call('HDEL', KH, ARGV[4])
   return redis.call('HDEL', KS, ARGV[4])
