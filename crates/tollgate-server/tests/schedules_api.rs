@@ -285,7 +285,9 @@ struct Seen {
 }
 
 impl Seen {
-    async fn poll(&mut self, c: &reqwest::Client, s: &Server, name: &str, queue: &str) {
+    /// One look; `timed`: the look is prompt (every 50 ms), so how late
+    /// each new job is seen bounds how late it was pushed.
+    async fn poll(&mut self, c: &reqwest::Client, s: &Server, name: &str, queue: &str, timed: bool) {
         let (st, j) = send(c.post(s.url(&format!(
             "/v1/queues/{queue}/claim?max=100&lease_ms=600000"
         ))))
@@ -296,8 +298,10 @@ impl Seen {
             let tick = tick_of(name, job["id"].as_str().expect("id"));
             assert!(self.ticks.insert(tick), "tick {tick} came twice");
             let lag = seen_at.saturating_sub(tick);
-            self.worst_lag_ms = self.worst_lag_ms.max(lag);
-            assert!(lag < 700, "tick {tick} came {lag} ms late");
+            if timed {
+                self.worst_lag_ms = self.worst_lag_ms.max(lag);
+                assert!(lag < 500, "tick {tick} came {lag} ms late");
+            }
         }
     }
 
@@ -305,7 +309,7 @@ impl Seen {
     async fn watch(&mut self, c: &reqwest::Client, s: &Server, name: &str, queue: &str, d: Duration) {
         let until = tokio::time::Instant::now() + d;
         while tokio::time::Instant::now() < until {
-            self.poll(c, s, name, queue).await;
+            self.poll(c, s, name, queue, true).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -354,7 +358,7 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
     // Just after a tick's job is in: every tick so far was fired by
     // exactly one server (a second push of an id would count here too).
     after_next_second(350).await;
-    seen.poll(&c, servers[0].as_ref().expect("up"), "beat", "beats").await;
+    seen.poll(&c, servers[0].as_ref().expect("up"), "beat", "beats", false).await;
     let mut before = Vec::new();
     for s in servers.iter().flatten() {
         before.push(fired(s, "beat").await);
@@ -364,7 +368,7 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
     assert!(seen.ticks.len() >= 10, "{:?}", seen.ticks);
     // The next tick: which server fired it? Kill that one at once.
     after_next_second(300).await;
-    seen.poll(&c, servers[0].as_ref().expect("up"), "beat", "beats").await;
+    seen.poll(&c, servers[0].as_ref().expect("up"), "beat", "beats", false).await;
     let mut after = Vec::new();
     for s in servers.iter().flatten() {
         after.push(fired(s, "beat").await);
@@ -385,7 +389,7 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
     )
     .await;
     after_next_second(350).await;
-    seen.poll(&c, servers[watcher].as_ref().expect("up"), "beat", "beats").await;
+    seen.poll(&c, servers[watcher].as_ref().expect("up"), "beat", "beats", false).await;
     seen.assert_consecutive();
     let since: u64 = {
         let mut n = 0;
