@@ -26,10 +26,8 @@ fn now_ms() -> u64 {
 async fn drain(c: &reqwest::Client, s: &Server, queue: &str) -> Vec<String> {
     let mut ids = Vec::new();
     loop {
-        let (st, j) = send(c.post(s.url(&format!(
-            "/v1/queues/{queue}/claim?max=1000&lease_ms=600000"
-        ))))
-        .await;
+        let (st, j) =
+            send(c.post(s.url(&format!("/v1/queues/{queue}/claim?max=1000&lease_ms=600000")))).await;
         assert_eq!(st, 200, "{j}");
         let jobs = j["jobs"].as_array().expect("jobs").clone();
         if jobs.is_empty() {
@@ -44,6 +42,35 @@ fn tick_of(name: &str, id: &str) -> u64 {
     id.strip_prefix(&format!("{name}@"))
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("{id} is not a tick of {name}"))
+}
+
+/// Runs scripts/check-metrics.py over a /metrics text: its verdict and
+/// what it said.
+fn check_metrics(text: &str) -> (bool, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut child = Command::new("python3")
+        .arg(format!("{root}/scripts/check-metrics.py"))
+        .arg(format!("{root}/docs/METRICS.md"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs (scripts/test installs prometheus-client)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write the text");
+    let out = child.wait_with_output().expect("checker");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
 }
 
 /// `tollgate_schedule_fired_total{schedule="<name>"}` of one server (0
@@ -97,9 +124,19 @@ async fn schedules_over_http() {
     .await;
     assert_eq!(st, 201, "{v}");
     assert_eq!(v["when"], "every 1h from 1767225600000");
-    assert_eq!((v["payload_base64"].as_str(), v.get("payload")), (Some("AP8="), None));
-    assert_eq!((v["paused"].as_bool(), v["next_ms"].as_u64()), (Some(true), None), "{v}");
-    assert_eq!((v["jitter_ms"].as_u64(), v["end_ms"].as_u64()), (Some(1500), Some(4_102_444_800_000)));
+    assert_eq!(
+        (v["payload_base64"].as_str(), v.get("payload")),
+        (Some("AP8="), None)
+    );
+    assert_eq!(
+        (v["paused"].as_bool(), v["next_ms"].as_u64()),
+        (Some(true), None),
+        "{v}"
+    );
+    assert_eq!(
+        (v["jitter_ms"].as_u64(), v["end_ms"].as_u64()),
+        (Some(1500), Some(4_102_444_800_000))
+    );
 
     // List, by name; get.
     let (st, l) = send(c.get(url(""))).await;
@@ -116,7 +153,11 @@ async fn schedules_over_http() {
 
     // Pause, resume; next ticks.
     let (st, v) = send(c.post(url("/nightly/pause"))).await;
-    assert_eq!((st, v["paused"].as_bool(), v["next_ms"].as_u64()), (200, Some(true), None), "{v}");
+    assert_eq!(
+        (st, v["paused"].as_bool(), v["next_ms"].as_u64()),
+        (200, Some(true), None),
+        "{v}"
+    );
     assert_eq!(send(c.get(url("/nightly/next"))).await.1, json!({"next_ms": []}));
     let (st, v) = send(c.post(url("/beat/resume"))).await;
     assert_eq!((st, v["paused"].as_bool()), (200, Some(false)), "{v}");
@@ -132,7 +173,12 @@ async fn schedules_over_http() {
     assert_eq!(next[0] % 3_600_000, 0);
     assert_eq!((next[1] - next[0], next[2] - next[1]), (3_600_000, 3_600_000));
     assert_eq!(next[0], v["next_ms"].as_u64().expect("next"));
-    assert_eq!(send(c.get(url("/beat/next"))).await.1["next_ms"].as_array().map(Vec::len), Some(5));
+    assert_eq!(
+        send(c.get(url("/beat/next"))).await.1["next_ms"]
+            .as_array()
+            .map(Vec::len),
+        Some(5)
+    );
 
     // A trigger pushes one job now, found in the queue; the ticks stay.
     let (st, t) = send(c.post(url("/nightly/trigger"))).await;
@@ -147,7 +193,10 @@ async fn schedules_over_http() {
     assert_eq!(v["recent"][0]["manual"], true);
 
     // Delete; then 404 everywhere.
-    assert_eq!(send(c.delete(url("/nightly"))).await, (200, json!({"deleted": true})));
+    assert_eq!(
+        send(c.delete(url("/nightly"))).await,
+        (200, json!({"deleted": true}))
+    );
     for req in [
         c.get(url("/nightly")),
         c.delete(url("/nightly")),
@@ -157,7 +206,11 @@ async fn schedules_over_http() {
         c.get(url("/nightly/next")),
     ] {
         let (st, e) = send(req).await;
-        assert_eq!((st, e["error"]["code"].as_str()), (404, Some("schedule_not_found")), "{e}");
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (404, Some("schedule_not_found")),
+            "{e}"
+        );
     }
     // The job it pushed stays.
     assert_eq!(send(c.get(s.url("/v1/queues/reports"))).await.1["in_flight"], 1);
@@ -200,8 +253,14 @@ async fn bad_input_is_a_400_naming_the_field() {
         (with("priority", json!("high")), "priority"),
         (with("max_attempts", json!(0)), "max_attempts"),
         (with("max_attempts", json!(1001)), "max_attempts"),
-        (with("backoff", json!({"kind": "linear", "base_ms": 5})), "backoff"),
-        (with("backoff", json!({"kind": "exponential", "base_ms": 0})), "backoff"),
+        (
+            with("backoff", json!({"kind": "linear", "base_ms": 5})),
+            "backoff",
+        ),
+        (
+            with("backoff", json!({"kind": "exponential", "base_ms": 0})),
+            "backoff",
+        ),
         (with("backoff", json!("fixed")), "backoff"),
         (with("misfire", json!("later")), "misfire"),
         (with("max_catch_up", json!(0)), "max_catch_up"),
@@ -221,11 +280,18 @@ async fn bad_input_is_a_400_naming_the_field() {
     for (body, field) in cases {
         let (st, e) = send(c.put(s.url("/v1/schedules/x")).json(&body)).await;
         let message = e["error"]["message"].as_str().unwrap_or_default();
-        assert_eq!((st, e["error"]["code"].as_str()), (400, Some("bad_request")), "{body}: {e}");
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{body}: {e}"
+        );
         assert!(message.contains(field), "{body}: {e}");
     }
     // Nothing was created by any of them.
-    assert_eq!(send(c.get(s.url("/v1/schedules"))).await.1, json!({"schedules": []}));
+    assert_eq!(
+        send(c.get(s.url("/v1/schedules"))).await.1,
+        json!({"schedules": []})
+    );
     // A bad name, a bad count, a body that is not an object.
     let (st, e) = send(c.put(s.url("/v1/schedules/a%20b")).json(&ok)).await;
     assert_eq!(st, 400, "{e}");
@@ -234,7 +300,10 @@ async fn bad_input_is_a_400_naming_the_field() {
         let (st, e) = send(c.get(s.url(&format!("/v1/schedules/x/next?count={count}")))).await;
         assert_eq!(st, 400, "{e}");
     }
-    assert_eq!(send(c.put(s.url("/v1/schedules/x")).json(&json!([1]))).await.0, 400);
+    assert_eq!(
+        send(c.put(s.url("/v1/schedules/x")).json(&json!([1]))).await.0,
+        400
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +319,11 @@ async fn configured_schedules_are_applied_at_start_and_fire() {
     let s = Server::start_with(None, &["--config", path.to_str().expect("path")]);
     let c = reqwest::Client::new();
     let (st, v) = send(c.get(s.url("/v1/schedules/tick"))).await;
-    assert_eq!((st, v["queue"].as_str(), v["misfire"].as_str()), (200, Some("cfg"), Some("all")), "{v}");
+    assert_eq!(
+        (st, v["queue"].as_str(), v["misfire"].as_str()),
+        (200, Some("cfg"), Some("all")),
+        "{v}"
+    );
     assert_eq!(v["payload_base64"], "aGVsbG8=");
     tokio::time::sleep(Duration::from_millis(2200)).await;
     let (st, j) = send(c.post(s.url("/v1/queues/cfg/claim?max=10"))).await;
@@ -258,9 +331,25 @@ async fn configured_schedules_are_applied_at_start_and_fire() {
     let jobs = j["jobs"].as_array().expect("jobs");
     assert!(jobs.len() >= 2, "{j}");
     assert_eq!(jobs[0]["payload_base64"], "aGVsbG8=");
-    let ticks: Vec<u64> = jobs.iter().map(|j| tick_of("tick", j["id"].as_str().expect("id"))).collect();
+    let ticks: Vec<u64> = jobs
+        .iter()
+        .map(|j| tick_of("tick", j["id"].as_str().expect("id")))
+        .collect();
     assert!(ticks.windows(2).all(|w| w[1] == w[0] + 1000), "{ticks:?}");
     assert!(fired(&s, "tick").await >= 2);
+    // The schedule's series, by the book (scripts/check-metrics.py).
+    let text = s.metrics(None).await;
+    for family in [
+        "tollgate_schedule_fired_total{schedule=\"tick\"}",
+        "tollgate_schedule_lag_seconds_count{schedule=\"tick\"}",
+        "tollgate_schedule_next_tick_timestamp_seconds{schedule=\"tick\"}",
+        "tollgate_schedule_last_tick_timestamp_seconds{schedule=\"tick\"}",
+        "tollgate_schedule_paused{schedule=\"tick\"} 0",
+    ] {
+        assert!(text.contains(family), "{family} in\n{text}");
+    }
+    let (ok, said) = check_metrics(&text);
+    assert!(ok, "{said}");
 
     // A bad value stops the start, naming schedules.NAME.field.
     std::fs::write(
@@ -282,16 +371,15 @@ async fn configured_schedules_are_applied_at_start_and_fire() {
 struct Seen {
     ticks: BTreeSet<u64>,
     worst_lag_ms: u64,
+    /// How late each job was seen by a prompt look, in order.
+    lags_ms: Vec<u64>,
 }
 
 impl Seen {
     /// One look; `timed`: the look is prompt (every 50 ms), so how late
     /// each new job is seen bounds how late it was pushed.
     async fn poll(&mut self, c: &reqwest::Client, s: &Server, name: &str, queue: &str, timed: bool) {
-        let (st, j) = send(c.post(s.url(&format!(
-            "/v1/queues/{queue}/claim?max=100&lease_ms=600000"
-        ))))
-        .await;
+        let (st, j) = send(c.post(s.url(&format!("/v1/queues/{queue}/claim?max=100&lease_ms=600000")))).await;
         assert_eq!(st, 200, "{j}");
         let seen_at = now_ms();
         for job in j["jobs"].as_array().expect("jobs") {
@@ -300,6 +388,7 @@ impl Seen {
             let lag = seen_at.saturating_sub(tick);
             if timed {
                 self.worst_lag_ms = self.worst_lag_ms.max(lag);
+                self.lags_ms.push(lag);
                 assert!(lag < 500, "tick {tick} came {lag} ms late");
             }
         }
@@ -353,22 +442,35 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
     assert_eq!(st, 201, "{v}");
     let mut seen = Seen::default();
     // ~12 s with three servers firing.
-    seen.watch(&c, servers[0].as_ref().expect("up"), "beat", "beats", Duration::from_secs(12))
-        .await;
+    seen.watch(
+        &c,
+        servers[0].as_ref().expect("up"),
+        "beat",
+        "beats",
+        Duration::from_secs(12),
+    )
+    .await;
     // Just after a tick's job is in: every tick so far was fired by
     // exactly one server (a second push of an id would count here too).
     after_next_second(350).await;
-    seen.poll(&c, servers[0].as_ref().expect("up"), "beat", "beats", false).await;
+    seen.poll(&c, servers[0].as_ref().expect("up"), "beat", "beats", false)
+        .await;
     let mut before = Vec::new();
     for s in servers.iter().flatten() {
         before.push(fired(s, "beat").await);
     }
     seen.assert_consecutive();
-    assert_eq!(before.iter().sum::<u64>(), seen.ticks.len() as u64, "{before:?} for {:?}", seen.ticks);
+    assert_eq!(
+        before.iter().sum::<u64>(),
+        seen.ticks.len() as u64,
+        "{before:?} for {:?}",
+        seen.ticks
+    );
     assert!(seen.ticks.len() >= 10, "{:?}", seen.ticks);
     // The next tick: which server fired it? Kill that one at once.
     after_next_second(300).await;
-    seen.poll(&c, servers[0].as_ref().expect("up"), "beat", "beats", false).await;
+    seen.poll(&c, servers[0].as_ref().expect("up"), "beat", "beats", false)
+        .await;
     let mut after = Vec::new();
     for s in servers.iter().flatten() {
         after.push(fired(s, "beat").await);
@@ -389,7 +491,8 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
     )
     .await;
     after_next_second(350).await;
-    seen.poll(&c, servers[watcher].as_ref().expect("up"), "beat", "beats", false).await;
+    seen.poll(&c, servers[watcher].as_ref().expect("up"), "beat", "beats", false)
+        .await;
     seen.assert_consecutive();
     let since: u64 = {
         let mut n = 0;
@@ -402,9 +505,10 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
     assert!(ticks_since >= 5, "{:?}", seen.ticks);
     assert_eq!(since, ticks_since, "the two left fired each later tick once");
     eprintln!(
-        "{} ticks, each once; worst lag {} ms; killed server {firer}",
+        "{} ticks, each once; worst lag {} ms (seen after {:?} ms); killed server {firer}",
         seen.ticks.len(),
-        seen.worst_lag_ms
+        seen.worst_lag_ms,
+        seen.lags_ms
     );
 }
 
@@ -414,9 +518,10 @@ async fn after_downtime_each_misfire_policy_pushes_what_it_promises() {
     let c = reqwest::Client::new();
     let first = Server::start(Some(&redis.url()));
     for policy in ["skip", "once", "all"] {
-        let (st, v) = send(c.put(first.url(&format!("/v1/schedules/{policy}"))).json(
-            &json!({"when": "every 1s", "queue": format!("q-{policy}"), "misfire": policy}),
-        ))
+        let (st, v) = send(
+            c.put(first.url(&format!("/v1/schedules/{policy}")))
+                .json(&json!({"when": "every 1s", "queue": format!("q-{policy}"), "misfire": policy})),
+        )
         .await;
         assert_eq!(st, 201, "{v}");
     }
@@ -462,7 +567,10 @@ async fn after_downtime_each_misfire_policy_pushes_what_it_promises() {
             "all" => {
                 assert!(jumps.is_empty(), "all: gaps {jumps:?} in {ticks:?}");
                 assert_eq!(missed, 0, "all");
-                assert!(ticks.iter().filter(|t| (down_from..up_at).contains(t)).count() >= 9, "{ticks:?}");
+                assert!(
+                    ticks.iter().filter(|t| (down_from..up_at).contains(t)).count() >= 9,
+                    "{ticks:?}"
+                );
             }
             // One job for the downtime: the newest due tick when the new
             // server first fired (every second is within skip's 60 s
@@ -470,7 +578,10 @@ async fn after_downtime_each_misfire_policy_pushes_what_it_promises() {
             _ => {
                 assert_eq!(jumps.len(), 1, "{policy}: {ticks:?}");
                 let (last_before, newest) = jumps[0];
-                assert!(last_before <= down_from && newest >= up_at.saturating_sub(1000), "{policy}: {jumps:?}, down {down_from}..{up_at}");
+                assert!(
+                    last_before <= down_from && newest >= up_at.saturating_sub(1000),
+                    "{policy}: {jumps:?}, down {down_from}..{up_at}"
+                );
                 assert_eq!(missed, (newest - last_before) / 1000 - 1, "{policy}: {ticks:?}");
                 assert!(missed >= 9, "{policy}: {missed}");
                 gaps.push(jumps[0]);

@@ -162,7 +162,6 @@ impl BackoffBody {
     }
 }
 
-
 /// `json` without the whitespace between its tokens: borrowed when it has
 /// none.
 pub(crate) fn compact(json: &str) -> Cow<'_, [u8]> {

@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tollgate::{
-    Cancelled, ErrorKind, Job, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, Retry,
-    ShardedJobQueue, Store,
+    Cancelled, ErrorKind, Job, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, Retry, ShardedJobQueue,
+    Store,
 };
 
 use super::AppState;

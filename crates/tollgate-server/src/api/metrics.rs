@@ -280,7 +280,12 @@ pub(crate) async fn scrape_schedule(state: &AppState, name: &str) -> bool {
         t.duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64())
     };
-    let last = info.recent.iter().rev().find(|t| !t.manual).map_or(0.0, |t| seconds(t.at));
+    let last = info
+        .recent
+        .iter()
+        .rev()
+        .find(|t| !t.manual)
+        .map_or(0.0, |t| seconds(t.at));
     let gauge = |metric: &'static str, v: f64| metrics::gauge!(metric, "schedule" => name.to_owned()).set(v);
     gauge(
         "tollgate_schedule_next_tick_timestamp_seconds",

@@ -211,7 +211,10 @@ fn fields_of(bytes: &[u8]) -> Result<Fields, ApiError> {
             BODY_FIELDS.join(", ")
         )));
     }
-    let payload = match (body.get("payload"), field::<String>(&body, "payload_base64", "a string")?) {
+    let payload = match (
+        body.get("payload"),
+        field::<String>(&body, "payload_base64", "a string")?,
+    ) {
         (Some(v), None) => compact(v.get()).into_owned(),
         (None, Some(b)) => STANDARD
             .decode(b.as_bytes())
@@ -313,12 +316,18 @@ async fn list(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiErr
 }
 
 /// `GET /v1/schedules/{name}`.
-async fn show(State(state): State<AppState>, Path(name): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+async fn show(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     Ok(axum::Json(view(&found(&state, &name).await?)))
 }
 
 /// `DELETE /v1/schedules/{name}`: the jobs it pushed stay.
-async fn remove(State(state): State<AppState>, Path(name): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+async fn remove(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     if Schedules::new(&state.store).delete(&name).await? {
         Ok(axum::Json(json!({"deleted": true})))
     } else {
@@ -327,7 +336,10 @@ async fn remove(State(state): State<AppState>, Path(name): Path<String>) -> Resu
 }
 
 /// `POST /v1/schedules/{name}/pause`.
-async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+async fn pause(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     if !Schedules::new(&state.store).pause(&name).await? {
         return Err(not_found(&name));
     }
@@ -335,7 +347,10 @@ async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> Resul
 }
 
 /// `POST /v1/schedules/{name}/resume`: from the first tick after now.
-async fn resume(State(state): State<AppState>, Path(name): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+async fn resume(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     if !Schedules::new(&state.store).resume(&name).await? {
         return Err(not_found(&name));
     }
@@ -343,7 +358,10 @@ async fn resume(State(state): State<AppState>, Path(name): Path<String>) -> Resu
 }
 
 /// `POST /v1/schedules/{name}/trigger`: one extra job now.
-async fn trigger(State(state): State<AppState>, Path(name): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+async fn trigger(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     match Schedules::new(&state.store).trigger(&name).await? {
         Some(id) => Ok(axum::Json(json!({"job_id": id}))),
         None => Err(not_found(&name)),
@@ -467,20 +485,56 @@ mod tests {
             (json!({"when": "every 1s"}), "queue"),
             (json!({"when": "61 * * * *", "queue": "q"}), "when"),
             (json!({"when": "every 1s", "queue": "q", "zone": "UTC"}), "zone"),
-            (json!({"when": "TZ=UTC @daily", "queue": "q", "zone": "UTC"}), "zone"),
-            (json!({"when": "@daily", "queue": "q", "zone": "Mars/Base"}), "zone"),
+            (
+                json!({"when": "TZ=UTC @daily", "queue": "q", "zone": "UTC"}),
+                "zone",
+            ),
+            (
+                json!({"when": "@daily", "queue": "q", "zone": "Mars/Base"}),
+                "zone",
+            ),
             (json!({"when": "@daily", "queue": "bad queue"}), "queue"),
-            (json!({"when": "@daily", "queue": "q", "priority": 256}), "priority"),
-            (json!({"when": "@daily", "queue": "q", "max_attempts": 0}), "max_attempts"),
-            (json!({"when": "@daily", "queue": "q", "backoff": {"kind": "x", "base_ms": 1}}), "backoff"),
-            (json!({"when": "@daily", "queue": "q", "misfire": "never"}), "misfire"),
-            (json!({"when": "@daily", "queue": "q", "max_catch_up": 1001}), "max_catch_up"),
-            (json!({"when": "@daily", "queue": "q", "start_ms": -1}), "start_ms"),
-            (json!({"when": "@daily", "queue": "q", "start_ms": 5000, "end_ms": 5000}), "end_ms"),
-            (json!({"when": "@daily", "queue": "q", "jitter_ms": "1s"}), "jitter_ms"),
+            (
+                json!({"when": "@daily", "queue": "q", "priority": 256}),
+                "priority",
+            ),
+            (
+                json!({"when": "@daily", "queue": "q", "max_attempts": 0}),
+                "max_attempts",
+            ),
+            (
+                json!({"when": "@daily", "queue": "q", "backoff": {"kind": "x", "base_ms": 1}}),
+                "backoff",
+            ),
+            (
+                json!({"when": "@daily", "queue": "q", "misfire": "never"}),
+                "misfire",
+            ),
+            (
+                json!({"when": "@daily", "queue": "q", "max_catch_up": 1001}),
+                "max_catch_up",
+            ),
+            (
+                json!({"when": "@daily", "queue": "q", "start_ms": -1}),
+                "start_ms",
+            ),
+            (
+                json!({"when": "@daily", "queue": "q", "start_ms": 5000, "end_ms": 5000}),
+                "end_ms",
+            ),
+            (
+                json!({"when": "@daily", "queue": "q", "jitter_ms": "1s"}),
+                "jitter_ms",
+            ),
             (json!({"when": "@daily", "queue": "q", "paused": 1}), "paused"),
-            (json!({"when": "@daily", "queue": "q", "payload_base64": "!"}), "payload_base64"),
-            (json!({"when": "@daily", "queue": "q", "payload": 1, "payload_base64": ""}), "payload"),
+            (
+                json!({"when": "@daily", "queue": "q", "payload_base64": "!"}),
+                "payload_base64",
+            ),
+            (
+                json!({"when": "@daily", "queue": "q", "payload": 1, "payload_base64": ""}),
+                "payload",
+            ),
             (json!({"when": "@daily", "queue": "q", "colour": "red"}), "colour"),
         ];
         for (body, field) in cases {
@@ -503,13 +557,20 @@ mod tests {
         .expect("toml");
         let spec = s.spec("nightly").expect("spec");
         assert_eq!(spec.start.map(ms), Some(1_767_225_600_000));
-        assert_eq!((spec.jitter, spec.payload.as_slice()), (Duration::from_secs(2), &b"hi"[..]));
+        assert_eq!(
+            (spec.jitter, spec.payload.as_slice()),
+            (Duration::from_secs(2), &b"hi"[..])
+        );
         let s: ScheduleSettings =
             toml::from_str("when = \"@daily\"\nqueue = \"q\"\nend = \"tomorrow\"").expect("toml");
         let e = s.spec("nightly").expect_err("bad end");
         assert!(e.starts_with("schedules.nightly.end: "), "{e}");
         let s: ScheduleSettings =
             toml::from_str("when = \"@daily\"\nqueue = \"q\"\njitter = \"5\"").expect("toml");
-        assert!(s.spec("n").expect_err("bad jitter").starts_with("schedules.n.jitter: "));
+        assert!(
+            s.spec("n")
+                .expect_err("bad jitter")
+                .starts_with("schedules.n.jitter: ")
+        );
     }
 }

@@ -76,14 +76,24 @@ fn observe(pass: tollgate::Result<&FireReport>, tracked: &Tracked, warnings: &mu
             metrics::counter!("tollgate_schedule_fired_total", &[label.clone()]).increment(1);
             metrics::histogram!("tollgate_schedule_lag_seconds", &[label]).record(job.lag.as_secs_f64());
         }
-        tracing::debug!(schedule = job.schedule, job = job.job_id, queue = job.queue, lag_ms = job.lag.as_millis() as u64, "fired");
+        tracing::debug!(
+            schedule = job.schedule,
+            job = job.job_id,
+            queue = job.queue,
+            lag_ms = job.lag.as_millis() as u64,
+            "fired"
+        );
     }
     for (schedule, missed) in &report.missed {
         if track(tracked, schedule) {
             metrics::counter!("tollgate_schedule_missed_ticks_total", "schedule" => schedule.clone())
                 .increment(*missed);
         }
-        tracing::info!(schedule, missed, "ticks missed while no server fired were dropped by the misfire policy");
+        tracing::info!(
+            schedule,
+            missed,
+            "ticks missed while no server fired were dropped by the misfire policy"
+        );
     }
     for (schedule, e) in &report.refused {
         if track(tracked, schedule) {
