@@ -73,7 +73,7 @@ fn observe(pass: tollgate::Result<&FireReport>, tracked: &Tracked, warnings: &mu
     for job in &report.fired {
         if track(tracked, &job.schedule) {
             let label = ("schedule", job.schedule.clone());
-            metrics::counter!("tollgate_schedule_fired_total", &[label.clone()]).increment(1);
+            metrics::counter!("tollgate_schedule_fired_total", std::slice::from_ref(&label)).increment(1);
             metrics::histogram!("tollgate_schedule_lag_seconds", &[label]).record(job.lag.as_secs_f64());
         }
         tracing::debug!(
