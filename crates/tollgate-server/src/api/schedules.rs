@@ -284,9 +284,14 @@ fn not_found(name: &str) -> ApiError {
 }
 
 async fn found(state: &AppState, name: &str) -> Result<ScheduleInfo, ApiError> {
-    let info = Schedules::new(&state.store).get(name).await?;
+    let info = Schedules::new(&state.store)
+        .get(name)
+        .await?
+        .ok_or_else(|| not_found(name))?;
+    // Only a schedule that exists: made-up names must not take the
+    // series' places.
     super::track(&state.schedules, name);
-    info.ok_or_else(|| not_found(name))
+    Ok(info)
 }
 
 /// `PUT /v1/schedules/{name}`: creates (201) or changes (200) it.
