@@ -592,3 +592,28 @@ async fn after_downtime_each_misfire_policy_pushes_what_it_promises() {
     // within a second).
     assert_eq!(gaps[0], gaps[1], "skip and once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_is_logged_once_a_minute_not_every_pass() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("stderr.log");
+    let s = Server::start_full(
+        Some(&redis.url()),
+        &[],
+        std::process::Stdio::from(std::fs::File::create(&log).expect("log file")),
+    );
+    let c = reqwest::Client::new();
+    let (st, v) = send(
+        c.put(s.url("/v1/schedules/beat"))
+            .json(&json!({"when": "every 1s", "queue": "beats"})),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    redis.kill();
+    // The firing loop retries every second: four failed passes or more.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let text = std::fs::read_to_string(&log).expect("log");
+    let warned = text.matches("could not fire schedules").count();
+    assert_eq!(warned, 1, "{text}");
+}
