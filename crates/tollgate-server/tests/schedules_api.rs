@@ -617,3 +617,38 @@ async fn a_store_outage_is_logged_once_a_minute_not_every_pass() {
     let warned = text.matches("could not fire schedules").count();
     assert_eq!(warned, 1, "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_partitioned_later_refuses_the_ticks_and_says_so() {
+    let redis = RedisServer::start();
+    let a = Server::start(Some(&redis.url()));
+    let c = reqwest::Client::new();
+    let (st, v) = send(
+        c.put(a.url("/v1/schedules/split"))
+            .json(&json!({"when": "every 1s", "queue": "later"})),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    drop(a);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(&config, "[queues.later]\npartitions = 2\n").expect("config");
+    let log = dir.path().join("stderr.log");
+    let b = Server::start_full(
+        Some(&redis.url()),
+        &["--config", config.to_str().expect("path")],
+        std::process::Stdio::from(std::fs::File::create(&log).expect("log file")),
+    );
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // Each tick refused (and the schedule moved on), one warning.
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(text.matches("refused its job").count(), 1, "{text}");
+    assert!(text.contains("partitioned"), "{text}");
+    let metrics = b.metrics(None).await;
+    let refused = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate_schedule_refused_total{schedule=\"split\"} "))
+        .map_or(0, |v| v.trim().parse::<u64>().expect("count"));
+    assert!(refused >= 2, "{metrics}");
+    assert_eq!(fired(&b, "split").await, 0);
+}
