@@ -363,6 +363,22 @@ async fn configured_schedules_are_applied_at_start_and_fire() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("schedules.tick.misfire"), "{stderr}");
+    // A schedule its store refuses (its queue is partitioned) stops the
+    // start too, as a set-up error (78).
+    std::fs::write(
+        &path,
+        "[queues.cfg]\npartitions = 2\n[schedules.tick]\nwhen = \"every 1s\"\nqueue = \"cfg\"\n",
+    )
+    .expect("config");
+    let out = Server::command(None, &["--config", path.to_str().expect("path")])
+        .output()
+        .expect("run serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("schedules.tick") && stderr.contains("partitioned"),
+        "{stderr}"
+    );
 }
 
 /// Ids of `name`'s jobs seen so far with when they were first seen, and
