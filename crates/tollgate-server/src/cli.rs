@@ -595,8 +595,8 @@ pub(crate) struct ServeArgs {
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
     /// durable_replicas, durable_timeout, max_tickets_per_client,
     /// metrics_timeout, body_timeout, memory_idle, and the tables
-    /// [limits.NAME], [protect], [queues.NAME], [rooms.NAME]. Flags and
-    /// environment variables override it.
+    /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
+    /// [rooms.NAME]. Flags and environment variables override it.
     #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<std::path::PathBuf>,
     #[command(flatten)]

@@ -2,6 +2,7 @@
 //! one error shape), the body-size limit of each route, and the deadline
 //! for reading a body.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper::body::{Frame, SizeHint};
+use serde::Deserialize;
 
 use super::error::ApiError;
 
@@ -122,6 +124,76 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> 
 /// Reads `bytes` as a `T`; the error names where the JSON went wrong.
 pub(crate) fn parse<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BackoffBody {
+    /// `fixed` or `exponential`.
+    pub(crate) kind: String,
+    pub(crate) base_ms: u64,
+    /// Exponential only: the longest wait. Default 300 000.
+    pub(crate) max_ms: Option<u64>,
+}
+
+impl BackoffBody {
+    /// The backoff this names; the error says what is wrong.
+    pub(crate) fn backoff(&self) -> Result<tollgate::Backoff, String> {
+        match self.kind.as_str() {
+            "fixed" => Ok(tollgate::Backoff::Fixed(Duration::from_millis(self.base_ms))),
+            "exponential" => Ok(tollgate::Backoff::Exponential {
+                base: Duration::from_millis(self.base_ms),
+                max: Duration::from_millis(self.max_ms.unwrap_or(300_000)),
+            }),
+            other => Err(format!("backoff kind {other:?}: use fixed or exponential")),
+        }
+    }
+
+    /// The request form of `backoff` (`max_ms` for exponential only).
+    pub(crate) fn of(backoff: &tollgate::Backoff) -> serde_json::Value {
+        match backoff {
+            tollgate::Backoff::Fixed(d) => {
+                serde_json::json!({"kind": "fixed", "base_ms": d.as_millis() as u64})
+            }
+            tollgate::Backoff::Exponential { base, max } => serde_json::json!({
+                "kind": "exponential", "base_ms": base.as_millis() as u64, "max_ms": max.as_millis() as u64
+            }),
+        }
+    }
+}
+
+/// `json` without the whitespace between its tokens: borrowed when it has
+/// none.
+pub(crate) fn compact(json: &str) -> Cow<'_, [u8]> {
+    let bytes = json.as_bytes();
+    let (mut in_string, mut escaped) = (false, false);
+    let mut out: Option<Vec<u8>> = None;
+    for (i, &b) in bytes.iter().enumerate() {
+        let keep = if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            true
+        } else {
+            if b == b'"' {
+                in_string = true;
+            }
+            !matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+        };
+        match (&mut out, keep) {
+            (Some(o), true) => o.push(b),
+            (None, false) => {
+                let mut o = Vec::with_capacity(bytes.len());
+                o.extend_from_slice(&bytes[..i]);
+                out = Some(o);
+            }
+            _ => {}
+        }
+    }
+    out.map_or(Cow::Borrowed(bytes), Cow::Owned)
 }
 
 /// Set by a [`Deadlined`] body whose deadline passed before it was read.

@@ -16,12 +16,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tollgate::{
-    Backoff, Cancelled, ErrorKind, Job, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, Retry,
-    ShardedJobQueue, Store,
+    Cancelled, ErrorKind, Job, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, Retry, ShardedJobQueue,
+    Store,
 };
 
 use super::AppState;
-use super::body::{Json, JsonBody, limited, parse};
+use super::body::{BackoffBody, Json, JsonBody, compact, limited, parse};
 use super::error::{ApiError, Query};
 
 /// Largest push body: a 1 MiB payload, base64-encoded, plus options.
@@ -238,16 +238,6 @@ fn lease_lost(e: tollgate::Error) -> ApiError {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct BackoffBody {
-    /// `fixed` or `exponential`.
-    kind: String,
-    base_ms: u64,
-    /// Exponential only: the longest wait. Default 300 000.
-    max_ms: Option<u64>,
-}
-
 /// One job as pushed. Read straight from the request's bytes: the payload
 /// stays a slice of them (a `serde_json::Value` of a payload of many small
 /// items took ~16 times its size).
@@ -274,40 +264,6 @@ pub(crate) struct PushBody<'a> {
     on_duplicate: Option<String>,
 }
 
-/// `json` without the whitespace between its tokens: borrowed when it has
-/// none.
-fn compact(json: &str) -> Cow<'_, [u8]> {
-    let bytes = json.as_bytes();
-    let (mut in_string, mut escaped) = (false, false);
-    let mut out: Option<Vec<u8>> = None;
-    for (i, &b) in bytes.iter().enumerate() {
-        let keep = if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            true
-        } else {
-            if b == b'"' {
-                in_string = true;
-            }
-            !matches!(b, b' ' | b'\t' | b'\n' | b'\r')
-        };
-        match (&mut out, keep) {
-            (Some(o), true) => o.push(b),
-            (None, false) => {
-                let mut o = Vec::with_capacity(bytes.len());
-                o.extend_from_slice(&bytes[..i]);
-                out = Some(o);
-            }
-            _ => {}
-        }
-    }
-    out.map_or(Cow::Borrowed(bytes), Cow::Owned)
-}
-
 /// The payload and options of one pushed job.
 fn push_of(body: PushBody<'_>) -> Result<(Cow<'_, [u8]>, PushOptions), ApiError> {
     let payload = match (body.payload, body.payload_base64) {
@@ -323,18 +279,7 @@ fn push_of(body: PushBody<'_>) -> Result<(Cow<'_, [u8]>, PushOptions), ApiError>
     let defaults = PushOptions::default();
     let backoff = match body.backoff {
         None => defaults.backoff,
-        Some(b) => match b.kind.as_str() {
-            "fixed" => Backoff::Fixed(Duration::from_millis(b.base_ms)),
-            "exponential" => Backoff::Exponential {
-                base: Duration::from_millis(b.base_ms),
-                max: Duration::from_millis(b.max_ms.unwrap_or(300_000)),
-            },
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "backoff kind {other:?}: use fixed or exponential"
-                )));
-            }
-        },
+        Some(b) => b.backoff().map_err(ApiError::bad_request)?,
     };
     let on_duplicate = match body.on_duplicate.as_deref() {
         None | Some("keep") => OnDuplicate::Keep,

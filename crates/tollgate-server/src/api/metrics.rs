@@ -1,5 +1,5 @@
-//! /metrics: the Prometheus text, and gathering its store-backed figures: every tracked gate and
-//! queue and every room, a bounded number at once, under one deadline per
+//! /metrics: the Prometheus text, and gathering its store-backed figures: every tracked gate,
+//! queue and schedule and every room, a bounded number at once, under one deadline per
 //! scrape (`metrics_timeout`, 1 s by default).
 //!
 //! Why at scrape time rather than from a cache refreshed in the
@@ -44,9 +44,10 @@ enum Source {
     Gate = 0,
     Room = 1,
     Queue = 2,
+    Schedule = 3,
 }
 
-const SOURCES: [&str; 3] = ["gate", "room", "queue"];
+const SOURCES: [&str; 4] = ["gate", "room", "queue", "schedule"];
 
 /// Gathers the store-backed figures into the recorder, giving up on what
 /// is not in by the deadline.
@@ -54,7 +55,7 @@ pub(crate) async fn gather(state: &AppState) {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + state.metrics_timeout;
     // Per source: figures asked for, answered, and failed or not answered.
-    let (mut asked, mut answered, mut failed) = ([0u64; 3], [0u64; 3], [0u64; 3]);
+    let (mut asked, mut answered, mut failed) = ([0u64; 4], [0u64; 4], [0u64; 4]);
     let mut work: Vec<BoxFuture<'_, (Source, bool)>> = Vec::new();
     for name in tracked(&state.gates) {
         asked[Source::Gate as usize] += 1;
@@ -75,6 +76,12 @@ pub(crate) async fn gather(state: &AppState) {
         asked[Source::Queue as usize] += 1;
         work.push(Box::pin(async move {
             (Source::Queue, scrape_queue(state, &name).await)
+        }));
+    }
+    for name in tracked(&state.schedules) {
+        asked[Source::Schedule as usize] += 1;
+        work.push(Box::pin(async move {
+            (Source::Schedule, scrape_schedule(state, &name).await)
         }));
     }
     let mut results = futures_util::stream::iter(work).buffer_unordered(CONCURRENCY);
@@ -253,5 +260,38 @@ pub(crate) async fn scrape_queue(state: &AppState, name: &str) -> bool {
         }
     }
 
+    true
+}
+
+/// One tracked schedule's gauges for /metrics, read from the store at
+/// scrape time: whether they were read. A deleted schedule keeps its last
+/// values.
+pub(crate) async fn scrape_schedule(state: &AppState, name: &str) -> bool {
+    let info = match tollgate::Schedules::new(&state.store).get(name).await {
+        Ok(Some(info)) => info,
+        Ok(None) => return true,
+        Err(e) => {
+            // Counted by the conversion.
+            let _ = ApiError::from(e);
+            return false;
+        }
+    };
+    let seconds = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
+    let last = info
+        .recent
+        .iter()
+        .rev()
+        .find(|t| !t.manual)
+        .map_or(0.0, |t| seconds(t.at));
+    let gauge = |metric: &'static str, v: f64| metrics::gauge!(metric, "schedule" => name.to_owned()).set(v);
+    gauge(
+        "tollgate_schedule_next_tick_timestamp_seconds",
+        info.next.map_or(0.0, seconds),
+    );
+    gauge("tollgate_schedule_last_tick_timestamp_seconds", last);
+    gauge("tollgate_schedule_paused", f64::from(u8::from(info.paused)));
     true
 }

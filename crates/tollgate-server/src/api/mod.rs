@@ -12,6 +12,7 @@ pub(crate) mod gates;
 pub(crate) mod jobs;
 pub(crate) mod limits;
 pub(crate) mod metrics;
+pub(crate) mod schedules;
 pub(crate) mod tickets;
 
 use std::time::Duration;
@@ -39,6 +40,9 @@ pub(crate) struct AppState {
     pub(crate) gates: Tracked,
     /// Job queues this server has served, for the per-queue series.
     pub(crate) queues: Tracked,
+    /// Schedules this server has configured, served or fired, for the
+    /// per-schedule series.
+    pub(crate) schedules: Tracked,
     /// Partition counts of the configured queues, and handles.
     pub(crate) queue_set: std::sync::Arc<jobs::Queues>,
     /// Configured and ad-hoc rate limiters.
@@ -68,8 +72,8 @@ impl std::fmt::Debug for AppState {
     }
 }
 
-/// At most this many gates (and as many queues) get their own series in
-/// /metrics.
+/// At most this many gates (and as many queues, and schedules) get their
+/// own series in /metrics.
 const TRACKED: usize = 1000;
 
 /// The router: every feature's routes, merged, behind the tokens and
@@ -81,6 +85,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(gates::routes())
         .merge(limits::routes())
         .merge(jobs::routes())
+        .merge(schedules::routes())
         .merge(crate::room::admin::routes());
     // Rate limiting runs after authentication: a caller without a token
     // is turned away without spending anyone's allowance.
@@ -270,12 +275,14 @@ pub(crate) fn tracked(set: &Tracked) -> Vec<String> {
         .collect()
 }
 
-/// Remembers `name` for the per-name series, up to TRACKED names each.
-pub(crate) fn track(set: &Tracked, name: &str) {
+/// Remembers `name` for the per-name series, up to TRACKED names each;
+/// whether it is tracked.
+pub(crate) fn track(set: &Tracked, name: &str) -> bool {
     let mut names = set.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if names.len() < TRACKED && !names.contains(name) {
         names.insert(name.to_owned());
     }
+    names.contains(name)
 }
 
 /// The API's OpenAPI 3 document, kept in docs/openapi.json.
@@ -317,6 +324,6 @@ async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        "no such route; the API lives under /v1/gates/{name}, /v1/queues/{queue}, /v1/limits/{name} and /v1/rooms/{room} (see docs/HTTP.md)",
+        "no such route; the API lives under /v1/gates/{name}, /v1/queues/{queue}, /v1/schedules/{name}, /v1/limits/{name} and /v1/rooms/{room} (see docs/HTTP.md)",
     )
 }

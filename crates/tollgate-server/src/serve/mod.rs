@@ -1,8 +1,10 @@
 //! `tollgate serve`: the HTTP/JSON service, on the embedded store unless
 //! `--redis` names one. [`run`] reads the settings, opens the store and
-//! what lives on it (queues, rooms, limits), starts the background tasks
+//! what lives on it (queues, schedules, rooms, limits), starts the
+//! background tasks (the sweeper, the schedules' firing)
 //! and hands the app to the [`listener`].
 
+mod firing;
 mod listener;
 mod settings;
 
@@ -44,6 +46,7 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
         ));
     }
     let room_names = check_config(&args)?;
+    check_schedules(&args).await?;
     let listeners = Listeners::bind(&args.listen, &args.proxy_listen, !room_names.is_empty()).await?;
     let store_kind = if args.redis.is_some() { "redis" } else { "memory" };
     listeners.announce(&room_names, store_kind);
@@ -105,6 +108,45 @@ fn check_config(args: &Settings) -> Result<Vec<String>, i32> {
     Ok(rooms.all().iter().map(|r| r.name().to_owned()).collect())
 }
 
+/// Checks the configured schedules as the store will (on a scratch
+/// embedded store), so a mistake is refused before anything listens.
+async fn check_schedules(args: &Settings) -> Result<(), i32> {
+    let scratch = tollgate::Schedules::new(&Store::memory());
+    for (name, spec) in &args.schedules {
+        if let Err(e) = scratch.upsert(name, spec).await {
+            return Err(usage(&format!("schedules.{name}: {e}")));
+        }
+    }
+    Ok(())
+}
+
+/// Creates or changes the configured schedules. One the config no longer
+/// names is left alone: servers of several config versions may share a
+/// store, and an older one must not delete what a newer one added.
+async fn apply_schedules(args: &Settings, store: &Store, tracked: &crate::api::Tracked) -> Result<(), i32> {
+    let schedules = tollgate::Schedules::new(store);
+    for (name, spec) in &args.schedules {
+        crate::api::track(tracked, name);
+        match schedules.upsert(name, spec).await {
+            Ok(done) => tracing::info!(schedule = name, result = ?done, "configured schedule applied"),
+            // The store refused it: a partitioned queue, say.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    tollgate::ErrorKind::InvalidInput | tollgate::ErrorKind::PartitionConflict
+                ) =>
+            {
+                eprintln!("tollgate: schedules.{name}: {e}");
+                return Err(exit::CONFIG);
+            }
+            Err(e) => {
+                tracing::warn!(schedule = name, error = %e, "could not apply the configured schedule now; the stored one stays")
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Opens the store (waiting for Redis as long as `wait_for_store` allows,
 /// each failure sent to `failed`) and what lives on it, starts the
 /// background tasks, and builds the app: its API and its rooms.
@@ -117,6 +159,8 @@ async fn open(
 ) -> Result<(axum::Router, Arc<Rooms>), i32> {
     let store = open_store(&args, &failed).await?;
     check_queues(&queue_set, &store).await?;
+    let scheduled = crate::api::Tracked::default();
+    apply_schedules(&args, &store, &scheduled).await?;
     let rooms = Arc::new(Rooms::new(&args.rooms, &store).map_err(room_failure)?);
     for room in rooms.all() {
         if let Err(e) = room.apply_config().await {
@@ -148,12 +192,15 @@ async fn open(
         tokio::spawn(async move { room.watch(stopping).await });
     }
     spawn_sweeper(&store, &queue_set, &metrics, args.memory_idle, stopping.clone());
+    // Every server fires: the store gives each tick to one of them.
+    firing::spawn(&store, scheduled.clone(), stopping.clone());
     let api = router(AppState {
         store,
         metrics,
         lateness: Default::default(),
         gates: Default::default(),
         queues: Default::default(),
+        schedules: scheduled,
         queue_set,
         limits: Arc::new(limits),
         rooms: rooms.clone(),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::api::jobs::QueueSettings;
 use crate::api::limits::{LimitSettings, ProtectSettings};
+use crate::api::schedules::ScheduleSettings;
 use crate::cli::{DurabilityArgs, ServeArgs};
 use crate::room::RoomSettings;
 
@@ -36,6 +37,9 @@ struct FileSettings {
     /// Job queues' settings: `[queues.NAME]`.
     #[serde(default)]
     queues: HashMap<String, QueueSettings>,
+    /// Schedules created or changed at start: `[schedules.NAME]`.
+    #[serde(default)]
+    schedules: HashMap<String, ScheduleSettings>,
     /// Waiting tickets one client may hold at once; 0: no cap.
     max_tickets_per_client: Option<usize>,
     /// How long /metrics may spend reading the store, e.g. "1s".
@@ -61,6 +65,8 @@ pub(super) struct Settings {
     pub(super) rooms: HashMap<String, RoomSettings>,
     pub(super) durability: DurabilityArgs,
     pub(super) queues: HashMap<String, QueueSettings>,
+    /// The configured schedules, checked, by name.
+    pub(super) schedules: Vec<(String, tollgate::ScheduleSpec)>,
     pub(super) max_tickets_per_client: usize,
     pub(super) metrics_timeout: Duration,
     pub(super) body_timeout: Duration,
@@ -131,7 +137,14 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
             toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
         }
     };
+    let mut schedules = file
+        .schedules
+        .iter()
+        .map(|(name, s)| Ok((name.clone(), s.spec(name)?)))
+        .collect::<Result<Vec<_>, String>>()?;
+    schedules.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Settings {
+        schedules,
         listen: address("listen", args.listen.or(file.listen), "127.0.0.1:7700")?,
         redis: args.redis.or(file.redis),
         prefix: args
@@ -226,6 +239,7 @@ mod tests {
             durable_replicas,
             durable_timeout,
             queues,
+            schedules,
             max_tickets_per_client,
             metrics_timeout,
             body_timeout,
@@ -257,6 +271,7 @@ mod tests {
             "durable_replicas",
             "durable_timeout",
             "[queues.NAME]",
+            "[schedules.NAME]",
             "max_tickets_per_client",
             "metrics_timeout",
             "body_timeout",
@@ -290,6 +305,28 @@ mod tests {
 
         let QueueSettings { partitions } = queues.values().next().expect("a [queues.NAME]").clone();
         assert!(partitions >= 1);
+
+        let ScheduleSettings {
+            when,
+            zone,
+            queue,
+            payload,
+            priority,
+            max_attempts,
+            backoff,
+            misfire,
+            max_catch_up,
+            start,
+            end,
+            jitter,
+            paused,
+        } = schedules.values().next().expect("a [schedules.NAME]").clone();
+        assert!(!when.is_empty() && zone.is_some() && !queue.is_empty() && payload.is_some());
+        assert!(priority.is_some() && max_attempts.is_some() && backoff.is_some() && misfire.is_some());
+        assert!(max_catch_up.is_some() && start.is_some() && end.is_some() && jitter.is_some());
+        assert!(paused.is_some());
+        let (name, settings) = schedules.iter().next().expect("a [schedules.NAME]");
+        settings.spec(name).expect("the example schedule is valid");
 
         let RoomSettings {
             upstream,
