@@ -496,7 +496,9 @@ fn three_workers_with_schedules_run_each_tick_once() {
         "not consecutive: {ticks:?}"
     );
     assert_eq!(stats()["acked"].as_u64(), Some(count as u64));
-    // Each push was logged once, by whichever worker made it.
+    // Each push was logged once, by whichever worker made it; the tick
+    // fired ahead (up to a second before it was due) when the pause came
+    // was logged and then taken back by the pause, so never ran.
     let fired: usize = logs
         .iter()
         .map(|log| {
@@ -507,7 +509,10 @@ fn three_workers_with_schedules_run_each_tick_once() {
                 .count()
         })
         .sum();
-    assert_eq!(fired, count, "{logs:?}");
+    assert!(
+        fired == count || fired == count + 1,
+        "{fired} fired, {count} ran: {logs:?}"
+    );
 }
 
 /// What a stub server saw: method, path and body of each request.
