@@ -745,8 +745,9 @@ pub(crate) enum BenchTarget {
     /// the flood against a baseline without it (status_flood).
     Flood,
     /// --schedules schedules on --redis, each every --every, fired by
-    /// --firers processes for --seconds: every tick pushed exactly once,
-    /// the due-to-push lag, the firers' CPU, Redis memory per schedule.
+    /// --firers processes for --seconds while --workers consumers claim
+    /// the jobs: every tick pushed exactly once, the push lag, tick to
+    /// claim, the firers' and Redis's CPU, Redis memory per schedule.
     Schedules,
 }
 

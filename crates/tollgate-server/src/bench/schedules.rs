@@ -26,6 +26,23 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Redis's CPU time so far (user + system, seconds), from `INFO cpu`.
+async fn redis_cpu_seconds(url: &str) -> Option<f64> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await.ok()?;
+    let field = |name: &str| {
+        info.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(':')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    Some(field("used_cpu_user")? + field("used_cpu_sys")?)
+}
+
 /// This process's CPU time so far (user + system), from /proc.
 fn cpu_seconds() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
@@ -155,6 +172,16 @@ async fn lead(args: &BenchArgs) -> i32 {
         return exit::SOFTWARE;
     }
 
+    // Idle: created, none fired yet (so no history).
+    let keys = schedule_keys(&queue);
+    let idle_bytes = memory_usage(url, &keys).await;
+    // S, Z and H one by one; the index's buckets together.
+    let mut idle_by_key = Vec::new();
+    for key in &keys[..3] {
+        idle_by_key.push(memory_usage(url, std::slice::from_ref(key)).await.unwrap_or(0));
+    }
+    idle_by_key.push(memory_usage(url, &keys[3..]).await.unwrap_or(0));
+
     // The firers run from now until the window's end plus a margin.
     let fire_for = Duration::from_millis(window_end + 3000 - now_ms());
     let exe = match std::env::current_exe() {
@@ -181,18 +208,43 @@ async fn lead(args: &BenchArgs) -> i32 {
         }
     }
 
-    // Idle: after the firers' first passes stored every next tick, before
-    // any fired.
-    tokio::time::sleep(Duration::from_millis(
-        window_start.saturating_sub(now_ms() + 1500),
-    ))
-    .await;
-    let keys = schedule_keys(&queue);
-    let idle_bytes = memory_usage(url, &keys).await;
-    let mut idle_by_key = Vec::new();
-    for key in &keys {
-        idle_by_key.push(memory_usage(url, std::slice::from_ref(key)).await.unwrap_or(0));
-    }
+    // Consumers claim each job as soon as it is due, as workers would:
+    // from a tick to its job's claim is what a user waits.
+    let consumers_n = args.workers.min(256);
+    let consumers: Vec<_> = (0..consumers_n)
+        .map(|_| {
+            let q = JobQueue::new(&store, &queue);
+            let until = Instant::now() + fire_for;
+            tokio::spawn(async move {
+                let q = q?;
+                let mut late_ms = Vec::new();
+                while Instant::now() < until {
+                    let jobs = q.next_many(100, Duration::from_millis(500)).await?;
+                    let claimed = now_ms();
+                    for job in &jobs {
+                        let tick = job.id.rsplit_once('@').and_then(|(_, t)| t.parse::<u64>().ok());
+                        if let Some(tick) = tick.filter(|t| (window_start..=window_end).contains(t)) {
+                            late_ms.push(claimed.saturating_sub(tick) as f64);
+                        }
+                    }
+                    let acks: Vec<(&str, u64)> = jobs.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+                    if !acks.is_empty() {
+                        q.ack_many(&acks).await?;
+                    }
+                }
+                Ok::<Vec<f64>, tollgate::Error>(late_ms)
+            })
+        })
+        .collect();
+
+    // Redis's share of the window.
+    tokio::time::sleep(Duration::from_millis(window_start.saturating_sub(now_ms()))).await;
+    let redis_cpu0 = redis_cpu_seconds(url).await;
+    tokio::time::sleep(Duration::from_millis(window_end.saturating_sub(now_ms()))).await;
+    let redis_cpu_pct = match (redis_cpu0, redis_cpu_seconds(url).await) {
+        (Some(a), Some(b)) => Some(round3(100.0 * (b - a) / args.seconds.as_secs_f64())),
+        _ => None,
+    };
 
     let mut outputs = Vec::new();
     for child in children {
@@ -209,7 +261,31 @@ async fn lead(args: &BenchArgs) -> i32 {
         }
     }
     let history_bytes = memory_usage(url, &keys).await;
+    let mut claim_late = Vec::new();
+    for c in consumers {
+        match c.await {
+            Ok(Ok(late)) => claim_late.extend(late),
+            Ok(Err(e)) => {
+                eprintln!("tollgate: a consumer: {e}");
+                return exit::UNAVAILABLE;
+            }
+            Err(e) => {
+                eprintln!("tollgate: a consumer: {e}");
+                return exit::SOFTWARE;
+            }
+        }
+    }
 
+    let expected: HashSet<String> = (0..n)
+        .flat_map(|i| {
+            let anchor = (i as u64 % every_s) * 1000;
+            let first = window_start + (anchor + every_ms - window_start % every_ms) % every_ms;
+            let run = &run;
+            (first..=window_end)
+                .step_by(every_ms as usize)
+                .map(move |t| format!("b{run}-{i}@{t}"))
+        })
+        .collect();
     let (mut seen, mut fired_total, mut lags, mut errors) = (HashSet::new(), 0usize, Vec::new(), 0u64);
     let mut firers = Vec::new();
     for out in &outputs {
@@ -221,14 +297,15 @@ async fn lead(args: &BenchArgs) -> i32 {
             }
         };
         let fired: Vec<String> = serde_json::from_value(v["fired"].clone()).unwrap_or_default();
+        let lags_us: Vec<u64> = serde_json::from_value(v["lags_us"].clone()).unwrap_or_default();
+        // The lag of the window's ticks (not of the start-up's).
+        for (id, us) in fired.iter().zip(lags_us) {
+            if expected.contains(id) {
+                lags.push(us as f64 / 1000.0);
+            }
+        }
         fired_total += fired.len();
         seen.extend(fired);
-        lags.extend(
-            serde_json::from_value::<Vec<u64>>(v["lags_us"].clone())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|us| us as f64 / 1000.0),
-        );
         errors += v["errors"].as_u64().unwrap_or(0);
         let (cpu, wall) = (
             v["cpu_s"].as_f64().unwrap_or(0.0),
@@ -236,21 +313,16 @@ async fn lead(args: &BenchArgs) -> i32 {
         );
         firers.push(json!({"ticks": v["fired"].as_array().map_or(0, Vec::len), "cpu_pct": round3(100.0 * cpu / wall)}));
     }
-    let expected: HashSet<String> = (0..n)
-        .flat_map(|i| {
-            let anchor = (i as u64 % every_s) * 1000;
-            let first = window_start + (anchor + every_ms - window_start % every_ms) % every_ms;
-            let run = &run;
-            (first..=window_end)
-                .step_by(every_ms as usize)
-                .map(move |t| format!("b{run}-{i}@{t}"))
-        })
-        .collect();
     let missed = expected.difference(&seen).count();
     let queued = match JobQueue::new(&store, &queue) {
-        Ok(q) => q.stats().await.map(|st| st.ready + st.delayed).unwrap_or(0),
+        Ok(q) => q.stats().await.map(|st| st.pushed).unwrap_or(0),
         Err(_) => 0,
     };
+    let by_key: Vec<serde_json::Value> = ["S", "Z", "H", "index"]
+        .iter()
+        .zip(&idle_by_key)
+        .map(|(k, b)| json!({"key": k, "bytes": round3(*b as f64 / n as f64)}))
+        .collect();
     let per = |bytes: Option<i64>| bytes.map(|b| round3(b as f64 / n as f64));
     println!(
         "{}",
@@ -260,6 +332,8 @@ async fn lead(args: &BenchArgs) -> i32 {
             "every_s": every_s,
             "ticks_per_s": round3(n as f64 / every_s as f64),
             "firers": firers,
+            "consumers": consumers_n,
+            "redis_cpu_pct_in_window": redis_cpu_pct,
             "window_s": args.seconds.as_secs_f64(),
             "create_s": round3(create_s),
             "expected_ticks": expected.len(),
@@ -267,14 +341,18 @@ async fn lead(args: &BenchArgs) -> i32 {
             "duplicates": fired_total - seen.len(),
             "missed": missed,
             "fired_in_window": seen.intersection(&expected).count(),
-            "jobs_in_queue": queued,
+            "jobs_pushed": queued,
             "jobs_match_fired": queued == seen.len() as u64,
             "errors": errors,
-            "lag_ms_p50": quantile(&mut lags, 0.5).map(round3),
-            "lag_ms_p99": quantile(&mut lags, 0.99).map(round3),
-            "lag_ms_max": quantile(&mut lags, 1.0).map(round3),
+            "push_lag_ms_p50": quantile(&mut lags, 0.5).map(round3),
+            "push_lag_ms_p99": quantile(&mut lags, 0.99).map(round3),
+            "push_lag_ms_max": quantile(&mut lags, 1.0).map(round3),
+            "tick_to_claim_ms_p50": quantile(&mut claim_late, 0.5).map(round3),
+            "tick_to_claim_ms_p99": quantile(&mut claim_late, 0.99).map(round3),
+            "tick_to_claim_ms_max": quantile(&mut claim_late, 1.0).map(round3),
+            "claimed_in_window": claim_late.len(),
             "redis_bytes_per_idle_schedule": per(idle_bytes),
-            "idle_bytes_by_key": keys.iter().zip(&idle_by_key).map(|(k, b)| json!({"key": k, "per_schedule": round3(*b as f64 / n as f64)})).collect::<Vec<_>>(),
+            "idle_bytes_per_schedule_by_key": by_key,
             "redis_bytes_per_schedule_with_history": per(history_bytes),
         })
     );
@@ -288,12 +366,10 @@ async fn lead(args: &BenchArgs) -> i32 {
 /// is theirs: one field each).
 fn schedule_keys(queue: &str) -> Vec<String> {
     let base = format!("tollgate:jobs:{{{queue}}}:");
-    vec![
-        format!("{base}S"),
-        format!("{base}Z"),
-        format!("{base}H"),
-        "tollgate:schedules:{index}:n".to_owned(),
-    ]
+    vec![format!("{base}S"), format!("{base}Z"), format!("{base}H")]
+        .into_iter()
+        .chain((0..256).map(|b| format!("tollgate:schedules:{{index}}:n:{b}")))
+        .collect()
 }
 
 fn rand_tag() -> u32 {

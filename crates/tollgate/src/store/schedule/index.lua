@@ -1,6 +1,8 @@
 -- index.lua: which queue each schedule lives with, and which queues have
--- schedules. Both keys share one hash tag (one slot on a cluster).
---   KEYS[1] HASH  schedule name -> queue name
+-- schedules. Every key shares one hash tag (one slot on a cluster).
+--   KEYS[1] HASH  schedule name -> queue name, for the names of one of
+--                 256 buckets (CRC-16 of the name; redis.rs picks it), so
+--                 each stays a small listpack
 --   KEYS[2] SET   queues that have (or had) schedules; firing processes
 --                 look for due ticks in each. A queue stays listed after
 --                 its last schedule goes: removing it cannot be made

@@ -202,9 +202,14 @@ impl Queue {
     pub(crate) fn schedule_fire(&mut self, fires: &[Fire<'_>], now: u64) -> (Vec<FireOutcome>, usize) {
         let why = refused(self);
         let mut woken = 0;
+        // A name twice in one call: only its first entry may fire.
+        let mut named = std::collections::HashSet::new();
         let outcomes = fires
             .iter()
             .map(|fire| {
+                if !named.insert(fire.name) {
+                    return FireOutcome::Stale;
+                }
                 let Some(mut r) = self.schedules.records.get(fire.name).cloned() else {
                     return FireOutcome::Stale;
                 };

@@ -192,24 +192,29 @@ if op == 'fire' then
   --        is pushed). A job is due at its run-at, so a tick fired ahead
   --        waits in the delayed set until then.
   local why = refused()
-  local out, a = {now}, 5
-  -- One sequence range for every tick of the call (s counts pushes).
-  local total, b = 0, 5
-  for _ = 1, tonumber(ARGV[4]) do
-    local k = tonumber(ARGV[b + 9])
-    total, b = total + k, b + 10 + 2 * k
-  end
-  local seq = 0
-  if total > 0 and not why then seq = redis.call('HINCRBY', KM, 's', total) - total end
-  for _ = 1, tonumber(ARGV[4]) do
+  -- First which schedules are still as the client read them, then one
+  -- sequence range for all their ticks (s counts pushes), then the pushes.
+  -- A name twice in one call: only its first entry may fire.
+  local checked, total, a, named = {}, 0, 5, {}
+  for i = 1, tonumber(ARGV[4]) do
     local name, k = ARGV[a], tonumber(ARGV[a + 9])
-    local s = read(name)
+    local s = not named[name] and read(name)
+    named[name] = true
     local ok = s and not s.paused and s.rev == tonumber(ARGV[a + 1]) and s.next == tonumber(ARGV[a + 2])
     for j = 0, k - 1 do
       if tonumber(ARGV[a + 10 + 2 * j]) > now + LOOKAHEAD then ok = false end
     end
-    local pushed = 0
-    if ok then
+    checked[i] = {a = a, k = k, s = ok and s or nil}
+    if ok then total = total + k end
+    a = a + 10 + 2 * k
+  end
+  local seq = 0
+  if total > 0 and not why then seq = redis.call('HINCRBY', KM, 's', total) - total end
+  local out = {now}
+  for _, c in ipairs(checked) do
+    local a, k, s, pushed = c.a, c.k, c.s, 0
+    if s then
+      local name = ARGV[a]
       if not why and k > 0 then
         local payload, fired = payload_of(s), {}
         for j = 0, k - 1 do
@@ -226,9 +231,8 @@ if op == 'fire' then
       s.next, s.from = tonumber(ARGV[a + 3]), 0
       write(name, s)
     end
-    out[#out + 1] = ok and (why or 1) or 0
+    out[#out + 1] = s and (why or 1) or 0
     out[#out + 1] = pushed
-    a = a + 10 + 2 * k
   end
   place_ready()
   return out
