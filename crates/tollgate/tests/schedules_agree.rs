@@ -43,7 +43,7 @@ enum Op {
 #[derive(Debug, PartialEq)]
 enum Answer {
     Upserted(Upserted),
-    Info(Option<ScheduleInfo>),
+    Info(Option<Box<ScheduleInfo>>),
     List(Vec<ScheduleInfo>),
     Flag(bool),
     Triggered(Option<String>),
@@ -108,7 +108,10 @@ fn normal(mut info: ScheduleInfo) -> ScheduleInfo {
 async fn apply(s: &Schedules, op: &Op) -> Answer {
     let answer = match op {
         Op::Upsert(n, spec) => s.upsert(NAMES[*n], spec).await.map(Answer::Upserted),
-        Op::Get(n) => s.get(NAMES[*n]).await.map(|i| Answer::Info(i.map(normal))),
+        Op::Get(n) => s
+            .get(NAMES[*n])
+            .await
+            .map(|i| Answer::Info(i.map(|i| Box::new(normal(i))))),
         Op::List => s
             .list()
             .await
