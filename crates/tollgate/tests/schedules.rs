@@ -525,3 +525,104 @@ on_both_stores!(manual_clock:
     start_and_end_bound_the_ticks,
     bad_input_is_refused_with_the_field,
 );
+
+/// DST nights end to end on the memory store's hand-moved clock (no
+/// sleeps): schedules in Berlin (a zone with DST), Kolkata (none) and UTC
+/// fired minute by minute through the night, then every job counted. The
+/// rules themselves are tested without a store in `schedule_when.rs`.
+mod dst {
+    use super::*;
+    use tollgate::ManualClock;
+
+    /// Fires every schedule of `specs` through the 6 hours from `from_ms`
+    /// (both ends included), a pass every 60 s, and returns each
+    /// schedule's ticks.
+    async fn night(from_ms: u64, specs: &[(&str, &str)]) -> BTreeMap<String, Vec<u64>> {
+        let clock = ManualClock::new(from_ms);
+        let ts = TestStore {
+            store: tollgate::Store::memory_with_clock(std::sync::Arc::new(clock.clone())),
+            clock: Some(clock.clone()),
+            server: None,
+            cluster: None,
+            sentinel: None,
+        };
+        let s = Schedules::new(&ts.store);
+        for (name, when) in specs {
+            let spec = ScheduleSpec::new(When::parse(when).expect("when"), "night");
+            s.upsert(name, &spec).await.expect("create");
+        }
+        for minute in 0..=6 * 60 {
+            if minute > 0 {
+                clock.advance(Duration::from_secs(60));
+            }
+            let report = s.fire_due().await.expect("fire");
+            assert!(
+                report.missed.is_empty(),
+                "fired every minute, nothing missed: {report:?}"
+            );
+        }
+        let jobs = drain(&ts, "night").await;
+        specs
+            .iter()
+            .map(|(name, _)| (name.to_string(), ticks_of(&jobs, name)))
+            .collect()
+    }
+
+    const MIN: u64 = 60_000;
+
+    fn every(ticks: &[u64], step: u64) -> bool {
+        ticks.windows(2).all(|w| w[1] - w[0] == step)
+    }
+
+    #[tokio::test]
+    async fn spring_forward() {
+        // 2026-03-28T22:00Z (23:00 CET) to 04:00Z (06:00 CEST); Berlin
+        // jumps from 02:00 to 03:00 CEST at 01:00Z.
+        let start = 1_774_735_200_000;
+        let t = night(
+            start,
+            &[
+                ("berlin-0230", "TZ=Europe/Berlin 30 2 * * *"),
+                ("berlin-15m", "TZ=Europe/Berlin */15 * * * *"),
+                ("kolkata-0530", "TZ=Asia/Kolkata 30 5 * * *"),
+                ("utc-0230", "30 2 * * *"),
+                ("every-30m", "every 30m"),
+            ],
+        )
+        .await;
+        // 02:30 does not exist: once, when the gap ends (03:00 CEST).
+        assert_eq!(t["berlin-0230"], [1_774_746_000_000]);
+        // Every quarter hour of elapsed time, the jump changes nothing.
+        assert_eq!(t["berlin-15m"].len(), 25);
+        assert!(every(&t["berlin-15m"], 15 * MIN), "{:?}", t["berlin-15m"]);
+        // 05:30 IST is 00:00Z; 02:30 UTC is 02:30Z.
+        assert_eq!(t["kolkata-0530"], [1_774_742_400_000]);
+        assert_eq!(t["utc-0230"], [1_774_751_400_000]);
+        assert_eq!(t["every-30m"].len(), 13);
+        assert!(every(&t["every-30m"], 30 * MIN));
+    }
+
+    #[tokio::test]
+    async fn fall_back() {
+        // 2026-10-24T22:00Z (00:00 CEST) to 04:00Z (05:00 CET); Berlin
+        // goes back from 03:00 CEST to 02:00 CET at 01:00Z, so 02:00 to
+        // 03:00 comes twice.
+        let start = 1_792_879_200_000;
+        let t = night(
+            start,
+            &[
+                ("berlin-0230", "TZ=Europe/Berlin 30 2 * * *"),
+                ("berlin-15m", "TZ=Europe/Berlin */15 * * * *"),
+                ("berlin-hourly", "TZ=Europe/Berlin @hourly"),
+            ],
+        )
+        .await;
+        // 02:30 comes twice: fired once, at its first pass (CEST, 00:30Z).
+        assert_eq!(t["berlin-0230"], [1_792_888_200_000]);
+        // Both passes of the repeated hour fire for wildcard hours.
+        assert_eq!(t["berlin-15m"].len(), 25);
+        assert!(every(&t["berlin-15m"], 15 * MIN));
+        assert_eq!(t["berlin-hourly"].len(), 7);
+        assert!(every(&t["berlin-hourly"], 60 * MIN));
+    }
+}
