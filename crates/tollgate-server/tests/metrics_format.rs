@@ -10,42 +10,14 @@ mod serve_support;
 #[path = "../../tollgate/tests/support/mod.rs"]
 mod support;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use room_support::{Visitor, room_config, site, start};
 use serde_json::json;
-use serve_support::{Server, send};
+use serve_support::{Server, check_metrics, send};
 use support::RedisServer;
 
 const TOKEN: &str = "admin-token-0123456789";
-
-/// Runs the checker over `text`: its verdict and what it said.
-fn check(text: &str) -> (bool, String) {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let mut child = Command::new("python3")
-        .arg(format!("{root}/scripts/check-metrics.py"))
-        .arg(format!("{root}/docs/METRICS.md"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs (scripts/test installs prometheus-client)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write the text");
-    let out = child.wait_with_output().expect("checker");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), said)
-}
 
 /// The value of the one series named `series` exactly (labels included).
 fn value(text: &str, series: &str) -> Option<f64> {
@@ -89,7 +61,7 @@ async fn by_the_book(redis: Option<&str>) {
     let config = room_config(upstream, 5, "[limits.api]\nrate = \"10/min\"\n");
     let s = start(&dir, &config, redis);
     let text = serve_everything_then_scrape(&s).await;
-    let (ok, said) = check(&text);
+    let (ok, said) = check_metrics(&text);
     assert!(ok, "{said}\n\n{text}");
     // What the checker cannot know: the figures are there and true.
     let commit = text
@@ -154,7 +126,7 @@ fn the_checker_refuses_a_split_histogram() {
                 tollgate_queue_lateness_seconds_bucket{queue=\"q\",le=\"0.001\"} 0\n\
                 # TYPE tollgate_queue_lateness_seconds_sum gauge\n\
                 tollgate_queue_lateness_seconds_sum{queue=\"q\"} 0.2\n";
-    let (ok, said) = check(text);
+    let (ok, said) = check_metrics(text);
     assert!(!ok, "{said}");
     assert!(said.contains("no HELP"), "{said}");
     assert!(said.contains("is not in docs/METRICS.md"), "{said}");
@@ -165,7 +137,7 @@ fn the_checker_refuses_a_split_histogram() {
                     tollgate_room_wait_seconds_bucket{le=\"+Inf\"} 1\n\
                     tollgate_room_wait_seconds_sum 0.1\n\
                     tollgate_room_wait_seconds_count 1\n";
-    let (ok, said) = check(unsorted);
+    let (ok, said) = check_metrics(unsorted);
     assert!(!ok, "{said}");
     assert!(said.contains("le out of order"), "{said}");
 }

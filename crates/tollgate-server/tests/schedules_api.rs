@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use serve_support::{Server, send};
+use serve_support::{Server, check_metrics, send};
 use support::RedisServer;
 
 fn now_ms() -> u64 {
@@ -42,35 +42,6 @@ fn tick_of(name: &str, id: &str) -> u64 {
     id.strip_prefix(&format!("{name}@"))
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("{id} is not a tick of {name}"))
-}
-
-/// Runs scripts/check-metrics.py over a /metrics text: its verdict and
-/// what it said.
-fn check_metrics(text: &str) -> (bool, String) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let mut child = Command::new("python3")
-        .arg(format!("{root}/scripts/check-metrics.py"))
-        .arg(format!("{root}/docs/METRICS.md"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs (scripts/test installs prometheus-client)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write the text");
-    let out = child.wait_with_output().expect("checker");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), said)
 }
 
 /// `tollgate_schedule_fired_total{schedule="<name>"}` of one server (0

@@ -73,7 +73,7 @@ pub(crate) const FAMILIES: &[Family] = &[
     family( "tollgate_queue_lateness_seconds", Histogram, "queue", "How late each job became ready after its due time, every promotion since the queue was created (kept in the store, so servers sharing it agree)."),
     family( "tollgate_queue_recent_lateness_seconds", Gauge, "queue, quantile", "Lateness of the last 200 promotions: quantile 0.5, 0.99 and 1 (the most)."),
     family( "tollgate_schedule_fired_total", Counter, "schedule", "Ticks this server fired (pushed the tick's job); each tick is fired by one server only."),
-    family( "tollgate_schedule_lag_seconds", Histogram, "schedule", "From each tick this server fired to the push of its job, by the store's clock."),
+    family( "tollgate_schedule_lag_seconds", Histogram, "schedule", "From each tick this server fired to the push of its job, by the store's clock: 0 for a tick fired ahead (up to a second before it is due, the usual case), above 0 only for a tick fired late (after downtime or an overload)."),
     family( "tollgate_schedule_missed_ticks_total", Counter, "schedule", "Ticks that came due while no server fired them and that the misfire policy dropped, counted by the server that found them."),
     family( "tollgate_schedule_refused_total", Counter, "schedule", "Firings of the schedule this server saw its queue refuse (a partitioned queue, or a replaced partition layout)."),
     family( "tollgate_schedule_next_tick_timestamp_seconds", Gauge, "schedule", "The schedule's next tick, Unix seconds (0: paused, or no tick left), read from the store at scrape time."),

@@ -112,22 +112,12 @@ impl Place {
                 Ok((result.to_owned(), self.get(name).await?))
             }
             Place::Remote(server) => {
-                let (when, zone) = when_and_zone(&spec.when);
-                let mut body = json!({
-                    "when": when,
-                    "queue": spec.queue,
-                    "priority": spec.priority,
-                    "max_attempts": spec.max_attempts,
-                    "backoff": backoff_json(&spec.backoff),
-                    "misfire": spec.misfire.to_string(),
-                    "max_catch_up": spec.max_catch_up,
-                    "start_ms": spec.start.map(ms),
-                    "end_ms": spec.end.map(ms),
-                    "jitter_ms": spec.jitter.as_millis() as u64,
-                    "paused": spec.paused,
-                });
-                if let Some(zone) = zone {
-                    body["zone"] = json!(zone);
+                let mut body = spec_json(spec);
+                // An interval has no zone: the field is left out.
+                if body["zone"].is_null()
+                    && let Some(fields) = body.as_object_mut()
+                {
+                    fields.remove("zone");
                 }
                 match text.and_then(|t| serde_json::from_str::<Value>(t).ok()) {
                     Some(v) => body["payload"] = v,
@@ -238,12 +228,10 @@ fn backoff_json(b: &Backoff) -> Value {
     }
 }
 
-/// A stored schedule as the HTTP API shows it.
-fn view(info: &ScheduleInfo) -> Value {
-    let spec = &info.spec;
+/// A spec's fields as the HTTP API takes and shows them (no payload).
+fn spec_json(spec: &ScheduleSpec) -> Value {
     let (when, zone) = when_and_zone(&spec.when);
-    let mut v = json!({
-        "name": info.name,
+    json!({
         "when": when,
         "zone": zone,
         "queue": spec.queue,
@@ -255,12 +243,22 @@ fn view(info: &ScheduleInfo) -> Value {
         "start_ms": spec.start.map(ms),
         "end_ms": spec.end.map(ms),
         "jitter_ms": spec.jitter.as_millis() as u64,
-        "paused": info.paused,
-        "next_ms": info.next.map(ms),
-        "recent": info.recent.iter().map(|t| json!({
-            "job_id": t.job_id, "at_ms": ms(t.at), "manual": t.manual,
-        })).collect::<Vec<_>>(),
-    });
+        "paused": spec.paused,
+    })
+}
+
+/// A stored schedule as the HTTP API shows it.
+fn view(info: &ScheduleInfo) -> Value {
+    let spec = &info.spec;
+    let mut v = spec_json(spec);
+    v["name"] = json!(info.name);
+    v["paused"] = json!(info.paused);
+    v["next_ms"] = json!(info.next.map(ms));
+    v["recent"] = info
+        .recent
+        .iter()
+        .map(|t| json!({"job_id": t.job_id, "at_ms": ms(t.at), "manual": t.manual}))
+        .collect();
     // The payload as JSON when it is JSON, else its bytes in base64 (the
     // API's two forms).
     match serde_json::from_slice::<Value>(&spec.payload) {

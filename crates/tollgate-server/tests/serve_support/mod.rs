@@ -139,3 +139,31 @@ pub async fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
     let body = resp.json::<Value>().await.unwrap_or(Value::Null);
     (status, body)
 }
+
+/// Runs scripts/check-metrics.py over a /metrics text: its verdict and
+/// what it said.
+pub fn check_metrics(text: &str) -> (bool, String) {
+    use std::io::Write;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut child = Command::new("python3")
+        .arg(format!("{root}/scripts/check-metrics.py"))
+        .arg(format!("{root}/docs/METRICS.md"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs (scripts/test installs prometheus-client)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write the text");
+    let out = child.wait_with_output().expect("checker");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
