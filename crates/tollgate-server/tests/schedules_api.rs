@@ -436,13 +436,13 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
     .await;
     assert_eq!(st, 201, "{v}");
     let mut seen = Seen::default();
-    // ~12 s with three servers firing.
+    // ~20 s with three servers firing, then ~10 s with two: 30 s in all.
     seen.watch(
         &c,
         servers[0].as_ref().expect("up"),
         "beat",
         "beats",
-        Duration::from_secs(12),
+        Duration::from_secs(20),
     )
     .await;
     // Just after a tick's job is in: every tick so far was fired by
@@ -465,7 +465,7 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
         "{before:?} for {:?} and {waiting} ahead",
         seen.ticks
     );
-    assert!(seen.ticks.len() >= 10, "{:?}", seen.ticks);
+    assert!(seen.ticks.len() >= 18, "{:?}", seen.ticks);
     // The next tick: which server fired it? Kill that one at once.
     after_next_second(300).await;
     seen.poll(&c, servers[0].as_ref().expect("up"), "beat", "beats", false)
@@ -488,7 +488,7 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
         servers[watcher].as_ref().expect("up"),
         "beat",
         "beats",
-        Duration::from_secs(6),
+        Duration::from_secs(8),
     )
     .await;
     after_next_second(350).await;
@@ -503,7 +503,7 @@ async fn three_servers_on_one_redis_fire_each_tick_once_even_when_one_is_killed(
         n
     };
     let ticks_since = seen.ticks.range(killed_after + 1..).count() as u64;
-    assert!(ticks_since >= 5, "{:?}", seen.ticks);
+    assert!(ticks_since >= 7, "{:?}", seen.ticks);
     // The killed server's tick fired ahead was still delivered (it is in
     // the consecutive run); the two left pushed every tick after it once.
     let waiting = ahead(&c, servers[watcher].as_ref().expect("up"), "beats").await;
