@@ -17,8 +17,8 @@ use futures_util::future::{join_all, select_all};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::jobs::{
-    Cancelled, CompletedJob, DeadJob, Job, JobQueue, Nacked, PushOptions, Pushed, QueueStats, Retry,
-    check_max, sleep_until,
+    Cancelled, CompletedJob, DeadJob, Job, JobInfo, JobPage, JobQueue, JobState, MAX_JOB_LIST, Nacked,
+    PushOptions, Pushed, QueueStats, Retry, check_max, sleep_until,
 };
 use crate::name::{Name, new_id};
 use crate::store::Store;
@@ -700,5 +700,54 @@ impl ShardedJobQueue {
             total.lateness_sum += s.lateness_sum;
         }
         Ok(total)
+    }
+}
+
+/// Looking jobs up (see [`JobQueue::get`] and [`JobQueue::list`]).
+impl ShardedJobQueue {
+    /// Job `id` as it stands, from the partition of its id.
+    pub async fn get(&self, id: &str) -> Result<Option<JobInfo>> {
+        self.checked(false).await?;
+        self.part(id).get(id).await
+    }
+
+    /// Up to `limit` jobs in `state`: partition 0's in its order, then
+    /// partition 1's, and so on (one atomic read per partition a page
+    /// touches; no order across partitions). The cursor is
+    /// `<partition>.<the partition's cursor>`, and gives the same
+    /// guarantee as one queue's within each partition.
+    pub async fn list(&self, state: JobState, cursor: Option<&str>, limit: usize) -> Result<JobPage> {
+        if limit == 0 || limit > MAX_JOB_LIST {
+            return Err(Error::invalid(format!(
+                "a listing takes 1 to {MAX_JOB_LIST} jobs"
+            )));
+        }
+        let (mut i, mut inner) = match cursor {
+            None => (0, None),
+            Some(c) => {
+                let bad = || Error::invalid(format!("bad cursor {c:?}: pass the `next` of a listing"));
+                let (i, rest) = c.split_once('.').ok_or_else(bad)?;
+                let i: usize = i.parse().map_err(|_| bad())?;
+                if i >= self.parts.len() {
+                    return Err(bad());
+                }
+                (i, Some(rest).filter(|r| !r.is_empty()))
+            }
+        };
+        self.checked(false).await?;
+        let mut jobs = Vec::new();
+        while i < self.parts.len() {
+            let page = self.parts[i].list(state, inner, limit - jobs.len()).await?;
+            jobs.extend(page.jobs);
+            if let Some(next) = page.next {
+                return Ok(JobPage {
+                    jobs,
+                    next: Some(format!("{i}.{next}")),
+                });
+            }
+            i += 1;
+            inner = None;
+        }
+        Ok(JobPage { jobs, next: None })
     }
 }

@@ -746,6 +746,9 @@ mod realtime;
 #[path = "job_queue/sharded.rs"]
 mod sharded;
 
+#[path = "job_queue/lookup.rs"]
+mod lookup;
+
 /// Records written before they were bucketed (all in one `:d` hash) are
 /// still claimed, then acked, and do not linger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

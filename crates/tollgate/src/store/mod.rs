@@ -377,6 +377,28 @@ impl Store {
         }
     }
 
+    /// Job `id` of queue `q` as it stands (read only).
+    pub(crate) async fn job_get(&self, q: &Name, id: &str) -> Result<Option<jobs::RawInfo>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_get(q, id)),
+            Backend::Redis(s) => Box::pin(s.job_get(q, id)).await,
+        }
+    }
+
+    /// Up to `limit` jobs of queue `q` in `state`, from `from` (read only).
+    pub(crate) async fn job_list(
+        &self,
+        q: &Name,
+        state: jobs::RawState,
+        from: Option<&jobs::ListFrom<'_>>,
+        limit: usize,
+    ) -> Result<Vec<jobs::RawInfo>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_list(q, state, from, limit)),
+            Backend::Redis(s) => Box::pin(s.job_list(q, state, from, limit)).await,
+        }
+    }
+
     pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.job_replay(q, id)),

@@ -288,6 +288,62 @@ if op == 'done' then
   return listed(redis.call('ZREVRANGE', KC, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES'), false)
 end
 
+-- Lookups (`get`, `list`; memory.rs: `Queue::info`, `Queue::list`). Read
+-- only: a record still in the pre-bucket KD is read there, not moved, and
+-- nothing is promoted, so a delayed job past its due time, or a running
+-- one past its lease, reads so until the next claim or stats moves it.
+-- States: 1 ready (r), 2 delayed (w), 3 running (f), 4 dead (x),
+-- 5 completed (c). A cancelled job is gone: unknown.
+local LOOKUP_SETS, PREVIEW = {KR, KW, KF, KX, KC}, 256
+
+-- Job `id`'s row, in `state` at `score`: {id, state, score (whole), prio,
+-- max attempts, attempts, fence ('' unless running), last error ('' none),
+-- payload bytes, the payload's first PREVIEW bytes}; nil without a record.
+local function looked_up(id, state, score)
+  local v = redis.call('HGET', bucket(id), id) or redis.call('HGET', KD, id)
+  if not v then return nil end
+  local nl = string.find(v, '\n', 1, true)
+  local seq, prio, max = string.match(string.sub(v, 1, nl - 1), '^(%d+),(%d+),(%d+),')
+  if not seq then prio, max = 0, 5 end
+  return {id, state, string.format('%d', tonumber(score)), tonumber(prio), tonumber(max),
+          tonumber(redis.call('HGET', KN, id)) or 0, state == 3 and redis.call('HGET', KL, id) or '',
+          redis.call('HGET', KE, id) or '', #v - nl, string.sub(v, nl + 1, nl + PREVIEW)}
+end
+
+if op == 'get' then
+  -- ARGV: 4 id. Reply: the job's row, or {} if unknown.
+  local id = ARGV[4]
+  for state, key in ipairs(LOOKUP_SETS) do
+    local score = redis.call('ZSCORE', key, id)
+    if score then return looked_up(id, state, score) or {} end
+  end
+  return {}
+end
+
+if op == 'list' then
+  -- ARGV: 4 state (1..5), 5 limit, 6 cursor score ('' from the start), 7
+  -- cursor id. Resumes right after the cursor's job if it is still there
+  -- at that score, else at the first job scored that or more (so a job
+  -- that stays is never skipped; ties are in id order, as in memory).
+  -- Reply: rows (see looked_up) in the set's order, at most limit.
+  local state = tonumber(ARGV[4])
+  local key, limit, start = LOOKUP_SETS[state], tonumber(ARGV[5]), 0
+  if ARGV[6] ~= '' then
+    local at = redis.call('ZSCORE', key, ARGV[7])
+    if at and tonumber(at) == tonumber(ARGV[6]) then
+      start = redis.call('ZRANK', key, ARGV[7]) + 1
+    else
+      start = redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[6])
+    end
+  end
+  local out = {}
+  local rows = redis.call('ZRANGE', key, start, start + limit - 1, 'WITHSCORES')
+  for i = 1, #rows, 2 do
+    for _, x in ipairs(looked_up(rows[i], state, rows[i + 1]) or {}) do out[#out + 1] = x end
+  end
+  return out
+end
+
 -- The dead jobs a replay or purge names: ARGV[4], or every one if ''.
 local function dead_named()
   if ARGV[4] == '' then return redis.call('ZRANGE', KX, 0, -1) end

@@ -187,3 +187,50 @@ pub(crate) const LATENESS_BOUNDS_MS: [u64; 13] =
 pub(crate) fn wake_key(queue: &crate::name::Name) -> String {
     format!("job-queue/{}", queue.as_str())
 }
+
+/// A job's state, as `job_get` and `job_list` see it (jobs.lua: the
+/// sorted set that holds it: r, w, f, x, c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RawState {
+    Ready,
+    Delayed,
+    Running,
+    Dead,
+    Completed,
+}
+
+/// The most payload bytes a lookup answers (the rest is only counted).
+pub(crate) const PREVIEW_BYTES: usize = 256;
+
+/// What the store knows of one job (`job_get`, a row of `job_list`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawInfo {
+    pub(crate) id: String,
+    pub(crate) state: RawState,
+    /// The job's score in its state's sorted set, whole (ready:
+    /// (255 - prio) * 2^44 + seq; otherwise a store time in ms): the
+    /// listing's cursor.
+    pub(crate) score: u64,
+    pub(crate) priority: u8,
+    pub(crate) max_attempts: u32,
+    pub(crate) attempts: u32,
+    /// Running: the fence of the current delivery.
+    pub(crate) fence: Option<u64>,
+    pub(crate) last_error: Option<String>,
+    pub(crate) payload_size: u64,
+    /// The payload's first PREVIEW_BYTES bytes.
+    pub(crate) preview: Vec<u8>,
+}
+
+/// Where a listing resumes: after the job `id` at `score`, or (if that job
+/// left the state or moved) at the first job scored `score` or more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ListFrom<'a> {
+    pub(crate) score: u64,
+    pub(crate) id: &'a str,
+}
+
+/// The score of a ready job (jobs.lua: `ready_score`).
+pub(crate) fn ready_score(prio: u8, seq: u64) -> u64 {
+    u64::from(255 - prio) * (1 << 44) + seq
+}

@@ -6,8 +6,8 @@ use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::{
-    CancelOutcome, Claim, ClaimOutcome, Extend, LATENESS_BOUNDS_MS, Layout, Nack, NackOutcome, PushOutcome,
-    PushReq, RawDead, RawDone, RawJob, RawStats, RescheduleOutcome, When,
+    CancelOutcome, Claim, ClaimOutcome, Extend, LATENESS_BOUNDS_MS, Layout, ListFrom, Nack, NackOutcome,
+    PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState, RawStats, RescheduleOutcome, When,
 };
 
 impl RedisStore {
@@ -222,6 +222,30 @@ impl RedisStore {
         })
     }
 
+    /// Job `id` as it stands (`get` in jobs.lua: read only).
+    pub(crate) async fn job_get(&self, q: &Name, id: &str) -> Result<Option<RawInfo>> {
+        let v: Vec<redis::Value> = self.run_jobs(q, "get", id).await?;
+        if v.is_empty() {
+            return Ok(None);
+        }
+        listing("get", &v, INFO_WIDTH, info_row).map(|mut rows| rows.pop())
+    }
+
+    /// Up to `limit` jobs in `state`, in its sorted set's order, from
+    /// `from` (`list` in jobs.lua: read only).
+    pub(crate) async fn job_list(
+        &self,
+        q: &Name,
+        state: RawState,
+        from: Option<&ListFrom<'_>>,
+        limit: usize,
+    ) -> Result<Vec<RawInfo>> {
+        let (score, id) = from.map_or((String::new(), ""), |f| (f.score.to_string(), f.id));
+        let args = (state_code(state), limit.max(1), score, id);
+        let v: Vec<redis::Value> = self.run_jobs(q, "list", args).await?;
+        listing("list", &v, INFO_WIDTH, info_row)
+    }
+
     pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         let r: Vec<i64> = self.run_jobs(q, "replay", id.unwrap_or("")).await?;
         Ok(r.first().copied().unwrap_or(0).max(0) as u64)
@@ -334,4 +358,51 @@ fn when_args(when: When) -> (i64, i64) {
         When::Delay(d) => (d as i64, 0),
         When::At(at) => (-1, at as i64),
     }
+}
+
+/// The values of one job's row in a `get` or `list` reply.
+const INFO_WIDTH: usize = 10;
+
+/// A state as jobs.lua numbers it (its LOOKUP_SETS).
+fn state_code(state: RawState) -> i64 {
+    match state {
+        RawState::Ready => 1,
+        RawState::Delayed => 2,
+        RawState::Running => 3,
+        RawState::Dead => 4,
+        RawState::Completed => 5,
+    }
+}
+
+/// One row of a `get` or `list` reply (`looked_up` in jobs.lua).
+fn info_row(row: &[redis::Value]) -> Option<RawInfo> {
+    let [id, state, score, prio, max, attempts, fence, error, size, preview] = row else {
+        return None;
+    };
+    let state = match value::<i64>(state)? {
+        1 => RawState::Ready,
+        2 => RawState::Delayed,
+        3 => RawState::Running,
+        4 => RawState::Dead,
+        5 => RawState::Completed,
+        _ => return None,
+    };
+    let fence = value::<String>(fence)?;
+    let error = value::<String>(error)?;
+    Some(RawInfo {
+        id: value(id)?,
+        state,
+        score: value::<String>(score)?.parse().ok()?,
+        priority: u8::try_from(value::<i64>(prio)?).ok()?,
+        max_attempts: u32::try_from(value::<i64>(max)?).ok()?,
+        attempts: u32::try_from(value::<i64>(attempts)?).ok()?,
+        fence: if fence.is_empty() {
+            None
+        } else {
+            Some(fence.parse().ok()?)
+        },
+        last_error: Some(error).filter(|e| !e.is_empty()),
+        payload_size: u64::try_from(value::<i64>(size)?).ok()?,
+        preview: value(preview)?,
+    })
 }

@@ -1,0 +1,254 @@
+//! Looking jobs up: one job by id (`get`) and the jobs of a state by pages
+//! (`list`), on one queue and through the partitions of a sharded one.
+
+use super::*;
+use std::collections::HashSet;
+use tollgate::{JobInfo, JobQueue, JobState, ShardedJobQueue};
+
+fn prio(priority: u8, id: &str) -> PushOptions {
+    PushOptions {
+        id: Some(id.to_owned()),
+        priority,
+        ..PushOptions::default()
+    }
+}
+
+async fn get(q: &JobQueue, id: &str) -> JobInfo {
+    q.get(id)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("job {id} is known"))
+}
+
+/// Every state is reached and reported, with what the store knows of the
+/// job there; a cancelled job and one never pushed are unknown.
+async fn each_state_is_reported(ts: TestStore) {
+    let q = queue(&ts).keep_completed(10, Duration::from_secs(3600)).unwrap();
+    q.push("run", &prio(9, "run")).await.unwrap();
+    let running = claim(&q).await;
+    let dies = PushOptions {
+        max_attempts: 1,
+        ..prio(9, "dead")
+    };
+    q.push("x", &dies).await.unwrap();
+    let job = claim(&q).await;
+    let died = q
+        .nack_with_error(&job.id, job.fence, Retry::Backoff, "boom")
+        .await;
+    assert_eq!(died.unwrap(), Nacked::Dead);
+    q.push("ok", &prio(9, "done")).await.unwrap();
+    let job = claim(&q).await;
+    q.ack(&job.id, job.fence).await.unwrap();
+    let big = "é".repeat(150); // 300 bytes
+    q.push(&big, &prio(3, "ready")).await.unwrap();
+    let delayed = PushOptions {
+        id: Some("later".into()),
+        ..later(3_600_000)
+    };
+    q.push("soon", &delayed).await.unwrap();
+    q.push("gone", &with_id("cancelled")).await.unwrap();
+    assert_eq!(q.cancel("cancelled").await.unwrap(), Cancelled::Cancelled);
+
+    let r = get(&q, "ready").await;
+    assert_eq!(
+        (r.state, r.attempts, r.priority, r.max_attempts, r.fence, r.at),
+        (JobState::Ready, 0, 3, 5, None, None)
+    );
+    assert_eq!(r.payload_size, 300);
+    assert_eq!(r.payload_preview, &big.as_bytes()[..tollgate::JOB_PREVIEW_BYTES]);
+    let d = get(&q, "later").await;
+    assert_eq!((d.state, d.attempts, d.fence), (JobState::Delayed, 0, None));
+    assert!(d.at.expect("its due time") > std::time::SystemTime::UNIX_EPOCH);
+    assert_eq!((d.payload_size, d.payload_preview.as_slice()), (4, &b"soon"[..]));
+    let run = get(&q, "run").await;
+    assert_eq!(
+        (run.state, run.attempts, run.fence),
+        (JobState::Running, 1, Some(running.fence))
+    );
+    assert_eq!(run.at, Some(running.lease_until), "running: its lease's end");
+    let dead = get(&q, "dead").await;
+    assert_eq!(
+        (
+            dead.state,
+            dead.attempts,
+            dead.max_attempts,
+            dead.last_error.as_deref()
+        ),
+        (JobState::Dead, 1, 1, Some("boom"))
+    );
+    let done = get(&q, "done").await;
+    assert_eq!(
+        (done.state, done.attempts, done.fence),
+        (JobState::Completed, 0, None)
+    );
+    assert!(done.at.is_some() && dead.at.is_some());
+    assert_eq!(q.get("cancelled").await.unwrap(), None, "a cancelled job is gone");
+    assert_eq!(q.get("never").await.unwrap(), None);
+
+    for (state, id) in [
+        (JobState::Ready, "ready"),
+        (JobState::Delayed, "later"),
+        (JobState::Running, "run"),
+        (JobState::Dead, "dead"),
+        (JobState::Completed, "done"),
+    ] {
+        let page = q.list(state, None, 10).await.unwrap();
+        let ids: Vec<&str> = page.jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(ids, [id], "{state}");
+        assert_eq!(page.jobs[0], get(&q, id).await, "a row is the job's lookup");
+        assert_eq!(page.next, None);
+    }
+    // Looking up changed nothing.
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.ready, s.delayed, s.in_flight, s.dead, s.completed),
+        (1, 1, 1, 1, 1)
+    );
+}
+
+/// Walks every page of `state` with `limit`; the ids in order.
+async fn walk(q: &JobQueue, state: JobState, limit: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = q.list(state, cursor.as_deref(), limit).await.unwrap();
+        assert!(page.jobs.len() <= limit);
+        ids.extend(page.jobs.into_iter().map(|j| j.id));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return ids,
+        }
+    }
+}
+
+/// Pages visit every job once, in the state's order (ready: the claim
+/// order); jobs that share a score (delayed to the same time) are paged
+/// through too; a cursor whose job left resumes without skipping any job
+/// that stayed.
+async fn paging_visits_every_job_once(ts: TestStore) {
+    let q = queue(&ts);
+    let ready: Vec<(String, PushOptions)> = (0..23)
+        .map(|i| (format!("r{i}"), prio((i % 3) as u8, &format!("r{i:02}"))))
+        .collect();
+    q.push_many(&ready).await.unwrap();
+    let delayed: Vec<(String, PushOptions)> = (0..17)
+        .map(|i| {
+            let options = PushOptions {
+                id: Some(format!("d{i:02}")),
+                ..later(3_600_000)
+            };
+            (format!("d{i}"), options)
+        })
+        .collect();
+    q.push_many(&delayed).await.unwrap();
+
+    let mut claim_order: Vec<(u8, usize, String)> = (0..23)
+        .map(|i| (2 - (i % 3) as u8, i, format!("r{i:02}")))
+        .collect();
+    claim_order.sort();
+    let expected: Vec<String> = claim_order.into_iter().map(|(_, _, id)| id).collect();
+    for limit in [1, 5, 23, 100] {
+        assert_eq!(walk(&q, JobState::Ready, limit).await, expected, "limit {limit}");
+    }
+    let mut ids = walk(&q, JobState::Delayed, 4).await;
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (17, 17), "{ids:?}");
+    ids.sort();
+    assert_eq!(ids, (0..17).map(|i| format!("d{i:02}")).collect::<Vec<_>>());
+
+    // The cursor's job leaves before the next page: nothing that stayed
+    // is skipped.
+    let page = q.list(JobState::Delayed, None, 5).await.unwrap();
+    let last = page.jobs.last().unwrap().id.clone();
+    assert_eq!(q.cancel(&last).await.unwrap(), Cancelled::Cancelled);
+    let seen: HashSet<String> = page.jobs.iter().map(|j| j.id.clone()).collect();
+    let mut rest = walk_from(&q, JobState::Delayed, page.next.clone(), 5).await;
+    rest.extend(seen);
+    let rest: HashSet<String> = rest.into_iter().collect();
+    assert_eq!(rest.len(), 17, "every job seen, the cancelled one before it left");
+
+    // A page at the end of an empty state, and of a queue never written.
+    assert_eq!(walk(&q, JobState::Dead, 10).await, Vec::<String>::new());
+    let blank = JobQueue::new(&ts.store, "blank").unwrap();
+    assert!(
+        blank
+            .list(JobState::Ready, None, 10)
+            .await
+            .unwrap()
+            .jobs
+            .is_empty()
+    );
+    assert!(!blank.exists().await.unwrap(), "a lookup creates nothing");
+}
+
+async fn walk_from(q: &JobQueue, state: JobState, mut cursor: Option<String>, limit: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    while let Some(c) = cursor {
+        let page = q.list(state, Some(&c), limit).await.unwrap();
+        ids.extend(page.jobs.into_iter().map(|j| j.id));
+        cursor = page.next;
+    }
+    ids
+}
+
+/// Bad states, limits and cursors are refused as bad input.
+async fn bad_lookups_are_refused(ts: TestStore) {
+    let q = queue(&ts);
+    let invalid =
+        |r: Result<_, tollgate::Error>| r.map(|_| ()).unwrap_err().kind() == ErrorKind::InvalidInput;
+    assert!(invalid("bogus".parse::<JobState>().map(|_| ())));
+    assert_eq!("dead".parse::<JobState>().unwrap(), JobState::Dead);
+    assert!(invalid(q.list(JobState::Dead, None, 0).await.map(|_| ())));
+    assert!(invalid(q.list(JobState::Dead, None, 1001).await.map(|_| ())));
+    for cursor in ["", "x", "12", "x.id", "12.", "-1.id"] {
+        assert!(
+            invalid(q.list(JobState::Dead, Some(cursor), 10).await.map(|_| ())),
+            "{cursor:?}"
+        );
+    }
+    assert!(invalid(q.get("").await.map(|_| ())));
+    let s = ShardedJobQueue::new(&ts.store, "sq", 3).unwrap();
+    for cursor in ["", "3.", "x.1.id", "0.x"] {
+        assert!(
+            invalid(s.list(JobState::Dead, Some(cursor), 10).await.map(|_| ())),
+            "{cursor:?}"
+        );
+    }
+}
+
+/// Through a sharded queue: a job is found in its partition, and pages
+/// go through every partition, each job once.
+async fn sharded_lookups_cover_every_partition(ts: TestStore) {
+    let q = ShardedJobQueue::new(&ts.store, "sq", 4).unwrap();
+    let jobs: Vec<(String, PushOptions)> = (0..30)
+        .map(|i| (format!("{i}"), with_id(&format!("j{i}"))))
+        .collect();
+    q.push_many(&jobs).await.unwrap();
+    let j = q.get("j7").await.unwrap().expect("j7");
+    assert_eq!(
+        (j.id.as_str(), j.state, j.payload_preview.as_slice()),
+        ("j7", JobState::Ready, &b"7"[..])
+    );
+    assert_eq!(q.get("j99").await.unwrap(), None);
+    for limit in [1, 7, 30, 1000] {
+        let mut ids = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = q.list(JobState::Ready, cursor.as_deref(), limit).await.unwrap();
+            ids.extend(page.jobs.into_iter().map(|j| j.id));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let unique: HashSet<&String> = ids.iter().collect();
+        assert_eq!((ids.len(), unique.len()), (30, 30), "limit {limit}: {ids:?}");
+    }
+}
+
+on_both_stores!(
+    manual_clock: each_state_is_reported,
+    paging_visits_every_job_once,
+    bad_lookups_are_refused,
+    sharded_lookups_cover_every_partition
+);
