@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tollgate::{
-    Cancelled, ErrorKind, Job, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, Retry, ShardedJobQueue,
-    Store,
+    Cancelled, ErrorKind, Job, JobInfo, JobState, Nacked, OnDuplicate, PushOptions, PushResult, Pushed,
+    Retry, ShardedJobQueue, Store,
 };
 
 use super::AppState;
@@ -167,6 +167,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/queues/{queue}/ack", limited(post(ack_batch), ACK_BODY_LIMIT))
         .route("/v1/queues/{queue}/completed", get(completed))
         .route("/v1/queues/{queue}/jobs/{id}", delete(cancel))
+        .route("/v1/queues/{queue}/jobs/{id}", get(show))
+        .route("/v1/queues/{queue}/jobs", get(list))
         .route("/v1/queues/{queue}/jobs/{id}/ack", post(ack))
         .route("/v1/queues/{queue}/jobs/{id}/nack", post(nack))
         .route("/v1/queues/{queue}/jobs/{id}/extend", post(extend))
@@ -739,6 +741,92 @@ pub(crate) async fn purge(
 ) -> Result<axum::Json<Value>, ApiError> {
     let n = queue(&state, &name, None)?.purge(body.id.as_deref()).await?;
     Ok(axum::Json(json!({"purged": n})))
+}
+
+/// A job as `GET /v1/queues/{queue}/jobs/{id}` and the listing answer
+/// it (the CLI prints the same): its state's time under that state's
+/// word elsewhere in the API (due_ms, lease_until_ms, died_ms, acked_ms),
+/// and a preview of the payload: its first bytes as text if they are
+/// UTF-8 (a character cut at the end dropped), else as base64.
+pub(crate) fn job_info_json(j: &JobInfo) -> Value {
+    let preview = &j.payload_preview;
+    let text = match std::str::from_utf8(preview) {
+        Ok(t) => Some(t),
+        // Only a character cut by the preview's end: the text before it.
+        Err(e) if e.error_len().is_none() && (preview.len() as u64) < j.payload_size => {
+            std::str::from_utf8(&preview[..e.valid_up_to()]).ok()
+        }
+        Err(_) => None,
+    };
+    let (encoding, shown) = match text {
+        Some(t) => ("utf8", t.to_owned()),
+        None => ("base64", STANDARD.encode(preview)),
+    };
+    let mut v = json!({
+        "id": j.id, "state": j.state.as_str(), "attempts": j.attempts, "max_attempts": j.max_attempts,
+        "priority": j.priority, "fence": j.fence, "last_error": j.last_error,
+        "payload_size": j.payload_size, "payload_preview": shown, "payload_preview_encoding": encoding,
+        "payload_truncated": (preview.len() as u64) < j.payload_size,
+    });
+    let at = match j.state {
+        JobState::Delayed => Some("due_ms"),
+        JobState::Running => Some("lease_until_ms"),
+        JobState::Dead => Some("died_ms"),
+        JobState::Completed => Some("acked_ms"),
+        _ => None,
+    };
+    if let (Some(field), Some(t)) = (at, j.at) {
+        v[field] = json!(ms(t));
+    }
+    v
+}
+
+/// `GET /v1/queues/{queue}/jobs/{id}`: one job as it stands (read only).
+/// 404 `job_not_found` for a job the store does not hold (never pushed,
+/// cancelled, purged, or acked without being kept).
+pub(crate) async fn show(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<axum::Json<Value>, ApiError> {
+    match queue(&state, &name, None)?.get(&id).await? {
+        Some(j) => Ok(axum::Json(job_info_json(&j))),
+        None => Err(not_found("job", &id, &name)),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    /// ready, delayed, running, dead or completed.
+    state: String,
+    /// A listing's `next`; the start if left out.
+    cursor: Option<String>,
+    /// 1 to 1,000. Default 100.
+    #[serde(default = "hundred")]
+    limit: usize,
+}
+
+/// `GET /v1/queues/{queue}/jobs?state=dead&cursor=…&limit=100`: a page of
+/// the jobs in one state, and the cursor of the next (null at the end).
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<ListQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let job_state: JobState = query.state.parse()?;
+    if query.limit == 0 || query.limit > tollgate::MAX_JOB_LIST {
+        return Err(ApiError::bad_request(format!(
+            "limit must be 1 to {}",
+            tollgate::MAX_JOB_LIST
+        )));
+    }
+    let q = queue(&state, &name, None)?;
+    let page = q.list(job_state, query.cursor.as_deref(), query.limit).await?;
+    if page.jobs.is_empty() && query.cursor.is_none() {
+        known(&state, &name, &q).await?;
+    }
+    let jobs: Vec<Value> = page.jobs.iter().map(job_info_json).collect();
+    Ok(axum::Json(json!({"jobs": jobs, "next": page.next})))
 }
 
 #[cfg(test)]
