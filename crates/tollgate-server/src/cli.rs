@@ -122,6 +122,17 @@ pub(crate) enum JobsCommand {
     /// Move a waiting job's due time. Prints {"id", "due_ms"}.
     #[command(after_help = jobs_exit_codes!("0 moved; 65 no such waiting job; 75 the job is being run (try later); "))]
     Reschedule(JobsRescheduleArgs),
+    /// One job as it stands, as JSON: its state (ready, delayed, running,
+    /// dead, completed), attempts, fence, its state's time, last error and
+    /// the first 256 bytes of its payload. A cancelled job is unknown.
+    #[command(after_help = jobs_exit_codes!("0 printed; 65 no such job; "))]
+    Show(JobsIdArgs),
+    /// The jobs in one state, in its order, as JSON lines (one page); if
+    /// there are more, a last line {"next": CURSOR} to pass as --cursor.
+    #[command(after_help = jobs_exit_codes!(
+        "0 printed (none: nothing printed); 64 also a bad --state, --limit or --cursor; 65 no such queue (it never held anything); "
+    ))]
+    List(JobsListArgs),
     /// Change the queue's number of partitions. Only an empty queue may
     /// (nothing ready, delayed, running or dead): stop its producers and
     /// workers first, and start them again with the new --partitions.
@@ -175,6 +186,22 @@ pub(crate) struct JobsIdArgs {
     /// The job's id.
     #[arg(value_name = "ID")]
     pub(crate) id: String,
+}
+
+/// One page of the jobs in a state.
+#[derive(Debug, Args)]
+pub(crate) struct JobsListArgs {
+    #[command(flatten)]
+    pub(crate) target: QueueTarget,
+    /// ready, delayed, running, dead or completed.
+    #[arg(long, value_name = "STATE")]
+    pub(crate) state: String,
+    /// At most this many (1 to 1000).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub(crate) limit: usize,
+    /// Where to start: the "next" of the page before.
+    #[arg(long, value_name = "CURSOR")]
+    pub(crate) cursor: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -126,3 +126,125 @@ async fn lookups_over_http_on_redis() {
     let s = Server::start(Some(&redis.url()));
     lookups_over_http(&s).await;
 }
+
+fn tollgate(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .env_remove("TOLLGATE_REDIS_URL")
+        .env("TOLLGATE_LOG", "warn")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run tollgate")
+}
+
+/// Its JSON lines; it must have exited 0.
+fn lines(out: &std::process::Output) -> Vec<Value> {
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// `jobs show` and `jobs list` with `--redis URL` or `--server URL`.
+fn show_and_list_from_the_cli(flag: &str, url: &str) {
+    let push = |id: &str, extra: &[&str]| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .env_remove("TOLLGATE_REDIS_URL")
+            .args(["jobs", "push", "cli", "--id", id, flag, url])
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("push");
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(id.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success());
+    };
+    for id in ["a", "b", "c"] {
+        push(id, &[]);
+    }
+    push("later", &["--delay", "1h"]);
+    let shown = lines(&tollgate(&["jobs", "show", "cli", "b", flag, url]));
+    assert_eq!(
+        (
+            shown[0]["id"].as_str(),
+            shown[0]["state"].as_str(),
+            shown[0]["payload_preview"].as_str()
+        ),
+        (Some("b"), Some("ready"), Some("b")),
+        "{shown:?}"
+    );
+    let later = lines(&tollgate(&["jobs", "show", "cli", "later", flag, url]));
+    assert_eq!(later[0]["state"], "delayed");
+
+    // Two pages of two: the first ends with the cursor of the second.
+    let first = lines(&tollgate(&[
+        "jobs", "list", "cli", "--state", "ready", "--limit", "2", flag, url,
+    ]));
+    assert_eq!(
+        (first[0]["id"].as_str(), first[1]["id"].as_str()),
+        (Some("a"), Some("b"))
+    );
+    let next = first[2]["next"]
+        .as_str()
+        .expect("a last line with the next cursor");
+    let second = lines(&tollgate(&[
+        "jobs", "list", "cli", "--state", "ready", "--limit", "2", "--cursor", next, flag, url,
+    ]));
+    assert_eq!(second.len(), 1, "the last page, without a cursor: {second:?}");
+    assert_eq!(second[0]["id"], "c");
+
+    // Exit codes: 65 for an unknown job or queue, 64 for bad input.
+    let code = |args: &[&str]| {
+        let mut all = vec!["jobs"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[flag, url]);
+        let out = tollgate(&all);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (c, err) = code(&["show", "cli", "nope"]);
+    assert_eq!(c, Some(65), "{err}");
+    assert!(err.contains("no job \"nope\""), "{err}");
+    assert_eq!(code(&["list", "nosuch", "--state", "dead"]).0, Some(65));
+    for bad in [
+        &["list", "cli", "--state", "bogus"][..],
+        &["list", "cli", "--state", "ready", "--limit", "0"],
+        &["list", "cli", "--state", "ready", "--limit", "1001"],
+        &["list", "cli", "--state", "ready", "--cursor", "zz"],
+        &["list", "cli"],
+    ] {
+        let (c, err) = code(bad);
+        assert_eq!(c, Some(64), "{bad:?}: {err}");
+    }
+}
+
+#[test]
+fn show_and_list_from_the_cli_on_redis() {
+    let redis = RedisServer::start();
+    show_and_list_from_the_cli("--redis", &redis.url());
+}
+
+#[test]
+fn show_and_list_from_the_cli_through_a_server() {
+    let server = Server::start(None);
+    show_and_list_from_the_cli("--server", &server.base);
+}
+
+#[test]
+fn show_and_list_help_ends_with_exit_codes() {
+    for cmd in ["show", "list"] {
+        let out = tollgate(&["jobs", cmd, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("Exit codes: 0 printed"), "{help}");
+        assert!(help.contains("65 no such"), "{help}");
+    }
+}

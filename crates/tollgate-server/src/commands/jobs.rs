@@ -13,8 +13,8 @@ use tollgate::{Backoff, Job, Nacked, OnDuplicate, PushOptions, Retry};
 
 use super::queue::Queue;
 use crate::cli::{
-    BackoffArgs, BackoffKind, JobsCommand, JobsCompletedArgs, JobsIdArgs, JobsPushArgs, JobsQueueArgs,
-    JobsRepartitionArgs, JobsReplayArgs, JobsRescheduleArgs, JobsWorkArgs,
+    BackoffArgs, BackoffKind, JobsCommand, JobsCompletedArgs, JobsIdArgs, JobsListArgs, JobsPushArgs,
+    JobsQueueArgs, JobsRepartitionArgs, JobsReplayArgs, JobsRescheduleArgs, JobsWorkArgs,
 };
 use crate::client::{Failure, usage};
 use crate::exit;
@@ -30,6 +30,8 @@ pub(crate) async fn run(command: JobsCommand) -> i32 {
         JobsCommand::Purge(a) => purge(a).await,
         JobsCommand::Cancel(a) => cancel(a).await,
         JobsCommand::Reschedule(a) => reschedule(a).await,
+        JobsCommand::Show(a) => show(a).await,
+        JobsCommand::List(a) => list(a).await,
         JobsCommand::Repartition(a) => repartition(a).await,
     };
     match done {
@@ -184,6 +186,31 @@ async fn completed(args: JobsCompletedArgs) -> Result<i32, Failure> {
     let q = Queue::open(&args.target, false).await?;
     for c in q.completed(args.limit).await? {
         println!("{c}");
+    }
+    Ok(0)
+}
+
+async fn show(args: JobsIdArgs) -> Result<i32, Failure> {
+    let q = Queue::open(&args.target, false).await?;
+    println!("{}", q.show(&args.id).await?);
+    Ok(0)
+}
+
+async fn list(args: JobsListArgs) -> Result<i32, Failure> {
+    let state: tollgate::JobState = args
+        .state
+        .parse()
+        .map_err(|e: tollgate::Error| usage(e.to_string()))?;
+    if args.limit == 0 || args.limit > tollgate::MAX_JOB_LIST {
+        return Err(usage(format!("--limit must be 1 to {}", tollgate::MAX_JOB_LIST)));
+    }
+    let q = Queue::open(&args.target, false).await?;
+    let (jobs, next) = q.list(state, args.cursor.as_deref(), args.limit).await?;
+    for j in jobs {
+        println!("{j}");
+    }
+    if let Some(next) = next {
+        println!("{}", json!({"next": next}));
     }
     Ok(0)
 }

@@ -392,6 +392,46 @@ impl Queue {
     }
 }
 
+/// Looking jobs up: printed as the API shows them (`job_info_json`).
+impl Queue {
+    /// One job as JSON; an unknown one is a failure (65).
+    pub(crate) async fn show(&self, id: &str) -> Result<Value, Failure> {
+        match self {
+            Queue::Local(q) => match q.get(id).await? {
+                Some(j) => Ok(crate::api::jobs::job_info_json(&j)),
+                None => Err(no_such(format!("no job {id:?} in queue {:?}", q.name()))),
+            },
+            Queue::Remote(r) => Ok(r.call(r.request(Method::GET, &r.job_path(id, ""))).await?.1),
+        }
+    }
+
+    /// One page of the jobs in `state`, and the cursor of the next.
+    pub(crate) async fn list(
+        &self,
+        state: tollgate::JobState,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Value>, Option<String>), Failure> {
+        match self {
+            Queue::Local(q) => {
+                let page = q.list(state, cursor, limit).await?;
+                if page.jobs.is_empty() && cursor.is_none() {
+                    known(q).await?;
+                }
+                let jobs = page.jobs.iter().map(crate::api::jobs::job_info_json).collect();
+                Ok((jobs, page.next))
+            }
+            Queue::Remote(r) => {
+                let after = cursor.map_or(String::new(), |c| format!("&cursor={}", segment(c)));
+                let path = format!("/jobs?state={state}&limit={limit}{after}");
+                let (_, v) = r.call(r.request(Method::GET, &path)).await?;
+                let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+                Ok((jobs, v["next"].as_str().map(str::to_owned)))
+            }
+        }
+    }
+}
+
 /// The jobs of a server's listing (`{"jobs": [...]}`): `fields` of each,
 /// and its payload as text.
 fn listed(v: &Value, fields: impl Fn(&Value) -> Value) -> Vec<Value> {
