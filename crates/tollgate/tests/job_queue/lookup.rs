@@ -167,6 +167,14 @@ async fn paging_visits_every_job_once(ts: TestStore) {
     let rest: HashSet<String> = rest.into_iter().collect();
     assert_eq!(rest.len(), 17, "every job seen, the cancelled one before it left");
 
+    // The same for ready jobs (scored by priority and push order).
+    let page = q.list(JobState::Ready, None, 4).await.unwrap();
+    let last = page.jobs.last().unwrap().id.clone();
+    assert_eq!(q.cancel(&last).await.unwrap(), Cancelled::Cancelled);
+    let mut ids: Vec<String> = page.jobs.iter().map(|j| j.id.clone()).collect();
+    ids.extend(walk_from(&q, JobState::Ready, page.next.clone(), 4).await);
+    assert_eq!(ids, expected, "in the claim order, each once");
+
     // A page at the end of an empty state, and of a queue never written.
     assert_eq!(walk(&q, JobState::Dead, 10).await, Vec::<String>::new());
     let blank = JobQueue::new(&ts.store, "blank").unwrap();
@@ -244,6 +252,36 @@ async fn sharded_lookups_cover_every_partition(ts: TestStore) {
         let unique: HashSet<&String> = ids.iter().collect();
         assert_eq!((ids.len(), unique.len()), (30, 30), "limit {limit}: {ids:?}");
     }
+}
+
+/// A record still in the old single `:d` hash is read there by a lookup,
+/// and left where it is (a lookup writes nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_reads_an_old_record_without_moving_it() {
+    let ts = TestStore::redis().await;
+    let redis = ts.server.as_ref().expect("redis");
+    let base = "tollgate:jobs:{old}";
+    redis.command(&[
+        "HSET",
+        &format!("{base}:d"),
+        "legacy",
+        "7,2,3,f,10,10\nold payload",
+    ]);
+    redis.command(&["HSET", &format!("{base}:m"), "s", "7"]);
+    redis.command(&["ZADD", &format!("{base}:r"), "7", "legacy"]);
+    let q = JobQueue::new(&ts.store, "old").expect("queue");
+    let j = q.get("legacy").await.unwrap().expect("found");
+    assert_eq!(
+        (j.state, j.priority, j.max_attempts, j.payload_preview.as_slice()),
+        (JobState::Ready, 2, 3, &b"old payload"[..])
+    );
+    let page = q.list(JobState::Ready, None, 10).await.unwrap();
+    assert_eq!(page.jobs, [j]);
+    assert_eq!(
+        redis.command(&["HEXISTS", &format!("{base}:d"), "legacy"]),
+        ::redis::Value::Int(1),
+        "still in the old hash"
+    );
 }
 
 on_both_stores!(
