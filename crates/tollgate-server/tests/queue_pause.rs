@@ -29,9 +29,16 @@ async fn pause_over_http(s: &Server) {
         json!({"job": null, "jobs": []})
     );
     let (st, stats) = send(c.get(url(""))).await;
-    assert_eq!((st, &stats["paused"], &stats["ready"]), (200, &json!(true), &json!(1)), "{stats}");
+    assert_eq!(
+        (st, &stats["paused"], &stats["ready"]),
+        (200, &json!(true), &json!(1)),
+        "{stats}"
+    );
     let text = s.metrics(None).await;
-    assert!(text.contains(r#"tollgate_queue_paused{queue="held"} 1"#), "{text}");
+    assert!(
+        text.contains(r#"tollgate_queue_paused{queue="held"} 1"#),
+        "{text}"
+    );
 
     // A claim waiting on the paused queue gets the job once it is resumed,
     // at once (not at its 1 s re-check).
@@ -50,12 +57,18 @@ async fn pause_over_http(s: &Server) {
     let ((st, j), at) = waiting.await.unwrap();
     assert_eq!((st, &j["job"]["id"]), (200, &json!("j1")), "{j}");
     let woke = at.duration_since(resumed);
-    assert!(woke < Duration::from_millis(300), "the claim came {woke:?} after the resume");
+    assert!(
+        woke < Duration::from_millis(300),
+        "the claim came {woke:?} after the resume"
+    );
     let (_, p) = send(c.post(url("/resume"))).await;
     assert_eq!(p, json!({"paused": false, "changed": false}));
     assert_eq!(send(c.get(url(""))).await.1["paused"], json!(false));
     let text = s.metrics(None).await;
-    assert!(text.contains(r#"tollgate_queue_paused{queue="held"} 0"#), "{text}");
+    assert!(
+        text.contains(r#"tollgate_queue_paused{queue="held"} 0"#),
+        "{text}"
+    );
 
     // Bad input: a queue name the API refuses.
     for action in ["pause", "resume"] {

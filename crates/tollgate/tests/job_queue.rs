@@ -746,7 +746,9 @@ async fn a_paused_queue_takes_pushes_but_hands_out_nothing(ts: TestStore) {
     let (acked, got) = q.ack_and_claim(&a.id, a.fence).await.unwrap();
     assert!(acked, "a running job is acked while paused");
     assert!(got.is_none(), "the claim part gets nothing");
-    q.nack(&b.id, b.fence, Retry::After(Duration::ZERO)).await.unwrap();
+    q.nack(&b.id, b.fence, Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
     ts.advance(Duration::from_millis(350)).await;
     none(&q).await;
     let s = q.stats().await.unwrap();

@@ -215,7 +215,10 @@ async fn replay(args: JobsReplayArgs) -> Result<i32, Failure> {
 async fn pause(args: JobsQueueArgs, pause: bool) -> Result<i32, Failure> {
     let q = Queue::open(&args.target, true).await?;
     let changed = q.set_paused(pause).await?;
-    println!("{}", json!({"queue": q.name(), "paused": pause, "changed": changed}));
+    println!(
+        "{}",
+        json!({"queue": q.name(), "paused": pause, "changed": changed})
+    );
     Ok(0)
 }
 

@@ -155,7 +155,10 @@ async fn a_resume_wakes_a_waiting_consumer(ts: TestStore) {
     let next = async move { waiting.next(Duration::from_secs(10)).await };
     let (job, woke) = woken_by(next, Duration::from_millis(300), q.resume()).await;
     assert_eq!(job.payload, b"held");
-    assert!(woke < Duration::from_millis(100), "woke {woke:?} after the resume");
+    assert!(
+        woke < Duration::from_millis(100),
+        "woke {woke:?} after the resume"
+    );
     q.ack(&job.id, job.fence).await.unwrap();
     let s = q.stats().await.unwrap();
     assert_eq!((s.claimed, s.acked, s.paused), (1, 1, false));

@@ -308,7 +308,9 @@ async fn batches_answer_per_job(ts: TestStore) {
 /// while paused, everything after.
 async fn pause_and_resume_every_partition(ts: TestStore) {
     let q = sharded(&ts, 4);
-    let jobs: Vec<(String, PushOptions)> = (0..40).map(|i| (format!("{i}"), with_id(&format!("j{i}")))).collect();
+    let jobs: Vec<(String, PushOptions)> = (0..40)
+        .map(|i| (format!("{i}"), with_id(&format!("j{i}"))))
+        .collect();
     q.push_many(&jobs).await.unwrap();
     assert!(q.pause().await.unwrap());
     assert!(!q.pause().await.unwrap());
