@@ -138,6 +138,17 @@ pub(crate) enum JobsCommand {
     /// workers first, and start them again with the new --partitions.
     #[command(after_help = jobs_exit_codes!("0 changed; 64 also when the queue still holds jobs; "))]
     Repartition(JobsRepartitionArgs),
+    /// Pause the queue: it still takes pushes, but workers get no jobs
+    /// (they wait) until it is resumed; jobs already running finish.
+    /// Prints {"queue", "paused": true, "changed"} (changed: false if it
+    /// was paused already).
+    #[command(after_help = jobs_exit_codes!("0 paused; "))]
+    Pause(JobsQueueArgs),
+    /// Resume a paused queue: waiting workers get its jobs at once. Prints
+    /// {"queue", "paused": false, "changed"} (changed: false if it was not
+    /// paused).
+    #[command(after_help = jobs_exit_codes!("0 resumed; "))]
+    Resume(JobsQueueArgs),
 }
 
 /// Which queue, and where.

@@ -212,6 +212,8 @@ pub struct QueueStats {
     pub lateness_buckets: Vec<u64>,
     /// The sum of those latenesses.
     pub lateness_sum: Duration,
+    /// Paused ([`JobQueue::pause`]): it takes pushes, hands out no jobs.
+    pub paused: bool,
 }
 
 impl QueueStats {
@@ -790,7 +792,23 @@ impl JobQueue {
             recent_lateness: s.lateness_ms.into_iter().map(Duration::from_millis).collect(),
             lateness_buckets: s.lateness_buckets,
             lateness_sum: Duration::from_millis(s.lateness_sum_ms),
+            paused: s.paused,
         })
+    }
+
+    /// Pauses the queue: it still takes pushes, and its jobs still come
+    /// due, but claims get nothing (consumers waiting in
+    /// [`JobQueue::next`] keep waiting) until [`JobQueue::resume`]. Jobs
+    /// already claimed run on: they can be acked, nacked and extended.
+    /// Answers whether it was running (false: already paused).
+    pub async fn pause(&self) -> Result<bool> {
+        self.store.job_pause(&self.name, true).await
+    }
+
+    /// Resumes a paused queue, waking the consumers waiting for its jobs.
+    /// Answers whether it was paused (false: it was running).
+    pub async fn resume(&self) -> Result<bool> {
+        self.store.job_pause(&self.name, false).await
     }
 }
 

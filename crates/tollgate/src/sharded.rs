@@ -698,8 +698,38 @@ impl ShardedJobQueue {
                 *t += n;
             }
             total.lateness_sum += s.lateness_sum;
+            total.paused |= s.paused;
         }
         Ok(total)
+    }
+
+    /// Pauses every partition ([`JobQueue::pause`]), one step per
+    /// partition (all at once, not atomically together: a consumer may
+    /// claim from a partition not yet paused). Answers whether any was
+    /// running. The stats read paused while any partition is.
+    pub async fn pause(&self) -> Result<bool> {
+        self.set_paused(true).await
+    }
+
+    /// Resumes every partition ([`JobQueue::resume`]), one step per
+    /// partition. Answers whether any was paused.
+    pub async fn resume(&self) -> Result<bool> {
+        self.set_paused(false).await
+    }
+
+    async fn set_paused(&self, pause: bool) -> Result<bool> {
+        self.checked(true).await?;
+        let mut changed = false;
+        let parts = self.parts.iter();
+        let all = if pause {
+            join_all(parts.map(JobQueue::pause)).await
+        } else {
+            join_all(parts.map(JobQueue::resume)).await
+        };
+        for r in all {
+            changed |= r?;
+        }
+        Ok(changed)
     }
 }
 

@@ -723,8 +723,64 @@ async fn a_queue_exists_once_pushed_to(ts: TestStore) {
     assert!(!other.exists().await.unwrap());
 }
 
+/// A paused queue takes pushes, and its delayed jobs come due, but
+/// claims get nothing; the jobs already running can still be acked,
+/// nacked and extended. Pause and resume answer whether they changed it.
+async fn a_paused_queue_takes_pushes_but_hands_out_nothing(ts: TestStore) {
+    let q = queue(&ts);
+    for p in ["a", "b"] {
+        q.push(p, &PushOptions::default()).await.unwrap();
+    }
+    let (a, b) = (claim(&q).await, claim(&q).await);
+    assert!(!q.stats().await.unwrap().paused);
+    assert!(!q.resume().await.unwrap(), "a running queue is not resumed");
+    assert!(q.pause().await.unwrap());
+    assert!(!q.pause().await.unwrap(), "pausing twice changes nothing");
+    assert!(q.stats().await.unwrap().paused);
+
+    q.push("c", &PushOptions::default()).await.unwrap();
+    q.push("d", &later(300)).await.unwrap();
+    none(&q).await;
+    assert!(q.claim_many(10).await.unwrap().is_empty());
+    q.extend(&a.id, a.fence, Duration::from_secs(60)).await.unwrap();
+    let (acked, got) = q.ack_and_claim(&a.id, a.fence).await.unwrap();
+    assert!(acked, "a running job is acked while paused");
+    assert!(got.is_none(), "the claim part gets nothing");
+    q.nack(&b.id, b.fence, Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    ts.advance(Duration::from_millis(350)).await;
+    none(&q).await;
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.ready, s.delayed, s.in_flight, s.acked), (3, 0, 0, 1));
+    assert!(s.paused);
+
+    assert!(q.resume().await.unwrap());
+    assert!(!q.resume().await.unwrap(), "resuming twice changes nothing");
+    assert!(!q.stats().await.unwrap().paused);
+    let jobs = q.claim_many(10).await.unwrap();
+    let mut got: Vec<_> = jobs.iter().map(|j| j.payload.clone()).collect();
+    got.sort();
+    assert_eq!(got, [b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]);
+}
+
+/// A pause alone makes the queue exist; it does not make a blank queue's
+/// stats read otherwise (but `paused`).
+async fn a_paused_queue_exists(ts: TestStore) {
+    let q = JobQueue::new(&ts.store, "quiet").unwrap();
+    assert!(!q.exists().await.unwrap());
+    assert!(q.pause().await.unwrap());
+    assert!(q.exists().await.unwrap());
+    let s = q.stats().await.unwrap();
+    assert!(s.paused);
+    assert!(s.is_blank());
+    assert!(q.resume().await.unwrap());
+}
+
 on_both_stores!(
     manual_clock: delayed_jobs_come_due_in_order,
+    a_paused_queue_takes_pushes_but_hands_out_nothing,
+    a_paused_queue_exists,
     a_queue_exists_once_pushed_to,
     a_dead_job_keeps_why_it_died,
     priority_then_push_order,

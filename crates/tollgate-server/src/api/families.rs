@@ -70,6 +70,7 @@ pub(crate) const FAMILIES: &[Family] = &[
     family("tollgate_queue_delayed", Gauge, "queue", "Jobs not yet due."),
     family( "tollgate_queue_in_flight", Gauge, "queue", "Jobs claimed and not yet acked."),
     family("tollgate_queue_dead", Gauge, "queue", "Dead letters kept."),
+    family( "tollgate_queue_paused", Gauge, "queue", "1 while the queue is paused (it takes pushes, hands out no jobs), else 0."),
     family( "tollgate_queue_lateness_seconds", Histogram, "queue", "How late each job became ready after its due time, every promotion since the queue was created (kept in the store, so servers sharing it agree)."),
     family( "tollgate_queue_recent_lateness_seconds", Gauge, "queue, quantile", "Lateness of the last 200 promotions: quantile 0.5, 0.99 and 1 (the most)."),
     family( "tollgate_schedule_fired_total", Counter, "schedule", "Ticks this server fired (pushed the tick's job); each tick is fired by one server only."),

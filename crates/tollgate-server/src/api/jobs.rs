@@ -176,6 +176,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/queues/{queue}/dead", get(dead))
         .route("/v1/queues/{queue}/dead/replay", post(replay))
         .route("/v1/queues/{queue}/dead/purge", post(purge))
+        .route("/v1/queues/{queue}/pause", post(pause))
+        .route("/v1/queues/{queue}/resume", post(resume))
 }
 
 fn queue(state: &AppState, name: &str, lease_ms: Option<u64>) -> Result<ShardedJobQueue, ApiError> {
@@ -668,7 +670,7 @@ pub(crate) async fn stats(
     Ok(axum::Json(json!({
         "queue": name, "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead, "completed": s.completed,
         "pushed": s.pushed, "claimed": s.claimed, "acked": s.acked, "retried": s.retried,
-        "dead_total": s.dead_total, "redelivered": s.redelivered,
+        "dead_total": s.dead_total, "redelivered": s.redelivered, "paused": s.paused,
         "recent_lateness_p50_ms": pick(0.5), "recent_lateness_p99_ms": pick(0.99),
         "recent_lateness_max_ms": pick(1.0),
     })))
@@ -827,6 +829,26 @@ pub(crate) async fn list(
     }
     let jobs: Vec<Value> = page.jobs.iter().map(job_info_json).collect();
     Ok(axum::Json(json!({"jobs": jobs, "next": page.next})))
+
+/// `POST /v1/queues/{queue}/pause`: the queue takes pushes but hands out
+/// no jobs until resumed. A queue not yet pushed to may be paused (it then
+/// exists).
+pub(crate) async fn pause(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let changed = queue(&state, &name, None)?.pause().await?;
+    Ok(axum::Json(json!({"paused": true, "changed": changed})))
+}
+
+/// `POST /v1/queues/{queue}/resume`: hands out jobs again, waking the
+/// consumers waiting in a claim.
+pub(crate) async fn resume(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let changed = queue(&state, &name, None)?.resume().await?;
+    Ok(axum::Json(json!({"paused": false, "changed": changed})))
 }
 
 #[cfg(test)]

@@ -239,6 +239,7 @@ pub(crate) async fn scrape_queue(state: &AppState, name: &str) -> bool {
     ] {
         metrics::gauge!(metric, &[label()]).set(v as f64);
     }
+    metrics::gauge!("tollgate_queue_paused", &[label()]).set(if s.paused { 1.0 } else { 0.0 });
     // Lateness of every promotion: the store keeps the bucket counts, so
     // servers sharing Redis agree. The exporter has no histogram it can
     // set outright, so /metrics renders this one itself.

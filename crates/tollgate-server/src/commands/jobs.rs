@@ -1,4 +1,4 @@
-//! `tollgate jobs push|work|stats|dead|completed|replay|purge|cancel|reschedule|repartition`;
+//! `tollgate jobs push|work|stats|dead|completed|replay|purge|cancel|reschedule|repartition|pause|resume`;
 //! `jobs work --schedules` also fires the store's schedules.
 
 use std::sync::Arc;
@@ -33,6 +33,8 @@ pub(crate) async fn run(command: JobsCommand) -> i32 {
         JobsCommand::Show(a) => show(a).await,
         JobsCommand::List(a) => list(a).await,
         JobsCommand::Repartition(a) => repartition(a).await,
+        JobsCommand::Pause(a) => pause(a, true).await,
+        JobsCommand::Resume(a) => pause(a, false).await,
     };
     match done {
         Ok(code) => code,
@@ -233,6 +235,17 @@ async fn replay(args: JobsReplayArgs) -> Result<i32, Failure> {
     let q = Queue::open(&args.target, true).await?;
     let n = q.replay(args.id.as_deref()).await?;
     println!("{}", json!({"replayed": n}));
+    Ok(0)
+}
+
+/// `jobs pause` (`pause`) and `jobs resume`.
+async fn pause(args: JobsQueueArgs, pause: bool) -> Result<i32, Failure> {
+    let q = Queue::open(&args.target, true).await?;
+    let changed = q.set_paused(pause).await?;
+    println!(
+        "{}",
+        json!({"queue": q.name(), "paused": pause, "changed": changed})
+    );
     Ok(0)
 }
 

@@ -267,7 +267,7 @@ impl Queue {
                     "queue": q.name(), "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
                     "dead": s.dead, "completed": s.completed, "pushed": s.pushed, "claimed": s.claimed,
                     "acked": s.acked, "retried": s.retried, "dead_total": s.dead_total,
-                    "redelivered": s.redelivered, "recent_lateness_p50_ms": pick(0.5),
+                    "redelivered": s.redelivered, "paused": s.paused, "recent_lateness_p50_ms": pick(0.5),
                     "recent_lateness_p99_ms": pick(0.99), "recent_lateness_max_ms": pick(1.0),
                 }))
             }
@@ -311,6 +311,21 @@ impl Queue {
                     .call(r.request(Method::POST, "/dead/replay").json(&body))
                     .await?;
                 Ok(v["replayed"].as_u64().unwrap_or(0))
+            }
+        }
+    }
+}
+
+impl Queue {
+    /// Pauses the queue (`pause`) or resumes it; whether that changed it.
+    pub(crate) async fn set_paused(&self, pause: bool) -> Result<bool, Failure> {
+        match self {
+            Queue::Local(q) if pause => Ok(q.pause().await?),
+            Queue::Local(q) => Ok(q.resume().await?),
+            Queue::Remote(r) => {
+                let path = if pause { "/pause" } else { "/resume" };
+                let (_, v) = r.call(r.request(Method::POST, path)).await?;
+                Ok(v["changed"].as_bool().unwrap_or(false))
             }
         }
     }

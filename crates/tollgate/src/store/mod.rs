@@ -420,6 +420,16 @@ impl Store {
         }
     }
 
+    /// Pauses queue `q` (`pause`: it takes pushes, claims get nothing) or
+    /// resumes it, waking its sleeping consumers. Answers whether that
+    /// changed it.
+    pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_pause(q, pause)),
+            Backend::Redis(s) => Box::pin(s.job_pause(q, pause)).await,
+        }
+    }
+
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.job_stats(q)),

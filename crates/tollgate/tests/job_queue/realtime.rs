@@ -145,8 +145,28 @@ async fn cancel_races_claim(ts: TestStore) {
     assert_eq!(claimed.len() + cancelled.len(), 2000);
 }
 
+/// A consumer waiting on a paused queue is not handed the jobs pushed to
+/// it; a resume wakes it at once (not its 1 s re-check).
+async fn a_resume_wakes_a_waiting_consumer(ts: TestStore) {
+    let q = queue(&ts);
+    q.pause().await.unwrap();
+    q.push("held", &PushOptions::default()).await.unwrap();
+    let waiting = q.clone();
+    let next = async move { waiting.next(Duration::from_secs(10)).await };
+    let (job, woke) = woken_by(next, Duration::from_millis(300), q.resume()).await;
+    assert_eq!(job.payload, b"held");
+    assert!(
+        woke < Duration::from_millis(100),
+        "woke {woke:?} after the resume"
+    );
+    q.ack(&job.id, job.fence).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.claimed, s.acked, s.paused), (1, 1, false));
+}
+
 on_both_stores!(
-    realtime: every_job_once,
+    realtime: a_resume_wakes_a_waiting_consumer,
+    every_job_once,
     every_job_once_in_batches,
     a_batch_wakes_as_many_consumers,
     sleeping_consumers_wake_on_time,

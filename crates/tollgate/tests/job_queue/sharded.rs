@@ -304,8 +304,32 @@ async fn batches_answer_per_job(ts: TestStore) {
     assert!(q.ack_each(&[("", 1)]).await.is_err(), "an empty id is refused");
 }
 
+/// Pause and resume reach every partition: nothing is claimed from any
+/// while paused, everything after.
+async fn pause_and_resume_every_partition(ts: TestStore) {
+    let q = sharded(&ts, 4);
+    let jobs: Vec<(String, PushOptions)> = (0..40)
+        .map(|i| (format!("{i}"), with_id(&format!("j{i}"))))
+        .collect();
+    q.push_many(&jobs).await.unwrap();
+    assert!(q.pause().await.unwrap());
+    assert!(!q.pause().await.unwrap());
+    assert!(q.stats().await.unwrap().paused);
+    assert!(q.claim_many(40).await.unwrap().is_empty());
+    assert!(q.next(Duration::from_millis(50)).await.unwrap().is_none());
+    assert!(q.resume().await.unwrap());
+    assert!(!q.stats().await.unwrap().paused);
+    let mut n = 0;
+    while let Some(job) = q.claim().await.unwrap() {
+        q.ack(&job.id, job.fence).await.unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 40);
+}
+
 on_both_stores!(
-    realtime: routes_by_id_and_drains_every_partition,
+    realtime: pause_and_resume_every_partition,
+    routes_by_id_and_drains_every_partition,
     every_job_once_and_wakes,
     partition_counts_are_kept_and_changed_only_when_empty,
     batches_answer_per_job

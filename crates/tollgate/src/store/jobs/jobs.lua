@@ -89,6 +89,9 @@ end
 -- became ready than this claim takes, other consumers are woken for them.
 local function claim(lease, max)
   local readied = promote()
+  -- Paused: due jobs are made ready, but none is handed out and nobody is
+  -- woken for them (a resume wakes the consumers).
+  if redis.call('HEXISTS', KM, 'paused') == 1 then return {0, -1, now} end
   if readied > max then wake(readied - max) end
   local popped = redis.call('ZPOPMIN', KR, max)
   local n = #popped / 2
@@ -437,16 +440,33 @@ if op == 'exists' then
   return redis.call('EXISTS', KM)
 end
 
+if op == 'pause' then
+  -- Pauses the queue (pushes are taken, claims get nothing) or resumes it;
+  -- a resume wakes one sleeping consumer per ready job (at least one).
+  -- ARGV: 4 '1' to pause, '0' to resume. Reply: 1 if that changed it, else 0.
+  local paused = redis.call('HEXISTS', KM, 'paused') == 1
+  if ARGV[4] == '1' then
+    if paused then return 0 end
+    redis.call('HSET', KM, 'paused', '1')
+    return 1
+  end
+  if not paused then return 0 end
+  redis.call('HDEL', KM, 'paused')
+  wake(math.max(redis.call('ZCARD', KR), 1))
+  return 1
+end
+
 if op == 'stats' then
   -- Reply: {ready, delayed, in flight, dead, pushed, claimed, acked,
-  --         retried, dead total, redelivered, completed kept, lateness sum
-  --         ms, one count per lateness bucket, lateness samples...}
+  --         retried, dead total, redelivered, completed kept, paused (1
+  --         or 0), lateness sum ms, one count per lateness bucket, lateness samples...}
   promote()
   local c = redis.call('HMGET', KM, 's', 'replaced', 'f', 'b', 'acked', 'retried', 'dead', 'redelivered')
   local v = {}
   for i = 1, 8 do v[i] = tonumber(c[i]) or 0 end
   local out = {redis.call('ZCARD', KR), redis.call('ZCARD', KW), redis.call('ZCARD', KF), redis.call('ZCARD', KX),
                v[1] - v[2], v[3] - v[4], v[5], v[6], v[7], v[8], redis.call('ZCARD', KC)}
+  out[#out + 1] = redis.call('HEXISTS', KM, 'paused')
   local fields = {'hs'}
   for b = 1, #LATENESS_BOUNDS + 1 do fields[#fields + 1] = 'h' .. b end
   for _, v in ipairs(redis.call('HMGET', KM, unpack(fields))) do out[#out + 1] = tonumber(v) or 0 end

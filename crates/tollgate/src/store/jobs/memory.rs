@@ -62,6 +62,8 @@ pub(crate) struct Queue {
     fence_floor: u64,
     /// The schedules that push to this queue (kept with it, as on Redis).
     pub(crate) schedules: crate::store::schedule::memory::Schedules,
+    /// Paused: takes pushes, hands out no jobs (jobs.lua: `paused` in m).
+    paused: bool,
 }
 
 impl Shelved for Queue {
@@ -74,6 +76,7 @@ impl Shelved for Queue {
             && !self.retired
             && self.stats == RawStats::default()
             && self.schedules.is_empty()
+            && !self.paused
     }
 
     /// A queue is dropped only when it holds nothing at all (no job of any
@@ -92,7 +95,9 @@ impl Shelved for Queue {
             && self.in_flight.is_empty()
             && self.dead.is_empty()
             && self.done.is_empty();
-        (empty && self.partitions.is_none() && !self.retired && self.schedules.is_empty()).then_some(0)
+        // A paused queue is kept too: dropped, it would come back running.
+        let kept = self.partitions.is_some() || self.retired || self.paused || !self.schedules.is_empty();
+        (empty && !kept).then_some(0)
     }
 
     fn fence(&self) -> u64 {
@@ -290,7 +295,18 @@ impl Queue {
     /// Claims up to `max` due jobs. Returns the outcome and how many other
     /// consumers to wake (for jobs readied beyond what this claim takes).
     pub(crate) fn claim(&mut self, lease_ms: u64, max: usize, now: u64) -> (ClaimOutcome, usize) {
-        let wake = self.promote(now).saturating_sub(max);
+        let readied = self.promote(now);
+        if self.paused {
+            // Due jobs are made ready, but none is handed out, and nobody
+            // is woken for them: the consumer sleeps its usual bounded
+            // sleep, and a resume wakes it.
+            let empty = ClaimOutcome::Empty {
+                next_due_ms: None,
+                now_ms: now,
+            };
+            return (empty, 0);
+        }
+        let wake = readied.saturating_sub(max);
         let deadline = now + lease_ms;
         let mut jobs = Vec::new();
         while jobs.len() < max
@@ -552,6 +568,18 @@ impl Queue {
         (true, counts)
     }
 
+    /// Pauses the queue (`pause`) or resumes it. Returns whether that
+    /// changed it, and how many sleeping consumers to wake: on a resume,
+    /// one per ready job (at least one).
+    pub(crate) fn set_paused(&mut self, pause: bool) -> (bool, usize) {
+        if self.paused == pause {
+            return (false, 0);
+        }
+        self.paused = pause;
+        let wake = if pause { 0 } else { self.ready.len().max(1) };
+        (true, wake)
+    }
+
     pub(crate) fn stats(&mut self, now: u64) -> RawStats {
         self.promote(now);
         RawStats {
@@ -566,6 +594,7 @@ impl Queue {
             } else {
                 self.stats.lateness_buckets.clone()
             },
+            paused: self.paused,
             ..self.stats.clone()
         }
     }
@@ -795,6 +824,11 @@ impl MemoryStore {
         self.with_queue(q, |queue, _| (queue.purge(id), false))
     }
 
+    /// Pauses queue `q` (`pause`) or resumes it; whether that changed it.
+    pub(crate) fn job_pause(&self, q: &Name, pause: bool) -> bool {
+        self.with_queue(q, |queue, _| queue.set_paused(pause))
+    }
+
     pub(crate) fn job_stats(&self, q: &Name) -> RawStats {
         self.read_queue(q, |queue, now| queue.stats(now))
     }
@@ -810,6 +844,18 @@ impl MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A paused queue is never dropped as idle: it would come back
+    /// running. Resumed and empty, it may go again.
+    #[test]
+    fn a_paused_queue_is_kept_while_idle() {
+        let mut q = Queue::default();
+        assert_eq!(q.set_paused(true), (true, 0));
+        assert!(!q.is_blank());
+        assert_eq!(q.busy_until(), None);
+        assert_eq!(q.set_paused(false), (true, 1));
+        assert_eq!(q.busy_until(), Some(0));
+    }
 
     #[test]
     fn dead_letters_are_capped() {

@@ -112,6 +112,8 @@ pub(crate) struct RawStats {
     pub(crate) lateness_sum_ms: u64,
     pub(crate) lateness_buckets: Vec<u64>,
     pub(crate) lateness_ms: Vec<u64>,
+    /// Paused: takes pushes, hands out no jobs.
+    pub(crate) paused: bool,
 }
 
 /// A completed job kept after its ack.

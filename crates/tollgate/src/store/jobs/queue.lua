@@ -8,7 +8,8 @@
 --   KEYS[1] m  HASH  s push sequence (pushes and replacements), f last
 --                    fence, b first fence minus one (claims = f - b),
 --                    counters: replaced (pushes that created no job),
---                    acked, retried, dead, redelivered
+--                    acked, retried, dead, redelivered; paused (1 while
+--                    the queue is paused: claims get nothing)
 --   KEYS[2] d  the base name of the record buckets: d:<0..4095>, HASHes
 --              (small, so Redis keeps them as compact listpacks), each
 --              holding the records of the ids that hash to it:

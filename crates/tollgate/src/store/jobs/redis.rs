@@ -264,7 +264,7 @@ impl RedisStore {
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<RawStats> {
         let r: Vec<i64> = self.run_jobs(q, "stats", Vec::<String>::new()).await?;
         let buckets = LATENESS_BOUNDS_MS.len() + 1;
-        if r.len() < 12 + buckets {
+        if r.len() < 13 + buckets {
             return Err(unexpected("stats", &r));
         }
         let u = |i: usize| r[i].max(0) as u64;
@@ -280,10 +280,17 @@ impl RedisStore {
             dead_total: u(8),
             redelivered: u(9),
             completed: u(10),
-            lateness_sum_ms: u(11),
-            lateness_buckets: r[12..12 + buckets].iter().map(|v| (*v).max(0) as u64).collect(),
-            lateness_ms: r[12 + buckets..].iter().map(|v| (*v).max(0) as u64).collect(),
+            paused: r[11] == 1,
+            lateness_sum_ms: u(12),
+            lateness_buckets: r[13..13 + buckets].iter().map(|v| (*v).max(0) as u64).collect(),
+            lateness_ms: r[13 + buckets..].iter().map(|v| (*v).max(0) as u64).collect(),
         })
+    }
+
+    /// Pauses queue `q` (`pause`) or resumes it; whether that changed it.
+    pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
+        let r: i64 = self.run_jobs(q, "pause", if pause { "1" } else { "0" }).await?;
+        Ok(r == 1)
     }
 }
 
