@@ -829,6 +829,7 @@ pub(crate) async fn list(
     }
     let jobs: Vec<Value> = page.jobs.iter().map(job_info_json).collect();
     Ok(axum::Json(json!({"jobs": jobs, "next": page.next})))
+}
 
 /// `POST /v1/queues/{queue}/pause`: the queue takes pushes but hands out
 /// no jobs until resumed. A queue not yet pushed to may be paused (it then
