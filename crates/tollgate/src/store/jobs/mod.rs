@@ -1,7 +1,8 @@
 //! Job queues in the store layer: the operations' argument and answer
 //! types both stores share. `memory.rs` is the reference model; `jobs.lua`
 //! (driven by `redis.rs`) is the same steps on Redis, one script, the
-//! operation in ARGV[1]; `tests/stores_agree.rs` holds one to the other.
+//! operation in ARGV[1]; the conformance suite `tests/job_queue.rs`, run
+//! on every store, holds one to the other.
 
 pub(crate) mod memory;
 pub(in crate::store) mod redis;

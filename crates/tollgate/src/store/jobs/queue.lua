@@ -2,7 +2,8 @@
 -- script.rs puts it in front of jobs.lua (the queue operations) and of
 -- schedule.lua (the schedules stored with the queue). The same steps as
 -- src/store/jobs/memory.rs (`Queue`, the memory store's reference
--- model); both pass one conformance suite (tests/stores_agree.rs).
+-- model); both pass one conformance suite (tests/job_queue.rs, run on
+-- memory, Redis, Cluster and Sentinel).
 --
 -- Keys of one queue, all under one hash tag:
 --   KEYS[1] m  HASH  s push sequence (pushes and replacements), f last

@@ -2,7 +2,8 @@
 -- queue (same hash tag) so that claiming a tick and pushing its job are
 -- one step. Runs after queue.lua (the queue's keys and shared steps), the
 -- operation in ARGV[1]. src/store/schedule/memory.rs is the same model
--- in Rust; tests/stores_agree.rs holds one to the other.
+-- in Rust; tests/schedules_agree.rs (random operations) and the
+-- conformance suite tests/schedules.rs hold one to the other.
 --
 -- The client computes ticks (cron and time zones live in Rust); this
 -- script only compares and sets. Keys, beside the queue's (not declared,
