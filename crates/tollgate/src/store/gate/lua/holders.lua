@@ -1,7 +1,9 @@
 -- holders.lua: the current holders, soonest to end first (after expiring
 -- what ended).
 -- ARGV: 1 limit
--- Reply: {ttl_ms, label or '', ttl_ms, label or '', ...}
+-- Reply: {ttl_ms, label or '', handle, ttl_ms, label or '', handle, ...}
+--        (handle: the first 16 hex digits of the SHA-1 of the token, which
+--        names the lease to admin.lua without giving its token away)
 -- Invariant: reads only; the prelude's expiry is its only write.
 local limit = tonumber(ARGV[1])
 local reply = {}
@@ -13,6 +15,7 @@ if holders > 0 then
     if Ma > 0 then label = redis.call('HGET', KP, 'L:' .. all[i]) or '' end
     reply[#reply + 1] = math.max(0, tonumber(all[i + 1]) - now)
     reply[#reply + 1] = label
+    reply[#reply + 1] = string.sub(redis.sha1hex(all[i]), 1, 16)
   end
 end
 return done(reply)
