@@ -1,0 +1,114 @@
+//! A gate's admin routes over HTTP (`GET /v1/gates/{g}/line`,
+//! `DELETE /v1/gates/{g}/holders/{handle}`, `DELETE /v1/gates/{g}/line/{n}`),
+//! on the embedded store and on a real redis-server.
+
+mod serve_support;
+#[path = "../../tollgate/tests/support/mod.rs"]
+mod support;
+
+use serde_json::{Value, json};
+use serve_support::{Server, send};
+use support::RedisServer;
+
+async fn enter(c: &reqwest::Client, s: &Server, body: Value) -> Value {
+    let (st, v) = send(c.post(s.url("/v1/gates/adm/enter")).json(&body)).await;
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+async fn admin_over_http(s: &Server) {
+    let c = reqwest::Client::new();
+    let url = |p: &str| s.url(&format!("/v1/gates/adm{p}"));
+    let holder = enter(&c, s, json!({"capacity": 1, "ttl_ms": 30000, "label": "owner"})).await;
+    let token = holder["token"].as_str().unwrap().to_owned();
+    for label in ["first", "second", "third"] {
+        let v = enter(
+            &c,
+            s,
+            json!({"capacity": 1, "label": label, "heartbeat_ms": 30000}),
+        )
+        .await;
+        assert_eq!(v["status"], "queued", "{v}");
+    }
+
+    // The holders carry handles, the line numbers; neither shows a token.
+    let (st, held) = send(c.get(url("/holders"))).await;
+    assert_eq!(st, 200, "{held}");
+    let handle = held["holders"][0]["handle"].as_str().unwrap().to_owned();
+    assert!(!held.to_string().contains(&token), "{held}");
+    let (st, line) = send(c.get(url("/line?limit=2"))).await;
+    assert_eq!(st, 200, "{line}");
+    let labels: Vec<&str> = line["line"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["first", "second"], "{line}");
+    assert_eq!(
+        (&line["line"][1]["position"], &line["line"][1]["permits"]),
+        (&json!(2), &json!(1))
+    );
+    let second = line["line"][1]["number"].as_u64().unwrap();
+
+    // Removing "second" moves "third" up.
+    let (st, v) = send(c.delete(url(&format!("/line/{second}")))).await;
+    assert_eq!((st, &v), (200, &json!({"removed": true})));
+    let (st, v) = send(c.delete(url(&format!("/line/{second}")))).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (404, Some("ticket_not_found")),
+        "{v}"
+    );
+    let (_, line) = send(c.get(url("/line"))).await;
+    assert_eq!(line["line"][1]["label"], "third", "{line}");
+    assert_eq!(line["line"][1]["position"], 2, "{line}");
+
+    // Revoking the holder lets "first" in; the old token is lost.
+    let (st, v) = send(c.delete(url(&format!("/holders/{handle}")))).await;
+    assert_eq!((st, &v), (200, &json!({"revoked": true})));
+    let (_, held) = send(c.get(url("/holders"))).await;
+    assert_eq!(held["holders"][0]["label"], "first", "{held}");
+    let (st, v) = send(c.post(url(&format!("/leases/{token}/renew"))).json(&json!({}))).await;
+    assert_ne!(st, 200, "{v}");
+    let (st, v) = send(c.delete(url(&format!("/holders/{handle}")))).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (404, Some("holder_not_found")),
+        "{v}"
+    );
+
+    // Bad input is a 400.
+    for path in [
+        "/holders/not-a-handle",
+        "/holders/0123456789ABCDEF",
+        "/line/x",
+        "/line/0",
+        "/line/-1",
+    ] {
+        let (st, v) = send(c.delete(url(path))).await;
+        assert_eq!(st, 400, "{path}: {v}");
+    }
+    for query in ["?limit=0", "?limit=1001", "?limit=x", "?other=1"] {
+        let (st, v) = send(c.get(url(&format!("/line{query}")))).await;
+        assert_eq!(st, 400, "{query}: {v}");
+    }
+    let (st, v) = send(c.get(s.url("/v1/gates/bad%20name/line"))).await;
+    assert_eq!(st, 400, "{v}");
+    // A gate nobody used: an empty line, no holder to revoke.
+    let (st, v) = send(c.get(s.url("/v1/gates/unused/line"))).await;
+    assert_eq!((st, &v), (200, &json!({"line": []})));
+    let (st, _) = send(c.delete(s.url("/v1/gates/unused/holders/0123456789abcdef"))).await;
+    assert_eq!(st, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_on_the_embedded_store() {
+    admin_over_http(&Server::start(None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_on_redis() {
+    let redis = RedisServer::start();
+    admin_over_http(&Server::start(Some(&redis.url()))).await;
+}
