@@ -104,7 +104,16 @@ async fn admin_over_http(s: &Server) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_on_the_embedded_store() {
-    admin_over_http(&Server::start(None)).await;
+    let s = Server::start(None);
+    admin_over_http(&s).await;
+    let (_, doc) = send(reqwest::Client::new().get(s.url("/openapi.json"))).await;
+    for path in [
+        "/v1/gates/{name}/line",
+        "/v1/gates/{name}/line/{number}",
+        "/v1/gates/{name}/holders/{handle}",
+    ] {
+        assert!(doc["paths"].get(path).is_some(), "{path} is not documented");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
