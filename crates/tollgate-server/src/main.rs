@@ -46,6 +46,8 @@ fn main() {
             Command::Serve(args) => serve::run(args).await,
             Command::Lock(LockCommand::Run(args)) => commands::run::lock(args).await,
             Command::Lock(LockCommand::Status(args)) => commands::status::run(args).await,
+            Command::Lock(LockCommand::Revoke(args)) => commands::gate_admin::revoke(args).await,
+            Command::Lock(LockCommand::Remove(args)) => commands::gate_admin::remove(args).await,
             Command::Semaphore(SemaphoreCommand::Run(args)) => commands::run::semaphore(args).await,
             Command::Semaphore(SemaphoreCommand::Status(args)) => commands::status::run(args).await,
             Command::Limit(LimitCommand::Check(args)) => commands::limit::check(args).await,

@@ -121,3 +121,72 @@ async fn admin_on_redis() {
     let redis = RedisServer::start();
     admin_over_http(&Server::start(Some(&redis.url()))).await;
 }
+
+fn cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .output()
+        .expect("run tollgate")
+}
+
+/// `lock status --line N`, `lock revoke`, `lock remove`: `prefix` names the
+/// store (`--redis URL`) or the server (`--server URL`).
+async fn admin_from_the_cli(s: &Server, target: &[&str]) {
+    let c = reqwest::Client::new();
+    enter(&c, s, json!({"capacity": 1, "ttl_ms": 30000, "label": "owner"})).await;
+    for label in ["first", "second"] {
+        enter(
+            &c,
+            s,
+            json!({"capacity": 1, "label": label, "heartbeat_ms": 30000}),
+        )
+        .await;
+    }
+    let with = |args: &[&str]| cli(&[args, target].concat());
+    let o = with(&["lock", "status", "adm", "--line", "5"]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let status: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let handle = status["leases"][0]["handle"]
+        .as_str()
+        .expect("a handle")
+        .to_owned();
+    let labels: Vec<&str> = status["line"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["first", "second"], "{status}");
+    let second = status["line"][1]["number"].to_string();
+
+    let o = with(&["lock", "remove", "adm", &second]);
+    assert_eq!(
+        (o.status.code(), o.stdout.as_slice()),
+        (Some(0), &b"{\"removed\":true}\n"[..]),
+        "{o:?}"
+    );
+    assert_eq!(with(&["lock", "remove", "adm", &second]).status.code(), Some(65));
+    let o = with(&["lock", "revoke", "adm", &handle]);
+    assert_eq!(
+        (o.status.code(), o.stdout.as_slice()),
+        (Some(0), &b"{\"revoked\":true}\n"[..]),
+        "{o:?}"
+    );
+    assert_eq!(with(&["lock", "revoke", "adm", &handle]).status.code(), Some(65));
+    assert_eq!(with(&["lock", "revoke", "adm", "nothex"]).status.code(), Some(64));
+    let o = with(&["lock", "status", "adm", "--line", "5"]);
+    let status: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(status["leases"][0]["label"], "first", "{status}");
+    assert_eq!(status["line"], json!([]), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_on_redis_and_through_a_server() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let s = Server::start(Some(&url));
+    admin_from_the_cli(&s, &["--redis", &url]).await;
+    let s = Server::start(None);
+    let base = s.url("");
+    admin_from_the_cli(&s, &["--server", base.trim_end_matches('/')]).await;
+}
