@@ -592,6 +592,12 @@ pub(crate) enum SemaphoreCommand {
     /// Print the semaphore's state as JSON (as `lock status`).
     #[command(after_help = STATUS_EXIT_CODES)]
     Status(StatusArgs),
+    /// Revoke a holder by its handle (as `lock revoke`).
+    #[command(after_help = ADMIN_EXIT_CODES)]
+    Revoke(RevokeArgs),
+    /// Remove a ticket from the line by its number (as `lock remove`).
+    #[command(after_help = ADMIN_EXIT_CODES)]
+    Remove(RemoveArgs),
 }
 
 const STATUS_EXIT_CODES: &str = "Exit codes: 0 printed; 64 bad arguments; \

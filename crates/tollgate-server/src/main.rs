@@ -50,6 +50,8 @@ fn main() {
             Command::Lock(LockCommand::Remove(args)) => commands::gate_admin::remove(args).await,
             Command::Semaphore(SemaphoreCommand::Run(args)) => commands::run::semaphore(args).await,
             Command::Semaphore(SemaphoreCommand::Status(args)) => commands::status::run(args).await,
+            Command::Semaphore(SemaphoreCommand::Revoke(args)) => commands::gate_admin::revoke(args).await,
+            Command::Semaphore(SemaphoreCommand::Remove(args)) => commands::gate_admin::remove(args).await,
             Command::Limit(LimitCommand::Check(args)) => commands::limit::check(args).await,
             Command::Jobs(command) => commands::jobs::run(command).await,
             Command::Schedule(command) => commands::schedule::run(command).await,

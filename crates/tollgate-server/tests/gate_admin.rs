@@ -174,6 +174,16 @@ async fn admin_from_the_cli(s: &Server, target: &[&str]) {
     );
     assert_eq!(with(&["lock", "revoke", "adm", &handle]).status.code(), Some(65));
     assert_eq!(with(&["lock", "revoke", "adm", "nothex"]).status.code(), Some(64));
+    assert_eq!(
+        with(&["semaphore", "remove", "adm", "999"]).status.code(),
+        Some(65)
+    );
+    assert_eq!(
+        with(&["semaphore", "revoke", "adm", "0123456789abcdef"])
+            .status
+            .code(),
+        Some(65)
+    );
     let o = with(&["lock", "status", "adm", "--line", "5"]);
     let status: Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(status["leases"][0]["label"], "first", "{status}");
