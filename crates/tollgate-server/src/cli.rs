@@ -543,8 +543,9 @@ pub(crate) enum LockCommand {
     #[command(after_help = run_exit_codes!(""))]
     Run(RunArgs),
     /// Print the lock's state as JSON: capacity, permits used, holders
-    /// (label and time left of each, soonest to end first), line length,
-    /// grants, expiries and the last fencing token.
+    /// (label, time left and handle of each, soonest to end first), line
+    /// length, grants, expiries and the last fencing token; with --line N
+    /// the first N tickets of the line too.
     #[command(after_help = STATUS_EXIT_CODES)]
     Status(StatusArgs),
     /// Revoke a holder by its handle (as `status` lists it): its lease

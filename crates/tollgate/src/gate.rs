@@ -317,7 +317,7 @@ impl Gate {
     }
 
     /// Up to `limit` current holders, soonest to end first, with their
-    /// labels.
+    /// labels and the handles [`revoke`](Self::revoke) takes.
     pub async fn holders(&self, limit: u32) -> Result<Vec<Holding>> {
         if limit == 0 || limit > 10_000 {
             return Err(Error::invalid("limit must be between 1 and 10000"));
