@@ -135,7 +135,35 @@ async fn bad_handles_are_refused_or_unknown(ts: TestStore) {
     assert_eq!(none.revoke("0123456789abcdef").await.unwrap(), Left::Unknown);
 }
 
+async fn revoking_many_permits_and_a_handed_lease(ts: TestStore) {
+    let g = gate(&ts, 2);
+    let big = g.try_acquire(2).await.unwrap().expect("free");
+    let b = ticket(g.enter_as(1, true, Some("b")).await.unwrap());
+    let c = ticket(g.enter_as(1, true, Some("c")).await.unwrap());
+    let d = ticket(g.enter_as(1, true, Some("d")).await.unwrap());
+    let handle = g.holders(10).await.unwrap()[0].handle.clone();
+    // Two permits freed: both b and c are handed a lease in the same step.
+    assert_eq!(g.revoke(&handle).await.unwrap(), Left::Released);
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.used, s.waiting), (2, 2, 1));
+    assert_eq!(g.line(10).await.unwrap()[0].label.as_deref(), Some("d"));
+    // c's lease, handed but not picked up yet, is revoked too: d gets it.
+    let held = g.holders(10).await.unwrap();
+    let c_handle = held
+        .iter()
+        .find(|h| h.label.as_deref() == Some("c"))
+        .unwrap()
+        .handle
+        .clone();
+    assert_eq!(g.revoke(&c_handle).await.unwrap(), Left::Released);
+    assert!(matches!(g.status(&c).await.unwrap(), TicketStatus::Gone));
+    assert!(matches!(g.status(&b).await.unwrap(), TicketStatus::Granted(_)));
+    assert!(matches!(g.status(&d).await.unwrap(), TicketStatus::Granted(_)));
+    assert!(big.is_lost() || big.extend(LONG).await.is_err());
+}
+
 on_both_stores!(manual_clock:
+    revoking_many_permits_and_a_handed_lease,
     revoke_hands_the_permit_to_the_head_at_once,
     line_lists_the_head_and_removal_shifts_positions,
     removing_the_head_admits_who_fits,
