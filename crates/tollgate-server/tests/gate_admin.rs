@@ -35,6 +35,7 @@ async fn admin_over_http(s: &Server) {
     let (st, held) = send(c.get(url("/holders"))).await;
     assert_eq!(st, 200, "{held}");
     let handle = held["holders"][0]["handle"].as_str().unwrap().to_owned();
+    assert_eq!(held["holders"][0]["fence"], Value::Null, "{held}");
     assert!(!held.to_string().contains(&token), "{held}");
     let (st, line) = send(c.get(url("/line?limit=2"))).await;
     assert_eq!(st, 200, "{line}");
@@ -69,6 +70,9 @@ async fn admin_over_http(s: &Server) {
     assert_eq!((st, &v), (200, &json!({"revoked": true})));
     let (_, held) = send(c.get(url("/holders"))).await;
     assert_eq!(held["holders"][0]["label"], "first", "{held}");
+    // It came through the line: its fence is shown (one granted at once
+    // shows null).
+    assert!(held["holders"][0]["fence"].as_u64().is_some(), "{held}");
     let (st, v) = send(c.post(url(&format!("/leases/{token}/renew"))).json(&json!({}))).await;
     assert_ne!(st, 200, "{v}");
     let (st, v) = send(c.delete(url(&format!("/holders/{handle}")))).await;

@@ -36,6 +36,8 @@ async fn revoke_hands_the_permit_to_the_head_at_once(ts: TestStore) {
     assert_eq!(holders.len(), 1);
     let handle = holders[0].handle.clone();
     assert_eq!(handle.len(), 16);
+    // Granted at once: its fence went out in the answer, not kept.
+    assert_eq!(holders[0].fence, None);
     // The handle is not the token, nor any part of it.
     assert!(!lease.token().contains(&handle));
 
@@ -48,6 +50,7 @@ async fn revoke_hands_the_permit_to_the_head_at_once(ts: TestStore) {
     let holders = g.holders(10).await.unwrap();
     assert_eq!(holders.len(), 1);
     assert_eq!(holders[0].label.as_deref(), Some("next"));
+    assert!(holders[0].fence.is_some_and(|f| f > old_fence));
     assert_ne!(holders[0].handle, handle);
     // The revoked token is in the revocation log.
     let w = g.watch_state(0).await.unwrap();

@@ -35,8 +35,8 @@ enum Answer {
     Gone,
     Left(Left),
     Renewed,
-    /// Labels, and each handle as the name of the token it hashes.
-    Holders(Vec<(Option<String>, Option<String>)>),
+    /// Labels, each handle as the name of the token it hashes, fences.
+    Holders(Vec<(Option<String>, Option<String>, Option<u64>)>),
     /// (number, position, permits, label) of each ticket listed.
     Line(Vec<(u64, u64, u32, Option<String>)>),
     Stats {
@@ -92,7 +92,10 @@ impl Side {
                 // their (random) ids: compare the set of labels.
                 let mut labels: Vec<_> = v
                     .into_iter()
-                    .map(|h| (h.label, self.handle_name(&h.handle)))
+                    .map(|h| {
+                        let fence = h.fence.map(|f| self.fence(f));
+                        (h.label, self.handle_name(&h.handle), fence)
+                    })
                     .collect();
                 labels.sort();
                 Answer::Holders(labels)

@@ -600,6 +600,7 @@ impl MemoryStore {
                 .filter_map(|(expires, id)| {
                     s.holders.get(id).map(|h| Holding {
                         handle: handle_of(id),
+                        fence: h.handed.then_some(h.fence),
                         label: h.label.clone(),
                         ttl: Duration::from_millis(expires.saturating_sub(now)),
                     })

@@ -108,6 +108,10 @@ pub struct Holding {
     /// into the token, so whoever reads the list can revoke the lease but
     /// never renew, release or pick it up as its holder would.
     pub handle: String,
+    /// The lease's fencing token if it came through the line; `None` for
+    /// one granted at once by `enter`, whose fence went out in that answer
+    /// and is not kept (keeping it would cost every such grant a write).
+    pub fence: Option<u64>,
 }
 
 /// One ticket in a gate's line, as [`Gate::line`](crate::Gate::line) lists

@@ -110,8 +110,14 @@ impl RedisStore {
     pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
         let r: Vec<redis::Value> = self.run_as(&self.scripts.holders, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 2);
-        for pair in r.chunks(3) {
-            let [redis::Value::Int(ttl), label, redis::Value::BulkString(handle)] = pair else {
+        for pair in r.chunks(4) {
+            let [
+                redis::Value::Int(ttl),
+                label,
+                redis::Value::BulkString(handle),
+                redis::Value::Int(fence),
+            ] = pair
+            else {
                 return Err(Error::new(ErrorKind::Store, "unexpected reply to holders"));
             };
             let label = match label {
@@ -120,6 +126,7 @@ impl RedisStore {
             };
             out.push(Holding {
                 handle: String::from_utf8_lossy(handle).into_owned(),
+                fence: (*fence > 0).then_some(*fence as u64),
                 label,
                 ttl: Duration::from_millis((*ttl).max(0) as u64),
             });
