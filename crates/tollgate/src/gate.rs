@@ -527,12 +527,13 @@ impl Gate {
         Lease::start(self.clone(), token, permits, grant.fence, sent, until)
     }
 }
-/// The longest a revocation is kept ([`Gate::end`]).
-/// How long a [`Gate::revoke`]d token stays in the revocation log: a day,
-/// longer than any server keeps admitting by a token it has not seen
-/// renewed.
+/// How long a [`Gate::revoke`]d token stays in the revocation log: a day.
+/// A server that admits by a token it saw before (a waiting room's
+/// sessions) learns of the revoke if it reads the log
+/// ([`Gate::watch_state`]) within that time.
 pub const REVOKE_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The longest a revocation is kept ([`Gate::end`]).
 const MAX_KEEP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 fn granted(token: String, g: Grant) -> Granted {
