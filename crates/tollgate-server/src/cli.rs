@@ -543,10 +543,45 @@ pub(crate) enum LockCommand {
     #[command(after_help = run_exit_codes!(""))]
     Run(RunArgs),
     /// Print the lock's state as JSON: capacity, permits used, holders
-    /// (label and time left of each, soonest to end first), line length,
-    /// grants, expiries and the last fencing token.
+    /// (label, time left and handle of each, soonest to end first), line
+    /// length, grants, expiries and the last fencing token; with --line N
+    /// the first N tickets of the line too.
     #[command(after_help = STATUS_EXIT_CODES)]
     Status(StatusArgs),
+    /// Revoke a holder by its handle (as `status` lists it): its lease
+    /// ends now and the next in line is granted. The holder is not told
+    /// until it renews; its fencing token is stale from now on.
+    #[command(after_help = ADMIN_EXIT_CODES)]
+    Revoke(RevokeArgs),
+    /// Remove a ticket from the line by its number (as `status --line N`
+    /// lists it); everyone behind it moves up.
+    #[command(after_help = ADMIN_EXIT_CODES)]
+    Remove(RemoveArgs),
+}
+
+const ADMIN_EXIT_CODES: &str = "Exit codes: 0 done; 64 bad arguments; 65 no such holder or ticket; \
+69 the store or server is unreachable; 78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index).";
+
+/// `lock revoke`.
+#[derive(Debug, Args)]
+pub(crate) struct RevokeArgs {
+    /// Name of the lock or semaphore.
+    pub(crate) name: String,
+    /// The holder's handle: 16 hex digits, from `status`'s `leases`.
+    pub(crate) handle: String,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// `lock remove`.
+#[derive(Debug, Args)]
+pub(crate) struct RemoveArgs {
+    /// Name of the lock or semaphore.
+    pub(crate) name: String,
+    /// The ticket's number, from `status --line N`'s `line`.
+    pub(crate) number: u64,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -558,6 +593,12 @@ pub(crate) enum SemaphoreCommand {
     /// Print the semaphore's state as JSON (as `lock status`).
     #[command(after_help = STATUS_EXIT_CODES)]
     Status(StatusArgs),
+    /// Revoke a holder by its handle (as `lock revoke`).
+    #[command(after_help = ADMIN_EXIT_CODES)]
+    Revoke(RevokeArgs),
+    /// Remove a ticket from the line by its number (as `lock remove`).
+    #[command(after_help = ADMIN_EXIT_CODES)]
+    Remove(RemoveArgs),
 }
 
 const STATUS_EXIT_CODES: &str = "Exit codes: 0 printed; 64 bad arguments; \
@@ -577,6 +618,10 @@ pub(crate) enum IfBusy {
 pub(crate) struct StatusArgs {
     /// Name of the lock or semaphore.
     pub(crate) name: String,
+    /// Also list the first N tickets of the line (`line`: number,
+    /// position, permits, label), 1 to 1000.
+    #[arg(long, value_name = "N")]
+    pub(crate) line: Option<u32>,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }

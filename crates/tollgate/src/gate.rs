@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::{
-    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
-    Store, check_capacity,
+    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, MAX_LINE_LIMIT, Occupancy,
+    Place, Poll, Store, Waiting, check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -317,12 +317,63 @@ impl Gate {
     }
 
     /// Up to `limit` current holders, soonest to end first, with their
-    /// labels.
+    /// labels and the handles [`revoke`](Self::revoke) takes.
     pub async fn holders(&self, limit: u32) -> Result<Vec<Holding>> {
         if limit == 0 || limit > 10_000 {
             return Err(Error::invalid("limit must be between 1 and 10000"));
         }
         self.store.holders(&self.name, limit).await
+    }
+
+    /// Up to `limit` (1 to [`MAX_LINE_LIMIT`]) tickets at the head of the
+    /// line, head first, each with its number (which
+    /// [`remove_waiter`](Self::remove_waiter) takes), position, permits
+    /// and label.
+    pub async fn line(&self, limit: u32) -> Result<Vec<Waiting>> {
+        if limit == 0 || limit > MAX_LINE_LIMIT {
+            return Err(Error::invalid(format!(
+                "limit must be between 1 and {MAX_LINE_LIMIT}"
+            )));
+        }
+        self.store.line(&self.name, limit).await
+    }
+
+    /// An admin's end of someone else's lease, named by the handle
+    /// [`holders`](Self::holders) lists: the same atomic step as the holder
+    /// calling [`end`](Self::end) (its permits go to the head of the line
+    /// at once, and its token goes into the revocation log for
+    /// [`REVOKE_KEEP`], so servers watching the gate drop it too).
+    /// `Left::Released` if it was revoked, `Left::Unknown` if no current
+    /// holder has that handle.
+    ///
+    /// **Fencing**: the revoked holder is not told. Until it next renews
+    /// (which fails: [`Lease::lost`] fires, `extend` and `release` answer
+    /// `LeaseLost`) it may still believe it holds, and the lease's fence is
+    /// now stale: the next grant's fence is higher. A resource that
+    /// refuses writes with a fence lower than the highest it has seen
+    /// rejects the revoked holder's writes as soon as the new holder has
+    /// written; one that checks no fence does not, and a revoke then
+    /// cannot stop a holder that keeps working without renewing.
+    pub async fn revoke(&self, handle: &str) -> Result<Left> {
+        if handle.len() != 16 || !handle.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(Error::invalid("a holder's handle is 16 lowercase hex digits"));
+        }
+        self.store
+            .revoke(&self.name, handle, REVOKE_KEEP.as_millis() as u64)
+            .await
+    }
+
+    /// An admin's removal of ticket `number` (as [`line`](Self::line)
+    /// lists it) from the line, as if it had left: everyone behind it
+    /// moves up, and if it was the head, whoever now fits is admitted in
+    /// the same step. Its owner's next status answers that the ticket is
+    /// unknown. `Left::Cancelled` if it was removed, `Left::Unknown` if no
+    /// ticket in line has that number.
+    pub async fn remove_waiter(&self, number: u64) -> Result<Left> {
+        if number == 0 || number > 1 << 53 {
+            return Err(Error::invalid("a ticket number is between 1 and 2^53"));
+        }
+        self.store.remove_waiter(&self.name, number).await
     }
 
     /// A snapshot: capacity, holders, line length, grants, expiries.
@@ -476,6 +527,12 @@ impl Gate {
         Lease::start(self.clone(), token, permits, grant.fence, sent, until)
     }
 }
+/// How long a [`Gate::revoke`]d token stays in the revocation log: a day.
+/// A server that admits by a token it saw before (a waiting room's
+/// sessions) learns of the revoke if it reads the log
+/// ([`Gate::watch_state`]) within that time.
+pub const REVOKE_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// The longest a revocation is kept ([`Gate::end`]).
 const MAX_KEEP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 

@@ -53,7 +53,7 @@ mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result, error_body};
-pub use gate::{Entered, Gate, GateOptions, Granted, Lease, TicketStatus};
+pub use gate::{Entered, Gate, GateOptions, Granted, Lease, REVOKE_KEEP, TicketStatus};
 pub use jobs::{
     Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, JOB_PREVIEW_BYTES, Job, JobInfo, JobPage,
     JobQueue, JobState, LATENESS_BOUNDS_MS, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN,
@@ -78,6 +78,7 @@ pub use store::{
     GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, MemoryFootprint, MemoryOptions,
     Occupancy, Place, RedisConfig, Store,
 };
+pub use store::{MAX_LINE_LIMIT, Waiting};
 
 // The README's examples compile and run as doctests.
 #[doc = include_str!("../../../README.md")]

@@ -35,7 +35,10 @@ enum Answer {
     Gone,
     Left(Left),
     Renewed,
-    Holders(Vec<Option<String>>),
+    /// Labels, each handle as the name of the token it hashes, fences.
+    Holders(Vec<(Option<String>, Option<String>, Option<u64>)>),
+    /// (number, position, permits, label) of each ticket listed.
+    Line(Vec<(u64, u64, u32, Option<String>)>),
     Stats {
         capacity: Option<u32>,
         used: u64,
@@ -74,12 +77,26 @@ impl Side {
         f - base
     }
 
+    /// The shared name of the token whose handle is `handle`.
+    fn handle_name(&self, handle: &str) -> Option<String> {
+        self.names
+            .iter()
+            .find(|(token, _)| handle_of(token) == handle)
+            .map(|(_, name)| name.clone())
+    }
+
     async fn apply(&mut self, op: &Op) -> Answer {
         let result = match *op {
             Op::Holders => self.gate.holders(100).await.map(|v| {
                 // Leases ending in the same millisecond are ordered by
                 // their (random) ids: compare the set of labels.
-                let mut labels: Vec<_> = v.into_iter().map(|h| h.label).collect();
+                let mut labels: Vec<_> = v
+                    .into_iter()
+                    .map(|h| {
+                        let fence = h.fence.map(|f| self.fence(f));
+                        (h.label, self.handle_name(&h.handle), fence)
+                    })
+                    .collect();
                 labels.sort();
                 Answer::Holders(labels)
             }),
@@ -156,6 +173,20 @@ impl Side {
                 None => Ok(Answer::Renewed),
                 Some(t) => self.gate.renew(t, LONG).await.map(|_| Answer::Renewed),
             },
+            Op::Line => self.gate.line(100).await.map(|v| {
+                Answer::Line(
+                    v.into_iter()
+                        .map(|w| (w.number, w.position, w.permits, w.label))
+                        .collect(),
+                )
+            }),
+            // The actor's token is not taken: its next leave or renew must
+            // find the lease gone on both stores alike.
+            Op::Revoke { actor } => match &self.tokens[actor] {
+                None => Ok(Answer::Left(Left::Unknown)),
+                Some(t) => self.gate.revoke(&handle_of(t)).await.map(Answer::Left),
+            },
+            Op::RemoveWaiter(number) => self.gate.remove_waiter(number).await.map(Answer::Left),
             Op::SetCapacity(n) => self.gate.set_capacity(n).await.map(|()| Answer::Done),
             Op::Stats => self.gate.stats().await.map(|s| Answer::Stats {
                 capacity: s.capacity,
@@ -180,13 +211,23 @@ enum Op {
     Stats,
     Holders,
     Watch,
+    Line,
+    Revoke { actor: usize },
+    RemoveWaiter(u64),
+}
+
+/// A holder's handle, as the stores make it (see `Holding::handle`).
+fn handle_of(token: &str) -> String {
+    let mut hex = sha1_smol::Sha1::from(token).digest().to_string();
+    hex.truncate(16);
+    hex
 }
 
 const ACTORS: usize = 8;
 
 fn random_op(rng: &mut StdRng) -> Op {
     let actor = rng.random_range(0..ACTORS);
-    match rng.random_range(0..100) {
+    match rng.random_range(0..110) {
         0..=34 => Op::Enter {
             actor,
             permits: if rng.random_bool(0.8) {
@@ -203,7 +244,10 @@ fn random_op(rng: &mut StdRng) -> Op {
         87..=90 => Op::SetCapacity(rng.random_range(1..=4)),
         91..=93 => Op::Holders,
         94..=96 => Op::Watch,
-        _ => Op::Stats,
+        97..=99 => Op::Stats,
+        100..=102 => Op::Line,
+        103..=106 => Op::Revoke { actor },
+        _ => Op::RemoveWaiter(rng.random_range(1..=25)),
     }
 }
 

@@ -502,7 +502,7 @@ async fn holders(
 
 /// One holder as the API and `lock status` show it.
 pub(crate) fn holding_json(h: tollgate::Holding) -> serde_json::Value {
-    json!({"label": h.label, "ttl_ms": h.ttl.as_millis() as u64})
+    json!({"label": h.label, "ttl_ms": h.ttl.as_millis() as u64, "handle": h.handle, "fence": h.fence})
 }
 
 #[derive(Debug, Deserialize)]

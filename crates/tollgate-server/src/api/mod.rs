@@ -8,6 +8,7 @@ pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod error;
 pub(crate) mod families;
+pub(crate) mod gate_admin;
 pub(crate) mod gates;
 pub(crate) mod jobs;
 pub(crate) mod limits;
@@ -83,6 +84,7 @@ pub(crate) fn router(state: AppState) -> Router {
         // Metrics name gates, so they sit behind the tokens too.
         .merge(metrics::routes())
         .merge(gates::routes())
+        .merge(gate_admin::routes())
         .merge(limits::routes())
         .merge(jobs::routes())
         .merge(schedules::routes())

@@ -1,6 +1,7 @@
 //! `tollgate lock status` / `semaphore status`: a gate's state as JSON,
 //! the same fields as `GET /v1/gates/{name}` plus `leases`, its holders
-//! (label and time left, soonest to end first).
+//! (label, time left and handle, soonest to end first), and with
+//! `--line N` the first N tickets of the line.
 
 use reqwest::Method;
 use serde_json::Value;
@@ -51,6 +52,10 @@ async fn status(args: &StatusArgs) -> Result<Value, Failure> {
         let mut stats = get(path.clone()).await?;
         let holders = get(format!("{path}/holders?limit={HOLDERS}")).await?;
         stats["leases"] = holders["holders"].clone();
+        if let Some(n) = args.line {
+            let line = get(format!("{path}/line?limit={n}")).await?;
+            stats["line"] = line["line"].clone();
+        }
         return Ok(stats);
     }
     let store = args.store.connect().await.map_err(|code| Failure {
@@ -70,5 +75,8 @@ async fn status(args: &StatusArgs) -> Result<Value, Failure> {
         message: e.to_string(),
     })?;
     v["leases"] = Value::from(leases);
+    if let Some(n) = args.line {
+        v["line"] = super::gate_admin::line_json(gate.line(n).await?);
+    }
     Ok(v)
 }

@@ -30,6 +30,7 @@ pub(crate) use self::gate::{Admission, EnterRequest, Entry, Grant, Poll, check_c
 pub use self::gate::{
     GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, Occupancy, Place,
 };
+pub use self::gate::{MAX_LINE_LIMIT, Waiting};
 pub use self::memory::MemoryOptions;
 pub(crate) use self::redis::Listening;
 pub use self::redis::RedisConfig;
@@ -244,6 +245,29 @@ impl Store {
         match &self.backend {
             Backend::Memory(s) => s.holders(gate, limit),
             Backend::Redis(s) => Box::pin(s.holders(gate, limit)).await,
+        }
+    }
+
+    pub(crate) async fn line(&self, gate: &Name, limit: u32) -> Result<Vec<Waiting>> {
+        match &self.backend {
+            Backend::Memory(s) => s.line(gate, limit),
+            Backend::Redis(s) => Box::pin(s.line(gate, limit)).await,
+        }
+    }
+
+    /// Ends the holder named by `handle` as `end` would, recorded in the
+    /// revocation log for `keep_ms`.
+    pub(crate) async fn revoke(&self, gate: &Name, handle: &str, keep_ms: u64) -> Result<Left> {
+        match &self.backend {
+            Backend::Memory(s) => s.revoke(gate, handle, keep_ms),
+            Backend::Redis(s) => Box::pin(s.revoke(gate, handle, keep_ms)).await,
+        }
+    }
+
+    pub(crate) async fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
+        match &self.backend {
+            Backend::Memory(s) => s.remove_waiter(gate, number),
+            Backend::Redis(s) => Box::pin(s.remove_waiter(gate, number)).await,
         }
     }
 

@@ -39,6 +39,11 @@ impl Line {
         self.order.first_key_value().map(|(slot, id)| (*slot, id))
     }
 
+    /// The first `n` ticket ids, head first.
+    pub(super) fn first(&self, n: usize) -> impl Iterator<Item = &String> {
+        self.order.values().take(n)
+    }
+
     /// Puts `id` at the end of the line; returns its slot.
     pub(super) fn push(&mut self, id: &str) -> u64 {
         let slot = self.base + self.tree.len() as u64;

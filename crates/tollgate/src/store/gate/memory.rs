@@ -14,7 +14,7 @@ use crate::store::memory::{MemoryStore, Shelved};
 use super::line::Line;
 use super::{
     Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
-    capacity_conflict, no_capacity, permits_exceed,
+    Waiting, capacity_conflict, handle_of, no_capacity, permits_exceed,
 };
 
 #[derive(Debug, Default)]
@@ -93,6 +93,8 @@ pub(super) struct Holder {
 pub(super) struct Ticket {
     /// Its place in `line`.
     pub(super) slot: u64,
+    /// Its number: `seq` when it joined (as its score in Redis's q).
+    pub(super) number: u64,
     pub(super) permits: u32,
     pub(super) deadline: u64,
     pub(super) label: Option<String>,
@@ -300,6 +302,39 @@ impl GateState {
         self.revoked.insert(score, id.to_owned());
     }
 
+    /// Releases or cancels `id` (as leave.lua): freed permits go to the
+    /// head of the line in the same step; with `keep_ms`, a released
+    /// holder is recorded in the revocation log.
+    pub(super) fn leave(
+        &mut self,
+        id: &str,
+        keep_ms: Option<u64>,
+        now: u64,
+        handed: &mut Vec<(String, u64)>,
+    ) -> Left {
+        if self.expire_one(id, now) {
+            // It ended before this call: an expiry, not a release.
+            self.promote(now, handed);
+            return Left::Unknown;
+        }
+        if let Some(h) = self.holders.remove(id) {
+            self.holder_expiry.remove(&(h.expires, id.to_owned()));
+            self.used -= u64::from(h.permits);
+            self.depart(now);
+            if let Some(keep) = keep_ms {
+                self.record_end(id, now, keep);
+            }
+            self.promote(now, handed);
+            return Left::Released;
+        }
+        if self.drop_ticket(id) {
+            // The head leaving may let the next one in.
+            self.promote(now, handed);
+            return Left::Cancelled;
+        }
+        Left::Unknown
+    }
+
     pub(super) fn drop_ticket(&mut self, id: &str) -> bool {
         self.take_ticket(id).is_some()
     }
@@ -327,6 +362,7 @@ impl GateState {
             id.to_owned(),
             Ticket {
                 slot,
+                number: self.seq,
                 permits,
                 deadline,
                 label,
@@ -481,28 +517,53 @@ impl MemoryStore {
     /// Releases or cancels `id`; with `keep_ms` (an end), a released
     /// holder is recorded in the revocation log in the same step.
     pub(crate) fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
+        self.with_gate(gate, |s, now, handed| Ok(s.leave(id, keep_ms, now, handed)))
+    }
+
+    /// Revokes the holder whose handle is `handle` (see `handle_of`): the
+    /// same step as an end (`leave` with `keep_ms`), as admin.lua runs
+    /// leave.lua once it has found the token.
+    pub(crate) fn revoke(&self, gate: &Name, handle: &str, keep_ms: u64) -> Result<Left> {
         self.with_gate(gate, |s, now, handed| {
-            if s.expire_one(id, now) {
-                // It ended before this call: an expiry, not a release.
-                s.promote(now, handed);
-                return Ok(Left::Unknown);
-            }
-            if let Some(h) = s.holders.remove(id) {
-                s.holder_expiry.remove(&(h.expires, id.to_owned()));
-                s.used -= u64::from(h.permits);
-                s.depart(now);
-                if let Some(keep) = keep_ms {
-                    s.record_end(id, now, keep);
-                }
-                s.promote(now, handed);
-                return Ok(Left::Released);
-            }
-            if s.drop_ticket(id) {
-                // The head leaving may let the next one in.
-                s.promote(now, handed);
-                return Ok(Left::Cancelled);
-            }
-            Ok(Left::Unknown)
+            let id = s.holders.keys().find(|id| handle_of(id) == handle).cloned();
+            Ok(match id {
+                Some(id) => s.leave(&id, Some(keep_ms), now, handed),
+                None => Left::Unknown,
+            })
+        })
+    }
+
+    /// Takes ticket number `number` out of the line: the same step as the
+    /// ticket leaving.
+    pub(crate) fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
+        self.with_gate(gate, |s, now, handed| {
+            let id = s
+                .tickets
+                .iter()
+                .find(|(_, t)| t.number == number)
+                .map(|(id, _)| id.clone());
+            Ok(match id {
+                Some(id) => s.leave(&id, None, now, handed),
+                None => Left::Unknown,
+            })
+        })
+    }
+
+    /// The first `limit` tickets of the line, head first (as line.lua).
+    pub(crate) fn line(&self, gate: &Name, limit: u32) -> Result<Vec<Waiting>> {
+        self.read_gate(gate, |s, _, _| {
+            Ok(s.line
+                .first(limit as usize)
+                .enumerate()
+                .filter_map(|(i, id)| {
+                    s.tickets.get(id).map(|t| Waiting {
+                        number: t.number,
+                        position: i as u64 + 1,
+                        permits: t.permits,
+                        label: t.label.clone(),
+                    })
+                })
+                .collect())
         })
     }
 
@@ -538,6 +599,8 @@ impl MemoryStore {
                 .take(limit as usize)
                 .filter_map(|(expires, id)| {
                     s.holders.get(id).map(|h| Holding {
+                        handle: handle_of(id),
+                        fence: h.handed.then_some(h.fence),
                         label: h.label.clone(),
                         ttl: Duration::from_millis(expires.saturating_sub(now)),
                     })

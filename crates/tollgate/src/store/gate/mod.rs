@@ -103,6 +103,43 @@ pub struct Holding {
     pub label: Option<String>,
     /// Time left on the lease, by the store's clock.
     pub ttl: Duration,
+    /// Names this lease to [`Gate::revoke`](crate::Gate::revoke): the first
+    /// 16 hex digits of the SHA-1 of its token. It cannot be turned back
+    /// into the token, so whoever reads the list can revoke the lease but
+    /// never renew, release or pick it up as its holder would.
+    pub handle: String,
+    /// The lease's fencing token if it came through the line; `None` for
+    /// one granted at once by `enter`, whose fence went out in that answer
+    /// and is not kept (keeping it would cost every such grant a write).
+    pub fence: Option<u64>,
+}
+
+/// One ticket in a gate's line, as [`Gate::line`](crate::Gate::line) lists
+/// them: head first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// The ticket's number: the gate counts every ticket that joins its
+    /// line, and this one was the `number`th. It names the ticket to
+    /// [`Gate::remove_waiter`](crate::Gate::remove_waiter) and, unlike the
+    /// ticket's id, gives no power to poll or pick up a lease.
+    pub number: u64,
+    /// 1 for the head of the line.
+    pub position: u64,
+    /// Permits the ticket asks for.
+    pub permits: u32,
+    /// The label given when entering, if any.
+    pub label: Option<String>,
+}
+
+/// The most tickets one [`Gate::line`](crate::Gate::line) answer lists.
+pub const MAX_LINE_LIMIT: u32 = 1000;
+
+/// A holder's handle: the first 16 hex digits of the SHA-1 of its token,
+/// as `string.sub(redis.sha1hex(id), 1, 16)` in holders.lua and admin.lua.
+pub(crate) fn handle_of(id: &str) -> String {
+    let mut hex = sha1_smol::Sha1::from(id).digest().to_string();
+    hex.truncate(16);
+    hex
 }
 
 /// A snapshot of one gate.

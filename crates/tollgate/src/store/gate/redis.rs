@@ -12,7 +12,7 @@ use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::{
     Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
-    capacity_conflict, no_capacity, permits_exceed,
+    Waiting, capacity_conflict, no_capacity, permits_exceed,
 };
 
 impl RedisStore {
@@ -110,8 +110,14 @@ impl RedisStore {
     pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
         let r: Vec<redis::Value> = self.run_as(&self.scripts.holders, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 2);
-        for pair in r.chunks(2) {
-            let [redis::Value::Int(ttl), label] = pair else {
+        for pair in r.chunks(4) {
+            let [
+                redis::Value::Int(ttl),
+                label,
+                redis::Value::BulkString(handle),
+                redis::Value::Int(fence),
+            ] = pair
+            else {
                 return Err(Error::new(ErrorKind::Store, "unexpected reply to holders"));
             };
             let label = match label {
@@ -119,11 +125,50 @@ impl RedisStore {
                 _ => None,
             };
             out.push(Holding {
+                handle: String::from_utf8_lossy(handle).into_owned(),
+                fence: (*fence > 0).then_some(*fence as u64),
                 label,
                 ttl: Duration::from_millis((*ttl).max(0) as u64),
             });
         }
         Ok(out)
+    }
+
+    /// The first `limit` tickets of the line (line.lua).
+    pub(crate) async fn line(&self, gate: &Name, limit: u32) -> Result<Vec<Waiting>> {
+        let r: Vec<redis::Value> = self.run_as(&self.scripts.line, gate, limit).await?;
+        let mut out = Vec::with_capacity(r.len() / 3);
+        for (i, t) in r.chunks(3).enumerate() {
+            let [redis::Value::Int(number), redis::Value::Int(permits), label] = t else {
+                return Err(Error::new(ErrorKind::Store, "unexpected reply to line"));
+            };
+            let label = match label {
+                redis::Value::BulkString(b) if !b.is_empty() => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            };
+            out.push(Waiting {
+                number: (*number).max(0) as u64,
+                position: i as u64 + 1,
+                permits: (*permits).max(0) as u32,
+                label,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Revokes the holder named by `handle` (admin.lua, then leave.lua's
+    /// end).
+    pub(crate) async fn revoke(&self, gate: &Name, handle: &str, keep_ms: u64) -> Result<Left> {
+        let r = self
+            .run(&self.scripts.admin, gate, (handle, keep_ms, "h"))
+            .await?;
+        admin_answer("revoke", &r)
+    }
+
+    /// Takes ticket `number` out of the line (admin.lua, then leave.lua).
+    pub(crate) async fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
+        let r = self.run(&self.scripts.admin, gate, (number, "", "q")).await?;
+        admin_answer("remove_waiter", &r)
     }
 
     pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
@@ -228,5 +273,14 @@ fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
         position: position.max(0) as u64,
         waiting: waiting.max(0) as u64,
         eta: u64::try_from(eta_ms).ok().map(Duration::from_millis),
+    }
+}
+
+fn admin_answer(op: &str, r: &[i64]) -> Result<Left> {
+    match r {
+        [1] => Ok(Left::Released),
+        [2] => Ok(Left::Cancelled),
+        [0] => Ok(Left::Unknown),
+        other => Err(unexpected(op, other)),
     }
 }

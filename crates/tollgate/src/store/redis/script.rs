@@ -45,6 +45,8 @@ pub(in crate::store) struct Scripts {
     pub(in crate::store) set_capacity: Script,
     pub(in crate::store) stats: Script,
     pub(in crate::store) holders: Script,
+    pub(in crate::store) line: Script,
+    pub(in crate::store) admin: Script,
     pub(in crate::store) limit: Script,
     pub(in crate::store) set_admission: Script,
     pub(in crate::store) watch: Script,
@@ -54,7 +56,7 @@ pub(in crate::store) struct Scripts {
 }
 
 impl Scripts {
-    pub(super) fn all(&self) -> [&Script; 13] {
+    pub(super) fn all(&self) -> [&Script; 15] {
         [
             &self.enter,
             &self.poll,
@@ -63,6 +65,8 @@ impl Scripts {
             &self.set_capacity,
             &self.stats,
             &self.holders,
+            &self.line,
+            &self.admin,
             &self.limit,
             &self.set_admission,
             &self.watch,
@@ -100,6 +104,18 @@ impl Scripts {
             set_capacity: script(gate_script!("../gate/lua/set_capacity.lua")),
             stats: script(gate_script!("../gate/lua/stats.lua")),
             holders: script(gate_script!("../gate/lua/holders.lua")),
+            line: script(gate_script!("../gate/lua/line.lua")),
+            // admin.lua finds the token, then leave.lua's body releases
+            // or cancels it: one path for a leave and an admin's removal.
+            admin: script(concat!(
+                include_str!("../gate/lua/head.lua"),
+                "\n",
+                include_str!("../gate/lua/prelude.lua"),
+                "\n",
+                include_str!("../gate/lua/admin.lua"),
+                "\n",
+                include_str!("../gate/lua/leave.lua")
+            )),
             limit: script(include_str!("../limit/limit.lua")),
             set_admission: script(gate_script!("../gate/lua/set_admission.lua")),
             // Alone: no prelude, since a watch must not expire or write.

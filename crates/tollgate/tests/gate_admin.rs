@@ -1,0 +1,174 @@
+//! Conformance suite for a gate's admin view and actions: the holders'
+//! handles, the head of the line, revoking a holder and removing a ticket
+//! from the line, the same assertions on every store.
+
+mod support;
+
+use std::time::Duration;
+
+use support::TestStore;
+use tollgate::{Entered, ErrorKind, Gate, GateOptions, Left, TicketStatus};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn gate(ts: &TestStore, capacity: u32) -> Gate {
+    let o = GateOptions {
+        ttl: LONG,
+        heartbeat: LONG,
+        auto_renew: false,
+    };
+    Gate::new(&ts.store, "g", Some(capacity), o).expect("valid gate")
+}
+
+fn ticket(e: Entered) -> String {
+    match e {
+        Entered::Queued { ticket, .. } => ticket,
+        other => panic!("expected a ticket, got {other:?}"),
+    }
+}
+
+async fn revoke_hands_the_permit_to_the_head_at_once(ts: TestStore) {
+    let g = gate(&ts, 1);
+    let lease = g.try_acquire(1).await.unwrap().expect("free");
+    let old_fence = lease.fence();
+    let waiter = ticket(g.enter_as(1, true, Some("next")).await.unwrap());
+    let holders = g.holders(10).await.unwrap();
+    assert_eq!(holders.len(), 1);
+    let handle = holders[0].handle.clone();
+    assert_eq!(handle.len(), 16);
+    // Granted at once: its fence went out in the answer, not kept.
+    assert_eq!(holders[0].fence, None);
+    // The handle is not the token, nor any part of it.
+    assert!(!lease.token().contains(&handle));
+
+    assert_eq!(g.revoke(&handle).await.unwrap(), Left::Released);
+    // The head of the line holds now, with a higher fence.
+    match g.status(&waiter).await.unwrap() {
+        TicketStatus::Granted(l) => assert!(l.fence > old_fence),
+        other => panic!("expected the head granted, got {other:?}"),
+    }
+    let holders = g.holders(10).await.unwrap();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].label.as_deref(), Some("next"));
+    assert!(holders[0].fence.is_some_and(|f| f > old_fence));
+    assert_ne!(holders[0].handle, handle);
+    // The revoked token is in the revocation log.
+    let w = g.watch_state(0).await.unwrap();
+    assert_eq!(w.revoked, [lease.token().to_owned()]);
+
+    // The revoked lease is lost for its owner.
+    let e = g.renew(lease.token(), LONG).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::LeaseLost);
+    let e = lease.extend(LONG).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::LeaseLost);
+    let e = lease.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::LeaseLost);
+    // Revoking it again finds nobody.
+    assert_eq!(g.revoke(&handle).await.unwrap(), Left::Unknown);
+}
+
+async fn line_lists_the_head_and_removal_shifts_positions(ts: TestStore) {
+    let g = gate(&ts, 2);
+    let _holder = g.try_acquire(2).await.unwrap().expect("free");
+    let a = ticket(g.enter_as(1, true, Some("a")).await.unwrap());
+    let b = ticket(g.enter(2, true).await.unwrap());
+    let c = ticket(g.enter_as(1, true, Some("c")).await.unwrap());
+    let line = g.line(10).await.unwrap();
+    let seen: Vec<(u64, u32, Option<&str>)> = line
+        .iter()
+        .map(|w| (w.position, w.permits, w.label.as_deref()))
+        .collect();
+    assert_eq!(seen, [(1, 1, Some("a")), (2, 2, None), (3, 1, Some("c"))]);
+    assert!(line[0].number < line[1].number && line[1].number < line[2].number);
+    assert_eq!(g.line(2).await.unwrap().len(), 2);
+
+    // Removing the middle one moves the last one up.
+    assert_eq!(g.remove_waiter(line[1].number).await.unwrap(), Left::Cancelled);
+    assert!(matches!(g.status(&b).await.unwrap(), TicketStatus::Gone));
+    match g.status(&c).await.unwrap() {
+        TicketStatus::Queued(p) => assert_eq!((p.position, p.waiting), (2, 2)),
+        other => panic!("expected c queued, got {other:?}"),
+    }
+    let numbers: Vec<u64> = g.line(10).await.unwrap().iter().map(|w| w.number).collect();
+    assert_eq!(numbers, [line[0].number, line[2].number]);
+    // Again: nothing by that number; a holder's number is no ticket.
+    assert_eq!(g.remove_waiter(line[1].number).await.unwrap(), Left::Unknown);
+    assert_eq!(
+        g.remove_waiter(line[2].number + 100).await.unwrap(),
+        Left::Unknown
+    );
+    assert!(matches!(g.status(&a).await.unwrap(), TicketStatus::Queued(_)));
+}
+
+async fn removing_the_head_admits_who_fits(ts: TestStore) {
+    let g = gate(&ts, 2);
+    let _holder = g.try_acquire(1).await.unwrap().expect("free");
+    let big = ticket(g.enter(2, true).await.unwrap());
+    let small = ticket(g.enter(1, true).await.unwrap());
+    let head = g.line(1).await.unwrap()[0].number;
+    assert_eq!(g.remove_waiter(head).await.unwrap(), Left::Cancelled);
+    assert!(matches!(g.status(&big).await.unwrap(), TicketStatus::Gone));
+    assert!(matches!(
+        g.status(&small).await.unwrap(),
+        TicketStatus::Granted(_)
+    ));
+    assert!(g.line(10).await.unwrap().is_empty());
+}
+
+async fn bad_handles_are_refused_or_unknown(ts: TestStore) {
+    let g = gate(&ts, 1);
+    let _lease = g.try_acquire(1).await.unwrap().expect("free");
+    for bad in ["", "zz", "0123456789ABCDEF", "0123456789abcdef0"] {
+        let e = g.revoke(bad).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad:?}");
+    }
+    assert_eq!(g.revoke("0123456789abcdef").await.unwrap(), Left::Unknown);
+    assert_eq!(
+        g.remove_waiter(0).await.unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(g.remove_waiter(7).await.unwrap(), Left::Unknown);
+    for bad in [0, tollgate::MAX_LINE_LIMIT + 1] {
+        assert_eq!(g.line(bad).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+    }
+    assert_eq!(g.stats().await.unwrap().holders, 1);
+    // A gate with no state answers empty and keeps none.
+    let none = Gate::new(&ts.store, "none", None, GateOptions::default()).unwrap();
+    assert!(none.line(5).await.unwrap().is_empty());
+    assert_eq!(none.revoke("0123456789abcdef").await.unwrap(), Left::Unknown);
+}
+
+async fn revoking_many_permits_and_a_handed_lease(ts: TestStore) {
+    let g = gate(&ts, 2);
+    let big = g.try_acquire(2).await.unwrap().expect("free");
+    let b = ticket(g.enter_as(1, true, Some("b")).await.unwrap());
+    let c = ticket(g.enter_as(1, true, Some("c")).await.unwrap());
+    let d = ticket(g.enter_as(1, true, Some("d")).await.unwrap());
+    let handle = g.holders(10).await.unwrap()[0].handle.clone();
+    // Two permits freed: both b and c are handed a lease in the same step.
+    assert_eq!(g.revoke(&handle).await.unwrap(), Left::Released);
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.used, s.waiting), (2, 2, 1));
+    assert_eq!(g.line(10).await.unwrap()[0].label.as_deref(), Some("d"));
+    // c's lease, handed but not picked up yet, is revoked too: d gets it.
+    let held = g.holders(10).await.unwrap();
+    let c_handle = held
+        .iter()
+        .find(|h| h.label.as_deref() == Some("c"))
+        .unwrap()
+        .handle
+        .clone();
+    assert_eq!(g.revoke(&c_handle).await.unwrap(), Left::Released);
+    assert!(matches!(g.status(&c).await.unwrap(), TicketStatus::Gone));
+    assert!(matches!(g.status(&b).await.unwrap(), TicketStatus::Granted(_)));
+    assert!(matches!(g.status(&d).await.unwrap(), TicketStatus::Granted(_)));
+    assert!(big.is_lost() || big.extend(LONG).await.is_err());
+}
+
+on_both_stores!(manual_clock:
+    revoking_many_permits_and_a_handed_lease,
+    revoke_hands_the_permit_to_the_head_at_once,
+    line_lists_the_head_and_removal_shifts_positions,
+    removing_the_head_admits_who_fits,
+    bad_handles_are_refused_or_unknown,
+);
