@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, check_id, check_label, check_ttl, new_id};
+use crate::store::registry::Kind;
 use crate::store::{
     Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
     Store, check_capacity,
@@ -176,6 +177,7 @@ impl Gate {
     /// (durable handles) is given back at once, so it cannot linger as a
     /// holder nobody knows.
     async fn enter_store(&self, id: &str, req: &EnterRequest<'_>) -> Result<Entry> {
+        self.store.register(Kind::Gates, &self.name).await;
         match self.store.enter(&self.name, req).await {
             Err(e) if e.kind() == ErrorKind::NotReplicated => {
                 let _ = self.store.leave(&self.name, id).await;
@@ -277,6 +279,7 @@ impl Gate {
     /// admits the head of the line at once.
     pub async fn set_capacity(&self, capacity: u32) -> Result<()> {
         check_capacity(capacity)?;
+        self.store.register(Kind::Gates, &self.name).await;
         self.store.set_capacity(&self.name, capacity).await
     }
 

@@ -23,6 +23,7 @@ use crate::jobs::{
 use crate::name::{Name, new_id};
 use crate::store::Store;
 use crate::store::jobs::{ClaimOutcome, Layout};
+use crate::store::registry::Kind;
 
 /// The most partitions a sharded queue may have.
 pub const MAX_PARTITIONS: usize = 256;
@@ -102,7 +103,7 @@ impl ShardedJobQueue {
             vec![JobQueue::new(store, name)?]
         } else {
             (0..partitions)
-                .map(|i| JobQueue::new(store, &format!("{name}:p{i}of{partitions}")))
+                .map(|i| JobQueue::new(store, &format!("{name}:p{i}of{partitions}")).map(JobQueue::unlisted))
                 .collect::<Result<Vec<_>>>()?
         };
         Ok(ShardedJobQueue {
@@ -302,6 +303,14 @@ impl ShardedJobQueue {
         self.parts.get(i).map(JobQueue::name)
     }
 
+    /// Adds the queue's name to the registry of queues (with one
+    /// partition, the plain queue's push does).
+    async fn register(&self) {
+        if self.parts.len() > 1 {
+            self.store.register(Kind::Queues, &self.name).await;
+        }
+    }
+
     fn part(&self, id: &str) -> &JobQueue {
         &self.parts[self.partition_of(id)]
     }
@@ -310,6 +319,7 @@ impl ShardedJobQueue {
     /// none).
     pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
         self.checked(true).await?;
+        self.register().await;
         let mut options = options.clone();
         let id = options.id.get_or_insert_with(new_id).clone();
         self.part(&id).push(payload, &options).await
@@ -360,6 +370,7 @@ impl ShardedJobQueue {
             ids.push(id);
         }
         self.checked(true).await?;
+        self.register().await;
         self.per_partition(
             routed,
             |part, batch| async move { part.push_many(&batch).await },

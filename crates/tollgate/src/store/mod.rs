@@ -14,6 +14,7 @@ pub(crate) mod jobs;
 pub(crate) mod limit;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod registry;
 pub(crate) mod schedule;
 mod wakers;
 
@@ -39,6 +40,8 @@ pub(crate) use self::wakers::{Wakers, Watch};
 #[derive(Debug, Clone)]
 pub struct Store {
     backend: Backend,
+    /// The names registered lately (and on the memory store, the registry).
+    registry: Arc<registry::Registry>,
 }
 
 /// The Redis arms of the dispatch below box their futures: a Redis call's
@@ -78,6 +81,7 @@ impl Store {
     fn memory_store(options: MemoryOptions) -> Store {
         Store {
             backend: Backend::Memory(Arc::new(memory::MemoryStore::new(options))),
+            registry: Arc::default(),
         }
     }
 
@@ -93,6 +97,7 @@ impl Store {
     pub async fn connect(config: RedisConfig) -> Result<Store> {
         Ok(Store {
             backend: Backend::Redis(Arc::new(redis::RedisStore::connect(config).await?)),
+            registry: Arc::default(),
         })
     }
 
@@ -121,6 +126,7 @@ impl Store {
             )),
             Backend::Redis(s) => Ok(Store {
                 backend: Backend::Redis(Arc::new(s.durable(replicas, timeout).await?)),
+                registry: self.registry.clone(),
             }),
         }
     }
@@ -539,6 +545,54 @@ impl Store {
         match &self.backend {
             Backend::Memory(s) => Ok(s.schedule_list(q)),
             Backend::Redis(s) => Box::pin(s.schedule_list(q)).await,
+        }
+    }
+
+    /// Adds `name` to the registry of `kind` unless this process did so
+    /// lately. Best effort: a failure is logged and tried again at the
+    /// next use, never the operation's failure (the name would only be
+    /// missing from listings).
+    pub(crate) async fn register(&self, kind: registry::Kind, name: &Name) {
+        if !self.registry.due(kind, name.as_str()) {
+            return;
+        }
+        let done = match &self.backend {
+            Backend::Memory(_) => {
+                self.registry.add(kind, name.as_str());
+                Ok(())
+            }
+            Backend::Redis(s) => Box::pin(s.registry_add(kind, name.as_str())).await,
+        };
+        if let Err(e) = done {
+            tracing::debug!(name = %name, error = %e, "could not register the name; will again");
+            self.registry.forget(kind, name.as_str());
+        }
+    }
+
+    /// Removes `name` from the registry of `kind` (its state is gone).
+    pub(crate) async fn unregister(&self, kind: registry::Kind, name: &str) -> Result<()> {
+        self.registry.forget(kind, name);
+        match &self.backend {
+            Backend::Memory(_) => {
+                self.registry.remove(kind, name);
+                Ok(())
+            }
+            Backend::Redis(s) => Box::pin(s.registry_remove(kind, name)).await,
+        }
+    }
+
+    /// Up to `limit` registered names of `kind` starting with `prefix`, in
+    /// byte order, after `after` if given.
+    pub(crate) async fn registered(
+        &self,
+        kind: registry::Kind,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        match &self.backend {
+            Backend::Memory(_) => Ok(self.registry.range(kind, prefix, after, limit)),
+            Backend::Redis(s) => Box::pin(s.registry_range(kind, prefix, after, limit)).await,
         }
     }
 

@@ -160,6 +160,13 @@ impl RedisStore {
         })
         .await
     }
+
+    /// Runs one plain command (no script) within the response timeout.
+    pub(in crate::store) async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T> {
+        let mut conn = self.conn.clone();
+        self.within(self.timeout, async move { Ok(cmd.query_async(&mut conn).await?) })
+            .await
+    }
 }
 
 /// The error for a script reply of a shape the caller does not know.
