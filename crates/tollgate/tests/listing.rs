@@ -80,11 +80,14 @@ async fn a_gate_without_state_is_dropped(ts: TestStore) {
     let real = Gate::new(store, "real", Some(2), GateOptions::default()).expect("gate");
     real.set_capacity(2).await.expect("capacity");
 
-    // A page of one meets the ghost first: it is left out (the page may
-    // be empty), and the cursor goes on past it.
-    let page = store.list_gates("", None, 1).await.expect("list");
-    assert!(page.items.is_empty());
-    assert_eq!(page.next.as_deref(), Some("ghost"));
+    // On Redis a page of one meets the ghost's name first: it is left out
+    // (the page may be empty), and the cursor goes on past it. (The
+    // embedded store lists the names it holds state for: no ghost.)
+    if store.kind() == "redis" {
+        let page = store.list_gates("", None, 1).await.expect("list");
+        assert!(page.items.is_empty());
+        assert_eq!(page.next.as_deref(), Some("ghost"));
+    }
     assert_eq!(all_gates(store, "", 10).await, ["real"]);
     // Gone from the registry: a second listing does not even read it.
     let page = store.list_gates("", None, 1).await.expect("list");

@@ -553,17 +553,14 @@ impl Store {
     /// next use, never the operation's failure (the name would only be
     /// missing from listings).
     pub(crate) async fn register(&self, kind: registry::Kind, name: &Name) {
+        // The embedded store lists the names it holds state for.
+        let Backend::Redis(s) = &self.backend else {
+            return;
+        };
         if !self.registry.due(kind, name.as_str()) {
             return;
         }
-        let done = match &self.backend {
-            Backend::Memory(_) => {
-                self.registry.add(kind, name.as_str());
-                Ok(())
-            }
-            Backend::Redis(s) => Box::pin(s.registry_add(kind, name.as_str())).await,
-        };
-        if let Err(e) = done {
+        if let Err(e) = Box::pin(s.registry_add(kind, name.as_str())).await {
             tracing::debug!(name = %name, error = %e, "could not register the name; will again");
             self.registry.forget(kind, name.as_str());
         }
@@ -571,18 +568,18 @@ impl Store {
 
     /// Removes `name` from the registry of `kind` (its state is gone).
     pub(crate) async fn unregister(&self, kind: registry::Kind, name: &str) -> Result<()> {
-        self.registry.forget(kind, name);
         match &self.backend {
-            Backend::Memory(_) => {
-                self.registry.remove(kind, name);
-                Ok(())
+            Backend::Memory(_) => Ok(()),
+            Backend::Redis(s) => {
+                self.registry.forget(kind, name);
+                Box::pin(s.registry_remove(kind, name)).await
             }
-            Backend::Redis(s) => Box::pin(s.registry_remove(kind, name)).await,
         }
     }
 
     /// Up to `limit` registered names of `kind` starting with `prefix`, in
-    /// byte order, after `after` if given.
+    /// byte order, after `after` if given (the embedded store: the names
+    /// it holds state for, a sharded queue's partitions left out).
     pub(crate) async fn registered(
         &self,
         kind: registry::Kind,
@@ -591,7 +588,12 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<String>> {
         match &self.backend {
-            Backend::Memory(_) => Ok(self.registry.range(kind, prefix, after, limit)),
+            Backend::Memory(s) => Ok(match kind {
+                registry::Kind::Gates => s.gates.names(prefix, after, limit, |_| true),
+                registry::Kind::Queues => s
+                    .queues
+                    .names(prefix, after, limit, |n| !registry::is_partition(n)),
+            }),
             Backend::Redis(s) => Box::pin(s.registry_range(kind, prefix, after, limit)).await,
         }
     }

@@ -6,13 +6,13 @@
 //! registry lives in a slot of its own, which a script on the gate's slot
 //! cannot touch. A name whose state has gone (an idle gate expired, a
 //! queue emptied and dropped) stays until a listing finds it gone and
-//! removes it. The memory store keeps a sorted set per kind here; Redis, a
-//! sorted set per kind under one hash tag (`redis.rs`).
+//! removes it. Redis keeps a sorted set per kind under one hash tag
+//! (`redis.rs`). The memory store keeps none: it lists the names it holds
+//! state for (`Shelf::names`), which its idle sweep already keeps bounded.
 
 pub(crate) mod redis;
 
-use std::collections::{BTreeSet, HashMap};
-use std::ops::Bound;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -40,13 +40,23 @@ impl Kind {
     }
 }
 
-/// What a store's handles share: the recent registrations, and on the
-/// memory store the registry itself.
+/// What a store's handles share: the recent registrations.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     recent: Mutex<HashMap<(Kind, String), Instant>>,
-    gates: Mutex<BTreeSet<String>>,
-    queues: Mutex<BTreeSet<String>>,
+}
+
+/// Whether `name` is a partition of a sharded queue
+/// (`<base>:p<i>of<K>`): not listed, its sharded queue is.
+pub(crate) fn is_partition(name: &str) -> bool {
+    let Some((_, tail)) = name.rsplit_once(":p") else {
+        return false;
+    };
+    let Some((i, k)) = tail.split_once("of") else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    digits(i) && digits(k)
 }
 
 impl Registry {
@@ -80,37 +90,35 @@ impl Registry {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         recent.remove(&(kind, name.to_owned()));
     }
+}
 
-    fn set(&self, kind: Kind) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
-        let set = match kind {
-            Kind::Gates => &self.gates,
-            Kind::Queues => &self.queues,
-        };
-        set.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_names_are_told_apart() {
+        assert!(is_partition("orders:p0of4"));
+        assert!(is_partition("a:b:p12of16"));
+        for name in [
+            "orders",
+            "orders:p",
+            "orders:pxof4",
+            "orders:p1of",
+            "orders:p1of4x",
+            "p0of4",
+        ] {
+            assert!(!is_partition(name), "{name}");
+        }
     }
 
-    /// The memory store's registry: adds `name`.
-    pub(crate) fn add(&self, kind: Kind, name: &str) {
-        self.set(kind).insert(name.to_owned());
-    }
-
-    /// The memory store's registry: removes `name`.
-    pub(crate) fn remove(&self, kind: Kind, name: &str) {
-        self.set(kind).remove(name);
-    }
-
-    /// The memory store's registry: up to `limit` names starting with
-    /// `prefix`, in byte order, after `after` if given.
-    pub(crate) fn range(&self, kind: Kind, prefix: &str, after: Option<&str>, limit: usize) -> Vec<String> {
-        let set = self.set(kind);
-        let start = match after {
-            Some(a) if a >= prefix => Bound::Excluded(a.to_owned()),
-            _ => Bound::Included(prefix.to_owned()),
-        };
-        set.range((start, Bound::Unbounded))
-            .take_while(|n| n.starts_with(prefix))
-            .take(limit)
-            .cloned()
-            .collect()
+    #[test]
+    fn a_registration_is_remembered_then_due_again_when_forgotten() {
+        let r = Registry::default();
+        assert!(r.due(Kind::Gates, "g"));
+        assert!(!r.due(Kind::Gates, "g"));
+        assert!(r.due(Kind::Queues, "g"));
+        r.forget(Kind::Gates, "g");
+        assert!(r.due(Kind::Gates, "g"));
     }
 }
