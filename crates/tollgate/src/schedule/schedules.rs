@@ -341,6 +341,11 @@ impl Schedules {
         };
         // The index first: a schedule is found through it. Then out of
         // the queue it lived with, if another, so it never fires twice.
+        // Its ticks' jobs are pushed by the store, not through a queue's
+        // handle: list the queue now.
+        self.store
+            .register(crate::store::registry::Kind::Queues, &queue)
+            .await;
         let before = self.store.schedule_index_set(name, &queue).await?;
         let moved = match before {
             Some(old) if old != spec.queue => {
