@@ -177,8 +177,9 @@ impl Gate {
     /// (durable handles) is given back at once, so it cannot linger as a
     /// holder nobody knows.
     async fn enter_store(&self, id: &str, req: &EnterRequest<'_>) -> Result<Entry> {
-        self.store.register(Kind::Gates, &self.name).await;
-        match self.store.enter(&self.name, req).await {
+        let out = self.store.enter(&self.name, req).await;
+        self.store.register_after(Kind::Gates, &self.name, &out).await;
+        match out {
             Err(e) if e.kind() == ErrorKind::NotReplicated => {
                 let _ = self.store.leave(&self.name, id).await;
                 Err(e)
@@ -279,8 +280,9 @@ impl Gate {
     /// admits the head of the line at once.
     pub async fn set_capacity(&self, capacity: u32) -> Result<()> {
         check_capacity(capacity)?;
-        self.store.register(Kind::Gates, &self.name).await;
-        self.store.set_capacity(&self.name, capacity).await
+        let out = self.store.set_capacity(&self.name, capacity).await;
+        self.store.register_after(Kind::Gates, &self.name, &out).await;
+        out
     }
 
     /// Pauses admissions: nobody new is granted, everyone queues. Holders

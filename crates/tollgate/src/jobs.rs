@@ -489,10 +489,13 @@ impl JobQueue {
                 replace: options.on_duplicate == OnDuplicate::Replace,
             })
             .collect();
+        let outcomes = self.store.job_push(&self.name, &reqs).await;
         if self.listed {
-            self.store.register(Kind::Queues, &self.name).await;
+            self.store
+                .register_after(Kind::Queues, &self.name, &outcomes)
+                .await;
         }
-        let outcomes = self.store.job_push(&self.name, &reqs).await?;
+        let outcomes = outcomes?;
         if outcomes.len() != jobs.len() {
             return Err(Error::new(
                 ErrorKind::Store,

@@ -305,9 +305,9 @@ impl ShardedJobQueue {
 
     /// Adds the queue's name to the registry of queues (with one
     /// partition, the plain queue's push does).
-    async fn register(&self) {
+    async fn register<T>(&self, out: &Result<T>) {
         if self.parts.len() > 1 {
-            self.store.register(Kind::Queues, &self.name).await;
+            self.store.register_after(Kind::Queues, &self.name, out).await;
         }
     }
 
@@ -319,10 +319,11 @@ impl ShardedJobQueue {
     /// none).
     pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
         self.checked(true).await?;
-        self.register().await;
         let mut options = options.clone();
         let id = options.id.get_or_insert_with(new_id).clone();
-        self.part(&id).push(payload, &options).await
+        let out = self.part(&id).push(payload, &options).await;
+        self.register(&out).await;
+        out
     }
 
     /// Pushes up to [`MAX_BATCH`](crate::MAX_BATCH) jobs: one atomic step
@@ -370,16 +371,27 @@ impl ShardedJobQueue {
             ids.push(id);
         }
         self.checked(true).await?;
-        self.register().await;
-        self.per_partition(
-            routed,
-            |part, batch| async move { part.push_many(&batch).await },
-            |i, e| PushFailed {
-                id: ids[i].clone(),
-                error: e.duplicate(),
+        let out = self
+            .per_partition(
+                routed,
+                |part, batch| async move { part.push_many(&batch).await },
+                |i, e| PushFailed {
+                    id: ids[i].clone(),
+                    error: e.duplicate(),
+                },
+            )
+            .await;
+        // Listed if any partition's step reached the store.
+        let reached = match &out {
+            Ok(each) if each.iter().any(Result::is_ok) => Ok(()),
+            Ok(each) => match each.first() {
+                Some(Err(f)) => Err(f.error.duplicate()),
+                _ => Ok(()),
             },
-        )
-        .await
+            Err(e) => Err(e.duplicate()),
+        };
+        self.register(&reached).await;
+        out
     }
 
     /// Runs `step` once per partition on that partition's share of `items`

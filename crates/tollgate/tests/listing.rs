@@ -108,6 +108,12 @@ async fn queues_are_listed_with_their_figures(ts: TestStore) {
         )
         .await
         .expect("push");
+    // A batch alone lists a sharded queue (and a single push does too).
+    let batched = ShardedJobQueue::new(store, "lq-batched", 2).expect("queue");
+    batched
+        .push_many(&[(b"y", PushOptions::default()), (b"z", PushOptions::default())])
+        .await
+        .expect("push");
     let sharded = ShardedJobQueue::new(store, "lq-sharded", 4).expect("queue");
     for _ in 0..5 {
         sharded.push(b"x", &PushOptions::default()).await.expect("push");
@@ -124,18 +130,19 @@ async fn queues_are_listed_with_their_figures(ts: TestStore) {
             None => break,
         }
     }
-    // The partitions are not listed: the sharded queue is, once.
+    // The partitions are not listed: each sharded queue is, once.
     assert_eq!(
         names.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(),
-        ["lq-plain", "lq-sharded"]
+        ["lq-batched", "lq-plain", "lq-sharded"]
     );
+    assert_eq!((names[0].partitions, names[0].stats.ready), (2, 2));
     assert_eq!(
-        (names[0].partitions, names[0].stats.ready, names[0].stats.delayed),
+        (names[1].partitions, names[1].stats.ready, names[1].stats.delayed),
         (1, 1, 1)
     );
-    assert!(!names[0].stats.paused);
-    assert_eq!((names[1].partitions, names[1].stats.ready), (4, 5));
-    assert!(names[1].stats.paused);
+    assert!(!names[1].stats.paused);
+    assert_eq!((names[2].partitions, names[2].stats.ready), (4, 5));
+    assert!(names[2].stats.paused);
 }
 
 on_both_stores!(manual_clock:
