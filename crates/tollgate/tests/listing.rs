@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use support::TestStore;
-use tollgate::{ErrorKind, Gate, GateOptions, JobQueue, PushOptions, ShardedJobQueue, Store};
+use tollgate::{ErrorKind, Gate, GateOptions, JobQueue, PushOptions, RedisConfig, ShardedJobQueue, Store};
 
 /// Every gate name under `prefix`, a page of `limit` at a time.
 async fn all_gates(store: &Store, prefix: &str, limit: usize) -> Vec<String> {
@@ -71,13 +71,47 @@ async fn paging_visits_every_gate_once(ts: TestStore) {
     }
 }
 
-async fn a_gate_without_state_is_dropped(ts: TestStore) {
-    let store = &ts.store;
-    // Registered by its enter, which the store refuses: no state at all.
-    let ghost = Gate::new(store, "ghost", None, GateOptions::default()).expect("gate");
-    let e = ghost.enter(1, false).await.expect_err("no capacity");
-    assert_eq!(e.kind(), ErrorKind::NoCapacity);
-    let real = Gate::new(store, "real", Some(2), GateOptions::default()).expect("gate");
+/// The URL of the Redis behind `ts` (`None` on memory).
+fn redis_url(ts: &TestStore) -> Option<String> {
+    match (&ts.server, &ts.cluster, &ts.sentinel) {
+        (Some(s), _, _) => Some(s.url()),
+        (_, Some(c), _) => Some(c.url()),
+        (_, _, Some(s)) => Some(s.url()),
+        _ => None,
+    }
+}
+
+async fn a_gate_whose_state_expired_is_dropped(ts: TestStore) {
+    // On Redis, a handle whose state goes after a second idle.
+    let store = match redis_url(&ts) {
+        Some(url) => Store::connect(RedisConfig {
+            idle: Duration::from_secs(1),
+            ..RedisConfig::new(&url)
+        })
+        .await
+        .expect("connect"),
+        None => ts.store.clone(),
+    };
+    let ghost = Gate::new(&store, "ghost", Some(2), GateOptions::default()).expect("gate");
+    ghost.set_capacity(2).await.expect("capacity");
+    assert_eq!(all_gates(&store, "", 10).await, ["ghost"]);
+    match &ts.clock {
+        Some(_) => {
+            ts.advance(Duration::from_secs(3600)).await;
+            store.sweep_idle(1000);
+        }
+        None => {
+            // Other names registered meanwhile keep the registry (it goes
+            // only after an idle period with no registration at all).
+            for i in 0..5 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let g = Gate::new(&store, &format!("z-{i}"), Some(1), GateOptions::default()).expect("gate");
+                g.set_capacity(1).await.expect("capacity");
+            }
+        }
+    }
+    // Registered after the ghost's state went: the registry is kept.
+    let real = Gate::new(&store, "real", Some(2), GateOptions::default()).expect("gate");
     real.set_capacity(2).await.expect("capacity");
 
     // On Redis a page of one meets the ghost's name first: it is left out
@@ -85,13 +119,21 @@ async fn a_gate_without_state_is_dropped(ts: TestStore) {
     // embedded store lists the names it holds state for: no ghost.)
     if store.kind() == "redis" {
         let page = store.list_gates("", None, 1).await.expect("list");
-        assert!(page.items.is_empty());
+        assert!(page.items.is_empty(), "{page:?}");
         assert_eq!(page.next.as_deref(), Some("ghost"));
     }
-    assert_eq!(all_gates(store, "", 10).await, ["real"]);
-    // Gone from the registry: a second listing does not even read it.
+    assert_eq!(
+        all_gates(&store, "", 10).await.first().map(String::as_str),
+        Some("real")
+    );
+    // Gone from the registry: a page of one now starts at the real one.
     let page = store.list_gates("", None, 1).await.expect("list");
     assert_eq!(page.items[0].name, "real");
+    // A refusal registers nothing.
+    let refused = Gate::new(&store, "refused", None, GateOptions::default()).expect("gate");
+    let e = refused.enter(1, false).await.expect_err("no capacity");
+    assert_eq!(e.kind(), ErrorKind::NoCapacity);
+    assert_eq!(all_gates(&store, "re", 10).await, ["real"]);
 }
 
 async fn queues_are_listed_with_their_figures(ts: TestStore) {
@@ -147,7 +189,7 @@ async fn queues_are_listed_with_their_figures(ts: TestStore) {
 
 on_both_stores!(manual_clock:
     paging_visits_every_gate_once,
-    a_gate_without_state_is_dropped,
+    a_gate_whose_state_expired_is_dropped,
     queues_are_listed_with_their_figures,
 );
 

@@ -552,18 +552,13 @@ impl Store {
     /// lately. Best effort: a failure is logged and tried again at the
     /// next use, never the operation's failure (the name would only be
     /// missing from listings).
-    /// [`Store::register`] once an operation on `name` has had its
-    /// answer `out` from the store: not when the store was not reached (a
-    /// frozen Redis must cost a caller one timeout, not two).
+    /// [`Store::register`] once an operation on `name` has succeeded
+    /// (`out`): not when the store was not reached (a frozen Redis must
+    /// cost a caller one timeout, not two), nor when it refused.
     pub(crate) async fn register_after<T>(&self, kind: registry::Kind, name: &Name, out: &Result<T>) {
-        let reached = match out {
-            Ok(_) => true,
-            Err(e) => !matches!(
-                e.kind(),
-                crate::ErrorKind::Unavailable | crate::ErrorKind::Misconfigured | crate::ErrorKind::Store
-            ),
-        };
-        if reached {
+        // A refusal (no capacity, a conflict) writes nothing: neither does
+        // it register.
+        if out.is_ok() {
             self.register(kind, name).await;
         }
     }

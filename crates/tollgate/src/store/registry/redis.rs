@@ -2,7 +2,7 @@
 //! so ZRANGEBYLEX gives the names in byte order, a prefix as a range and a
 //! cursor as an exclusive start. All kinds share the hash tag `{names}`
 //! (one slot on a cluster). Single commands, no script: each step touches
-//! one key.
+//! one key (`add.lua` adds a name and keeps the set's expiry).
 
 use redis::Value;
 
@@ -10,15 +10,27 @@ use super::Kind;
 use crate::error::Result;
 use crate::store::redis::RedisStore;
 
+/// `add.lua`: sent with EVAL (it runs once per new name per process per
+/// minute, so caching it is not worth a NOSCRIPT path).
+const ADD: &str = include_str!("add.lua");
+
 impl RedisStore {
     fn registry_key(&self, kind: Kind) -> String {
         format!("{}:registry:{{names}}:{}", self.prefix, kind.as_str())
     }
 
+    /// Adds `name`, and keeps the set for the idle period from now, like
+    /// every other key: with no registration for that long (nothing new
+    /// used anywhere) it goes, and an idle store holds no keys at all.
     pub(crate) async fn registry_add(&self, kind: Kind, name: &str) -> Result<()> {
-        let mut cmd = redis::cmd("ZADD");
-        cmd.arg(self.registry_key(kind)).arg(0).arg(name);
-        let _: Value = self.command(cmd).await?;
+        let key = self.registry_key(kind);
+        let mut add = redis::cmd("EVAL");
+        add.arg(ADD)
+            .arg(1)
+            .arg(key)
+            .arg(name)
+            .arg(self.idle.as_millis() as u64);
+        let _: Value = self.command(add).await?;
         Ok(())
     }
 
