@@ -583,7 +583,9 @@ fn stub_answer(method: &str, path: &str) -> (u16, Value) {
             v["result"] = json!("created");
             (201, v)
         }
-        ("GET", "/v1/schedules") => (200, json!({"schedules": [stub_view()]})),
+        ("GET", "/v1/schedules" | "/v1/schedules?limit=1000") => {
+            (200, json!({"schedules": [stub_view()], "next": null}))
+        }
         ("GET", "/v1/schedules/nightly") | ("POST", "/v1/schedules/nightly/resume") => (200, stub_view()),
         // An interval whose zone the server names anyway.
         ("GET", "/v1/schedules/beat") => {

@@ -269,7 +269,7 @@ async fn bad_input_is_a_400_naming_the_field() {
     // Nothing was created by any of them.
     assert_eq!(
         send(c.get(s.url("/v1/schedules"))).await.1,
-        json!({"schedules": []})
+        json!({"schedules": [], "next": null})
     );
     // A bad name, a bad count, a body that is not an object.
     let (st, e) = send(c.put(s.url("/v1/schedules/a%20b")).json(&ok)).await;

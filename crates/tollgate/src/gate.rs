@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, check_id, check_label, check_ttl, new_id};
+use crate::store::registry::Kind;
 use crate::store::{
     Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, MAX_LINE_LIMIT, Occupancy,
     Place, Poll, Store, Waiting, check_capacity,
@@ -176,7 +177,9 @@ impl Gate {
     /// (durable handles) is given back at once, so it cannot linger as a
     /// holder nobody knows.
     async fn enter_store(&self, id: &str, req: &EnterRequest<'_>) -> Result<Entry> {
-        match self.store.enter(&self.name, req).await {
+        let out = self.store.enter(&self.name, req).await;
+        self.store.register_after(Kind::Gates, &self.name, &out).await;
+        match out {
             Err(e) if e.kind() == ErrorKind::NotReplicated => {
                 let _ = self.store.leave(&self.name, id).await;
                 Err(e)
@@ -277,7 +280,9 @@ impl Gate {
     /// admits the head of the line at once.
     pub async fn set_capacity(&self, capacity: u32) -> Result<()> {
         check_capacity(capacity)?;
-        self.store.set_capacity(&self.name, capacity).await
+        let out = self.store.set_capacity(&self.name, capacity).await;
+        self.store.register_after(Kind::Gates, &self.name, &out).await;
+        out
     }
 
     /// Pauses admissions: nobody new is granted, everyone queues. Holders

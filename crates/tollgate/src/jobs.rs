@@ -17,6 +17,7 @@ use crate::store::jobs::{
     BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, ListFrom, MAX_ERROR_BYTES, Nack,
     NackOutcome, PushOutcome, PushReq, RawInfo, RawJob, RawState, RescheduleOutcome, When,
 };
+use crate::store::registry::Kind;
 
 /// The largest payload a queue accepts by default (1 MiB).
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -254,6 +255,9 @@ pub struct JobQueue {
     lease: Duration,
     max_payload: usize,
     keep: Option<Keep>,
+    /// Whether pushes add the name to the registry of queues (not a
+    /// sharded queue's partitions: the sharded queue adds its own name).
+    pub(crate) listed: bool,
 }
 
 /// A completed job kept after its ack (see [`JobQueue::keep_completed`]).
@@ -329,7 +333,15 @@ impl JobQueue {
             lease: Duration::from_secs(30),
             max_payload: DEFAULT_MAX_PAYLOAD,
             keep: None,
+            listed: true,
         })
+    }
+
+    /// This handle's pushes leave the registry of queues alone (a sharded
+    /// queue's partition).
+    pub(crate) fn unlisted(mut self) -> Self {
+        self.listed = false;
+        self
     }
 
     /// How long a claimed job is a consumer's before it is delivered again
@@ -477,7 +489,13 @@ impl JobQueue {
                 replace: options.on_duplicate == OnDuplicate::Replace,
             })
             .collect();
-        let outcomes = self.store.job_push(&self.name, &reqs).await?;
+        let outcomes = self.store.job_push(&self.name, &reqs).await;
+        if self.listed {
+            self.store
+                .register_after(Kind::Queues, &self.name, &outcomes)
+                .await;
+        }
+        let outcomes = outcomes?;
         if outcomes.len() != jobs.len() {
             return Err(Error::new(
                 ErrorKind::Store,

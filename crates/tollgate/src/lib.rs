@@ -44,6 +44,7 @@ mod gate;
 mod jobs;
 mod limit;
 mod limit_layer;
+mod listing;
 mod lock;
 mod name;
 pub mod schedule;
@@ -66,6 +67,7 @@ pub use limit::{
 pub use limit_layer::{
     KeyBy, KeyFn, PeerAddr, RateLimit, RateLimitLayer, RequestInfo, client_ip, ip_key, set_rate_limit_headers,
 };
+pub use listing::{GateItem, MAX_PAGE, Page, QueueItem};
 pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use schedule::{

@@ -23,6 +23,7 @@ use crate::jobs::{
 use crate::name::{Name, new_id};
 use crate::store::Store;
 use crate::store::jobs::{ClaimOutcome, Layout};
+use crate::store::registry::Kind;
 
 /// The most partitions a sharded queue may have.
 pub const MAX_PARTITIONS: usize = 256;
@@ -102,7 +103,7 @@ impl ShardedJobQueue {
             vec![JobQueue::new(store, name)?]
         } else {
             (0..partitions)
-                .map(|i| JobQueue::new(store, &format!("{name}:p{i}of{partitions}")))
+                .map(|i| JobQueue::new(store, &format!("{name}:p{i}of{partitions}")).map(JobQueue::unlisted))
                 .collect::<Result<Vec<_>>>()?
         };
         Ok(ShardedJobQueue {
@@ -302,6 +303,14 @@ impl ShardedJobQueue {
         self.parts.get(i).map(JobQueue::name)
     }
 
+    /// Adds the queue's name to the registry of queues (with one
+    /// partition, the plain queue's push does).
+    async fn register<T>(&self, out: &Result<T>) {
+        if self.parts.len() > 1 {
+            self.store.register_after(Kind::Queues, &self.name, out).await;
+        }
+    }
+
     fn part(&self, id: &str) -> &JobQueue {
         &self.parts[self.partition_of(id)]
     }
@@ -312,7 +321,9 @@ impl ShardedJobQueue {
         self.checked(true).await?;
         let mut options = options.clone();
         let id = options.id.get_or_insert_with(new_id).clone();
-        self.part(&id).push(payload, &options).await
+        let out = self.part(&id).push(payload, &options).await;
+        self.register(&out).await;
+        out
     }
 
     /// Pushes up to [`MAX_BATCH`](crate::MAX_BATCH) jobs: one atomic step
@@ -360,15 +371,27 @@ impl ShardedJobQueue {
             ids.push(id);
         }
         self.checked(true).await?;
-        self.per_partition(
-            routed,
-            |part, batch| async move { part.push_many(&batch).await },
-            |i, e| PushFailed {
-                id: ids[i].clone(),
-                error: e.duplicate(),
+        let out = self
+            .per_partition(
+                routed,
+                |part, batch| async move { part.push_many(&batch).await },
+                |i, e| PushFailed {
+                    id: ids[i].clone(),
+                    error: e.duplicate(),
+                },
+            )
+            .await;
+        // Listed if any partition's step reached the store.
+        let reached = match &out {
+            Ok(each) if each.iter().any(Result::is_ok) => Ok(()),
+            Ok(each) => match each.first() {
+                Some(Err(f)) => Err(f.error.duplicate()),
+                _ => Ok(()),
             },
-        )
-        .await
+            Err(e) => Err(e.duplicate()),
+        };
+        self.register(&reached).await;
+        out
     }
 
     /// Runs `step` once per partition on that partition's share of `items`

@@ -113,3 +113,62 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Que
             })
     }
 }
+
+/// The query of every listing (`GET /v1/gates`, `/v1/queues`, `/v1/rooms`,
+/// `/v1/limits`, `/v1/schedules`): names starting with `prefix`, after
+/// `cursor` (a page's `next`), up to `limit` (1 to 1,000, default 100).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    #[serde(default)]
+    pub(crate) prefix: String,
+    pub(crate) cursor: Option<String>,
+    #[serde(default = "hundred")]
+    pub(crate) limit: usize,
+}
+
+fn hundred() -> usize {
+    100
+}
+
+impl ListQuery {
+    /// Checks the bounds the library checks too, so a configured list
+    /// (rooms, limits) refuses what the store's lists refuse.
+    pub(crate) fn checked(self) -> Result<ListQuery, ApiError> {
+        if self.limit == 0 || self.limit > tollgate::MAX_PAGE {
+            return Err(ApiError::bad_request(format!(
+                "limit must be 1 to {}",
+                tollgate::MAX_PAGE
+            )));
+        }
+        if self.prefix.len() > tollgate::MAX_NAME_LEN
+            || self
+                .cursor
+                .as_ref()
+                .is_some_and(|c| c.len() > tollgate::MAX_NAME_LEN)
+        {
+            return Err(ApiError::bad_request(format!(
+                "prefix and cursor are at most {} bytes",
+                tollgate::MAX_NAME_LEN
+            )));
+        }
+        Ok(self)
+    }
+
+    /// One page of `names` (sorted, unique): those that match, after the
+    /// cursor, and the next cursor if more may follow.
+    pub(crate) fn page<'a>(&self, names: impl Iterator<Item = &'a str>) -> (Vec<&'a str>, Option<String>) {
+        let mut page: Vec<&str> = names
+            .filter(|n| n.starts_with(&self.prefix))
+            .filter(|n| self.cursor.as_deref().is_none_or(|c| *n > c))
+            .take(self.limit + 1)
+            .collect();
+        let next = if page.len() > self.limit {
+            page.truncate(self.limit);
+            page.last().map(|n| (*n).to_owned())
+        } else {
+            None
+        };
+        (page, next)
+    }
+}

@@ -290,6 +290,29 @@ pub(crate) struct LimitInfo {
     burst: u64,
 }
 
+impl Limiters {
+    /// The configured limits as `GET /v1/limits/{name}` shows them, by
+    /// name in byte order.
+    pub(crate) fn configured_infos(&self) -> Vec<(String, serde_json::Value)> {
+        let mut all: Vec<(String, serde_json::Value)> = self
+            .configured
+            .iter()
+            .map(|(name, limiter)| {
+                let limit = limiter.limit();
+                let info = LimitInfo {
+                    name: name.clone(),
+                    algorithm: limit.algorithm().as_str(),
+                    rate: limit.rate().to_string(),
+                    burst: limit.burst(),
+                };
+                (name.clone(), serde_json::to_value(info).unwrap_or_default())
+            })
+            .collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+}
+
 /// `GET /v1/limits/{name}`: a configured limit.
 pub(crate) async fn describe(
     State(state): State<AppState>,

@@ -12,6 +12,7 @@ pub(crate) mod gate_admin;
 pub(crate) mod gates;
 pub(crate) mod jobs;
 pub(crate) mod limits;
+pub(crate) mod listing;
 pub(crate) mod metrics;
 pub(crate) mod schedules;
 pub(crate) mod tickets;
@@ -88,6 +89,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(limits::routes())
         .merge(jobs::routes())
         .merge(schedules::routes())
+        .merge(listing::routes())
         .merge(crate::room::admin::routes());
     // Rate limiting runs after authentication: a caller without a token
     // is turned away without spending anyone's allowance.

@@ -20,7 +20,7 @@ use tollgate::{ScheduleInfo, ScheduleSpec, Schedules, Upserted, When};
 
 use super::AppState;
 use super::body::{BackoffBody, JsonBody, compact, limited, parse};
-use super::error::{ApiError, Query};
+use super::error::{ApiError, ListQuery, Query};
 
 /// Largest upsert body: a 1 MiB payload, base64-encoded, plus the rest
 /// (as a push).
@@ -313,11 +313,20 @@ async fn upsert(
 }
 
 /// `GET /v1/schedules`: every schedule, by name.
-async fn list(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
-    let all = Schedules::new(&state.store).list().await?;
-    Ok(axum::Json(
-        json!({"schedules": all.iter().map(view).collect::<Vec<_>>()}),
-    ))
+async fn list(
+    State(state): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let q = q.checked()?;
+    let mut all = Schedules::new(&state.store).list().await?;
+    all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    let (page, next) = q.page(all.iter().map(|s| s.name.as_str()));
+    let items: Vec<Value> = all
+        .iter()
+        .filter(|s| page.binary_search(&s.name.as_str()).is_ok())
+        .map(view)
+        .collect();
+    Ok(axum::Json(json!({"schedules": items, "next": next})))
 }
 
 /// `GET /v1/schedules/{name}`.

@@ -154,9 +154,18 @@ impl Place {
         match self {
             Place::Local(s) => Ok(s.list().await?.iter().map(view).collect()),
             Place::Remote(server) => {
-                let req = server.request(Method::GET, "/v1/schedules");
-                let (_, v) = Self::call(server, req).await?;
-                Ok(v["schedules"].as_array().cloned().unwrap_or_default())
+                // The server answers a page at a time: follow `next`.
+                let mut all = Vec::new();
+                let mut path = "/v1/schedules?limit=1000".to_owned();
+                loop {
+                    let req = server.request(Method::GET, &path);
+                    let (_, v) = Self::call(server, req).await?;
+                    all.extend(v["schedules"].as_array().cloned().unwrap_or_default());
+                    match v["next"].as_str() {
+                        Some(next) => path = format!("/v1/schedules?limit=1000&cursor={}", segment(next)),
+                        None => return Ok(all),
+                    }
+                }
             }
         }
     }

@@ -40,7 +40,7 @@ fn room(state: &AppState, name: &str) -> Result<std::sync::Arc<Room>, ApiError> 
     })
 }
 
-async fn stats_of(room: &Room) -> Result<Value, ApiError> {
+pub(crate) async fn stats_of(room: &Room) -> Result<Value, ApiError> {
     let s = room.gate().stats().await?;
     Ok(json!({
         "room": room.name(),

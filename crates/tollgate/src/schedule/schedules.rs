@@ -341,7 +341,13 @@ impl Schedules {
         };
         // The index first: a schedule is found through it. Then out of
         // the queue it lived with, if another, so it never fires twice.
-        let before = self.store.schedule_index_set(name, &queue).await?;
+        let before = self.store.schedule_index_set(name, &queue).await;
+        // Its ticks' jobs are pushed by the store, not through a queue's
+        // handle: list the queue now.
+        self.store
+            .register_after(crate::store::registry::Kind::Queues, &queue, &before)
+            .await;
+        let before = before?;
         let moved = match before {
             Some(old) if old != spec.queue => {
                 let old = Name::new(&old)?;

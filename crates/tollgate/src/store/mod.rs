@@ -14,6 +14,7 @@ pub(crate) mod jobs;
 pub(crate) mod limit;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod registry;
 pub(crate) mod schedule;
 mod wakers;
 
@@ -40,6 +41,8 @@ pub(crate) use self::wakers::{Wakers, Watch};
 #[derive(Debug, Clone)]
 pub struct Store {
     backend: Backend,
+    /// The names registered lately (and on the memory store, the registry).
+    registry: Arc<registry::Registry>,
 }
 
 /// The Redis arms of the dispatch below box their futures: a Redis call's
@@ -79,6 +82,7 @@ impl Store {
     fn memory_store(options: MemoryOptions) -> Store {
         Store {
             backend: Backend::Memory(Arc::new(memory::MemoryStore::new(options))),
+            registry: Arc::default(),
         }
     }
 
@@ -94,6 +98,7 @@ impl Store {
     pub async fn connect(config: RedisConfig) -> Result<Store> {
         Ok(Store {
             backend: Backend::Redis(Arc::new(redis::RedisStore::connect(config).await?)),
+            registry: Arc::default(),
         })
     }
 
@@ -122,6 +127,7 @@ impl Store {
             )),
             Backend::Redis(s) => Ok(Store {
                 backend: Backend::Redis(Arc::new(s.durable(replicas, timeout).await?)),
+                registry: self.registry.clone(),
             }),
         }
     }
@@ -563,6 +569,67 @@ impl Store {
         match &self.backend {
             Backend::Memory(s) => Ok(s.schedule_list(q)),
             Backend::Redis(s) => Box::pin(s.schedule_list(q)).await,
+        }
+    }
+
+    /// Adds `name` to the registry of `kind` unless this process did so
+    /// lately. Best effort: a failure is logged and tried again at the
+    /// next use, never the operation's failure (the name would only be
+    /// missing from listings).
+    /// [`Store::register`] once an operation on `name` has succeeded
+    /// (`out`): not when the store was not reached (a frozen Redis must
+    /// cost a caller one timeout, not two), nor when it refused.
+    pub(crate) async fn register_after<T>(&self, kind: registry::Kind, name: &Name, out: &Result<T>) {
+        // A refusal (no capacity, a conflict) writes nothing: neither does
+        // it register.
+        if out.is_ok() {
+            self.register(kind, name).await;
+        }
+    }
+
+    pub(crate) async fn register(&self, kind: registry::Kind, name: &Name) {
+        // The embedded store lists the names it holds state for.
+        let Backend::Redis(s) = &self.backend else {
+            return;
+        };
+        if !self.registry.due(kind, name.as_str()) {
+            return;
+        }
+        if let Err(e) = Box::pin(s.registry_add(kind, name.as_str())).await {
+            tracing::debug!(name = %name, error = %e, "could not register the name; will again");
+            self.registry.forget(kind, name.as_str());
+        }
+    }
+
+    /// Removes `name` from the registry of `kind` (its state is gone).
+    pub(crate) async fn unregister(&self, kind: registry::Kind, name: &str) -> Result<()> {
+        match &self.backend {
+            Backend::Memory(_) => Ok(()),
+            Backend::Redis(s) => {
+                self.registry.forget(kind, name);
+                Box::pin(s.registry_remove(kind, name)).await
+            }
+        }
+    }
+
+    /// Up to `limit` registered names of `kind` starting with `prefix`, in
+    /// byte order, after `after` if given (the embedded store: the names
+    /// it holds state for, a sharded queue's partitions left out).
+    pub(crate) async fn registered(
+        &self,
+        kind: registry::Kind,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(match kind {
+                registry::Kind::Gates => s.gates.names(prefix, after, limit, |_| true),
+                registry::Kind::Queues => s
+                    .queues
+                    .names(prefix, after, limit, |n| !registry::is_partition(n)),
+            }),
+            Backend::Redis(s) => Box::pin(s.registry_range(kind, prefix, after, limit)).await,
         }
     }
 

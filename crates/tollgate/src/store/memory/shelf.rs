@@ -187,6 +187,38 @@ impl<S: Shelved> Shelf<S> {
         self.lock().states.len()
     }
 
+    /// Up to `limit` names with state that start with `prefix`, after
+    /// `after`, pass `keep`, in byte order: for listing (the embedded
+    /// store lists what it holds, with no registry to keep). One pass over
+    /// the map under its lock, keeping the `limit` smallest.
+    pub(in crate::store) fn names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let inner = self.lock();
+        let mut smallest: std::collections::BinaryHeap<&str> = std::collections::BinaryHeap::new();
+        for name in inner.states.keys() {
+            let n = name.as_str();
+            if !n.starts_with(prefix) || after.is_some_and(|a| n <= a) || !keep(n) {
+                continue;
+            }
+            if smallest.len() < limit {
+                smallest.push(n);
+            } else if smallest.peek().is_some_and(|top| n < *top) {
+                smallest.pop();
+                smallest.push(n);
+            }
+        }
+        smallest
+            .into_sorted_vec()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<S>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -48,6 +48,9 @@ pub(crate) struct RedisStore {
     /// `RedisConfig::response_timeout`: no operation takes longer (a
     /// durable one: plus its WAIT's timeout).
     timeout: Duration,
+    /// `RedisConfig::idle`: how long the registry of names outlives its
+    /// last registration.
+    pub(in crate::store) idle: Duration,
     pub(in crate::store) prefix: String,
     pub(in crate::store) scripts: Arc<Scripts>,
     wakers: Arc<Wakers>,
@@ -119,6 +122,7 @@ impl RedisStore {
         RedisStore {
             conn,
             timeout: config.response_timeout,
+            idle: config.idle,
             prefix: config.prefix.clone(),
             scripts: Arc::new(Scripts::new(cluster, config.idle)),
             target,
@@ -159,6 +163,13 @@ impl RedisStore {
             Ok(())
         })
         .await
+    }
+
+    /// Runs one plain command (no script) within the response timeout.
+    pub(in crate::store) async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T> {
+        let mut conn = self.conn.clone();
+        self.within(self.timeout, async move { Ok(cmd.query_async(&mut conn).await?) })
+            .await
     }
 }
 

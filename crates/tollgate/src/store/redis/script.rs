@@ -335,6 +335,7 @@ impl RedisStore {
         Ok(RedisStore {
             conn: self.conn.clone(),
             timeout: self.timeout,
+            idle: self.idle,
             prefix: self.prefix.clone(),
             scripts: self.scripts.clone(),
             wakers: self.wakers.clone(),
