@@ -4,21 +4,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use serde_json::json;
 use tollgate::{JobQueue, PushOptions, Store};
 
-use super::{each_worker, memory_usage, quantile, redis_store, round3};
+use super::{each_worker, memory_usage, now_ms, quantile, redis_store, round3};
 use crate::cli::BenchArgs;
 use crate::exit;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// Quantile `q` of lateness samples (ms), to three decimals; 0 without
 /// samples.

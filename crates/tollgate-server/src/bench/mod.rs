@@ -112,6 +112,14 @@ fn quantile<T: Copy + PartialOrd>(v: &mut [T], q: f64) -> Option<T> {
     Some(v[((v.len() as f64 - 1.0) * q).round() as usize])
 }
 
+/// This machine's clock in Unix ms (the benches' Redis runs beside it).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// Rounded to three decimals (of a millisecond or a second, as reported).
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0

@@ -10,21 +10,14 @@
 
 use std::collections::HashSet;
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tollgate::{JobQueue, ScheduleSpec, Schedules, When};
 
-use super::{memory_usage, quantile, redis_store, round3};
+use super::{memory_usage, now_ms, quantile, redis_store, round3};
 use crate::cli::BenchArgs;
 use crate::exit;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// Redis's CPU time so far (user + system, seconds), from `INFO cpu`.
 async fn redis_cpu_seconds(url: &str) -> Option<f64> {

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::name::Name;
 use crate::store::schedule::{Due, Fire, FireOutcome, LOOKAHEAD_MS, Next, RawSchedule};
 
-use super::schedules::{Parsed, ScheduleSpec, Schedules, refusal_error};
+use super::schedules::{Parsed, ScheduleSpec, Schedules, ms, refusal_error};
 use super::{MAX_CATCH_UP, Misfire};
 
 /// How many due schedules one store read answers.
@@ -62,19 +62,14 @@ pub struct FiredJob {
 /// The first tick of `spec` at or after `from_ms` (and its start), if
 /// any before its end.
 pub(crate) fn first_tick(spec: &ScheduleSpec, from_ms: u64) -> Option<u64> {
-    let start = spec.start.map_or(0, ms_of).max(from_ms);
+    let start = spec.start.map_or(0, ms).max(from_ms);
     let tick = spec.when.next_after(start.saturating_sub(1))?;
     within_end(spec, tick)
 }
 
-fn ms_of(t: std::time::SystemTime) -> u64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 fn within_end(spec: &ScheduleSpec, tick: u64) -> Option<u64> {
     match spec.end {
-        Some(end) if tick > ms_of(end) => None,
+        Some(end) if tick > ms(end) => None,
         _ => Some(tick),
     }
 }

@@ -142,7 +142,7 @@ pub(super) struct Parsed {
     pub(super) job: JobSpec,
 }
 
-fn ms(t: SystemTime) -> u64 {
+pub(super) fn ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
