@@ -832,6 +832,11 @@ pub(crate) enum BenchTarget {
     /// the jobs: every tick pushed exactly once, the push lag, tick to
     /// claim, the firers' and Redis's CPU, Redis memory per schedule.
     Schedules,
+    /// --keys gates on --redis, each holding a lease, paged through 100 at
+    /// a time for --seconds (at least one whole pass): page latency through
+    /// the library and, with --server, through `GET /v1/gates`
+    /// (list_gates).
+    Listing,
 }
 
 #[derive(Debug, Args)]
@@ -859,7 +864,8 @@ pub(crate) struct BenchArgs {
     /// The semaphore's capacity.
     #[arg(long, default_value_t = 5)]
     pub(crate) limit: u32,
-    /// `limit` only: how many keys the decisions spread over.
+    /// `limit`: how many keys the decisions spread over; `listing`: how
+    /// many gates to page through.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) keys: usize,
     /// `upstream` only: where to listen.
@@ -875,7 +881,7 @@ pub(crate) struct BenchArgs {
     /// a thread per core.
     #[arg(long)]
     pub(crate) single_thread: bool,
-    /// `http` only: the server to measure.
+    /// `http` and `listing`: the server to measure.
     #[arg(long, value_name = "URL")]
     pub(crate) server: Option<String>,
     /// `http` only: also hold this many long-polls open at once and report
