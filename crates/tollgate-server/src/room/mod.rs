@@ -417,6 +417,36 @@ impl Room {
         &self.gate
     }
 
+    /// The operator's reset of the line: everyone waiting is dropped in
+    /// one step of the store (active sessions are untouched, and whoever
+    /// joins after it is not dropped); returns how many. Each dropped
+    /// visitor learns it on their next request ([`Room::dropped_by_reset`]).
+    pub(crate) async fn reset_line(&self) -> tollgate::Result<u64> {
+        let dropped = bounded(self.store_timeout, self.gate.clear_line()).await?;
+        self.metrics.line_resets.increment(1);
+        self.metrics.reset_dropped.increment(dropped);
+        tracing::info!(room = %self.name, dropped, "the line was reset");
+        Ok(dropped)
+    }
+
+    /// Whether a visitor in line since `since_ms` (this server's clock)
+    /// whose ticket is gone lost it to a reset, rather than leaving or
+    /// falling silent: the gate keeps the last reset's time (the store's
+    /// clock), which every server sharing the room reads alike. Clocks
+    /// [`watch::SKEW`] apart still count as before it: a visitor who
+    /// joined just after a reset and then left is told of the reset,
+    /// which costs them nothing, whereas the other mistake would put a
+    /// dropped visitor silently at the back. Asked only for a gone ticket.
+    async fn dropped_by_reset(&self, since_ms: u64) -> bool {
+        let skew = watch::SKEW.as_millis() as u64;
+        bounded(self.store_timeout, self.gate.stats())
+            .await
+            .is_ok_and(|s| {
+                s.line_reset_ms
+                    .is_some_and(|at| since_ms <= at.saturating_add(skew))
+            })
+    }
+
     /// Reads the room's gate for the scrape: active, waiting, capacity,
     /// admissions and expiries as the store has them (so they are right
     /// across every server sharing the room).

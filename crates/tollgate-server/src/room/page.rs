@@ -233,6 +233,28 @@ impl Pages {
         self.waiting.fill(&values)
     }
 
+    /// The page of a visitor whose place a reset of the line took: what
+    /// happened, and a link back to `path` to join again (their token is
+    /// cleared with it, so following it is a new arrival). Always the
+    /// built-in page.
+    pub(crate) fn reset(&self, room: &str, lang: Lang, path: &str) -> String {
+        let t = lang.text();
+        let body = format!(
+            "<main>\n<h1>{}</h1>\n<p role=\"status\">{}</p>\n<p><a href=\"{}\">{}</a></p>\n</main>",
+            t.reset_title,
+            t.reset_text,
+            escape(path),
+            t.join_again
+        );
+        Template(SHELL.to_owned()).fill(&[
+            ("t_body", &body),
+            ("t_head", ""),
+            ("t_title", t.reset_title),
+            ("room", &escape(room)),
+            ("lang", t.code),
+        ])
+    }
+
     /// The page of a room that cannot reach its store (served with 503 and
     /// `Retry-After: retry`).
     pub(crate) fn try_again(&self, room: &str, lang: Lang, retry: u64) -> String {
