@@ -2,7 +2,8 @@
 //! line: everyone waiting is dropped in one step and told so (never put
 //! silently at the back, never admitted by their old token), active
 //! visitors keep browsing, and whoever arrives after it queues normally;
-//! on the embedded store, real Redis, and two servers sharing one Redis.
+//! on the embedded store, real Redis, two servers sharing one Redis (and
+//! one Redis Cluster, and one Sentinel-managed master).
 
 mod room_support;
 mod serve_support;
@@ -354,4 +355,20 @@ async fn joins_racing_a_reset_embedded() {
 async fn joins_racing_a_reset_redis() {
     let redis = RedisServer::start();
     joins_racing_a_reset(Some(&redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_drops_the_line_and_says_so_cluster() {
+    let cluster = tokio::task::spawn_blocking(|| support::RedisCluster::start(3, 0))
+        .await
+        .expect("cluster");
+    reset_drops_the_line_and_says_so(Some(&cluster.url()), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_drops_the_line_and_says_so_sentinel() {
+    let set = tokio::task::spawn_blocking(support::SentinelSet::start)
+        .await
+        .expect("sentinel set");
+    reset_drops_the_line_and_says_so(Some(&set.url()), true).await;
 }
