@@ -183,8 +183,12 @@ impl Room {
         }
         // The label is the arrival time: the gate orders its line by a
         // counter and keeps no time, and the operator's view of the line
-        // shows each waiter's age from it.
-        let joined = now_ms().to_string();
+        // shows each waiter's age from it. Taken before entering, it is
+        // also the token's join time: never later than the ticket's
+        // arrival in the store, so a reset that took the ticket is never
+        // taken for one before it joined (`dropped_by_reset`).
+        let joined_ms = now_ms();
+        let joined = joined_ms.to_string();
         let enter = || self.gate.enter_as(1, true, Some(&joined));
         let mut entered = bounded(self.store_timeout, enter()).await;
         if entered.as_ref().is_err_and(|e| e.kind() == ErrorKind::NoCapacity) {
@@ -209,7 +213,7 @@ impl Room {
                     &self.name,
                     &Visitor::Waiting {
                         ticket,
-                        since_ms: now,
+                        since_ms: joined_ms,
                         eta_ms: place.eta.map(|e| e.as_millis() as u64),
                     },
                     now + 24 * 3600 * 1000,
