@@ -377,3 +377,32 @@ async fn reset_drops_the_line_and_says_so_sentinel() {
         .expect("sentinel set");
     reset_drops_the_line_and_says_so(Some(&set.url()), true).await;
 }
+
+/// `line_ages = false`: places carry no arrival time (ages are null), and
+/// a reset is still told, from the time in the visitor's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ages_can_be_left_out() {
+    let (_seen, up, dir) = site().await;
+    let s = start(
+        &dir,
+        &config(up, 1).replace("arrival_rate", "line_ages = false\narrival_rate"),
+        None,
+    );
+    let (s, proxy, c, _holder) = take_the_slot(s).await;
+    let mut waiter = Visitor::new("waiter");
+    assert_eq!(
+        waiter.get(&c, &proxy, "/page", true).await.json()["status"],
+        "queued"
+    );
+    let (st, v) = admin(&c, &s, reqwest::Method::GET, "/v1/rooms/shop/line").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        (&v["line"][0]["position"], &v["line"][0]["age_ms"]),
+        (&1.into(), &Value::Null),
+        "{v}"
+    );
+    let (st, v) = admin(&c, &s, reqwest::Method::POST, "/v1/rooms/shop/reset").await;
+    assert_eq!((st, &v["dropped"]), (200, &1.into()), "{v}");
+    let cookie = waiter.cookie.clone().expect("cookie");
+    assert_eq!(status_of(&c, &proxy, &cookie).await["status"], "reset");
+}

@@ -188,8 +188,8 @@ impl Room {
         // arrival in the store, so a reset that took the ticket is never
         // taken for one before it joined (`dropped_by_reset`).
         let joined_ms = now_ms();
-        let joined = joined_ms.to_string();
-        let enter = || self.gate.enter_as(1, true, Some(&joined));
+        let joined = self.line_ages.then(|| joined_ms.to_string());
+        let enter = || self.gate.enter_as(1, true, joined.as_deref());
         let mut entered = bounded(self.store_timeout, enter()).await;
         if entered.as_ref().is_err_and(|e| e.kind() == ErrorKind::NoCapacity) {
             // The store lost the room's settings (data loss, or an idle
