@@ -427,8 +427,11 @@ impl Room {
     /// one step of the store (active sessions are untouched, and whoever
     /// joins after it is not dropped); returns how many. Each dropped
     /// visitor learns it on their next request ([`Room::dropped_by_reset`]).
+    /// Not bounded by `store_timeout` (a visitor's wait): the step takes
+    /// time in proportion to the line, and the store's own response
+    /// timeout still bounds it.
     pub(crate) async fn reset_line(&self) -> tollgate::Result<u64> {
-        let dropped = bounded(self.store_timeout, self.gate.clear_line()).await?;
+        let dropped = self.gate.clear_line().await?;
         self.metrics.line_resets.increment(1);
         self.metrics.reset_dropped.increment(dropped);
         tracing::info!(room = %self.name, dropped, "the line was reset");
