@@ -21,9 +21,11 @@
 -- capacity), a ticket number is one lookup in q.
 if ARGV[3] == 'c' then
   local CLEAR_STEP, dropped = 1000, 0
-  while waiting > 0 do
-    local ids = redis.call('ZRANGE', KQ, 0, CLEAR_STEP - 1)
-    if #ids == 0 then break end
+  -- Until q is read empty, whatever the counters say (W is 0 only when
+  -- q surely is).
+  local ids = {}
+  if waiting > 0 then ids = redis.call('ZRANGE', KQ, 0, CLEAR_STEP - 1) end
+  while #ids > 0 do
     local side, labels = {}, {}
     for i, id in ipairs(ids) do
       side[2 * i - 1], side[2 * i] = 'd:' .. id, 'k:' .. id
@@ -33,7 +35,7 @@ if ARGV[3] == 'c' then
     if Ma > 0 then Ma = Ma - redis.call('HDEL', KP, unpack(labels)) end
     redis.call('ZREMRANGEBYRANK', KQ, 0, #ids - 1)
     dropped = dropped + #ids
-    waiting = waiting - #ids
+    ids = redis.call('ZRANGE', KQ, 0, CLEAR_STEP - 1)
   end
   -- Nobody waits: no multi-permit waiter, no deadline, no sweep under way.
   waiting, Mn, Mz, MY, MQ, q_fresh = 0, 0, 0, '0', 0, true
