@@ -354,6 +354,7 @@ mod tests {
             upstream_down_page,
             upstream_timeout_page,
             lang,
+            line_ages,
         } = rooms.values().next().expect("a [rooms.NAME]").clone();
         assert!(!upstream.is_empty() && !hosts.is_empty() && path_prefix.is_some() && capacity > 0);
         assert!(admissions_per_minute.is_some() && session_ttl.is_some() && grace.is_some());
@@ -361,7 +362,7 @@ mod tests {
         assert!(on_store_error.is_some() && store_timeout_ms.is_some() && upstream_timeout_ms.is_some());
         assert!(page.is_some() && queued_status.is_some() && !bypass_paths.is_empty());
         assert!(!bypass_ips.is_empty() && bypass_header.is_some() && !trusted_proxies.is_empty());
-        assert!(upgrades.is_some() && secure_cookie.is_some() && lang.is_some());
+        assert!(upgrades.is_some() && secure_cookie.is_some() && lang.is_some() && line_ages.is_some());
         assert!(try_again_page.is_some() && upstream_down_page.is_some() && upstream_timeout_page.is_some());
     }
 }
