@@ -526,3 +526,20 @@ async fn cross_site_changes_are_refused_without_tokens() {
     .await;
     assert_eq!((st, code(&body)), (403, "cross_origin"));
 }
+
+#[test]
+fn a_token_has_one_role_and_read_tokens_are_checked_like_admin_ones() {
+    for (args, says) in [
+        (
+            vec!["--token", ADMIN, "--read-token", ADMIN],
+            "both an admin token (tokens, --token) and a read token",
+        ),
+        (vec!["--read-token", "short"], "--read-token shor… is too weak"),
+        (vec!["--api-session-ttl", "1s"], "api_session_ttl must be"),
+    ] {
+        let out = Server::command(None, &args).output().expect("run serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

@@ -30,14 +30,16 @@ pub(crate) const LOGIN_BURST: u64 = 10;
 /// The limiter's name (in `tollgate_limit_decisions_total`).
 pub(crate) const LOGIN_LIMITER: &str = "tollgate-session-login";
 
-/// The login limiter over `store`: refuses while the store cannot be
-/// asked (a login is not worth failing open for).
+/// The login limiter over `store`: a login waits up to a second for it,
+/// and answers 503 while the store cannot be asked (a login is not worth
+/// failing open for).
 pub(crate) fn login_limiter(store: &tollgate::Store) -> tollgate::RateLimiter {
     let limit = tollgate::Rate::per_minute(LOGIN_PER_MINUTE)
         .and_then(|rate| tollgate::Limit::gcra(rate, LOGIN_BURST))
         .unwrap_or_else(|_| unreachable!("a valid constant limit"));
     tollgate::RateLimiter::new(store, LOGIN_LIMITER, limit)
         .unwrap_or_else(|_| unreachable!("a valid constant name"))
+        .timeout(std::time::Duration::from_secs(1))
 }
 
 /// The session routes.
