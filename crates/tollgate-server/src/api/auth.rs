@@ -66,7 +66,8 @@ impl Role {
 
 /// Which of the server's tokens a request presented (its place in the
 /// list, admin tokens first, then read tokens) and so its role, set by
-/// authentication: the client a ticket is counted against.
+/// authentication: the client a ticket is counted against. Absent when
+/// the server has no tokens: then every caller is an admin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Caller(pub(crate) usize, pub(crate) Role);
 
