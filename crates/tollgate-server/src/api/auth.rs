@@ -85,12 +85,6 @@ pub(crate) struct Tokens {
     session_ttl: Duration,
 }
 
-impl Default for Tokens {
-    fn default() -> Self {
-        Tokens::new(&[], &[], SESSION_TTL)
-    }
-}
-
 /// A verified session cookie.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Session {

@@ -1,8 +1,9 @@
 //! The HTTP/JSON API: the shared state, the router that merges every
 //! feature's `routes()`, the one front layer every request goes through,
-//! bearer-token authentication, and the probes. Each feature (gates, jobs,
-//! limits, room admin) owns its handlers and routes and depends only on
-//! this module's [`AppState`] and on [`error`], never on a sibling.
+//! and the probes; who may call it lives in [`auth`], [`session`] and
+//! [`origin`]. Each feature (gates, jobs, limits, room admin) owns its
+//! handlers and routes and depends only on this module's [`AppState`]
+//! and on [`error`], never on a sibling.
 
 pub(crate) mod auth;
 pub(crate) mod body;
