@@ -664,9 +664,10 @@ pub(crate) struct ServeArgs {
     /// Prefix of every Redis key [default: tollgate].
     #[arg(long, env = "TOLLGATE_PREFIX", value_name = "PREFIX")]
     pub(crate) prefix: Option<String>,
-    /// Require `Authorization: Bearer <TOKEN>` on /v1 routes and /metrics;
-    /// repeat for several accepted tokens (rotation). TOLLGATE_TOKENS takes
-    /// a comma-separated list.
+    /// Require `Authorization: Bearer <TOKEN>` (or a session cookie from
+    /// POST /v1/session) on /v1 routes and /metrics; an admin token, it may
+    /// do everything. Repeat for several accepted tokens (rotation).
+    /// TOLLGATE_TOKENS takes a comma-separated list.
     #[arg(
         long = "token",
         env = "TOLLGATE_TOKENS",
@@ -674,9 +675,22 @@ pub(crate) struct ServeArgs {
         value_name = "TOKEN"
     )]
     pub(crate) tokens: Vec<String>,
+    /// Like --token, but the token may only read (GET and HEAD); other
+    /// methods answer 403 `forbidden`. TOLLGATE_READ_TOKENS takes a
+    /// comma-separated list.
+    #[arg(
+        long = "read-token",
+        env = "TOLLGATE_READ_TOKENS",
+        value_delimiter = ',',
+        value_name = "TOKEN"
+    )]
+    pub(crate) read_tokens: Vec<String>,
+    /// How long a console session (POST /v1/session) lasts [default: 12h].
+    #[arg(long, env = "TOLLGATE_API_SESSION_TTL", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) api_session_ttl: Option<Duration>,
     /// A TOML file; tollgate.example.toml has every key with its default:
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
-    /// durable_replicas, durable_timeout, max_tickets_per_client,
+    /// read_tokens, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
     /// metrics_timeout, body_timeout, memory_idle, and the tables
     /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
     /// [rooms.NAME]. Flags and environment variables override it.
