@@ -769,13 +769,10 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/v1/rooms/{room}/pause",
         "/v1/rooms/{room}/resume",
         "/v1/rooms/{room}/sessions/{session}",
-<<<<<<< HEAD
         "/v1/rooms/{room}/reset",
         "/v1/rooms/{room}/line",
         "/v1/rooms/{room}/line/{number}",
-=======
         "/v1/session",
->>>>>>> auth
     ] {
         assert!(served["paths"].get(path).is_some(), "{path} is not documented");
     }
