@@ -207,6 +207,7 @@ async fn open(
         protect,
         tokens: Arc::new(Tokens::new(&args.tokens)),
         tickets: Arc::new(TicketCaps::new(args.max_tickets_per_client, trusted)),
+        subscribers: Arc::new(crate::api::events::Subscribers::new(args.max_event_subscribers)),
         metrics_timeout: args.metrics_timeout,
         body_timeout: args.body_timeout,
         stopping,

@@ -1,0 +1,173 @@
+//! Live event streams (Server-Sent Events, issue 18):
+//! `GET /v1/queues/{queue}/events` (docs/HTTP.md, "Event streams").
+//!
+//! The events come from the library's feed (`ShardedJobQueue::events`),
+//! which the store writes inside the step that makes each change, so a
+//! stream shows what every server and worker on the same Redis did. Here
+//! each stream gets a forwarding task with a bounded buffer between the
+//! feed and the HTTP body: a client that does not read fills it and is
+//! dropped (a final `dropped` event, its slot and its feed freed), never
+//! slowing the store or the other streams.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures_util::StreamExt;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+use tollgate::{EventId, JobEvent, Lagged};
+
+use super::AppState;
+use super::error::ApiError;
+
+/// Event streams served at once by default (`max_event_subscribers`).
+pub(crate) const DEFAULT_MAX_SUBSCRIBERS: usize = 1000;
+/// Events waiting for one client's connection; a client that lets more
+/// pile up is dropped.
+const CLIENT_BUFFER: usize = 256;
+/// A comment line this often keeps idle proxies from closing a stream.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new().route("/v1/queues/{queue}/events", get(queue_events))
+}
+
+/// The event streams open on this server, against their limit.
+#[derive(Debug)]
+pub(crate) struct Subscribers {
+    open: AtomicUsize,
+    max: usize,
+}
+
+/// One open stream's place; freed on drop.
+#[derive(Debug)]
+struct Slot(Arc<Subscribers>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let left = self.0.open.fetch_sub(1, Ordering::Relaxed) - 1;
+        metrics::gauge!("tollgate_event_subscribers").set(left as f64);
+    }
+}
+
+impl Subscribers {
+    pub(crate) fn new(max: usize) -> Subscribers {
+        Subscribers {
+            open: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// A place for one more stream, or 503 `too_many_subscribers`.
+    fn take(self: &Arc<Self>) -> Result<Slot, ApiError> {
+        let taken = self
+            .open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < self.max).then_some(n + 1));
+        match taken {
+            Ok(n) => {
+                metrics::gauge!("tollgate_event_subscribers").set((n + 1) as f64);
+                Ok(Slot(self.clone()))
+            }
+            Err(n) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_subscribers",
+                format!("this server already serves {n} event streams (max_event_subscribers); try again later"),
+            )),
+        }
+    }
+}
+
+/// `Last-Event-ID`, if sent: an event id (`<ms>-<seq>`), else 400.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<EventId>, ApiError> {
+    let Some(v) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let bad = || ApiError::bad_request("Last-Event-ID must be an event id from this stream, e.g. 1700000000000-0");
+    let text = v.to_str().map_err(|_| bad())?;
+    text.trim().parse().map(Some).map_err(|_| bad())
+}
+
+/// `GET /v1/queues/{queue}/events`: `hello` with the queue's figures, then
+/// each event as it happens. A queue nobody used yet streams too (queues
+/// are created by their first push).
+pub(crate) async fn queue_events(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let since = last_event_id(&headers)?;
+    let q = state.queue_set.open(&state.store, &name)?;
+    let slot = state.subscribers.take()?;
+    let feed = q.events(since).await?;
+    let s = q.stats().await?;
+    let hello = json!({
+        "queue": name, "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed,
+        "in_flight": s.in_flight, "dead": s.dead, "paused": s.paused,
+        "resumed": since.is_some(), "gap": feed.gap(),
+    });
+    Ok(stream(hello, feed, slot, state.stopping.clone()))
+}
+
+/// Why a stream was dropped: the `dropped` event's data.
+fn dropped(reason: &str, missed: Option<u64>) -> Event {
+    metrics::counter!("tollgate_event_subscribers_dropped_total", "reason" => reason.to_owned()).increment(1);
+    let data = json!({"reason": reason, "missed": missed});
+    Event::default().event("dropped").data(data.to_string())
+}
+
+fn event_of(e: &JobEvent) -> Event {
+    let data = serde_json::to_string(e).unwrap_or_else(|_| "{}".to_owned());
+    Event::default().event(e.kind.as_str()).id(e.id.to_string()).data(data)
+}
+
+/// The response: `hello`, then what the forwarding task passes on, then
+/// `dropped` if it gave up on this client. Ends when the server stops.
+fn stream(
+    hello: serde_json::Value,
+    mut feed: tollgate::JobEvents,
+    slot: Slot,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Event>(CLIENT_BUFFER);
+    let (why_tx, why_rx) = oneshot::channel::<Event>();
+    tokio::spawn(async move {
+        let _slot = slot;
+        let why = loop {
+            tokio::select! {
+                _ = stopping.wait_for(|s| *s) => break None,
+                () = tx.closed() => break None,
+                next = feed.next() => match next {
+                    Some(Ok(e)) => match tx.try_send(event_of(&e)) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            break Some(dropped("slow_reader", None));
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => break None,
+                    },
+                    Some(Err(Lagged { missed })) => break Some(dropped("lagged", Some(missed))),
+                    None => break None,
+                },
+            }
+        };
+        if let Some(why) = why {
+            let _ = why_tx.send(why);
+        }
+        // Dropping the feed here unsubscribes at once, whatever the
+        // client does with its connection.
+    });
+    let first = futures_util::stream::iter([Event::default().event("hello").data(hello.to_string())]);
+    let events = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+    let last = futures_util::stream::once(why_rx).filter_map(|why| async move { why.ok() });
+    let body = first.chain(events).chain(last).map(Ok::<_, Infallible>);
+    Sse::new(body)
+        .keep_alive(KeepAlive::new().interval(HEARTBEAT))
+        .into_response()
+}
