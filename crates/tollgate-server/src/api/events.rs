@@ -5,9 +5,11 @@
 //! which the store writes inside the step that makes each change, so a
 //! stream shows what every server and worker on the same Redis did. Here
 //! each stream gets a forwarding task with a bounded buffer between the
-//! feed and the HTTP body: a client that does not read fills it and is
-//! dropped (a final `dropped` event, its slot and its feed freed), never
-//! slowing the store or the other streams.
+//! feed and the HTTP body: a client that does not read fills it, then its
+//! feed falls behind (`lagged`) or its buffer stays full for SLOW_READER
+//! (`slow_reader`), and it is dropped: a final `dropped` event, its slot
+//! and its feed freed at once. It never slows the store or the other
+//! streams: the feed's buffer is a ring the store writes over.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -30,9 +32,12 @@ use super::error::ApiError;
 
 /// Event streams served at once by default (`max_event_subscribers`).
 pub(crate) const DEFAULT_MAX_SUBSCRIBERS: usize = 1000;
-/// Events waiting for one client's connection; a client that lets more
-/// pile up is dropped.
+/// Events waiting for one client's connection.
 const CLIENT_BUFFER: usize = 256;
+/// A client whose buffer stays full this long is dropped. (Bursts are
+/// absorbed first by the feed's own buffer of 4,096 events: a batch push
+/// of 1,000 jobs is one burst.)
+const SLOW_READER: Duration = Duration::from_secs(10);
 /// A comment line this often keeps idle proxies from closing a stream.
 const HEARTBEAT: Duration = Duration::from_secs(15);
 
@@ -141,20 +146,19 @@ fn stream(
     tokio::spawn(async move {
         let _slot = slot;
         let why = loop {
-            tokio::select! {
-                _ = stopping.wait_for(|s| *s) => break None,
-                () = tx.closed() => break None,
-                next = feed.next() => match next {
-                    Some(Ok(e)) => match tx.try_send(event_of(&e)) {
-                        Ok(()) => {}
-                        Err(mpsc::error::TrySendError::Full(_)) => {
-                            break Some(dropped("slow_reader", None));
-                        }
-                        Err(mpsc::error::TrySendError::Closed(_)) => break None,
-                    },
-                    Some(Err(Lagged { missed })) => break Some(dropped("lagged", Some(missed))),
-                    None => break None,
+            let next = tokio::select! {
+                _ = stopping.wait_for(|s| *s) => None,
+                () = tx.closed() => None,
+                next = feed.next() => next,
+            };
+            match next {
+                Some(Ok(e)) => match tokio::time::timeout(SLOW_READER, tx.send(event_of(&e))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break None,
+                    Err(_) => break Some(dropped("slow_reader", None)),
                 },
+                Some(Err(Lagged { missed })) => break Some(dropped("lagged", Some(missed))),
+                None => break None,
             }
         };
         if let Some(why) = why {

@@ -33,7 +33,7 @@ use crate::store::redis::RedisStore;
 
 /// Events buffered per watched queue and process; a subscriber further
 /// behind than this is dropped (`Lagged`).
-pub const EVENTS_BUFFER: usize = 1024;
+pub const EVENTS_BUFFER: usize = 4096;
 /// Events the embedded store keeps per watched queue for a resume
 /// (Redis keeps about 10,000 in the stream: jobs.lua's EVENTS_KEPT).
 const MEMORY_KEPT: usize = 1000;
