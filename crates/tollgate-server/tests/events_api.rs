@@ -102,7 +102,9 @@ fn pair(kind: &str, job: &str) -> (String, Option<String>) {
 
 async fn push(c: &reqwest::Client, s: &Server, queue: &str, id: &str, extra: Value) {
     let mut body = json!({"payload": "x", "id": id});
-    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     let (st, p) = send(c.post(s.url(&format!("/v1/queues/{queue}/jobs"))).json(&body)).await;
     assert_eq!(st, 201, "{p}");
 }
@@ -134,14 +136,22 @@ async fn events_from_another_server_and_a_worker() {
     push(&c, &b, "ev", "a", json!({"max_attempts": 2})).await;
     let job = claim(&c, &b, "ev", "").await;
     let fence = job["fence"].clone();
-    let (st, _) = send(c.post(b.url("/v1/queues/ev/jobs/a/ack")).json(&json!({"fence": fence}))).await;
+    let (st, _) = send(
+        c.post(b.url("/v1/queues/ev/jobs/a/ack"))
+            .json(&json!({"fence": fence})),
+    )
+    .await;
     assert_eq!(st, 200);
     push(&c, &b, "ev", "b", json!({"max_attempts": 1})).await;
     let job = claim(&c, &b, "ev", "").await;
     let nack = json!({"fence": job["fence"], "delay_ms": 0, "error": "boom"});
     let (st, p) = send(c.post(b.url("/v1/queues/ev/jobs/b/nack")).json(&nack)).await;
     assert_eq!(st, 200, "{p}");
-    let (st, p) = send(c.post(b.url("/v1/queues/ev/dead/replay")).json(&json!({"id": "b"}))).await;
+    let (st, p) = send(
+        c.post(b.url("/v1/queues/ev/dead/replay"))
+            .json(&json!({"id": "b"})),
+    )
+    .await;
     assert_eq!(st, 200, "{p}");
     // Claimed with a 100 ms lease and never acked: a later step (the
     // stats read) finds the lease ended.
@@ -167,8 +177,14 @@ async fn events_from_another_server_and_a_worker() {
         ]
     );
     assert_eq!(got[1].data["fence"], fence);
-    assert_eq!((&got[5].data["error"], &got[5].data["attempt"]), (&json!("boom"), &json!(1)));
-    assert!(got.iter().all(|e| e.id.is_some() && e.data["at_ms"].as_u64().is_some()));
+    assert_eq!(
+        (&got[5].data["error"], &got[5].data["attempt"]),
+        (&json!("boom"), &json!(1))
+    );
+    assert!(
+        got.iter()
+            .all(|e| e.id.is_some() && e.data["at_ms"].as_u64().is_some())
+    );
 
     push(&c, &b, "ev", "w", json!({})).await;
     assert_eq!(kinds(&feed.take(1).await), [pair("pushed", "w")]);
@@ -183,7 +199,10 @@ async fn events_from_another_server_and_a_worker() {
         .expect("spawn worker");
     let mut worker = Killed(worker);
     let mut seen = Vec::new();
-    while !seen.iter().any(|e: &Sse| e.event == "acked" && e.data["job"] == "w") {
+    while !seen
+        .iter()
+        .any(|e: &Sse| e.event == "acked" && e.data["job"] == "w")
+    {
         seen.push(feed.next().await.expect("stream open"));
     }
     let at = |k: &str| seen.iter().position(|e| e.event == k && e.data["job"] == "w");
@@ -220,7 +239,12 @@ async fn two_subscribers_and_a_resume(s: &Server) {
     let a = first.take(5).await;
     let b = second.take(5).await;
     assert_eq!(kinds(&a), kinds(&b));
-    assert_eq!(kinds(&a), (0..5).map(|i| pair("pushed", &format!("j{i}"))).collect::<Vec<_>>());
+    assert_eq!(
+        kinds(&a),
+        (0..5)
+            .map(|i| pair("pushed", &format!("j{i}")))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(
         a.iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
         b.iter().map(|e| e.id.clone()).collect::<Vec<_>>()
@@ -228,7 +252,10 @@ async fn two_subscribers_and_a_resume(s: &Server) {
     // Resumed after the third: the fourth and fifth again, then live.
     let mut resumed = Stream::open(&c, &url, a[2].id.as_deref()).await;
     let hello = resumed.next().await.unwrap();
-    assert_eq!((&hello.data["resumed"], &hello.data["gap"]), (&json!(true), &json!(false)));
+    assert_eq!(
+        (&hello.data["resumed"], &hello.data["gap"]),
+        (&json!(true), &json!(false))
+    );
     let again = resumed.take(2).await;
     assert_eq!(kinds(&again), [pair("pushed", "j3"), pair("pushed", "j4")]);
     push(&c, s, "two", "j5", json!({})).await;
@@ -240,7 +267,11 @@ async fn bad_input_and_the_limit(s: &Server) {
     let url = s.url("/v1/queues/lim/events");
     for bad in ["nonsense", "1-x", "-1", "1700000000000"] {
         let (st, p) = send(c.get(&url).header("Last-Event-ID", bad)).await;
-        assert_eq!((st, &p["error"]["code"]), (400, &json!("bad_request")), "{bad}: {p}");
+        assert_eq!(
+            (st, &p["error"]["code"]),
+            (400, &json!("bad_request")),
+            "{bad}: {p}"
+        );
     }
     let (st, p) = send(c.get(s.url("/v1/queues/bad%20name/events"))).await;
     assert_eq!((st, &p["error"]["code"]), (400, &json!("bad_request")), "{p}");
@@ -248,7 +279,11 @@ async fn bad_input_and_the_limit(s: &Server) {
     let one = Stream::open(&c, &url, None).await;
     let _two = Stream::open(&c, &url, None).await;
     let (st, p) = send(c.get(&url)).await;
-    assert_eq!((st, &p["error"]["code"]), (503, &json!("too_many_subscribers")), "{p}");
+    assert_eq!(
+        (st, &p["error"]["code"]),
+        (503, &json!("too_many_subscribers")),
+        "{p}"
+    );
     drop(one);
     // The place comes free once the server sees the client gone.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -296,7 +331,9 @@ async fn a_client_that_never_reads_is_dropped(s: &Server) {
         let (c, url) = (c.clone(), s.url("/v1/queues/flood/batch"));
         async move {
             for b in 0..BATCHES {
-                let jobs: Vec<_> = (0..1000).map(|i| json!({"payload": "x", "id": format!("{b}-{i}")})).collect();
+                let jobs: Vec<_> = (0..1000)
+                    .map(|i| json!({"payload": "x", "id": format!("{b}-{i}")}))
+                    .collect();
                 let (st, p) = send(c.post(&url).json(&json!({"jobs": jobs}))).await;
                 assert_eq!(st, 200, "{p}");
             }
@@ -312,10 +349,16 @@ async fn a_client_that_never_reads_is_dropped(s: &Server) {
     loop {
         let text = s.metrics(None).await;
         if series(&text, "tollgate_event_subscribers") == Some(1.0) {
-            assert!(text.contains("tollgate_event_subscribers_dropped_total{reason="), "{text}");
+            assert!(
+                text.contains("tollgate_event_subscribers_dropped_total{reason="),
+                "{text}"
+            );
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the sleeper was not dropped in 60 s");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sleeper was not dropped in 60 s"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // It reads at last: what was buffered, then `dropped`, then the end.
@@ -325,7 +368,10 @@ async fn a_client_that_never_reads_is_dropped(s: &Server) {
     }
     let last = last.expect("some events");
     assert_eq!(last.event, "dropped", "{last:?}");
-    assert!(["lagged", "slow_reader"].contains(&last.data["reason"].as_str().unwrap()), "{last:?}");
+    assert!(
+        ["lagged", "slow_reader"].contains(&last.data["reason"].as_str().unwrap()),
+        "{last:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, new_id};
-use crate::store::{EventId, JobEvents, Store};
 use crate::store::jobs::{
     BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, ListFrom, MAX_ERROR_BYTES, Nack,
     NackOutcome, PushOutcome, PushReq, RawInfo, RawJob, RawState, RescheduleOutcome, When,
 };
 use crate::store::registry::Kind;
+use crate::store::{EventId, JobEvents, Store};
 
 /// The largest payload a queue accepts by default (1 MiB).
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;

@@ -21,9 +21,9 @@ use crate::jobs::{
     PushOptions, Pushed, QueueStats, Retry, check_max, sleep_until,
 };
 use crate::name::{Name, new_id};
-use crate::store::{EventId, JobEvents, Store};
 use crate::store::jobs::{ClaimOutcome, Layout};
 use crate::store::registry::Kind;
+use crate::store::{EventId, JobEvents, Store};
 
 /// The most partitions a sharded queue may have.
 pub const MAX_PARTITIONS: usize = 256;

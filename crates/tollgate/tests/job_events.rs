@@ -77,14 +77,19 @@ async fn every_step_is_an_event_in_order(ts: TestStore) {
     q.ack(&a.id, a.fence).await.unwrap();
     q.push("b", &with_id("b", 2)).await.unwrap();
     let b = q.claim().await.unwrap().unwrap();
-    q.nack(&b.id, b.fence, Retry::After(Duration::ZERO)).await.unwrap();
+    q.nack(&b.id, b.fence, Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
     let b = q.claim().await.unwrap().unwrap();
     let long = "x".repeat(1000);
     q.nack_with_error(&b.id, b.fence, Retry::After(Duration::ZERO), &long)
         .await
         .unwrap();
     assert_eq!(q.replay(Some("b")).await.unwrap(), 1);
-    let short = JobQueue::new(&store, "ev").unwrap().lease(Duration::from_millis(50)).unwrap();
+    let short = JobQueue::new(&store, "ev")
+        .unwrap()
+        .lease(Duration::from_millis(50))
+        .unwrap();
     let b = short.claim().await.unwrap().unwrap();
     ts.advance(Duration::from_millis(200)).await;
     q.stats().await.unwrap();
@@ -187,7 +192,13 @@ async fn a_feed_resumes_after_an_id(ts: TestStore) {
     let mut resumed = watcher.events(Some(seen[2].id)).await.unwrap();
     assert!(!resumed.gap());
     let got = take(&mut resumed, 2).await;
-    assert_eq!(kinds(&got), [(JobEventKind::Pushed, Some("r3")), (JobEventKind::Pushed, Some("r4"))]);
+    assert_eq!(
+        kinds(&got),
+        [
+            (JobEventKind::Pushed, Some("r3")),
+            (JobEventKind::Pushed, Some("r4"))
+        ]
+    );
     // Live events follow the replayed ones, none twice.
     q.push("x", &with_id("r5", 5)).await.unwrap();
     let live = take(&mut resumed, 1).await;
@@ -210,7 +221,16 @@ fn event_ids_parse_strictly() {
     let id: EventId = "1700000000000-7".parse().unwrap();
     assert_eq!((id.ms, id.seq), (1_700_000_000_000, 7));
     assert_eq!(id.to_string(), "1700000000000-7");
-    for bad in ["", "1", "-1", "1-", "a-1", "1-2-3", "1 -2", "99999999999999999999999-0"] {
+    for bad in [
+        "",
+        "1",
+        "-1",
+        "1-",
+        "a-1",
+        "1-2-3",
+        "1 -2",
+        "99999999999999999999999-0",
+    ] {
         let e = bad.parse::<EventId>().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad:?}");
     }
@@ -238,7 +258,10 @@ async fn an_unwatched_queue_writes_no_events() {
         other => panic!("{other:?}"),
     };
     assert_eq!(int(server.command(&["EXISTS", "tollgate:jobs:{quiet}:v"])), 0);
-    assert_eq!(int(server.command(&["HEXISTS", "tollgate:jobs:{quiet}:m", "v"])), 0);
+    assert_eq!(
+        int(server.command(&["HEXISTS", "tollgate:jobs:{quiet}:m", "v"])),
+        0
+    );
 
     let mut feed = q.events(None).await.unwrap();
     q.resume().await.unwrap();

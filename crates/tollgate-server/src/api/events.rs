@@ -73,9 +73,9 @@ impl Subscribers {
 
     /// A place for one more stream, or 503 `too_many_subscribers`.
     fn take(self: &Arc<Self>) -> Result<Slot, ApiError> {
-        let taken = self
-            .open
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < self.max).then_some(n + 1));
+        let taken = self.open.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < self.max).then_some(n + 1)
+        });
         match taken {
             Ok(n) => {
                 metrics::gauge!("tollgate_event_subscribers").set((n + 1) as f64);
@@ -84,7 +84,9 @@ impl Subscribers {
             Err(n) => Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too_many_subscribers",
-                format!("this server already serves {n} event streams (max_event_subscribers); try again later"),
+                format!(
+                    "this server already serves {n} event streams (max_event_subscribers); try again later"
+                ),
             )),
         }
     }
@@ -95,7 +97,8 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<EventId>, ApiError> {
     let Some(v) = headers.get("last-event-id") else {
         return Ok(None);
     };
-    let bad = || ApiError::bad_request("Last-Event-ID must be an event id from this stream, e.g. 1700000000000-0");
+    let bad =
+        || ApiError::bad_request("Last-Event-ID must be an event id from this stream, e.g. 1700000000000-0");
     let text = v.to_str().map_err(|_| bad())?;
     text.trim().parse().map(Some).map_err(|_| bad())
 }
@@ -130,7 +133,10 @@ fn dropped(reason: &str, missed: Option<u64>) -> Event {
 
 fn event_of(e: &JobEvent) -> Event {
     let data = serde_json::to_string(e).unwrap_or_else(|_| "{}".to_owned());
-    Event::default().event(e.kind.as_str()).id(e.id.to_string()).data(data)
+    Event::default()
+        .event(e.kind.as_str())
+        .id(e.id.to_string())
+        .data(data)
 }
 
 /// The response: `hello`, then what the forwarding task passes on, then

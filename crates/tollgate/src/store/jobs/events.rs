@@ -135,7 +135,11 @@ impl FromStr for EventId {
 
     /// `ms-seq`, two decimal integers.
     fn from_str(s: &str) -> Result<EventId> {
-        let bad = || Error::invalid(format!("bad event id {s:?}: expected <ms>-<seq>, e.g. 1700000000000-0"));
+        let bad = || {
+            Error::invalid(format!(
+                "bad event id {s:?}: expected <ms>-<seq>, e.g. 1700000000000-0"
+            ))
+        };
         let (ms, seq) = s.split_once('-').ok_or_else(bad)?;
         let digits = |t: &str| !t.is_empty() && t.len() <= 20 && t.bytes().all(|b| b.is_ascii_digit());
         if !digits(ms) || !digits(seq) {
@@ -240,7 +244,9 @@ pub struct JobEvents {
 
 impl fmt::Debug for JobEvents {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JobEvents").field("gap", &self.gap).finish_non_exhaustive()
+        f.debug_struct("JobEvents")
+            .field("gap", &self.gap)
+            .finish_non_exhaustive()
     }
 }
 
@@ -379,7 +385,11 @@ impl Hub {
     ) -> Result<JobEvents> {
         // Marked watched before the feed is answered, so that every step
         // after this call is recorded; a new poller starts from here.
-        let start = store.job_events(q, WATCH_MS, None, 0).await?.last.unwrap_or_default();
+        let start = store
+            .job_events(q, WATCH_MS, None, 0)
+            .await?
+            .last
+            .unwrap_or_default();
         let rx = {
             let mut channels = self.channels.lock().expect("hub");
             let ch = channels.entry(q.as_str().to_owned()).or_insert_with(|| {
@@ -408,7 +418,13 @@ impl Hub {
 
     /// The feed: `backlog` first, then the live events after it (a live
     /// event the backlog already had is skipped).
-    fn feed(self: &Arc<Self>, q: &Name, backlog: Vec<JobEvent>, rx: broadcast::Receiver<JobEvent>, gap: bool) -> JobEvents {
+    fn feed(
+        self: &Arc<Self>,
+        q: &Name,
+        backlog: Vec<JobEvent>,
+        rx: broadcast::Receiver<JobEvent>,
+        gap: bool,
+    ) -> JobEvents {
         let after = backlog.last().map(|e| e.id);
         let release = Release {
             hub: Arc::downgrade(self),
@@ -503,7 +519,9 @@ impl StreamRead {
             }
         };
         let id = |v: &Value| text(v).filter(|s| !s.is_empty()).and_then(|s| s.parse().ok());
-        let Value::Array(entries) = entries else { return None };
+        let Value::Array(entries) = entries else {
+            return None;
+        };
         let mut events = Vec::with_capacity(entries.len());
         for entry in entries {
             let Value::Array(pair) = entry else { return None };
@@ -530,7 +548,13 @@ impl StreamRead {
 /// while anyone listens, renewing the watch mark every RENEW (the first
 /// subscriber set it). A failed read is retried (logged once per failure
 /// spell); the stream keeps the events meanwhile, up to its cap.
-async fn poll(hub: Weak<Hub>, store: Arc<RedisStore>, q: Name, tx: broadcast::Sender<JobEvent>, start: EventId) {
+async fn poll(
+    hub: Weak<Hub>,
+    store: Arc<RedisStore>,
+    q: Name,
+    tx: broadcast::Sender<JobEvent>,
+    start: EventId,
+) {
     let mut last = start;
     let mut renewed = Some(tokio::time::Instant::now());
     let mut failing = false;

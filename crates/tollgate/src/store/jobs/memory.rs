@@ -8,12 +8,12 @@ use crate::error::{Error, Result};
 use crate::name::Name;
 use crate::store::memory::{MemoryStore, Shelved};
 
+use super::events::{JobEvent, JobEventKind};
 use super::{
     BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, LATENESS_BOUNDS_MS, Layout, ListFrom,
     Nack, NackOutcome, PREVIEW_BYTES, PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState,
     RawStats, RescheduleOutcome, When, ready_score, wake_key,
 };
-use super::events::{JobEvent, JobEventKind};
 
 const BATCH: usize = 100;
 const LATENESS_KEPT: usize = 200;
