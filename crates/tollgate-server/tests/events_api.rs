@@ -4,6 +4,7 @@
 //! Last-Event-ID, the subscriber limit, bad input, and a client that never
 //! reads being dropped while another one gets everything.
 
+mod room_support;
 mod serve_support;
 #[path = "../../tollgate/tests/support/mod.rs"]
 mod support;
@@ -31,7 +32,10 @@ struct Stream {
 
 impl Stream {
     async fn open(c: &reqwest::Client, url: &str, last: Option<&str>) -> Stream {
-        let mut req = c.get(url);
+        Stream::open_with(c.get(url), url, last).await
+    }
+
+    async fn open_with(mut req: reqwest::RequestBuilder, url: &str, last: Option<&str>) -> Stream {
         if let Some(last) = last {
             req = req.header("Last-Event-ID", last);
         }
@@ -326,24 +330,22 @@ async fn a_client_that_never_reads_is_dropped(s: &Server) {
     let mut reader = Stream::open(&c, &url, None).await;
     let mut sleeper = Stream::open(&c, &url, None).await;
     assert_eq!(reader.next().await.unwrap().event, "hello");
+    // Pushed a batch at a time, each read in full by the reader before
+    // the next (a reader slower than the pushes would be dropped too).
     const BATCHES: usize = 60;
-    let pusher = tokio::spawn({
-        let (c, url) = (c.clone(), s.url("/v1/queues/flood/batch"));
-        async move {
-            for b in 0..BATCHES {
-                let jobs: Vec<_> = (0..1000)
-                    .map(|i| json!({"payload": "x", "id": format!("{b}-{i}")}))
-                    .collect();
-                let (st, p) = send(c.post(&url).json(&json!({"jobs": jobs}))).await;
-                assert_eq!(st, 200, "{p}");
-            }
+    let batch_url = s.url("/v1/queues/flood/batch");
+    for b in 0..BATCHES {
+        let jobs: Vec<_> = (0..1000)
+            .map(|i| json!({"payload": "x", "id": format!("{b}-{i}")}))
+            .collect();
+        let (st, p) = send(c.post(&batch_url).json(&json!({"jobs": jobs}))).await;
+        assert_eq!(st, 200, "{p}");
+        for n in 0..1000 {
+            let e = reader.next().await.expect("the reader's stream stays open");
+            assert_eq!(e.event, "pushed", "batch {b}, event {n}: {e:?}");
+            assert_eq!(e.data["job"], format!("{b}-{n}"));
         }
-    });
-    for n in 0..BATCHES * 1000 {
-        let e = reader.next().await.expect("the reader's stream stays open");
-        assert_eq!(e.event, "pushed", "event {n}: {e:?}");
     }
-    pusher.await.unwrap();
     // Dropped: only the reader still counts.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -385,4 +387,92 @@ async fn redis_a_client_that_never_reads_is_dropped() {
     let redis = RedisServer::start();
     let s = Server::start(Some(&redis.url()));
     a_client_that_never_reads_is_dropped(&s).await;
+}
+
+const ADMIN: &str = "admin-token-0123456789";
+
+/// The room's stream: admitted, left (a visitor's leave), capacity,
+/// paused, resumed, timed out (a session past its TTL), as counts per
+/// interval read from the store; 404 for a room not configured.
+async fn room_changes(redis: Option<&str>) {
+    let (_seen, up, dir) = room_support::site().await;
+    let s = room_support::start(&dir, &room_support::room_config(up, 1, ""), redis);
+    let proxy = s.proxy.clone().expect("proxy");
+    let c = reqwest::Client::new();
+    let url = s.url("/v1/rooms/shop/events");
+    let (st, p) = send(c.get(s.url("/v1/rooms/nope/events")).bearer_auth(ADMIN)).await;
+    assert_eq!((st, &p["error"]["code"]), (404, &json!("room_not_found")), "{p}");
+    let mut feed = Stream::open_with(c.get(&url).bearer_auth(ADMIN), &url, None).await;
+    let hello = feed.next().await.unwrap();
+    assert_eq!(
+        (hello.event.as_str(), &hello.data["capacity"]),
+        ("hello", &json!(1)),
+        "{hello:?}"
+    );
+
+    let mut a = room_support::Visitor::new("a");
+    assert!(room_support::is_admitted(
+        &a.get(&c, &proxy, "/page", true).await,
+        "a"
+    ));
+    let e = feed.next().await.unwrap();
+    assert_eq!(
+        (e.event.as_str(), &e.data["count"], &e.data["active"]),
+        ("admitted", &json!(1), &json!(1)),
+        "{e:?}"
+    );
+    let r = c
+        .post(format!("{proxy}/.tollgate/shop/leave"))
+        .header("cookie", format!("tollgate_shop={}", a.cookie.clone().unwrap()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let e = feed.next().await.unwrap();
+    assert_eq!((e.event.as_str(), &e.data["count"]), ("left", &json!(1)), "{e:?}");
+
+    let (st, p) = send(
+        c.put(s.url("/v1/rooms/shop/capacity"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"capacity": 2})),
+    )
+    .await;
+    assert_eq!(st, 200, "{p}");
+    let e = feed.next().await.unwrap();
+    assert_eq!(
+        (e.event.as_str(), &e.data["capacity"], &e.data["was"]),
+        ("capacity", &json!(2), &json!(1)),
+        "{e:?}"
+    );
+    let (st, _) = send(c.post(s.url("/v1/rooms/shop/pause")).bearer_auth(ADMIN)).await;
+    assert_eq!(st, 200);
+    assert_eq!(feed.next().await.unwrap().event, "paused");
+    let (st, _) = send(c.post(s.url("/v1/rooms/shop/resume")).bearer_auth(ADMIN)).await;
+    assert_eq!(st, 200);
+    assert_eq!(feed.next().await.unwrap().event, "resumed");
+
+    // b's session (1.5 s TTL) runs out unused.
+    let mut b = room_support::Visitor::new("b");
+    assert!(room_support::is_admitted(
+        &b.get(&c, &proxy, "/page", true).await,
+        "b"
+    ));
+    assert_eq!(feed.next().await.unwrap().event, "admitted");
+    let e = feed.next().await.unwrap();
+    assert_eq!(
+        (e.event.as_str(), &e.data["count"], &e.data["active"]),
+        ("timed_out", &json!(1), &json!(0)),
+        "{e:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_room_changes() {
+    room_changes(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_room_changes() {
+    let redis = RedisServer::start();
+    room_changes(Some(&redis.url())).await;
 }

@@ -770,6 +770,7 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/v1/rooms/{room}/pause",
         "/v1/rooms/{room}/resume",
         "/v1/rooms/{room}/sessions/{session}",
+        "/v1/rooms/{room}/events",
     ] {
         assert!(served["paths"].get(path).is_some(), "{path} is not documented");
     }

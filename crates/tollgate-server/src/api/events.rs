@@ -1,5 +1,7 @@
 //! Live event streams (Server-Sent Events, issue 18):
-//! `GET /v1/queues/{queue}/events` (docs/HTTP.md, "Event streams").
+//! `GET /v1/queues/{queue}/events` (docs/HTTP.md, "Event streams"), and
+//! what every stream shares (the limit, the forwarding, `dropped`); the
+//! rooms' stream (room/events.rs) uses the same.
 //!
 //! The events come from the library's feed (`ShardedJobQueue::events`),
 //! which the store writes inside the step that makes each change, so a
@@ -54,7 +56,7 @@ pub(crate) struct Subscribers {
 
 /// One open stream's place; freed on drop.
 #[derive(Debug)]
-struct Slot(Arc<Subscribers>);
+pub(crate) struct Slot(Arc<Subscribers>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -72,7 +74,7 @@ impl Subscribers {
     }
 
     /// A place for one more stream, or 503 `too_many_subscribers`.
-    fn take(self: &Arc<Self>) -> Result<Slot, ApiError> {
+    pub(crate) fn take(self: &Arc<Self>) -> Result<Slot, ApiError> {
         let taken = self.open.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
             (n < self.max).then_some(n + 1)
         });
@@ -121,6 +123,7 @@ pub(crate) async fn queue_events(
         "in_flight": s.in_flight, "dead": s.dead, "paused": s.paused,
         "resumed": since.is_some(), "gap": feed.gap(),
     });
+    let feed = feed.map(|next| next.map(|e| event_of(&e)));
     Ok(stream(hello, feed, slot, state.stopping.clone()))
 }
 
@@ -139,11 +142,12 @@ fn event_of(e: &JobEvent) -> Event {
         .data(data)
 }
 
-/// The response: `hello`, then what the forwarding task passes on, then
-/// `dropped` if it gave up on this client. Ends when the server stops.
-fn stream(
+/// The response: `hello`, then what the forwarding task passes on from
+/// `feed`, then `dropped` if it gave up on this client. Ends when the
+/// server stops or `feed` ends.
+pub(crate) fn stream(
     hello: serde_json::Value,
-    mut feed: tollgate::JobEvents,
+    feed: impl futures_util::Stream<Item = Result<Event, Lagged>> + Send + 'static,
     slot: Slot,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Response {
@@ -151,6 +155,7 @@ fn stream(
     let (why_tx, why_rx) = oneshot::channel::<Event>();
     tokio::spawn(async move {
         let _slot = slot;
+        let mut feed = std::pin::pin!(feed);
         let why = loop {
             let next = tokio::select! {
                 _ = stopping.wait_for(|s| *s) => None,
@@ -158,7 +163,7 @@ fn stream(
                 next = feed.next() => next,
             };
             match next {
-                Some(Ok(e)) => match tokio::time::timeout(SLOW_READER, tx.send(event_of(&e))).await {
+                Some(Ok(e)) => match tokio::time::timeout(SLOW_READER, tx.send(e)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => break None,
                     Err(_) => break Some(dropped("slow_reader", None)),

@@ -28,9 +28,10 @@ pub(crate) fn routes() -> Router<AppState> {
             post(|State(s): State<AppState>, Path(n): Path<String>| set_paused(s, n, false)),
         )
         .route("/v1/rooms/{room}/sessions/{session}", delete(end_session))
+        .route("/v1/rooms/{room}/events", get(super::events::room_events))
 }
 
-fn room(state: &AppState, name: &str) -> Result<std::sync::Arc<Room>, ApiError> {
+pub(crate) fn room(state: &AppState, name: &str) -> Result<std::sync::Arc<Room>, ApiError> {
     state.rooms.get(name).cloned().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
