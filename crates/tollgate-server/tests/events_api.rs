@@ -476,3 +476,24 @@ async fn redis_room_changes() {
     let redis = RedisServer::start();
     room_changes(Some(&redis.url())).await;
 }
+
+/// Open streams do not hold up a graceful shutdown: on SIGTERM they end
+/// at once and the server exits (its connections get up to 30 s; here
+/// well under that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_end_when_the_server_stops() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let mut s = Server::start(None);
+    let c = reqwest::Client::new();
+    let mut feed = Stream::open(&c, &s.url("/v1/queues/stop/events"), None).await;
+    assert_eq!(feed.next().await.unwrap().event, "hello");
+    let asked = std::time::Instant::now();
+    kill(Pid::from_raw(s.child.id() as i32), Signal::SIGTERM).expect("SIGTERM");
+    assert!(feed.next().await.is_none(), "the stream ended");
+    let deadline = asked + Duration::from_secs(20);
+    while s.child.try_wait().expect("wait").is_none() {
+        assert!(std::time::Instant::now() < deadline, "the server did not exit in 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
