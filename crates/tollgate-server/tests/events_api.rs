@@ -493,7 +493,10 @@ async fn streams_end_when_the_server_stops() {
     assert!(feed.next().await.is_none(), "the stream ended");
     let deadline = asked + Duration::from_secs(20);
     while s.child.try_wait().expect("wait").is_none() {
-        assert!(std::time::Instant::now() < deadline, "the server did not exit in 20 s");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not exit in 20 s"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -94,10 +94,9 @@ end
 -- Claims up to `max` due jobs: {1, n, then id, payload, attempt, fence,
 -- deadline per job}, or {0, next due ms or -1, now ms}. When more jobs
 -- became ready than this claim takes, other consumers are woken for them.
-local function claim(lease, max)
-  -- Read before promote() so that its events need no read of their own.
-  local mv = redis.call('HMGET', KM, 'paused', 'v')
-  if watch_until == nil then watch_until = tonumber(mv[2]) or 0 end
+-- `mv`: m's paused and v, read by the caller before anything else (so
+-- that no event of this call needs a read of its own).
+local function claim(lease, max, mv)
   local readied = promote()
   -- Paused: due jobs are made ready, but none is handed out and nobody is
   -- woken for them (a resume wakes the consumers).
@@ -196,11 +195,16 @@ if op == 'claim' then
   --       delete acked jobs), 7 keep ms, then id, fence pairs to ack.
   -- Reply: {k, then 1/0 per ack (acked, or not that delivery's)}, then the
   --        claim's reply (with max 0: {0, -1, now}).
+  local max = tonumber(ARGV[5])
+  local mv
+  if max > 0 then
+    mv = redis.call('HMGET', KM, 'paused', 'v')
+    watch_until = tonumber(mv[2]) or 0
+  end
   local out = ack_all(8, tonumber(ARGV[6]), tonumber(ARGV[7]))
   table.insert(out, 1, #out)
-  local max = tonumber(ARGV[5])
   local r = {0, -1, now}
-  if max > 0 then r = claim(tonumber(ARGV[4]), max) end
+  if max > 0 then r = claim(tonumber(ARGV[4]), max, mv) end
   for _, x in ipairs(r) do out[#out + 1] = x end
   return out
 end

@@ -55,9 +55,12 @@ if op ~= 'claim' or ARGV[5] ~= '0' or ARGV[6] ~= '0' then
   now = time_ms()
 end
 
--- Events. Unwatched they cost no call: push and claim read m's field v
--- with a read they make anyway (watch_until set from it); any other
--- operation reads it once, at its first event. Watched, the first event
+-- Events. Unwatched they cost no call on the hot paths: push and claim
+-- (with or without acks) read m's field v with the read of m they make
+-- anyway (watch_until set from it). Any other operation that has an event
+-- to write (an ack without a claim, nack, cancel, reschedule, replay,
+-- purge, pause, a stats read that finds a lease ended) reads it once, one
+-- HGET, at its first event; one with nothing to write, never. Watched, the first event
 -- also sets the stream's expiry (a minute past the watch), so a stream
 -- nobody watches any more goes. memory.rs: `Queue::emit`.
 local EVENTS_KEPT = 10000
