@@ -691,7 +691,7 @@ pub(crate) struct ServeArgs {
     /// A TOML file; tollgate.example.toml has every key with its default:
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
     /// read_tokens, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
-    /// metrics_timeout, body_timeout, memory_idle, and the tables
+    /// max_event_subscribers, metrics_timeout, body_timeout, memory_idle, and the tables
     /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
     /// [rooms.NAME]. Flags and environment variables override it.
     #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
@@ -702,6 +702,10 @@ pub(crate) struct ServeArgs {
     /// at once through the API; 0: no cap [default: 1000].
     #[arg(long, env = "TOLLGATE_MAX_TICKETS_PER_CLIENT", value_name = "N")]
     pub(crate) max_tickets_per_client: Option<usize>,
+    /// Event streams (SSE: /v1/queues/{queue}/events) this server serves
+    /// at once; past it, 503 too_many_subscribers [default: 1000].
+    #[arg(long, env = "TOLLGATE_MAX_EVENT_SUBSCRIBERS", value_name = "N")]
+    pub(crate) max_event_subscribers: Option<usize>,
     /// How long /metrics may spend reading figures from the store; what is
     /// not in by then is counted as a scrape error [default: 1s].
     #[arg(long, env = "TOLLGATE_METRICS_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
