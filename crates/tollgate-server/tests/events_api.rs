@@ -453,7 +453,11 @@ async fn room_changes(redis: Option<&str>) {
     let (st, p) = send(c.post(s.url("/v1/rooms/shop/reset")).bearer_auth(ADMIN)).await;
     assert_eq!(st, 200, "{p}");
     let e = feed.next().await.unwrap();
-    assert_eq!((e.event.as_str(), &e.data["waiting"]), ("reset", &json!(0)), "{e:?}");
+    assert_eq!(
+        (e.event.as_str(), &e.data["waiting"]),
+        ("reset", &json!(0)),
+        "{e:?}"
+    );
     assert!(e.data["reset_ms"].as_u64().is_some(), "{e:?}");
 
     // b's session (1.5 s TTL) runs out unused.
