@@ -49,6 +49,8 @@ pub(crate) struct AppState {
     pub(crate) queue_set: std::sync::Arc<jobs::Queues>,
     /// Configured and ad-hoc rate limiters.
     pub(crate) limits: std::sync::Arc<limits::Limiters>,
+    /// The console's series and live streams (crate::console).
+    pub(crate) console: std::sync::Arc<crate::console::Console>,
     /// The waiting rooms, for their admin routes.
     pub(crate) rooms: std::sync::Arc<crate::room::Rooms>,
     /// Rate-limits the /v1 routes when `[protect]` is configured.
@@ -90,6 +92,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(jobs::routes())
         .merge(schedules::routes())
         .merge(listing::routes())
+        .merge(crate::console::routes())
         .merge(crate::room::admin::routes());
     // Rate limiting runs after authentication: a caller without a token
     // is turned away without spending anyone's allowance.
@@ -108,6 +111,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
+        // The console's pages: a browser loads them without a token; the
+        // data they show sits behind it.
+        .merge(crate::console::pages())
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -277,6 +283,13 @@ pub(crate) fn tracked(set: &Tracked) -> Vec<String> {
         .iter()
         .cloned()
         .collect()
+}
+
+/// How many names are tracked.
+pub(crate) fn tracked_len(set: &Tracked) -> usize {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .len()
 }
 
 /// Remembers `name` for the per-name series, up to TRACKED names each;

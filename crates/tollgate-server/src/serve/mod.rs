@@ -194,7 +194,7 @@ async fn open(
     spawn_sweeper(&store, &queue_set, &metrics, args.memory_idle, stopping.clone());
     // Every server fires: the store gives each tick to one of them.
     firing::spawn(&store, scheduled.clone(), stopping.clone());
-    let api = router(AppState {
+    let state = AppState {
         store,
         metrics,
         lateness: Default::default(),
@@ -209,8 +209,11 @@ async fn open(
         tickets: Arc::new(TicketCaps::new(args.max_tickets_per_client, trusted)),
         metrics_timeout: args.metrics_timeout,
         body_timeout: args.body_timeout,
-        stopping,
-    });
+        console: Default::default(),
+        stopping: stopping.clone(),
+    };
+    crate::console::sample::spawn(state.clone(), stopping);
+    let api = router(state);
     Ok((api, rooms))
 }
 
