@@ -102,7 +102,7 @@ impl Browser<'_> {
 
     /// Writes the page as docs/console/<name>.png when screenshots are asked for.
     async fn screenshot(&self, name: &str) {
-        if std::env::var_os("TOLLGATE_CONSOLE_SCREENSHOTS").is_none() {
+        if !screenshots() {
             return;
         }
         use base64::Engine;
@@ -115,6 +115,11 @@ impl Browser<'_> {
         std::fs::create_dir_all(dir).expect("docs/console");
         std::fs::write(format!("{dir}/{name}.png"), bytes).expect("write screenshot");
     }
+}
+
+/// Whether to write docs/console/*.png.
+fn screenshots() -> bool {
+    std::env::var_os("TOLLGATE_CONSOLE_SCREENSHOTS").is_some()
 }
 
 fn config(upstream: std::net::SocketAddr) -> String {
@@ -289,6 +294,14 @@ async fn the_console_in_a_real_browser() {
         )
         .await;
         axe_check(b.driver, b.c, &b.session, &axe, &format!("{name}, light")).await;
+        if screenshots() {
+            // Some seconds of samples, so the charts show a line.
+            b.until(
+                "return Array.from(document.querySelectorAll('svg path.line')).every(function (p) { var d = p.getAttribute('d'); return d === 'M0,0' || d.split('L').length > 8; });",
+                "eight seconds of samples",
+            )
+            .await;
+        }
         b.screenshot(name).await;
         b.scheme(true).await;
         let bg = b

@@ -769,6 +769,10 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/v1/rooms/{room}/pause",
         "/v1/rooms/{room}/resume",
         "/v1/rooms/{room}/sessions/{session}",
+        "/v1/console/series",
+        "/v1/console/live",
+        "/ui",
+        "/ui/{file}",
     ] {
         assert!(served["paths"].get(path).is_some(), "{path} is not documented");
     }

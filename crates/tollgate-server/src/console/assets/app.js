@@ -186,10 +186,10 @@ async function gate(name) {
   fill(
     main,
     heading('Gate ' + name, WINDOW_NOTE),
-    figures(l, ['capacity', 'used', 'holders', 'waiting']),
+    figures(l, ['capacity', 'used', 'holders', 'waiting'], ['Capacity', 'Used', 'Holders', 'Waiting']),
     c.box,
     h('section', { 'aria-labelledby': 'cap-h' }, h('h2', { id: 'cap-h' }, 'Capacity'), capacity),
-    h('section', { 'aria-labelledby': 'hold-h' }, h('h2', { id: 'hold-h' }, 'Holders ', h('button', { type: 'button', onclick: reload }, 'Refresh')), holders),
+    h('section', { 'aria-labelledby': 'hold-h' }, h('h2', { id: 'hold-h' }, 'Holders'), h('p', {}, h('button', { type: 'button', onclick: reload }, 'Refresh holders and line')), holders),
     h('section', { 'aria-labelledby': 'line-h' }, h('h2', { id: 'line-h' }, 'Line'), line),
   );
   await reload();
@@ -426,7 +426,7 @@ async function room(name) {
     figures(l, ['active', 'waiting', 'capacity', 'paused', 'admissions_per_minute'], ['Active', 'Waiting', 'Capacity', 'Paused', 'Admissions / min']),
     c.box,
     h('section', { 'aria-labelledby': 'ctl-h' }, h('h2', { id: 'ctl-h' }, 'Control'), control),
-    h('section', { 'aria-labelledby': 'head-h' }, h('h2', { id: 'head-h' }, 'Line ', h('button', { type: 'button', onclick: drawHead }, 'Refresh')), head),
+    h('section', { 'aria-labelledby': 'head-h' }, h('h2', { id: 'head-h' }, 'Line'), h('p', {}, h('button', { type: 'button', onclick: drawHead }, 'Refresh the line')), head),
   );
   await Promise.all([drawControl(), drawHead()]);
   return 'Room ' + name;

@@ -191,7 +191,7 @@ export function form(fields, submitLabel, submit, opts = {}) {
   const f = h('form', { class: 'inline-form' });
   for (const fd of fields) {
     const id = 'f-' + Math.random().toString(36).slice(2, 9);
-    f.append(
+    append(f, [
       h('label', { for: id }, fd.label),
       h('input', {
         id,
@@ -205,7 +205,7 @@ export function form(fields, submitLabel, submit, opts = {}) {
         'aria-describedby': fd.hint ? id + '-hint' : null,
       }),
       fd.hint ? h('span', { id: id + '-hint', class: 'hint' }, fd.hint) : null,
-    );
+    ]);
   }
   const b = h('button', { type: 'submit' }, submitLabel);
   if (opts.changes !== false && !canChange()) {
@@ -319,6 +319,9 @@ export class Live {
 
 const SVG = 'http://www.w3.org/2000/svg';
 
+/** A span as a chart's axis says it: seconds up to two minutes. */
+const ago = (ms) => (ms < 120000 ? Math.round(ms / 1000) + ' s' : Math.round(ms / 60000) + ' min');
+
 function svg(tag, attrs) {
   const el = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
@@ -329,11 +332,16 @@ function svg(tag, attrs) {
  * one line per field (dashed for the second), a legend, and a text
  * summary for screen readers. `sparkline` draws it small, without axes. */
 export function chart(live, fields, title, opts = {}) {
-  const w = opts.sparkline ? 120 : 600;
-  const ht = opts.sparkline ? 32 : 160;
-  const pad = opts.sparkline ? 2 : 24;
+  // Full charts are drawn near their shown size, so labels read at 12 px.
+  const w = opts.sparkline ? 120 : 360;
+  const ht = opts.sparkline ? 32 : 130;
+  const pad = opts.sparkline ? 2 : 20;
+  // The window is 15 minutes; a series sampled for less is drawn over
+  // what it has (at least 10 s), so a fresh one is not a dot at the edge.
   const now = Date.now();
-  const span = (live.window || 900) * 1000;
+  const full = (live.window || 900) * 1000;
+  const oldest = live.samples.length ? live.samples[0][0] : now;
+  const span = Math.min(full, Math.max(10000, now - oldest));
   const from = now - span;
   let max = 0;
   for (const f of fields) for (const [, v] of live.points(f)) if (v !== null && v > max) max = v;
@@ -351,14 +359,20 @@ export function chart(live, fields, title, opts = {}) {
     viewBox: `0 0 ${w} ${ht}`,
     class: opts.sparkline ? 'chart spark' : 'chart',
     role: 'img',
-    'aria-label': `${title}, last 15 minutes: ${summary}`,
-    preserveAspectRatio: 'none',
+    'aria-label': `${title}, last ${ago(span)}: ${summary}`,
   });
+  // Stretching would squash the labels; a sparkline has none.
+  if (opts.sparkline) root.setAttribute('preserveAspectRatio', 'none');
   if (!opts.sparkline) {
     root.append(svg('line', { x1: pad, y1: ht - pad, x2: w - pad, y2: ht - pad, class: 'axis' }));
-    const top = svg('text', { x: pad, y: pad - 8, class: 'tick' });
-    top.textContent = fmt(max);
-    root.append(top);
+    const label = (x, y, text, anchor) => {
+      const t = svg('text', { x, y, class: 'tick', 'text-anchor': anchor });
+      t.textContent = text;
+      root.append(t);
+    };
+    label(pad, pad - 8, fmt(max), 'start');
+    label(pad, ht - 6, '−' + ago(span), 'start');
+    label(w - pad, ht - 6, 'now', 'end');
   }
   fields.forEach((f, n) => {
     let d = '';
@@ -371,6 +385,8 @@ export function chart(live, fields, title, opts = {}) {
       d += `${pen ? 'L' : 'M'}${x(t).toFixed(1)},${y(v).toFixed(1)}`;
       pen = true;
     }
+    // A lone sample still shows, as a short dash.
+    if (d && !d.includes('L')) d += 'h-4';
     root.append(svg('path', { d: d || 'M0,0', class: `line c${n}` }));
   });
   const fig = h('figure', { class: opts.sparkline ? 'spark-fig' : 'chart-fig' }, root);
