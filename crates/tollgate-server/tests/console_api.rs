@@ -349,3 +349,28 @@ async fn live_streams_are_capped() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_load_before_the_store_answers_and_the_data_says_why_not() {
+    // A Redis nobody listens on: the server waits for it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let s = Server::spawn(Server::command(Some(&url), &[]), std::process::Stdio::null());
+    let c = reqwest::Client::new();
+    let resp = c.get(s.url("/ui")).send().await.expect("get");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(
+        resp.headers()["content-security-policy"]
+            .to_str()
+            .is_ok_and(|v| v.contains("default-src 'self'"))
+    );
+    let (st, body) = send(c.get(s.url("/v1/console/series?kind=overview"))).await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "{body}"
+    );
+}

@@ -123,13 +123,15 @@ pub(crate) fn router(state: AppState) -> Router {
 }
 
 /// What the API answers before the store first answers: `/healthz` (the
-/// process is alive) and the OpenAPI document; everything else, `/readyz`
+/// process is alive), the OpenAPI document and the console's pages;
+/// everything else, `/readyz`
 /// included, 503 `store_unavailable` (with Retry-After) naming the last
 /// connection error, which `connecting` holds.
 pub(crate) fn starting_router(connecting: tokio::sync::watch::Receiver<Option<String>>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
+        .merge(crate::console::pages())
         .fallback(not_connected)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(connecting)

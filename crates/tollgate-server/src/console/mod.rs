@@ -86,8 +86,10 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
                    connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; \
                    frame-ancestors 'none'";
 
-/// The console's pages, outside authentication (the data is not).
-pub(crate) fn pages() -> Router<AppState> {
+/// The console's pages, outside authentication (the data is not); also
+/// served while the store is not open yet (the page then shows the
+/// API's 503).
+pub(crate) fn pages<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/ui", get(|h: HeaderMap| async move { file("index.html", &h) }))
         .route("/ui/", get(|h: HeaderMap| async move { file("index.html", &h) }))
