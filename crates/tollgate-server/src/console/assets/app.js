@@ -471,7 +471,13 @@ function login(message) {
       announce('Sign-in failed: ' + e.message, true);
     }
   }, { changes: false });
+  for (const l of open) l.close();
+  open = [];
   fill(main, heading('Sign in'), h('p', {}, message || 'This server wants a token. It is kept in a cookie for this site only.'), f);
+  fill(document.getElementById('who'));
+  document.getElementById(READ_NOTE).hidden = true;
+  document.title = 'Sign in · tollgate console';
+  main.dataset.ready = 'login';
   document.getElementById('page-title').focus();
 }
 
@@ -530,6 +536,7 @@ async function route() {
 }
 
 async function start() {
+  window.addEventListener('tollgate-signed-out', () => login('Sign in again: the server did not accept this session.'));
   document.querySelector('.skip').addEventListener('click', (ev) => {
     ev.preventDefault();
     main.focus();

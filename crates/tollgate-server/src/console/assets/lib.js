@@ -39,6 +39,9 @@ export async function api(method, path, body) {
   } catch (_) {
     json = null;
   }
+  // A session that ended (or a server that wants a token): the page asks
+  // for one (app.js listens).
+  if (res.status === 401 && path !== '/v1/session') window.dispatchEvent(new Event('tollgate-signed-out'));
   if (!res.ok) {
     const err = json && json.error ? json.error : { code: 'http_' + res.status, message: res.statusText || 'request failed' };
     throw new ApiError(res.status, err.code, err.message);
