@@ -50,14 +50,24 @@ impl Browser<'_> {
 
     /// Opens `#<route>` and waits until the page says it is drawn.
     async fn open(&self, route: &str, ready: &str) {
-        // A route drawn before must not pass for the new one.
-        self.js("var m = document.getElementById('main'); if (m) delete m.dataset.ready; return 1;")
-            .await;
-        let url = format!("{}/ui#{route}", self.base);
-        let path = format!("/session/{}/url", self.session);
-        self.driver
-            .call(self.c, reqwest::Method::POST, &path, Some(json!({"url": url})))
-            .await;
+        // A route drawn before must not pass for the new one; the same
+        // route again is drawn again.
+        let same_page = format!(
+            "var m = document.getElementById('main');\
+             if (!m || location.pathname !== '/ui') return false;\
+             delete m.dataset.ready;\
+             if (location.hash === {hash}) window.dispatchEvent(new HashChangeEvent('hashchange'));\
+             else location.hash = {hash};\
+             return true;",
+            hash = json!(format!("#{route}"))
+        );
+        if self.js(&same_page).await != true {
+            let url = format!("{}/ui#{route}", self.base);
+            let path = format!("/session/{}/url", self.session);
+            self.driver
+                .call(self.c, reqwest::Method::POST, &path, Some(json!({"url": url})))
+                .await;
+        }
         let check = format!(
             "var m = document.getElementById('main'); return m && m.dataset.ready === {};",
             json!(ready)
