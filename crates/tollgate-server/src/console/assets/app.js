@@ -393,9 +393,9 @@ async function room(name) {
             : action('Pause', async () => { await api('POST', base + '/pause'); drawControl(); return `Room ${name} paused: new visitors wait.`; }),
           ' ',
           action('Reset', async () => {
-            await api('POST', base + '/reset');
+            const r = await api('POST', base + '/reset');
             drawHead();
-            return `Room ${name} reset: everyone waiting was dropped.`;
+            return `Room ${name} reset: ${fmt(r.dropped)} waiting visitors dropped.`;
           }, { confirm: 'Drop everyone waiting in this room?' }),
         ),
         form([{ name: 'capacity', label: 'Capacity', type: 'number', min: 1, inputmode: 'numeric', value: s.capacity ?? '' }], 'Set capacity', async (v) => {
@@ -415,7 +415,14 @@ async function room(name) {
   const drawHead = async () => {
     try {
       const ln = await api('GET', base + '/line?limit=10');
-      fill(head, table('Head of the line', ['Position', 'Number', 'Waiting for'], ln.line.map((x) => [fmt(x.position), fmt(x.number), duration(x.age_ms)]), 'Nobody waits.'));
+      fill(head, table('Head of the line', ['Position', 'Number', 'Waiting for', 'Action'], ln.line.map((x) => [
+        fmt(x.position), fmt(x.number), duration(x.age_ms),
+        action('Remove', async () => {
+          await api('DELETE', `${base}/line/${x.number}`);
+          drawHead();
+          return `Removed ticket ${x.number} from the line.`;
+        }, { confirm: `Remove ticket ${x.number}?` }),
+      ]), 'Nobody waits.'));
     } catch (e) {
       fill(head, h('p', { class: e.status === 404 && e.code === 'not_found' ? 'empty' : 'error' }, e.status === 404 && e.code === 'not_found' ? 'This server cannot show the line yet.' : e.message));
     }
