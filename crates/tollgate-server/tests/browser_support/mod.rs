@@ -104,8 +104,15 @@ impl Driver {
 pub const AXE_VERSION: &str = "4.10.2";
 
 /// axe.min.js, installed from npm under the target directory if missing:
-/// the test installs what it needs, and fails if it cannot.
+/// the test installs what it needs, and fails if it cannot. Once per
+/// process: two browser tests installing into one directory at once
+/// would break each other's install.
 pub fn axe_source() -> String {
+    static AXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    AXE.get_or_init(install_axe).clone()
+}
+
+fn install_axe() -> String {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("axe-core-{AXE_VERSION}"));
     let file = dir.join("node_modules/axe-core/axe.min.js");
     if !file.exists() {
