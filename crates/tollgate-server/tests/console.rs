@@ -315,6 +315,13 @@ async fn the_console_in_a_real_browser() {
         )
         .await;
         axe_check(b.driver, b.c, &b.session, &axe, &format!("{name}, light")).await;
+        // One live region, for the outcome of actions: the figures that
+        // tick every second are not announced.
+        assert_eq!(
+            b.js("return Array.from(document.querySelectorAll('[aria-live]')).map(function (e) { return e.id; });").await,
+            json!(["status"]),
+            "{name}"
+        );
         if screenshots() {
             // Some seconds of samples, so the charts show a line.
             b.until(
@@ -336,6 +343,9 @@ async fn the_console_in_a_real_browser() {
         b.scheme(false).await;
         b.width(390, 844).await;
         assert_eq!(b.js(fits).await, true, "{name} at 390 px");
+        if *name == "room" {
+            b.screenshot("room-390").await;
+        }
         b.width(1200, 1000).await;
     }
 
