@@ -82,7 +82,7 @@ const FILES: &[(&str, &str, &str)] = &[
 /// Scripts and styles from this origin only (none inline), no framing,
 /// no referrer: the console steers the server, so it must not be
 /// embeddable or leak its URLs.
-const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
                    connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; \
                    frame-ancestors 'none'";
 

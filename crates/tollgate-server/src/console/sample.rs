@@ -59,7 +59,7 @@ async fn round(state: &AppState) {
         name: r.name().to_owned(),
     }));
     let targets = console.board().targets(&always, Instant::now());
-    let at_ms = tollgate_now_ms();
+    let at_ms = now_ms();
     let reads = futures_util::future::join_all(targets.iter().map(|k| read(state, k)));
     let Ok(read) = tokio::time::timeout(ROUND_DEADLINE, reads).await else {
         tracing::debug!("the console's sampling took over {ROUND_DEADLINE:?}; this second is skipped");
@@ -97,22 +97,16 @@ struct Figures {
 
 /// Puts the rates (NaN until two readings exist) in their fields.
 fn fill_rates(kind: Kind, values: &mut [f64], rates: Option<&[f64]>) {
-    let rate = |i: usize| rates.and_then(|r| r.get(i).copied()).unwrap_or(f64::NAN);
-    match kind {
-        Kind::Room => values[4] = rate(0) * 60.0,
-        Kind::Queue => {
-            values[4] = rate(0);
-            values[5] = rate(1);
+    for (i, (field, scale)) in kind.rates().iter().enumerate() {
+        if let Some(at) = kind.fields().iter().position(|f| f == field) {
+            values[at] = rates.and_then(|r| r.get(i)).map_or(f64::NAN, |r| r * scale);
         }
-        Kind::Limit => {
-            values[0] = rate(0);
-            values[1] = rate(1);
-        }
-        _ => {}
     }
 }
 
-fn tollgate_now_ms() -> u64 {
+/// Milliseconds since the epoch by this server's clock: when a sample was
+/// taken (the page draws against the browser's clock, on the same scale).
+fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -340,13 +334,10 @@ async fn live(
     struct Watching {
         ticks: broadcast::Receiver<Tick>,
         key: Key,
-        _place: Place,
+        /// Held for the stream's life; also how it reaches the board.
+        place: Place,
     }
-    let watching = Watching {
-        ticks,
-        key,
-        _place: place,
-    };
+    let watching = Watching { ticks, key, place };
     let stream = futures_util::stream::unfold(watching, |mut w| async move {
         loop {
             match w.ticks.recv().await {
@@ -354,7 +345,7 @@ async fn live(
                     let Some((_, sample)) = tick.iter().find(|(k, _)| *k == w.key) else {
                         continue;
                     };
-                    w._place.0.board().view(&w.key, Instant::now());
+                    w.place.0.board().view(&w.key, Instant::now());
                     let event = Event::default()
                         .event("sample")
                         .data(sample_json(sample).to_string());

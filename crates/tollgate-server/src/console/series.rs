@@ -79,6 +79,18 @@ impl Kind {
         }
     }
 
+    /// The fields that are rates, in the order of the counters the
+    /// sampler reads for them, each with its scale (per second, or per
+    /// minute).
+    pub(crate) fn rates(self) -> &'static [(&'static str, f64)] {
+        match self {
+            Kind::Room => &[("admissions_per_minute", 60.0)],
+            Kind::Queue => &[("pushed_per_s", 1.0), ("acked_per_s", 1.0)],
+            Kind::Limit => &[("allowed_per_s", 1.0), ("refused_per_s", 1.0)],
+            Kind::Overview | Kind::Gate | Kind::Schedule => &[],
+        }
+    }
+
     /// Sampled only while a console looks at it (the overview and the
     /// configured rooms always are).
     pub(crate) fn on_view(self) -> bool {
@@ -309,6 +321,9 @@ mod tests {
         for k in Kind::ALL {
             assert_eq!(Kind::parse(k.as_str()), Some(k));
             assert!(!k.fields().is_empty());
+            for (rate, _) in k.rates() {
+                assert!(k.fields().contains(rate), "{k:?}: {rate}");
+            }
         }
         assert_eq!(Kind::parse("Gate"), None);
         assert_eq!(Kind::parse(""), None);
