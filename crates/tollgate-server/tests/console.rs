@@ -12,6 +12,8 @@
 mod browser_support;
 mod room_support;
 mod serve_support;
+#[path = "../../tollgate/tests/support/mod.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +21,7 @@ use browser_support::{Driver, axe_check, axe_source};
 use room_support::{KEY, Visitor, is_admitted, upstream};
 use serde_json::{Value, json};
 use serve_support::{Server, send};
+use support::RedisServer;
 
 /// The browser's session and what it needs at hand.
 struct Browser<'a> {
@@ -26,6 +29,8 @@ struct Browser<'a> {
     c: &'a reqwest::Client,
     session: String,
     base: String,
+    /// Whether this run writes the screenshots (when they are asked for).
+    shots: bool,
 }
 
 impl Browser<'_> {
@@ -54,12 +59,13 @@ impl Browser<'_> {
         // route again is drawn again.
         let same_page = format!(
             "var m = document.getElementById('main');\
-             if (!m || location.pathname !== '/ui') return false;\
+             if (!m || location.origin + location.pathname !== {ui}) return false;\
              delete m.dataset.ready;\
              if (location.hash === {hash}) window.dispatchEvent(new HashChangeEvent('hashchange'));\
              else location.hash = {hash};\
              return true;",
-            hash = json!(format!("#{route}"))
+            hash = json!(format!("#{route}")),
+            ui = json!(format!("{}/ui", self.base))
         );
         if self.js(&same_page).await != true {
             let url = format!("{}/ui#{route}", self.base);
@@ -123,7 +129,7 @@ impl Browser<'_> {
 
     /// Writes the page as docs/console/<name>.png when screenshots are asked for.
     async fn screenshot(&self, name: &str) {
-        if !screenshots() {
+        if !(self.shots && screenshots()) {
             return;
         }
         use base64::Engine;
@@ -219,19 +225,31 @@ async fn make_data(c: &reqwest::Client, s: &Server) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_in_a_real_browser() {
     let axe = axe_source();
+    let c = reqwest::Client::new();
+    let driver = Driver::start();
+    let session = driver.session(&c).await;
+    // One browser for both: the embedded store (and the screenshots),
+    // then a real redis-server.
+    exercise(&driver, &c, &session, &axe, None).await;
+    let redis = RedisServer::start();
+    exercise(&driver, &c, &session, &axe, Some(&redis.url())).await;
+    driver
+        .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
+        .await;
+}
+
+async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str, redis: Option<&str>) {
     let up = upstream(Default::default()).await;
     let dir = tempfile::tempdir().expect("dir");
-    let s = room_support::start(&dir, &config(up), None);
+    let s = room_support::start(&dir, &config(up), redis);
     let proxy = s.proxy.clone().expect("proxy");
-    let c = reqwest::Client::new();
-    let dead = make_data(&c, &s).await;
-
-    let driver = Driver::start();
+    let dead = make_data(c, &s).await;
     let b = Browser {
-        driver: &driver,
-        c: &c,
-        session: driver.session(&c).await,
+        driver,
+        c,
+        session: session.to_owned(),
         base: s.base.clone(),
+        shots: redis.is_none(),
     };
     b.width(1200, 1000).await;
 
@@ -314,7 +332,7 @@ async fn the_console_in_a_real_browser() {
             &format!("the {name} page's charts drawn"),
         )
         .await;
-        axe_check(b.driver, b.c, &b.session, &axe, &format!("{name}, light")).await;
+        axe_check(b.driver, b.c, &b.session, axe, &format!("{name}, light")).await;
         // One live region, for the outcome of actions: the figures that
         // tick every second are not announced.
         assert_eq!(
@@ -322,7 +340,7 @@ async fn the_console_in_a_real_browser() {
             json!(["status"]),
             "{name}"
         );
-        if screenshots() {
+        if b.shots && screenshots() {
             // Some seconds of samples, so the charts show a line.
             b.until(
                 "return Array.from(document.querySelectorAll('svg path.line')).every(function (p) { var d = p.getAttribute('d'); return d === 'M0,0' || d.split('L').length > 8; });",
@@ -336,7 +354,7 @@ async fn the_console_in_a_real_browser() {
             .js("return getComputedStyle(document.body).backgroundColor;")
             .await;
         assert_eq!(bg, "rgb(18, 18, 18)", "{name}: dark scheme not followed");
-        axe_check(b.driver, b.c, &b.session, &axe, &format!("{name}, dark")).await;
+        axe_check(b.driver, b.c, &b.session, axe, &format!("{name}, dark")).await;
         if *name == "queue" {
             b.screenshot("queue-dark").await;
         }
@@ -355,7 +373,7 @@ async fn the_console_in_a_real_browser() {
     let path = format!("/session/{}/url", b.session);
     driver
         .call(
-            &c,
+            c,
             reqwest::Method::POST,
             &path,
             Some(json!({"url": format!("{}/ui", s.base)})),
@@ -435,7 +453,7 @@ async fn the_console_in_a_real_browser() {
     .await;
     let mut first_visitor = Visitor::new("first");
     assert!(is_admitted(
-        &first_visitor.get(&c, &proxy, "/page", true).await,
+        &first_visitor.get(c, &proxy, "/page", true).await,
         "first"
     ));
     b.until(
@@ -455,7 +473,7 @@ async fn the_console_in_a_real_browser() {
     )
     .await;
     let mut second = Visitor::new("second");
-    let answer = second.get(&c, &proxy, "/page", true).await;
+    let answer = second.get(c, &proxy, "/page", true).await;
     assert!(
         !is_admitted(&answer, "second"),
         "a paused room admitted a newcomer"
@@ -482,16 +500,7 @@ async fn the_console_in_a_real_browser() {
     // Never on a room's listener: there /ui goes to the upstream (last: a
     // visit takes a place in the room).
     let mut third = Visitor::new("third");
-    let on_proxy = third.get(&c, &proxy, "/ui", false).await;
+    let on_proxy = third.get(c, &proxy, "/ui", false).await;
     assert!(on_proxy.headers.get("content-security-policy").is_none());
     assert!(!on_proxy.text.contains("/ui/app.js"), "{}", on_proxy.text);
-
-    driver
-        .call(
-            &c,
-            reqwest::Method::DELETE,
-            &format!("/session/{}", b.session),
-            None,
-        )
-        .await;
 }
