@@ -664,9 +664,10 @@ pub(crate) struct ServeArgs {
     /// Prefix of every Redis key [default: tollgate].
     #[arg(long, env = "TOLLGATE_PREFIX", value_name = "PREFIX")]
     pub(crate) prefix: Option<String>,
-    /// Require `Authorization: Bearer <TOKEN>` on /v1 routes and /metrics;
-    /// repeat for several accepted tokens (rotation). TOLLGATE_TOKENS takes
-    /// a comma-separated list.
+    /// Require `Authorization: Bearer <TOKEN>` (or a session cookie from
+    /// POST /v1/session) on /v1 routes and /metrics; an admin token, it may
+    /// do everything. Repeat for several accepted tokens (rotation).
+    /// TOLLGATE_TOKENS takes a comma-separated list.
     #[arg(
         long = "token",
         env = "TOLLGATE_TOKENS",
@@ -674,9 +675,22 @@ pub(crate) struct ServeArgs {
         value_name = "TOKEN"
     )]
     pub(crate) tokens: Vec<String>,
+    /// Like --token, but the token may only read (GET and HEAD); other
+    /// methods answer 403 `forbidden`. TOLLGATE_READ_TOKENS takes a
+    /// comma-separated list.
+    #[arg(
+        long = "read-token",
+        env = "TOLLGATE_READ_TOKENS",
+        value_delimiter = ',',
+        value_name = "TOKEN"
+    )]
+    pub(crate) read_tokens: Vec<String>,
+    /// How long a console session (POST /v1/session) lasts [default: 12h].
+    #[arg(long, env = "TOLLGATE_API_SESSION_TTL", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) api_session_ttl: Option<Duration>,
     /// A TOML file; tollgate.example.toml has every key with its default:
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
-    /// durable_replicas, durable_timeout, max_tickets_per_client,
+    /// read_tokens, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
     /// metrics_timeout, body_timeout, memory_idle, and the tables
     /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
     /// [rooms.NAME]. Flags and environment variables override it.
@@ -832,6 +846,11 @@ pub(crate) enum BenchTarget {
     /// the jobs: every tick pushed exactly once, the push lag, tick to
     /// claim, the firers' and Redis's CPU, Redis memory per schedule.
     Schedules,
+    /// --keys gates on --redis, each holding a lease, paged through 100 at
+    /// a time for --seconds (at least one whole pass): page latency through
+    /// the library and, with --server, through `GET /v1/gates`
+    /// (list_gates).
+    Listing,
 }
 
 #[derive(Debug, Args)]
@@ -859,7 +878,8 @@ pub(crate) struct BenchArgs {
     /// The semaphore's capacity.
     #[arg(long, default_value_t = 5)]
     pub(crate) limit: u32,
-    /// `limit` only: how many keys the decisions spread over.
+    /// `limit`: how many keys the decisions spread over; `listing`: how
+    /// many gates to page through.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) keys: usize,
     /// `upstream` only: where to listen.
@@ -875,7 +895,7 @@ pub(crate) struct BenchArgs {
     /// a thread per core.
     #[arg(long)]
     pub(crate) single_thread: bool,
-    /// `http` only: the server to measure.
+    /// `http` and `listing`: the server to measure.
     #[arg(long, value_name = "URL")]
     pub(crate) server: Option<String>,
     /// `http` only: also hold this many long-polls open at once and report

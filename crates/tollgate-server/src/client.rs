@@ -90,8 +90,9 @@ impl Answer {
             (404, Some("job_not_found" | "queue_not_found" | "schedule_not_found")) => exit::NO_SUCH,
             (404, Some("holder_not_found" | "ticket_not_found")) => exit::NO_SUCH,
             (_, Some("partition_conflict" | "store_misconfigured")) => exit::CONFIG,
-            // The token is part of the set-up: no retry mends it.
-            (401, _) => exit::CONFIG,
+            // The token (and its role) is part of the set-up: no retry
+            // mends it.
+            (401, _) | (403, Some("forbidden")) => exit::CONFIG,
             (429, _) => exit::BUSY,
             (s, _) if s >= 500 => exit::UNAVAILABLE,
             _ => exit::USAGE,
@@ -136,6 +137,10 @@ impl Server {
             ),
             (401, Some(_)) => format!(
                 "the tollgate server at {} refused the token given with --server-token (or TOLLGATE_SERVER_TOKEN)",
+                self.base
+            ),
+            (403, Some(_)) if answer.body["error"]["code"] == "forbidden" => format!(
+                "the tollgate server at {} takes the token given with --server-token (or TOLLGATE_SERVER_TOKEN) for reading only; this command changes state and needs an admin token",
                 self.base
             ),
             _ => answer.message().map_or_else(

@@ -6,8 +6,11 @@
 //! px without horizontal scrolling; figures change live without a reload;
 //! pausing the room and replaying a dead job from the console do what
 //! they say, seen from outside the browser (a visitor through the room's
-//! proxy, a claim over the API). With TOLLGATE_CONSOLE_SCREENSHOTS=1 it
-//! writes docs/console/*.png.
+//! proxy, a claim over the API); a reset empties the room's line. With
+//! tokens, a read token's console has every action disabled and an admin
+//! token's works, with the CSRF header; a change from another site is
+//! refused. With TOLLGATE_CONSOLE_SCREENSHOTS=1 it writes
+//! docs/console/*.png.
 
 mod browser_support;
 mod room_support;
@@ -487,6 +490,33 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
     let (_, stats) = send(c.get(s.url("/v1/rooms/shop"))).await;
     assert_eq!(stats["paused"], true, "{stats}");
 
+    // The head of the line shows the waiter; a reset (confirmed) drops it.
+    b.click("#main", "Refresh the line").await;
+    b.until(
+        "return Array.from(document.querySelectorAll('#main caption')).some(function (c) { return c.textContent === 'Head of the line' && c.closest('table').querySelectorAll('tbody tr').length === 1; });",
+        "the waiter in the head of the line",
+    )
+    .await;
+    b.click("#main", "Reset").await;
+    b.click("#main", "Yes, reset").await;
+    b.until(
+        "return document.getElementById('status').textContent.includes('1 waiting visitors dropped');",
+        "the reset's outcome announced",
+    )
+    .await;
+    b.until(
+        "return document.querySelector('dd[data-field=\"waiting\"]').textContent === '0';",
+        "nobody waits",
+    )
+    .await;
+    b.until(
+        "return document.body.textContent.includes('Nobody waits.');",
+        "the line emptied",
+    )
+    .await;
+    let (_, stats) = send(c.get(s.url("/v1/rooms/shop"))).await;
+    assert_eq!(stats["waiting"], 0, "{stats}");
+
     // A failing action shows the API's message: a capacity over the maximum is refused.
     b.js("var i = document.querySelector('input[name=\"capacity\"]'); i.value = '2000000'; return 1;")
         .await;
@@ -503,4 +533,181 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
     let on_proxy = third.get(c, &proxy, "/ui", false).await;
     assert!(on_proxy.headers.get("content-security-policy").is_none());
     assert!(!on_proxy.text.contains("/ui/app.js"), "{}", on_proxy.text);
+}
+
+const ADMIN: &str = "console-admin-token-0123456789";
+const READ: &str = "console-read-token-0123456789";
+
+/// Signs in through the page's form with `token`; waits for the page it
+/// was on to be drawn again.
+async fn sign_in(b: &Browser<'_>, token: &str, role: &str) {
+    b.until(
+        "var m = document.getElementById('main'); return m && m.dataset.ready === 'login';",
+        "the sign-in form",
+    )
+    .await;
+    b.js(&format!(
+        "document.querySelector('input[name=\"token\"]').value = {}; return 1;",
+        json!(token)
+    ))
+    .await;
+    b.click("#main form", "Sign in").await;
+    b.until(
+        &format!(
+            "var m = document.getElementById('main'); return m.dataset.ready && m.dataset.ready !== 'login' && document.getElementById('who').textContent.includes({});",
+            json!(role)
+        ),
+        &format!("signed in as {role}"),
+    )
+    .await;
+}
+
+/// What a change sent from the page itself answers: `[status, code]`.
+async fn change_from_page(b: &Browser<'_>, path: &str, with_csrf: bool) -> Value {
+    let script = format!(
+        "var done = arguments[arguments.length - 1];\
+         fetch('/v1/session', {{credentials: 'same-origin'}}).then(function (r) {{ return r.json(); }}).then(function (s) {{\
+           var headers = {{}}; if ({with_csrf}) headers['X-CSRF-Token'] = s.csrf;\
+           return fetch({path}, {{method: 'POST', credentials: 'same-origin', headers: headers}});\
+         }}).then(function (r) {{ return r.json().then(function (j) {{ done([r.status, j.error ? j.error.code : null]); }}); }})\
+         .catch(function (e) {{ done(['failed', String(e)]); }});",
+        path = json!(path)
+    );
+    b.driver.execute_async(b.c, &b.session, &script).await
+}
+
+/// With tokens: the console asks for one. A read token sees the pages with
+/// every action disabled (and the API refuses a change anyway); an admin
+/// token's actions work, with the CSRF header the page sends; a change
+/// with the session cookie from another site, or without the CSRF
+/// header, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_with_read_and_admin_tokens() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &path,
+        format!("listen = \"127.0.0.1:0\"\ntokens = [\"{ADMIN}\"]\nread_tokens = [\"{READ}\"]\n"),
+    )
+    .expect("config");
+    let s = Server::start_with(None, &["--config", path.to_str().expect("path")]);
+    let c = reqwest::Client::new();
+    let (st, body) = send(
+        c.post(s.url("/v1/queues/mail/jobs"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"payload": 1})),
+    )
+    .await;
+    assert_eq!(st, 201, "{body}");
+
+    let driver = Driver::start();
+    let b = Browser {
+        driver: &driver,
+        c: &c,
+        session: driver.session(&c).await,
+        base: s.base.clone(),
+        shots: false,
+    };
+    b.width(1200, 1000).await;
+    let url = format!("/session/{}/url", b.session);
+    driver
+        .call(
+            &c,
+            reqwest::Method::POST,
+            &url,
+            Some(json!({"url": format!("{}/ui", s.base)})),
+        )
+        .await;
+
+    // Read: every action disabled, said why; the API refuses anyway.
+    sign_in(&b, READ, "read").await;
+    b.open("/queues/mail", "queues/mail").await;
+    let buttons = "return Array.from(document.querySelectorAll('#main button')).filter(function (b) {\
+                     return ['Pause', 'Replay all dead', 'Purge all dead'].indexOf(b.textContent) >= 0; })\
+                   .map(function (b) { return [b.textContent, b.disabled, b.getAttribute('aria-describedby')]; });";
+    assert_eq!(
+        b.until(buttons, "the queue's actions").await,
+        json!([
+            ["Pause", true, "read-only-note"],
+            ["Replay all dead", true, "read-only-note"],
+            ["Purge all dead", true, "read-only-note"]
+        ])
+    );
+    assert_eq!(
+        b.js("return document.getElementById('read-only-note').hidden;")
+            .await,
+        false
+    );
+    axe_check(b.driver, b.c, &b.session, &axe_source(), "queue, read role").await;
+    assert_eq!(
+        change_from_page(&b, "/v1/queues/mail/pause", true).await,
+        json!([403, "forbidden"])
+    );
+
+    // Sign out, then in as an admin: the action works.
+    b.click("#who", "Sign out").await;
+    sign_in(&b, ADMIN, "admin").await;
+    b.open("/queues/mail", "queues/mail").await;
+    b.click("#main", "Pause").await;
+    b.until(
+        "return document.getElementById('status').textContent.includes('paused');",
+        "the pause's outcome announced",
+    )
+    .await;
+    let (_, stats) = send(c.get(s.url("/v1/queues/mail")).bearer_auth(READ)).await;
+    assert_eq!(stats["paused"], true, "{stats}");
+
+    // Without the CSRF header the session's change is refused, from the
+    // page itself too.
+    assert_eq!(
+        change_from_page(&b, "/v1/queues/mail/resume", false).await,
+        json!([403, "csrf"])
+    );
+    // The cookie sent from another site: refused, CSRF value or not.
+    let cookie = driver
+        .call(
+            &c,
+            reqwest::Method::GET,
+            &format!("/session/{}/cookie/tollgate_session", b.session),
+            None,
+        )
+        .await;
+    let value = cookie["value"].as_str().expect("the session cookie").to_owned();
+    let (_, who) = send(
+        c.get(s.url("/v1/session"))
+            .header("cookie", format!("tollgate_session={value}")),
+    )
+    .await;
+    let csrf = who["csrf"].as_str().expect("csrf").to_owned();
+    for (name, header) in [
+        ("origin", "http://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
+        let (st, body) = send(
+            c.post(s.url("/v1/queues/mail/resume"))
+                .header("cookie", format!("tollgate_session={value}"))
+                .header("x-csrf-token", &csrf)
+                .header(name, header),
+        )
+        .await;
+        assert_eq!(
+            (st, body["error"]["code"].as_str()),
+            (403, Some("cross_origin")),
+            "{name}: {body}"
+        );
+    }
+    let (_, stats) = send(c.get(s.url("/v1/queues/mail")).bearer_auth(READ)).await;
+    assert_eq!(
+        stats["paused"], true,
+        "a refused change changed something: {stats}"
+    );
+
+    driver
+        .call(
+            &c,
+            reqwest::Method::DELETE,
+            &format!("/session/{}", b.session),
+            None,
+        )
+        .await;
 }

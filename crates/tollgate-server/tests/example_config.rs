@@ -51,6 +51,14 @@ async fn the_example_config_starts_a_working_server() {
     assert_eq!((st, limit["rate"].as_str()), (200, Some("100/min")), "{limit}");
     let (st, room) = send(c.get(s.url("/v1/rooms/shop")).bearer_auth(token)).await;
     assert_eq!((st, room["capacity"].as_u64()), (200, Some(1500)), "{room}");
+    // Its read token reads, and may not change anything.
+    let read = "change-me-to-another-long-token";
+    assert_eq!(
+        send(c.get(s.url("/v1/rooms/shop")).bearer_auth(read)).await.0,
+        200
+    );
+    let (st, e) = send(c.post(s.url("/v1/rooms/shop/pause")).bearer_auth(read)).await;
+    assert_eq!((st, e["error"]["code"].as_str()), (403, Some("forbidden")), "{e}");
     assert!(s.proxy.is_some(), "the room listens");
     // A wrong route says where the API is: every part of it.
     let (st, e) = send(c.get(s.url("/v2/nothing"))).await;

@@ -773,6 +773,10 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/v1/console/live",
         "/ui",
         "/ui/{file}",
+        "/v1/rooms/{room}/reset",
+        "/v1/rooms/{room}/line",
+        "/v1/rooms/{room}/line/{number}",
+        "/v1/session",
     ] {
         assert!(served["paths"].get(path).is_some(), "{path} is not documented");
     }

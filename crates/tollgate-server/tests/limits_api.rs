@@ -446,15 +446,17 @@ async fn a_server_refused_by_its_redis_makes_every_server_command_exit_78() {
     }
 }
 
-/// A server that requires a token: without one, or with a wrong one,
-/// every `--server` command exits 78 and names the flag to set; with it,
-/// they work (`lock status` included).
+/// A server that requires a token: without one, with a wrong one, or
+/// with a read token for a change, every `--server` command exits 78 and
+/// names the flag to set; with it, they work (`lock status` included,
+/// which a read token may run too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_or_wrong_server_token_exits_78_naming_the_flag() {
     let dir = tempfile::tempdir().expect("tempdir");
     let token = "a-good-token-0123456789";
     // `tokens` is a top-level key: before the tables.
-    let text = format!("tokens = [\"{token}\"]\n{LIMITS}");
+    let read = "a-read-token-0123456789";
+    let text = format!("tokens = [\"{token}\"]\nread_tokens = [\"{read}\"]\n{LIMITS}");
     let s = Server::start_with(None, &["--config", &config(&dir, &text)]);
     let base = s.base.clone();
     let mut commands = server_commands(&base).to_vec();
@@ -462,8 +464,12 @@ async fn a_missing_or_wrong_server_token_exits_78_naming_the_flag() {
     for (given, says) in [
         (None, "requires a token"),
         (Some("wrong-token-0123456789"), "refused the token"),
+        (Some(read), "for reading only"),
     ] {
         for args in &commands {
+            if given == Some(read) && args[1] == "status" {
+                continue;
+            }
             let mut args = args.clone();
             if let Some(t) = given {
                 // Before any `--` and the command after it.
@@ -489,4 +495,20 @@ async fn a_missing_or_wrong_server_token_exits_78_naming_the_flag() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    let status = [
+        "lock",
+        "status",
+        "nightly",
+        "--server",
+        &base,
+        "--server-token",
+        read,
+    ];
+    let out = tokio::task::block_in_place(|| tollgate(&status));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -381,6 +381,18 @@ impl Gate {
         self.store.remove_waiter(&self.name, number).await
     }
 
+    /// An admin's reset of the line: every ticket waiting is dropped in
+    /// one atomic step (holders are untouched, and a ticket that joins
+    /// after it is not dropped), and the time is kept in the gate's
+    /// [`GateStats::line_reset_ms`]. Each dropped ticket's next status
+    /// answers [`TicketStatus::Gone`], as if it had left; compare the time
+    /// it joined with `line_reset_ms` to tell the two apart. Returns how
+    /// many were dropped. It costs time in proportion to the line, all in
+    /// that one step.
+    pub async fn clear_line(&self) -> Result<u64> {
+        self.store.clear_line(&self.name).await
+    }
+
     /// A snapshot: capacity, holders, line length, grants, expiries.
     pub async fn stats(&self) -> Result<GateStats> {
         self.store.stats(&self.name).await

@@ -72,7 +72,7 @@ pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use schedule::{
     Cron, Every, FireReport, FiredJob, FiredTick, Misfire, ScheduleInfo, ScheduleSpec, Schedules, Upserted,
-    When,
+    When, WhenPart,
 };
 pub use semaphore::Semaphore;
 pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};

@@ -1,6 +1,7 @@
 //! Conformance suite for a gate's admin view and actions: the holders'
-//! handles, the head of the line, revoking a holder and removing a ticket
-//! from the line, the same assertions on every store.
+//! handles, the head of the line, revoking a holder, removing a ticket
+//! from the line and resetting the whole line, the same assertions on
+//! every store.
 
 mod support;
 
@@ -165,7 +166,84 @@ async fn revoking_many_permits_and_a_handed_lease(ts: TestStore) {
     assert!(big.is_lost() || big.extend(LONG).await.is_err());
 }
 
+async fn clear_line_drops_every_waiter_and_no_holder(ts: TestStore) {
+    let g = gate(&ts, 2);
+    assert_eq!(g.stats().await.unwrap().line_reset_ms, None);
+    let a = g.try_acquire(1).await.unwrap().expect("free");
+    let b = g.try_acquire(1).await.unwrap().expect("free");
+    // Labels and several permits leave nothing behind either.
+    let mut waiting = vec![ticket(g.enter_as(2, true, Some("big")).await.unwrap())];
+    for i in 0..40 {
+        let label = format!("w{i}");
+        waiting.push(ticket(g.enter_as(1, true, Some(&label)).await.unwrap()));
+    }
+    assert_eq!(g.stats().await.unwrap().waiting, 41);
+    assert_eq!(g.clear_line().await.unwrap(), 41);
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.used, s.waiting), (2, 2, 0));
+    assert!(s.line_reset_ms.is_some_and(|at| at > 0));
+    for t in &waiting {
+        assert!(matches!(g.status(t).await.unwrap(), TicketStatus::Gone));
+        assert_eq!(g.leave(t).await.unwrap(), Left::Unknown);
+    }
+    assert!(g.line(10).await.unwrap().is_empty());
+    // Holders keep their leases; a newcomer queues at the head of a
+    // fresh line and is admitted when a holder leaves.
+    a.extend(LONG).await.unwrap();
+    let late = ticket(g.enter_as(1, true, Some("late")).await.unwrap());
+    match g.status(&late).await.unwrap() {
+        TicketStatus::Queued(p) => assert_eq!((p.position, p.waiting), (1, 1)),
+        other => panic!("expected the newcomer queued, got {other:?}"),
+    }
+    assert_eq!(g.line(10).await.unwrap()[0].label.as_deref(), Some("late"));
+    b.release().await.unwrap();
+    assert!(matches!(g.status(&late).await.unwrap(), TicketStatus::Granted(_)));
+    // An empty line resets to nothing, and the reset time moves on.
+    let before = g.stats().await.unwrap().line_reset_ms.unwrap();
+    assert_eq!(g.clear_line().await.unwrap(), 0);
+    assert!(g.stats().await.unwrap().line_reset_ms.unwrap() >= before);
+    a.release().await.unwrap();
+}
+
+async fn clear_line_is_atomic_with_concurrent_joins(ts: TestStore) {
+    let g = gate(&ts, 1);
+    let _holder = g.try_acquire(1).await.unwrap().expect("free");
+    // Joins race a reset: each ticket is either dropped whole (gone) or
+    // still in line, and the count dropped plus those left is everyone.
+    let joins = (0..60).map(|_| {
+        let g = g.clone();
+        tokio::spawn(async move { ticket(g.enter(1, true).await.unwrap()) })
+    });
+    let joins: Vec<_> = joins.collect();
+    let dropped = g.clear_line().await.unwrap();
+    let mut tickets = Vec::new();
+    for j in joins {
+        tickets.push(j.await.unwrap());
+    }
+    let mut queued = 0;
+    for t in &tickets {
+        match g.status(t).await.unwrap() {
+            TicketStatus::Queued(_) => queued += 1,
+            TicketStatus::Gone => {}
+            other => panic!("nobody is admitted past capacity: {other:?}"),
+        }
+    }
+    assert_eq!(dropped + queued, tickets.len() as u64);
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.waiting, s.holders), (queued, 1));
+    assert_eq!(g.line(100).await.unwrap().len() as u64, queued);
+}
+
+async fn clear_line_on_a_gate_without_state(ts: TestStore) {
+    let none = Gate::new(&ts.store, "none", None, GateOptions::default()).unwrap();
+    assert_eq!(none.clear_line().await.unwrap(), 0);
+    assert!(none.stats().await.unwrap().line_reset_ms.is_some());
+}
+
 on_both_stores!(manual_clock:
+    clear_line_drops_every_waiter_and_no_holder,
+    clear_line_is_atomic_with_concurrent_joins,
+    clear_line_on_a_gate_without_state,
     revoking_many_permits_and_a_handed_lease,
     revoke_hands_the_permit_to_the_head_at_once,
     line_lists_the_head_and_removal_shifts_positions,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tollgate::schedule::{MAX_CATCH_UP, SKIP_GRACE_MS};
-use tollgate::{ErrorKind, Misfire, When};
+use tollgate::{ErrorKind, Misfire, When, WhenPart};
 
 /// Unix ms of an RFC 3339 time ("2026-03-29T03:00:00+02:00").
 fn ms(text: &str) -> u64 {
@@ -535,4 +535,32 @@ fn bad_input_names_the_field_and_what_is_allowed() {
     assert!(When::every(Duration::from_secs(366 * 86_400 + 1), 0).is_err());
     assert!(When::every(Duration::from_secs(366 * 86_400), 0).is_ok());
     assert!("sometimes".parse::<Misfire>().is_err());
+}
+
+#[test]
+fn a_zone_given_apart_applies_to_cron_and_the_error_names_the_wrong_input() {
+    let berlin = When::parse_in("30 2 * * *", Some("Europe/Berlin")).expect("valid");
+    assert_eq!(berlin, when("TZ=Europe/Berlin 30 2 * * *"));
+    assert_eq!(
+        When::parse_in(" every 5s ", None).expect("valid"),
+        when("every 5s")
+    );
+    for (text, zone, part, says) in [
+        ("61 2 * * *", None, WhenPart::When, "minute"),
+        ("61 2 * * *", Some("UTC"), WhenPart::When, "minute"),
+        ("TZ=Mars/Olympus 30 2 * * *", None, WhenPart::When, "Mars/Olympus"),
+        ("30 2 * * *", Some("Mars/Olympus"), WhenPart::Zone, "Mars/Olympus"),
+        ("every 5s", Some("Europe/Berlin"), WhenPart::Zone, "UTC"),
+        ("EVERY 5s", Some("UTC"), WhenPart::Zone, "interval"),
+        ("TZ=Asia/Tokyo @daily", Some("UTC"), WhenPart::Zone, "once"),
+        ("every 0s", None, WhenPart::When, "interval"),
+    ] {
+        let (got, e) = When::parse_in(text, zone).expect_err(text);
+        assert_eq!(got, part, "{text:?} in {zone:?}: {e}");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{text:?}");
+        assert!(
+            e.message().contains(says),
+            "{text:?} in {zone:?}: {e} should say {says}"
+        );
+    }
 }

@@ -39,6 +39,8 @@ enum Answer {
     Holders(Vec<(Option<String>, Option<String>, Option<u64>)>),
     /// (number, position, permits, label) of each ticket listed.
     Line(Vec<(u64, u64, u32, Option<String>)>),
+    /// Tickets a reset of the line dropped.
+    Cleared(u64),
     Stats {
         capacity: Option<u32>,
         used: u64,
@@ -187,6 +189,7 @@ impl Side {
                 Some(t) => self.gate.revoke(&handle_of(t)).await.map(Answer::Left),
             },
             Op::RemoveWaiter(number) => self.gate.remove_waiter(number).await.map(Answer::Left),
+            Op::ClearLine => self.gate.clear_line().await.map(Answer::Cleared),
             Op::SetCapacity(n) => self.gate.set_capacity(n).await.map(|()| Answer::Done),
             Op::Stats => self.gate.stats().await.map(|s| Answer::Stats {
                 capacity: s.capacity,
@@ -214,6 +217,7 @@ enum Op {
     Line,
     Revoke { actor: usize },
     RemoveWaiter(u64),
+    ClearLine,
 }
 
 /// A holder's handle, as the stores make it (see `Holding::handle`).
@@ -227,7 +231,7 @@ const ACTORS: usize = 8;
 
 fn random_op(rng: &mut StdRng) -> Op {
     let actor = rng.random_range(0..ACTORS);
-    match rng.random_range(0..110) {
+    match rng.random_range(0..112) {
         0..=34 => Op::Enter {
             actor,
             permits: if rng.random_bool(0.8) {
@@ -247,7 +251,8 @@ fn random_op(rng: &mut StdRng) -> Op {
         97..=99 => Op::Stats,
         100..=102 => Op::Line,
         103..=106 => Op::Revoke { actor },
-        _ => Op::RemoveWaiter(rng.random_range(1..=25)),
+        107..=109 => Op::RemoveWaiter(rng.random_range(1..=25)),
+        _ => Op::ClearLine,
     }
 }
 

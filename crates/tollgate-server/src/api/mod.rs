@@ -1,9 +1,11 @@
 //! The HTTP/JSON API: the shared state, the router that merges every
 //! feature's `routes()`, the one front layer every request goes through,
-//! bearer-token authentication, and the probes. Each feature (gates, jobs,
-//! limits, room admin) owns its handlers and routes and depends only on
-//! this module's [`AppState`] and on [`error`], never on a sibling.
+//! and the probes; who may call it lives in [`auth`], [`session`] and
+//! [`origin`]. Each feature (gates, jobs, limits, room admin) owns its
+//! handlers and routes and depends only on this module's [`AppState`]
+//! and on [`error`], never on a sibling.
 
+pub(crate) mod auth;
 pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod error;
@@ -14,20 +16,23 @@ pub(crate) mod jobs;
 pub(crate) mod limits;
 pub(crate) mod listing;
 pub(crate) mod metrics;
+pub(crate) mod origin;
 pub(crate) mod schedules;
+pub(crate) mod session;
 pub(crate) mod tickets;
 
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 use tollgate::Store;
 
+pub(crate) use self::auth::{Caller, Tokens};
 use self::body::BODY_LIMIT;
 use self::error::ApiError;
 
@@ -55,8 +60,11 @@ pub(crate) struct AppState {
     pub(crate) rooms: std::sync::Arc<crate::room::Rooms>,
     /// Rate-limits the /v1 routes when `[protect]` is configured.
     pub(crate) protect: Option<tollgate::RateLimitLayer>,
-    /// Bearer tokens accepted on /v1 routes; empty: no authentication.
+    /// Tokens (with their roles) accepted on /v1 routes, as bearer or
+    /// through a session cookie; empty: no authentication.
     pub(crate) tokens: std::sync::Arc<Tokens>,
+    /// Login attempts per client IP on `POST /v1/session`.
+    pub(crate) login_limit: tollgate::RateLimiter,
     /// Waiting tickets per client (`max_tickets_per_client`).
     pub(crate) tickets: std::sync::Arc<tickets::TicketCaps>,
     /// How long /metrics may spend gathering figures from the store.
@@ -104,7 +112,7 @@ pub(crate) fn router(state: AppState) -> Router {
     let api = if state.tokens.is_empty() {
         api
     } else {
-        api.route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        api.route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))
     };
     Router::new()
         // Probes stay open so an orchestrator needs no token.
@@ -114,6 +122,8 @@ pub(crate) fn router(state: AppState) -> Router {
         // The console's pages: a browser loads them without a token; the
         // data they show sits behind it.
         .merge(crate::console::pages())
+        // Open: the login is how a browser gets in (it has its own limit).
+        .merge(session::routes())
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -145,86 +155,10 @@ async fn not_connected(State(connecting): State<tokio::sync::watch::Receiver<Opt
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", message)
 }
 
-/// Checks `Authorization: Bearer <token>` when tokens are configured, and
-/// notes which token it was ([`Caller`]).
-async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer);
-    if let Some(index) = presented.and_then(|p| state.tokens.find(p)) {
-        req.extensions_mut().insert(Caller(index));
-        return next.run(req).await;
-    }
-    let mut response = ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "send Authorization: Bearer <token> with one of the server's tokens",
-    )
-    .into_response();
-    response
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    response
-}
-
-/// The credentials of `Bearer <token>`; the scheme's name is
-/// case-insensitive (RFC 7235), and one or more spaces follow it.
-fn bearer(value: &str) -> Option<&str> {
-    let (scheme, rest) = value.split_once(' ')?;
-    let token = rest.trim_matches(' ');
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-/// Which of the server's tokens a request presented (its place in the
-/// list), set by authentication: the client a ticket is counted against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Caller(pub(crate) usize);
-
-/// The server's bearer tokens, kept as SHA-256 digests. A presented token
-/// is hashed and its digest compared with every one, each comparison
-/// running over all 32 bytes: the time taken depends neither on how much
-/// of a guess was right nor on whether its length was, and a digest that
-/// partly matches tells nothing about the token behind it.
-#[derive(Debug, Default)]
-pub(crate) struct Tokens(Vec<[u8; 32]>);
-
-impl Tokens {
-    pub(crate) fn new(tokens: &[String]) -> Tokens {
-        Tokens(tokens.iter().map(|t| digest(t)).collect())
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// The place of `presented` among the tokens, if it is one.
-    fn find(&self, presented: &str) -> Option<usize> {
-        let presented = digest(presented);
-        let mut found = None;
-        for (i, token) in self.0.iter().enumerate() {
-            if same(token, &presented) && found.is_none() {
-                found = Some(i);
-            }
-        }
-        found
-    }
-}
-
-fn digest(token: &str) -> [u8; 32] {
-    use sha2::Digest;
-    sha2::Sha256::digest(token.as_bytes()).into()
-}
-
-/// Compares all 32 bytes, without stopping at the first difference.
-fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    std::hint::black_box(a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
-}
-
 /// What every request goes through first, in one layer (each layer of
 /// its own would box one more future per request, and a parked long-poll
-/// keeps them all): a URI over the limit is refused (414), the body gets
+/// keeps them all): a URI over the limit is refused (414), a change sent
+/// from another site too (403, see [`origin`]), the body gets
 /// its deadline (408), and one structured log line and the request metrics
 /// record the route pattern (never the raw path, which carries tokens),
 /// status and duration.
@@ -246,7 +180,8 @@ async fn front(State(state): State<AppState>, req: Request, next: Next) -> Respo
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
     let started = std::time::Instant::now();
-    let response = match conn::uri_too_long(&req) {
+    let refused = conn::uri_too_long(&req).or_else(|| origin::refused(&req).map(IntoResponse::into_response));
+    let response = match refused {
         Some(refused) => refused,
         None => {
             let timeout = state.body_timeout;
@@ -343,6 +278,6 @@ async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        "no such route; the API lives under /v1/gates/{name}, /v1/queues/{queue}, /v1/schedules/{name}, /v1/limits/{name} and /v1/rooms/{room} (see docs/HTTP.md)",
+        "no such route; the API lives under /v1/gates/{name}, /v1/queues/{queue}, /v1/schedules/{name}, /v1/limits/{name}, /v1/rooms/{room} and /v1/session (see docs/HTTP.md)",
     )
 }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tollgate::schedule::MAX_CATCH_UP;
-use tollgate::{ScheduleInfo, ScheduleSpec, Schedules, Upserted, When};
+use tollgate::{ScheduleInfo, ScheduleSpec, Schedules, Upserted, When, WhenPart};
 
 use super::AppState;
 use super::body::{BackoffBody, JsonBody, compact, limited, parse};
@@ -80,32 +80,14 @@ pub(crate) struct Fields {
     pub(crate) paused: bool,
 }
 
-/// `text` with `zone`: a zone given beside a `TZ=` prefix or an interval
-/// is refused rather than one of them silently winning.
-fn when_of(text: &str, zone: Option<&str>) -> Result<When, BadField> {
-    let when = When::parse(text).map_err(|e| bad("when", e.message()))?;
-    let Some(zone) = zone else {
-        return Ok(when);
-    };
-    let prefixed = text.split_whitespace().next().is_some_and(|w| w.contains('='));
-    match when {
-        _ if prefixed => Err(bad(
-            "zone",
-            "give the zone either here or as a TZ= prefix of when, not both",
-        )),
-        When::Cron(c) => When::cron(c.fields(), zone).map_err(|e| bad("zone", e.message())),
-        _ => Err(bad(
-            "zone",
-            "an interval (every …) has no zone: it counts elapsed time in UTC",
-        )),
-    }
-}
-
 impl Fields {
     /// The schedule these fields describe, checked field by field (what
     /// the library checks besides, it names in its own words).
     pub(crate) fn spec(self) -> Result<ScheduleSpec, BadField> {
-        let when = when_of(&self.when, self.zone.as_deref())?;
+        let when = When::parse_in(&self.when, self.zone.as_deref()).map_err(|(part, e)| match part {
+            WhenPart::When => bad("when", e.message()),
+            WhenPart::Zone => bad("zone", e.message()),
+        })?;
         tollgate::Name::new(&self.queue).map_err(|e| bad("queue", e.message()))?;
         let mut spec = ScheduleSpec::new(when, &self.queue);
         spec.payload = self.payload;

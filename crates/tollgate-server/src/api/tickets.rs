@@ -92,17 +92,25 @@ impl FromRequestParts<AppState> for Client {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        if let Some(Caller(i)) = parts.extensions.get::<Caller>() {
+        if let Some(Caller(i, _)) = parts.extensions.get::<Caller>() {
             return Ok(Client(format!("token:{i}").into()));
         }
         let peer = parts
             .extensions
             .get::<tollgate::PeerAddr>()
             .map_or(IpAddr::from([0, 0, 0, 0]), |p| p.0.ip());
-        let ip = tollgate::client_ip(peer, &parts.headers, &state.tickets.trusted_proxies);
+        let ip = state.tickets.client_ip(peer, &parts.headers);
         // IPv6 by its /64: rotating addresses within one subscriber's
         // allocation buys no fresh cap.
         Ok(Client(format!("ip:{}", tollgate::ip_key(ip)).into()))
+    }
+}
+
+impl TicketCaps {
+    /// The client's address: `peer`, or the `X-Forwarded-For` a trusted
+    /// proxy set.
+    pub(crate) fn client_ip(&self, peer: IpAddr, headers: &axum::http::HeaderMap) -> IpAddr {
+        tollgate::client_ip(peer, headers, &self.trusted_proxies)
     }
 }
 

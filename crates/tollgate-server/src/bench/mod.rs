@@ -8,6 +8,7 @@ mod flood;
 mod http;
 mod jobs;
 mod limit;
+mod listing;
 mod lock;
 mod room;
 mod schedules;
@@ -39,6 +40,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         BenchTarget::Jobs => jobs::run(&args).await,
         BenchTarget::Flood => flood::run(&args).await,
         BenchTarget::Schedules => schedules::run(&args).await,
+        BenchTarget::Listing => listing::run(&args).await,
     }
 }
 

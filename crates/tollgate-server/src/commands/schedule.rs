@@ -12,7 +12,7 @@ use chrono_tz::Tz;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
 use tollgate::schedule::{MAX_CATCH_UP, check_schedule_name};
-use tollgate::{Backoff, ScheduleInfo, ScheduleSpec, Schedules, Store, Upserted, When};
+use tollgate::{Backoff, ScheduleInfo, ScheduleSpec, Schedules, Store, Upserted, When, WhenPart};
 
 use super::jobs::{backoff, read_payload};
 use crate::cli::{
@@ -280,28 +280,10 @@ fn view(info: &ScheduleInfo) -> Value {
 /// `--when EXPR [--zone Z]` as one `When`; bad input names the flag and
 /// what is allowed.
 fn when_of(expr: &str, zone: Option<&str>) -> Result<When, Failure> {
-    let text = expr.trim();
-    let parsed = match zone {
-        None => When::parse(text),
-        Some(zone) => {
-            if text.get(..6).is_some_and(|w| w.eq_ignore_ascii_case("every ")) {
-                return Err(usage(format!(
-                    "--zone {zone:?} goes with a cron expression; an interval ({text:?}) counts in UTC"
-                )));
-            }
-            if text.split_whitespace().next().is_some_and(|w| w.contains('=')) {
-                return Err(usage(format!(
-                    "--zone {zone:?} and a TZ= setting in {text:?}: give the zone once"
-                )));
-            }
-            When::cron(text, zone)
-        }
-    };
-    parsed.map_err(|e| {
-        let flag = if e.message().starts_with("schedule zone") && zone.is_some() {
-            "--zone"
-        } else {
-            "--when"
+    When::parse_in(expr, zone).map_err(|(part, e)| {
+        let flag = match part {
+            WhenPart::When => "--when",
+            WhenPart::Zone => "--zone",
         };
         usage(format!("{flag}: {}", e.message()))
     })

@@ -1,5 +1,9 @@
 //! The rooms' admin API, on the main listener behind the bearer tokens:
-//! stats, capacity, admission rate, pause and resume, and ending a session.
+//! stats, capacity, admission rate, pause and resume, ending a session,
+//! resetting the line, and the head of the line with each waiter's age.
+//!
+//! As with a gate's line (api/gate_admin.rs), a waiter is named by its
+//! ticket's number, never its ticket: whoever has a ticket can act as it.
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -11,7 +15,7 @@ use serde_json::{Value, json};
 use super::Room;
 use crate::api::AppState;
 use crate::api::body::Json;
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, Query};
 
 /// The rooms' admin routes.
 pub(crate) fn routes() -> Router<AppState> {
@@ -28,6 +32,9 @@ pub(crate) fn routes() -> Router<AppState> {
             post(|State(s): State<AppState>, Path(n): Path<String>| set_paused(s, n, false)),
         )
         .route("/v1/rooms/{room}/sessions/{session}", delete(end_session))
+        .route("/v1/rooms/{room}/reset", post(reset))
+        .route("/v1/rooms/{room}/line", get(line))
+        .route("/v1/rooms/{room}/line/{number}", delete(remove_waiter))
 }
 
 fn room(state: &AppState, name: &str) -> Result<std::sync::Arc<Room>, ApiError> {
@@ -144,4 +151,79 @@ pub(crate) async fn set_admission_rate(
     };
     room.gate().set_admission_interval(interval).await?;
     Ok(axum::Json(stats_of(&room).await?))
+}
+
+/// `POST /v1/rooms/{room}/reset`: everyone waiting is dropped at once and
+/// told so on their next request; active sessions are untouched.
+pub(crate) async fn reset(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let room = room(&state, &name)?;
+    let dropped = room.reset_line().await?;
+    let mut answer = stats_of(&room).await?;
+    answer["dropped"] = dropped.into();
+    Ok(axum::Json(answer))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LineQuery {
+    /// At most this many, head first: 1 to 1000, default 20.
+    #[serde(default = "twenty")]
+    limit: u32,
+}
+
+fn twenty() -> u32 {
+    20
+}
+
+/// `GET /v1/rooms/{room}/line`: the head of the line, head first, each
+/// waiter with its position, its ticket's number (which `DELETE
+/// /v1/rooms/{room}/line/{number}` takes) and its age: ms since it joined,
+/// from the arrival time the room labels each ticket with (null for a
+/// ticket with no such label, such as one joined by a server from before
+/// labels).
+pub(crate) async fn line(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(q): Query<LineQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let room = room(&state, &name)?;
+    let now = super::now_ms();
+    let line: Vec<Value> = room
+        .gate()
+        .line(q.limit)
+        .await?
+        .into_iter()
+        .map(|w| {
+            let joined = w.label.and_then(|l| l.parse::<u64>().ok());
+            json!({
+                "number": w.number,
+                "position": w.position,
+                "age_ms": joined.map(|j| now.saturating_sub(j)),
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({"room": room.name(), "line": line})))
+}
+
+/// `DELETE /v1/rooms/{room}/line/{number}`: takes one waiter out of the
+/// line, as if they had left (their next request is a new arrival).
+pub(crate) async fn remove_waiter(
+    State(state): State<AppState>,
+    Path((name, number)): Path<(String, String)>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let room = room(&state, &name)?;
+    let number: u64 = number
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("{number:?} is not a ticket number")))?;
+    match room.gate().remove_waiter(number).await? {
+        tollgate::Left::Unknown => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ticket_not_found",
+            "no ticket in line has that number: it was admitted, left or never existed",
+        )),
+        _ => Ok(axum::Json(json!({"removed": true}))),
+    }
 }

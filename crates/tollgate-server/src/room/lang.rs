@@ -38,6 +38,11 @@ pub(crate) struct Text {
     pub(crate) down_text: &'static str,
     pub(crate) timeout_title: &'static str,
     pub(crate) timeout_text: &'static str,
+    /// The page of a visitor whose place the operator's reset of the
+    /// line took.
+    pub(crate) reset_title: &'static str,
+    pub(crate) reset_text: &'static str,
+    pub(crate) join_again: &'static str,
 }
 
 const EN: Text = Text {
@@ -62,6 +67,10 @@ const EN: Text = Text {
     down_text: "Please try again in a moment.",
     timeout_title: "The site is taking too long",
     timeout_text: "It did not answer in time. Please try again.",
+    reset_title: "The line was reset",
+    reset_text: "The line was reset by the operator, and your place in it was cleared. \
+                 You can join the line again, at the back.",
+    join_again: "Join the line again",
 };
 
 const ES: Text = Text {
@@ -87,6 +96,10 @@ const ES: Text = Text {
     down_text: "Inténtelo de nuevo en un momento.",
     timeout_title: "El sitio tarda demasiado",
     timeout_text: "No respondió a tiempo. Inténtelo de nuevo.",
+    reset_title: "La fila se reinició",
+    reset_text: "El operador reinició la fila y su lugar en ella se borró. \
+                 Puede volver a la fila, al final.",
+    join_again: "Volver a la fila",
 };
 
 const ZH: Text = Text {
@@ -110,6 +123,9 @@ const ZH: Text = Text {
     down_text: "请稍后再试。",
     timeout_title: "网站响应时间过长",
     timeout_text: "网站未能及时响应，请重试。",
+    reset_title: "队列已重置",
+    reset_text: "运营方重置了队列，您的位置已被清除。您可以重新排队（排在队尾）。",
+    join_again: "重新排队",
 };
 
 impl Lang {

@@ -233,6 +233,34 @@ impl Pages {
         self.waiting.fill(&values)
     }
 
+    /// The page of a visitor whose place a reset of the line took: what
+    /// happened, and a link back to `path` to join again (their token is
+    /// cleared with it, so following it is a new arrival). Always the
+    /// built-in page.
+    pub(crate) fn reset(&self, room: &str, lang: Lang, path: &str) -> String {
+        let t = lang.text();
+        // "//host/…" would be a link to another site.
+        let path = if path.starts_with('/') && !path.starts_with("//") {
+            path
+        } else {
+            "/"
+        };
+        let body = format!(
+            "<main>\n<h1>{}</h1>\n<p role=\"status\">{}</p>\n<p><a href=\"{}\">{}</a></p>\n</main>",
+            t.reset_title,
+            t.reset_text,
+            escape(path),
+            t.join_again
+        );
+        Template(SHELL.to_owned()).fill(&[
+            ("t_body", &body),
+            ("t_head", ""),
+            ("t_title", t.reset_title),
+            ("room", &escape(room)),
+            ("lang", t.code),
+        ])
+    }
+
     /// The page of a room that cannot reach its store (served with 503 and
     /// `Retry-After: retry`).
     pub(crate) fn try_again(&self, room: &str, lang: Lang, retry: u64) -> String {
@@ -406,11 +434,21 @@ mod tests {
                 pages.try_again("shop", lang, 5),
                 pages.upstream_error("shop", lang, false, 5),
                 pages.upstream_error("shop", lang, true, 5),
+                pages.reset("shop", lang, "/cart"),
             ] {
                 assert_eq!(placeholders(&page).count(), 0, "{page}");
                 assert!(page.contains(&format!("<html lang=\"{}\">", lang.text().code)));
             }
         }
+        // The reset page links back to the path asked for, escaped.
+        let reset = pages.reset("shop", Lang::Es, "/a\"><script>");
+        assert!(reset.contains("href=\"/a&quot;&gt;&lt;script&gt;\""), "{reset}");
+        assert!(reset.contains("El operador reinició la fila"), "{reset}");
+        assert!(
+            pages
+                .reset("shop", Lang::En, "//evil.example/x")
+                .contains("href=\"/\"")
+        );
         let es = pages.waiting("shop", Lang::Es, Figures::Known(&shown), 2);
         assert!(es.contains("de 2 minutos a 7 minutos"), "{es}");
         assert!(

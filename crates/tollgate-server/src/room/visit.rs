@@ -181,14 +181,23 @@ impl Room {
                 "too many arrivals from your address; try again shortly",
             );
         }
-        let mut entered = bounded(self.store_timeout, self.gate.enter(1, true)).await;
+        // The label is the arrival time: the gate orders its line by a
+        // counter and keeps no time, and the operator's view of the line
+        // shows each waiter's age from it. Taken before entering, it is
+        // also the token's join time: never later than the ticket's
+        // arrival in the store, so a reset that took the ticket is never
+        // taken for one before it joined (`dropped_by_reset`).
+        let joined_ms = now_ms();
+        let joined = self.line_ages.then(|| joined_ms.to_string());
+        let enter = || self.gate.enter_as(1, true, joined.as_deref());
+        let mut entered = bounded(self.store_timeout, enter()).await;
         if entered.as_ref().is_err_and(|e| e.kind() == ErrorKind::NoCapacity) {
             // The store lost the room's settings (data loss, or an idle
             // gate dropped): write them back and count this visitor
             // properly, rather than failing open or closed.
             self.view.reset(now_ms());
             self.restore().await;
-            entered = bounded(self.store_timeout, self.gate.enter(1, true)).await;
+            entered = bounded(self.store_timeout, enter()).await;
         }
         match entered {
             Ok(Entered::Granted(g)) => {
@@ -204,7 +213,7 @@ impl Room {
                     &self.name,
                     &Visitor::Waiting {
                         ticket,
-                        since_ms: now,
+                        since_ms: joined_ms,
                         eta_ms: place.eta.map(|e| e.as_millis() as u64),
                     },
                     now + 24 * 3600 * 1000,
@@ -387,6 +396,9 @@ impl Room {
                 response
             }
             Ok(TicketStatus::Gone) => {
+                if self.dropped_by_reset(since_ms).await {
+                    return self.reset_page(req.headers(), req.uri().path(), ticket);
+                }
                 // Left the line (silent past the grace): a new arrival.
                 self.metrics.abandoned.increment(1);
                 self.arrive(req, hop).await
@@ -394,6 +406,26 @@ impl Room {
             Err(e) if is_store_error(&e) => self.store_down(req, hop, Some(e)).await,
             Err(_) => self.arrive(req, hop).await,
         }
+    }
+
+    /// What a visitor whose place a reset of the line took sees: that the
+    /// operator reset it (the page, or `{"status":"reset"}` as JSON), never
+    /// a silent place at the back nor an admission. Their token is
+    /// cleared, so the page's "join again" link (back to `path`) makes a
+    /// new arrival; the old token, presented again, only shows this again.
+    fn reset_page(&self, headers: &HeaderMap, path: &str, ticket: String) -> Response<Body> {
+        self.metrics.reset_told.increment(1);
+        let mut response = if wants_json(headers) {
+            typed(json!({"status": "reset"}).to_string(), JSON)
+        } else {
+            let lang = self.pages.lang(headers);
+            self.html(self.pages.reset(&self.name, lang, path))
+        };
+        let h = response.headers_mut();
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        h.append(header::SET_COOKIE, self.clear_cookie());
+        response.extensions_mut().insert(VisitorId(ticket));
+        response
     }
 
     /// Counts an admission from the line, how long it waited, and how far
@@ -523,6 +555,12 @@ impl Room {
                         self.admitted_after(since_ms, eta_ms);
                         let mut r = json_response(StatusCode::OK, json!({"status": "admitted"}));
                         self.admit_token(&mut r, &g.token);
+                        r
+                    }
+                    Ok(TicketStatus::Gone) if self.dropped_by_reset(since_ms).await => {
+                        self.metrics.reset_told.increment(1);
+                        let mut r = json_response(StatusCode::OK, json!({"status": "reset"}));
+                        r.headers_mut().append(header::SET_COOKIE, self.clear_cookie());
                         r
                     }
                     Ok(TicketStatus::Gone) => json_response(StatusCode::OK, json!({"status": "gone"})),

@@ -194,7 +194,9 @@ async fn open(
     spawn_sweeper(&store, &queue_set, &metrics, args.memory_idle, stopping.clone());
     // Every server fires: the store gives each tick to one of them.
     firing::spawn(&store, scheduled.clone(), stopping.clone());
+    let login_limit = crate::api::session::login_limiter(&store);
     let state = AppState {
+        login_limit,
         store,
         metrics,
         lateness: Default::default(),
@@ -205,7 +207,7 @@ async fn open(
         limits: Arc::new(limits),
         rooms: rooms.clone(),
         protect,
-        tokens: Arc::new(Tokens::new(&args.tokens)),
+        tokens: Arc::new(Tokens::new(&args.tokens, &args.read_tokens, args.api_session_ttl)),
         tickets: Arc::new(TicketCaps::new(args.max_tickets_per_client, trusted)),
         metrics_timeout: args.metrics_timeout,
         body_timeout: args.body_timeout,

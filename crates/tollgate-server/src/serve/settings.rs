@@ -18,8 +18,14 @@ struct FileSettings {
     listen: Option<String>,
     redis: Option<String>,
     prefix: Option<String>,
+    /// Admin tokens: may do everything.
     #[serde(default)]
     tokens: Vec<String>,
+    /// Read tokens: GET and HEAD only.
+    #[serde(default)]
+    read_tokens: Vec<String>,
+    /// How long a console session lasts, e.g. "12h".
+    api_session_ttl: Option<String>,
     /// Named rate limits: `[limits.NAME]`.
     #[serde(default)]
     limits: HashMap<String, LimitSettings>,
@@ -58,7 +64,12 @@ pub(super) struct Settings {
     pub(super) listen: String,
     pub(super) redis: Option<String>,
     pub(super) prefix: String,
+    /// Admin tokens.
     pub(super) tokens: Vec<String>,
+    /// Read-only tokens.
+    pub(super) read_tokens: Vec<String>,
+    /// How long a console session lasts.
+    pub(super) api_session_ttl: Duration,
     pub(super) limits: HashMap<String, LimitSettings>,
     pub(super) protect: Option<ProtectSettings>,
     pub(super) proxy_listen: String,
@@ -115,15 +126,24 @@ fn address(key: &str, given: Option<String>, default: &str) -> Result<String, St
 /// listens.
 pub(super) fn settings(args: ServeArgs) -> Result<Settings, String> {
     let settings = merge(args)?;
-    if let Some(bad) = settings
+    let all = settings
         .tokens
         .iter()
-        .find(|t| t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()))
-    {
-        let shown: String = bad.chars().take(4).collect();
-        return Err(format!(
-            "--token {shown}… is too weak or malformed: use at least 16 printable characters without spaces"
-        ));
+        .map(|t| ("--token", t))
+        .chain(settings.read_tokens.iter().map(|t| ("--read-token", t)));
+    for (flag, token) in all {
+        let shown: String = token.chars().take(4).collect();
+        if token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "{flag} {shown}… is too weak or malformed: use at least 16 printable characters without spaces"
+            ));
+        }
+        // A token is one role: which one would it be?
+        if flag == "--read-token" && settings.tokens.contains(token) {
+            return Err(format!(
+                "token {shown}… is both an admin token (tokens, --token) and a read token (read_tokens, --read-token): give it one role"
+            ));
+        }
     }
     Ok(settings)
 }
@@ -156,6 +176,20 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         } else {
             args.tokens
         },
+        // Each list on its own: --read-token does not drop the file's
+        // admin tokens, nor --token its read tokens.
+        read_tokens: if args.read_tokens.is_empty() {
+            file.read_tokens
+        } else {
+            args.read_tokens
+        },
+        api_session_ttl: duration_setting(
+            "api_session_ttl",
+            args.api_session_ttl,
+            file.api_session_ttl.as_deref(),
+            crate::api::auth::SESSION_TTL,
+            (Duration::from_secs(60), Duration::from_secs(30 * 24 * 3600)),
+        )?,
         limits: file.limits,
         protect: file.protect,
         proxy_listen: address(
@@ -232,6 +266,8 @@ mod tests {
             redis,
             prefix,
             tokens,
+            read_tokens,
+            api_session_ttl,
             limits,
             protect,
             proxy_listen,
@@ -247,6 +283,7 @@ mod tests {
             wait_for_store,
         } = file;
         assert!(listen.is_some() && redis.is_some() && prefix.is_some() && !tokens.is_empty());
+        assert!(!read_tokens.is_empty() && api_session_ttl.is_some());
         assert!(proxy_listen.is_some() && durable_replicas.is_some() && durable_timeout.is_some());
         assert!(max_tickets_per_client.is_some() && metrics_timeout.is_some());
         assert!(body_timeout.is_some() && memory_idle.is_some() && wait_for_store.is_some());
@@ -264,6 +301,8 @@ mod tests {
             "redis",
             "prefix",
             "tokens",
+            "read_tokens",
+            "api_session_ttl",
             "[limits.NAME]",
             "[protect]",
             "proxy_listen",
@@ -354,6 +393,7 @@ mod tests {
             upstream_down_page,
             upstream_timeout_page,
             lang,
+            line_ages,
         } = rooms.values().next().expect("a [rooms.NAME]").clone();
         assert!(!upstream.is_empty() && !hosts.is_empty() && path_prefix.is_some() && capacity > 0);
         assert!(admissions_per_minute.is_some() && session_ttl.is_some() && grace.is_some());
@@ -361,7 +401,7 @@ mod tests {
         assert!(on_store_error.is_some() && store_timeout_ms.is_some() && upstream_timeout_ms.is_some());
         assert!(page.is_some() && queued_status.is_some() && !bypass_paths.is_empty());
         assert!(!bypass_ips.is_empty() && bypass_header.is_some() && !trusted_proxies.is_empty());
-        assert!(upgrades.is_some() && secure_cookie.is_some() && lang.is_some());
+        assert!(upgrades.is_some() && secure_cookie.is_some() && lang.is_some() && line_ages.is_some());
         assert!(try_again_page.is_some() && upstream_down_page.is_some() && upstream_timeout_page.is_some());
     }
 }

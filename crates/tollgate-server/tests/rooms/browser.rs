@@ -106,3 +106,75 @@ async fn the_waiting_page_in_a_real_browser() {
         .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
         .await;
 }
+
+/// A reset of the line seen from the waiting page in Chromium: the open
+/// page learns of it by itself (its live feed says the place is gone; the
+/// reload shows why), says the operator reset the line, passes axe-core
+/// in light and dark, and its link joins the line again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_line_in_a_real_browser() {
+    let axe = axe_source();
+    let (room, proxy, c) = start_room(ONE_SLOT.set(&[LONG_SESSIONS, ("grace", r#""20s""#)])).await;
+    let _holder = take_a_slot(&c, &proxy).await;
+    let driver = Driver::start();
+    let session = driver.session(&c).await;
+    let at = |p: &str| format!("/session/{session}{p}");
+    driver
+        .call(
+            &c,
+            reqwest::Method::POST,
+            &at("/url"),
+            Some(serde_json::json!({"url": format!("{proxy}/page")})),
+        )
+        .await;
+    let position = "var p = document.getElementById('position'); return p ? p.textContent : null;";
+    assert_eq!(driver.execute(&c, &session, position).await, "1");
+    // (The browser's own favicon request may have queued too.)
+    let reset = admin(&c, &room.s, reqwest::Method::POST, "/reset", None).await;
+    assert!(reset["dropped"].as_u64() >= Some(1), "{reset}");
+    let text = "return document.body ? document.body.innerText : '';";
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = driver.execute(&c, &session, text).await;
+        if now
+            .as_str()
+            .is_some_and(|t| t.contains("The line was reset by the operator"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page never said the line was reset: {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    axe_check(&driver, &c, &session, &axe, "light").await;
+    driver
+        .cdp(
+            &c,
+            &session,
+            "Emulation.setEmulatedMedia",
+            serde_json::json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
+        )
+        .await;
+    axe_check(&driver, &c, &session, &axe, "dark").await;
+    driver
+        .execute(
+            &c,
+            &session,
+            "document.querySelector('main a').click(); return 1;",
+        )
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = driver.execute(&c, &session, position).await;
+        if now.as_str().and_then(|p| p.parse::<u64>().ok()).is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never back in line: {now}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    driver
+        .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
+        .await;
+}

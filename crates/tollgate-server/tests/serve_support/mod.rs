@@ -69,6 +69,8 @@ impl Server {
         cmd.args(extra)
             .env_remove("TOLLGATE_REDIS_URL")
             .env_remove("TOLLGATE_TOKENS")
+            .env_remove("TOLLGATE_READ_TOKENS")
+            .env_remove("TOLLGATE_API_SESSION_TTL")
             .env_remove("TOLLGATE_WAIT_FOR_STORE")
             .env_remove("TOLLGATE_LOG_FORMAT")
             .env("TOLLGATE_LOG", "warn");

@@ -15,4 +15,6 @@ pub use fire::{FireReport, FiredJob, MAX_FIRE_SLEEP};
 pub use schedules::{
     FiredTick, MAX_SCHEDULE_NAME_LEN, ScheduleInfo, ScheduleSpec, Schedules, Upserted, check_schedule_name,
 };
-pub use when::{Cron, Every, MAX_CATCH_UP, MAX_INTERVAL, MIN_INTERVAL, Misfire, SKIP_GRACE_MS, When};
+pub use when::{
+    Cron, Every, MAX_CATCH_UP, MAX_INTERVAL, MIN_INTERVAL, Misfire, SKIP_GRACE_MS, When, WhenPart,
+};

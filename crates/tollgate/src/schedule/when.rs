@@ -139,6 +139,24 @@ pub enum When {
     Every(Every),
 }
 
+/// Which input of [`When::parse_in`] is wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenPart {
+    /// The text: the interval, the cron fields or its `TZ=` prefix.
+    When,
+    /// The zone given apart, or giving one where it does not belong.
+    Zone,
+}
+
+/// The IANA zone `name`.
+fn zone_named(name: &str) -> Result<Tz> {
+    name.parse().map_err(|_| {
+        Error::invalid(format!(
+            "schedule zone {name:?}: allowed are IANA zone names such as UTC, Europe/Berlin, America/New_York"
+        ))
+    })
+}
+
 /// A parsed cron expression and its zone; see [`When`] for the rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cron {
@@ -209,15 +227,43 @@ impl When {
         When::cron(expr, zone)
     }
 
+    /// Parses `text` as [`parse`](Self::parse) does, in `zone` when one is
+    /// given apart (an API's `zone` field, a CLI's `--zone`). A separate
+    /// zone goes only with a cron expression that names none itself. The
+    /// error says which of the two inputs is wrong, so a caller can point
+    /// at the right field or flag.
+    pub fn parse_in(text: &str, zone: Option<&str>) -> std::result::Result<When, (WhenPart, Error)> {
+        let text = text.trim();
+        let Some(zone) = zone else {
+            return When::parse(text).map_err(|e| (WhenPart::When, e));
+        };
+        let first = text.split_whitespace().next().unwrap_or("");
+        if first.eq_ignore_ascii_case("every") {
+            return Err((
+                WhenPart::Zone,
+                Error::invalid(format!(
+                    "zone {zone:?} goes with a cron expression; an interval ({text:?}) counts elapsed time in UTC"
+                )),
+            ));
+        }
+        if first.contains('=') {
+            return Err((
+                WhenPart::Zone,
+                Error::invalid(format!(
+                    "zone {zone:?} and a TZ= setting in {text:?}: give the zone once"
+                )),
+            ));
+        }
+        let zone = zone_named(zone).map_err(|e| (WhenPart::Zone, e))?;
+        Cron::parse(text, zone)
+            .map(When::Cron)
+            .map_err(|e| (WhenPart::When, e))
+    }
+
     /// A cron expression (5 or 6 fields, or a macro) in an IANA zone
     /// (`"UTC"`, `"Europe/Berlin"`).
     pub fn cron(expr: &str, zone: &str) -> Result<When> {
-        let zone: Tz = zone.parse().map_err(|_| {
-            Error::invalid(format!(
-                "schedule zone {zone:?}: allowed are IANA zone names such as UTC, Europe/Berlin, America/New_York"
-            ))
-        })?;
-        Cron::parse(expr, zone).map(When::Cron)
+        Cron::parse(expr, zone_named(zone)?).map(When::Cron)
     }
 
     /// Ticks at `anchor_ms + k·interval` for k ≥ 0, in UTC. The interval is

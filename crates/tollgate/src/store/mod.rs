@@ -277,6 +277,13 @@ impl Store {
         }
     }
 
+    pub(crate) async fn clear_line(&self, gate: &Name) -> Result<u64> {
+        match &self.backend {
+            Backend::Memory(s) => s.clear_line(gate),
+            Backend::Redis(s) => Box::pin(s.clear_line(gate)).await,
+        }
+    }
+
     pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
         match &self.backend {
             Backend::Memory(s) => s.stats(gate),

@@ -42,6 +42,8 @@ pub(in crate::store) struct GateState {
     pub(super) paused: bool,
     pub(super) admit_every_ms: u64,
     pub(super) admit_at: u64,
+    /// When the line was last reset (ms; 0: never), as Redis's C.
+    pub(super) line_reset: u64,
     pub(super) holders: HashMap<String, Holder>,
     pub(super) holder_expiry: BTreeSet<(u64, String)>,
     pub(super) line: Line,
@@ -107,6 +109,7 @@ impl Shelved for GateState {
             && self.seq == 0
             && !self.paused
             && self.admit_every_ms == 0
+            && self.line_reset == 0
             && self.holders.is_empty()
             && self.tickets.is_empty()
             && self.revoked.is_empty()
@@ -353,6 +356,17 @@ impl GateState {
         Some(t)
     }
 
+    /// Drops every ticket in line, holders untouched, and notes when
+    /// (as admin.lua's reset); returns how many were dropped.
+    pub(super) fn clear_line(&mut self, now: u64) -> u64 {
+        let dropped = self.tickets.len() as u64;
+        self.tickets.clear();
+        self.ticket_deadline.clear();
+        self.line = Line::default();
+        self.line_reset = now;
+        dropped
+    }
+
     /// Puts ticket `id` at the end of the line.
     pub(super) fn queue(&mut self, id: &str, permits: u32, deadline: u64, label: Option<String>) {
         self.seq += 1;
@@ -549,6 +563,11 @@ impl MemoryStore {
         })
     }
 
+    /// Drops the whole line in one step (as admin.lua's reset).
+    pub(crate) fn clear_line(&self, gate: &Name) -> Result<u64> {
+        self.with_gate(gate, |s, now, _| Ok(s.clear_line(now)))
+    }
+
     /// The first `limit` tickets of the line, head first (as line.lua).
     pub(crate) fn line(&self, gate: &Name, limit: u32) -> Result<Vec<Waiting>> {
         self.read_gate(gate, |s, _, _| {
@@ -653,6 +672,7 @@ impl MemoryStore {
                 fence: s.fence,
                 paused: s.paused,
                 admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
+                line_reset_ms: (s.line_reset > 0).then_some(s.line_reset),
             })
         })
     }

@@ -164,6 +164,10 @@ pub struct GateStats {
     /// At most one admission per this interval, if set
     /// (`Gate::set_admission_interval`).
     pub admission_interval: Option<Duration>,
+    /// When the line was last reset (`Gate::clear_line`), in ms of the
+    /// store's clock since the Unix epoch; `None` if never (in this
+    /// incarnation of the gate's state).
+    pub line_reset_ms: Option<u64>,
 }
 
 /// The most ids one [`Gate::watch_state`](crate::Gate::watch_state) answer

@@ -165,6 +165,16 @@ impl RedisStore {
         admin_answer("revoke", &r)
     }
 
+    /// Drops every ticket in line (admin.lua alone: it answers before
+    /// leave.lua's part).
+    pub(crate) async fn clear_line(&self, gate: &Name) -> Result<u64> {
+        let r = self.run(&self.scripts.admin, gate, ("", "", "c")).await?;
+        match r.as_slice() {
+            [3, n] => Ok((*n).max(0) as u64),
+            other => Err(unexpected("clear_line", other)),
+        }
+    }
+
     /// Takes ticket `number` out of the line (admin.lua, then leave.lua).
     pub(crate) async fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
         let r = self.run(&self.scripts.admin, gate, (number, "", "q")).await?;
@@ -184,6 +194,7 @@ impl RedisStore {
                 fence,
                 paused,
                 every,
+                reset,
             ] => Ok(GateStats {
                 capacity: u32::try_from(*capacity).ok(),
                 used: *used as u64,
@@ -194,6 +205,7 @@ impl RedisStore {
                 fence: *fence as u64,
                 paused: *paused == 1,
                 admission_interval: (*every > 0).then(|| Duration::from_millis(*every as u64)),
+                line_reset_ms: (*reset > 0).then_some(*reset as u64),
             }),
             other => Err(unexpected("stats", other)),
         }

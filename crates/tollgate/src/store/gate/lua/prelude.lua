@@ -32,7 +32,7 @@
 --                    log's live entries; Z the last score handed out in
 --                    the log (kept while the log empties, so scores never
 --                    go back within an epoch); G the expiry last set on m
---                    (ms).
+--                    (ms); C the last reset of the line (ms, admin.lua).
 --                    m lives IDLE (the store's idle period) past the last
 --                    deadline any key holds (the TTLs set on h, q, p and
 --                    r, the next admission) and the last write, so an

@@ -1,5 +1,7 @@
 -- stats.lua: a snapshot of the gate (after expiring what ended).
 -- ARGV: none
 -- Reply: {capacity or -1, used, holders, waiting, grants, expiries, fence,
---         paused (1/0), least ms between admissions (0: none)}
-return done({cap or -1, used(), holders, waiting, Mf - Mb, Mx, Mf, MP, MR})
+--         paused (1/0), least ms between admissions (0: none), the last
+--         reset of the line (ms, server time; 0: none)}
+local reset = tonumber(redis.call('HGET', KM, 'C')) or 0
+return done({cap or -1, used(), holders, waiting, Mf - Mb, Mx, Mf, MP, MR, reset})

@@ -1,0 +1,382 @@
+//! Who may call the /v1 routes and /metrics: the configured tokens and
+//! their roles, the middleware that checks a bearer token or a console
+//! session cookie (with its CSRF header), and the role rule (a `read`
+//! token may only GET and HEAD).
+//!
+//! Sessions are stateless: the cookie names a token by its place in the
+//! list and is signed with a key derived from that token's digest, so any
+//! server with the same config accepts it, a restart keeps it, and
+//! changing or removing the token ends it. See [`super::session`] for the
+//! routes that hand it out.
+
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::AppState;
+use super::error::ApiError;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// How long a console session lasts unless `session_ttl` says otherwise:
+/// a working day, so an operator logs in about once a day.
+pub(crate) const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// The session cookie's name.
+pub(crate) const COOKIE: &str = "tollgate_session";
+
+/// The header a cookie-authenticated change must carry.
+pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
+
+/// A cookie value longer than this is not ours (ours are about 80 bytes);
+/// it is not even parsed.
+const MAX_COOKIE_LEN: usize = 256;
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Everything.
+    Admin,
+    /// GET and HEAD only: look, never change.
+    Read,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Read => "read",
+        }
+    }
+
+    /// Whether this role may send `method`. Every GET/HEAD route only
+    /// reads (docs/HTTP.md, "Roles"), and no POST, PUT or DELETE route
+    /// does, so the method alone decides.
+    pub(crate) fn allows(self, method: &Method) -> bool {
+        self == Role::Admin || method == Method::GET || method == Method::HEAD
+    }
+}
+
+/// Which of the server's tokens a request presented (its place in the
+/// list, admin tokens first, then read tokens) and so its role, set by
+/// authentication: the client a ticket is counted against. Absent when
+/// the server has no tokens: then every caller is an admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caller(pub(crate) usize, pub(crate) Role);
+
+/// The server's tokens, kept as SHA-256 digests. A presented token is
+/// hashed and its digest compared with every one, each comparison running
+/// over all 32 bytes: the time taken depends neither on how much of a
+/// guess was right nor on whether its length was, and a digest that
+/// partly matches tells nothing about the token behind it.
+#[derive(Debug)]
+pub(crate) struct Tokens {
+    digests: Vec<[u8; 32]>,
+    /// The first `admins` digests are admin tokens, the rest read tokens.
+    admins: usize,
+    /// How long a session lasts.
+    session_ttl: Duration,
+}
+
+/// A verified session cookie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Session {
+    pub(crate) caller: Caller,
+    pub(crate) expires_ms: u64,
+    /// The value the `X-CSRF-Token` header must carry.
+    pub(crate) csrf: String,
+}
+
+impl Tokens {
+    pub(crate) fn new(admin: &[String], read: &[String], session_ttl: Duration) -> Tokens {
+        Tokens {
+            digests: admin.iter().chain(read).map(|t| digest(t)).collect(),
+            admins: admin.len(),
+            session_ttl,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.digests.is_empty()
+    }
+
+    pub(crate) fn session_ttl(&self) -> Duration {
+        self.session_ttl
+    }
+
+    fn role(&self, index: usize) -> Role {
+        if index < self.admins {
+            Role::Admin
+        } else {
+            Role::Read
+        }
+    }
+
+    /// The caller `presented` makes, if it is one of the tokens.
+    pub(crate) fn find(&self, presented: &str) -> Option<Caller> {
+        let presented = digest(presented);
+        let mut found = None;
+        for (i, token) in self.digests.iter().enumerate() {
+            if same(token, &presented) && found.is_none() {
+                found = Some(i);
+            }
+        }
+        found.map(|i| Caller(i, self.role(i)))
+    }
+
+    /// The key that signs token `index`'s sessions: derived from its
+    /// digest, so it is the same on every server with the same config,
+    /// and a changed token has a new one.
+    fn session_key(&self, index: usize) -> HmacSha256 {
+        let mut key = mac(&self.digests[index]);
+        key.update(b"tollgate session key v1");
+        mac(&key.finalize().into_bytes())
+    }
+
+    /// A new session cookie value for `caller`, valid until `expires_ms`.
+    /// `v1.<index>.<expires_ms>.<nonce>.<signature>`: the nonce makes each
+    /// login's cookie (and CSRF value) its own.
+    pub(crate) fn issue(&self, caller: Caller, expires_ms: u64) -> (String, Session) {
+        let nonce: [u8; 16] = rand::random();
+        let payload = format!("v1.{}.{expires_ms}.{}", caller.0, URL_SAFE_NO_PAD.encode(nonce));
+        let mut signer = self.session_key(caller.0);
+        signer.update(payload.as_bytes());
+        let value = format!(
+            "{payload}.{}",
+            URL_SAFE_NO_PAD.encode(signer.finalize().into_bytes())
+        );
+        let session = Session {
+            caller,
+            expires_ms,
+            csrf: self.csrf(caller.0, &value),
+        };
+        (value, session)
+    }
+
+    /// The session `value` stands for, if this server signed it (or one
+    /// with the same token at the same place), and it has not expired.
+    pub(crate) fn verify(&self, value: &str, now_ms: u64) -> Option<Session> {
+        if value.len() > MAX_COOKIE_LEN {
+            return None;
+        }
+        let (payload, signature) = value.rsplit_once('.')?;
+        let mut parts = payload.split('.');
+        let (Some("v1"), Some(index), Some(expires), Some(_nonce), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return None;
+        };
+        let index: usize = index.parse().ok()?;
+        let expires_ms: u64 = expires.parse().ok()?;
+        if index >= self.digests.len() {
+            return None;
+        }
+        let signature = URL_SAFE_NO_PAD.decode(signature).ok()?;
+        let mut checker = self.session_key(index);
+        checker.update(payload.as_bytes());
+        // verify_slice compares in constant time.
+        checker.verify_slice(&signature).ok()?;
+        if expires_ms <= now_ms {
+            return None;
+        }
+        Some(Session {
+            caller: Caller(index, self.role(index)),
+            expires_ms,
+            csrf: self.csrf(index, value),
+        })
+    }
+
+    /// The CSRF value of a session: another MAC over its cookie, so only
+    /// a page that was told it at login (same origin) can send it.
+    fn csrf(&self, index: usize, value: &str) -> String {
+        let mut m = self.session_key(index);
+        m.update(b"csrf.");
+        m.update(value.as_bytes());
+        URL_SAFE_NO_PAD.encode(m.finalize().into_bytes())
+    }
+}
+
+fn mac(key: &[u8]) -> HmacSha256 {
+    HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable!("hmac accepts any key length"))
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// Compares all 32 bytes, without stopping at the first difference.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    std::hint::black_box(a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
+}
+
+/// Compares two strings in time that depends only on their lengths.
+pub(crate) fn same_text(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && std::hint::black_box(a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
+}
+
+/// The credentials of `Bearer <token>`; the scheme's name is
+/// case-insensitive (RFC 7235), and one or more spaces follow it.
+pub(crate) fn bearer(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    let token = rest.trim_matches(' ');
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The presented bearer token, if any.
+pub(crate) fn presented_bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer)
+}
+
+/// The session cookie's value, if the request carries one (HTTP/2 may
+/// split cookies over several `Cookie` headers).
+pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.trim_matches('"'))
+}
+
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Checks the caller when tokens are configured: a bearer token, else a
+/// session cookie (whose changes must carry its CSRF value); then the
+/// role. Notes the caller ([`Caller`]) for the handlers.
+pub(crate) async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let caller = match presented_bearer(req.headers()) {
+        Some(token) => state.tokens.find(token),
+        None => match session_cookie(req.headers()).and_then(|c| state.tokens.verify(c, now_ms())) {
+            Some(session) => {
+                if !Role::Read.allows(req.method()) {
+                    let sent = req
+                        .headers()
+                        .get(CSRF_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    if !same_text(sent, &session.csrf) {
+                        return ApiError::new(
+                            StatusCode::FORBIDDEN,
+                            "csrf",
+                            "a change made with the session cookie must carry the session's X-CSRF-Token header (from POST or GET /v1/session)",
+                        )
+                        .into_response();
+                    }
+                }
+                Some(session.caller)
+            }
+            None => None,
+        },
+    };
+    let Some(caller) = caller else {
+        return unauthorized();
+    };
+    if !caller.1.allows(req.method()) {
+        return forbidden(caller.1).into_response();
+    }
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+/// The answer to a role that may not do what it asked.
+pub(crate) fn forbidden(role: Role) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "this token's role is {}: it may only GET and HEAD; changes need an admin token",
+            role.as_str()
+        ),
+    )
+}
+
+/// 401 with the `WWW-Authenticate` challenge.
+pub(crate) fn unauthorized() -> Response {
+    let mut response = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "send Authorization: Bearer <token> with one of the server's tokens, or log in with POST /v1/session",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens() -> Tokens {
+        Tokens::new(
+            &["admin-token-0123456789".to_owned()],
+            &["read-token-0123456789".to_owned()],
+            SESSION_TTL,
+        )
+    }
+
+    #[test]
+    fn sessions_verify_only_as_issued() {
+        let t = tokens();
+        let caller = t.find("read-token-0123456789").expect("found");
+        assert_eq!(caller, Caller(1, Role::Read));
+        let (value, session) = t.issue(caller, 2_000);
+        assert_eq!(t.verify(&value, 1_000), Some(session.clone()));
+        // Expired.
+        assert_eq!(t.verify(&value, 2_000), None);
+        // Another index, expiry or nonce, with the old signature.
+        let (payload, sig) = value.rsplit_once('.').expect("signed");
+        for edited in [
+            payload.replacen("v1.1.", "v1.0.", 1),
+            payload.replacen(".2000.", ".9000.", 1),
+            format!("{payload}x"),
+        ] {
+            assert_eq!(t.verify(&format!("{edited}.{sig}"), 1_000), None, "{edited}");
+        }
+        // The same config elsewhere accepts it; a changed token does not.
+        assert!(tokens().verify(&value, 1_000).is_some());
+        let changed = Tokens::new(
+            &["admin-token-0123456789".to_owned()],
+            &["read-token-9876543210".to_owned()],
+            SESSION_TTL,
+        );
+        assert_eq!(changed.verify(&value, 1_000), None);
+        // Each login its own CSRF value.
+        let (_, other) = t.issue(caller, 2_000);
+        assert_ne!(other.csrf, session.csrf);
+    }
+
+    #[test]
+    fn cookies_are_found_among_others() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=b; tollgate_session=v1.x"),
+        );
+        assert_eq!(session_cookie(&h), Some("v1.x"));
+        assert_eq!(session_cookie(&HeaderMap::new()), None);
+    }
+}
