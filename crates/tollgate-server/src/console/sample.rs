@@ -95,12 +95,21 @@ struct Figures {
     counters: Option<Vec<u64>>,
 }
 
-/// Puts the rates (NaN until two readings exist) in their fields.
+/// Puts the rates (NaN until two readings exist) in their fields, and a
+/// room's mean estimate error: the growth of the errors' sum over that of
+/// their count (the interval cancels out).
 fn fill_rates(kind: Kind, values: &mut [f64], rates: Option<&[f64]>) {
     for (i, (field, scale)) in kind.rates().iter().enumerate() {
         if let Some(at) = kind.fields().iter().position(|f| f == field) {
             values[at] = rates.and_then(|r| r.get(i)).map_or(f64::NAN, |r| r * scale);
         }
+    }
+    if kind == Kind::Room
+        && let Some([_, sum, count]) = rates
+        && *count > 0.0
+        && let Some(at) = kind.fields().iter().position(|f| *f == "eta_error_s")
+    {
+        values[at] = sum / count / 1000.0;
     }
 }
 
@@ -142,6 +151,7 @@ async fn read(state: &AppState, key: &Key) -> Option<Figures> {
         }
         Kind::Room => {
             let room = state.rooms.get(&key.name)?;
+            let errors = room.eta_errors();
             let s = room.gate().stats().await.ok()?;
             Some(Figures {
                 values: vec![
@@ -150,8 +160,9 @@ async fn read(state: &AppState, key: &Key) -> Option<Figures> {
                     s.capacity.map_or(f64::NAN, f64::from),
                     b(s.paused),
                     nan,
+                    nan,
                 ],
-                counters: Some(vec![s.grants]),
+                counters: Some(vec![s.grants, errors.0, errors.1]),
             })
         }
         Kind::Gate => {
@@ -357,4 +368,27 @@ async fn live(
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_and_the_mean_estimate_error_fill_their_fields() {
+        let mut room = vec![1.0, 2.0, 3.0, 0.0, f64::NAN, f64::NAN];
+        // 0.5 admissions a second; errors of 3 s over 2 admissions.
+        fill_rates(Kind::Room, &mut room, Some(&[0.5, 3000.0, 2.0]));
+        assert_eq!(room, vec![1.0, 2.0, 3.0, 0.0, 30.0, 1.5]);
+        // Nobody admitted from the line: the error is unknown.
+        let mut room = vec![0.0, 0.0, 1.0, 0.0, f64::NAN, f64::NAN];
+        fill_rates(Kind::Room, &mut room, Some(&[0.0, 0.0, 0.0]));
+        assert!(room[5].is_nan() && room[4] == 0.0);
+        let mut queue = vec![0.0; Kind::Queue.fields().len()];
+        fill_rates(Kind::Queue, &mut queue, None);
+        assert!(queue[4].is_nan() && queue[5].is_nan() && queue[0] == 0.0);
+        let mut limit = vec![f64::NAN; 2];
+        fill_rates(Kind::Limit, &mut limit, Some(&[4.0, 1.0]));
+        assert_eq!(limit, vec![4.0, 1.0]);
+    }
 }

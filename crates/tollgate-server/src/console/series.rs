@@ -59,11 +59,20 @@ impl Kind {
 
     /// The figures of one sample, in order. Rates are per second over the
     /// last interval, from counter deltas; `admissions_per_minute` is
-    /// measured the same way, scaled.
+    /// measured the same way, scaled. A room's `eta_error_s` is the mean
+    /// error of the estimates of the visitors this server admitted from
+    /// the line in the interval (unknown when it admitted none).
     pub(crate) fn fields(self) -> &'static [&'static str] {
         match self {
             Kind::Overview => &["gates", "queues", "rooms", "limits", "schedules"],
-            Kind::Room => &["active", "waiting", "capacity", "paused", "admissions_per_minute"],
+            Kind::Room => &[
+                "active",
+                "waiting",
+                "capacity",
+                "paused",
+                "admissions_per_minute",
+                "eta_error_s",
+            ],
             Kind::Gate => &["holders", "used", "waiting", "capacity"],
             Kind::Queue => &[
                 "ready",
@@ -85,6 +94,7 @@ impl Kind {
     pub(crate) fn rates(self) -> &'static [(&'static str, f64)] {
         match self {
             Kind::Room => &[("admissions_per_minute", 60.0)],
+            // eta_error_s: from its own two counters (sample.rs).
             Kind::Queue => &[("pushed_per_s", 1.0), ("acked_per_s", 1.0)],
             Kind::Limit => &[("allowed_per_s", 1.0), ("refused_per_s", 1.0)],
             Kind::Overview | Kind::Gate | Kind::Schedule => &[],

@@ -379,6 +379,7 @@ async function room(name) {
   const c = charts(l, [
     [['active', 'waiting'], 'Active and waiting visitors'],
     [['admissions_per_minute'], 'Admissions per minute'],
+    [['eta_error_s'], 'Mean error of the estimates of admitted visitors (s)'],
   ]);
   const control = h('div');
   const head = h('div');
@@ -430,7 +431,7 @@ async function room(name) {
   fill(
     main,
     heading('Room ' + name, WINDOW_NOTE),
-    figures(l, ['active', 'waiting', 'capacity', 'paused', 'admissions_per_minute'], ['Active', 'Waiting', 'Capacity', 'Paused', 'Admissions / min']),
+    figures(l, ['active', 'waiting', 'capacity', 'paused', 'admissions_per_minute', 'eta_error_s'], ['Active', 'Waiting', 'Capacity', 'Paused', 'Admissions / min', 'Estimate error (s)']),
     c.box,
     h('section', { 'aria-labelledby': 'ctl-h' }, h('h2', { id: 'ctl-h' }, 'Control'), control),
     h('section', { 'aria-labelledby': 'head-h' }, h('h2', { id: 'head-h' }, 'Line'), h('p', {}, h('button', { type: 'button', onclick: drawHead }, 'Refresh the line')), head),

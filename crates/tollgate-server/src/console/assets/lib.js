@@ -298,11 +298,16 @@ export class Live {
     };
   }
 
-  /** The last value of `field`, or null. */
+  /** The last known value of `field` in the window, or null (a figure
+   * measured only when something happens keeps its last measure). */
   last(field) {
     const i = this.fields.indexOf(field);
-    const s = this.samples[this.samples.length - 1];
-    return i < 0 || !s ? null : s[i + 1];
+    if (i < 0) return null;
+    for (let n = this.samples.length - 1; n >= 0; n--) {
+      const v = this.samples[n][i + 1];
+      if (v !== null && v !== undefined) return v;
+    }
+    return null;
   }
 
   /** [t, value] pairs of `field`. */
