@@ -691,7 +691,7 @@ pub(crate) struct ServeArgs {
     /// A TOML file; tollgate.example.toml has every key with its default:
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
     /// read_tokens, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
-    /// metrics_timeout, body_timeout, memory_idle, and the tables
+    /// max_event_subscribers, metrics_timeout, body_timeout, memory_idle, and the tables
     /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
     /// [rooms.NAME]. Flags and environment variables override it.
     #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
@@ -702,6 +702,10 @@ pub(crate) struct ServeArgs {
     /// at once through the API; 0: no cap [default: 1000].
     #[arg(long, env = "TOLLGATE_MAX_TICKETS_PER_CLIENT", value_name = "N")]
     pub(crate) max_tickets_per_client: Option<usize>,
+    /// Event streams (SSE: /v1/queues/{queue}/events) this server serves
+    /// at once; past it, 503 too_many_subscribers [default: 1000].
+    #[arg(long, env = "TOLLGATE_MAX_EVENT_SUBSCRIBERS", value_name = "N")]
+    pub(crate) max_event_subscribers: Option<usize>,
     /// How long /metrics may spend reading figures from the store; what is
     /// not in by then is counted as a scrape error [default: 1s].
     #[arg(long, env = "TOLLGATE_METRICS_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
@@ -851,6 +855,12 @@ pub(crate) enum BenchTarget {
     /// the library and, with --server, through `GET /v1/gates`
     /// (list_gates).
     Listing,
+    /// --workers operator consoles against --server for --seconds, each
+    /// following room --room live and loading the overview, room and
+    /// queue (--queue) pages' data once a second: their latency
+    /// (console_page_data). With --redis, first fills the room's line to
+    /// --line waiters and the queue to --jobs jobs (--workers 0: only that).
+    Console,
 }
 
 #[derive(Debug, Args)]
@@ -885,7 +895,8 @@ pub(crate) struct BenchArgs {
     /// `upstream` only: where to listen.
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<std::net::SocketAddr>,
-    /// `flood` and `http --flood`: the length of the flooded line.
+    /// `flood` and `http --flood`: the length of the flooded line;
+    /// `console`: the room's line.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) line: u64,
     /// `line` only: the line lengths to measure at, comma-separated.
@@ -895,7 +906,7 @@ pub(crate) struct BenchArgs {
     /// a thread per core.
     #[arg(long)]
     pub(crate) single_thread: bool,
-    /// `http` and `listing`: the server to measure.
+    /// `http`, `listing` and `console`: the server to measure.
     #[arg(long, value_name = "URL")]
     pub(crate) server: Option<String>,
     /// `http` only: also hold this many long-polls open at once and report
@@ -911,6 +922,15 @@ pub(crate) struct BenchArgs {
     /// flood against a baseline without it (http_status_flood).
     #[arg(long)]
     pub(crate) flood: bool,
+    /// `console` only: the room whose page the consoles show.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) room: Option<String>,
+    /// `console` only: the queue whose page the consoles show.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) queue: Option<String>,
+    /// `console` only: how many ready jobs to fill --queue with.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) jobs: u64,
     /// `schedules` only: how many schedules.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) schedules: usize,

@@ -763,6 +763,7 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/v1/queues/{queue}/dead/purge",
         "/v1/queues/{queue}/pause",
         "/v1/queues/{queue}/resume",
+        "/v1/queues/{queue}/events",
         "/v1/rooms/{room}",
         "/v1/rooms/{room}/capacity",
         "/v1/rooms/{room}/admission_rate",
@@ -777,6 +778,7 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/v1/rooms/{room}/line",
         "/v1/rooms/{room}/line/{number}",
         "/v1/session",
+        "/v1/rooms/{room}/events",
     ] {
         assert!(served["paths"].get(path).is_some(), "{path} is not documented");
     }

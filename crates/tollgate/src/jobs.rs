@@ -12,12 +12,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, new_id};
-use crate::store::Store;
 use crate::store::jobs::{
     BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, ListFrom, MAX_ERROR_BYTES, Nack,
     NackOutcome, PushOutcome, PushReq, RawInfo, RawJob, RawState, RescheduleOutcome, When,
 };
 use crate::store::registry::Kind;
+use crate::store::{EventId, JobEvents, Store};
 
 /// The largest payload a queue accepts by default (1 MiB).
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -827,6 +827,23 @@ impl JobQueue {
     /// Answers whether it was paused (false: it was running).
     pub async fn resume(&self) -> Result<bool> {
         self.store.job_pause(&self.name, false).await
+    }
+
+    /// A live feed of this queue's events (pushed, claimed, acked, nacked,
+    /// dead, expired, replayed, ...: [`JobEventKind`](crate::JobEventKind)), whoever caused them:
+    /// on Redis every process and server using the queue, found also
+    /// inside the steps (a lease that ran out), in the order the store
+    /// made them. With `since` (an event's id), first the events the store
+    /// still holds after it ([`JobEvents::gap`] says if some were lost).
+    ///
+    /// The store writes events only while someone watches, so a feed
+    /// starts with what happens after it opened. A feed more than
+    /// [`EVENTS_BUFFER`](crate::EVENTS_BUFFER) events behind ends with
+    /// `Err(Lagged)`. On Redis each process reads a watched queue's
+    /// stream once for all its feeds, every 100 ms (docs/JOBS.md,
+    /// "Events").
+    pub async fn events(&self, since: Option<EventId>) -> Result<JobEvents> {
+        self.store.job_events(&self.name, since).await
     }
 }
 

@@ -21,9 +21,9 @@ use crate::jobs::{
     PushOptions, Pushed, QueueStats, Retry, check_max, sleep_until,
 };
 use crate::name::{Name, new_id};
-use crate::store::Store;
 use crate::store::jobs::{ClaimOutcome, Layout};
 use crate::store::registry::Kind;
+use crate::store::{EventId, JobEvents, Store};
 
 /// The most partitions a sharded queue may have.
 pub const MAX_PARTITIONS: usize = 256;
@@ -738,6 +738,26 @@ impl ShardedJobQueue {
     /// partition. Answers whether any was paused.
     pub async fn resume(&self) -> Result<bool> {
         self.set_paused(false).await
+    }
+
+    /// A live feed of the queue's events ([`JobQueue::events`]): with one
+    /// partition, that queue's; with several, their feeds merged in
+    /// arrival order. A resume (`since`) needs one partition: event ids of
+    /// different partitions are not in one order.
+    pub async fn events(&self, since: Option<EventId>) -> Result<JobEvents> {
+        if since.is_some() && self.parts.len() > 1 {
+            return Err(Error::invalid(
+                "resuming the events of a partitioned queue is not supported: ids are per partition",
+            ));
+        }
+        let mut feeds = Vec::with_capacity(self.parts.len());
+        for part in self.parts.iter() {
+            feeds.push(part.events(since).await?);
+        }
+        if feeds.len() == 1 {
+            return Ok(feeds.pop().expect("one feed"));
+        }
+        Ok(JobEvents::merge(feeds))
     }
 
     async fn set_paused(&self, pause: bool) -> Result<bool> {

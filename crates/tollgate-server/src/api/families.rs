@@ -73,6 +73,8 @@ pub(crate) const FAMILIES: &[Family] = &[
     family( "tollgate_queue_paused", Gauge, "queue", "1 while the queue is paused (it takes pushes, hands out no jobs), else 0."),
     family( "tollgate_queue_lateness_seconds", Histogram, "queue", "How late each job became ready after its due time, every promotion since the queue was created (kept in the store, so servers sharing it agree)."),
     family( "tollgate_queue_recent_lateness_seconds", Gauge, "queue, quantile", "Lateness of the last 200 promotions: quantile 0.5, 0.99 and 1 (the most)."),
+    family( "tollgate_event_subscribers", Gauge, "", "Event streams (SSE) this server serves now (see max_event_subscribers)."),
+    family( "tollgate_event_subscribers_dropped_total", Counter, "reason", "Event streams this server ended because the client fell behind: reason slow_reader (its buffer of 256 events stayed full for 10 s) or lagged (its feed fell more than 4096 events behind)."),
     family( "tollgate_schedule_fired_total", Counter, "schedule", "Ticks this server fired (pushed the tick's job); each tick is fired by one server only."),
     family( "tollgate_schedule_lag_seconds", Histogram, "schedule", "From each tick this server fired to the push of its job, by the store's clock: 0 for a tick fired ahead (up to a second before it is due, the usual case), above 0 only for a tick fired late (after downtime or an overload)."),
     family( "tollgate_schedule_missed_ticks_total", Counter, "schedule", "Ticks that came due while no server fired them and that the misfire policy dropped, counted by the server that found them."),

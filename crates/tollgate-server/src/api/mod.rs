@@ -9,6 +9,7 @@ pub(crate) mod auth;
 pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod error;
+pub(crate) mod events;
 pub(crate) mod families;
 pub(crate) mod gate_admin;
 pub(crate) mod gates;
@@ -67,6 +68,8 @@ pub(crate) struct AppState {
     pub(crate) login_limit: tollgate::RateLimiter,
     /// Waiting tickets per client (`max_tickets_per_client`).
     pub(crate) tickets: std::sync::Arc<tickets::TicketCaps>,
+    /// Event streams (SSE) open now, and the most at once.
+    pub(crate) subscribers: std::sync::Arc<events::Subscribers>,
     /// How long /metrics may spend gathering figures from the store.
     pub(crate) metrics_timeout: Duration,
     /// How long a request body may take to arrive.
@@ -98,6 +101,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(gate_admin::routes())
         .merge(limits::routes())
         .merge(jobs::routes())
+        .merge(events::routes())
         .merge(schedules::routes())
         .merge(listing::routes())
         .merge(crate::console::routes())

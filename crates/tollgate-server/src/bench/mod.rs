@@ -4,6 +4,7 @@
 //! readings, running one task per worker, quantiles and rounding. A
 //! submodule uses these helpers and never a sibling, so each reads alone.
 
+mod console;
 mod flood;
 mod http;
 mod jobs;
@@ -23,7 +24,9 @@ use crate::exit;
 
 pub(crate) async fn run(args: BenchArgs) -> i32 {
     // Checked for every target, as the arguments are shared.
-    if args.workers == 0 || args.workers > 10_000 {
+    // `console` alone runs with none: it then only fills its scene.
+    let none_allowed = matches!(args.target, BenchTarget::Console);
+    if (args.workers == 0 && !none_allowed) || args.workers > 10_000 {
         eprintln!("tollgate: --workers must be between 1 and 10000");
         return exit::USAGE;
     }
@@ -41,6 +44,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         BenchTarget::Flood => flood::run(&args).await,
         BenchTarget::Schedules => schedules::run(&args).await,
         BenchTarget::Listing => listing::run(&args).await,
+        BenchTarget::Console => console::run(&args).await,
     }
 }
 

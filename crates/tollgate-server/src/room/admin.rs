@@ -35,9 +35,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/rooms/{room}/reset", post(reset))
         .route("/v1/rooms/{room}/line", get(line))
         .route("/v1/rooms/{room}/line/{number}", delete(remove_waiter))
+        .route("/v1/rooms/{room}/events", get(super::events::room_events))
 }
 
-fn room(state: &AppState, name: &str) -> Result<std::sync::Arc<Room>, ApiError> {
+pub(crate) fn room(state: &AppState, name: &str) -> Result<std::sync::Arc<Room>, ApiError> {
     state.rooms.get(name).cloned().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,

@@ -9,6 +9,7 @@
 
 pub(crate) mod admin;
 mod counters;
+mod events;
 mod lang;
 mod page;
 mod path;

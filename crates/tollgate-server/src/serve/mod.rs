@@ -209,6 +209,7 @@ async fn open(
         protect,
         tokens: Arc::new(Tokens::new(&args.tokens, &args.read_tokens, args.api_session_ttl)),
         tickets: Arc::new(TicketCaps::new(args.max_tickets_per_client, trusted)),
+        subscribers: Arc::new(crate::api::events::Subscribers::new(args.max_event_subscribers)),
         metrics_timeout: args.metrics_timeout,
         body_timeout: args.body_timeout,
         console: Default::default(),

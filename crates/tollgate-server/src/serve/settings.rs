@@ -48,6 +48,8 @@ struct FileSettings {
     schedules: HashMap<String, ScheduleSettings>,
     /// Waiting tickets one client may hold at once; 0: no cap.
     max_tickets_per_client: Option<usize>,
+    /// Event streams (SSE) this server serves at once.
+    max_event_subscribers: Option<usize>,
     /// How long /metrics may spend reading the store, e.g. "1s".
     metrics_timeout: Option<String>,
     /// How long a request body may take to arrive, e.g. "30s".
@@ -79,6 +81,7 @@ pub(super) struct Settings {
     /// The configured schedules, checked, by name.
     pub(super) schedules: Vec<(String, tollgate::ScheduleSpec)>,
     pub(super) max_tickets_per_client: usize,
+    pub(super) max_event_subscribers: usize,
     pub(super) metrics_timeout: Duration,
     pub(super) body_timeout: Duration,
     pub(super) memory_idle: Duration,
@@ -203,6 +206,10 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
             .max_tickets_per_client
             .or(file.max_tickets_per_client)
             .unwrap_or(crate::api::tickets::DEFAULT_PER_CLIENT),
+        max_event_subscribers: args
+            .max_event_subscribers
+            .or(file.max_event_subscribers)
+            .unwrap_or(crate::api::events::DEFAULT_MAX_SUBSCRIBERS),
         metrics_timeout: duration_setting(
             "metrics_timeout",
             args.metrics_timeout,
@@ -277,6 +284,7 @@ mod tests {
             queues,
             schedules,
             max_tickets_per_client,
+            max_event_subscribers,
             metrics_timeout,
             body_timeout,
             memory_idle,
@@ -286,6 +294,7 @@ mod tests {
         assert!(!read_tokens.is_empty() && api_session_ttl.is_some());
         assert!(proxy_listen.is_some() && durable_replicas.is_some() && durable_timeout.is_some());
         assert!(max_tickets_per_client.is_some() && metrics_timeout.is_some());
+        assert!(max_event_subscribers.is_some());
         assert!(body_timeout.is_some() && memory_idle.is_some() && wait_for_store.is_some());
         // `serve --help` names every key the destructuring above names.
         let help = {
@@ -312,6 +321,7 @@ mod tests {
             "[queues.NAME]",
             "[schedules.NAME]",
             "max_tickets_per_client",
+            "max_event_subscribers",
             "metrics_timeout",
             "body_timeout",
             "memory_idle",

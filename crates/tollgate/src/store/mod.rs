@@ -32,6 +32,7 @@ pub use self::gate::{
     GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, Occupancy, Place,
 };
 pub use self::gate::{MAX_LINE_LIMIT, Waiting};
+pub use self::jobs::events::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
 pub use self::memory::MemoryOptions;
 pub(crate) use self::redis::Listening;
 pub use self::redis::RedisConfig;
@@ -43,6 +44,9 @@ pub struct Store {
     backend: Backend,
     /// The names registered lately (and on the memory store, the registry).
     registry: Arc<registry::Registry>,
+    /// Redis: the job queues this process watches (the memory store keeps
+    /// its own, published from its critical sections).
+    job_events: Arc<jobs::events::Hub>,
 }
 
 /// The Redis arms of the dispatch below box their futures: a Redis call's
@@ -83,6 +87,7 @@ impl Store {
         Store {
             backend: Backend::Memory(Arc::new(memory::MemoryStore::new(options))),
             registry: Arc::default(),
+            job_events: Arc::default(),
         }
     }
 
@@ -99,6 +104,7 @@ impl Store {
         Ok(Store {
             backend: Backend::Redis(Arc::new(redis::RedisStore::connect(config).await?)),
             registry: Arc::default(),
+            job_events: Arc::default(),
         })
     }
 
@@ -128,6 +134,7 @@ impl Store {
             Backend::Redis(s) => Ok(Store {
                 backend: Backend::Redis(Arc::new(s.durable(replicas, timeout).await?)),
                 registry: self.registry.clone(),
+                job_events: self.job_events.clone(),
             }),
         }
     }
@@ -460,6 +467,19 @@ impl Store {
     /// Pauses queue `q` (`pause`: it takes pushes, claims get nothing) or
     /// resumes it, waking its sleeping consumers. Answers whether that
     /// changed it.
+    /// A live feed of queue `q`'s events, first replaying those the store
+    /// still holds after `since` (store/jobs/events.rs).
+    pub(crate) async fn job_events(
+        &self,
+        q: &Name,
+        since: Option<jobs::events::EventId>,
+    ) -> Result<jobs::events::JobEvents> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_events.subscribe_memory(q, since)),
+            Backend::Redis(s) => Box::pin(self.job_events.subscribe_redis(s, q, since)).await,
+        }
+    }
+
     pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.job_pause(q, pause)),

@@ -2,6 +2,9 @@
 -- queue.lua (the keys, their layout and the steps every operation on a
 -- queue shares), which script.rs puts in front of it.
 
+-- An error text in an event is cut to this many bytes.
+local EVENT_ERROR_BYTES = 200
+
 if op == 'push' then
   -- ARGV: 4 job count k, then 10 per job from a = 5 + 10 * j: id, payload,
   --       delay ms (-1: use the next), run-at ms, prio, max attempts,
@@ -10,7 +13,9 @@ if op == 'push' then
   --        {3, run_at} replaced; {4, 0} in flight, dead or kept as
   --        completed: not replaced
   -- A partition of a layout that was repartitioned away takes no job.
-  if redis.call('HEXISTS', KM, 'retired') == 1 then
+  local mv = redis.call('HMGET', KM, 'retired', 'v')
+  watch_until = tonumber(mv[2]) or 0
+  if mv[1] then
     return redis.error_reply('RETIRED this queue belongs to a partition layout that was replaced; ' ..
       'use the partition count in force')
   end
@@ -55,6 +60,7 @@ if op == 'push' then
         end
         out[#out + 1] = 1
         out[#out + 1] = run_at
+        emit('pushed', id, 'r', run_at)
       else
         replaced = replaced + 1
         out[#out + 1] = 2
@@ -77,6 +83,7 @@ if op == 'push' then
       line_up(id, m, run_at)
       out[#out + 1] = outcome
       out[#out + 1] = run_at
+      emit('pushed', id, 'r', run_at)
     end
   end
   if replaced > 0 then count('replaced', replaced) end
@@ -87,11 +94,13 @@ end
 -- Claims up to `max` due jobs: {1, n, then id, payload, attempt, fence,
 -- deadline per job}, or {0, next due ms or -1, now ms}. When more jobs
 -- became ready than this claim takes, other consumers are woken for them.
-local function claim(lease, max)
+-- `mv`: m's paused and v, read by the caller before anything else (so
+-- that no event of this call needs a read of its own).
+local function claim(lease, max, mv)
   local readied = promote()
   -- Paused: due jobs are made ready, but none is handed out and nobody is
   -- woken for them (a resume wakes the consumers).
-  if redis.call('HEXISTS', KM, 'paused') == 1 then return {0, -1, now} end
+  if mv[1] then return {0, -1, now} end
   if readied > max then wake(readied - max) end
   local popped = redis.call('ZPOPMIN', KR, max)
   local n = #popped / 2
@@ -123,6 +132,7 @@ local function claim(lease, max)
       attempts[#attempts + 1] = id
       attempts[#attempts + 1] = attempt
       for _, x in ipairs({id, payload, attempt, fence, deadline}) do out[#out + 1] = x end
+      emit('claimed', id, 'a', attempt, 'f', fence)
     end
   end
   if #leases == 0 then return {0, next_due(), now} end
@@ -155,6 +165,7 @@ local function ack_all(from, keep_n, keep_ms)
   redis.call('HDEL', KL, unpack(done))
   redis.call('HDEL', KN, unpack(done))
   count('acked', #done)
+  for _, id in ipairs(done) do emit('acked', id) end
   if keep_n <= 0 then
     for _, id in ipairs(done) do redis.call('HDEL', bucket(id), id) end
     return flags
@@ -184,11 +195,16 @@ if op == 'claim' then
   --       delete acked jobs), 7 keep ms, then id, fence pairs to ack.
   -- Reply: {k, then 1/0 per ack (acked, or not that delivery's)}, then the
   --        claim's reply (with max 0: {0, -1, now}).
+  local max = tonumber(ARGV[5])
+  local mv
+  if max > 0 then
+    mv = redis.call('HMGET', KM, 'paused', 'v')
+    watch_until = tonumber(mv[2]) or 0
+  end
   local out = ack_all(8, tonumber(ARGV[6]), tonumber(ARGV[7]))
   table.insert(out, 1, #out)
-  local max = tonumber(ARGV[5])
   local r = {0, -1, now}
-  if max > 0 then r = claim(tonumber(ARGV[4]), max) end
+  if max > 0 then r = claim(tonumber(ARGV[4]), max, mv) end
   for _, x in ipairs(r) do out[#out + 1] = x end
   return out
 end
@@ -206,6 +222,7 @@ if op == 'nack' then
   if attempts >= m.max then
     bury(id)
     if ARGV[8] ~= '' then redis.call('HSET', KE, id, ARGV[8]) end
+    emit('dead', id, 'a', attempts, 'e', string.sub(ARGV[8], 1, EVENT_ERROR_BYTES))
     return {2}
   end
   local delay = tonumber(ARGV[6])
@@ -220,6 +237,7 @@ if op == 'nack' then
   count('retried')
   local run_at = now + math.max(delay, 0)
   line_up(id, m, run_at)
+  emit('nacked', id, 'a', attempts, 'r', run_at, 'e', string.sub(ARGV[8], 1, EVENT_ERROR_BYTES))
   return {1, run_at}
 end
 
@@ -238,11 +256,13 @@ if op == 'cancel' then
   local id = ARGV[4]
   if redis.call('ZREM', KR, id) + redis.call('ZREM', KW, id) > 0 then
     forget(id)
+    emit('cancelled', id)
     return {1}
   end
   if redis.call('ZSCORE', KF, id) then return {2} end
   if redis.call('ZREM', KX, id) + redis.call('ZREM', KC, id) > 0 then
     forget(id)
+    emit('cancelled', id)
     return {3}
   end
   return {0}
@@ -260,6 +280,7 @@ if op == 'reschedule' then
     return {0}
   end
   line_up(id, meta_of(id), run_at)
+  emit('rescheduled', id, 'r', run_at)
   return {1, run_at}
 end
 
@@ -363,6 +384,7 @@ if op == 'replay' then
         redis.call('HDEL', KN, id)
         redis.call('HDEL', KE, id)
         redis.call('ZADD', KR, ready_score(m), id)
+        emit('replayed', id)
         n = n + 1
       end
     end
@@ -377,6 +399,7 @@ if op == 'purge' then
   for _, id in ipairs(dead_named()) do
     if redis.call('ZREM', KX, id) == 1 then
       forget(id)
+      emit('purged', id)
       n = n + 1
     end
   end
@@ -437,7 +460,9 @@ if op == 'exists' then
   -- Whether anything was ever written to the queue: every push counts in
   -- KM, and nothing deletes it (memory.rs: `job_exists`, `is_blank`).
   -- Reply: 1 or 0.
-  return redis.call('EXISTS', KM)
+  -- A watcher's field v alone is not a write to the queue.
+  if redis.call('HLEN', KM) - redis.call('HEXISTS', KM, 'v') > 0 then return 1 end
+  return 0
 end
 
 if op == 'pause' then
@@ -448,10 +473,12 @@ if op == 'pause' then
   if ARGV[4] == '1' then
     if paused then return 0 end
     redis.call('HSET', KM, 'paused', '1')
+    emit('paused', '')
     return 1
   end
   if not paused then return 0 end
   redis.call('HDEL', KM, 'paused')
+  emit('resumed', '')
   wake(math.max(redis.call('ZCARD', KR), 1))
   return 1
 end
@@ -472,6 +499,27 @@ if op == 'stats' then
   for _, v in ipairs(redis.call('HMGET', KM, unpack(fields))) do out[#out + 1] = tonumber(v) or 0 end
   for _, v in ipairs(redis.call('LRANGE', KT, 0, -1)) do out[#out + 1] = tonumber(v) end
   return out
+end
+
+if op == 'events' then
+  -- A watcher's read of the event stream (docs/JOBS.md, "Events").
+  -- ARGV: 4 watch ms (0: leave the watch as it is; else events are
+  --       written until now + that), 5 after: a stream id ('' for none:
+  --       reply only the last id), 6 count.
+  -- Reply: {last id ('0-0' if none) or '', first id held ('' if none),
+  --         entries after `after` as XRANGE gives them, at most count}
+  local ms = tonumber(ARGV[4])
+  if ms > 0 then
+    redis.call('HSET', KM, 'v', now + ms)
+    redis.call('PEXPIRE', KV, ms + 60000)
+  end
+  local first = redis.call('XRANGE', KV, '-', '+', 'COUNT', 1)
+  local first_id = first[1] and first[1][1] or ''
+  if ARGV[5] == '' then
+    local last = redis.call('XREVRANGE', KV, '+', '-', 'COUNT', 1)
+    return {last[1] and last[1][1] or '0-0', first_id, {}}
+  end
+  return {'', first_id, redis.call('XRANGE', KV, '(' .. ARGV[5], '+', 'COUNT', tonumber(ARGV[6]))}
 end
 
 return redis.error_reply('unknown job operation ' .. op)

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::name::Name;
 use crate::store::memory::{MemoryStore, Shelved};
 
+use super::events::{JobEvent, JobEventKind};
 use super::{
     BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, LATENESS_BOUNDS_MS, Layout, ListFrom,
     Nack, NackOutcome, PREVIEW_BYTES, PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState,
@@ -64,6 +65,9 @@ pub(crate) struct Queue {
     pub(crate) schedules: crate::store::schedule::memory::Schedules,
     /// Paused: takes pushes, hands out no jobs (jobs.lua: `paused` in m).
     paused: bool,
+    /// The events of the step under way, while someone watches (set by
+    /// `on_queue`; jobs.lua: `emit`, written when m's field v is live).
+    events: Option<Vec<JobEvent>>,
 }
 
 impl Shelved for Queue {
@@ -126,6 +130,13 @@ fn ready_key(id: &str, d: &JobData) -> (u8, u64, String) {
 }
 
 impl Queue {
+    /// Records an event of the step under way if anyone watches.
+    fn emit(&mut self, event: impl FnOnce() -> JobEvent) {
+        if let Some(events) = &mut self.events {
+            events.push(event());
+        }
+    }
+
     /// The partition count stored on this base queue, if any.
     pub(crate) fn partitions(&self) -> Option<u32> {
         self.partitions
@@ -231,9 +242,17 @@ impl Queue {
         self.lateness.truncate(LATENESS_KEPT);
         for (_, id) in take_due(&mut self.in_flight, now) {
             self.stats.redelivered += 1;
-            let exhausted = self.jobs.get(&id).is_some_and(|(d, _)| d.attempts >= d.max);
-            if exhausted {
+            let Some(attempts) = self.jobs.get(&id).map(|(d, _)| (d.attempts, d.max)) else {
+                continue;
+            };
+            let expired = |kind| JobEvent {
+                attempt: Some(attempts.0),
+                ..JobEvent::raw(kind, &id)
+            };
+            self.emit(|| expired(JobEventKind::Expired));
+            if attempts.0 >= attempts.1 {
                 self.bury(&id, now);
+                self.emit(|| expired(JobEventKind::Dead));
             } else {
                 self.set_ready(&id);
                 readied += 1;
@@ -289,6 +308,10 @@ impl Queue {
             ),
         );
         let wake = self.schedule(req.id, run_at, now);
+        self.emit(|| JobEvent {
+            run_at_ms: Some(run_at),
+            ..JobEvent::raw(JobEventKind::Pushed, req.id)
+        });
         (outcome, wake)
     }
 
@@ -333,6 +356,12 @@ impl Queue {
                 fence: self.fence,
                 deadline_ms: deadline,
             });
+            let (attempt, fence) = (d.attempts, self.fence);
+            self.emit(|| JobEvent {
+                attempt: Some(attempt),
+                fence: Some(fence),
+                ..JobEvent::raw(JobEventKind::Claimed, &id)
+            });
             self.in_flight.insert((deadline, id));
         }
         self.stats.claimed += jobs.len() as u64;
@@ -356,6 +385,7 @@ impl Queue {
         }
         self.unplace(id);
         self.stats.acked += 1;
+        self.emit(|| JobEvent::raw(JobEventKind::Acked, id));
         let Some(keep) = keep else {
             self.jobs.remove(id);
             return true;
@@ -406,16 +436,26 @@ impl Queue {
         let Some((d, _)) = self.jobs.get(id) else {
             return (NackOutcome::NotHeld, false);
         };
+        let attempt = Some(d.attempts);
         if d.attempts >= d.max {
             self.bury(id, now);
             if let Some((d, _)) = self.jobs.get_mut(id) {
                 d.error = error.map(str::to_owned);
             }
+            self.emit(|| JobEvent {
+                attempt,
+                ..JobEvent::raw(JobEventKind::Dead, id).with_error(error)
+            });
             return (NackOutcome::Dead, false);
         }
         let delay = delay_ms.unwrap_or_else(|| backoff_delay(&d.backoff, d.attempts, jitter));
         self.stats.retried += 1;
         let wake = self.schedule(id, now + delay, now);
+        self.emit(|| JobEvent {
+            attempt,
+            run_at_ms: Some(now + delay),
+            ..JobEvent::raw(JobEventKind::Nacked, id).with_error(error)
+        });
         (
             NackOutcome::Retry {
                 run_at_ms: now + delay,
@@ -445,6 +485,7 @@ impl Queue {
             Some(place) => {
                 self.unplace(id);
                 self.jobs.remove(id);
+                self.emit(|| JobEvent::raw(JobEventKind::Cancelled, id));
                 if matches!(place, Place::Dead(_) | Place::Done(_)) {
                     CancelOutcome::Purged
                 } else {
@@ -465,6 +506,10 @@ impl Queue {
             Some(_) => {
                 self.unplace(id);
                 let wake = self.schedule(id, run_at, now);
+                self.emit(|| JobEvent {
+                    run_at_ms: Some(run_at),
+                    ..JobEvent::raw(JobEventKind::Rescheduled, id)
+                });
                 (RescheduleOutcome::Moved { run_at_ms: run_at }, wake)
             }
         }
@@ -503,6 +548,7 @@ impl Queue {
                     d.error = None;
                 }
                 self.set_ready(&id);
+                self.emit(|| JobEvent::raw(JobEventKind::Replayed, &id));
                 n += 1;
             }
         }
@@ -515,6 +561,7 @@ impl Queue {
             if matches!(self.jobs.get(&id), Some((_, Place::Dead(_)))) {
                 self.unplace(&id);
                 self.jobs.remove(&id);
+                self.emit(|| JobEvent::raw(JobEventKind::Purged, &id));
                 n += 1;
             }
         }
@@ -576,6 +623,12 @@ impl Queue {
             return (false, 0);
         }
         self.paused = pause;
+        let kind = if pause {
+            JobEventKind::Paused
+        } else {
+            JobEventKind::Resumed
+        };
+        self.emit(|| JobEvent::raw(kind, ""));
         let wake = if pause { 0 } else { self.ready.len().max(1) };
         (true, wake)
     }
@@ -709,10 +762,19 @@ impl MemoryStore {
         op: impl FnOnce(&mut Queue, u64) -> (T, W),
     ) -> T {
         let now = self.clock.now_ms();
+        let watched = self.job_events.watching(q.as_str());
         let (out, wake) = self
             .queues
             .with(q, now, self.idle_ms, touch, Queue::default, |queue| {
-                op(queue, now)
+                queue.events = watched.then(Vec::new);
+                let out = op(queue, now);
+                // Published inside the critical section: in step order.
+                if let Some(events) = queue.events.take()
+                    && !events.is_empty()
+                {
+                    self.job_events.publish(q.as_str(), now, events);
+                }
+                out
             });
         let wake = wake.into();
         if wake > 0 {

@@ -4,6 +4,7 @@
 //! operation in ARGV[1]; the conformance suite `tests/job_queue.rs`, run
 //! on every store, holds one to the other.
 
+pub(crate) mod events;
 pub(crate) mod memory;
 pub(in crate::store) mod redis;
 

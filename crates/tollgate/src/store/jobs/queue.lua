@@ -31,19 +31,50 @@
 --   e (m's name with e for m, not declared, same hash tag) HASH  dead
 --              job id -> the error text of the nack that made it dead
 --              (memory.rs: JobData.error)
+--   v (m's name with v for m, same hash tag) STREAM  the queue's events
+--              (docs/JOBS.md, "Events"), written only while someone
+--              watches: m's field v holds the store time (ms) until which
+--              a watcher asked for them; each watcher's `events` call
+--              moves it on. Capped at about EVENTS_KEPT entries.
 -- A job is in exactly one of r, w, f, x, and in d while it exists.
 -- Pushes that make a job ready publish "!<wake key>" on the queue's channel
 -- (ARGV[2]) so a sleeping consumer claims it at once.
 local KM, KD, KR, KW, KF, KL, KN, KX, KT, KC = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
   KEYS[8], KEYS[9], KEYS[10]
 local KE = string.sub(KM, 1, -2) .. 'e'
+local KV = string.sub(KM, 1, -2) .. 'v'
 local op, channel = ARGV[1], ARGV[2]
+local function time_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 -- Server time, read only by the operations that need it (acks that claim
 -- nothing and keep nothing do not).
 local now = 0
 if op ~= 'claim' or ARGV[5] ~= '0' or ARGV[6] ~= '0' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = time_ms()
+end
+
+-- Events. Unwatched they cost no call on the hot paths: push and claim
+-- (with or without acks) read m's field v with the read of m they make
+-- anyway (watch_until set from it). Any other operation that has an event
+-- to write (an ack without a claim, nack, cancel, reschedule, replay,
+-- purge, pause, a stats read that finds a lease ended) reads it once, one
+-- HGET, at its first event; one with nothing to write, never. Watched, the first event
+-- also sets the stream's expiry (a minute past the watch), so a stream
+-- nobody watches any more goes. memory.rs: `Queue::emit`.
+local EVENTS_KEPT = 10000
+local watch_until, stream_touched = nil, false
+local function emit(kind, id, ...)
+  if watch_until == nil then watch_until = tonumber(redis.call('HGET', KM, 'v')) or 0 end
+  if watch_until == 0 then return end
+  if now == 0 then now = time_ms() end
+  if watch_until < now then return end
+  redis.call('XADD', KV, 'MAXLEN', '~', EVENTS_KEPT, '*', 'k', kind, 'i', id, ...)
+  if not stream_touched then
+    stream_touched = true
+    redis.call('PEXPIRE', KV, watch_until - now + 60000)
+  end
 end
 local BATCH, LATENESS_KEPT, DEAD_KEPT, BUCKETS = 100, 200, 10000, 4096
 -- Upper bounds (ms) of the lateness histogram's buckets; one more bucket
@@ -125,10 +156,10 @@ local function requeue_or_bury(id, m)
   local attempts = tonumber(redis.call('HGET', KN, id)) or 0
   if attempts >= m.max then
     bury(id)
-    return false
+    return false, attempts
   end
   redis.call('ZADD', KR, ready_score(m), id)
-  return true
+  return true, attempts
 end
 
 -- Moves due delayed jobs to ready, and jobs whose lease ended back to ready
@@ -171,7 +202,14 @@ local function promote()
     local m = meta_of(id)
     if m then
       count('redelivered')
-      if requeue_or_bury(id, m) then readied = readied + 1 end
+      local ok, attempts = requeue_or_bury(id, m)
+      if ok then
+        readied = readied + 1
+        emit('expired', id, 'a', attempts)
+      else
+        emit('expired', id, 'a', attempts)
+        emit('dead', id, 'a', attempts)
+      end
     end
   end
   return readied

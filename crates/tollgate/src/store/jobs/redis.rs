@@ -5,6 +5,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, unexpected};
 
+use super::events::{EventId, StreamRead};
 use super::{
     CancelOutcome, Claim, ClaimOutcome, Extend, LATENESS_BOUNDS_MS, Layout, ListFrom, Nack, NackOutcome,
     PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState, RawStats, RescheduleOutcome, When,
@@ -288,6 +289,21 @@ impl RedisStore {
     }
 
     /// Pauses queue `q` (`pause`) or resumes it; whether that changed it.
+    /// Reads queue `q`'s event stream: the entries after `after` (at most
+    /// `count`), or with no `after` only its last id; marks the queue
+    /// watched for `watch_ms` from now (0: leaves the mark alone).
+    pub(crate) async fn job_events(
+        &self,
+        q: &Name,
+        watch_ms: u64,
+        after: Option<EventId>,
+        count: usize,
+    ) -> Result<StreamRead> {
+        let after = after.map_or_else(String::new, |a| a.to_string());
+        let r: redis::Value = self.run_jobs(q, "events", (watch_ms, after, count)).await?;
+        StreamRead::decode(r).ok_or_else(|| Error::new(ErrorKind::Store, "unexpected reply to events"))
+    }
+
     pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
         let r: i64 = self.run_jobs(q, "pause", if pause { "1" } else { "0" }).await?;
         Ok(r == 1)

@@ -77,6 +77,8 @@ pub(crate) struct MemoryStore {
     pub(in crate::store) queues: Shelf<Queue>,
     pub(in crate::store) wakers: Arc<Wakers>,
     pub(in crate::store) schedule_index: Mutex<crate::store::schedule::memory::Index>,
+    /// The watched job queues and their subscribers (store/jobs/events.rs).
+    pub(in crate::store) job_events: Arc<crate::store::jobs::events::Hub>,
 }
 
 impl MemoryStore {
@@ -90,6 +92,7 @@ impl MemoryStore {
             queues: Shelf::default(),
             wakers: Arc::default(),
             schedule_index: Mutex::default(),
+            job_events: Arc::default(),
         }
     }
 
