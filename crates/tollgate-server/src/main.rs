@@ -6,6 +6,7 @@ mod bench;
 mod cli;
 mod client;
 mod commands;
+mod console;
 mod exit;
 mod room;
 mod serve;

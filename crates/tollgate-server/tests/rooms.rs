@@ -2,6 +2,7 @@
 //! front of a real upstream HTTP server run by the test, on the embedded
 //! store and on a real redis-server.
 
+mod browser_support;
 mod room_support;
 mod serve_support;
 #[path = "../../tollgate/tests/support/mod.rs"]

@@ -93,6 +93,9 @@ struct Counters {
     failed_open: metrics::Counter,
     failed_closed: metrics::Counter,
     store_errors: metrics::Counter,
+    /// The allowed and refused decisions again, readable: a metrics
+    /// counter cannot be read back, and the server's console charts them.
+    tally: [std::sync::atomic::AtomicU64; 2],
 }
 
 impl Counters {
@@ -105,6 +108,7 @@ impl Counters {
             failed_open: decisions("failed_open"),
             failed_closed: decisions("failed_closed"),
             store_errors: metrics::counter!("tollgate_limit_store_errors_total", "limiter" => name.to_string()),
+            tally: Default::default(),
         }
     }
 }
@@ -142,6 +146,16 @@ impl RateLimiter {
         self.name.as_str()
     }
 
+    /// How many checks this limiter (and its clones) allowed and refused
+    /// since it was made, in this process.
+    pub fn decided(&self) -> (u64, u64) {
+        let [allowed, refused] = &self.counters.tally;
+        (
+            allowed.load(std::sync::atomic::Ordering::Relaxed),
+            refused.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     /// The configured limit.
     pub fn limit(&self) -> Limit {
         *self.limit.read().unwrap_or_else(PoisonError::into_inner)
@@ -176,12 +190,13 @@ impl RateLimiter {
         };
         let error = match asked {
             Ok(Ok(d)) => {
-                let counter = if d.allowed {
-                    &self.counters.allowed
+                let (counter, tally) = if d.allowed {
+                    (&self.counters.allowed, &self.counters.tally[0])
                 } else {
-                    &self.counters.refused
+                    (&self.counters.refused, &self.counters.tally[1])
                 };
                 counter.increment(1);
+                tally.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(d);
             }
             Ok(Err(e))

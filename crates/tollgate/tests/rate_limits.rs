@@ -63,6 +63,11 @@ async fn gcra_gives_the_burst_then_the_rate(ts: TestStore) {
     assert_eq!(ds[0].retry_after, Duration::ZERO);
     // Another key has its own allowance.
     assert!(l.check("other", 1).await.expect("decision").allowed);
+    // The limiter counts its decisions, clones included (the server's
+    // console charts them).
+    let clone = l.clone();
+    assert!(!clone.check("k", 1).await.expect("decision").allowed);
+    assert_eq!(l.decided(), (6, 2));
 }
 
 async fn retry_after_is_honest(ts: TestStore) {

@@ -205,7 +205,7 @@ impl Limiters {
         Ok((limiter, limit))
     }
 
-    fn configured(&self, name: &str) -> Option<&RateLimiter> {
+    pub(crate) fn configured(&self, name: &str) -> Option<&RateLimiter> {
         self.configured.get(name)
     }
 }
@@ -291,6 +291,11 @@ pub(crate) struct LimitInfo {
 }
 
 impl Limiters {
+    /// How many limits are configured.
+    pub(crate) fn configured_count(&self) -> usize {
+        self.configured.len()
+    }
+
     /// The configured limits as `GET /v1/limits/{name}` shows them, by
     /// name in byte order.
     pub(crate) fn configured_infos(&self) -> Vec<(String, serde_json::Value)> {

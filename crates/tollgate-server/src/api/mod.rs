@@ -55,6 +55,8 @@ pub(crate) struct AppState {
     pub(crate) queue_set: std::sync::Arc<jobs::Queues>,
     /// Configured and ad-hoc rate limiters.
     pub(crate) limits: std::sync::Arc<limits::Limiters>,
+    /// The console's series and live streams (crate::console).
+    pub(crate) console: std::sync::Arc<crate::console::Console>,
     /// The waiting rooms, for their admin routes.
     pub(crate) rooms: std::sync::Arc<crate::room::Rooms>,
     /// Rate-limits the /v1 routes when `[protect]` is configured.
@@ -102,6 +104,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(events::routes())
         .merge(schedules::routes())
         .merge(listing::routes())
+        .merge(crate::console::routes())
         .merge(crate::room::admin::routes());
     // Rate limiting runs after authentication: a caller without a token
     // is turned away without spending anyone's allowance.
@@ -120,6 +123,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
+        // The console's pages: a browser loads them without a token; the
+        // data they show sits behind it.
+        .merge(crate::console::pages())
         // Open: the login is how a browser gets in (it has its own limit).
         .merge(session::routes())
         .merge(api)
@@ -131,13 +137,15 @@ pub(crate) fn router(state: AppState) -> Router {
 }
 
 /// What the API answers before the store first answers: `/healthz` (the
-/// process is alive) and the OpenAPI document; everything else, `/readyz`
+/// process is alive), the OpenAPI document and the console's pages;
+/// everything else, `/readyz`
 /// included, 503 `store_unavailable` (with Retry-After) naming the last
 /// connection error, which `connecting` holds.
 pub(crate) fn starting_router(connecting: tokio::sync::watch::Receiver<Option<String>>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
+        .merge(crate::console::pages())
         .fallback(not_connected)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(connecting)
@@ -216,6 +224,13 @@ pub(crate) fn tracked(set: &Tracked) -> Vec<String> {
         .iter()
         .cloned()
         .collect()
+}
+
+/// How many names are tracked.
+pub(crate) fn tracked_len(set: &Tracked) -> usize {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .len()
 }
 
 /// Remembers `name` for the per-name series, up to TRACKED names each;

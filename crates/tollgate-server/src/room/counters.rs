@@ -29,6 +29,10 @@ pub(crate) struct RoomMetrics {
     pub(super) ready: metrics::Gauge,
     pub(super) wait: metrics::Histogram,
     pub(super) eta_error: metrics::Histogram,
+    /// The estimates' errors again, readable (a histogram cannot be read
+    /// back): the sum of their absolute values in ms, and how many, since
+    /// the server started. The console charts their mean.
+    pub(super) eta_errors: [std::sync::atomic::AtomicU64; 2],
     /// Proxied requests by upstream status class: 1xx to 5xx.
     proxied: [metrics::Counter; 5],
     pub(crate) upstream_seconds: metrics::Histogram,
@@ -68,6 +72,7 @@ impl RoomMetrics {
             ready: metrics::gauge!("tollgate_room_ready", "room" => room.to_owned()),
             wait: metrics::histogram!("tollgate_room_wait_seconds", "room" => room.to_owned()),
             eta_error: metrics::histogram!("tollgate_room_eta_error_seconds", "room" => room.to_owned()),
+            eta_errors: Default::default(),
             proxied: ["1xx", "2xx", "3xx", "4xx", "5xx"]
                 .map(|class| metrics::counter!("tollgate_room_proxied_total", "room" => room.to_owned(), "status" => class)),
             upstream_seconds: metrics::histogram!("tollgate_room_upstream_seconds", "room" => room.to_owned()),

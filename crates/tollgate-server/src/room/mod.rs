@@ -420,6 +420,17 @@ impl Room {
         &self.name
     }
 
+    /// The estimates given to visitors admitted from the line, against
+    /// their actual waits, through this server since it started: the sum
+    /// of the errors in ms, and how many.
+    pub(crate) fn eta_errors(&self) -> (u64, u64) {
+        let [sum, count] = &self.metrics.eta_errors;
+        (
+            sum.load(std::sync::atomic::Ordering::Relaxed),
+            count.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     pub(crate) fn gate(&self) -> &Gate {
         &self.gate
     }

@@ -435,9 +435,11 @@ impl Room {
         let waited = now_ms().saturating_sub(since_ms);
         self.metrics.wait.record(waited as f64 / 1000.0);
         if let Some(eta) = eta_ms {
-            self.metrics
-                .eta_error
-                .record(waited.abs_diff(eta) as f64 / 1000.0);
+            let error = waited.abs_diff(eta);
+            self.metrics.eta_error.record(error as f64 / 1000.0);
+            let [sum, count] = &self.metrics.eta_errors;
+            sum.fetch_add(error, std::sync::atomic::Ordering::Relaxed);
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

@@ -195,7 +195,7 @@ async fn open(
     // Every server fires: the store gives each tick to one of them.
     firing::spawn(&store, scheduled.clone(), stopping.clone());
     let login_limit = crate::api::session::login_limiter(&store);
-    let api = router(AppState {
+    let state = AppState {
         login_limit,
         store,
         metrics,
@@ -212,8 +212,11 @@ async fn open(
         subscribers: Arc::new(crate::api::events::Subscribers::new(args.max_event_subscribers)),
         metrics_timeout: args.metrics_timeout,
         body_timeout: args.body_timeout,
-        stopping,
-    });
+        console: Default::default(),
+        stopping: stopping.clone(),
+    };
+    crate::console::sample::spawn(state.clone(), stopping);
+    let api = router(state);
     Ok((api, rooms))
 }
 

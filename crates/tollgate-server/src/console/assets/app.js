@@ -1,0 +1,571 @@
+// The console's pages, one per hash route: #/ (overview), #/gates,
+// #/gates/NAME, and the same for queues, schedules, rooms and limits.
+// Each page draws once from the API, then keeps its figures and charts
+// current from its live series (lib.js).
+
+import {
+  Live, READ_NOTE, action, announce, api, canChange, chart, duration, facts, fill, fmt, form, h, loadSession,
+  seg, session, table, time,
+} from './lib.js';
+
+const main = document.getElementById('main');
+/** What the current page keeps open: its live series. */
+let open = [];
+
+const KINDS = [
+  { kind: 'gates', one: 'gate', title: 'Gates', field: 'gates' },
+  { kind: 'queues', one: 'queue', title: 'Queues', field: 'queues' },
+  { kind: 'schedules', one: 'schedule', title: 'Schedules', field: 'schedules' },
+  { kind: 'rooms', one: 'room', title: 'Rooms', field: 'rooms' },
+  { kind: 'limits', one: 'limit', title: 'Limits', field: 'limits' },
+];
+
+function live(kind, name, onChange) {
+  const l = new Live(kind, name, onChange);
+  open.push(l);
+  return l;
+}
+
+/** A figure that follows a live series: updated in place, never announced. */
+function figures(l, fields, labels) {
+  return h(
+    'dl',
+    { class: 'figures' },
+    fields.map((f, i) =>
+      h('div', {}, h('dt', {}, labels ? labels[i] : f.replace(/_/g, ' ')), h('dd', { 'data-field': f }, fmt(l.last(f)))),
+    ),
+  );
+}
+
+function refreshFigures(root, l) {
+  for (const dd of root.querySelectorAll('dd[data-field]')) {
+    const v = l.last(dd.dataset.field);
+    const text = dd.dataset.field === 'paused' ? (v === null ? '–' : v ? 'yes' : 'no') : fmt(v);
+    if (dd.textContent !== text) dd.textContent = text;
+  }
+}
+
+/** A section whose charts redraw on each sample. */
+function charts(l, specs) {
+  const box = h('div', { class: 'charts' });
+  const draw = () => fill(box, specs.map(([fields, title]) => chart(l, fields, title)));
+  draw();
+  return { box, draw };
+}
+
+function heading(text, sub) {
+  return h('header', { class: 'page-head' }, h('h1', { tabindex: '-1', id: 'page-title' }, text), sub ? h('p', {}, sub) : null);
+}
+
+const WINDOW_NOTE = 'Figures are sampled every second by this server; charts show the last 15 minutes.';
+
+// ---- overview -------------------------------------------------------------
+
+async function overview() {
+  const cards = h('ul', { class: 'cards' });
+  const rooms = h('div');
+  fill(main, heading('Overview', WINDOW_NOTE), h('section', { 'aria-labelledby': 'kinds' }, h('h2', { id: 'kinds' }, 'Everything'), cards), h('section', { 'aria-labelledby': 'rooms-h' }, h('h2', { id: 'rooms-h' }, 'Waiting rooms'), rooms));
+  const draw = (l) => {
+    fill(
+      cards,
+      KINDS.map((k) =>
+        h(
+          'li',
+          { class: 'card' },
+          h('h3', {}, h('a', { href: '#/' + k.kind }, k.title)),
+          h('p', { class: 'count' }, h('span', { 'data-field': k.field }, fmt(l.last(k.field))), ' ', h('span', { class: 'unit' }, k.kind)),
+          chart(l, [k.field], k.title + ' count', { sparkline: true }),
+        ),
+      ),
+    );
+  };
+  live('overview', '', draw);
+  try {
+    const r = await api('GET', '/v1/rooms?limit=100');
+    fill(
+      rooms,
+      table(
+        'Configured waiting rooms',
+        ['Room', 'Active', 'Waiting', 'Capacity', 'Paused'],
+        r.rooms.map((x) => [h('a', { href: '#/rooms/' + seg(x.room) }, x.room), fmt(x.active), fmt(x.waiting), fmt(x.capacity), fmt(x.paused)]),
+        'No waiting room is configured on this server.',
+      ),
+    );
+  } catch (e) {
+    fill(rooms, h('p', { class: 'error' }, e.message));
+  }
+  return 'Overview';
+}
+
+// ---- lists ----------------------------------------------------------------
+
+const COLUMNS = {
+  gates: [['Gate', 'gate'], ['Holders', 'holders'], ['Used', 'used'], ['Capacity', 'capacity'], ['Waiting', 'waiting']],
+  queues: [['Queue', 'queue'], ['Ready', 'ready'], ['Delayed', 'delayed'], ['In flight', 'in_flight'], ['Dead', 'dead'], ['Paused', 'paused']],
+  schedules: [['Schedule', 'name'], ['When', 'when'], ['Queue', 'queue'], ['Next', 'next_ms'], ['Paused', 'paused']],
+  rooms: [['Room', 'room'], ['Active', 'active'], ['Waiting', 'waiting'], ['Capacity', 'capacity'], ['Paused', 'paused']],
+  limits: [['Limit', 'name'], ['Rate', 'rate'], ['Burst', 'burst'], ['Algorithm', 'algorithm']],
+};
+
+async function list(kind, params) {
+  const k = KINDS.find((x) => x.kind === kind);
+  const prefix = params.get('prefix') || '';
+  const cursor = params.get('cursor') || '';
+  const search = form([{ name: 'prefix', label: 'Names starting with', value: prefix }], 'Search', (v) => {
+    location.hash = '#/' + kind + (v.prefix ? '?prefix=' + encodeURIComponent(v.prefix) : '');
+  }, { changes: false });
+  const body = h('div');
+  fill(main, heading(k.title), h('search', {}, search), body);
+  const q = new URLSearchParams({ limit: '50' });
+  if (prefix) q.set('prefix', prefix);
+  if (cursor) q.set('cursor', cursor);
+  try {
+    const page = await api('GET', `/v1/${kind}?${q}`);
+    const cols = COLUMNS[kind];
+    const rows = page[kind].map((item) =>
+      cols.map(([, f], i) => {
+        if (i === 0) return h('a', { href: `#/${kind}/${seg(item[f])}` }, item[f]);
+        return f.endsWith('_ms') ? time(item[f]) : fmt(item[f]);
+      }),
+    );
+    const next = page.next
+      ? h('p', {}, h('a', { href: `#/${kind}?` + new URLSearchParams({ prefix, cursor: page.next }), class: 'button-link' }, 'Next page'))
+      : null;
+    fill(body, table(k.title + (prefix ? ` starting with “${prefix}”` : ''), cols.map((c) => c[0]), rows, `No ${kind} to show.`), next);
+  } catch (e) {
+    fill(body, h('p', { class: 'error' }, e.message));
+  }
+  return k.title;
+}
+
+// ---- gate -----------------------------------------------------------------
+
+async function gate(name) {
+  const base = '/v1/gates/' + seg(name);
+  const l = live('gate', name, () => {
+    refreshFigures(main, l);
+    c.draw();
+  });
+  const c = charts(l, [[['holders', 'waiting'], 'Holders and waiting']]);
+  const holders = h('div');
+  const line = h('div');
+  const capacity = form([{ name: 'capacity', label: 'Capacity', type: 'number', min: 1, inputmode: 'numeric' }], 'Set capacity', async (v) => {
+    await api('PUT', base + '/capacity', { capacity: Number(v.capacity) });
+    return `Capacity of ${name} set to ${v.capacity}.`;
+  });
+  const reload = async () => {
+    try {
+      const hs = await api('GET', base + '/holders?limit=100');
+      fill(
+        holders,
+        table('Holders, soonest to end first', ['Label', 'Fence', 'Time left', 'Action'], hs.holders.map((x) => [
+          x.label ?? '–', fmt(x.fence), duration(x.ttl_ms),
+          action('Revoke', async () => {
+            await api('DELETE', `${base}/holders/${seg(x.handle)}`);
+            reload();
+            return `Revoked the holder ${x.label ?? x.handle}.`;
+          }, { confirm: `Revoke ${x.label ?? x.handle}?` }),
+        ]), 'Nobody holds this gate.'),
+      );
+      const ln = await api('GET', base + '/line?limit=20');
+      fill(
+        line,
+        table('Head of the line', ['Position', 'Number', 'Permits', 'Label', 'Action'], ln.line.map((x) => [
+          fmt(x.position), fmt(x.number), fmt(x.permits), x.label ?? '–',
+          action('Remove', async () => {
+            await api('DELETE', `${base}/line/${x.number}`);
+            reload();
+            return `Removed ticket ${x.number} from the line.`;
+          }, { confirm: `Remove ticket ${x.number}?` }),
+        ]), 'Nobody waits.'),
+      );
+    } catch (e) {
+      fill(holders, h('p', { class: 'error' }, e.message));
+    }
+  };
+  fill(
+    main,
+    heading('Gate ' + name, WINDOW_NOTE),
+    figures(l, ['capacity', 'used', 'holders', 'waiting'], ['Capacity', 'Used', 'Holders', 'Waiting']),
+    c.box,
+    h('section', { 'aria-labelledby': 'cap-h' }, h('h2', { id: 'cap-h' }, 'Capacity'), capacity),
+    h('section', { 'aria-labelledby': 'hold-h' }, h('h2', { id: 'hold-h' }, 'Holders'), h('p', {}, h('button', { type: 'button', onclick: reload }, 'Refresh holders and line')), holders),
+    h('section', { 'aria-labelledby': 'line-h' }, h('h2', { id: 'line-h' }, 'Line'), line),
+  );
+  await reload();
+  return 'Gate ' + name;
+}
+
+// ---- queue ----------------------------------------------------------------
+
+const STATES = ['ready', 'delayed', 'running', 'dead', 'completed'];
+
+async function queue(name, params) {
+  const base = '/v1/queues/' + seg(name);
+  const state = STATES.includes(params.get('state')) ? params.get('state') : 'ready';
+  const cursor = params.get('cursor') || '';
+  const l = live('queue', name, () => {
+    refreshFigures(main, l);
+    c.draw();
+  });
+  const c = charts(l, [
+    [['ready', 'delayed'], 'Ready and delayed'],
+    [['in_flight', 'dead'], 'In flight and dead'],
+    [['pushed_per_s', 'acked_per_s'], 'Pushed and acked per second'],
+    [['lateness_p99_ms'], 'Lateness of promoted jobs, 99th percentile (ms)'],
+  ]);
+  const control = h('p', { class: 'actions' });
+  const jobs = h('div');
+  const detail = h('div', { id: 'job-detail' });
+  const drawControl = async () => {
+    try {
+      const s = await api('GET', base);
+      fill(
+        control,
+        'Paused: ', h('strong', {}, s.paused ? 'yes' : 'no'), ' ',
+        s.paused
+          ? action('Resume', async () => { await api('POST', base + '/resume'); drawControl(); return `Queue ${name} resumed.`; })
+          : action('Pause', async () => { await api('POST', base + '/pause'); drawControl(); return `Queue ${name} paused: claims get nothing.`; }),
+        ' ',
+        action('Replay all dead', async () => {
+          const r = await api('POST', base + '/dead/replay', {});
+          showJobs();
+          return `Replayed ${r.replayed} dead jobs.`;
+        }, { confirm: 'Replay every dead job?' }),
+        ' ',
+        action('Purge all dead', async () => {
+          const r = await api('POST', base + '/dead/purge', {});
+          showJobs();
+          return `Purged ${r.purged} dead jobs.`;
+        }, { confirm: 'Delete every dead job for good?' }),
+      );
+    } catch (e) {
+      fill(control, h('span', { class: 'error' }, e.message));
+    }
+  };
+  const showJob = async (id) => {
+    try {
+      const j = await api('GET', `${base}/jobs/${seg(id)}`);
+      const acts = [];
+      if (j.state === 'dead') {
+        acts.push(action('Replay', async () => {
+          const r = await api('POST', base + '/dead/replay', { id: j.id });
+          showJobs();
+          showJob(j.id);
+          return r.replayed ? `Job ${j.id} replayed.` : `Job ${j.id} was not dead any more.`;
+        }, { confirm: `Replay job ${j.id}?` }));
+        acts.push(' ');
+        acts.push(action('Purge', async () => {
+          await api('POST', base + '/dead/purge', { id: j.id });
+          showJobs();
+          fill(detail);
+          return `Job ${j.id} purged.`;
+        }, { confirm: `Delete job ${j.id} for good?` }));
+      } else if (j.state === 'ready' || j.state === 'delayed') {
+        acts.push(action('Cancel', async () => {
+          await api('DELETE', `${base}/jobs/${seg(j.id)}`);
+          showJobs();
+          fill(detail);
+          return `Job ${j.id} cancelled.`;
+        }, { confirm: `Cancel job ${j.id}?` }));
+      }
+      const when = j.due_ms ?? j.lease_until_ms ?? j.died_ms ?? j.acked_ms;
+      fill(
+        detail,
+        h('h3', {}, 'Job ' + j.id),
+        facts([
+          ['State', j.state], ['Attempts', `${j.attempts} of ${j.max_attempts}`], ['Priority', fmt(j.priority)],
+          ['Fence', fmt(j.fence)], ['Time', time(when)], ['Last error', j.last_error ?? '–'],
+          ['Payload', `${fmt(j.payload_size)} bytes${j.payload_truncated ? ' (preview truncated)' : ''}`],
+        ]),
+        h('pre', { class: 'payload', tabindex: '0', 'aria-label': 'Payload preview' }, j.payload_preview ?? ''),
+        h('p', { class: 'actions' }, acts),
+      );
+    } catch (e) {
+      fill(detail, h('p', { class: 'error' }, e.message));
+    }
+  };
+  const showJobs = async () => {
+    const q = new URLSearchParams({ state, limit: '25' });
+    if (cursor) q.set('cursor', cursor);
+    try {
+      const page = await api('GET', `${base}/jobs?${q}`);
+      const rows = page.jobs.map((j) => [
+        h('button', { type: 'button', class: 'linkish', onclick: () => showJob(j.id) }, j.id),
+        `${j.attempts}/${j.max_attempts}`,
+        time(j.due_ms ?? j.lease_until_ms ?? j.died_ms ?? j.acked_ms),
+        j.last_error ?? '–',
+      ]);
+      const next = page.next
+        ? h('p', {}, h('a', { class: 'button-link', href: `#/queues/${seg(name)}?` + new URLSearchParams({ state, cursor: page.next }) }, 'Next page'))
+        : null;
+      fill(jobs, table(`Jobs ${state}`, ['Id', 'Attempts', 'Time', 'Last error'], rows, `No ${state} jobs.`), next);
+    } catch (e) {
+      fill(jobs, h('p', { class: 'error' }, e.message));
+    }
+  };
+  const tabs = h(
+    'nav',
+    { 'aria-label': 'Job states', class: 'tabs' },
+    h('ul', {}, STATES.map((s) => h('li', {}, h('a', { href: `#/queues/${seg(name)}?state=${s}`, 'aria-current': s === state ? 'page' : null }, s)))),
+  );
+  const find = form([{ name: 'id', label: 'Job id' }], 'Show job', (v) => v.id && showJob(v.id.trim()), { changes: false });
+  fill(
+    main,
+    heading('Queue ' + name, WINDOW_NOTE),
+    figures(l, ['ready', 'delayed', 'in_flight', 'dead', 'pushed_per_s', 'acked_per_s'], ['Ready', 'Delayed', 'In flight', 'Dead', 'Pushed / s', 'Acked / s']),
+    control,
+    c.box,
+    h('section', { 'aria-labelledby': 'jobs-h' }, h('h2', { id: 'jobs-h' }, 'Jobs'), h('search', {}, find), tabs, jobs, detail),
+  );
+  await Promise.all([drawControl(), showJobs()]);
+  if (params.get('job')) await showJob(params.get('job'));
+  return 'Queue ' + name;
+}
+
+// ---- schedule -------------------------------------------------------------
+
+async function schedule(name) {
+  const base = '/v1/schedules/' + seg(name);
+  const body = h('div');
+  const draw = async () => {
+    try {
+      const s = await api('GET', base);
+      const next = await api('GET', base + '/next?count=5');
+      fill(
+        body,
+        facts([
+          ['When', s.when], ['Zone', s.zone], ['Queue', h('a', { href: '#/queues/' + seg(s.queue) }, s.queue)],
+          ['Misfire', s.misfire], ['Max attempts', fmt(s.max_attempts)], ['Priority', fmt(s.priority)],
+          ['Jitter', duration(s.jitter_ms)], ['Paused', s.paused ? 'yes' : 'no'],
+        ]),
+        h('p', { class: 'actions' },
+          s.paused
+            ? action('Resume', async () => { await api('POST', base + '/resume'); draw(); return `Schedule ${name} resumed.`; })
+            : action('Pause', async () => { await api('POST', base + '/pause'); draw(); return `Schedule ${name} paused.`; }),
+          ' ',
+          action('Trigger now', async () => {
+            const r = await api('POST', base + '/trigger');
+            draw();
+            return `Pushed job ${r.job_id}.`;
+          }),
+        ),
+        h('h2', {}, 'Next runs'),
+        next.next_ms.length ? h('ol', {}, next.next_ms.map((t) => h('li', {}, time(t)))) : h('p', { class: 'empty' }, 'None (paused, or past its end).'),
+        h('h2', {}, 'Last runs'),
+        table('The last ticks fired, newest first', ['Time', 'Job', 'How'], [...s.recent].reverse().map((r) => [
+          time(r.at_ms),
+          h('a', { href: `#/queues/${seg(s.queue)}?job=${encodeURIComponent(r.job_id)}` }, r.job_id),
+          r.manual ? 'triggered' : 'on time',
+        ]), 'It has not fired yet.'),
+      );
+    } catch (e) {
+      fill(body, h('p', { class: 'error' }, e.message));
+    }
+  };
+  fill(main, heading('Schedule ' + name), body);
+  await draw();
+  return 'Schedule ' + name;
+}
+
+// ---- room -----------------------------------------------------------------
+
+async function room(name) {
+  const base = '/v1/rooms/' + seg(name);
+  const l = live('room', name, () => {
+    refreshFigures(main, l);
+    c.draw();
+  });
+  const c = charts(l, [
+    [['active', 'waiting'], 'Active and waiting visitors'],
+    [['admissions_per_minute'], 'Admissions per minute'],
+    [['eta_error_s'], 'Mean error of the estimates of admitted visitors (s)'],
+  ]);
+  const control = h('div');
+  const head = h('div');
+  const drawControl = async () => {
+    try {
+      const s = await api('GET', base);
+      fill(
+        control,
+        h('p', { class: 'actions' },
+          s.paused
+            ? action('Resume', async () => { await api('POST', base + '/resume'); drawControl(); return `Room ${name} resumed.`; })
+            : action('Pause', async () => { await api('POST', base + '/pause'); drawControl(); return `Room ${name} paused: new visitors wait.`; }),
+          ' ',
+          action('Reset', async () => {
+            const r = await api('POST', base + '/reset');
+            drawHead();
+            return `Room ${name} reset: ${fmt(r.dropped)} waiting visitors dropped.`;
+          }, { confirm: 'Drop everyone waiting in this room?' }),
+        ),
+        form([{ name: 'capacity', label: 'Capacity', type: 'number', min: 1, inputmode: 'numeric', value: s.capacity ?? '' }], 'Set capacity', async (v) => {
+          await api('PUT', base + '/capacity', { capacity: Number(v.capacity) });
+          return `Capacity of ${name} set to ${v.capacity}.`;
+        }),
+        form([{ name: 'per_minute', label: 'Admissions per minute', type: 'number', min: 1, inputmode: 'numeric', value: s.admissions_per_minute ?? '', hint: 'empty: no cap' }], 'Set rate', async (v) => {
+          const per = v.per_minute === '' ? null : Number(v.per_minute);
+          await api('PUT', base + '/admission_rate', { per_minute: per });
+          return per === null ? `Room ${name} admits without a cap.` : `Room ${name} admits at most ${per} a minute.`;
+        }),
+      );
+    } catch (e) {
+      fill(control, h('p', { class: 'error' }, e.message));
+    }
+  };
+  const drawHead = async () => {
+    try {
+      const ln = await api('GET', base + '/line?limit=10');
+      fill(head, table('Head of the line', ['Position', 'Number', 'Waiting for', 'Action'], ln.line.map((x) => [
+        fmt(x.position), fmt(x.number), duration(x.age_ms),
+        action('Remove', async () => {
+          await api('DELETE', `${base}/line/${x.number}`);
+          drawHead();
+          return `Removed ticket ${x.number} from the line.`;
+        }, { confirm: `Remove ticket ${x.number}?` }),
+      ]), 'Nobody waits.'));
+    } catch (e) {
+      fill(head, h('p', { class: e.status === 404 && e.code === 'not_found' ? 'empty' : 'error' }, e.status === 404 && e.code === 'not_found' ? 'This server cannot show the line yet.' : e.message));
+    }
+  };
+  fill(
+    main,
+    heading('Room ' + name, WINDOW_NOTE),
+    figures(l, ['active', 'waiting', 'capacity', 'paused', 'admissions_per_minute', 'eta_error_s'], ['Active', 'Waiting', 'Capacity', 'Paused', 'Admissions / min', 'Estimate error (s)']),
+    c.box,
+    h('section', { 'aria-labelledby': 'ctl-h' }, h('h2', { id: 'ctl-h' }, 'Control'), control),
+    h('section', { 'aria-labelledby': 'head-h' }, h('h2', { id: 'head-h' }, 'Line'), h('p', {}, h('button', { type: 'button', onclick: drawHead }, 'Refresh the line')), head),
+  );
+  await Promise.all([drawControl(), drawHead()]);
+  return 'Room ' + name;
+}
+
+// ---- limit ----------------------------------------------------------------
+
+async function limit(name) {
+  const l = live('limit', name, () => {
+    refreshFigures(main, l);
+    c.draw();
+  });
+  const c = charts(l, [[['allowed_per_s', 'refused_per_s'], 'Allowed and refused per second']]);
+  const about = h('div');
+  fill(
+    main,
+    heading('Limit ' + name, WINDOW_NOTE + ' Decisions counted are this server’s.'),
+    about,
+    figures(l, ['allowed_per_s', 'refused_per_s'], ['Allowed / s', 'Refused / s']),
+    c.box,
+  );
+  try {
+    const x = await api('GET', '/v1/limits/' + seg(name));
+    fill(about, facts([['Rate', x.rate], ['Burst', fmt(x.burst)], ['Algorithm', x.algorithm]]));
+  } catch (e) {
+    fill(about, h('p', { class: 'error' }, e.message));
+  }
+  return 'Limit ' + name;
+}
+
+// ---- login, routing -------------------------------------------------------
+
+function login(message) {
+  const f = form([{ name: 'token', label: 'Token', type: 'password' }], 'Sign in', async (v) => {
+    try {
+      const s = await api('POST', '/v1/session', { token: v.token });
+      session.role = s.role;
+      session.csrf = s.csrf;
+      session.auth = true;
+      begin();
+    } catch (e) {
+      announce('Sign-in failed: ' + e.message, true);
+    }
+  }, { changes: false });
+  for (const l of open) l.close();
+  open = [];
+  fill(main, heading('Sign in'), h('p', {}, message || 'This server wants a token. It is kept in a cookie for this site only.'), f);
+  fill(document.getElementById('who'));
+  document.getElementById(READ_NOTE).hidden = true;
+  document.title = 'Sign in · tollgate console';
+  main.dataset.ready = 'login';
+  document.getElementById('page-title').focus();
+}
+
+function drawSession() {
+  const box = document.getElementById('who');
+  const out = session.auth
+    ? h('button', { type: 'button', onclick: async () => {
+        try { await api('DELETE', '/v1/session'); } catch (_) { /* signed out either way */ }
+        session.auth = false;
+        login('Signed out.');
+      } }, 'Sign out')
+    : null;
+  fill(box, 'Role: ', h('strong', {}, session.role), ' ', out);
+  const note = document.getElementById(READ_NOTE);
+  note.hidden = canChange();
+}
+
+const PAGES = { gates: gate, queues: queue, schedules: schedule, rooms: room, limits: limit };
+
+let first = true;
+
+async function route() {
+  // In-page anchors (the skip link) are not pages.
+  if (!first && location.hash && !location.hash.startsWith('#/')) return;
+  for (const l of open) l.close();
+  open = [];
+  const hash = location.hash.startsWith('#/') ? location.hash.slice(1) : '/';
+  const [path, query] = hash.split('?');
+  const params = new URLSearchParams(query || '');
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  for (const a of document.querySelectorAll('#nav a')) {
+    const here = a.getAttribute('href') === '#/' + (parts[0] || '');
+    if (here) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+  let title;
+  try {
+    if (parts.length === 0) title = await overview();
+    else if (parts.length === 1 && COLUMNS[parts[0]]) title = await list(parts[0], params);
+    else if (parts.length === 2 && PAGES[parts[0]]) title = await PAGES[parts[0]](parts[1], params);
+    else {
+      fill(main, heading('Not found'), h('p', {}, h('a', { href: '#/' }, 'Back to the overview')));
+      title = 'Not found';
+    }
+  } catch (e) {
+    if (e.status === 401) return login();
+    fill(main, heading('Error'), h('p', { class: 'error' }, e.message));
+    title = 'Error';
+  }
+  document.title = title + ' · tollgate console';
+  main.dataset.ready = parts.join('/') || 'overview';
+  // Moving focus to the new page's heading tells a screen reader where it
+  // is; not on the first load (the skip link comes first then).
+  if (!first) document.getElementById('page-title')?.focus();
+  first = false;
+}
+
+async function start() {
+  window.addEventListener('tollgate-signed-out', () => login('Sign in again: the server did not accept this session.'));
+  document.querySelector('.skip').addEventListener('click', (ev) => {
+    ev.preventDefault();
+    main.focus();
+  });
+  try {
+    const s = await loadSession();
+    if (s === 'login') return login();
+  } catch (e) {
+    fill(main, heading('Error'), h('p', { class: 'error' }, e.message));
+    return;
+  }
+  begin();
+}
+
+let listening = false;
+
+function begin() {
+  drawSession();
+  if (!listening) window.addEventListener('hashchange', route);
+  listening = true;
+  route();
+}
+
+start();
