@@ -367,7 +367,9 @@ impl Hub {
         let (backlog, gap) = match since {
             None => (Vec::new(), false),
             Some(since) => {
-                let gap = ch.kept.front().is_some_and(|e| e.id > since);
+                // Nothing kept: this queue was not watched here until now,
+                // so what happened after `since` was never recorded.
+                let gap = ch.kept.front().is_none_or(|e| e.id > since);
                 (ch.kept.iter().filter(|e| e.id > since).cloned().collect(), gap)
             }
         };
@@ -409,7 +411,10 @@ impl Hub {
             None => (Vec::new(), false),
             Some(since) => {
                 let read = store.job_events(q, 0, Some(since), READ_BATCH).await?;
-                let gap = read.first.is_some_and(|first| first > since);
+                // An empty stream never held `since` (a lapsed watch
+                // drops it); a full batch may stop short of where the live
+                // feed starts: the events between are not sent.
+                let gap = read.first.is_none_or(|first| first > since) || read.events.len() == READ_BATCH;
                 (read.events, gap)
             }
         };
