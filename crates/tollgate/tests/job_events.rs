@@ -258,6 +258,18 @@ async fn a_long_resume_replays_all_or_says_gap(ts: TestStore) {
     }
 }
 
+/// Any well-formed id resumes, the greatest one too (Redis refuses a
+/// range after it: the feed must not pass that on as a store error).
+async fn the_greatest_id_resumes(ts: TestStore) {
+    let q = JobQueue::new(&ts.store, "greatest").unwrap();
+    let greatest = EventId {
+        ms: u64::MAX,
+        seq: u64::MAX,
+    };
+    let feed = q.events(Some(greatest)).await;
+    assert!(feed.is_ok(), "{:?}", feed.err());
+}
+
 on_both_stores!(
     manual_clock: every_step_is_an_event_in_order,
     two_subscribers_both_get_everything,
@@ -265,6 +277,7 @@ on_both_stores!(
     a_feed_resumes_after_an_id,
     a_lone_watcher_resumes_or_is_told_of_a_gap,
     a_long_resume_replays_all_or_says_gap,
+    the_greatest_id_resumes,
 );
 
 /// Event ids parse as `ms-seq` and nothing else.

@@ -409,6 +409,12 @@ impl Hub {
         };
         let (backlog, gap) = match since {
             None => (Vec::new(), false),
+            // Nothing comes after the greatest id, and Redis refuses a
+            // range that starts after it.
+            Some(EventId {
+                ms: u64::MAX,
+                seq: u64::MAX,
+            }) => (Vec::new(), false),
             Some(since) => {
                 let read = store.job_events(q, 0, Some(since), READ_BATCH).await?;
                 // An empty stream never held `since` (a lapsed watch
