@@ -246,6 +246,17 @@ async fn a_session_cookie_stands_for_its_token_and_changes_need_its_csrf() {
         send(c.get(s.url("/v1/gates")).header("cookie", &cookie)).await.0,
         200
     );
+    // A stray cookie of the same name sent first (another path's, or one
+    // a sibling subdomain planted) does not hide it.
+    let both = format!("tollgate_session=planted; {cookie}");
+    assert_eq!(
+        send(c.get(s.url("/v1/gates")).header("cookie", &both)).await.0,
+        200
+    );
+    assert_eq!(
+        send(c.get(s.url("/v1/session")).header("cookie", &both)).await.0,
+        200
+    );
     // A change needs the CSRF header, and the right one.
     let pause = || c.post(s.url("/v1/queues/q1/pause")).header("cookie", &cookie);
     let (st, body) = send(pause()).await;

@@ -208,11 +208,76 @@ async fn a_feed_resumes_after_an_id(ts: TestStore) {
     assert!(old.gap());
 }
 
+/// A resumed feed gets every event after its id, or says `gap()`: never
+/// a silent hole. Here its watcher was the queue's only one and left
+/// (the memory store forgets a queue nobody watches), then came back.
+async fn a_lone_watcher_resumes_or_is_told_of_a_gap(ts: TestStore) {
+    let watcher = JobQueue::new(&ts.store, "lone").unwrap();
+    let mut feed = watcher.events(None).await.unwrap();
+    let store = other(&ts).await;
+    let q = JobQueue::new(&store, "lone").unwrap();
+    q.push("x", &with_id("l0", 5)).await.unwrap();
+    let seen = take(&mut feed, 1).await;
+    drop(feed);
+    for i in 1..3 {
+        q.push("x", &with_id(&format!("l{i}"), 5)).await.unwrap();
+    }
+    let mut resumed = watcher.events(Some(seen[0].id)).await.unwrap();
+    if !resumed.gap() {
+        let got = take(&mut resumed, 2).await;
+        assert_eq!(
+            kinds(&got),
+            [
+                (JobEventKind::Pushed, Some("l1")),
+                (JobEventKind::Pushed, Some("l2"))
+            ],
+            "no gap said, so nothing may be missing"
+        );
+    }
+}
+
+/// A resume further behind than a replay reads at once (1,000 events)
+/// says `gap()` unless every event after its id arrives.
+async fn a_long_resume_replays_all_or_says_gap(ts: TestStore) {
+    let watcher = JobQueue::new(&ts.store, "long").unwrap();
+    let mut keeper = watcher.events(None).await.unwrap();
+    let store = other(&ts).await;
+    let q = JobQueue::new(&store, "long").unwrap();
+    q.push("x", &with_id("first", 5)).await.unwrap();
+    let since = take(&mut keeper, 1).await[0].id;
+    let n = 1500;
+    let jobs: Vec<_> = (0..n).map(|_| ("p", PushOptions::default())).collect();
+    for chunk in jobs.chunks(500) {
+        q.push_many(chunk).await.unwrap();
+        take(&mut keeper, chunk.len()).await;
+    }
+    let mut resumed = watcher.events(Some(since)).await.unwrap();
+    if !resumed.gap() {
+        let got = take(&mut resumed, n).await;
+        assert!(got.iter().all(|e| e.kind == JobEventKind::Pushed));
+    }
+}
+
+/// Any well-formed id resumes, the greatest one too (Redis refuses a
+/// range after it: the feed must not pass that on as a store error).
+async fn the_greatest_id_resumes(ts: TestStore) {
+    let q = JobQueue::new(&ts.store, "greatest").unwrap();
+    let greatest = EventId {
+        ms: u64::MAX,
+        seq: u64::MAX,
+    };
+    let feed = q.events(Some(greatest)).await;
+    assert!(feed.is_ok(), "{:?}", feed.err());
+}
+
 on_both_stores!(
     manual_clock: every_step_is_an_event_in_order,
     two_subscribers_both_get_everything,
     a_slow_subscriber_is_dropped,
     a_feed_resumes_after_an_id,
+    a_lone_watcher_resumes_or_is_told_of_a_gap,
+    a_long_resume_replays_all_or_says_gap,
+    the_greatest_id_resumes,
 );
 
 /// Event ids parse as `ms-seq` and nothing else.
@@ -285,4 +350,35 @@ async fn an_unwatched_queue_writes_no_events() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!fresh.exists().await.unwrap());
+}
+
+/// On Redis a watch that lapsed (its mark ran out: nobody watched for
+/// 30 s, or the watchers could not reach Redis) left steps unrecorded: a
+/// resume from before the lapse says `gap()` rather than replaying the
+/// stream's older events as if nothing came between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_across_a_lapsed_watch_says_gap() {
+    let ts = TestStore::redis().await;
+    let server = ts.server.as_ref().unwrap();
+    let q = JobQueue::new(&ts.store, "lapse").unwrap();
+    let mut feed = q.events(None).await.unwrap();
+    q.push("x", &with_id("a", 5)).await.unwrap();
+    let since = take(&mut feed, 1).await[0].id;
+    drop(feed);
+    // The mark runs out (as 30 s after the last watcher left).
+    server.command(&["HSET", "tollgate:jobs:{lapse}:m", "v", "0"]);
+    q.push("x", &with_id("b", 5)).await.unwrap();
+    q.push("x", &with_id("c", 5)).await.unwrap();
+    let mut resumed = q.events(Some(since)).await.unwrap();
+    if !resumed.gap() {
+        let got = take(&mut resumed, 2).await;
+        assert_eq!(
+            kinds(&got),
+            [
+                (JobEventKind::Pushed, Some("b")),
+                (JobEventKind::Pushed, Some("c"))
+            ],
+            "no gap said, so nothing may be missing"
+        );
+    }
 }

@@ -243,17 +243,28 @@ pub(crate) fn presented_bearer(headers: &HeaderMap) -> Option<&str> {
         .and_then(bearer)
 }
 
-/// The session cookie's value, if the request carries one (HTTP/2 may
+/// The values of the request's session cookies, in order (HTTP/2 may
 /// split cookies over several `Cookie` headers).
-pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn session_cookies(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .filter(|(name, _)| *name == COOKIE)
         .map(|(_, value)| value.trim_matches('"'))
+}
+
+impl Tokens {
+    /// The first valid session among the request's session cookies. Each
+    /// is tried: a browser sends every cookie of that name that matches,
+    /// a longer path's first, so a stray one (an old path's, or one a
+    /// sibling subdomain planted) must not hide the real one. The request
+    /// head's size limit (64 KiB) bounds the tries.
+    pub(crate) fn session_of(&self, headers: &HeaderMap, now_ms: u64) -> Option<Session> {
+        session_cookies(headers).find_map(|c| self.verify(c, now_ms))
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -268,7 +279,7 @@ pub(crate) fn now_ms() -> u64 {
 pub(crate) async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let caller = match presented_bearer(req.headers()) {
         Some(token) => state.tokens.find(token),
-        None => match session_cookie(req.headers()).and_then(|c| state.tokens.verify(c, now_ms())) {
+        None => match state.tokens.session_of(req.headers(), now_ms()) {
             Some(session) => {
                 if !Role::Read.allows(req.method()) {
                     let sent = req
@@ -376,7 +387,27 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("a=b; tollgate_session=v1.x"),
         );
-        assert_eq!(session_cookie(&h), Some("v1.x"));
-        assert_eq!(session_cookie(&HeaderMap::new()), None);
+        assert_eq!(session_cookies(&h).collect::<Vec<_>>(), ["v1.x"]);
+        assert_eq!(session_cookies(&HeaderMap::new()).next(), None);
+    }
+
+    #[test]
+    fn a_stray_cookie_does_not_hide_the_session() {
+        let t = tokens();
+        let caller = t.find("admin-token-0123456789").expect("found");
+        let (value, session) = t.issue(caller, 2_000);
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("tollgate_session=planted; tollgate_session={value}"))
+                .expect("header"),
+        );
+        assert_eq!(t.session_of(&h, 1_000), Some(session));
+        let mut stray = HeaderMap::new();
+        stray.append(
+            header::COOKIE,
+            HeaderValue::from_static("tollgate_session=planted"),
+        );
+        assert_eq!(t.session_of(&stray, 1_000), None);
     }
 }

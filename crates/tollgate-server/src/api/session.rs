@@ -115,7 +115,7 @@ async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response {
             None => auth::unauthorized(),
         };
     }
-    match auth::session_cookie(&headers).and_then(|c| state.tokens.verify(c, auth::now_ms())) {
+    match state.tokens.session_of(&headers, auth::now_ms()) {
         Some(session) => axum::Json(described(&session)).into_response(),
         None => auth::unauthorized(),
     }

@@ -504,12 +504,17 @@ end
 if op == 'events' then
   -- A watcher's read of the event stream (docs/JOBS.md, "Events").
   -- ARGV: 4 watch ms (0: leave the watch as it is; else events are
-  --       written until now + that), 5 after: a stream id ('' for none:
-  --       reply only the last id), 6 count.
+  --       written until now + that; a lapsed mark drops the stream),
+  --       5 after: a stream id ('' for none: reply only the last id),
+  --       6 count.
   -- Reply: {last id ('0-0' if none) or '', first id held ('' if none),
   --         entries after `after` as XRANGE gives them, at most count}
   local ms = tonumber(ARGV[4])
   if ms > 0 then
+    -- A mark that ran out left steps unrecorded: the stream starts anew,
+    -- so a resume from before the lapse finds its id gone (a gap) rather
+    -- than the older events with nothing after them.
+    if (tonumber(redis.call('HGET', KM, 'v')) or 0) < now then redis.call('DEL', KV) end
     redis.call('HSET', KM, 'v', now + ms)
     redis.call('PEXPIRE', KV, ms + 60000)
   end
