@@ -72,10 +72,7 @@ impl Browser<'_> {
         );
         if self.js(&same_page).await != true {
             let url = format!("{}/ui#{route}", self.base);
-            let path = format!("/session/{}/url", self.session);
-            self.driver
-                .call(self.c, reqwest::Method::POST, &path, Some(json!({"url": url})))
-                .await;
+            self.driver.go(self.c, &self.session, &url).await;
         }
         let check = format!(
             "var m = document.getElementById('main'); return m && m.dataset.ready === {};",
@@ -373,15 +370,7 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
     // Keyboard alone: on a fresh load the first Tab reaches the skip link,
     // with a visible focus ring; Enter takes focus to the content (not to
     // a page named "main"); the next Tab lands inside it.
-    let path = format!("/session/{}/url", b.session);
-    driver
-        .call(
-            c,
-            reqwest::Method::POST,
-            &path,
-            Some(json!({"url": format!("{}/ui", s.base)})),
-        )
-        .await;
+    driver.go(c, &b.session, &format!("{}/ui", s.base)).await;
     b.until(
         "var m = document.getElementById('main'); return m && m.dataset.ready === 'overview';",
         "the overview on a fresh load",
@@ -609,15 +598,7 @@ async fn the_console_with_read_and_admin_tokens() {
         shots: false,
     };
     b.width(1200, 1000).await;
-    let url = format!("/session/{}/url", b.session);
-    driver
-        .call(
-            &c,
-            reqwest::Method::POST,
-            &url,
-            Some(json!({"url": format!("{}/ui", s.base)})),
-        )
-        .await;
+    driver.go(&c, &b.session, &format!("{}/ui", s.base)).await;
 
     // Read: every action disabled, said why; the API refuses anyway.
     sign_in(&b, READ, "read").await;

@@ -79,6 +79,13 @@ impl Driver {
         self.call(c, reqwest::Method::POST, &path, Some(body)).await
     }
 
+    /// Loads `url` in `session`'s window.
+    pub async fn go(&self, c: &reqwest::Client, session: &str, url: &str) {
+        let path = format!("/session/{session}/url");
+        let body = serde_json::json!({"url": url});
+        self.call(c, reqwest::Method::POST, &path, Some(body)).await;
+    }
+
     pub async fn session(&self, c: &reqwest::Client) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
         while c.get(format!("{}/status", self.base)).send().await.is_err() {

@@ -23,14 +23,7 @@ async fn the_waiting_page_in_a_real_browser() {
     let driver = Driver::start();
     let session = driver.session(&c).await;
     let at = |p: &str| format!("/session/{session}{p}");
-    driver
-        .call(
-            &c,
-            reqwest::Method::POST,
-            &at("/url"),
-            Some(serde_json::json!({"url": format!("{proxy}/page")})),
-        )
-        .await;
+    driver.go(&c, &session, &format!("{proxy}/page")).await;
     // Position, estimate text and its minutes, as the page shows them.
     let figures = "var p = document.getElementById('position'), e = document.getElementById('eta');\
                    return [p.textContent, e.textContent, e.getAttribute('data-low-minutes'),\
@@ -118,15 +111,7 @@ async fn a_reset_line_in_a_real_browser() {
     let _holder = take_a_slot(&c, &proxy).await;
     let driver = Driver::start();
     let session = driver.session(&c).await;
-    let at = |p: &str| format!("/session/{session}{p}");
-    driver
-        .call(
-            &c,
-            reqwest::Method::POST,
-            &at("/url"),
-            Some(serde_json::json!({"url": format!("{proxy}/page")})),
-        )
-        .await;
+    driver.go(&c, &session, &format!("{proxy}/page")).await;
     let position = "var p = document.getElementById('position'); return p ? p.textContent : null;";
     assert_eq!(driver.execute(&c, &session, position).await, "1");
     // (The browser's own favicon request may have queued too.)
