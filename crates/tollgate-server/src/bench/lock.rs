@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tollgate::{Gate, GateOptions};
 
-use super::{each_worker, micros, percentile_ms, round3, store_for};
+use super::{cpu_seconds, each_worker, micros, percentile_ms, redis_usage, round3, store_for};
 use crate::cli::{BenchArgs, BenchTarget};
 use crate::exit;
 
@@ -34,6 +34,15 @@ struct Report {
     max_concurrent_holders: usize,
     per_worker_min: u64,
     per_worker_max: u64,
+    /// Redis's work per critical section (acquire+release pair), from its
+    /// `INFO` before and after (standalone Redis only; absent otherwise):
+    /// CPU microseconds, script invocations, and the commands they ran
+    /// (plus any sent directly, such as pub/sub).
+    redis_cpu_us_per_op: Option<f64>,
+    redis_scripts_per_op: Option<f64>,
+    redis_calls_per_op: Option<f64>,
+    /// This process's CPU (all workers) per critical section.
+    client_cpu_us_per_op: f64,
 }
 
 struct Worker {
@@ -82,6 +91,11 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
 
     let holders = Arc::new(AtomicUsize::new(0));
     let max_holders = Arc::new(AtomicUsize::new(0));
+    let usage_before = match args.redis.as_deref() {
+        Some(url) => redis_usage(url).await,
+        None => None,
+    };
+    let cpu_before = cpu_seconds();
     let start = Instant::now();
     let end = start + args.seconds;
     let results = each_worker(args.workers, |w| {
@@ -133,7 +147,14 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let client_cpu = cpu_seconds() - cpu_before;
+    let usage_after = match args.redis.as_deref() {
+        Some(url) => redis_usage(url).await,
+        None => None,
+    };
     let n: u64 = workers.iter().map(|w| w.pairs).sum();
+    let per_op = |x: f64| (n > 0).then(|| round3(x / n as f64));
+    let redis = usage_before.zip(usage_after);
     let mut pair_us: Vec<u32> = workers.iter().flat_map(|w| w.pair_us.iter().copied()).collect();
     let mut acquire_us: Vec<u32> = workers
         .iter()
@@ -156,6 +177,16 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         max_concurrent_holders: max_holders.load(Ordering::SeqCst),
         per_worker_min: workers.iter().map(|w| w.pairs).min().unwrap_or(0),
         per_worker_max: workers.iter().map(|w| w.pairs).max().unwrap_or(0),
+        redis_cpu_us_per_op: redis
+            .as_ref()
+            .and_then(|(a, b)| per_op((b.cpu_seconds - a.cpu_seconds) * 1e6)),
+        redis_scripts_per_op: redis
+            .as_ref()
+            .and_then(|(a, b)| per_op(b.scripts.saturating_sub(a.scripts) as f64)),
+        redis_calls_per_op: redis
+            .as_ref()
+            .and_then(|(a, b)| per_op(b.calls.saturating_sub(a.calls) as f64)),
+        client_cpu_us_per_op: per_op(client_cpu * 1e6).unwrap_or(0.0),
     };
     match serde_json::to_string(&report) {
         Ok(line) => {

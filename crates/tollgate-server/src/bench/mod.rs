@@ -118,6 +118,79 @@ fn quantile<T: Copy + PartialOrd>(v: &mut [T], q: f64) -> Option<T> {
     Some(v[((v.len() as f64 - 1.0) * q).round() as usize])
 }
 
+/// Redis's CPU time so far (user + system, seconds), from `INFO cpu`.
+async fn redis_cpu_seconds(url: &str) -> Option<f64> {
+    redis_usage(url).await.map(|u| u.cpu_seconds)
+}
+
+/// What Redis has done so far: its CPU time and its command counts.
+#[derive(Debug, Clone, Default)]
+struct RedisUsage {
+    /// User + system seconds (`INFO cpu`).
+    cpu_seconds: f64,
+    /// Script invocations (`EVALSHA`, `EVAL`, `FCALL` and their `_RO`s).
+    scripts: u64,
+    /// Every other command, those run inside scripts included
+    /// (`INFO commandstats` counts a script's `redis.call`s by name).
+    calls: u64,
+}
+
+/// Redis's [`RedisUsage`] so far, or `None` if it cannot be asked (a
+/// cluster or Sentinel URL: the figures would be one node's).
+async fn redis_usage(url: &str) -> Option<RedisUsage> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    let field = |name: &str| {
+        info.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(':')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    let mut usage = RedisUsage {
+        cpu_seconds: field("used_cpu_user")? + field("used_cpu_sys")?,
+        ..RedisUsage::default()
+    };
+    // cmdstat_evalsha:calls=12,usec=…
+    for line in info.lines() {
+        let Some((name, stats)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+            continue;
+        };
+        let calls = stats
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if ["evalsha", "eval", "fcall", "evalsha_ro", "eval_ro", "fcall_ro"].contains(&name) {
+            usage.scripts += calls;
+        } else if name != "info" {
+            usage.calls += calls;
+        }
+    }
+    Some(usage)
+}
+
+/// This process's CPU time so far (user + system), from /proc.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command (which may hold spaces) in parentheses.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// This machine's clock in Unix ms (the benches' Redis runs beside it).
 fn now_ms() -> u64 {
     std::time::SystemTime::now()

@@ -15,39 +15,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tollgate::{JobQueue, ScheduleSpec, Schedules, When};
 
-use super::{memory_usage, now_ms, quantile, redis_store, round3};
+use super::{cpu_seconds, memory_usage, now_ms, quantile, redis_cpu_seconds, redis_store, round3};
 use crate::cli::BenchArgs;
 use crate::exit;
-
-/// Redis's CPU time so far (user + system, seconds), from `INFO cpu`.
-async fn redis_cpu_seconds(url: &str) -> Option<f64> {
-    let client = redis::Client::open(url).ok()?;
-    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await.ok()?;
-    let field = |name: &str| {
-        info.lines().find_map(|l| {
-            l.strip_prefix(name)?
-                .strip_prefix(':')?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-    };
-    Some(field("used_cpu_user")? + field("used_cpu_sys")?)
-}
-
-/// This process's CPU time so far (user + system), from /proc.
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // Fields after the command (which may hold spaces) in parentheses.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    (ticks(11) + ticks(12)) / 100.0
-}
 
 pub(super) async fn run(args: &BenchArgs) -> i32 {
     match args.fire_for {
