@@ -106,14 +106,7 @@ impl Browser<'_> {
 
     async fn scheme(&self, dark: bool) {
         let value = if dark { "dark" } else { "light" };
-        self.driver
-            .cdp(
-                self.c,
-                &self.session,
-                "Emulation.setEmulatedMedia",
-                json!({"features": [{"name": "prefers-color-scheme", "value": value}]}),
-            )
-            .await;
+        self.driver.color_scheme(self.c, &self.session, value).await;
     }
 
     async fn width(&self, width: u32, height: u32) {

@@ -86,6 +86,13 @@ impl Driver {
         self.call(c, reqwest::Method::POST, &path, Some(body)).await;
     }
 
+    /// Makes `session`'s pages see `prefers-color-scheme: scheme`
+    /// ("light" or "dark").
+    pub async fn color_scheme(&self, c: &reqwest::Client, session: &str, scheme: &str) {
+        let features = serde_json::json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]});
+        self.cdp(c, session, "Emulation.setEmulatedMedia", features).await;
+    }
+
     pub async fn session(&self, c: &reqwest::Client) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
         while c.get(format!("{}/status", self.base)).send().await.is_err() {

@@ -64,14 +64,7 @@ async fn the_waiting_page_in_a_real_browser() {
         .await;
     assert_eq!(mark, 42, "the page reloaded instead of updating in place");
     // The dark color scheme: the page follows it, and passes axe too.
-    driver
-        .cdp(
-            &c,
-            &session,
-            "Emulation.setEmulatedMedia",
-            serde_json::json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
-        )
-        .await;
+    driver.color_scheme(&c, &session, "dark").await;
     let background = "return getComputedStyle(document.body).backgroundColor;";
     assert_eq!(driver.execute(&c, &session, background).await, "rgb(18, 18, 18)");
     axe_check(&driver, &c, &session, &axe, "dark").await;
@@ -134,14 +127,7 @@ async fn a_reset_line_in_a_real_browser() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     axe_check(&driver, &c, &session, &axe, "light").await;
-    driver
-        .cdp(
-            &c,
-            &session,
-            "Emulation.setEmulatedMedia",
-            serde_json::json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
-        )
-        .await;
+    driver.color_scheme(&c, &session, "dark").await;
     axe_check(&driver, &c, &session, &axe, "dark").await;
     driver
         .execute(
