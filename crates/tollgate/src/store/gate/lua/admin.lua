@@ -24,7 +24,7 @@ if ARGV[3] == 'c' then
   -- Until q is read empty, whatever the counters say (W is 0 only when
   -- q surely is).
   local ids = {}
-  if waiting > 0 then ids = redis.call('ZRANGE', KQ, 0, CLEAR_STEP - 1) end
+  if S.waiting > 0 then ids = redis.call('ZRANGE', KQ, 0, CLEAR_STEP - 1) end
   while #ids > 0 do
     local side, labels = {}, {}
     for i, id in ipairs(ids) do
@@ -32,21 +32,21 @@ if ARGV[3] == 'c' then
       labels[i] = 'L:' .. id
     end
     redis.call('HDEL', KP, unpack(side))
-    if Ma > 0 then Ma = Ma - redis.call('HDEL', KP, unpack(labels)) end
+    if S.a > 0 then S.a = S.a - redis.call('HDEL', KP, unpack(labels)) end
     redis.call('ZREMRANGEBYRANK', KQ, 0, #ids - 1)
     dropped = dropped + #ids
     ids = redis.call('ZRANGE', KQ, 0, CLEAR_STEP - 1)
   end
   -- Nobody waits: no multi-permit waiter, no deadline, no sweep under way.
-  waiting, Mn, Mz, MY, MQ, q_fresh = 0, 0, 0, '0', 0, true
+  S.waiting, S.n, S.z, S.Y, S.Q, S.q_fresh = 0, 0, 0, '0', 0, true
   note_side_data()
   redis.call('HSET', KM, 'C', now)
-  wrote_meta = true
+  S.wrote_meta = true
   return done({3, dropped})
 end
 local found
 if ARGV[3] == 'h' then
-  if holders > 0 then
+  if S.holders > 0 then
     for _, id in ipairs(redis.call('ZRANGE', KH, 0, -1)) do
       if string.sub(redis.sha1hex(id), 1, 16) == ARGV[1] then
         found = id
@@ -54,7 +54,7 @@ if ARGV[3] == 'h' then
       end
     end
   end
-elseif waiting > 0 then
+elseif S.waiting > 0 then
   found = redis.call('ZRANGEBYSCORE', KQ, ARGV[1], ARGV[1], 'LIMIT', 0, 1)[1]
 end
 if not found then return done({0}) end

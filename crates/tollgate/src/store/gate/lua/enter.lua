@@ -18,43 +18,43 @@ local label = ARGV[7]
 local function keep_label()
   if label ~= '' then
     redis.call('HSET', KP, 'L:' .. id, label)
-    Ma = Ma + 1
-    p_touched = true
+    S.a = S.a + 1
+    S.p_touched = true
   end
 end
 
-if cap == nil then
+if S.cap == nil then
   if asked == 0 then return done({-3}) end
-  cap = asked
-  redis.call('HSET', KM, 'c', cap)
-elseif asked ~= 0 and asked ~= cap then
-  return done({-1, cap})
+  S.cap = asked
+  redis.call('HSET', KM, 'c', S.cap)
+elseif asked ~= 0 and asked ~= S.cap then
+  return done({-1, S.cap})
 end
-if permits > cap then return done({-2, cap}) end
+if permits > S.cap then return done({-2, S.cap}) end
 
-if waiting == 0 and used() + permits <= cap and may_admit() then
+if S.waiting == 0 and used() + permits <= S.cap and may_admit() then
   admitted()
   local f = next_fence()
   add_holder(id, now + ttl)
   keep_label()
   if permits > 1 then
     redis.call('HSET', KP, 'k:' .. id, permits)
-    p_touched = true
-    Me = Me + permits - 1
+    S.p_touched = true
+    S.e = S.e + permits - 1
   end
   return done({1, f, ttl})
 end
 
-if not queue then return done({3, used(), cap, waiting}) end
+if not queue then return done({3, used(), S.cap, S.waiting}) end
 
-Ms = Ms + 1
-redis.call('ZADD', KQ, Ms, id)
+S.s = S.s + 1
+redis.call('ZADD', KQ, S.s, id)
 set_deadline(id, now + hb)
 keep_label()
 if permits > 1 then
   redis.call('HSET', KP, 'k:' .. id, permits)
-  p_touched = true
-  Mn = Mn + 1
+  S.p_touched = true
+  S.n = S.n + 1
 end
-waiting = waiting + 1
-return done({2, waiting, waiting, eta(waiting)})
+S.waiting = S.waiting + 1
+return done({2, S.waiting, S.waiting, eta(S.waiting)})

@@ -26,8 +26,8 @@ local function record_end()
   -- a reader's cursor (never past Z + 1) skips no later end.
   local score = math.max(now * 1024, (tonumber(redis.call('HGET', KM, 'Z')) or 0) + 1)
   redis.call('ZADD', KR, score, id)
-  r_top = now + K + MARGIN
-  redis.call('PEXPIREAT', KR, r_top)
+  S.r_top = now + K + MARGIN
+  redis.call('PEXPIREAT', KR, S.r_top)
   redis.call('HSET', KM, 'K', K, 'Z', string.format('%d', score))
 end
 
@@ -36,16 +36,16 @@ if expire_one(id) then
   promote()
   return done({0})
 end
-if holders > 0 and redis.call('ZREM', KH, id) == 1 then
-  holders = holders - 1
-  if holders == 0 then h_fresh = true end
+if S.holders > 0 and redis.call('ZREM', KH, id) == 1 then
+  S.holders = S.holders - 1
+  if S.holders == 0 then S.h_fresh = true end
   depart(1)
   forget_holder(id)
   if keep then record_end() end
   promote()
   return done({1})
 end
-if waiting > 0 and drop_ticket(id) then
+if S.waiting > 0 and drop_ticket(id) then
   promote()
   return done({2})
 end

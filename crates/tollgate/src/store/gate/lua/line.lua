@@ -9,14 +9,14 @@
 -- waiter, a number does not.
 local limit = tonumber(ARGV[1])
 local reply = {}
-if waiting > 0 then
+if S.waiting > 0 then
   local first = redis.call('ZRANGE', KQ, 0, limit - 1, 'WITHSCORES')
   for i = 1, #first, 2 do
     local id = first[i]
     local label = ''
-    if Ma > 0 then label = redis.call('HGET', KP, 'L:' .. id) or '' end
+    if S.a > 0 then label = redis.call('HGET', KP, 'L:' .. id) or '' end
     reply[#reply + 1] = tonumber(first[i + 1])
-    reply[#reply + 1] = permits_of(id, Mn > 0)
+    reply[#reply + 1] = permits_of(id, S.n > 0)
     reply[#reply + 1] = label
   end
 end

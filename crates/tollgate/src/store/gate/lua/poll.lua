@@ -12,10 +12,10 @@ if expire_one(id) then
   promote()
   return done({0})
 end
-local expires = holders > 0 and redis.call('ZSCORE', KH, id)
+local expires = S.holders > 0 and redis.call('ZSCORE', KH, id)
 if expires then
   local f = 0
-  if Mo > 0 then f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0 end
+  if S.o > 0 then f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0 end
   if f < 0 then
     redis.call('HSET', KP, 'f:' .. id, -f)
     set_expiry(id, now + ttl)
@@ -24,7 +24,7 @@ if expires then
   return done({1, f, tonumber(expires) - now})
 end
 
-local rank = waiting > 0 and redis.call('ZRANK', KQ, id)
+local rank = S.waiting > 0 and redis.call('ZRANK', KQ, id)
 if not rank then return done({0}) end
 set_deadline(id, now + hb)
-return done({2, rank + 1, waiting, eta(rank + 1)})
+return done({2, rank + 1, S.waiting, eta(rank + 1)})

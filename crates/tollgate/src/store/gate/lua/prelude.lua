@@ -73,20 +73,41 @@
 -- a TTL beyond the last deadline it holds, and m one IDLE beyond theirs.
 -- head.lua (and possibly a fast path) ran before this: KM..KQ, MARGIN,
 -- SMALL, now and raw (the meta fields) are already set.
-local cap = tonumber(raw[1])
-local Mf, Mb, Mx = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0, tonumber(raw[4]) or 0
-local Ms, Me, Mn = tonumber(raw[5]) or 0, tonumber(raw[6]) or 0, tonumber(raw[7]) or 0
-local Mo, MH, MW, Mz = tonumber(raw[8]) or 0, tonumber(raw[9]) or 0, tonumber(raw[10]) or 0, tonumber(raw[11]) or 0
-local MT, MU, MX, MV = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0, tonumber(raw[14]) or 0,
-  tonumber(raw[15]) or 0
--- r is absent (nil) until a first gap between departures was measured.
-local Mr, Ml = tonumber(raw[16]), tonumber(raw[17]) or 0
--- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
-local Ma = tonumber(raw[18]) or 0
--- The stale-ticket sweep of a long line: cursor ('0' or absent: none under
--- way) and the earliest deadline seen in the pass so far.
-local MY, MQ = raw[22] or '0', tonumber(raw[23]) or 0
-local was_Y, was_Q = MY, MQ
+--
+-- The call's state lives in the table S and the helpers in F, so each
+-- helper captures two upvalues, not the dozens of locals it uses: Lua
+-- builds every closure afresh on each call, and capturing many locals
+-- made that set-up the largest part of a general path's cost.
+local S, F = {
+  now = now, KM = KM, KH = KH, KP = KP, KQ = KQ, KR = KR,
+  cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, b = tonumber(raw[3]) or 0, x = tonumber(raw[4]) or 0,
+  s = tonumber(raw[5]) or 0, e = tonumber(raw[6]) or 0, n = tonumber(raw[7]) or 0, o = tonumber(raw[8]) or 0,
+  H = tonumber(raw[9]) or 0, W = tonumber(raw[10]) or 0, z = tonumber(raw[11]) or 0,
+  T = tonumber(raw[12]) or 0, U = tonumber(raw[13]) or 0, X = tonumber(raw[14]) or 0, V = tonumber(raw[15]) or 0,
+  -- r is absent (nil) until a first gap between departures was measured.
+  r = tonumber(raw[16]), l = tonumber(raw[17]) or 0,
+  -- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
+  a = tonumber(raw[18]) or 0,
+  -- Admission control (written by set_admission.lua, A also here).
+  P = tonumber(raw[19]) or 0, R = tonumber(raw[20]) or 0, A = tonumber(raw[21]) or 0,
+  -- The stale-ticket sweep of a long line: cursor ('0' or absent: none
+  -- under way) and the earliest deadline seen in the pass so far.
+  Y = raw[22] or '0', Q = tonumber(raw[23]) or 0,
+  -- Latest expiry written to h / deadline written to p by this call (0:
+  -- none), and whether those keys may lack a TTL (empty before, or
+  -- emptied since).
+  h_top = 0, w_top = 0, p_touched = false, h_fresh = true, q_fresh = true, p_fresh = true,
+  -- The expiry set on r by this call (an end), 0: none; and whether the
+  -- body wrote m itself (settings): with any change to m, that makes this
+  -- call activity, which keeps m IDLE past now too. Reads are not activity.
+  r_top = 0, wrote_meta = false,
+  holders = 0, waiting = 0,
+}, {}
+-- The meta fields as read, to write back only what changed.
+local was = {
+  f = S.f, b = S.b, x = S.x, s = S.s, e = S.e, n = S.n, o = S.o, H = S.H, W = S.W, z = S.z, T = S.T,
+  U = S.U, X = S.X, V = S.V, r = S.r, l = S.l, a = S.a, A = S.A, Y = S.Y, Q = S.Q,
+}
 local SWEEP_ALL, SWEEP_STEP = 512, 256
 -- At most this many ended leases are removed per call, the earliest
 -- first: a gate where a huge number ended at once sheds them over several
@@ -95,130 +116,114 @@ local SWEEP_ALL, SWEEP_STEP = 512, 256
 -- as held (its permits are not granted again), which is safe, and
 -- expire_one keeps it from being renewed, released or picked up.
 local EXPIRE_STEP = 1000
--- Admission control (written by set_admission.lua, A also here).
-local MP, MR, MA = tonumber(raw[19]) or 0, tonumber(raw[20]) or 0, tonumber(raw[21]) or 0
-local was_A = MA
-local was_f, was_b, was_x, was_s, was_e, was_n, was_o, was_H, was_W, was_z, was_T, was_U, was_X, was_V =
-  Mf, Mb, Mx, Ms, Me, Mn, Mo, MH, MW, Mz, MT, MU, MX, MV
-local was_r, was_l, was_a = Mr, Ml, Ma
 
--- Latest expiry written to h / deadline written to p by this call (0: none),
--- and whether those keys may lack a TTL (empty before, or emptied since).
-local h_top, w_top, p_touched = 0, 0, false
--- The expiry set on r by this call (an end), 0: none; and whether the
--- body wrote m itself (settings): with any change to m, that makes this
--- call activity, which keeps m IDLE past now too. Reads are not activity.
-local r_top, wrote_meta = 0, false
-local h_fresh, q_fresh, p_fresh = true, true, true
-local holders, waiting = 0, 0
-
-local function next_fence()
+function F.next_fence()
   -- Fences start from the clock, so they keep growing even if Redis loses
   -- the meta hash (a restart without persistence), as long as time does.
   -- The same rule as GateState::grant in src/store/gate/memory.rs.
-  if Mf == 0 then
-    Mf = now * 1000
-    Mb = Mf
+  if S.f == 0 then
+    S.f = S.now * 1000
+    S.b = S.f
   end
-  Mf = Mf + 1
-  return Mf
+  S.f = S.f + 1
+  return S.f
 end
 
 -- Records `n` departures now, for the estimated wait (as GateState::depart
 -- in src/store/gate/memory.rs).
-local function depart(n)
+function F.depart(n)
   for _ = 1, n do
-    if Ml > 0 then
-      local gap = now - Ml
-      if Mr == nil then Mr = gap else Mr = math.floor(Mr * 0.8 + gap * 0.2 + 0.5) end
+    if S.l > 0 then
+      local gap = S.now - S.l
+      if S.r == nil then S.r = gap else S.r = math.floor(S.r * 0.8 + gap * 0.2 + 0.5) end
     end
-    Ml = now
+    S.l = S.now
   end
 end
 
 -- A waiter's estimated wait, -1 until two departures have been seen (as
 -- GateState::eta in src/store/gate/memory.rs).
-local function eta(position)
-  if Mr == nil then return -1 end
-  return position * Mr
+function F.eta(position)
+  if S.r == nil then return -1 end
+  return position * S.r
 end
 
-local function used()
-  return holders + Me
+function F.used()
+  return S.holders + S.e
 end
 
-local function permits_of(id, any_multi)
+function F.permits_of(id, any_multi)
   if not any_multi then return 1 end
-  return tonumber(redis.call('HGET', KP, 'k:' .. id)) or 1
+  return tonumber(redis.call('HGET', S.KP, 'k:' .. id)) or 1
 end
 
 -- p holds side data only while someone waits, holds several permits or
 -- holds a hand-off; once none does, Redis has deleted it (and its TTL).
-local function note_side_data()
-  if waiting == 0 and Me == 0 and Mo == 0 and Ma == 0 then p_fresh = true end
+function F.note_side_data()
+  if S.waiting == 0 and S.e == 0 and S.o == 0 and S.a == 0 then S.p_fresh = true end
 end
 
 -- Forgets the label of a departed holder or ticket.
-local function forget_label(id)
-  if Ma > 0 and redis.call('HDEL', KP, 'L:' .. id) == 1 then Ma = Ma - 1 end
+function F.forget_label(id)
+  if S.a > 0 and redis.call('HDEL', S.KP, 'L:' .. id) == 1 then S.a = S.a - 1 end
 end
 
 -- Forgets a departed holder's side data.
-local function forget_holder(id)
-  if Me > 0 then
-    Me = Me - (permits_of(id, true) - 1)
-    redis.call('HDEL', KP, 'k:' .. id)
+function F.forget_holder(id)
+  if S.e > 0 then
+    S.e = S.e - (F.permits_of(id, true) - 1)
+    redis.call('HDEL', S.KP, 'k:' .. id)
   end
-  if Mo > 0 and redis.call('HDEL', KP, 'f:' .. id) == 1 then
-    Mo = Mo - 1
+  if S.o > 0 and redis.call('HDEL', S.KP, 'f:' .. id) == 1 then
+    S.o = S.o - 1
   end
-  forget_label(id)
-  note_side_data()
+  F.forget_label(id)
+  F.note_side_data()
 end
 
-local function drop_ticket(id)
-  if redis.call('ZREM', KQ, id) == 0 then return false end
-  if redis.call('HDEL', KP, 'd:' .. id, 'k:' .. id) == 2 then Mn = Mn - 1 end
-  forget_label(id)
-  waiting = waiting - 1
-  if waiting == 0 then q_fresh = true end
-  note_side_data()
+function F.drop_ticket(id)
+  if redis.call('ZREM', S.KQ, id) == 0 then return false end
+  if redis.call('HDEL', S.KP, 'd:' .. id, 'k:' .. id) == 2 then S.n = S.n - 1 end
+  F.forget_label(id)
+  S.waiting = S.waiting - 1
+  if S.waiting == 0 then S.q_fresh = true end
+  F.note_side_data()
   return true
 end
 
 -- Moves a held lease's end (renewal, or a waiter picking up a hand-off,
 -- which may shorten it). X must stay a lower bound of every lease's end.
-local function set_expiry(id, expires)
-  redis.call('ZADD', KH, 'XX', expires, id)
-  if expires > h_top then h_top = expires end
-  if MX == 0 or expires < MX then MX = expires end
+function F.set_expiry(id, expires)
+  redis.call('ZADD', S.KH, 'XX', expires, id)
+  if expires > S.h_top then S.h_top = expires end
+  if S.X == 0 or expires < S.X then S.X = expires end
 end
 
-local function add_holder(id, expires)
-  redis.call('ZADD', KH, expires, id)
-  holders = holders + 1
-  if expires > h_top then h_top = expires end
-  if MX == 0 or expires < MX then MX = expires end
+function F.add_holder(id, expires)
+  redis.call('ZADD', S.KH, expires, id)
+  S.holders = S.holders + 1
+  if expires > S.h_top then S.h_top = expires end
+  if S.X == 0 or expires < S.X then S.X = expires end
 end
 
-local function set_deadline(id, deadline)
-  redis.call('HSET', KP, 'd:' .. id, deadline)
-  if Mz == 0 or deadline < Mz then Mz = deadline end
+function F.set_deadline(id, deadline)
+  redis.call('HSET', S.KP, 'd:' .. id, deadline)
+  if S.z == 0 or deadline < S.z then S.z = deadline end
   -- A pass under way may not reach this field: count it in the pass.
-  if MY ~= '0' and (MQ == 0 or deadline < MQ) then MQ = deadline end
-  if deadline > w_top then w_top = deadline end
+  if S.Y ~= '0' and (S.Q == 0 or deadline < S.Q) then S.Q = deadline end
+  if deadline > S.w_top then S.w_top = deadline end
 end
 
 -- Drops the tickets in `all` (field, value, ...) whose deadline passed;
 -- returns the earliest deadline left among them (0: none).
-local function drop_stale(all)
+function F.drop_stale(all)
   local earliest = 0
   for i = 1, #all, 2 do
     local field = all[i]
     if string.sub(field, 1, 2) == 'd:' then
       local d = tonumber(all[i + 1])
-      if d <= now then
-        drop_ticket(string.sub(field, 3))
+      if d <= S.now then
+        F.drop_ticket(string.sub(field, 3))
       elseif earliest == 0 or d < earliest then
         earliest = d
       end
@@ -229,162 +234,162 @@ end
 
 -- Drops tickets whose deadline passed, and learns the earliest left: all
 -- at once for a short line, one bounded step of a pass for a long one.
-local function sweep()
-  if waiting <= SWEEP_ALL and MY == '0' then
-    Mz = drop_stale(redis.call('HGETALL', KP))
+function F.sweep()
+  if S.waiting <= SWEEP_ALL and S.Y == '0' then
+    S.z = F.drop_stale(redis.call('HGETALL', S.KP))
     return
   end
-  local step = redis.call('HSCAN', KP, MY, 'COUNT', SWEEP_STEP)
-  local earliest = drop_stale(step[2])
-  if earliest > 0 and (MQ == 0 or earliest < MQ) then MQ = earliest end
-  MY = step[1]
-  if MY == '0' then
+  local step = redis.call('HSCAN', S.KP, S.Y, 'COUNT', SWEEP_STEP)
+  local earliest = F.drop_stale(step[2])
+  if earliest > 0 and (S.Q == 0 or earliest < S.Q) then S.Q = earliest end
+  S.Y = step[1]
+  if S.Y == '0' then
     -- The pass is over: every deadline still in p is at least MQ.
-    Mz, MQ = MQ, 0
+    S.z, S.Q = S.Q, 0
   end
 end
 
-local function expire()
+function F.expire()
   -- H is exact while h exists, and no lease ends before X: until then
   -- there is nothing to expire and h need not be read. (h can only have
   -- expired whole after its last lease ended, which X <= now reveals.)
-  if MH > 0 and MX > now then
-    holders = MH
-    h_fresh = false
-  elseif MH > 0 then
+  if S.H > 0 and S.X > S.now then
+    S.holders = S.H
+    S.h_fresh = false
+  elseif S.H > 0 then
     local ended = {}
     local earliest = 0
-    if MH <= SMALL then
-      local all = redis.call('ZRANGE', KH, 0, -1, 'WITHSCORES')
+    if S.H <= SMALL then
+      local all = redis.call('ZRANGE', S.KH, 0, -1, 'WITHSCORES')
       for i = 1, #all, 2 do
         local expires = tonumber(all[i + 1])
-        if expires <= now then
+        if expires <= S.now then
           ended[#ended + 1] = all[i]
         elseif earliest == 0 or expires < earliest then
           earliest = expires
         end
       end
-      holders = #all / 2
+      S.holders = #all / 2
     else
-      local due = redis.call('ZRANGEBYSCORE', KH, '-inf', now, 'WITHSCORES', 'LIMIT', 0, EXPIRE_STEP + 1)
+      local due = redis.call('ZRANGEBYSCORE', S.KH, '-inf', S.now, 'WITHSCORES', 'LIMIT', 0, EXPIRE_STEP + 1)
       for i = 1, math.min(#due, 2 * EXPIRE_STEP), 2 do ended[#ended + 1] = due[i] end
-      holders = redis.call('ZCARD', KH)
+      S.holders = redis.call('ZCARD', S.KH)
       if #due > 2 * EXPIRE_STEP then
         -- More ended than one call removes: the rest from this one on.
         earliest = tonumber(due[#due])
       else
-        local first = redis.call('ZRANGEBYSCORE', KH, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        local first = redis.call('ZRANGEBYSCORE', S.KH, '(' .. S.now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
         if first[2] then earliest = tonumber(first[2]) end
       end
     end
-    MX = earliest
-    if holders > 0 then h_fresh = false end
+    S.X = earliest
+    if S.holders > 0 then S.h_fresh = false end
     if #ended > 0 then
       for _, id in ipairs(ended) do
-        redis.call('ZREM', KH, id)
-        forget_holder(id)
+        redis.call('ZREM', S.KH, id)
+        F.forget_holder(id)
       end
-      holders = holders - #ended
-      if holders == 0 then h_fresh = true end
-      Mx = Mx + #ended
-      depart(#ended)
+      S.holders = S.holders - #ended
+      if S.holders == 0 then S.h_fresh = true end
+      S.x = S.x + #ended
+      F.depart(#ended)
     end
   end
-  if holders == 0 then
+  if S.holders == 0 then
     -- Nothing holds: side counters left by a key that expired whole are stale.
-    Me, Mo, MX = 0, 0, 0
+    S.e, S.o, S.X = 0, 0, 0
   end
-  if MW > 0 then
+  if S.W > 0 then
     -- W is exact while q exists; q can only have expired whole once every
     -- deadline in it passed, which z <= now reveals, so count only then.
-    waiting = MW
-    if Mz <= now then
-      waiting = redis.call('ZCARD', KQ)
-      if waiting > 0 then sweep() end
+    S.waiting = S.W
+    if S.z <= S.now then
+      S.waiting = redis.call('ZCARD', S.KQ)
+      if S.waiting > 0 then F.sweep() end
     end
-    q_fresh = waiting == 0
+    S.q_fresh = S.waiting == 0
   end
-  if waiting == 0 then Mn, Mz, MY, MQ = 0, 0, '0', 0 end
+  if S.waiting == 0 then S.n, S.z, S.Y, S.Q = 0, 0, '0', 0 end
   -- Nobody holds or waits: a label count left by keys that expired is stale.
-  if holders == 0 and waiting == 0 then Ma = 0 end
-  p_fresh = waiting == 0 and Me == 0 and Mo == 0 and Ma == 0
+  if S.holders == 0 and S.waiting == 0 then S.a = 0 end
+  S.p_fresh = S.waiting == 0 and S.e == 0 and S.o == 0 and S.a == 0
 end
 
 -- Removes holder `id` if its lease has ended (an expiry not swept yet:
 -- see EXPIRE_STEP); returns whether it did. Operations on one lease call
 -- this first, so such a lease is gone for them.
-local function expire_one(id)
-  local expires = holders > 0 and redis.call('ZSCORE', KH, id)
-  if not expires or tonumber(expires) > now then return false end
-  redis.call('ZREM', KH, id)
-  holders = holders - 1
-  if holders == 0 then h_fresh = true end
-  forget_holder(id)
-  Mx = Mx + 1
-  depart(1)
+function F.expire_one(id)
+  local expires = S.holders > 0 and redis.call('ZSCORE', S.KH, id)
+  if not expires or tonumber(expires) > S.now then return false end
+  redis.call('ZREM', S.KH, id)
+  S.holders = S.holders - 1
+  if S.holders == 0 then S.h_fresh = true end
+  F.forget_holder(id)
+  S.x = S.x + 1
+  F.depart(1)
   return true
 end
 
 -- Grants free permits to the head of the line while the head fits.
 -- Whether admission control lets one more in now, and spending it.
-local function may_admit()
-  return MP ~= 1 and (MR == 0 or MA <= now)
+function F.may_admit()
+  return S.P ~= 1 and (S.R == 0 or S.A <= S.now)
 end
-local function admitted()
-  if MR > 0 then MA = math.max(MA, now) + MR end
+function F.admitted()
+  if S.R > 0 then S.A = math.max(S.A, S.now) + S.R end
 end
 
-local function promote()
-  if cap == nil or waiting == 0 then return end
+function F.promote()
+  if S.cap == nil or S.waiting == 0 then return end
   local handed = {}
-  while waiting > 0 do
+  while S.waiting > 0 do
     -- With only single-permit tickets in line, a full gate needs no look,
     -- and a gate with room takes the head off the line in one call.
     local head, k, popped
-    if Mn == 0 then
-      if used() >= cap or not may_admit() then break end
-      head, k, popped = redis.call('ZPOPMIN', KQ)[1], 1, true
+    if S.n == 0 then
+      if F.used() >= S.cap or not F.may_admit() then break end
+      head, k, popped = redis.call('ZPOPMIN', S.KQ)[1], 1, true
     else
-      head = redis.call('ZRANGE', KQ, 0, 0)[1]
-      if head then k = permits_of(head, true) end
+      head = redis.call('ZRANGE', S.KQ, 0, 0)[1]
+      if head then k = F.permits_of(head, true) end
     end
     if not head then break end
-    if k > cap then
+    if k > S.cap then
       -- Capacity was lowered below what this ticket needs: it can never be
       -- served and must not block the line behind it.
-      drop_ticket(head)
-    elseif used() + k > cap or not may_admit() then
+      F.drop_ticket(head)
+    elseif F.used() + k > S.cap or not F.may_admit() then
       break
     else
-      admitted()
+      F.admitted()
       -- The hand-off lives only until the waiter's heartbeat deadline: a
       -- vanished waiter gives it back within its grace, not a whole TTL.
-      local deadline = tonumber(redis.call('HGET', KP, 'd:' .. head)) or now
-      if not popped then redis.call('ZREM', KQ, head) end
-      waiting = waiting - 1
-      if waiting == 0 then q_fresh = true end
+      local deadline = tonumber(redis.call('HGET', S.KP, 'd:' .. head)) or S.now
+      if not popped then redis.call('ZREM', S.KQ, head) end
+      S.waiting = S.waiting - 1
+      if S.waiting == 0 then S.q_fresh = true end
       if k > 1 then
-        Mn = Mn - 1
-        Me = Me + k - 1
+        S.n = S.n - 1
+        S.e = S.e + k - 1
       end
-      local f = next_fence()
-      add_holder(head, deadline)
-      redis.call('HDEL', KP, 'd:' .. head)
-      redis.call('HSET', KP, 'f:' .. head, -f)
-      p_touched = true
-      Mo = Mo + 1
+      local f = F.next_fence()
+      F.add_holder(head, deadline)
+      redis.call('HDEL', S.KP, 'd:' .. head)
+      redis.call('HSET', S.KP, 'f:' .. head, -f)
+      S.p_touched = true
+      S.o = S.o + 1
       handed[#handed + 1] = head .. ':' .. string.format('%d', f)
     end
   end
   if #handed > 0 then
-    redis.call('PUBLISH', string.sub(KM, 1, -2) .. 'n', table.concat(handed, ' '))
+    redis.call('PUBLISH', string.sub(S.KM, 1, -2) .. 'n', table.concat(handed, ' '))
   end
 end
 
 -- Makes a key live past `at` + MARGIN. A key that may lack a TTL gets one
 -- outright; otherwise it is extended (by a CHUNK more than needed) only if
 -- its TTL, remembered in `marker`, falls short. Returns the new marker.
-local function keep_until(key, at, fresh, marker)
+function F.keep_until(key, at, fresh, marker)
   if fresh then
     redis.call('PEXPIREAT', key, at + MARGIN + CHUNK)
     return at + MARGIN + CHUNK
@@ -394,14 +399,14 @@ local function keep_until(key, at, fresh, marker)
   return at + MARGIN + CHUNK
 end
 
-local function finish()
-  if h_top > 0 then MT = keep_until(KH, h_top, h_fresh, MT) end
-  if w_top > 0 then MU = keep_until(KQ, w_top, q_fresh, MU) end
+function F.finish()
+  if S.h_top > 0 then S.T = F.keep_until(S.KH, S.h_top, S.h_fresh, S.T) end
+  if S.w_top > 0 then S.U = F.keep_until(S.KQ, S.w_top, S.q_fresh, S.U) end
   -- Side data lives as long as the longest of holders and line.
-  if p_touched or w_top > 0 or (Me + Mo + Ma > 0 and h_top > 0) then
-    MV = keep_until(KP, math.max(h_top, w_top, now), p_fresh, MV)
+  if S.p_touched or S.w_top > 0 or (S.e + S.o + S.a > 0 and S.h_top > 0) then
+    S.V = F.keep_until(S.KP, math.max(S.h_top, S.w_top, S.now), S.p_fresh, S.V)
   end
-  MH, MW = holders, waiting
+  S.H, S.W = S.holders, S.waiting
   local changed, k = {}, 0
   local function put(name, v, was_v)
     if v ~= nil and v ~= was_v then
@@ -409,18 +414,18 @@ local function finish()
       k = k + 2
     end
   end
-  put('f', Mf, was_f) put('b', Mb, was_b) put('x', Mx, was_x) put('s', Ms, was_s)
-  put('e', Me, was_e) put('n', Mn, was_n) put('o', Mo, was_o) put('H', MH, was_H)
-  put('W', MW, was_W) put('z', Mz, was_z) put('T', MT, was_T) put('U', MU, was_U)
-  if holders == 0 then MX = 0 end
-  put('X', MX, was_X) put('V', MV, was_V) put('r', Mr, was_r) put('l', Ml, was_l) put('a', Ma, was_a)
-  put('A', MA, was_A) put('Y', MY, was_Y) put('Q', MQ, was_Q)
+  put('f', S.f, was.f) put('b', S.b, was.b) put('x', S.x, was.x) put('s', S.s, was.s)
+  put('e', S.e, was.e) put('n', S.n, was.n) put('o', S.o, was.o) put('H', S.H, was.H)
+  put('W', S.W, was.W) put('z', S.z, was.z) put('T', S.T, was.T) put('U', S.U, was.U)
+  if S.holders == 0 then S.X = 0 end
+  put('X', S.X, was.X) put('V', S.V, was.V) put('r', S.r, was.r) put('l', S.l, was.l) put('a', S.a, was.a)
+  put('A', S.A, was.A) put('Y', S.Y, was.Y) put('Q', S.Q, was.Q)
   -- State created by this call (m written for the first time, here or by
   -- the operation's body) gets its epoch. EXISTS costs a call only while
   -- m has no epoch: a gate that has no state, or state from before epochs.
   -- (HMGET answers false, not nil, for a field that is not there.)
   local exists = raw[24] ~= false
-  if not exists and (k > 0 or redis.call('EXISTS', KM) == 1) then
+  if not exists and (k > 0 or redis.call('EXISTS', S.KM) == 1) then
     changed[k + 1], changed[k + 2] = 'E', new_epoch()
     k = k + 2
     exists = true
@@ -428,21 +433,28 @@ local function finish()
   -- m lives IDLE past every deadline, and past this call if it changed
   -- something (only if m exists: a read of a gate without state must not
   -- create it).
-  local last = math.max(MT, MU, MV, MA, r_top)
-  if k > 0 or wrote_meta then last = math.max(last, now) end
+  local last = math.max(S.T, S.U, S.V, S.A, S.r_top)
+  if k > 0 or S.wrote_meta then last = math.max(last, S.now) end
   local meta_until = exists and meta_expiry(last)
   if meta_until then
     changed[k + 1], changed[k + 2] = 'G', meta_until
     k = k + 2
   end
-  if k > 0 then redis.call('HSET', KM, unpack(changed)) end
-  if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
+  if k > 0 then redis.call('HSET', S.KM, unpack(changed)) end
+  if meta_until then redis.call('PEXPIREAT', S.KM, meta_until) end
 end
 
-local function done(reply)
-  finish()
+function F.done(reply)
+  F.finish()
   return reply
 end
 
-expire()
-promote()
+F.expire()
+F.promote()
+
+-- The helpers the operation's body calls (plain locals of the main chunk:
+-- no closure captures them).
+local done, promote, next_fence, add_holder, set_expiry, set_deadline, eta, used, may_admit, admitted,
+  expire_one, depart, forget_holder, drop_ticket, permits_of, note_side_data =
+  F.done, F.promote, F.next_fence, F.add_holder, F.set_expiry, F.set_deadline, F.eta, F.used, F.may_admit,
+  F.admitted, F.expire_one, F.depart, F.forget_holder, F.drop_ticket, F.permits_of, F.note_side_data

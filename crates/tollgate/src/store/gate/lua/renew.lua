@@ -10,9 +10,9 @@ if expire_one(id) then
   promote()
   return done({0})
 end
-if holders == 0 or not redis.call('ZSCORE', KH, id) then return done({0}) end
+if S.holders == 0 or not redis.call('ZSCORE', KH, id) then return done({0}) end
 set_expiry(id, now + ttl)
-if Mo > 0 then
+if S.o > 0 then
   local f = tonumber(redis.call('HGET', KP, 'f:' .. id))
   if f and f < 0 then redis.call('HSET', KP, 'f:' .. id, -f) end
 end

@@ -5,22 +5,22 @@
 --       admissions ('0' for none, '' to leave it)
 -- Reply: {1}
 if ARGV[1] == '1' then
-  MP = 1
+  S.P = 1
   redis.call('HSET', KM, 'P', 1)
 elseif ARGV[1] == '0' then
-  MP = 0
+  S.P = 0
   redis.call('HDEL', KM, 'P')
 end
 if ARGV[2] ~= '' then
-  MR = tonumber(ARGV[2])
-  if MR > 0 then
-    redis.call('HSET', KM, 'R', MR)
+  S.R = tonumber(ARGV[2])
+  if S.R > 0 then
+    redis.call('HSET', KM, 'R', S.R)
   else
-    MA = 0
+    S.A = 0
     redis.call('HDEL', KM, 'R', 'A')
-    was_A = 0
+    was.A = 0
   end
 end
-wrote_meta = true
+S.wrote_meta = true
 promote()
 return done({1})

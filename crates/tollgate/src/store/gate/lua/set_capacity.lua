@@ -2,8 +2,8 @@
 -- ARGV: 1 capacity
 -- Reply: {1}
 -- Invariant: lowering never evicts a holder; raising admits the line at once.
-cap = tonumber(ARGV[1])
-redis.call('HSET', KM, 'c', cap)
-wrote_meta = true
+S.cap = tonumber(ARGV[1])
+redis.call('HSET', KM, 'c', S.cap)
+S.wrote_meta = true
 promote()
 return done({1})

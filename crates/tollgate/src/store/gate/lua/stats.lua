@@ -4,4 +4,4 @@
 --         paused (1/0), least ms between admissions (0: none), the last
 --         reset of the line (ms, server time; 0: none)}
 local reset = tonumber(redis.call('HGET', KM, 'C')) or 0
-return done({cap or -1, used(), holders, waiting, Mf - Mb, Mx, Mf, MP, MR, reset})
+return done({S.cap or -1, used(), S.holders, S.waiting, S.f - S.b, S.x, S.f, S.P, S.R, reset})
