@@ -431,19 +431,33 @@ async fn an_idle_gate_keeps_one_small_key() {
 async fn keys_of_a_crashed_holder_expire_by_themselves() {
     let server = RedisServer::start();
     let store = Store::redis(&server.url()).await.expect("connect");
+    // A gate of up to 8 keeps its holders inline in the meta hash; a
+    // larger one in a sorted set (h).
+    crashed_holders_leave(&server, &store, 1, &["m", "p", "q"]).await;
+    crashed_holders_leave(&server, &store, 9, &["h", "m", "p", "q"]).await;
+}
+
+async fn crashed_holders_leave(server: &RedisServer, store: &Store, capacity: u32, expected: &[&str]) {
     let options = GateOptions {
         ttl: Duration::from_millis(200),
         heartbeat: Duration::from_millis(200),
         ..GateOptions::default()
     };
-    let gate = Gate::new(&store, "crash", Some(1), options).expect("gate");
+    let name = format!("crash{capacity}");
+    let gate = Gate::new(store, &name, Some(capacity), options).expect("gate");
     // Holders and waiters that vanish: enter, never come back.
-    gate.enter(1, false).await.expect("enter");
+    for _ in 0..capacity {
+        gate.enter(1, false).await.expect("enter");
+    }
     gate.enter(1, true).await.expect("queue");
     gate.enter(1, true).await.expect("queue");
-    let mut names = keys(&server);
+    let mut names = keys(server);
     names.sort();
-    assert_eq!(names.len(), 4, "{names:?}");
+    let want: Vec<String> = expected
+        .iter()
+        .map(|k| format!("tollgate:gate:{{{name}}}:{k}"))
+        .collect();
+    assert_eq!(names, want);
     // Every key but the meta hash carries a TTL past its last deadline
     // (200 ms) by at most a margin and a chunk (1 s + 10 s), and the meta
     // hash the idle period (10 min) past theirs, so a gate whose users all
@@ -465,8 +479,9 @@ async fn keys_of_a_crashed_holder_expire_by_themselves() {
     // Long before that, the next operation sees through the leftovers.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let s = gate.stats().await.expect("stats");
-    assert_eq!((s.holders, s.waiting, s.expiries), (0, 0, 1));
-    assert_eq!(keys(&server), vec!["tollgate:gate:{crash}:m".to_owned()]);
+    assert_eq!((s.holders, s.waiting, s.expiries), (0, 0, u64::from(capacity)));
+    assert_eq!(keys(server), vec![format!("tollgate:gate:{{{name}}}:m")]);
+    server.command(&["DEL", &format!("tollgate:gate:{{{name}}}:m")]);
 }
 
 fn memory_usage(server: &RedisServer, key: &str) -> i64 {

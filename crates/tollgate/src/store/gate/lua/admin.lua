@@ -46,12 +46,10 @@ if ARGV[3] == 'c' then
 end
 local found
 if ARGV[3] == 'h' then
-  if S.holders > 0 then
-    for _, id in ipairs(redis.call('ZRANGE', KH, 0, -1)) do
-      if string.sub(redis.sha1hex(id), 1, 16) == ARGV[1] then
-        found = id
-        break
-      end
+  for _, x in ipairs(F.holder_list(S.holders)) do
+    if string.sub(redis.sha1hex(x[1]), 1, 16) == ARGV[1] then
+      found = x[1]
+      break
     end
   end
 elseif S.waiting > 0 then

@@ -35,13 +35,8 @@ if permits > S.cap then return done({-2, S.cap}) end
 if S.waiting == 0 and used() + permits <= S.cap and may_admit() then
   admitted()
   local f = next_fence()
-  add_holder(id, now + ttl)
+  add_holder(id, now + ttl, 0, permits)
   keep_label()
-  if permits > 1 then
-    redis.call('HSET', KP, 'k:' .. id, permits)
-    S.p_touched = true
-    S.e = S.e + permits - 1
-  end
   return done({1, f, ttl})
 end
 

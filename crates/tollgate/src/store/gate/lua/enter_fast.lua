@@ -1,30 +1,78 @@
--- enter_fast.lua: an idle gate (no holder, nobody in line, no side data,
--- no admission control) with a known capacity grants one unlabelled
--- permit without the general path: five
--- Redis calls in all, and none of the prelude's set-up.
--- ARGV as enter.lua. Reply: {1, fence, ttl_ms}, or falls through.
+-- enter_fast.lua: a gate whose holders are inline (capacity up to INLINE)
+-- with no admission control, no labels, no multi-permit waiter and no
+-- stale ticket due to be swept grants a plain request, or queues a
+-- single-permit one, without the general path: TIME, the head's read and
+-- one write of m (plus ZADD q and HSET p when queueing).
+-- ARGV as enter.lua. Reply as enter.lua, or falls through.
 -- Invariant: identical outcome to enter.lua for the same state.
-if (tonumber(raw[9]) or 0) == 0 and (tonumber(raw[10]) or 0) == 0
-  and (tonumber(raw[6]) or 0) == 0 and (tonumber(raw[8]) or 0) == 0 and not raw[19] and not raw[20] then
-  local permits, asked, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-  local stored = tonumber(raw[1])
-  if permits == 1 and ARGV[7] == '' and (stored == nil and asked > 0 or stored ~= nil and (asked == 0 or asked == stored)) then
-    local f, b = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0
+local fast_c, fast_asked = tonumber(raw[1]), tonumber(ARGV[3])
+local fast_cap = fast_c or fast_asked
+if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fast_cap) and ARGV[7] == ''
+  and (tonumber(raw[4]) or 0) == 0 and (tonumber(raw[9]) or 0) == 0 and (tonumber(raw[8]) or 0) == 0
+  and not raw[10] and not raw[11] and (not raw[18] or raw[18] == '0') then
+  local permits, ttl = tonumber(ARGV[2]), tonumber(ARGV[4])
+  local held = inline_holders(raw[3])
+  local used, live = 0, true
+  for _, x in ipairs(held) do
+    used = used + x[4]
+    if x[2] <= now then live = false end
+  end
+  local waiting = tonumber(raw[5]) or 0
+  if live and permits <= fast_cap and waiting == 0 and used + permits <= fast_cap then
+    local f = tonumber(raw[2]) or 0
+    local fields = {}
     if f == 0 then
+      -- As next_fence() in the prelude.
       f = now * 1000
-      b = f
+      fields = {'b', f}
     end
     f = f + 1
-    redis.call('ZADD', KH, now + ttl, ARGV[1])
-    local expiry = now + ttl + MARGIN + CHUNK
-    local fields = {'c', stored or asked, 'f', f, 'b', b, 'H', 1, 'T', expiry, 'X', now + ttl}
+    held[#held + 1] = {ARGV[1], now + ttl, 0, permits}
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'h', inline_text(held), 'f', f
+    if not fast_c then fields[#fields + 1], fields[#fields + 2] = 'c', fast_asked end
     -- The gate's state is created here (or predates epochs): give it one.
-    if not raw[24] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
-    local meta_until = meta_expiry(expiry)
+    if not raw[16] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
+    local meta_until = meta_expiry(now + ttl)
     if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
     redis.call('HSET', KM, unpack(fields))
     if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
-    redis.call('PEXPIREAT', KH, expiry)
     return {1, f, ttl}
+  end
+  local z = tonumber(raw[7]) or 0
+  if live and ARGV[6] == '1' and permits == 1 and used >= fast_cap and (z == 0 or z > now) then
+    -- Full: into the line (as enter.lua's queueing and set_deadline()).
+    local s, deadline = (tonumber(raw[6]) or 0) + 1, now + tonumber(ARGV[5])
+    redis.call('ZADD', KQ, s, ARGV[1])
+    redis.call('HSET', KP, 'd:' .. ARGV[1], deadline)
+    local fields = {'s', s, 'W', waiting + 1}
+    if z == 0 or deadline < z then fields[5], fields[6] = 'z', deadline end
+    -- q and p live past every deadline in them (as keep_until() in the
+    -- prelude); with nobody waiting before, they may lack a TTL (inline
+    -- holders keep no side data in p, and there are no labels).
+    local U, V, keep = tonumber(raw[14]) or 0, tonumber(raw[15]) or 0, deadline + MARGIN + CHUNK
+    if waiting == 0 then
+      redis.call('PEXPIREAT', KQ, keep)
+      redis.call('PEXPIREAT', KP, keep)
+      U, V = keep, keep
+      fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'U', U, 'V', V
+    else
+      if deadline + MARGIN > U then
+        redis.call('PEXPIREAT', KQ, keep, 'GT')
+        U = keep
+        fields[#fields + 1], fields[#fields + 2] = 'U', U
+      end
+      if deadline + MARGIN > V then
+        redis.call('PEXPIREAT', KP, keep, 'GT')
+        V = keep
+        fields[#fields + 1], fields[#fields + 2] = 'V', V
+      end
+    end
+    if not raw[16] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
+    local meta_until = meta_expiry(math.max(U, V))
+    if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
+    redis.call('HSET', KM, unpack(fields))
+    if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
+    local position, r = waiting + 1, tonumber(raw[12])
+    return {2, position, position, r and position * r or -1}
   end
 end

@@ -31,16 +31,15 @@ local function record_end()
   redis.call('HSET', KM, 'K', K, 'Z', string.format('%d', score))
 end
 
-if expire_one(id) then
+local held = lookup(id)
+if held == 'ended' then
   -- It ended before this call: an expiry, not a release (nothing to end).
   promote()
   return done({0})
 end
-if S.holders > 0 and redis.call('ZREM', KH, id) == 1 then
-  S.holders = S.holders - 1
-  if S.holders == 0 then S.h_fresh = true end
+if held then
+  remove_holder(id)
   depart(1)
-  forget_holder(id)
   if keep then record_end() end
   promote()
   return done({1})

@@ -8,20 +8,18 @@
 -- Invariant: a hand-off becomes a full lease only when its waiter asks.
 local id, ttl, hb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
-if expire_one(id) then
+local held, expires, f = lookup(id, true)
+if held == 'ended' then
   promote()
   return done({0})
 end
-local expires = S.holders > 0 and redis.call('ZSCORE', KH, id)
-if expires then
-  local f = 0
-  if S.o > 0 then f = tonumber(redis.call('HGET', KP, 'f:' .. id)) or 0 end
+if held then
   if f < 0 then
-    redis.call('HSET', KP, 'f:' .. id, -f)
+    set_fence(id, -f)
     set_expiry(id, now + ttl)
     return done({1, -f, ttl})
   end
-  return done({1, f, tonumber(expires) - now})
+  return done({1, f, expires - now})
 end
 
 local rank = S.waiting > 0 and redis.call('ZRANK', KQ, id)

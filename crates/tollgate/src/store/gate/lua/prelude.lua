@@ -78,21 +78,26 @@
 -- helper captures two upvalues, not the dozens of locals it uses: Lua
 -- builds every closure afresh on each call, and capturing many locals
 -- made that set-up the largest part of a general path's cost.
+local m = read_more()
 local S, F = {
   now = now, KM = KM, KH = KH, KP = KP, KQ = KQ, KR = KR,
-  cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, b = tonumber(raw[3]) or 0, x = tonumber(raw[4]) or 0,
-  s = tonumber(raw[5]) or 0, e = tonumber(raw[6]) or 0, n = tonumber(raw[7]) or 0, o = tonumber(raw[8]) or 0,
-  H = tonumber(raw[9]) or 0, W = tonumber(raw[10]) or 0, z = tonumber(raw[11]) or 0,
-  T = tonumber(raw[12]) or 0, U = tonumber(raw[13]) or 0, X = tonumber(raw[14]) or 0, V = tonumber(raw[15]) or 0,
-  -- r is absent (nil) until a first gap between departures was measured.
-  r = tonumber(raw[16]), l = tonumber(raw[17]) or 0,
+  cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(raw[4]) or 0, W = tonumber(raw[5]) or 0,
+  s = tonumber(raw[6]) or 0, z = tonumber(raw[7]) or 0, n = tonumber(raw[8]) or 0,
   -- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
-  a = tonumber(raw[18]) or 0,
+  a = tonumber(raw[9]) or 0,
   -- Admission control (written by set_admission.lua, A also here).
-  P = tonumber(raw[19]) or 0, R = tonumber(raw[20]) or 0, A = tonumber(raw[21]) or 0,
+  P = tonumber(raw[10]) or 0, R = tonumber(raw[11]) or 0, A = tonumber(m[7]) or 0,
+  -- r is absent (nil) until a first gap between departures was measured.
+  r = tonumber(raw[12]), l = tonumber(raw[13]) or 0,
+  U = tonumber(raw[14]) or 0, V = tonumber(raw[15]) or 0,
   -- The stale-ticket sweep of a long line: cursor ('0' or absent: none
   -- under way) and the earliest deadline seen in the pass so far.
-  Y = raw[22] or '0', Q = tonumber(raw[23]) or 0,
+  Y = raw[18] or '0', Q = tonumber(m[8]) or 0,
+  b = tonumber(m[1]) or 0, x = tonumber(m[2]) or 0, e = tonumber(m[3]) or 0, o = tonumber(m[4]) or 0,
+  T = tonumber(m[5]) or 0, X = tonumber(m[6]) or 0,
+  -- Holders inline (m's h) unless the sorted set h holds them (H > 0);
+  -- with no holder at all, the next grant picks by capacity (add_holder).
+  inline = (tonumber(raw[4]) or 0) == 0, held = nil, h_changed = false,
   -- Latest expiry written to h / deadline written to p by this call (0:
   -- none), and whether those keys may lack a TTL (empty before, or
   -- emptied since).
@@ -157,10 +162,17 @@ function F.permits_of(id, any_multi)
   return tonumber(redis.call('HGET', S.KP, 'k:' .. id)) or 1
 end
 
+-- Side data of holders in p: extra permits and hand-offs of holders on the
+-- sorted set (inline holders keep theirs in h).
+function F.holder_side()
+  if S.inline then return 0 end
+  return S.e + S.o
+end
+
 -- p holds side data only while someone waits, holds several permits or
 -- holds a hand-off; once none does, Redis has deleted it (and its TTL).
 function F.note_side_data()
-  if S.waiting == 0 and S.e == 0 and S.o == 0 and S.a == 0 then S.p_fresh = true end
+  if S.waiting == 0 and F.holder_side() == 0 and S.a == 0 then S.p_fresh = true end
 end
 
 -- Forgets the label of a departed holder or ticket.
@@ -168,17 +180,97 @@ function F.forget_label(id)
   if S.a > 0 and redis.call('HDEL', S.KP, 'L:' .. id) == 1 then S.a = S.a - 1 end
 end
 
--- Forgets a departed holder's side data.
-function F.forget_holder(id)
-  if S.e > 0 then
-    S.e = S.e - (F.permits_of(id, true) - 1)
-    redis.call('HDEL', S.KP, 'k:' .. id)
+-- The inline holder `id`'s place in S.held, or nil.
+function F.inline_at(id)
+  for i, x in ipairs(S.held) do
+    if x[1] == id then return i end
   end
-  if S.o > 0 and redis.call('HDEL', S.KP, 'f:' .. id) == 1 then
-    S.o = S.o - 1
+  return nil
+end
+
+-- Removes holder `id` and its side data; returns whether it held.
+function F.remove_holder(id)
+  if S.holders == 0 then return false end
+  if S.inline then
+    local i = F.inline_at(id)
+    if not i then return false end
+    local x = table.remove(S.held, i)
+    S.h_changed = true
+    S.e = S.e - (x[4] - 1)
+    if x[3] ~= 0 then S.o = S.o - 1 end
+  else
+    if redis.call('ZREM', S.KH, id) == 0 then return false end
+    if S.e > 0 then
+      S.e = S.e - (F.permits_of(id, true) - 1)
+      redis.call('HDEL', S.KP, 'k:' .. id)
+    end
+    if S.o > 0 and redis.call('HDEL', S.KP, 'f:' .. id) == 1 then
+      S.o = S.o - 1
+    end
   end
+  S.holders = S.holders - 1
+  if S.holders == 0 then S.h_fresh = true end
   F.forget_label(id)
   F.note_side_data()
+  return true
+end
+
+-- What holder `id` holds: 'held', its lease's end and (with `want_fence`)
+-- its fence (0: granted at once; negative: a hand-off not picked up yet);
+-- 'ended' if its lease had ended (an expiry not swept yet: see
+-- EXPIRE_STEP), which this removes and counts, so such a lease is gone
+-- for the operation; or nil if `id` holds nothing.
+function F.lookup(id, want_fence)
+  if S.holders == 0 then return nil end
+  local expires, f
+  if S.inline then
+    -- (expire() removed every inline lease that ended.)
+    local i = F.inline_at(id)
+    if not i then return nil end
+    return 'held', S.held[i][2], S.held[i][3]
+  end
+  expires = redis.call('ZSCORE', S.KH, id)
+  if not expires then return nil end
+  expires = tonumber(expires)
+  if expires <= S.now then
+    F.remove_holder(id)
+    S.x = S.x + 1
+    F.depart(1)
+    return 'ended'
+  end
+  f = 0
+  if want_fence and S.o > 0 then f = tonumber(redis.call('HGET', S.KP, 'f:' .. id)) or 0 end
+  return 'held', expires, f
+end
+
+-- Up to `limit` live holders, soonest to end first: {id, expires, fence}.
+function F.holder_list(limit)
+  local out = {}
+  if S.holders == 0 then return out end
+  if S.inline then
+    for i, x in ipairs(S.held) do out[i] = x end
+    table.sort(out, function(u, v) return u[2] < v[2] end)
+    while #out > limit do table.remove(out) end
+    return out
+  end
+  -- Leases that ended but are not swept yet (EXPIRE_STEP) are not listed.
+  local all = redis.call('ZRANGEBYSCORE', S.KH, '(' .. S.now, '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #all, 2 do
+    local f = 0
+    if S.o > 0 then f = tonumber(redis.call('HGET', S.KP, 'f:' .. all[i])) or 0 end
+    out[#out + 1] = {all[i], tonumber(all[i + 1]), f}
+  end
+  return out
+end
+
+-- Records a held lease's fence (a waiter picking up its hand-off).
+function F.set_fence(id, f)
+  if S.inline then
+    S.held[F.inline_at(id)][3] = f
+    S.h_changed = true
+  else
+    redis.call('HSET', S.KP, 'f:' .. id, f)
+  end
 end
 
 function F.drop_ticket(id)
@@ -194,13 +286,47 @@ end
 -- Moves a held lease's end (renewal, or a waiter picking up a hand-off,
 -- which may shorten it). X must stay a lower bound of every lease's end.
 function F.set_expiry(id, expires)
-  redis.call('ZADD', S.KH, 'XX', expires, id)
+  if S.inline then
+    S.held[F.inline_at(id)][2] = expires
+    S.h_changed = true
+  else
+    redis.call('ZADD', S.KH, 'XX', expires, id)
+  end
   if expires > S.h_top then S.h_top = expires end
   if S.X == 0 or expires < S.X then S.X = expires end
 end
 
-function F.add_holder(id, expires)
-  redis.call('ZADD', S.KH, expires, id)
+-- Moves the inline holders to the sorted set h (a capacity raised past
+-- INLINE): at most INLINE of them.
+function F.holders_to_set()
+  for _, x in ipairs(S.held) do
+    redis.call('ZADD', S.KH, x[2], x[1])
+    if x[3] ~= 0 then redis.call('HSET', S.KP, 'f:' .. x[1], x[3]) end
+    if x[4] > 1 then redis.call('HSET', S.KP, 'k:' .. x[1], x[4]) end
+    if x[2] > S.h_top then S.h_top = x[2] end
+    if x[3] ~= 0 or x[4] > 1 then S.p_touched = true end
+  end
+  S.held, S.h_changed, S.inline, S.h_fresh = {}, true, false, true
+end
+
+-- A new holder: `fence` 0 for a grant at once, -f for a hand-off;
+-- `permits` > 1 adds to e. A gate with no holder picks their layout here.
+function F.add_holder(id, expires, fence, permits)
+  if S.holders == 0 then
+    S.inline = S.cap <= INLINE
+    if S.inline and not S.held then S.held = {} end
+  end
+  if S.inline then
+    S.held[#S.held + 1] = {id, expires, fence, permits}
+    S.h_changed = true
+  else
+    redis.call('ZADD', S.KH, expires, id)
+    if fence ~= 0 then redis.call('HSET', S.KP, 'f:' .. id, fence) end
+    if permits > 1 then redis.call('HSET', S.KP, 'k:' .. id, permits) end
+    if fence ~= 0 or permits > 1 then S.p_touched = true end
+  end
+  if fence ~= 0 then S.o = S.o + 1 end
+  S.e = S.e + permits - 1
   S.holders = S.holders + 1
   if expires > S.h_top then S.h_top = expires end
   if S.X == 0 or expires < S.X then S.X = expires end
@@ -250,10 +376,32 @@ function F.sweep()
 end
 
 function F.expire()
+  if S.inline then
+    -- Inline: every holder is in hand, so every ended lease goes now.
+    S.held = inline_holders(raw[3])
+    local kept, ended = {}, {}
+    S.e, S.o, S.X = 0, 0, 0
+    for _, x in ipairs(S.held) do
+      if x[2] <= S.now then
+        ended[#ended + 1] = x[1]
+      else
+        kept[#kept + 1] = x
+        S.e = S.e + x[4] - 1
+        if x[3] ~= 0 then S.o = S.o + 1 end
+        if S.X == 0 or x[2] < S.X then S.X = x[2] end
+      end
+    end
+    S.held, S.holders = kept, #kept
+    if #ended > 0 then
+      S.h_changed = true
+      for _, id in ipairs(ended) do F.forget_label(id) end
+      S.x = S.x + #ended
+      F.depart(#ended)
+    end
   -- H is exact while h exists, and no lease ends before X: until then
   -- there is nothing to expire and h need not be read. (h can only have
   -- expired whole after its last lease ended, which X <= now reveals.)
-  if S.H > 0 and S.X > S.now then
+  elseif S.H > 0 and S.X > S.now then
     S.holders = S.H
     S.h_fresh = false
   elseif S.H > 0 then
@@ -285,12 +433,7 @@ function F.expire()
     S.X = earliest
     if S.holders > 0 then S.h_fresh = false end
     if #ended > 0 then
-      for _, id in ipairs(ended) do
-        redis.call('ZREM', S.KH, id)
-        F.forget_holder(id)
-      end
-      S.holders = S.holders - #ended
-      if S.holders == 0 then S.h_fresh = true end
+      for _, id in ipairs(ended) do F.remove_holder(id) end
       S.x = S.x + #ended
       F.depart(#ended)
     end
@@ -312,22 +455,7 @@ function F.expire()
   if S.waiting == 0 then S.n, S.z, S.Y, S.Q = 0, 0, '0', 0 end
   -- Nobody holds or waits: a label count left by keys that expired is stale.
   if S.holders == 0 and S.waiting == 0 then S.a = 0 end
-  S.p_fresh = S.waiting == 0 and S.e == 0 and S.o == 0 and S.a == 0
-end
-
--- Removes holder `id` if its lease has ended (an expiry not swept yet:
--- see EXPIRE_STEP); returns whether it did. Operations on one lease call
--- this first, so such a lease is gone for them.
-function F.expire_one(id)
-  local expires = S.holders > 0 and redis.call('ZSCORE', S.KH, id)
-  if not expires or tonumber(expires) > S.now then return false end
-  redis.call('ZREM', S.KH, id)
-  S.holders = S.holders - 1
-  if S.holders == 0 then S.h_fresh = true end
-  F.forget_holder(id)
-  S.x = S.x + 1
-  F.depart(1)
-  return true
+  S.p_fresh = S.waiting == 0 and F.holder_side() == 0 and S.a == 0
 end
 
 -- Grants free permits to the head of the line while the head fits.
@@ -368,16 +496,16 @@ function F.promote()
       if not popped then redis.call('ZREM', S.KQ, head) end
       S.waiting = S.waiting - 1
       if S.waiting == 0 then S.q_fresh = true end
-      if k > 1 then
-        S.n = S.n - 1
-        S.e = S.e + k - 1
-      end
+      if k > 1 then S.n = S.n - 1 end
       local f = F.next_fence()
-      F.add_holder(head, deadline)
-      redis.call('HDEL', S.KP, 'd:' .. head)
-      redis.call('HSET', S.KP, 'f:' .. head, -f)
-      S.p_touched = true
-      S.o = S.o + 1
+      -- The ticket's side data goes: its deadline, and (inline, where the
+      -- holder keeps them in h) its permits.
+      if k > 1 and (S.holders > 0 and S.inline or S.holders == 0 and S.cap <= INLINE) then
+        redis.call('HDEL', S.KP, 'd:' .. head, 'k:' .. head)
+      else
+        redis.call('HDEL', S.KP, 'd:' .. head)
+      end
+      F.add_holder(head, deadline, -f, k)
       handed[#handed + 1] = head .. ':' .. string.format('%d', f)
     end
   end
@@ -400,13 +528,13 @@ function F.keep_until(key, at, fresh, marker)
 end
 
 function F.finish()
-  if S.h_top > 0 then S.T = F.keep_until(S.KH, S.h_top, S.h_fresh, S.T) end
+  if S.h_top > 0 and not S.inline then S.T = F.keep_until(S.KH, S.h_top, S.h_fresh, S.T) end
   if S.w_top > 0 then S.U = F.keep_until(S.KQ, S.w_top, S.q_fresh, S.U) end
   -- Side data lives as long as the longest of holders and line.
-  if S.p_touched or S.w_top > 0 or (S.e + S.o + S.a > 0 and S.h_top > 0) then
+  if S.p_touched or S.w_top > 0 or (F.holder_side() + S.a > 0 and S.h_top > 0) then
     S.V = F.keep_until(S.KP, math.max(S.h_top, S.w_top, S.now), S.p_fresh, S.V)
   end
-  S.H, S.W = S.holders, S.waiting
+  S.W = S.waiting
   local changed, k = {}, 0
   local function put(name, v, was_v)
     if v ~= nil and v ~= was_v then
@@ -415,16 +543,24 @@ function F.finish()
     end
   end
   put('f', S.f, was.f) put('b', S.b, was.b) put('x', S.x, was.x) put('s', S.s, was.s)
-  put('e', S.e, was.e) put('n', S.n, was.n) put('o', S.o, was.o) put('H', S.H, was.H)
-  put('W', S.W, was.W) put('z', S.z, was.z) put('T', S.T, was.T) put('U', S.U, was.U)
-  if S.holders == 0 then S.X = 0 end
-  put('X', S.X, was.X) put('V', S.V, was.V) put('r', S.r, was.r) put('l', S.l, was.l) put('a', S.a, was.a)
+  put('n', S.n, was.n) put('W', S.W, was.W) put('z', S.z, was.z) put('U', S.U, was.U)
+  put('V', S.V, was.V) put('r', S.r, was.r) put('l', S.l, was.l) put('a', S.a, was.a)
   put('A', S.A, was.A) put('Y', S.Y, was.Y) put('Q', S.Q, was.Q)
+  if S.inline then
+    -- Inline holders: H stays 0, and e, o, X and T are read from h.
+    if S.h_changed then put('h', inline_text(S.held), raw[3]) end
+  else
+    S.H = S.holders
+    if S.holders == 0 then S.X = 0 end
+    put('e', S.e, was.e) put('o', S.o, was.o) put('H', S.H, was.H) put('T', S.T, was.T) put('X', S.X, was.X)
+    -- (Holders just moved to the sorted set leave h empty.)
+    if S.h_changed then put('h', '', raw[3]) end
+  end
   -- State created by this call (m written for the first time, here or by
   -- the operation's body) gets its epoch. EXISTS costs a call only while
   -- m has no epoch: a gate that has no state, or state from before epochs.
   -- (HMGET answers false, not nil, for a field that is not there.)
-  local exists = raw[24] ~= false
+  local exists = raw[16] ~= false
   if not exists and (k > 0 or redis.call('EXISTS', S.KM) == 1) then
     changed[k + 1], changed[k + 2] = 'E', new_epoch()
     k = k + 2
@@ -433,7 +569,7 @@ function F.finish()
   -- m lives IDLE past every deadline, and past this call if it changed
   -- something (only if m exists: a read of a gate without state must not
   -- create it).
-  local last = math.max(S.T, S.U, S.V, S.A, S.r_top)
+  local last = math.max(S.T, S.U, S.V, S.A, S.r_top, S.h_top)
   if k > 0 or S.wrote_meta then last = math.max(last, S.now) end
   local meta_until = exists and meta_expiry(last)
   if meta_until then
@@ -455,6 +591,6 @@ F.promote()
 -- The helpers the operation's body calls (plain locals of the main chunk:
 -- no closure captures them).
 local done, promote, next_fence, add_holder, set_expiry, set_deadline, eta, used, may_admit, admitted,
-  expire_one, depart, forget_holder, drop_ticket, permits_of, note_side_data =
+  lookup, remove_holder, set_fence, depart, drop_ticket, permits_of, note_side_data =
   F.done, F.promote, F.next_fence, F.add_holder, F.set_expiry, F.set_deadline, F.eta, F.used, F.may_admit,
-  F.admitted, F.expire_one, F.depart, F.forget_holder, F.drop_ticket, F.permits_of, F.note_side_data
+  F.admitted, F.lookup, F.remove_holder, F.set_fence, F.depart, F.drop_ticket, F.permits_of, F.note_side_data
