@@ -1,15 +1,15 @@
 -- enter_fast.lua: a gate whose holders are inline (capacity up to INLINE)
--- with no admission control, no labels, no multi-permit waiter and no
--- stale ticket due to be swept grants a plain request, or queues a
--- single-permit one, without the general path: TIME, the head's read and
--- one write of m (plus ZADD q and HSET p when queueing).
+-- and that needs nothing of the general path (no k: no admission control,
+-- labels, multi-permit waiter or sweep under way; and no stale ticket due
+-- to be swept) grants a plain request, or queues a single-permit one:
+-- TIME, the head's read and one write of m (plus ZADD q and HSET p when
+-- queueing).
 -- ARGV as enter.lua. Reply as enter.lua, or falls through.
 -- Invariant: identical outcome to enter.lua for the same state.
 local fast_c, fast_asked = tonumber(raw[1]), tonumber(ARGV[3])
 local fast_cap = fast_c or fast_asked
 if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fast_cap) and ARGV[7] == ''
-  and (tonumber(raw[4]) or 0) == 0 and (tonumber(raw[9]) or 0) == 0 and (tonumber(raw[8]) or 0) == 0
-  and not raw[10] and not raw[11] and (not raw[18] or raw[18] == '0') then
+  and not raw[4] then
   local permits, ttl = tonumber(ARGV[2]), tonumber(ARGV[4])
   local held = inline_holders(raw[3])
   local used, live = 0, true
@@ -31,7 +31,7 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'h', inline_text(held), 'f', f
     if not fast_c then fields[#fields + 1], fields[#fields + 2] = 'c', fast_asked end
     -- The gate's state is created here (or predates epochs): give it one.
-    if not raw[16] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
+    if not raw[12] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
     local meta_until = meta_expiry(now + ttl)
     if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
     redis.call('HSET', KM, unpack(fields))
@@ -49,7 +49,7 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     -- q and p live past every deadline in them (as keep_until() in the
     -- prelude); with nobody waiting before, they may lack a TTL (inline
     -- holders keep no side data in p, and there are no labels).
-    local U, V, keep = tonumber(raw[14]) or 0, tonumber(raw[15]) or 0, deadline + MARGIN + CHUNK
+    local U, V, keep = tonumber(raw[10]) or 0, tonumber(raw[11]) or 0, deadline + MARGIN + CHUNK
     if waiting == 0 then
       redis.call('PEXPIREAT', KQ, keep)
       redis.call('PEXPIREAT', KP, keep)
@@ -67,12 +67,12 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
         fields[#fields + 1], fields[#fields + 2] = 'V', V
       end
     end
-    if not raw[16] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
+    if not raw[12] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
     local meta_until = meta_expiry(math.max(U, V))
     if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
     redis.call('HSET', KM, unpack(fields))
     if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
-    local position, r = waiting + 1, tonumber(raw[12])
+    local position, r = waiting + 1, tonumber(raw[8])
     return {2, position, position, r and position * r or -1}
   end
 end

@@ -2,7 +2,11 @@
 -- fields the fast paths need (see prelude.lua for the keys and fields). A
 -- fast path may follow and answer alone; otherwise prelude.lua reads the
 -- rest of the meta hash, and the operation's body runs.
-local KM, KH, KP, KQ, KR = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- Only m is passed (every key argument costs Redis time); the others
+-- share its name up to the last letter, and so its hash tag.
+local KM = KEYS[1]
+local base = string.sub(KM, 1, -2)
+local KH, KP, KQ, KR = base .. 'h', base .. 'p', base .. 'q', base .. 'r'
 local MARGIN, SMALL, CHUNK = 1000, 16, 10000
 -- A gate of at most this capacity keeps its holders inline in m's field h.
 local INLINE = 8
@@ -12,15 +16,20 @@ local INLINE = 8
 local IDLE = 600000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- raw: 1 c, 2 f, 3 h, 4 H, 5 W, 6 s, 7 z, 8 n, 9 a, 10 P, 11 R, 12 r, 13 l,
--- 14 U, 15 V, 16 E, 17 G, 18 Y (HMGET answers false for a field that is
--- not there). Each field read costs Redis time, so the fast paths read
--- these alone; read_more() fetches the others when a path needs them.
-local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'H', 'W', 's', 'z', 'n', 'a', 'P', 'R', 'r', 'l', 'U', 'V', 'E', 'G', 'Y')
+-- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 s, 7 z, 8 r, 9 l, 10 U, 11 V, 12 E,
+-- 13 G (HMGET answers false for a field that is not there). Each field
+-- read costs Redis time (a small hash is a list: every field looked up,
+-- above all a missing one, is a scan), so the fast paths read these
+-- alone; read_more() fetches the others for the general path. k marks
+-- state the fast paths leave to the general path (see prelude.lua).
+local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 's', 'z', 'r', 'l', 'U', 'V', 'E', 'G')
 local more
--- more: 1 b, 2 x, 3 e, 4 o, 5 T, 6 X, 7 A, 8 Q
+-- more: 1 b, 2 x, 3 e, 4 o, 5 T, 6 X, 7 A, 8 Q, 9 H, 10 n, 11 a, 12 P,
+-- 13 R, 14 Y
 local function read_more()
-  if not more then more = redis.call('HMGET', KM, 'b', 'x', 'e', 'o', 'T', 'X', 'A', 'Q') end
+  if not more then
+    more = redis.call('HMGET', KM, 'b', 'x', 'e', 'o', 'T', 'X', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y')
+  end
   return more
 end
 
@@ -38,7 +47,7 @@ end
 -- beyond the need, so an active gate extends it about once per IDLE / 4.
 local function meta_expiry(last)
   local need = last + IDLE
-  if need <= (tonumber(raw[17]) or 0) then return nil end
+  if need <= (tonumber(raw[13]) or 0) then return nil end
   return need + math.floor(IDLE / 4)
 end
 
@@ -46,6 +55,8 @@ end
 -- holder, joined by ','. Ids are letters and digits. The fence is 0 for a
 -- lease granted at once (not kept), -f for a hand-off not picked up yet,
 -- f once picked up (as p's f:<id> on the sorted-set layout).
+-- (Expiries and permits are below 10^14, so Lua writes them exactly; a
+-- fence needs a format.)
 local function inline_holders(h)
   local all = {}
   if h and h ~= '' then
@@ -57,6 +68,9 @@ local function inline_holders(h)
 end
 local function inline_text(all)
   local parts = {}
-  for i, x in ipairs(all) do parts[i] = x[1] .. string.format(' %d %d %d', x[2], x[3], x[4]) end
+  for i, x in ipairs(all) do
+    local f = x[3] == 0 and '0' or string.format('%d', x[3])
+    parts[i] = x[1] .. ' ' .. x[2] .. ' ' .. f .. ' ' .. x[4]
+  end
   return table.concat(parts, ',')
 end

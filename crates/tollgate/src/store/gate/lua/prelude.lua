@@ -81,23 +81,23 @@
 local m = read_more()
 local S, F = {
   now = now, KM = KM, KH = KH, KP = KP, KQ = KQ, KR = KR,
-  cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(raw[4]) or 0, W = tonumber(raw[5]) or 0,
-  s = tonumber(raw[6]) or 0, z = tonumber(raw[7]) or 0, n = tonumber(raw[8]) or 0,
+  cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(m[9]) or 0, W = tonumber(raw[5]) or 0,
+  s = tonumber(raw[6]) or 0, z = tonumber(raw[7]) or 0, n = tonumber(m[10]) or 0,
   -- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
-  a = tonumber(raw[9]) or 0,
+  a = tonumber(m[11]) or 0,
   -- Admission control (written by set_admission.lua, A also here).
-  P = tonumber(raw[10]) or 0, R = tonumber(raw[11]) or 0, A = tonumber(m[7]) or 0,
+  P = tonumber(m[12]) or 0, R = tonumber(m[13]) or 0, A = tonumber(m[7]) or 0,
   -- r is absent (nil) until a first gap between departures was measured.
-  r = tonumber(raw[12]), l = tonumber(raw[13]) or 0,
-  U = tonumber(raw[14]) or 0, V = tonumber(raw[15]) or 0,
+  r = tonumber(raw[8]), l = tonumber(raw[9]) or 0,
+  U = tonumber(raw[10]) or 0, V = tonumber(raw[11]) or 0,
   -- The stale-ticket sweep of a long line: cursor ('0' or absent: none
   -- under way) and the earliest deadline seen in the pass so far.
-  Y = raw[18] or '0', Q = tonumber(m[8]) or 0,
+  Y = m[14] or '0', Q = tonumber(m[8]) or 0,
   b = tonumber(m[1]) or 0, x = tonumber(m[2]) or 0, e = tonumber(m[3]) or 0, o = tonumber(m[4]) or 0,
   T = tonumber(m[5]) or 0, X = tonumber(m[6]) or 0,
   -- Holders inline (m's h) unless the sorted set h holds them (H > 0);
   -- with no holder at all, the next grant picks by capacity (add_holder).
-  inline = (tonumber(raw[4]) or 0) == 0, held = nil, h_changed = false,
+  inline = (tonumber(m[9]) or 0) == 0, held = nil, h_changed = false,
   -- Latest expiry written to h / deadline written to p by this call (0:
   -- none), and whether those keys may lack a TTL (empty before, or
   -- emptied since).
@@ -547,7 +547,8 @@ function F.finish()
   put('V', S.V, was.V) put('r', S.r, was.r) put('l', S.l, was.l) put('a', S.a, was.a)
   put('A', S.A, was.A) put('Y', S.Y, was.Y) put('Q', S.Q, was.Q)
   if S.inline then
-    -- Inline holders: H stays 0, and e, o, X and T are read from h.
+    -- Inline holders: H is 0, and e, o, X and T are read from h.
+    put('H', 0, was.H)
     if S.h_changed then put('h', inline_text(S.held), raw[3]) end
   else
     S.H = S.holders
@@ -560,7 +561,7 @@ function F.finish()
   -- the operation's body) gets its epoch. EXISTS costs a call only while
   -- m has no epoch: a gate that has no state, or state from before epochs.
   -- (HMGET answers false, not nil, for a field that is not there.)
-  local exists = raw[16] ~= false
+  local exists = raw[12] ~= false
   if not exists and (k > 0 or redis.call('EXISTS', S.KM) == 1) then
     changed[k + 1], changed[k + 2] = 'E', new_epoch()
     k = k + 2
@@ -575,6 +576,17 @@ function F.finish()
   if meta_until then
     changed[k + 1], changed[k + 2] = 'G', meta_until
     k = k + 2
+  end
+  -- k: the fast paths must leave this gate to the general path (holders on
+  -- the sorted set, labels, a multi-permit waiter, admission control, or
+  -- a sweep under way). Set before any of these is written; a k left set
+  -- by a fast path that could not tell is cleared here.
+  local complex = S.H > 0 and not S.inline or S.n > 0 or S.a > 0 or S.P ~= 0 or S.R ~= 0 or S.Y ~= '0'
+  if complex and not raw[4] then
+    changed[k + 1], changed[k + 2] = 'k', 1
+    k = k + 2
+  elseif not complex and raw[4] then
+    redis.call('HDEL', S.KM, 'k')
   end
   if k > 0 then redis.call('HSET', S.KM, unpack(changed)) end
   if meta_until then redis.call('PEXPIREAT', S.KM, meta_until) end

@@ -2,7 +2,7 @@
 -- watch.lua: what a server keeping a local view of a gate needs, read in
 -- one step without changing anything (the no-writes flag makes Redis
 -- refuse any write, so a read can never create a gate's state).
--- KEYS: as the gate scripts (see prelude.lua); reads m and r only.
+-- KEYS: as the gate scripts (m only, see prelude.lua); reads m and r.
 -- ARGV: 1 since (a cursor from an earlier reply; 0: everything kept),
 --       2 the most ids to answer
 -- Reply: {epoch ('' if the gate has no state), capacity or -1, paused
@@ -15,7 +15,8 @@
 --        whatever TIME says then, so no cursor skips one.
 -- Invariant: writes nothing; no expiry runs (capacity and admission
 -- settings are as stored).
-local KM, KR = KEYS[1], KEYS[5]
+local KM = KEYS[1]
+local KR = string.sub(KM, 1, -2) .. 'r'
 local since, max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
