@@ -87,16 +87,34 @@ impl RedisStore {
     /// Releases or cancels `id`; with `keep_ms` (an end), a released
     /// holder is recorded in the revocation log in the same script.
     pub(crate) async fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
-        let r = match keep_ms {
-            None => self.run(&self.scripts.leave, gate, id).await?,
-            Some(keep) => self.run(&self.scripts.leave, gate, (id, keep)).await?,
+        let r: Vec<Value> = match keep_ms {
+            None => self.run_as(&self.scripts.leave, gate, id).await?,
+            Some(keep) => self.run_as(&self.scripts.leave, gate, (id, keep)).await?,
         };
-        match r.as_slice() {
-            [1] => Ok(Left::Released),
-            [2] => Ok(Left::Cancelled),
-            [0] => Ok(Left::Unknown),
-            other => Err(unexpected("leave", other)),
+        self.left("leave", &r)
+    }
+
+    /// Decodes leave.lua's reply: the outcome, then the hand-offs it made,
+    /// which wake their waiters in this process at once (the published
+    /// message wakes them too, later, and those in other processes).
+    fn left(&self, op: &str, r: &[Value]) -> Result<Left> {
+        let left = match r.first() {
+            Some(Value::Int(1)) => Left::Released,
+            Some(Value::Int(2)) => Left::Cancelled,
+            Some(Value::Int(0)) => Left::Unknown,
+            _ => return Err(unexpected(op, r)),
+        };
+        for handed in &r[1..] {
+            let Value::BulkString(entry) = handed else {
+                return Err(unexpected(op, r));
+            };
+            if let Some((id, fence)) = std::str::from_utf8(entry).ok().and_then(|e| e.split_once(':'))
+                && let Ok(fence) = fence.parse()
+            {
+                self.wakers().hand_off(id, fence);
+            }
         }
+        Ok(left)
     }
 
     pub(crate) async fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
@@ -159,10 +177,10 @@ impl RedisStore {
     /// Revokes the holder named by `handle` (admin.lua, then leave.lua's
     /// end).
     pub(crate) async fn revoke(&self, gate: &Name, handle: &str, keep_ms: u64) -> Result<Left> {
-        let r = self
-            .run(&self.scripts.admin, gate, (handle, keep_ms, "h"))
+        let r: Vec<Value> = self
+            .run_as(&self.scripts.admin, gate, (handle, keep_ms, "h"))
             .await?;
-        admin_answer("revoke", &r)
+        self.left("revoke", &r)
     }
 
     /// Drops every ticket in line (admin.lua alone: it answers before
@@ -177,8 +195,8 @@ impl RedisStore {
 
     /// Takes ticket `number` out of the line (admin.lua, then leave.lua).
     pub(crate) async fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
-        let r = self.run(&self.scripts.admin, gate, (number, "", "q")).await?;
-        admin_answer("remove_waiter", &r)
+        let r: Vec<Value> = self.run_as(&self.scripts.admin, gate, (number, "", "q")).await?;
+        self.left("remove_waiter", &r)
     }
 
     pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
@@ -287,11 +305,88 @@ fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
     }
 }
 
-fn admin_answer(op: &str, r: &[i64]) -> Result<Left> {
-    match r {
-        [1] => Ok(Left::Released),
-        [2] => Ok(Left::Cancelled),
-        [0] => Ok(Left::Unknown),
-        other => Err(unexpected(op, other)),
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    use crate::name::Name;
+    use crate::store::{EnterRequest, Entry, Store};
+
+    use super::super::Left;
+
+    /// A redis-server of this test's own on a free port, killed on drop.
+    struct Server(Child);
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn start() -> (Server, String) {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/test installs it)");
+        (Server(child), format!("redis://127.0.0.1:{port}"))
+    }
+
+    fn request(id: &str) -> EnterRequest<'_> {
+        EnterRequest {
+            id,
+            permits: 1,
+            capacity: Some(1),
+            ttl_ms: 60_000,
+            heartbeat_ms: 60_000,
+            queue: true,
+            label: None,
+        }
+    }
+
+    /// The release's reply names the hand-off, so a waiter in the releasing
+    /// process is woken by it: here nothing subscribed to the gate's
+    /// channel, so the published message reaches nobody.
+    #[tokio::test]
+    async fn a_release_wakes_a_waiter_of_its_own_process_without_pubsub() {
+        let (_server, url) = start();
+        let store = loop {
+            match Store::redis(&url).await {
+                Ok(s) => break s,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        let gate = Name::new("local-wake").expect("name");
+        // Both the fast path (an inline holder, a plain line) and the
+        // general path (a labelled waiter) hand off in the reply.
+        for label in [None, Some("waiter")] {
+            let Entry::Granted(_) = store.enter(&gate, &request("holder")).await.expect("enter") else {
+                panic!("the gate is free");
+            };
+            let watch = store.watch("waiter");
+            let queued = store
+                .enter(
+                    &gate,
+                    &EnterRequest {
+                        label,
+                        ..request("waiter")
+                    },
+                )
+                .await
+                .expect("enter");
+            assert!(matches!(queued, Entry::Queued(_)), "{queued:?}");
+            assert!(watch.wait(Duration::ZERO).await.is_none(), "not handed yet");
+            assert_eq!(store.leave(&gate, "holder").await.expect("leave"), Left::Released);
+            let fence = watch.wait(Duration::ZERO).await.expect("woken by the reply");
+            assert!(fence > 0);
+            assert_eq!(store.leave(&gate, "waiter").await.expect("leave"), Left::Released);
+        }
     }
 }

@@ -174,6 +174,6 @@ impl RedisStore {
 }
 
 /// The error for a script reply of a shape the caller does not know.
-pub(in crate::store) fn unexpected(op: &str, reply: &[i64]) -> Error {
+pub(in crate::store) fn unexpected(op: &str, reply: &(impl std::fmt::Debug + ?Sized)) -> Error {
     Error::new(ErrorKind::Store, format!("unexpected reply to {op}: {reply:?}"))
 }

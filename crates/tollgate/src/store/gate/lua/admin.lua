@@ -8,8 +8,9 @@
 --       q, as line.lua lists it), 2 keep ms for a revoke ('' for a
 --       removal), 3 'h' (revoke a holder), 'q' (remove a ticket) or 'c'
 --       (clear the line: ARGV 1 and 2 unused)
--- Reply: leave.lua's: {1} revoked; {2} removed from the line; {0} no such
---        holder or ticket (ARGV[1] named none, or it ended already);
+-- Reply: leave.lua's (with its hand-offs): {1} revoked; {2} removed from
+--        the line; {0} no such holder or ticket (ARGV[1] named none, or it
+--        ended already);
 --        for a reset {3, tickets dropped}
 -- A reset drops every ticket in one step (holders are not touched) and
 -- writes its time to m's C, so a waiter told its ticket is gone can learn

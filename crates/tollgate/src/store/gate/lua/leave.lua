@@ -2,7 +2,9 @@
 -- end), a released holder's token also goes into the revocation log r.
 -- ARGV: 1 id, 2 keep ms (absent: a plain leave; an end records only a
 --       holder, a ticket leaving the line is a plain cancel)
--- Reply: {1} released; {2} left the line; {0} unknown (ended already)
+-- Reply: {1} released; {2} left the line; {0} unknown (ended already);
+--        each followed by the hand-offs the freed permits made,
+--        "<ticket id>:<fence>" (as published)
 -- Invariant: freed permits go to the head of the line in the same step; an
 -- end is in r, with a score above every earlier one, when this returns.
 local id, keep = ARGV[1], tonumber(ARGV[2])
@@ -35,17 +37,17 @@ local held = lookup(id)
 if held == 'ended' then
   -- It ended before this call: an expiry, not a release (nothing to end).
   promote()
-  return done({0})
+  return done(F.with_handed(0))
 end
 if held then
   remove_holder(id)
   depart(1)
   if keep then record_end() end
   promote()
-  return done({1})
+  return done(F.with_handed(1))
 end
 if S.waiting > 0 and drop_ticket(id) then
   promote()
-  return done({2})
+  return done(F.with_handed(2))
 end
-return done({0})
+return done(F.with_handed(0))

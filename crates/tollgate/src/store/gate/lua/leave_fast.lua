@@ -3,8 +3,8 @@
 -- nothing of it (no k, see enter_fast.lua); with a line, the freed permit
 -- goes to its head at once (as promote() does) unless a stale ticket is
 -- due to be swept.
--- ARGV as leave.lua. Reply: {1} released, or falls through (also for an
--- end, which the general path records).
+-- ARGV as leave.lua. Reply: {1, hand-offs...} released (as leave.lua), or
+-- falls through (also for an end, which the general path records).
 -- Invariant: identical outcome to leave.lua for the same state.
 if not ARGV[2] and not raw[4] and raw[3] and raw[3] ~= '' then
   local held = inline_holders(raw[3])
@@ -16,7 +16,7 @@ if not ARGV[2] and not raw[4] and raw[3] and raw[3] ~= '' then
   local waiting, z = tonumber(raw[5]) or 0, tonumber(raw[7]) or 0
   if mine and live and (waiting == 0 or z > now) then
     table.remove(held, mine)
-    local fields, meta_until = {}, nil
+    local fields, meta_until, reply = {}, nil, {1}
     if waiting > 0 then
       local cap, used, f = tonumber(raw[1]), 0, tonumber(raw[2]) or 0
       for _, x in ipairs(held) do used = used + x[4] end
@@ -36,6 +36,7 @@ if not ARGV[2] and not raw[4] and raw[3] and raw[3] ~= '' then
         used, waiting = used + 1, waiting - 1
         if deadline > last then last = deadline end
         handed[#handed + 1] = head .. ':' .. string.format('%d', f)
+        reply[#reply + 1] = handed[#handed]
       end
       if #handed > 0 then
         redis.call('PUBLISH', string.sub(KM, 1, -2) .. 'n', table.concat(handed, ' '))
@@ -55,6 +56,6 @@ if not ARGV[2] and not raw[4] and raw[3] and raw[3] ~= '' then
     if not raw[12] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
     redis.call('HSET', KM, unpack(fields))
     if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
-    return {1}
+    return reply
   end
 end

@@ -107,6 +107,8 @@ local S, F = {
   -- call activity, which keeps m IDLE past now too. Reads are not activity.
   r_top = 0, wrote_meta = false,
   holders = 0, waiting = 0,
+  -- Hand-offs made by this call, "<ticket id>:<fence>" (also published).
+  handed = {},
 }, {}
 -- The meta fields as read, to write back only what changed.
 local was = {
@@ -511,7 +513,16 @@ function F.promote()
   end
   if #handed > 0 then
     redis.call('PUBLISH', string.sub(S.KM, 1, -2) .. 'n', table.concat(handed, ' '))
+    for _, x in ipairs(handed) do S.handed[#S.handed + 1] = x end
   end
+end
+
+-- A reply of `code` followed by this call's hand-offs, so a waiter in the
+-- caller's own process can be woken without waiting for the message.
+function F.with_handed(code)
+  local reply = {code}
+  for i, x in ipairs(S.handed) do reply[i + 1] = x end
+  return reply
 end
 
 -- Makes a key live past `at` + MARGIN. A key that may lack a TTL gets one
