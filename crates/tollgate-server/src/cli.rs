@@ -880,6 +880,11 @@ pub(crate) struct BenchArgs {
     /// All workers share one lock (otherwise each has its own).
     #[arg(long)]
     pub(crate) contended: bool,
+    /// `lock` and `semaphore`: acquire without a fair line (the gate's
+    /// `fair = false`: free permits are taken even while others wait); the
+    /// case's name ends in `_non_fair`.
+    #[arg(long)]
+    pub(crate) non_fair: bool,
     /// `jobs` only: measure only push+claim+ack throughput in batches of
     /// 10 on a queue of this many partitions (`ShardedJobQueue`; 1 is one
     /// plain queue driven the same way).

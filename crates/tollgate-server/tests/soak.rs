@@ -85,6 +85,7 @@ fn options(ttl_ms: u64, auto_renew: bool) -> GateOptions {
         ttl: Duration::from_millis(ttl_ms),
         heartbeat: Duration::from_secs(5),
         auto_renew,
+        fair: true,
     }
 }
 

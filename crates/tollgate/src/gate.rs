@@ -29,6 +29,15 @@ pub struct GateOptions {
     pub heartbeat: Duration,
     /// Renew leases in the background until released. Default `true`.
     pub auto_renew: bool,
+    /// Wait in line, first come first served (the default, `true`). With
+    /// `false`, [`Gate::acquire`] barges: it takes free permits even while
+    /// others wait, and otherwise waits outside the line (no ticket, no
+    /// position) to be woken when permits are freed, then tries again, as
+    /// `java.util.concurrent.Semaphore(permits, false)` does. Faster under
+    /// contention and unfair: a waiter may be overtaken any number of
+    /// times. Fair waiters in line still go first: freed permits are
+    /// handed to the head of the line before anyone can barge.
+    pub fair: bool,
 }
 
 impl Default for GateOptions {
@@ -37,6 +46,7 @@ impl Default for GateOptions {
             ttl: Duration::from_secs(30),
             heartbeat: Duration::from_secs(10),
             auto_renew: true,
+            fair: true,
         }
     }
 }
@@ -97,6 +107,7 @@ pub struct Gate {
     ttl_ms: u64,
     heartbeat_ms: u64,
     auto_renew: bool,
+    fair: bool,
 }
 
 impl Gate {
@@ -115,6 +126,7 @@ impl Gate {
             ttl_ms,
             heartbeat_ms,
             auto_renew: options.auto_renew,
+            fair: options.fair,
         })
     }
 
@@ -146,6 +158,7 @@ impl Gate {
             heartbeat_ms: self.heartbeat_ms,
             queue,
             label: None,
+            barge: false,
         }
     }
 
@@ -422,6 +435,9 @@ impl Gate {
             check_label(label)?;
         }
 
+        if !self.fair && !wait.is_zero() {
+            return self.barge(permits, wait, label).await;
+        }
         let deadline = Instant::now() + wait;
         let id = new_id();
         // Registered before entering, so a hand-off cannot slip past us.
@@ -537,6 +553,56 @@ impl Gate {
         // A hand-off racing with the deadline is released here, not leaked.
         self.store.leave(&self.name, &id).await?;
         Ok(None)
+    }
+
+    /// A non-fair acquire ([`GateOptions::fair`] false): takes free permits
+    /// even while others wait; when there are none, waits outside the line
+    /// until permits are freed (or a recheck) and tries again.
+    async fn barge(&self, permits: u32, wait: Duration, label: Option<&str>) -> Result<Option<Lease>> {
+        let deadline = Instant::now() + wait;
+        let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
+        // Listening and watching before the first try, so permits freed
+        // after it cannot go unnoticed.
+        let _listening = self.store.listen(&self.name).await?;
+        let freed = self.store.watch_freed(&self.name);
+        loop {
+            let id = new_id();
+            let sent = Instant::now();
+            // A future dropped while its grant is on the way still gives
+            // the permits back.
+            let mut attempt = InLine {
+                gate: Some(self.clone()),
+                id: id.clone(),
+            };
+            let entry = self
+                .enter_store(
+                    &id,
+                    &EnterRequest {
+                        label,
+                        barge: true,
+                        ..self.request(&id, permits, false)
+                    },
+                )
+                .await?;
+            attempt.gate = None;
+            match entry {
+                Entry::Granted(g) => return Ok(Some(self.lease(id, permits, g, sent))),
+                Entry::Busy(_) => {}
+                Entry::Queued(_) => {
+                    // Not asked to queue: give the place back, and say so.
+                    self.store.leave(&self.name, &id).await?;
+                    return Err(Error::new(
+                        ErrorKind::Store,
+                        "the store queued a request that did not ask to",
+                    ));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            freed.wait(recheck.min(left)).await;
+        }
     }
 
     fn lease(&self, token: String, permits: u32, grant: Grant, sent: Instant) -> Lease {

@@ -18,6 +18,7 @@ fn opts() -> GateOptions {
         ttl: Duration::from_secs(30),
         heartbeat: Duration::from_secs(10),
         auto_renew: false,
+        fair: true,
     }
 }
 
@@ -199,6 +200,7 @@ async fn what_a_gate_holds_keeps_it() {
         ttl: Duration::from_secs(300),
         heartbeat: Duration::from_secs(300),
         auto_renew: false,
+        fair: true,
     };
     let held = Gate::new(&store, "held", Some(1), long.clone()).unwrap();
     held.enter(1, false).await.unwrap();
@@ -294,6 +296,7 @@ async fn every_key_of_an_idle_gate_expires_on_redis() {
         ttl,
         heartbeat: ttl,
         auto_renew: false,
+        fair: true,
     };
     let g = Gate::new(&store, "idle", Some(1), o).unwrap();
     let pttl = |key: &str| match server.command(&["PTTL", key]) {

@@ -17,6 +17,7 @@ fn gate(ts: &TestStore, capacity: u32) -> Gate {
         ttl: LONG,
         heartbeat: LONG,
         auto_renew: false,
+        fair: true,
     };
     Gate::new(&ts.store, "g", Some(capacity), o).expect("valid gate")
 }

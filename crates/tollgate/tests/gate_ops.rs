@@ -17,6 +17,7 @@ fn opts(ttl: Duration, heartbeat: Duration) -> GateOptions {
         ttl,
         heartbeat,
         auto_renew: false,
+        fair: true,
     }
 }
 

@@ -19,6 +19,7 @@ fn opts() -> GateOptions {
         ttl: LONG,
         heartbeat: LONG,
         auto_renew: false,
+        fair: true,
     }
 }
 

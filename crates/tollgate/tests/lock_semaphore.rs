@@ -18,6 +18,7 @@ fn short_lease(auto_renew: bool) -> GateOptions {
         ttl: Duration::from_millis(300),
         heartbeat: Duration::from_secs(10),
         auto_renew,
+        fair: true,
     }
 }
 
@@ -332,6 +333,114 @@ async fn release_after_a_lost_lease_is_lease_lost(ts: TestStore) {
     assert_eq!(e.kind(), tollgate::ErrorKind::InvalidInput, "{e}");
 }
 
+fn non_fair() -> GateOptions {
+    GateOptions {
+        fair: false,
+        ..GateOptions::default()
+    }
+}
+
+async fn non_fair_semaphore_of_3_under_30_tasks(ts: TestStore) {
+    let sem = Semaphore::with_options(&ts.store, "barging-pool", 3, non_fair()).expect("semaphore");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let fences = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..30)
+        .map(|i| {
+            let (sem, inside, most, fences) = (sem.clone(), inside.clone(), most.clone(), fences.clone());
+            tokio::spawn(async move {
+                for _ in 0..3 {
+                    // Multi-permit requests too: they wait for enough.
+                    let permits = if i % 5 == 0 { 2 } else { 1 };
+                    let permit = sem
+                        .acquire(permits, WAIT)
+                        .await
+                        .expect("store")
+                        .expect("acquired");
+                    let now = inside.fetch_add(permits as usize, Ordering::SeqCst) + permits as usize;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    assert!(now <= 3, "{now} permits held of a 3-permit semaphore");
+                    fences.lock().expect("fences").push(permit.fence());
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    inside.fetch_sub(permits as usize, Ordering::SeqCst);
+                    permit.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 3, "the limit should be reached");
+    let s = sem.stats().await.expect("stats");
+    // Nobody ever joined the line: barging waiters wait outside it.
+    assert_eq!((s.used, s.waiting, s.grants), (0, 0, 90));
+    let mut fences = fences.lock().expect("fences").clone();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), 90, "every grant has its own fence");
+}
+
+async fn non_fair_waiter_is_woken_when_a_permit_is_freed(ts: TestStore) {
+    let lock = Lock::with_options(&ts.store, "barging-wake", non_fair()).expect("lock");
+    let held = lock.acquire(WAIT).await.expect("store").expect("free");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let g = lock.acquire(WAIT).await.expect("store").expect("acquired");
+            let at = Instant::now();
+            g.release().await.expect("release");
+            at
+        })
+    };
+    // Let the waiter fail its try and settle into its sleep; it is not in
+    // line, so the gate shows nobody waiting.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(lock.stats().await.expect("stats").waiting, 0);
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let granted = waiter.await.expect("task");
+    // The re-check runs every second; a woken waiter is far quicker.
+    let took = granted.duration_since(released);
+    assert!(
+        took < Duration::from_millis(300),
+        "the barging waiter took {took:?}"
+    );
+}
+
+async fn fair_waiters_in_line_go_before_barging_ones(ts: TestStore) {
+    let fair = Lock::new(&ts.store, "mixed").expect("lock");
+    let barging = Lock::with_options(&ts.store, "mixed", non_fair()).expect("lock");
+    let held = fair.acquire(WAIT).await.expect("store").expect("free");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let barger = {
+        let (barging, order) = (barging.clone(), order.clone());
+        tokio::spawn(async move {
+            let g = barging.acquire(WAIT).await.expect("store").expect("acquired");
+            order.lock().expect("order").push("barging");
+            g.release().await.expect("release");
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let in_line = {
+        let (fair, order) = (fair.clone(), order.clone());
+        tokio::spawn(async move {
+            let g = fair.acquire(WAIT).await.expect("store").expect("acquired");
+            order.lock().expect("order").push("fair");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            g.release().await.expect("release");
+        })
+    };
+    while fair.stats().await.expect("stats").waiting == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The barging waiter came first, but the freed lock goes to the line.
+    held.release().await.expect("release");
+    in_line.await.expect("task");
+    barger.await.expect("task");
+    assert_eq!(*order.lock().expect("order"), ["fair", "barging"]);
+}
+
 on_both_stores!(realtime:
     release_after_holds_then_lets_go,
     release_after_a_lost_lease_is_lease_lost,
@@ -344,4 +453,7 @@ on_both_stores!(realtime:
     hand_off_wakes_the_waiter_without_polling,
     dropping_a_wait_leaves_the_line,
     wait_limit_is_honoured,
+    non_fair_semaphore_of_3_under_30_tasks,
+    non_fair_waiter_is_woken_when_a_permit_is_freed,
+    fair_waiters_in_line_go_before_barging_ones,
 );

@@ -111,6 +111,7 @@ async fn redis_restart_while_holding_and_waiting() {
         ttl: Duration::from_secs(2),
         heartbeat: Duration::from_secs(3),
         auto_renew: true,
+        fair: true,
     };
     let lock = Lock::with_options(&store, "job", options).expect("lock");
     let held = lock
@@ -565,6 +566,7 @@ async fn a_cluster_master_dies_and_a_replica_takes_over() {
         ttl: Duration::from_secs(30),
         heartbeat: Duration::from_secs(30),
         auto_renew: false,
+        fair: true,
     };
     let lock = Lock::with_options(&store, "failover", options.clone()).expect("lock");
     let held = lock.try_acquire().await.expect("confirmed").expect("free");
@@ -760,6 +762,7 @@ async fn a_sentinel_failover_is_followed() {
         ttl: Duration::from_secs(30),
         heartbeat: Duration::from_secs(30),
         auto_renew: false,
+        fair: true,
     };
     let lock = Lock::with_options(&store, "sentinel", options.clone()).expect("lock");
     let held = lock.try_acquire().await.expect("confirmed").expect("free");

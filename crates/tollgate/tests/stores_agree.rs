@@ -290,6 +290,7 @@ async fn memory_and_redis_answer_alike() {
         ttl: LONG,
         heartbeat: LONG,
         auto_renew: false,
+        fair: true,
     };
     for seed in 0..300u64 {
         let mut rng = StdRng::seed_from_u64(seed);

@@ -53,6 +53,7 @@ fn gate(
         ttl: Duration::from_millis(ttl_ms),
         heartbeat: Duration::from_millis(heartbeat_ms),
         auto_renew: false,
+        fair: true,
     };
     let gate = Gate::new(&state.store, name, capacity, options)?;
     track(&state.gates, name);

@@ -92,6 +92,7 @@ async fn flood(args: &BenchArgs, store: &Store) -> Result<serde_json::Value, tol
         ttl: long,
         heartbeat: long,
         auto_renew: false,
+        fair: true,
     };
     let seed = u64::from(std::process::id()) << 32 | u64::from(Instant::now().elapsed().subsec_nanos());
     let run = format!("{seed:x}");

@@ -55,10 +55,13 @@ struct Worker {
 /// `tollgate bench lock|semaphore`: the dispatcher sends only these two
 /// targets here.
 pub(super) async fn run(args: &BenchArgs) -> i32 {
-    let (case, capacity) = match (args.target, args.contended) {
-        (BenchTarget::Lock, false) => ("mutex_uncontended", 1),
-        (BenchTarget::Lock, true) => ("mutex_contended", 1),
-        _ => ("semaphore_contended", args.limit),
+    let (case, capacity) = match (args.target, args.contended, args.non_fair) {
+        (BenchTarget::Lock, false, false) => ("mutex_uncontended", 1),
+        (BenchTarget::Lock, false, true) => ("mutex_uncontended_non_fair", 1),
+        (BenchTarget::Lock, true, false) => ("mutex_contended", 1),
+        (BenchTarget::Lock, true, true) => ("mutex_contended_non_fair", 1),
+        (_, _, false) => ("semaphore_contended", args.limit),
+        (_, _, true) => ("semaphore_contended_non_fair", args.limit),
     };
     let store = match store_for(args).await {
         Ok(s) => s,
@@ -68,7 +71,11 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         eprintln!("tollgate: --limit must be at least 1");
         return exit::USAGE;
     }
-    let shared = case != "mutex_uncontended";
+    let shared = !case.starts_with("mutex_uncontended");
+    let options = GateOptions {
+        fair: !args.non_fair,
+        ..GateOptions::default()
+    };
     let run_id = format!(
         "{:x}",
         std::process::id() ^ Instant::now().elapsed().subsec_nanos()
@@ -80,7 +87,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         } else {
             format!("bench:{case}:{run_id}:{w}")
         };
-        match Gate::new(&store, &name, Some(capacity), GateOptions::default()) {
+        match Gate::new(&store, &name, Some(capacity), options.clone()) {
             Ok(g) => gates.push(g),
             Err(e) => {
                 eprintln!("tollgate: {e}");

@@ -71,6 +71,7 @@ pub(super) async fn line(args: &BenchArgs) -> i32 {
         ttl: Duration::from_secs(3600),
         heartbeat: Duration::from_secs(86_400),
         auto_renew: false,
+        fair: true,
     };
     let gate = match Gate::new(&store, &name, Some(1), options) {
         Ok(g) => Arc::new(g),

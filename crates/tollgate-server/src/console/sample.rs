@@ -168,6 +168,7 @@ async fn read(state: &AppState, key: &Key) -> Option<Figures> {
         Kind::Gate => {
             let options = tollgate::GateOptions {
                 auto_renew: false,
+                fair: true,
                 ..tollgate::GateOptions::default()
             };
             let gate = tollgate::Gate::new(&state.store, &key.name, None, options).ok()?;

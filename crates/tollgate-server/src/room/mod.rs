@@ -290,6 +290,7 @@ impl Room {
             ttl: session_ttl,
             heartbeat: grace,
             auto_renew: false,
+            fair: true,
         };
         // The stored capacity is the room's: set from the config at start,
         // changed at runtime through the admin API.

@@ -308,6 +308,15 @@ impl Store {
 
     /// Registers interest in `id` being granted. Registered before `enter`,
     /// so a hand-off can never be announced before anyone listens for it.
+    /// Watches for permits freed on `gate` (a non-fair acquire waiting to
+    /// barge in).
+    pub(crate) fn watch_freed(&self, gate: &Name) -> Watch {
+        match &self.backend {
+            Backend::Memory(s) => s.wakers().register(&memory_barge_key(gate)),
+            Backend::Redis(s) => s.wakers().register(&s.barge_key(gate)),
+        }
+    }
+
     pub(crate) fn watch(&self, id: &str) -> Watch {
         let wakers = match &self.backend {
             Backend::Memory(s) => s.wakers(),
@@ -683,4 +692,10 @@ pub struct MemoryFootprint {
     /// Rate-limit keys stored (those whose budget is fully restored go at
     /// the next sweep).
     pub limit_keys: usize,
+}
+
+/// The key barging waiters of a gate on the memory store watch (ticket ids
+/// are letters and digits, so it names no ticket).
+pub(crate) fn memory_barge_key(gate: &Name) -> String {
+    format!("gate {gate}")
 }

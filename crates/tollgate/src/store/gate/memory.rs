@@ -44,6 +44,9 @@ pub(in crate::store) struct GateState {
     pub(super) admit_at: u64,
     /// When the line was last reset (ms; 0: never), as Redis's C.
     pub(super) line_reset: u64,
+    /// Until when a non-fair acquire may be waiting to barge in (ms), as
+    /// Redis's N: permits freed before then wake such waiters.
+    pub(super) barging_until: u64,
     pub(super) holders: HashMap<String, Holder>,
     pub(super) holder_expiry: BTreeSet<(u64, String)>,
     pub(super) line: Line,
@@ -185,6 +188,24 @@ impl GateState {
     /// Whether admission control lets one more in now.
     pub(super) fn may_admit(&self, now: u64) -> bool {
         !self.paused && (self.admit_every_ms == 0 || self.admit_at <= now)
+    }
+
+    /// How many barging waiters to wake after an operation that started
+    /// from `before` (used, capacity, paused, admission interval): the
+    /// permits it freed (a departure, a larger capacity, admission control
+    /// let go) and left free with nobody in line, while someone may be
+    /// waiting to barge in (as the scripts' `wake_barging`).
+    fn freed_for_barging(&self, before: (u64, Option<u32>, bool, u64), now: u64) -> usize {
+        let (used, capacity, paused, every) = before;
+        let freed = self.used < used
+            || self.capacity > capacity
+            || (paused && !self.paused)
+            || self.admit_every_ms < every;
+        let Some(cap) = self.capacity else { return 0 };
+        if !freed || self.barging_until <= now || !self.line.is_empty() || !self.may_admit(now) {
+            return 0;
+        }
+        usize::try_from(u64::from(cap).saturating_sub(self.used)).unwrap_or(usize::MAX)
     }
 
     /// Spends one admission of the admission rate.
@@ -427,13 +448,20 @@ impl MemoryStore {
             epoch: self.new_epoch(),
             ..GateState::default()
         };
+        let mut free = 0;
         let out = self.gates.with(gate, now, self.idle_ms, touch, new, |state| {
+            let before = (state.used, state.capacity, state.paused, state.admit_every_ms);
             state.expire(now);
             state.promote(now, &mut handed);
-            op(state, now, &mut handed)
+            let out = op(state, now, &mut handed);
+            free = state.freed_for_barging(before, now);
+            out
         });
         for (id, fence) in &handed {
             self.wakers.hand_off(id, *fence);
+        }
+        if free > 0 {
+            self.wakers.wake(&crate::store::memory_barge_key(gate), free);
         }
         out
     }
@@ -458,6 +486,11 @@ impl MemoryStore {
                 }));
             }
             if !req.queue {
+                // A barging waiter says it waits (as enter.lua, and as
+                // rarely: once per half a heartbeat).
+                if req.barge && s.barging_until < now + req.heartbeat_ms / 2 {
+                    s.barging_until = now + req.heartbeat_ms;
+                }
                 return Ok(Entry::Busy(Occupancy {
                     used: s.used,
                     capacity,

@@ -23,6 +23,9 @@ pub(crate) struct EnterRequest<'a> {
     pub(crate) ttl_ms: u64,
     pub(crate) heartbeat_ms: u64,
     pub(crate) queue: bool,
+    /// Busy and not queueing, the caller waits to barge in (a non-fair
+    /// acquire): mark that someone does, so freed permits wake it.
+    pub(crate) barge: bool,
     /// Who is asking, shown in the holder list while they hold.
     pub(crate) label: Option<&'a str>,
 }

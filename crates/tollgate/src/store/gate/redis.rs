@@ -47,6 +47,7 @@ impl RedisStore {
                     req.heartbeat_ms,
                     u8::from(req.queue),
                     req.label.unwrap_or(""),
+                    u8::from(req.barge),
                 ),
             )
             .await?;
@@ -278,6 +279,12 @@ impl RedisStore {
         }
     }
 
+    /// The key barging waiters of `gate` watch: the wake-up the scripts
+    /// publish names the gate's meta hash (head.lua, `wake_barging`).
+    pub(crate) fn barge_key(&self, gate: &Name) -> String {
+        format!("{}:m", self.base(gate))
+    }
+
     pub(crate) async fn listen(&self, gate: &Name) -> Result<Listening> {
         self.subscribe(format!("{}:n", self.base(gate))).await
     }
@@ -348,6 +355,7 @@ mod tests {
             heartbeat_ms: 60_000,
             queue: true,
             label: None,
+            barge: false,
         }
     }
 

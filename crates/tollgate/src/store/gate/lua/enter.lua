@@ -1,7 +1,8 @@
 -- enter.lua: take permits now, or join the line.
 -- ARGV: 1 id (lease token, and ticket id if queued), 2 permits, 3 capacity
 --       (0: use the stored one), 4 ttl ms, 5 heartbeat ms, 6 queue (1/0),
---       7 label ('' for none)
+--       7 label ('' for none), 8 '1' if a busy caller waits to barge in
+--       (a non-fair acquire: see N in prelude.lua)
 -- Reply: {1, fence, ttl_ms}           granted
 --        {2, position, waiting, eta}  queued (position 1 is the head;
 --                                     eta ms, -1 if not known yet)
@@ -40,7 +41,10 @@ if S.waiting == 0 and used() + permits <= S.cap and may_admit() then
   return done({1, f, ttl})
 end
 
-if not queue then return done({3, used(), S.cap, S.waiting}) end
+if not queue then
+  if ARGV[8] == '1' and S.N < now + math.floor(hb / 2) then S.N = now + hb end
+  return done({3, used(), S.cap, S.waiting})
+end
 
 S.s = S.s + 1
 redis.call('ZADD', KQ, S.s, id)

@@ -4,6 +4,7 @@
 -- to be swept) grants a plain request, or queues a single-permit one:
 -- TIME, the head's read and one write of m (plus ZADD q and HSET p when
 -- queueing).
+-- A request that is not queued gets its busy answer here too.
 -- ARGV as enter.lua. Reply as enter.lua, or falls through.
 -- Invariant: identical outcome to enter.lua for the same state.
 local fast_c, fast_asked = tonumber(raw[1]), tonumber(ARGV[3])
@@ -39,6 +40,20 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     return {1, f, ttl}
   end
   local z = tonumber(raw[7]) or 0
+  if live and permits <= fast_cap and ARGV[6] ~= '1' and (waiting == 0 or z > now) then
+    -- Busy (as enter.lua); a barging waiter says it waits until N.
+    local hb = tonumber(ARGV[5])
+    if ARGV[8] == '1' and (tonumber(raw[14]) or 0) < now + math.floor(hb / 2) then
+      local meta_until = meta_expiry(now + hb)
+      if meta_until then
+        redis.call('HSET', KM, 'N', now + hb, 'G', meta_until)
+        redis.call('PEXPIREAT', KM, meta_until)
+      else
+        redis.call('HSET', KM, 'N', now + hb)
+      end
+    end
+    return {3, used, fast_cap, waiting}
+  end
   if live and ARGV[6] == '1' and permits == 1 and used >= fast_cap and (z == 0 or z > now) then
     -- Full: into the line (as enter.lua's queueing and set_deadline()).
     local s, deadline = (tonumber(raw[6]) or 0) + 1, now + tonumber(ARGV[5])

@@ -17,12 +17,12 @@ local IDLE = 600000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 s, 7 z, 8 r, 9 l, 10 U, 11 V, 12 E,
--- 13 G (HMGET answers false for a field that is not there). Each field
+-- 13 G, 14 N (HMGET answers false for a field that is not there). Each field
 -- read costs Redis time (a small hash is a list: every field looked up,
 -- above all a missing one, is a scan), so the fast paths read these
 -- alone; read_more() fetches the others for the general path. k marks
 -- state the fast paths leave to the general path (see prelude.lua).
-local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 's', 'z', 'r', 'l', 'U', 'V', 'E', 'G')
+local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 's', 'z', 'r', 'l', 'U', 'V', 'E', 'G', 'N')
 local more
 -- more: 1 b, 2 x, 3 e, 4 o, 5 T, 6 X, 7 A, 8 Q, 9 H, 10 n, 11 a, 12 P,
 -- 13 R, 14 Y
@@ -49,6 +49,12 @@ local function meta_expiry(last)
   local need = last + IDLE
   if need <= (tonumber(raw[13]) or 0) then return nil end
   return need + math.floor(IDLE / 4)
+end
+
+-- Wakes up to `free` barging waiters (see N in prelude.lua) in every
+-- process listening on the gate's channel.
+local function wake_barging(free)
+  redis.call('PUBLISH', base .. 'n', '!' .. KM .. ' ' .. free)
 end
 
 -- Inline holders (m's field h): "<id> <expires> <fence> <permits>" per

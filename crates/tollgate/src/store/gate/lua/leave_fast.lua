@@ -46,6 +46,12 @@ if not ARGV[2] and not raw[4] and raw[3] and raw[3] ~= '' then
       end
     end
     fields[#fields + 1], fields[#fields + 2] = 'h', inline_text(held)
+    -- Permits left free with nobody in line: barging waiters may take them.
+    if (tonumber(raw[14]) or 0) > now and waiting == 0 then
+      local free = tonumber(raw[1]) or 0
+      for _, x in ipairs(held) do free = free - x[4] end
+      if free > 0 then wake_barging(free) end
+    end
     -- A departure now, for the estimated wait (as depart() in the prelude).
     local r, l = tonumber(raw[8]), tonumber(raw[9]) or 0
     if l > 0 then

@@ -5,8 +5,9 @@
 --
 -- (Server time and the meta hash were read by head.lua.)
 --
--- Keys of one gate, all under one hash tag so the scripts run on Cluster:
---   KEYS[1] m  HASH  c capacity, f last fence, b first fence minus one
+-- Keys of one gate, all under one hash tag so the scripts run on Cluster
+-- (only m is passed; head.lua derives the others from its name):
+--   m  HASH  c capacity, f last fence, b first fence minus one
 --                    (grants = f - b), x expiries, s line seq, e extra
 --                    permits held (sum of permits-1 over holders), n waiters
 --                    asking for more than one permit, o holders that came by
@@ -32,7 +33,18 @@
 --                    log's live entries; Z the last score handed out in
 --                    the log (kept while the log empties, so scores never
 --                    go back within an epoch); G the expiry last set on m
---                    (ms); C the last reset of the line (ms, admin.lua).
+--                    (ms); C the last reset of the line (ms, admin.lua);
+--                    h the holders, inline, of a gate of capacity up to
+--                    INLINE ("<id> <expires> <fence> <permits>" joined by
+--                    ',', see head.lua): while H is 0 they are here, and
+--                    e, o, X and T are derived from them, not stored;
+--                    k 1 while the gate has state only the general path
+--                    handles (holders on h, labels, a multi-permit
+--                    waiter, admission control, a sweep under way), so
+--                    the fast paths need not read those fields; N until
+--                    when a barging (non-fair) acquire may be waiting
+--                    outside the line: permits freed and left free before
+--                    then are announced (wake_barging in head.lua).
 --                    m lives IDLE (the store's idle period) past the last
 --                    deadline any key holds (the TTLs set on h, q, p and
 --                    r, the next admission) and the last write, so an
@@ -44,19 +56,22 @@
 --                    start from server time x 1000 and a gate cannot
 --                    grant 1,000 leases a millisecond, so a new state's
 --                    first fence is above every old one.
---   KEYS[2] h  ZSET  holders: lease id -> expiry (ms, server time)
---   KEYS[3] p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
---                    L:<id> label given at entry (counted in m's a);
---                    k:<id> permits (only when > 1); f:<id> fence of a lease
---                    handed to a waiter, negative until the waiter picks it up
---   KEYS[4] q  ZSET  the line: ticket id -> seq (a counter, never time)
---   KEYS[5] r  ZSET  the revocation log: token of a holder that ended
---                    (leave.lua with a keep) -> now * 1024 at the end, or
---                    one more than the last score (Z) if that is more, so
---                    scores strictly increase and are a reader's cursor;
---                    entries older than K are pruned by later ends and
---                    never read (watch.lua); the key lives K past the last
---                    end.
+--   h  ZSET  holders of a gate of capacity above INLINE: lease id -> expiry
+--            (ms, server time). A gate picks its layout when it has no
+--            holder; a capacity raised past INLINE moves inline holders
+--            here, one lowered leaves them here until none is left.
+--   p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
+--            L:<id> label given at entry (counted in m's a);
+--            k:<id> permits (only when > 1; of holders on h only);
+--            f:<id> fence of a lease on h handed to a waiter, negative
+--            until the waiter picks it up
+--   q  ZSET  the line: ticket id -> seq (a counter, never time)
+--   r  ZSET  the revocation log: token of a holder that ended
+--            (leave.lua with a keep) -> now * 1024 at the end, or one more
+--            than the last score (Z) if that is more, so scores strictly
+--            increase and are a reader's cursor; entries older than K are
+--            pruned by later ends and never read (watch.lua); the key
+--            lives K past the last end.
 -- Deadlines sit in a hash rather than a second sorted set to keep a waiting
 -- ticket under 200 bytes; finding stale tickets then takes a scan of p, done
 -- only once the earliest possible deadline (z) has passed. A short line is
@@ -64,10 +79,12 @@
 -- per operation, resuming from the cursor Y, with Q the earliest deadline
 -- seen (or set) during the pass, which becomes z when the pass ends. So no
 -- operation touches more than a bounded slice of a line of any length.
--- Hand-offs are published on the channel named like KEYS[1] with the final
--- "m" replaced by "n"; the message is space-separated "<ticket id>:<fence>".
+-- Hand-offs are published on the channel named like m with the final "m"
+-- replaced by "n"; the message is space-separated "<ticket id>:<fence>".
+-- Permits freed for barging waiters: "!<name of m> <free permits>" on the
+-- same channel.
 --
--- Invariants: permits held (#h + e) never exceed c, except after c was
+-- Invariants: permits held (holders + e) never exceed c, except after c was
 -- lowered (holders are never evicted); nobody is granted while a ticket ahead
 -- of them waits; fences strictly increase per gate; every key but m carries
 -- a TTL beyond the last deadline it holds, and m one IDLE beyond theirs.
@@ -89,7 +106,10 @@ local S, F = {
   P = tonumber(m[12]) or 0, R = tonumber(m[13]) or 0, A = tonumber(m[7]) or 0,
   -- r is absent (nil) until a first gap between departures was measured.
   r = tonumber(raw[8]), l = tonumber(raw[9]) or 0,
-  U = tonumber(raw[10]) or 0, V = tonumber(raw[11]) or 0,
+  U = tonumber(raw[10]) or 0, V = tonumber(raw[11]) or 0, N = tonumber(raw[14]) or 0,
+  -- Whether this call freed permits (a holder left, or the capacity or
+  -- admission control let more in).
+  freed = false,
   -- The stale-ticket sweep of a long line: cursor ('0' or absent: none
   -- under way) and the earliest deadline seen in the pass so far.
   Y = m[14] or '0', Q = tonumber(m[8]) or 0,
@@ -113,7 +133,7 @@ local S, F = {
 -- The meta fields as read, to write back only what changed.
 local was = {
   f = S.f, b = S.b, x = S.x, s = S.s, e = S.e, n = S.n, o = S.o, H = S.H, W = S.W, z = S.z, T = S.T,
-  U = S.U, X = S.X, V = S.V, r = S.r, l = S.l, a = S.a, A = S.A, Y = S.Y, Q = S.Q,
+  U = S.U, X = S.X, V = S.V, r = S.r, l = S.l, a = S.a, A = S.A, Y = S.Y, Q = S.Q, N = S.N,
 }
 local SWEEP_ALL, SWEEP_STEP = 512, 256
 -- At most this many ended leases are removed per call, the earliest
@@ -211,6 +231,7 @@ function F.remove_holder(id)
     end
   end
   S.holders = S.holders - 1
+  S.freed = true
   if S.holders == 0 then S.h_fresh = true end
   F.forget_label(id)
   F.note_side_data()
@@ -395,7 +416,7 @@ function F.expire()
     end
     S.held, S.holders = kept, #kept
     if #ended > 0 then
-      S.h_changed = true
+      S.h_changed, S.freed = true, true
       for _, id in ipairs(ended) do F.forget_label(id) end
       S.x = S.x + #ended
       F.depart(#ended)
@@ -556,7 +577,12 @@ function F.finish()
   put('f', S.f, was.f) put('b', S.b, was.b) put('x', S.x, was.x) put('s', S.s, was.s)
   put('n', S.n, was.n) put('W', S.W, was.W) put('z', S.z, was.z) put('U', S.U, was.U)
   put('V', S.V, was.V) put('r', S.r, was.r) put('l', S.l, was.l) put('a', S.a, was.a)
-  put('A', S.A, was.A) put('Y', S.Y, was.Y) put('Q', S.Q, was.Q)
+  put('A', S.A, was.A) put('Y', S.Y, was.Y) put('Q', S.Q, was.Q) put('N', S.N, was.N)
+  -- Permits freed and left free with nobody in line: barging waiters
+  -- (until N) may take them.
+  if S.freed and S.N > S.now and S.cap and S.waiting == 0 and F.used() < S.cap and F.may_admit() then
+    wake_barging(S.cap - F.used())
+  end
   if S.inline then
     -- Inline holders: H is 0, and e, o, X and T are read from h.
     put('H', 0, was.H)

@@ -22,5 +22,6 @@ if ARGV[2] ~= '' then
   end
 end
 S.wrote_meta = true
+S.freed = true
 promote()
 return done({1})

@@ -9,5 +9,6 @@ S.cap = tonumber(ARGV[1])
 if S.inline and S.holders > 0 and S.cap > INLINE then F.holders_to_set() end
 redis.call('HSET', KM, 'c', S.cap)
 S.wrote_meta = true
+S.freed = true
 promote()
 return done({1})
