@@ -7,7 +7,8 @@
 //! Each primitive's operation types and its two implementations sit in
 //! its own folder (`gate/`, `jobs/`, `limit/`); `memory/` and `redis/` hold
 //! what a backend shares across primitives; `wakers.rs` is the per-process
-//! wake-up table both use.
+//! wake-up table both use, `timers.rs` the one task that renews a store's
+//! leases.
 
 pub(crate) mod gate;
 pub(crate) mod jobs;
@@ -16,6 +17,7 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod registry;
 pub(crate) mod schedule;
+pub(crate) mod timers;
 mod wakers;
 
 use std::sync::Arc;
@@ -47,6 +49,8 @@ pub struct Store {
     /// Redis: the job queues this process watches (the memory store keeps
     /// its own, published from its critical sections).
     job_events: Arc<jobs::events::Hub>,
+    /// The one task that renews this store's leases (`timers.rs`).
+    timers: Arc<timers::Timers>,
 }
 
 /// The Redis arms of the dispatch below box their futures: a Redis call's
@@ -88,6 +92,7 @@ impl Store {
             backend: Backend::Memory(Arc::new(memory::MemoryStore::new(options))),
             registry: Arc::default(),
             job_events: Arc::default(),
+            timers: Arc::default(),
         }
     }
 
@@ -105,6 +110,7 @@ impl Store {
             backend: Backend::Redis(Arc::new(redis::RedisStore::connect(config).await?)),
             registry: Arc::default(),
             job_events: Arc::default(),
+            timers: Arc::default(),
         })
     }
 
@@ -135,8 +141,14 @@ impl Store {
                 backend: Backend::Redis(Arc::new(s.durable(replicas, timeout).await?)),
                 registry: self.registry.clone(),
                 job_events: self.job_events.clone(),
+                timers: self.timers.clone(),
             }),
         }
+    }
+
+    /// The timer queue of this store's leases.
+    pub(crate) fn timers(&self) -> &Arc<timers::Timers> {
+        &self.timers
     }
 
     /// Whether this is a durable handle (see [`Store::durable`]).
