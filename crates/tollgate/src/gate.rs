@@ -215,7 +215,7 @@ impl Gate {
         let deadline = Instant::now() + wait;
         // Registered before the first look, so no hand-off slips between.
         let watch = self.store.watch(ticket);
-        let _listening = self.store.listen(&self.name).await?;
+        let _listening = self.store.listen(&self.name, Instant::now()).await?;
         let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
         loop {
             let status = self.status(ticket).await?;
@@ -461,7 +461,7 @@ impl Gate {
             Entry::Queued(_) => {}
         }
         let heartbeat = Duration::from_millis(self.heartbeat_ms);
-        let listening = self.store.listen(&self.name).await?;
+        let listening = self.store.listen(&self.name, sent).await?;
         let mut look_now = listening.as_ref().is_some_and(|l| l.fresh);
         loop {
             if !look_now {

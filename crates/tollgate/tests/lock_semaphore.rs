@@ -414,3 +414,44 @@ on_both_stores!(realtime:
     dropping_a_wait_leaves_the_line,
     wait_limit_is_honoured,
 );
+
+/// A gate's channel stays subscribed for a linger after its last waiter
+/// (no SUBSCRIBE/UNSUBSCRIBE per queued acquire), is unsubscribed after
+/// it, and a waiter that queues after that still gets its hand-off
+/// without polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_subscription_ends_and_hand_offs_still_arrive() {
+    let ts = TestStore::redis().await;
+    let server = ts.server.as_ref().expect("server");
+    let channels = || match server.command(&["PUBSUB", "CHANNELS", "*{linger}*"]) {
+        ::redis::Value::Array(a) => a.len(),
+        other => panic!("PUBSUB CHANNELS: {other:?}"),
+    };
+    let lock = Lock::new(&ts.store, "linger").expect("lock");
+    let hand_off = || async {
+        let held = lock.acquire(WAIT).await.expect("store").expect("free");
+        let waiter = {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let g = lock.acquire(WAIT).await.expect("store").expect("acquired");
+                let at = Instant::now();
+                g.release().await.expect("release");
+                at
+            })
+        };
+        while lock.stats().await.expect("stats").waiting == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let released = Instant::now();
+        held.release().await.expect("release");
+        let took = waiter.await.expect("task").duration_since(released);
+        assert!(took < Duration::from_millis(300), "hand-off took {took:?}");
+    };
+    hand_off().await;
+    assert_eq!(channels(), 1, "unsubscribed at once");
+    hand_off().await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(channels(), 0, "still subscribed after the linger");
+    hand_off().await;
+}

@@ -672,13 +672,15 @@ impl Store {
         }
     }
 
-    /// Makes sure hand-offs on `gate` reach this process. Returns `true` when
-    /// it had to start listening just now, in which case a hand-off may have
-    /// been announced before and the caller should poll once.
-    pub(crate) async fn listen(&self, gate: &Name) -> Result<Option<Listening>> {
+    /// Makes sure hand-offs on `gate` reach this process. `asked` is when
+    /// the caller sent the request it waits on; [`Listening::fresh`] is
+    /// `true` when this process may not have been listening since then,
+    /// in which case a hand-off may have been announced unheard and the
+    /// caller should poll once.
+    pub(crate) async fn listen(&self, gate: &Name, asked: tokio::time::Instant) -> Result<Option<Listening>> {
         match &self.backend {
             Backend::Memory(_) => Ok(None),
-            Backend::Redis(s) => Box::pin(s.listen(gate)).await.map(Some),
+            Backend::Redis(s) => Box::pin(s.listen(gate, asked)).await.map(Some),
         }
     }
 }

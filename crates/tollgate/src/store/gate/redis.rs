@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use redis::{Script, Value};
+use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
@@ -260,8 +261,8 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn listen(&self, gate: &Name) -> Result<Listening> {
-        self.subscribe(format!("{}:n", self.base(gate))).await
+    pub(crate) async fn listen(&self, gate: &Name, asked: Instant) -> Result<Listening> {
+        self.subscribe(&format!("{}:n", self.base(gate)), asked).await
     }
 }
 
