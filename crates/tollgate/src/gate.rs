@@ -15,8 +15,8 @@ use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::registry::Kind;
 use crate::store::timers::Timed;
 use crate::store::{
-    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, MAX_LINE_LIMIT, Occupancy,
-    Place, Poll, Store, Waiting, check_capacity,
+    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, MAX_LINE_LIMIT,
+    Occupancy, Place, Poll, Store, Waiting, check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -94,7 +94,7 @@ pub enum TicketStatus {
 #[derive(Debug, Clone)]
 pub struct Gate {
     store: Store,
-    name: Name,
+    name: GateName,
     capacity: Option<u32>,
     ttl_ms: u64,
     heartbeat_ms: u64,
@@ -112,7 +112,7 @@ impl Gate {
         let heartbeat_ms = check_ttl("heartbeat", options.heartbeat)?;
         Ok(Gate {
             store: store.clone(),
-            name,
+            name: GateName::new(name),
             capacity,
             ttl_ms,
             heartbeat_ms,

@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::name::Name;
 
 use self::gate::MAX_CURSOR;
-pub(crate) use self::gate::{Admission, EnterRequest, Entry, Grant, Poll, check_capacity};
+pub(crate) use self::gate::{Admission, EnterRequest, Entry, GateName, Grant, Poll, check_capacity};
 pub use self::gate::{
     GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, Occupancy, Place,
 };
@@ -192,7 +192,7 @@ impl Store {
         }
     }
 
-    pub(crate) async fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
+    pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
         match &self.backend {
             Backend::Memory(s) => s.enter(gate, req),
             Backend::Redis(s) => Box::pin(s.enter(gate, req)).await,
@@ -209,28 +209,28 @@ impl Store {
     }
 
     /// Changes admission control (see [`Admission`]).
-    pub(crate) async fn set_admission(&self, gate: &Name, admission: &Admission) -> Result<()> {
+    pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
         match &self.backend {
             Backend::Memory(s) => s.set_admission(gate, admission),
             Backend::Redis(s) => Box::pin(s.set_admission(gate, admission)).await,
         }
     }
 
-    pub(crate) async fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+    pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
         match &self.backend {
             Backend::Memory(s) => s.poll(gate, id, ttl_ms, hb_ms),
             Backend::Redis(s) => Box::pin(s.poll(gate, id, ttl_ms, hb_ms)).await,
         }
     }
 
-    pub(crate) async fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+    pub(crate) async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
         match &self.backend {
             Backend::Memory(s) => s.renew(gate, id, ttl_ms),
             Backend::Redis(s) => Box::pin(s.renew(gate, id, ttl_ms)).await,
         }
     }
 
-    pub(crate) async fn leave(&self, gate: &Name, id: &str) -> Result<Left> {
+    pub(crate) async fn leave(&self, gate: &GateName, id: &str) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.leave(gate, id, None),
             Backend::Redis(s) => Box::pin(s.leave(gate, id, None)).await,
@@ -239,7 +239,7 @@ impl Store {
 
     /// `leave`, and if a holder was released, its token recorded in the
     /// gate's revocation log for `keep_ms`, in the same step.
-    pub(crate) async fn end(&self, gate: &Name, id: &str, keep_ms: u64) -> Result<Left> {
+    pub(crate) async fn end(&self, gate: &GateName, id: &str, keep_ms: u64) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.leave(gate, id, Some(keep_ms)),
             Backend::Redis(s) => Box::pin(s.leave(gate, id, Some(keep_ms))).await,
@@ -248,7 +248,7 @@ impl Store {
 
     /// The gate's epoch, stored settings and revocation log from `since`
     /// on; reads only.
-    pub(crate) async fn watch_state(&self, gate: &Name, since: u64) -> Result<GateWatch> {
+    pub(crate) async fn watch_state(&self, gate: &GateName, since: u64) -> Result<GateWatch> {
         // Cursors are store time in ms × 1024, far below 2^53; a larger
         // `since` (never handed out) is cut there so the script's numbers
         // stay exact.
@@ -259,21 +259,21 @@ impl Store {
         }
     }
 
-    pub(crate) async fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
+    pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
         match &self.backend {
             Backend::Memory(s) => s.set_capacity(gate, capacity),
             Backend::Redis(s) => Box::pin(s.set_capacity(gate, capacity)).await,
         }
     }
 
-    pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
+    pub(crate) async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
         match &self.backend {
             Backend::Memory(s) => s.holders(gate, limit),
             Backend::Redis(s) => Box::pin(s.holders(gate, limit)).await,
         }
     }
 
-    pub(crate) async fn line(&self, gate: &Name, limit: u32) -> Result<Vec<Waiting>> {
+    pub(crate) async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
         match &self.backend {
             Backend::Memory(s) => s.line(gate, limit),
             Backend::Redis(s) => Box::pin(s.line(gate, limit)).await,
@@ -282,28 +282,28 @@ impl Store {
 
     /// Ends the holder named by `handle` as `end` would, recorded in the
     /// revocation log for `keep_ms`.
-    pub(crate) async fn revoke(&self, gate: &Name, handle: &str, keep_ms: u64) -> Result<Left> {
+    pub(crate) async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.revoke(gate, handle, keep_ms),
             Backend::Redis(s) => Box::pin(s.revoke(gate, handle, keep_ms)).await,
         }
     }
 
-    pub(crate) async fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
+    pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.remove_waiter(gate, number),
             Backend::Redis(s) => Box::pin(s.remove_waiter(gate, number)).await,
         }
     }
 
-    pub(crate) async fn clear_line(&self, gate: &Name) -> Result<u64> {
+    pub(crate) async fn clear_line(&self, gate: &GateName) -> Result<u64> {
         match &self.backend {
             Backend::Memory(s) => s.clear_line(gate),
             Backend::Redis(s) => Box::pin(s.clear_line(gate)).await,
         }
     }
 
-    pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
+    pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
         match &self.backend {
             Backend::Memory(s) => s.stats(gate),
             Backend::Redis(s) => Box::pin(s.stats(gate)).await,
@@ -677,7 +677,11 @@ impl Store {
     /// `true` when this process may not have been listening since then,
     /// in which case a hand-off may have been announced unheard and the
     /// caller should poll once.
-    pub(crate) async fn listen(&self, gate: &Name, asked: tokio::time::Instant) -> Result<Option<Listening>> {
+    pub(crate) async fn listen(
+        &self,
+        gate: &GateName,
+        asked: tokio::time::Instant,
+    ) -> Result<Option<Listening>> {
         match &self.backend {
             Backend::Memory(_) => Ok(None),
             Backend::Redis(s) => Box::pin(s.listen(gate, asked)).await.map(Some),

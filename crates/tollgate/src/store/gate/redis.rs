@@ -12,30 +12,49 @@ use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::{
-    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
-    Waiting, capacity_conflict, no_capacity, permits_exceed,
+    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place,
+    Poll, Waiting, capacity_conflict, no_capacity, permits_exceed,
 };
 
-impl RedisStore {
-    fn base(&self, gate: &Name) -> String {
-        format!("{}:gate:{{{}}}", self.prefix, gate.as_str())
-    }
+/// A gate's keys on Redis (see prelude.lua), its pub/sub channel, and the
+/// base they start with, for the key prefix `prefix`.
+#[derive(Debug, Clone)]
+pub(crate) struct GateKeys {
+    pub(super) prefix: String,
+    base: String,
+    keys: [String; 5],
+    channel: String,
+}
 
-    async fn run(&self, script: &Script, gate: &Name, args: impl redis::ToRedisArgs) -> Result<Vec<i64>> {
+impl GateKeys {
+    pub(super) fn new(prefix: &str, gate: &Name) -> GateKeys {
+        let base = format!("{prefix}:gate:{{{}}}", gate.as_str());
+        let key = |suffix: &str| format!("{base}{suffix}");
+        GateKeys {
+            prefix: prefix.to_owned(),
+            keys: [key(":m"), key(":h"), key(":p"), key(":q"), key(":r")],
+            channel: key(":n"),
+            base,
+        }
+    }
+}
+
+impl RedisStore {
+    async fn run(&self, script: &Script, gate: &GateName, args: impl redis::ToRedisArgs) -> Result<Vec<i64>> {
         self.run_as(script, gate, args).await
     }
 
     async fn run_as<T: redis::FromRedisValue>(
         &self,
         script: &Script,
-        gate: &Name,
+        gate: &GateName,
         args: impl redis::ToRedisArgs,
     ) -> Result<T> {
-        let base = self.base(gate);
-        self.invoke(script, &gate_keys(&base), args, &base).await
+        let k = gate.redis_keys(&self.prefix);
+        self.invoke(script, &k.keys, args, &k.base).await
     }
 
-    pub(crate) async fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
+    pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
         let r = self
             .run(
                 &self.scripts.enter,
@@ -66,7 +85,7 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+    pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
         let r = self.run(&self.scripts.poll, gate, (id, ttl_ms, hb_ms)).await?;
         match r.as_slice() {
             [1, fence, ttl] => Ok(Poll::Granted(grant(*fence, *ttl))),
@@ -76,7 +95,7 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+    pub(crate) async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
         let r = self.run(&self.scripts.renew, gate, (id, ttl_ms)).await?;
         match r.as_slice() {
             [1, ttl] => Ok(Some(grant(0, *ttl))),
@@ -87,7 +106,7 @@ impl RedisStore {
 
     /// Releases or cancels `id`; with `keep_ms` (an end), a released
     /// holder is recorded in the revocation log in the same script.
-    pub(crate) async fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
+    pub(crate) async fn leave(&self, gate: &GateName, id: &str, keep_ms: Option<u64>) -> Result<Left> {
         let r = match keep_ms {
             None => self.run(&self.scripts.leave, gate, id).await?,
             Some(keep) => self.run(&self.scripts.leave, gate, (id, keep)).await?,
@@ -100,7 +119,7 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
+    pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
         let r = self.run(&self.scripts.set_capacity, gate, capacity).await?;
         match r.as_slice() {
             [1] => Ok(()),
@@ -108,7 +127,7 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
+    pub(crate) async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
         let r: Vec<redis::Value> = self.run_as(&self.scripts.holders, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 2);
         for pair in r.chunks(4) {
@@ -136,7 +155,7 @@ impl RedisStore {
     }
 
     /// The first `limit` tickets of the line (line.lua).
-    pub(crate) async fn line(&self, gate: &Name, limit: u32) -> Result<Vec<Waiting>> {
+    pub(crate) async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
         let r: Vec<redis::Value> = self.run_as(&self.scripts.line, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 3);
         for (i, t) in r.chunks(3).enumerate() {
@@ -159,7 +178,7 @@ impl RedisStore {
 
     /// Revokes the holder named by `handle` (admin.lua, then leave.lua's
     /// end).
-    pub(crate) async fn revoke(&self, gate: &Name, handle: &str, keep_ms: u64) -> Result<Left> {
+    pub(crate) async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
         let r = self
             .run(&self.scripts.admin, gate, (handle, keep_ms, "h"))
             .await?;
@@ -168,7 +187,7 @@ impl RedisStore {
 
     /// Drops every ticket in line (admin.lua alone: it answers before
     /// leave.lua's part).
-    pub(crate) async fn clear_line(&self, gate: &Name) -> Result<u64> {
+    pub(crate) async fn clear_line(&self, gate: &GateName) -> Result<u64> {
         let r = self.run(&self.scripts.admin, gate, ("", "", "c")).await?;
         match r.as_slice() {
             [3, n] => Ok((*n).max(0) as u64),
@@ -177,12 +196,12 @@ impl RedisStore {
     }
 
     /// Takes ticket `number` out of the line (admin.lua, then leave.lua).
-    pub(crate) async fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
+    pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
         let r = self.run(&self.scripts.admin, gate, (number, "", "q")).await?;
         admin_answer("remove_waiter", &r)
     }
 
-    pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
+    pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
         let r = self.run(&self.scripts.stats, gate, Vec::<String>::new()).await?;
         match r.as_slice() {
             [
@@ -214,10 +233,10 @@ impl RedisStore {
 
     /// The gate's epoch, stored settings and the revocation log from
     /// `since` on, read without writing (a no-writes script).
-    pub(crate) async fn watch_state(&self, gate: &Name, since: u64, max: usize) -> Result<GateWatch> {
-        let keys = gate_keys(&self.base(gate));
+    pub(crate) async fn watch_state(&self, gate: &GateName, since: u64, max: usize) -> Result<GateWatch> {
+        let k = gate.redis_keys(&self.prefix);
         let v: Vec<Value> = self
-            .invoke_plain(&self.scripts.watch, &keys, (since, max))
+            .invoke_plain(&self.scripts.watch, &k.keys, (since, max))
             .await?;
         let bad = || Error::new(ErrorKind::Store, "unexpected reply to watch_state");
         let int = |v: &Value| -> Result<i64> { redis::from_redis_value_ref(v).map_err(|_| bad()) };
@@ -245,7 +264,7 @@ impl RedisStore {
         })
     }
 
-    pub(crate) async fn set_admission(&self, gate: &Name, admission: &Admission) -> Result<()> {
+    pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
         let paused = match admission.paused {
             Some(true) => "1".to_owned(),
             Some(false) => "0".to_owned(),
@@ -261,17 +280,10 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn listen(&self, gate: &Name, asked: Instant) -> Result<Listening> {
-        self.subscribe(&format!("{}:n", self.base(gate)), asked).await
+    pub(crate) async fn listen(&self, gate: &GateName, asked: Instant) -> Result<Listening> {
+        self.subscribe(&gate.redis_keys(&self.prefix).channel, asked)
+            .await
     }
-}
-
-/// The keys of the gate whose keys start with `base` (see prelude.lua).
-fn gate_keys(base: &str) -> Vec<String> {
-    [":m", ":h", ":p", ":q", ":r"]
-        .iter()
-        .map(|s| format!("{base}{s}"))
-        .collect()
 }
 
 fn grant(fence: i64, ttl: i64) -> Grant {
@@ -295,5 +307,27 @@ fn admin_answer(op: &str, r: &[i64]) -> Result<Left> {
         [2] => Ok(Left::Cancelled),
         [0] => Ok(Left::Unknown),
         other => Err(unexpected(op, other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gate_name_keeps_its_keys_per_prefix() {
+        let gate = GateName::new(Name::new("orders").expect("name"));
+        let k = gate.redis_keys("tg");
+        assert_eq!(k.base, "tg:gate:{orders}");
+        assert_eq!(k.keys[0], "tg:gate:{orders}:m");
+        assert_eq!(k.keys[4], "tg:gate:{orders}:r");
+        assert_eq!(k.channel, "tg:gate:{orders}:n");
+        assert!(matches!(
+            gate.clone().redis_keys("tg"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // Another store's prefix is answered right, just not cached.
+        assert_eq!(gate.redis_keys("other").keys[1], "other:gate:{orders}:h");
+        assert_eq!(gate.redis_keys("tg").keys[1], "tg:gate:{orders}:h");
     }
 }
