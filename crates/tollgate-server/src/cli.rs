@@ -863,6 +863,21 @@ pub(crate) enum BenchTarget {
     Console,
 }
 
+impl BenchArgs {
+    /// Whether the benchmark runs on a current-thread runtime: `lock`
+    /// unless --multi-thread, the others with --single-thread. Measured
+    /// (docs/BENCHMARKS.md): one thread halves the client's CPU per
+    /// critical section everywhere and is as fast or faster for both lock
+    /// cases, but `semaphore --limit 5` ran ~10 % fewer sections per
+    /// second on it, so that one keeps the multi-thread default.
+    pub(crate) fn current_thread(&self) -> bool {
+        match self.target {
+            BenchTarget::Lock => !self.multi_thread,
+            _ => self.single_thread,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
     /// `lock` (mutex_uncontended, or mutex_contended with --contended) or
@@ -908,9 +923,13 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     pub(crate) sizes: Vec<u64>,
     /// Run the workers on one thread (a current-thread runtime) instead of
-    /// a thread per core.
-    #[arg(long)]
+    /// a thread per core. `lock` does so by default.
+    #[arg(long, conflicts_with = "multi_thread")]
     pub(crate) single_thread: bool,
+    /// Run the workers on a thread per core (a multi-thread runtime): the
+    /// default of every target but `lock`.
+    #[arg(long)]
+    pub(crate) multi_thread: bool,
     /// `http`, `listing` and `console`: the server to measure.
     #[arg(long, value_name = "URL")]
     pub(crate) server: Option<String>,

@@ -95,11 +95,13 @@ fn default_log_level(command: &Command) -> &'static str {
     }
 }
 
-/// Benchmarks run on one thread: on a 2-core machine shared with Redis,
-/// cross-thread wake-ups cost more than they give.
+/// Benchmarks run on one thread when asked to, and `lock` by default: like
+/// the single-threaded Node peers it is compared with, and on a 2-core
+/// machine shared with Redis, cross-thread wake-ups cost more than they
+/// give there (`BenchArgs::current_thread`, docs/BENCHMARKS.md).
 fn runtime_for(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     match command {
-        Command::Bench(b) if b.single_thread => {
+        Command::Bench(b) if b.current_thread() => {
             tokio::runtime::Builder::new_current_thread().enable_all().build()
         }
         _ => tokio::runtime::Builder::new_multi_thread().enable_all().build(),

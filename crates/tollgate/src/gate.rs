@@ -2,19 +2,21 @@
 //! semaphores are thin facades over it.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::registry::Kind;
+use crate::store::timers::Timed;
 use crate::store::{
-    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, MAX_LINE_LIMIT, Occupancy,
-    Place, Poll, Store, Waiting, check_capacity,
+    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, MAX_LINE_LIMIT,
+    Occupancy, Place, Poll, Store, Waiting, check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -102,7 +104,7 @@ pub enum TicketStatus {
 #[derive(Debug, Clone)]
 pub struct Gate {
     store: Store,
-    name: Name,
+    name: GateName,
     capacity: Option<u32>,
     ttl_ms: u64,
     heartbeat_ms: u64,
@@ -121,7 +123,7 @@ impl Gate {
         let heartbeat_ms = check_ttl("heartbeat", options.heartbeat)?;
         Ok(Gate {
             store: store.clone(),
-            name,
+            name: GateName::new(name),
             capacity,
             ttl_ms,
             heartbeat_ms,
@@ -226,7 +228,7 @@ impl Gate {
         let deadline = Instant::now() + wait;
         // Registered before the first look, so no hand-off slips between.
         let watch = self.store.watch(ticket);
-        let _listening = self.store.listen(&self.name).await?;
+        let _listening = self.store.listen(&self.name, Instant::now()).await?;
         let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
         loop {
             let status = self.status(ticket).await?;
@@ -475,7 +477,7 @@ impl Gate {
             Entry::Queued(_) => {}
         }
         let heartbeat = Duration::from_millis(self.heartbeat_ms);
-        let listening = self.store.listen(&self.name).await?;
+        let listening = self.store.listen(&self.name, sent).await?;
         let mut look_now = listening.as_ref().is_some_and(|l| l.fresh);
         loop {
             if !look_now {
@@ -563,7 +565,7 @@ impl Gate {
         let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
         // Listening and watching before the first try, so permits freed
         // after it cannot go unnoticed.
-        let _listening = self.store.listen(&self.name).await?;
+        let _listening = self.store.listen(&self.name, Instant::now()).await?;
         let freed = self.store.watch_freed(&self.name);
         loop {
             let id = new_id();
@@ -656,7 +658,6 @@ impl Drop for InLine {
 #[derive(Debug)]
 pub struct Lease {
     shared: Arc<Shared>,
-    keeper: JoinHandle<()>,
     /// Released (or known lost): nothing left for `Drop` to do.
     done: bool,
 }
@@ -668,7 +669,11 @@ struct Shared {
     fence: u64,
     permits: u32,
     clock: Mutex<LeaseClock>,
-    changed: Notify,
+    /// The generation of the lease's one live entry in the store's timers
+    /// (`store/timers.rs`); 0 once the lease is released or dropped, so no
+    /// entry of it fires again. Changed only under `clock`'s lock, so a
+    /// renewal's answer never overwrites a newer `extend`.
+    timer: AtomicU64,
     lost: watch::Sender<bool>,
 }
 
@@ -695,16 +700,12 @@ impl Lease {
             fence,
             permits,
             clock: Mutex::new(clock),
-            changed: Notify::new(),
+            timer: AtomicU64::new(1),
             lost: watch::Sender::new(false),
             gate,
         });
-        let keeper = tokio::spawn(keep(shared.clone()));
-        Lease {
-            shared,
-            keeper,
-            done: false,
-        }
+        shared.schedule(1, shared.next_look(&clock));
+        Lease { shared, done: false }
     }
 
     /// The fencing token: pass it to the resource you protect and have it
@@ -760,12 +761,25 @@ impl Lease {
         let sent = Instant::now();
         match s.gate.store.renew(&s.gate.name, &s.token, ttl_ms).await? {
             Some(g) => {
-                s.set_clock(LeaseClock {
+                let clock = LeaseClock {
                     sent,
                     deadline: sent + Duration::from_millis(g.ttl_ms),
                     ttl_ms,
-                });
-                s.changed.notify_one();
+                };
+                // The next renewal (or expiry check) moves with the new
+                // span; whatever was scheduled before is superseded.
+                let mut c = s.clock.lock().unwrap_or_else(PoisonError::into_inner);
+                let current = s.timer.load(AtomicOrdering::SeqCst);
+                let next = current + 1;
+                let moved = current != 0
+                    && s.timer
+                        .compare_exchange(current, next, AtomicOrdering::SeqCst, AtomicOrdering::SeqCst)
+                        .is_ok();
+                *c = clock;
+                drop(c);
+                if moved {
+                    s.schedule(next, s.next_look(&clock));
+                }
                 Ok(())
             }
             None => {
@@ -779,7 +793,7 @@ impl Lease {
     /// Fails with [`ErrorKind::LeaseLost`] if it had already ended, since the
     /// work done under it may not have been exclusive.
     pub async fn release(mut self) -> Result<()> {
-        self.keeper.abort();
+        self.shared.stop();
         let s = &self.shared;
         // On a store error `done` stays false and Drop tries once more.
         let left = s.gate.store.leave(&s.gate.name, &s.token).await?;
@@ -805,7 +819,7 @@ impl Lease {
             return self.release().await;
         }
         let ttl_ms = check_ttl("hold", hold)?;
-        self.keeper.abort();
+        self.shared.stop();
         let s = &self.shared;
         // Never released from here on, not even by Drop: if the store
         // cannot be told, the lease ends at its current deadline.
@@ -823,7 +837,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.keeper.abort();
+        self.shared.stop();
         if self.done {
             return;
         }
@@ -841,64 +855,108 @@ impl Shared {
         *self.clock.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn set_clock(&self, clock: LeaseClock) {
-        *self.clock.lock().unwrap_or_else(PoisonError::into_inner) = clock;
-    }
-
     fn mark_lost(&self) {
         self.lost.send_replace(true);
     }
-}
 
-/// Watches one lease: renews it once a third of its current span has passed
-/// (if asked to) and declares it lost when the store refuses, or when its
-/// deadline passes without a successful renewal.
-async fn keep(s: Arc<Shared>) {
-    let mut retry_at: Option<Instant> = None;
-    loop {
-        let c = s.clock();
-        let wake = if s.gate.auto_renew {
-            retry_at.unwrap_or(c.sent + (c.deadline - c.sent) / 3)
+    /// No more renewals or expiry checks: released, or left to end.
+    fn stop(&self) {
+        self.timer.store(0, AtomicOrdering::SeqCst);
+    }
+
+    /// When to look at the lease next: a third of its current span in (if
+    /// it is renewed), else at its end.
+    fn next_look(&self, c: &LeaseClock) -> Instant {
+        if self.gate.auto_renew {
+            c.sent + (c.deadline - c.sent) / 3
         } else {
             c.deadline
-        };
-        tokio::select! {
-            _ = tokio::time::sleep_until(wake.min(c.deadline)) => {}
-            _ = s.changed.notified() => { retry_at = None; continue; }
         }
-        let now = Instant::now();
-        if now >= s.clock().deadline {
-            s.mark_lost();
+    }
+
+    fn schedule(self: &Arc<Self>, generation: u64, at: Instant) {
+        let timers = self.gate.store.timers().clone();
+        let me: Weak<dyn Timed> = Arc::downgrade(self) as Weak<dyn Timed>;
+        timers.insert(at, generation, me);
+    }
+
+    /// Moves the lease's timer on from `generation` (if it is still the
+    /// current one) to run again at `at`, setting the clock to `clock`
+    /// first if given.
+    fn reschedule(self: &Arc<Self>, generation: u64, clock: Option<LeaseClock>, at: Instant) {
+        let mut c = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
+        let next = generation + 1;
+        if self
+            .timer
+            .compare_exchange(generation, next, AtomicOrdering::SeqCst, AtomicOrdering::SeqCst)
+            .is_err()
+        {
+            // Released, or `extend` moved the lease on meanwhile.
             return;
         }
-        if !s.gate.auto_renew {
-            continue;
+        if let Some(clock) = clock {
+            *c = clock;
+        }
+        drop(c);
+        self.schedule(next, at);
+    }
+
+    /// Declares the lease lost unless it was released meanwhile (a renewal
+    /// racing a release is refused, and that is no loss).
+    fn lost_at(&self, generation: u64) {
+        if self.is_current(generation) {
+            self.mark_lost();
+            self.stop();
+        }
+    }
+
+    /// One look at the lease, due for timer entry `generation`: renews it
+    /// (if asked to) and declares it lost when the store refuses, or when
+    /// its deadline passes without a successful renewal.
+    async fn look(self: Arc<Self>, generation: u64) {
+        let c = self.clock();
+        let now = Instant::now();
+        if now >= c.deadline {
+            self.lost_at(generation);
+            return;
+        }
+        if !self.gate.auto_renew {
+            self.reschedule(generation, None, c.deadline);
+            return;
         }
         let left = c.deadline.saturating_duration_since(now);
-        let renewal = s.gate.store.renew(&s.gate.name, &s.token, c.ttl_ms);
+        let renewal = self.gate.store.renew(&self.gate.name, &self.token, c.ttl_ms);
         match tokio::time::timeout(left, renewal).await {
             Ok(Ok(Some(g))) => {
-                retry_at = None;
-                s.set_clock(LeaseClock {
+                let clock = LeaseClock {
                     sent: now,
                     deadline: now + Duration::from_millis(g.ttl_ms),
                     ttl_ms: c.ttl_ms,
-                });
+                };
+                self.reschedule(generation, Some(clock), self.next_look(&clock));
             }
-            Ok(Ok(None)) => {
-                s.mark_lost();
-                return;
-            }
+            Ok(Ok(None)) => self.lost_at(generation),
             Ok(Err(e)) => {
-                tracing::warn!(gate = %s.gate.name, error = %e, "lease renewal failed; retrying");
+                if !self.is_current(generation) {
+                    return;
+                }
+                tracing::warn!(gate = %self.gate.name, error = %e, "lease renewal failed; retrying");
                 let ttl = Duration::from_millis(c.ttl_ms);
-                retry_at = Some(Instant::now() + (ttl / 10).min(Duration::from_millis(250)));
+                let retry = Instant::now() + (ttl / 10).min(Duration::from_millis(250));
+                self.reschedule(generation, None, retry.min(c.deadline));
             }
-            Err(_) => {
-                // The store did not answer before the lease ran out.
-                s.mark_lost();
-                return;
-            }
+            // The store did not answer before the lease ran out.
+            Err(_) => self.lost_at(generation),
         }
+    }
+}
+
+impl Timed for Shared {
+    fn is_current(&self, generation: u64) -> bool {
+        self.timer.load(AtomicOrdering::SeqCst) == generation
+    }
+
+    fn fire(self: Arc<Self>, generation: u64) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(self.look(generation))
     }
 }

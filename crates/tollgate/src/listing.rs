@@ -12,7 +12,7 @@ use crate::name::{MAX_NAME_LEN, Name};
 use crate::sharded::ShardedJobQueue;
 use crate::store::jobs::Layout;
 use crate::store::registry::Kind;
-use crate::store::{GateStats, Store};
+use crate::store::{GateName, GateStats, Store};
 
 /// The most items one page may ask for.
 pub const MAX_PAGE: usize = 1000;
@@ -77,7 +77,7 @@ impl Store {
         let next = (names.len() == limit).then(|| names[limit - 1].clone());
         let stats = join_all(names.iter().map(|n| async move {
             match Name::new(n) {
-                Ok(name) => self.stats(&name).await.map(Some),
+                Ok(name) => self.stats(&GateName::new(name)).await.map(Some),
                 Err(_) => Ok(None),
             }
         }))

@@ -200,6 +200,73 @@ async fn automatic_renewal_keeps_the_lease(ts: TestStore) {
     );
 }
 
+/// One timer task renews every lease of a store: twenty leases of 300 ms
+/// all outlive three TTLs, none is reported lost, and once released (or
+/// dropped) none is renewed or reported lost any more.
+async fn many_leases_are_renewed_by_the_one_keeper(ts: TestStore) {
+    let locks: Vec<Lock> = (0..20)
+        .map(|i| Lock::with_options(&ts.store, &format!("kept-{i}"), short_lease(true)).expect("lock"))
+        .collect();
+    let mut held = Vec::new();
+    for lock in &locks {
+        held.push(lock.acquire(WAIT).await.expect("store").expect("free"));
+    }
+    let lost: Vec<_> = held.iter().map(|l| l.lost()).collect();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    for (lock, lease) in locks.iter().zip(&held) {
+        assert!(
+            lock.try_acquire().await.expect("store").is_none(),
+            "held past 3 TTLs"
+        );
+        assert!(!lease.is_lost());
+    }
+    for (i, lease) in held.into_iter().enumerate() {
+        if i % 2 == 0 {
+            lease.release().await.expect("release");
+        } else {
+            drop(lease);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    for lock in &locks {
+        loop {
+            if let Some(again) = lock.try_acquire().await.expect("store") {
+                again.release().await.expect("release");
+                break;
+            }
+            assert!(Instant::now() < deadline, "a dropped lease was kept");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let any_lost = futures_util::future::select_all(lost.into_iter().map(Box::pin));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), any_lost)
+            .await
+            .is_err(),
+        "no loss after release or drop"
+    );
+}
+
+/// `extend` moves the lease's next look: a 300 ms lease that is not renewed
+/// but extended to 1 s is not lost at 300 ms, and is at 1 s.
+async fn extend_moves_the_expiry_check(ts: TestStore) {
+    let lock = Lock::with_options(&ts.store, "extended", short_lease(false)).expect("lock");
+    let lease = lock.acquire(WAIT).await.expect("store").expect("free");
+    let started = Instant::now();
+    lease.extend(Duration::from_secs(1)).await.expect("extend");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!lease.is_lost(), "lost at the old deadline");
+    assert!(lock.try_acquire().await.expect("store").is_none());
+    tokio::time::timeout(Duration::from_secs(2), lease.lost())
+        .await
+        .expect("lost() fires after the extended TTL");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 async fn hand_off_wakes_the_waiter_without_polling(ts: TestStore) {
     let lock = Lock::new(&ts.store, "wake").expect("lock");
     let held = lock.acquire(WAIT).await.expect("store").expect("free");
@@ -450,6 +517,8 @@ on_both_stores!(realtime:
     a_large_request_is_not_starved_by_small_ones,
     expiry_is_reported_and_never_renewed,
     automatic_renewal_keeps_the_lease,
+    many_leases_are_renewed_by_the_one_keeper,
+    extend_moves_the_expiry_check,
     hand_off_wakes_the_waiter_without_polling,
     dropping_a_wait_leaves_the_line,
     wait_limit_is_honoured,
@@ -457,3 +526,44 @@ on_both_stores!(realtime:
     non_fair_waiter_is_woken_when_a_permit_is_freed,
     fair_waiters_in_line_go_before_barging_ones,
 );
+
+/// A gate's channel stays subscribed for a linger after its last waiter
+/// (no SUBSCRIBE/UNSUBSCRIBE per queued acquire), is unsubscribed after
+/// it, and a waiter that queues after that still gets its hand-off
+/// without polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_subscription_ends_and_hand_offs_still_arrive() {
+    let ts = TestStore::redis().await;
+    let server = ts.server.as_ref().expect("server");
+    let channels = || match server.command(&["PUBSUB", "CHANNELS", "*{linger}*"]) {
+        ::redis::Value::Array(a) => a.len(),
+        other => panic!("PUBSUB CHANNELS: {other:?}"),
+    };
+    let lock = Lock::new(&ts.store, "linger").expect("lock");
+    let hand_off = || async {
+        let held = lock.acquire(WAIT).await.expect("store").expect("free");
+        let waiter = {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let g = lock.acquire(WAIT).await.expect("store").expect("acquired");
+                let at = Instant::now();
+                g.release().await.expect("release");
+                at
+            })
+        };
+        while lock.stats().await.expect("stats").waiting == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let released = Instant::now();
+        held.release().await.expect("release");
+        let took = waiter.await.expect("task").duration_since(released);
+        assert!(took < Duration::from_millis(300), "hand-off took {took:?}");
+    };
+    hand_off().await;
+    assert_eq!(channels(), 1, "unsubscribed at once");
+    hand_off().await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(channels(), 0, "still subscribed after the linger");
+    hand_off().await;
+}

@@ -7,7 +7,8 @@
 //! Each primitive's operation types and its two implementations sit in
 //! its own folder (`gate/`, `jobs/`, `limit/`); `memory/` and `redis/` hold
 //! what a backend shares across primitives; `wakers.rs` is the per-process
-//! wake-up table both use.
+//! wake-up table both use, `timers.rs` the one task that renews a store's
+//! leases.
 
 pub(crate) mod gate;
 pub(crate) mod jobs;
@@ -16,6 +17,7 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod registry;
 pub(crate) mod schedule;
+pub(crate) mod timers;
 mod wakers;
 
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::name::Name;
 
 use self::gate::MAX_CURSOR;
-pub(crate) use self::gate::{Admission, EnterRequest, Entry, Grant, Poll, check_capacity};
+pub(crate) use self::gate::{Admission, EnterRequest, Entry, GateName, Grant, Poll, check_capacity};
 pub use self::gate::{
     GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, Occupancy, Place,
 };
@@ -47,6 +49,8 @@ pub struct Store {
     /// Redis: the job queues this process watches (the memory store keeps
     /// its own, published from its critical sections).
     job_events: Arc<jobs::events::Hub>,
+    /// The one task that renews this store's leases (`timers.rs`).
+    timers: Arc<timers::Timers>,
 }
 
 /// The Redis arms of the dispatch below box their futures: a Redis call's
@@ -88,6 +92,7 @@ impl Store {
             backend: Backend::Memory(Arc::new(memory::MemoryStore::new(options))),
             registry: Arc::default(),
             job_events: Arc::default(),
+            timers: Arc::default(),
         }
     }
 
@@ -105,6 +110,7 @@ impl Store {
             backend: Backend::Redis(Arc::new(redis::RedisStore::connect(config).await?)),
             registry: Arc::default(),
             job_events: Arc::default(),
+            timers: Arc::default(),
         })
     }
 
@@ -135,8 +141,14 @@ impl Store {
                 backend: Backend::Redis(Arc::new(s.durable(replicas, timeout).await?)),
                 registry: self.registry.clone(),
                 job_events: self.job_events.clone(),
+                timers: self.timers.clone(),
             }),
         }
+    }
+
+    /// The timer queue of this store's leases.
+    pub(crate) fn timers(&self) -> &Arc<timers::Timers> {
+        &self.timers
     }
 
     /// Whether this is a durable handle (see [`Store::durable`]).
@@ -180,7 +192,7 @@ impl Store {
         }
     }
 
-    pub(crate) async fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
+    pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
         match &self.backend {
             Backend::Memory(s) => s.enter(gate, req),
             Backend::Redis(s) => Box::pin(s.enter(gate, req)).await,
@@ -197,28 +209,28 @@ impl Store {
     }
 
     /// Changes admission control (see [`Admission`]).
-    pub(crate) async fn set_admission(&self, gate: &Name, admission: &Admission) -> Result<()> {
+    pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
         match &self.backend {
             Backend::Memory(s) => s.set_admission(gate, admission),
             Backend::Redis(s) => Box::pin(s.set_admission(gate, admission)).await,
         }
     }
 
-    pub(crate) async fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+    pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
         match &self.backend {
             Backend::Memory(s) => s.poll(gate, id, ttl_ms, hb_ms),
             Backend::Redis(s) => Box::pin(s.poll(gate, id, ttl_ms, hb_ms)).await,
         }
     }
 
-    pub(crate) async fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+    pub(crate) async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
         match &self.backend {
             Backend::Memory(s) => s.renew(gate, id, ttl_ms),
             Backend::Redis(s) => Box::pin(s.renew(gate, id, ttl_ms)).await,
         }
     }
 
-    pub(crate) async fn leave(&self, gate: &Name, id: &str) -> Result<Left> {
+    pub(crate) async fn leave(&self, gate: &GateName, id: &str) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.leave(gate, id, None),
             Backend::Redis(s) => Box::pin(s.leave(gate, id, None)).await,
@@ -227,7 +239,7 @@ impl Store {
 
     /// `leave`, and if a holder was released, its token recorded in the
     /// gate's revocation log for `keep_ms`, in the same step.
-    pub(crate) async fn end(&self, gate: &Name, id: &str, keep_ms: u64) -> Result<Left> {
+    pub(crate) async fn end(&self, gate: &GateName, id: &str, keep_ms: u64) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.leave(gate, id, Some(keep_ms)),
             Backend::Redis(s) => Box::pin(s.leave(gate, id, Some(keep_ms))).await,
@@ -236,7 +248,7 @@ impl Store {
 
     /// The gate's epoch, stored settings and revocation log from `since`
     /// on; reads only.
-    pub(crate) async fn watch_state(&self, gate: &Name, since: u64) -> Result<GateWatch> {
+    pub(crate) async fn watch_state(&self, gate: &GateName, since: u64) -> Result<GateWatch> {
         // Cursors are store time in ms × 1024, far below 2^53; a larger
         // `since` (never handed out) is cut there so the script's numbers
         // stay exact.
@@ -247,21 +259,21 @@ impl Store {
         }
     }
 
-    pub(crate) async fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
+    pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
         match &self.backend {
             Backend::Memory(s) => s.set_capacity(gate, capacity),
             Backend::Redis(s) => Box::pin(s.set_capacity(gate, capacity)).await,
         }
     }
 
-    pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
+    pub(crate) async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
         match &self.backend {
             Backend::Memory(s) => s.holders(gate, limit),
             Backend::Redis(s) => Box::pin(s.holders(gate, limit)).await,
         }
     }
 
-    pub(crate) async fn line(&self, gate: &Name, limit: u32) -> Result<Vec<Waiting>> {
+    pub(crate) async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
         match &self.backend {
             Backend::Memory(s) => s.line(gate, limit),
             Backend::Redis(s) => Box::pin(s.line(gate, limit)).await,
@@ -270,28 +282,28 @@ impl Store {
 
     /// Ends the holder named by `handle` as `end` would, recorded in the
     /// revocation log for `keep_ms`.
-    pub(crate) async fn revoke(&self, gate: &Name, handle: &str, keep_ms: u64) -> Result<Left> {
+    pub(crate) async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.revoke(gate, handle, keep_ms),
             Backend::Redis(s) => Box::pin(s.revoke(gate, handle, keep_ms)).await,
         }
     }
 
-    pub(crate) async fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
+    pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
         match &self.backend {
             Backend::Memory(s) => s.remove_waiter(gate, number),
             Backend::Redis(s) => Box::pin(s.remove_waiter(gate, number)).await,
         }
     }
 
-    pub(crate) async fn clear_line(&self, gate: &Name) -> Result<u64> {
+    pub(crate) async fn clear_line(&self, gate: &GateName) -> Result<u64> {
         match &self.backend {
             Backend::Memory(s) => s.clear_line(gate),
             Backend::Redis(s) => Box::pin(s.clear_line(gate)).await,
         }
     }
 
-    pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
+    pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
         match &self.backend {
             Backend::Memory(s) => s.stats(gate),
             Backend::Redis(s) => Box::pin(s.stats(gate)).await,
@@ -310,7 +322,7 @@ impl Store {
     /// so a hand-off can never be announced before anyone listens for it.
     /// Watches for permits freed on `gate` (a non-fair acquire waiting to
     /// barge in).
-    pub(crate) fn watch_freed(&self, gate: &Name) -> Watch {
+    pub(crate) fn watch_freed(&self, gate: &GateName) -> Watch {
         match &self.backend {
             Backend::Memory(s) => s.wakers().register(&memory_barge_key(gate)),
             Backend::Redis(s) => s.wakers().register(&s.barge_key(gate)),
@@ -669,13 +681,19 @@ impl Store {
         }
     }
 
-    /// Makes sure hand-offs on `gate` reach this process. Returns `true` when
-    /// it had to start listening just now, in which case a hand-off may have
-    /// been announced before and the caller should poll once.
-    pub(crate) async fn listen(&self, gate: &Name) -> Result<Option<Listening>> {
+    /// Makes sure hand-offs on `gate` reach this process. `asked` is when
+    /// the caller sent the request it waits on; [`Listening::fresh`] is
+    /// `true` when this process may not have been listening since then,
+    /// in which case a hand-off may have been announced unheard and the
+    /// caller should poll once.
+    pub(crate) async fn listen(
+        &self,
+        gate: &GateName,
+        asked: tokio::time::Instant,
+    ) -> Result<Option<Listening>> {
         match &self.backend {
             Backend::Memory(_) => Ok(None),
-            Backend::Redis(s) => Box::pin(s.listen(gate)).await.map(Some),
+            Backend::Redis(s) => Box::pin(s.listen(gate, asked)).await.map(Some),
         }
     }
 }

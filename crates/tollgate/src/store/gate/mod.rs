@@ -9,9 +9,60 @@ mod line;
 pub(crate) mod memory;
 mod redis;
 
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::name::Name;
+
+/// A gate's name as a `Gate` handle keeps it: with what a store derives
+/// from it (the Redis keys and channel) built at the first call and kept
+/// by the handle and its clones, not formatted again on every call.
+#[derive(Debug, Clone)]
+pub(crate) struct GateName {
+    name: Name,
+    redis: Arc<OnceLock<redis::GateKeys>>,
+}
+
+impl GateName {
+    pub(crate) fn new(name: Name) -> GateName {
+        GateName {
+            name,
+            redis: Arc::default(),
+        }
+    }
+
+    /// The keys on a Redis store whose key prefix is `prefix`.
+    fn redis_keys(&self, prefix: &str) -> Cow<'_, redis::GateKeys> {
+        let keys = self
+            .redis
+            .get_or_init(|| redis::GateKeys::new(prefix, &self.name));
+        if keys.prefix == prefix {
+            Cow::Borrowed(keys)
+        } else {
+            // A handle used with a second store (another prefix): correct,
+            // just not cached.
+            Cow::Owned(redis::GateKeys::new(prefix, &self.name))
+        }
+    }
+}
+
+impl Deref for GateName {
+    type Target = Name;
+
+    fn deref(&self) -> &Name {
+        &self.name
+    }
+}
+
+impl fmt::Display for GateName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.name, f)
+    }
+}
 
 /// One `enter` call: take `permits` of the gate for `ttl_ms`, or (if `queue`)
 /// join the line under ticket `id`.

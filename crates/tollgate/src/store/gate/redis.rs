@@ -5,36 +5,58 @@
 use std::time::Duration;
 
 use redis::{Script, Value};
+use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::{
-    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
-    Waiting, capacity_conflict, no_capacity, permits_exceed,
+    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place,
+    Poll, Waiting, capacity_conflict, no_capacity, permits_exceed,
 };
 
-impl RedisStore {
-    fn base(&self, gate: &Name) -> String {
-        format!("{}:gate:{{{}}}", self.prefix, gate.as_str())
-    }
+/// A gate's key on Redis as the scripts take it (the meta hash m: they
+/// derive the others from its name, see head.lua, since each key argument
+/// costs Redis time on every call), its pub/sub channel, and the base they
+/// start with, for the key prefix `prefix`.
+#[derive(Debug, Clone)]
+pub(crate) struct GateKeys {
+    pub(super) prefix: String,
+    base: String,
+    keys: [String; 1],
+    channel: String,
+}
 
-    async fn run(&self, script: &Script, gate: &Name, args: impl redis::ToRedisArgs) -> Result<Vec<i64>> {
+impl GateKeys {
+    pub(super) fn new(prefix: &str, gate: &Name) -> GateKeys {
+        let base = format!("{prefix}:gate:{{{}}}", gate.as_str());
+        let key = |suffix: &str| format!("{base}{suffix}");
+        GateKeys {
+            prefix: prefix.to_owned(),
+            keys: [key(":m")],
+            channel: key(":n"),
+            base,
+        }
+    }
+}
+
+impl RedisStore {
+    async fn run(&self, script: &Script, gate: &GateName, args: impl redis::ToRedisArgs) -> Result<Vec<i64>> {
         self.run_as(script, gate, args).await
     }
 
     async fn run_as<T: redis::FromRedisValue>(
         &self,
         script: &Script,
-        gate: &Name,
+        gate: &GateName,
         args: impl redis::ToRedisArgs,
     ) -> Result<T> {
-        let base = self.base(gate);
-        self.invoke(script, &gate_keys(&base), args, &base).await
+        let k = gate.redis_keys(&self.prefix);
+        self.invoke(script, &k.keys, args, &k.base).await
     }
 
-    pub(crate) async fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
+    pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
         let r = self
             .run(
                 &self.scripts.enter,
@@ -66,7 +88,7 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+    pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
         let r = self.run(&self.scripts.poll, gate, (id, ttl_ms, hb_ms)).await?;
         match r.as_slice() {
             [1, fence, ttl] => Ok(Poll::Granted(grant(*fence, *ttl))),
@@ -76,7 +98,7 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+    pub(crate) async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
         let r = self.run(&self.scripts.renew, gate, (id, ttl_ms)).await?;
         match r.as_slice() {
             [1, ttl] => Ok(Some(grant(0, *ttl))),
@@ -87,7 +109,7 @@ impl RedisStore {
 
     /// Releases or cancels `id`; with `keep_ms` (an end), a released
     /// holder is recorded in the revocation log in the same script.
-    pub(crate) async fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
+    pub(crate) async fn leave(&self, gate: &GateName, id: &str, keep_ms: Option<u64>) -> Result<Left> {
         let r: Vec<Value> = match keep_ms {
             None => self.run_as(&self.scripts.leave, gate, id).await?,
             Some(keep) => self.run_as(&self.scripts.leave, gate, (id, keep)).await?,
@@ -118,7 +140,7 @@ impl RedisStore {
         Ok(left)
     }
 
-    pub(crate) async fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
+    pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
         let r = self.run(&self.scripts.set_capacity, gate, capacity).await?;
         match r.as_slice() {
             [1] => Ok(()),
@@ -126,7 +148,7 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
+    pub(crate) async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
         let r: Vec<redis::Value> = self.run_as(&self.scripts.holders, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 2);
         for pair in r.chunks(4) {
@@ -154,7 +176,7 @@ impl RedisStore {
     }
 
     /// The first `limit` tickets of the line (line.lua).
-    pub(crate) async fn line(&self, gate: &Name, limit: u32) -> Result<Vec<Waiting>> {
+    pub(crate) async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
         let r: Vec<redis::Value> = self.run_as(&self.scripts.line, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 3);
         for (i, t) in r.chunks(3).enumerate() {
@@ -177,7 +199,7 @@ impl RedisStore {
 
     /// Revokes the holder named by `handle` (admin.lua, then leave.lua's
     /// end).
-    pub(crate) async fn revoke(&self, gate: &Name, handle: &str, keep_ms: u64) -> Result<Left> {
+    pub(crate) async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
         let r: Vec<Value> = self
             .run_as(&self.scripts.admin, gate, (handle, keep_ms, "h"))
             .await?;
@@ -186,7 +208,7 @@ impl RedisStore {
 
     /// Drops every ticket in line (admin.lua alone: it answers before
     /// leave.lua's part).
-    pub(crate) async fn clear_line(&self, gate: &Name) -> Result<u64> {
+    pub(crate) async fn clear_line(&self, gate: &GateName) -> Result<u64> {
         let r = self.run(&self.scripts.admin, gate, ("", "", "c")).await?;
         match r.as_slice() {
             [3, n] => Ok((*n).max(0) as u64),
@@ -195,12 +217,12 @@ impl RedisStore {
     }
 
     /// Takes ticket `number` out of the line (admin.lua, then leave.lua).
-    pub(crate) async fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
+    pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
         let r: Vec<Value> = self.run_as(&self.scripts.admin, gate, (number, "", "q")).await?;
         self.left("remove_waiter", &r)
     }
 
-    pub(crate) async fn stats(&self, gate: &Name) -> Result<GateStats> {
+    pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
         let r = self.run(&self.scripts.stats, gate, Vec::<String>::new()).await?;
         match r.as_slice() {
             [
@@ -232,10 +254,10 @@ impl RedisStore {
 
     /// The gate's epoch, stored settings and the revocation log from
     /// `since` on, read without writing (a no-writes script).
-    pub(crate) async fn watch_state(&self, gate: &Name, since: u64, max: usize) -> Result<GateWatch> {
-        let keys = gate_keys(&self.base(gate));
+    pub(crate) async fn watch_state(&self, gate: &GateName, since: u64, max: usize) -> Result<GateWatch> {
+        let k = gate.redis_keys(&self.prefix);
         let v: Vec<Value> = self
-            .invoke_plain(&self.scripts.watch, &keys, (since, max))
+            .invoke_plain(&self.scripts.watch, &k.keys, (since, max))
             .await?;
         let bad = || Error::new(ErrorKind::Store, "unexpected reply to watch_state");
         let int = |v: &Value| -> Result<i64> { redis::from_redis_value_ref(v).map_err(|_| bad()) };
@@ -263,7 +285,7 @@ impl RedisStore {
         })
     }
 
-    pub(crate) async fn set_admission(&self, gate: &Name, admission: &Admission) -> Result<()> {
+    pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
         let paused = match admission.paused {
             Some(true) => "1".to_owned(),
             Some(false) => "0".to_owned(),
@@ -281,20 +303,14 @@ impl RedisStore {
 
     /// The key barging waiters of `gate` watch: the wake-up the scripts
     /// publish names the gate's meta hash (head.lua, `wake_barging`).
-    pub(crate) fn barge_key(&self, gate: &Name) -> String {
-        format!("{}:m", self.base(gate))
+    pub(crate) fn barge_key(&self, gate: &GateName) -> String {
+        gate.redis_keys(&self.prefix).keys[0].clone()
     }
 
-    pub(crate) async fn listen(&self, gate: &Name) -> Result<Listening> {
-        self.subscribe(format!("{}:n", self.base(gate))).await
+    pub(crate) async fn listen(&self, gate: &GateName, asked: Instant) -> Result<Listening> {
+        self.subscribe(&gate.redis_keys(&self.prefix).channel, asked)
+            .await
     }
-}
-
-/// The key passed to the gate scripts: the meta hash of the gate whose
-/// keys start with `base`. The scripts derive the others from its name (see
-/// head.lua): each key argument costs Redis time on every call.
-fn gate_keys(base: &str) -> [String; 1] {
-    [format!("{base}:m")]
 }
 
 fn grant(fence: i64, ttl: i64) -> Grant {
@@ -321,7 +337,7 @@ mod tests {
     use crate::name::Name;
     use crate::store::{EnterRequest, Entry, Store};
 
-    use super::super::Left;
+    use super::super::{GateName, Left};
 
     /// A redis-server of this test's own on a free port, killed on drop.
     struct Server(Child);
@@ -371,7 +387,7 @@ mod tests {
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         };
-        let gate = Name::new("local-wake").expect("name");
+        let gate = GateName::new(Name::new("local-wake").expect("name"));
         // Both the fast path (an inline holder, a plain line) and the
         // general path (a labelled waiter) hand off in the reply.
         for label in [None, Some("waiter")] {
@@ -396,5 +412,21 @@ mod tests {
             assert!(fence > 0);
             assert_eq!(store.leave(&gate, "waiter").await.expect("leave"), Left::Released);
         }
+    }
+
+    #[test]
+    fn a_gate_name_keeps_its_keys_per_prefix() {
+        let gate = GateName::new(Name::new("orders").expect("name"));
+        let k = gate.redis_keys("tg");
+        assert_eq!(k.base, "tg:gate:{orders}");
+        assert_eq!(k.keys, ["tg:gate:{orders}:m"]);
+        assert_eq!(k.channel, "tg:gate:{orders}:n");
+        assert!(matches!(
+            gate.clone().redis_keys("tg"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // Another store's prefix is answered right, just not cached.
+        assert_eq!(gate.redis_keys("other").keys[0], "other:gate:{orders}:m");
+        assert_eq!(gate.redis_keys("tg").keys[0], "tg:gate:{orders}:m");
     }
 }

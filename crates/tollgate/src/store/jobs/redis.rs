@@ -44,7 +44,8 @@ impl RedisStore {
     }
 
     pub(crate) async fn listen_jobs(&self, q: &Name) -> Result<Listening> {
-        self.subscribe(format!("{}:n", self.jobs_base(q))).await
+        self.subscribe(&format!("{}:n", self.jobs_base(q)), tokio::time::Instant::now())
+            .await
     }
 
     pub(crate) async fn job_layout(&self, q: &Name, layout: &Layout) -> Result<(u32, bool)> {

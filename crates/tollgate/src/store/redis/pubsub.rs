@@ -1,12 +1,14 @@
 //! The pub/sub listener: one RESP3 connection per store that hears
 //! hand-offs (`id:fence …`) and job-queue pushes (`!<key> <n>`) and wakes
 //! this process's waiters; per-channel counts so a channel is subscribed
-//! while anyone here listens on it.
+//! while anyone here listens on it, and for a linger after.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -22,19 +24,22 @@ use super::conn::{Target, cluster_builder};
 /// Keeps this process subscribed to one gate's or queue's channel.
 #[derive(Debug)]
 pub(crate) struct Listening {
-    /// It had to start listening just now: a hand-off may have been
-    /// announced before, so the caller should poll once.
+    /// The channel was not (known to be) subscribed all along since the
+    /// caller's request was sent: a hand-off may have been announced
+    /// unheard, so the caller should poll once.
     pub(crate) fresh: bool,
     _guard: SubscriptionGuard,
 }
 
 impl RedisStore {
     /// Counts one more listener on `channel` for as long as the returned
-    /// guard lives.
-    pub(in crate::store) async fn subscribe(&self, channel: String) -> Result<Listening> {
-        let fresh = self.subs.acquire(&channel).await?;
+    /// guard lives. `asked` is when the caller sent the request whose
+    /// outcome it will wait for: [`Listening::fresh`] says whether the
+    /// channel may have been deaf to a message published since.
+    pub(in crate::store) async fn subscribe(&self, channel: &str, asked: Instant) -> Result<Listening> {
+        let (channel, live_since) = self.subs.acquire(channel).await?;
         Ok(Listening {
-            fresh,
+            fresh: live_since > asked,
             _guard: SubscriptionGuard {
                 subs: Arc::downgrade(&self.subs),
                 channel,
@@ -43,15 +48,44 @@ impl RedisStore {
     }
 }
 
-/// Per-channel subscription counts on the listening connection. Subscribing
-/// and unsubscribing happen under one async lock so a late unsubscribe can
-/// never undo a newer subscribe.
+/// How long a channel nobody here listens on any more stays subscribed: a
+/// gate that queues now and then would otherwise pay a SUBSCRIBE round
+/// trip for its first waiter each time, and an UNSUBSCRIBE after its last.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// Per-channel subscription counts on the listening connection.
+///
+/// Counting is a plain (std) mutex: a listener on a channel already
+/// subscribed counts itself in and out without waiting for anything, and
+/// a guard's drop spawns nothing. Every SUBSCRIBE and UNSUBSCRIBE goes
+/// under the one async `changes` lock, in order on the one connection, so
+/// a late unsubscribe can never undo a newer subscribe. A channel is in
+/// `channels` only once its SUBSCRIBE was answered, and leaves it (under
+/// `changes`) before its UNSUBSCRIBE is sent: whoever finds it there can
+/// rely on it until its guard drops.
 pub(super) struct Subscriptions {
     target: Arc<Target>,
     /// The listening connection and the master generation it was made for.
     conn: AsyncMutex<Option<(u64, SubConn)>>,
-    counts: AsyncMutex<HashMap<String, usize>>,
+    changes: AsyncMutex<()>,
+    state: Mutex<SubState>,
     wakers: Arc<Wakers>,
+}
+
+#[derive(Default)]
+struct SubState {
+    channels: HashMap<Arc<str>, Channel>,
+    /// A task is unsubscribing channels whose linger ran out.
+    reaping: bool,
+}
+
+struct Channel {
+    listeners: usize,
+    /// When its SUBSCRIBE was answered: a message published after this
+    /// reaches this process.
+    live_since: Instant,
+    /// Since when nobody listens (while `listeners` is 0).
+    idle_since: Instant,
 }
 
 /// A RESP3 connection to one server that hands its pushes to `tx` and
@@ -98,7 +132,8 @@ impl Subscriptions {
         let subs = Arc::new(Subscriptions {
             target: target.clone(),
             conn: AsyncMutex::new(None),
-            counts: AsyncMutex::new(HashMap::new()),
+            changes: AsyncMutex::new(()),
+            state: Mutex::new(SubState::default()),
             wakers,
         });
         if let Target::Sentinel(master) = target.as_ref() {
@@ -126,9 +161,14 @@ impl Subscriptions {
         subs
     }
 
-    /// The listening connection, made anew (and subscribed to `channels`)
-    /// if the master moved since it was made.
-    pub(super) async fn connection(&self, channels: &HashMap<String, usize>) -> Result<SubConn> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SubState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The listening connection, made anew (and subscribed to every
+    /// channel counted) if the master moved since it was made. Called
+    /// under `changes`.
+    pub(super) async fn connection(&self) -> Result<SubConn> {
         let generation = self.target.generation();
         let mut slot = self.conn.lock().await;
         if let Some((g, conn)) = slot.as_ref()
@@ -139,8 +179,9 @@ impl Subscriptions {
         let moved = slot.is_some();
         let mut conn = self.open().await?;
         if moved {
-            for channel in channels.keys() {
-                conn.subscribe(channel).await?;
+            let channels: Vec<Arc<str>> = self.lock().channels.keys().cloned().collect();
+            for channel in channels {
+                conn.subscribe(&channel).await?;
             }
             // Whatever was published meanwhile went elsewhere.
             self.wakers.wake_all();
@@ -152,8 +193,8 @@ impl Subscriptions {
     /// After the master moved: listen on the new one at once. Returns
     /// whether that worked.
     pub(super) async fn follow(&self) -> bool {
-        let counts = self.counts.lock().await;
-        match self.connection(&counts).await {
+        let _changes = self.changes.lock().await;
+        match self.connection().await {
             Ok(_) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "could not listen on the new master yet; waiters re-check meanwhile");
@@ -219,54 +260,138 @@ impl Subscriptions {
         Ok(conn)
     }
 
-    /// Counts one more listener on `channel`; subscribes if it is the first.
-    pub(super) async fn acquire(&self, channel: &str) -> Result<bool> {
-        let mut counts = self.counts.lock().await;
-        if let Some(n) = counts.get_mut(channel) {
-            *n += 1;
-            return Ok(false);
+    /// Counts one more listener on `channel`, subscribing first unless it
+    /// is subscribed already. Returns the channel's name as the count's
+    /// guard keeps it, and since when it is subscribed.
+    pub(super) async fn acquire(&self, channel: &str) -> Result<(Arc<str>, Instant)> {
+        if let Some(hit) = self.count_in(channel) {
+            return Ok(hit);
         }
-        let mut conn = self.connection(&counts).await?;
+        let _changes = self.changes.lock().await;
+        // Subscribed by someone else while this one waited?
+        if let Some(hit) = self.count_in(channel) {
+            return Ok(hit);
+        }
+        let mut conn = self.connection().await?;
         conn.subscribe(channel).await?;
-        counts.insert(channel.to_owned(), 1);
-        Ok(true)
+        let name: Arc<str> = Arc::from(channel);
+        let now = Instant::now();
+        self.lock().channels.insert(
+            name.clone(),
+            Channel {
+                listeners: 1,
+                live_since: now,
+                idle_since: now,
+            },
+        );
+        Ok((name, now))
     }
 
-    pub(super) async fn release(&self, channel: String) {
-        let mut counts = self.counts.lock().await;
-        let Some(n) = counts.get_mut(&channel) else { return };
-        *n -= 1;
-        if *n > 0 {
+    /// Counts one more listener on `channel` if it is subscribed.
+    fn count_in(&self, channel: &str) -> Option<(Arc<str>, Instant)> {
+        let mut st = self.lock();
+        let (name, ch) = st.channels.get_key_value(channel)?;
+        let hit = (name.clone(), ch.live_since);
+        st.channels.get_mut(channel)?.listeners += 1;
+        Some(hit)
+    }
+
+    /// Counts one listener out. The last one out leaves the channel
+    /// subscribed for [`LINGER`]; a task unsubscribes it after that unless
+    /// someone listens again meanwhile.
+    fn release(self: &Arc<Self>, channel: &str) {
+        let mut st = self.lock();
+        let Some(ch) = st.channels.get_mut(channel) else {
+            return;
+        };
+        ch.listeners -= 1;
+        if ch.listeners > 0 {
             return;
         }
-        counts.remove(&channel);
-        if let Ok(mut conn) = self.connection(&counts).await {
-            // Best effort: a failed unsubscribe only costs stray messages.
-            let _ = conn.unsubscribe(&channel).await;
+        ch.idle_since = Instant::now();
+        if st.reaping {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // No runtime to reap from: the channel stays subscribed until
+            // a later release finds one (a stray message costs little).
+            return;
+        };
+        st.reaping = true;
+        drop(st);
+        rt.spawn(reap(Arc::downgrade(self)));
+    }
+
+    /// Unsubscribes the channels idle for [`LINGER`] by `now`. Returns when
+    /// to look again, or `None` when no channel is idle any more (and the
+    /// reaper stops).
+    async fn reap_once(&self, now: Instant) -> Option<Instant> {
+        let _changes = self.changes.lock().await;
+        let (expired, next) = {
+            let mut st = self.lock();
+            let mut expired = Vec::new();
+            let mut next: Option<Instant> = None;
+            st.channels.retain(|name, ch| {
+                if ch.listeners > 0 {
+                    return true;
+                }
+                let due = ch.idle_since + LINGER;
+                if due <= now {
+                    expired.push(name.clone());
+                    return false;
+                }
+                next = Some(next.map_or(due, |n| n.min(due)));
+                true
+            });
+            if next.is_none() {
+                st.reaping = false;
+            }
+            (expired, next)
+        };
+        if !expired.is_empty()
+            && let Ok(mut conn) = self.connection().await
+        {
+            for channel in &expired {
+                // Best effort: a failed unsubscribe only costs stray messages.
+                let _ = conn.unsubscribe(channel).await;
+            }
+        }
+        next
+    }
+}
+
+/// The linger's end for idle channels: unsubscribes them once nobody has
+/// listened for [`LINGER`], then stops when none is idle.
+async fn reap(subs: Weak<Subscriptions>) {
+    let mut at = Instant::now() + LINGER;
+    loop {
+        tokio::time::sleep_until(at).await;
+        let Some(subs) = subs.upgrade() else { return };
+        match subs.reap_once(Instant::now()).await {
+            Some(next) => at = next,
+            None => return,
         }
     }
 }
 
-/// Holds one count on a channel; releasing happens in a spawned task.
+/// Holds one count on a channel.
 pub(crate) struct SubscriptionGuard {
     subs: Weak<Subscriptions>,
-    channel: String,
+    channel: Arc<str>,
 }
 
 impl fmt::Debug for SubscriptionGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SubscriptionGuard")
-            .field("channel", &self.channel)
+            .field("channel", &&*self.channel)
             .finish()
     }
 }
 
 impl Drop for SubscriptionGuard {
     fn drop(&mut self) {
-        let (Some(subs), Ok(handle)) = (self.subs.upgrade(), tokio::runtime::Handle::try_current()) else {
-            return;
-        };
-        let channel = std::mem::take(&mut self.channel);
-        handle.spawn(async move { subs.release(channel).await });
+        if let Some(subs) = self.subs.upgrade() {
+            subs.release(&self.channel);
+        }
     }
 }

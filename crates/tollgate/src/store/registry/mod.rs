@@ -43,7 +43,25 @@ impl Kind {
 /// What a store's handles share: the recent registrations.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    recent: Mutex<HashMap<(Kind, String), Instant>>,
+    recent: Mutex<Recent>,
+}
+
+/// One map per kind, keyed by the name alone, so that a check looks up a
+/// borrowed name: a name registered lately (every operation but the
+/// first) costs no allocation.
+#[derive(Debug, Default)]
+struct Recent {
+    gates: HashMap<String, Instant>,
+    queues: HashMap<String, Instant>,
+}
+
+impl Recent {
+    fn of(&mut self, kind: Kind) -> &mut HashMap<String, Instant> {
+        match kind {
+            Kind::Gates => &mut self.gates,
+            Kind::Queues => &mut self.queues,
+        }
+    }
 }
 
 /// Whether `name` is a partition of a sharded queue
@@ -68,18 +86,18 @@ impl Registry {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
-        let key = (kind, name.to_owned());
-        if let Some(at) = recent.get(&key)
-            && now.duration_since(*at) < REMEMBER_FOR
-        {
-            return false;
+        if let Some(at) = recent.of(kind).get_mut(name) {
+            if now.duration_since(*at) < REMEMBER_FOR {
+                return false;
+            }
+            *at = now;
+            return true;
         }
-        if recent.len() >= REMEMBERED {
+        if recent.gates.len() + recent.queues.len() >= REMEMBERED {
             // Bounded: start again (each name costs one more call).
-            recent.clear();
-            recent.shrink_to_fit();
+            *recent = Recent::default();
         }
-        recent.insert(key, now);
+        recent.of(kind).insert(name.to_owned(), now);
         true
     }
 
@@ -88,7 +106,7 @@ impl Registry {
             .recent
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        recent.remove(&(kind, name.to_owned()));
+        recent.of(kind).remove(name);
     }
 }
 
