@@ -567,3 +567,48 @@ async fn a_lingering_subscription_ends_and_hand_offs_still_arrive() {
     assert_eq!(channels(), 0, "still subscribed after the linger");
     hand_off().await;
 }
+
+/// A hand-off to a waiter of another store (another process, as far as
+/// the scripts can tell) is published: the release's reply wakes only the
+/// releasing store's own waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_to_another_store_is_published() {
+    let server = support::RedisServer::start();
+    let (a, b) = (
+        tollgate::Store::redis(&server.url()).await.expect("connect"),
+        tollgate::Store::redis(&server.url()).await.expect("connect"),
+    );
+    for capacity in [1, 9] {
+        // Inline holders (the fast path) and holders on a sorted set (the
+        // general path).
+        let name = format!("across-{capacity}");
+        let holder = Semaphore::new(&a, &name, capacity).expect("semaphore");
+        let waiter = Semaphore::new(&b, &name, capacity).expect("semaphore");
+        let held = holder
+            .acquire(capacity, WAIT)
+            .await
+            .expect("store")
+            .expect("free");
+        let task = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let g = waiter.acquire(1, WAIT).await.expect("store").expect("acquired");
+                let at = Instant::now();
+                g.release().await.expect("release");
+                at
+            })
+        };
+        while holder.stats().await.expect("stats").waiting == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let released = Instant::now();
+        held.release().await.expect("release");
+        let took = task.await.expect("task").duration_since(released);
+        // The fallback re-check runs every second.
+        assert!(
+            took < Duration::from_millis(300),
+            "capacity {capacity}: hand-off took {took:?}"
+        );
+    }
+}

@@ -12,12 +12,10 @@ local fast_cap = fast_c or fast_asked
 if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fast_cap) and ARGV[7] == ''
   and not raw[4] then
   local permits, ttl = tonumber(ARGV[2]), tonumber(ARGV[4])
-  local held = inline_holders(raw[3])
-  local used, live = 0, true
-  for _, x in ipairs(held) do
-    used = used + x[4]
-    if x[2] <= now then live = false end
-  end
+  -- No inline lease has ended (X is no later than the first end), and u
+  -- counts their permits.
+  local h, used, X = raw[3] or '', tonumber(raw[15]) or 0, tonumber(raw[16]) or 0
+  local live = h == '' or used > 0 and X > now
   local waiting = tonumber(raw[5]) or 0
   if live and permits <= fast_cap and waiting == 0 and used + permits <= fast_cap then
     local f = tonumber(raw[2]) or 0
@@ -28,8 +26,11 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
       fields = {'b', f}
     end
     f = f + 1
-    held[#held + 1] = {ARGV[1], now + ttl, 0, permits}
-    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'h', inline_text(held), 'f', f
+    local entry = inline_entry(ARGV[1], now + ttl, 0, permits)
+    if h ~= '' then entry = h .. ',' .. entry end
+    if h == '' or now + ttl < X then X = now + ttl end
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'h', entry, 'f', f
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'u', used + permits, 'X', X
     if not fast_c then fields[#fields + 1], fields[#fields + 2] = 'c', fast_asked end
     -- The gate's state is created here (or predates epochs): give it one.
     if not raw[12] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end

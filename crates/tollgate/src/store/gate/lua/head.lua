@@ -17,18 +17,19 @@ local IDLE = 600000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 s, 7 z, 8 r, 9 l, 10 U, 11 V, 12 E,
--- 13 G, 14 N (HMGET answers false for a field that is not there). Each field
+-- 13 G, 14 N, 15 u, 16 X (HMGET answers false for a field that is not
+-- there). Each field
 -- read costs Redis time (a small hash is a list: every field looked up,
 -- above all a missing one, is a scan), so the fast paths read these
 -- alone; read_more() fetches the others for the general path. k marks
 -- state the fast paths leave to the general path (see prelude.lua).
-local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 's', 'z', 'r', 'l', 'U', 'V', 'E', 'G', 'N')
+local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 's', 'z', 'r', 'l', 'U', 'V', 'E', 'G', 'N', 'u', 'X')
 local more
--- more: 1 b, 2 x, 3 e, 4 o, 5 T, 6 X, 7 A, 8 Q, 9 H, 10 n, 11 a, 12 P,
--- 13 R, 14 Y
+-- more: 1 b, 2 x, 3 e, 4 o, 5 T, 6 A, 7 Q, 8 H, 9 n, 10 a, 11 P, 12 R,
+-- 13 Y
 local function read_more()
   if not more then
-    more = redis.call('HMGET', KM, 'b', 'x', 'e', 'o', 'T', 'X', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y')
+    more = redis.call('HMGET', KM, 'b', 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y')
   end
   return more
 end
@@ -60,7 +61,9 @@ end
 -- Inline holders (m's field h): "<id> <expires> <fence> <permits>" per
 -- holder, joined by ','. Ids are letters and digits. The fence is 0 for a
 -- lease granted at once (not kept), -f for a hand-off not picked up yet,
--- f once picked up (as p's f:<id> on the sorted-set layout).
+-- f once picked up (as p's f:<id> on the sorted-set layout). Beside h, u
+-- is the permits they hold and X no earlier than their first end, so the
+-- fast paths append and cut entries without reading the others.
 -- (Expiries and permits are below 10^14, so Lua writes them exactly; a
 -- fence needs a format.)
 local function inline_holders(h)
@@ -72,11 +75,25 @@ local function inline_holders(h)
   end
   return all
 end
+local function inline_entry(id, expires, fence, permits)
+  local f = fence == 0 and '0' or string.format('%d', fence)
+  return id .. ' ' .. expires .. ' ' .. f .. ' ' .. permits
+end
+-- Where holder `id`'s entry starts and ends in h, or nil.
+local function inline_find(h, id)
+  local at = 1
+  while true do
+    local i = string.find(h, id .. ' ', at, true)
+    if not i then return nil end
+    if i == 1 or string.sub(h, i - 1, i - 1) == ',' then
+      local j = string.find(h, ',', i, true)
+      return i, (j or #h + 1) - 1
+    end
+    at = i + 1
+  end
+end
 local function inline_text(all)
   local parts = {}
-  for i, x in ipairs(all) do
-    local f = x[3] == 0 and '0' or string.format('%d', x[3])
-    parts[i] = x[1] .. ' ' .. x[2] .. ' ' .. f .. ' ' .. x[4]
-  end
+  for i, x in ipairs(all) do parts[i] = inline_entry(x[1], x[2], x[3], x[4]) end
   return table.concat(parts, ',')
 end

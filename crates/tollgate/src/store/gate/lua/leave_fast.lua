@@ -1,25 +1,25 @@
 -- leave_fast.lua: releasing a live inline lease (capacity up to INLINE)
 -- without the general path, when no lease has ended and the gate needs
--- nothing of it (no k, see enter_fast.lua); with a line, the freed permit
--- goes to its head at once (as promote() does) unless a stale ticket is
--- due to be swept.
+-- nothing of it (no k, see enter_fast.lua); with a line, the freed permits
+-- go to its head at once (as promote() does) unless a stale ticket is due
+-- to be swept.
 -- ARGV as leave.lua. Reply: {1, hand-offs...} released (as leave.lua), or
 -- falls through (also for an end, which the general path records).
 -- Invariant: identical outcome to leave.lua for the same state.
-if not ARGV[2] and not raw[4] and raw[3] and raw[3] ~= '' then
-  local held = inline_holders(raw[3])
-  local mine, live = nil, true
-  for i, x in ipairs(held) do
-    if x[2] <= now then live = false end
-    if x[1] == ARGV[1] then mine = i end
-  end
+local fast_h = raw[3] or ''
+if not ARGV[2] and not raw[4] and fast_h ~= '' then
+  local used, X = tonumber(raw[15]) or 0, tonumber(raw[16]) or 0
+  local i, j = inline_find(fast_h, ARGV[1])
   local waiting, z = tonumber(raw[5]) or 0, tonumber(raw[7]) or 0
-  if mine and live and (waiting == 0 or z > now) then
-    table.remove(held, mine)
+  if i and used > 0 and X > now and (waiting == 0 or z > now) then
+    local permits = tonumber(string.match(string.sub(fast_h, i, j), '(%d+)$'))
+    -- Cut the entry and its comma out.
+    local h
+    if i == 1 then h = string.sub(fast_h, j + 2) else h = string.sub(fast_h, 1, i - 2) .. string.sub(fast_h, j + 1) end
+    used = used - permits
     local fields, meta_until, reply = {}, nil, {1}
     if waiting > 0 then
-      local cap, used, f = tonumber(raw[1]), 0, tonumber(raw[2]) or 0
-      for _, x in ipairs(held) do used = used + x[4] end
+      local cap, f = tonumber(raw[1]), tonumber(raw[2]) or 0
       local handed, last = {}, 0
       while waiting > 0 and used < cap do
         local head = redis.call('ZPOPMIN', KQ)[1]
@@ -32,25 +32,28 @@ if not ARGV[2] and not raw[4] and raw[3] and raw[3] ~= '' then
           fields[#fields + 1], fields[#fields + 2] = 'b', f
         end
         f = f + 1
-        held[#held + 1] = {head, deadline, -f, 1}
+        local entry = inline_entry(head, deadline, -f, 1)
+        if h == '' then h = entry else h = h .. ',' .. entry end
+        if deadline < X then X = deadline end
         used, waiting = used + 1, waiting - 1
         if deadline > last then last = deadline end
         handed[#handed + 1] = head .. ':' .. string.format('%d', f)
         reply[#reply + 1] = handed[#handed]
       end
       if #handed > 0 then
-        redis.call('PUBLISH', string.sub(KM, 1, -2) .. 'n', table.concat(handed, ' '))
+        redis.call('PUBLISH', base .. 'n', table.concat(handed, ' '))
         fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'f', f, 'W', waiting
         meta_until = meta_expiry(last)
         if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
       end
     end
-    fields[#fields + 1], fields[#fields + 2] = 'h', inline_text(held)
+    -- (X stays no later than the first end; with no holder left it is 0.)
+    if used == 0 then X = 0 end
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'h', h, 'u', used
+    fields[#fields + 1], fields[#fields + 2] = 'X', X
     -- Permits left free with nobody in line: barging waiters may take them.
-    if (tonumber(raw[14]) or 0) > now and waiting == 0 then
-      local free = tonumber(raw[1]) or 0
-      for _, x in ipairs(held) do free = free - x[4] end
-      if free > 0 then wake_barging(free) end
+    if (tonumber(raw[14]) or 0) > now and waiting == 0 and used < tonumber(raw[1]) then
+      wake_barging(tonumber(raw[1]) - used)
     end
     -- A departure now, for the estimated wait (as depart() in the prelude).
     local r, l = tonumber(raw[8]), tonumber(raw[9]) or 0

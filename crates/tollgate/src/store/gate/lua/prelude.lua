@@ -98,12 +98,12 @@
 local m = read_more()
 local S, F = {
   now = now, KM = KM, KH = KH, KP = KP, KQ = KQ, KR = KR,
-  cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(m[9]) or 0, W = tonumber(raw[5]) or 0,
-  s = tonumber(raw[6]) or 0, z = tonumber(raw[7]) or 0, n = tonumber(m[10]) or 0,
+  cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(m[8]) or 0, W = tonumber(raw[5]) or 0,
+  s = tonumber(raw[6]) or 0, z = tonumber(raw[7]) or 0, n = tonumber(m[9]) or 0,
   -- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
-  a = tonumber(m[11]) or 0,
+  a = tonumber(m[10]) or 0,
   -- Admission control (written by set_admission.lua, A also here).
-  P = tonumber(m[12]) or 0, R = tonumber(m[13]) or 0, A = tonumber(m[7]) or 0,
+  P = tonumber(m[11]) or 0, R = tonumber(m[12]) or 0, A = tonumber(m[6]) or 0,
   -- r is absent (nil) until a first gap between departures was measured.
   r = tonumber(raw[8]), l = tonumber(raw[9]) or 0,
   U = tonumber(raw[10]) or 0, V = tonumber(raw[11]) or 0, N = tonumber(raw[14]) or 0,
@@ -112,12 +112,12 @@ local S, F = {
   freed = false,
   -- The stale-ticket sweep of a long line: cursor ('0' or absent: none
   -- under way) and the earliest deadline seen in the pass so far.
-  Y = m[14] or '0', Q = tonumber(m[8]) or 0,
+  Y = m[13] or '0', Q = tonumber(m[7]) or 0,
   b = tonumber(m[1]) or 0, x = tonumber(m[2]) or 0, e = tonumber(m[3]) or 0, o = tonumber(m[4]) or 0,
-  T = tonumber(m[5]) or 0, X = tonumber(m[6]) or 0,
+  T = tonumber(m[5]) or 0, X = tonumber(raw[16]) or 0,
   -- Holders inline (m's h) unless the sorted set h holds them (H > 0);
   -- with no holder at all, the next grant picks by capacity (add_holder).
-  inline = (tonumber(m[9]) or 0) == 0, held = nil, h_changed = false,
+  inline = (tonumber(m[8]) or 0) == 0, held = nil, h_changed = false,
   -- Latest expiry written to h / deadline written to p by this call (0:
   -- none), and whether those keys may lack a TTL (empty before, or
   -- emptied since).
@@ -530,11 +530,11 @@ function F.promote()
       end
       F.add_holder(head, deadline, -f, k)
       handed[#handed + 1] = head .. ':' .. string.format('%d', f)
+      S.handed[#S.handed + 1] = handed[#handed]
     end
   end
   if #handed > 0 then
     redis.call('PUBLISH', string.sub(S.KM, 1, -2) .. 'n', table.concat(handed, ' '))
-    for _, x in ipairs(handed) do S.handed[#S.handed + 1] = x end
   end
 end
 
@@ -583,14 +583,17 @@ function F.finish()
   if S.freed and S.N > S.now and S.cap and S.waiting == 0 and F.used() < S.cap and F.may_admit() then
     wake_barging(S.cap - F.used())
   end
+  if S.holders == 0 then S.X = 0 end
+  put('X', S.X, was.X)
   if S.inline then
-    -- Inline holders: H is 0, and e, o, X and T are read from h.
+    -- Inline holders: H is 0, e, o and T are read from h, and u (the
+    -- permits they hold) kept for the fast paths.
     put('H', 0, was.H)
+    put('u', F.used(), tonumber(raw[15]) or 0)
     if S.h_changed then put('h', inline_text(S.held), raw[3]) end
   else
     S.H = S.holders
-    if S.holders == 0 then S.X = 0 end
-    put('e', S.e, was.e) put('o', S.o, was.o) put('H', S.H, was.H) put('T', S.T, was.T) put('X', S.X, was.X)
+    put('e', S.e, was.e) put('o', S.o, was.o) put('H', S.H, was.H) put('T', S.T, was.T)
     -- (Holders just moved to the sorted set leave h empty.)
     if S.h_changed then put('h', '', raw[3]) end
   end
