@@ -864,18 +864,14 @@ pub(crate) enum BenchTarget {
 }
 
 impl BenchArgs {
-    /// Whether the benchmark runs on a current-thread runtime: `lock`
-    /// without --contended unless --multi-thread, the others with
+    /// Whether the benchmark runs on a current-thread runtime: only with
     /// --single-thread. Measured (docs/BENCHMARKS.md): one thread halves
-    /// the client's CPU per critical section and is as fast or faster for
-    /// the uncontended lock, but `semaphore --limit 5` ran ~10 % fewer
-    /// sections per second on it, and the contended lock's acquire p99
-    /// was 12-16 ms on one thread against 9-11 ms on two at the same rate.
+    /// the client's CPU per critical section, but on a quiet machine it ran
+    /// the uncontended lock ~20 % slower (27.9k against 35.1k pairs/s),
+    /// `semaphore --limit 5` ~10 % slower, and the contended lock's acquire
+    /// p99 was 12-16 ms on one thread against 9-11 ms on two.
     pub(crate) fn current_thread(&self) -> bool {
-        match self.target {
-            BenchTarget::Lock if !self.contended => !self.multi_thread,
-            _ => self.single_thread,
-        }
+        self.single_thread && !self.multi_thread
     }
 }
 
@@ -924,11 +920,11 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     pub(crate) sizes: Vec<u64>,
     /// Run the workers on one thread (a current-thread runtime) instead of
-    /// a thread per core. `lock` without --contended does so by default.
+    /// a thread per core.
     #[arg(long, conflicts_with = "multi_thread")]
     pub(crate) single_thread: bool,
     /// Run the workers on a thread per core (a multi-thread runtime): the
-    /// default of every target but the uncontended `lock`.
+    /// default.
     #[arg(long)]
     pub(crate) multi_thread: bool,
     /// `http`, `listing` and `console`: the server to measure.
