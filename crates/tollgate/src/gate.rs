@@ -438,7 +438,8 @@ impl Gate {
         }
 
         if !self.fair && !wait.is_zero() {
-            return self.barge(permits, wait, label).await;
+            // Boxed: a waiting future stays small (tests/future_sizes.rs).
+            return Box::pin(self.barge(permits, wait, label)).await;
         }
         let deadline = Instant::now() + wait;
         let id = new_id();
