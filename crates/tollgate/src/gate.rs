@@ -35,10 +35,11 @@ pub struct GateOptions {
     /// `false`, [`Gate::acquire`] barges: it takes free permits even while
     /// others wait, and otherwise waits outside the line (no ticket, no
     /// position) to be woken when permits are freed, then tries again, as
-    /// `java.util.concurrent.Semaphore(permits, false)` does. Faster under
-    /// contention and unfair: a waiter may be overtaken any number of
-    /// times. Fair waiters in line still go first: freed permits are
-    /// handed to the head of the line before anyone can barge.
+    /// `java.util.concurrent.Semaphore(permits, false)` does. Unfair: a
+    /// waiter may be overtaken any number of times, and it keeps no
+    /// position. Fair waiters in line still go first: freed permits are
+    /// handed to the head of the line before anyone can barge. (On Redis
+    /// it is not faster than the fair line today: docs/BENCHMARKS.md.)
     pub fair: bool,
 }
 
