@@ -18,21 +18,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 s, 7 z, 8 r, 9 l, 10 U, 11 V, 12 E,
 -- 13 G, 14 N, 15 u, 16 X (HMGET answers false for a field that is not
--- there). Each field
--- read costs Redis time (a small hash is a list: every field looked up,
--- above all a missing one, is a scan), so the fast paths read these
--- alone; read_more() fetches the others for the general path. k marks
--- state the fast paths leave to the general path (see prelude.lua).
+-- there). Each field read costs Redis time (a small hash is a list: every
+-- field looked up, above all a missing one, is a scan), so the fast paths
+-- read these alone; prelude.lua reads the others for the general path. k
+-- marks state the fast paths leave to the general path (see prelude.lua).
 local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 's', 'z', 'r', 'l', 'U', 'V', 'E', 'G', 'N', 'u', 'X')
-local more
--- more: 1 b, 2 x, 3 e, 4 o, 5 T, 6 A, 7 Q, 8 H, 9 n, 10 a, 11 P, 12 R,
--- 13 Y
-local function read_more()
-  if not more then
-    more = redis.call('HMGET', KM, 'b', 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y')
-  end
-  return more
-end
 
 -- A fresh epoch for state created now: server time in µs and three random
 -- digits, as a decimal string (it exceeds what a Lua number holds exactly).
@@ -66,15 +56,6 @@ end
 -- fast paths append and cut entries without reading the others.
 -- (Expiries and permits are below 10^14, so Lua writes them exactly; a
 -- fence needs a format.)
-local function inline_holders(h)
-  local all = {}
-  if h and h ~= '' then
-    for id, e, f, k in string.gmatch(h, '(%w+) (%d+) (%-?%d+) (%d+)') do
-      all[#all + 1] = {id, tonumber(e), tonumber(f), tonumber(k)}
-    end
-  end
-  return all
-end
 local function inline_entry(id, expires, fence, permits)
   local f = fence == 0 and '0' or string.format('%d', fence)
   return id .. ' ' .. expires .. ' ' .. f .. ' ' .. permits
@@ -91,9 +72,4 @@ local function inline_find(h, id)
     end
     at = i + 1
   end
-end
-local function inline_text(all)
-  local parts = {}
-  for i, x in ipairs(all) do parts[i] = inline_entry(x[1], x[2], x[3], x[4]) end
-  return table.concat(parts, ',')
 end
