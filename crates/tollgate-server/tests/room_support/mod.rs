@@ -99,12 +99,19 @@ async fn echo_headers(headers: HeaderMap) -> impl IntoResponse {
     axum::Json(Value::Object(map))
 }
 
+/// Reads the whole body before answering (its length), so a body that
+/// breaks half-way fails the request instead of racing an early answer.
+async fn echo_body_length(body: axum::body::Bytes) -> String {
+    body.len().to_string()
+}
+
 pub async fn upstream(seen: Shared) -> SocketAddr {
     let app = axum::Router::new()
         .route("/page", get(page))
         .route("/done", get(done))
         .route("/slow", get(slow))
         .route("/headers", get(echo_headers).post(echo_headers))
+        .route("/body", axum::routing::post(echo_body_length))
         .route("/healthz", get(|| async { (StatusCode::OK, "ok") }))
         .fallback(echo_path)
         .with_state(seen);
