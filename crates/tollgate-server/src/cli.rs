@@ -889,6 +889,11 @@ pub(crate) struct BenchArgs {
     /// How long to measure.
     #[arg(long, default_value = "5s", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) seconds: Duration,
+    /// `lock` and `semaphore`: run this long before measuring (connections,
+    /// scripts and subscriptions warm, the line formed), as the peers'
+    /// harness does (`PEERS_WARMUP_MS`); `0s` measures from the start.
+    #[arg(long, default_value = "1s", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) warmup: Duration,
     /// All workers share one lock (otherwise each has its own).
     #[arg(long)]
     pub(crate) contended: bool,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tollgate::{Gate, GateOptions};
 
-use super::{cpu_seconds, each_worker, micros, percentile_ms, redis_usage, round3, store_for};
+use super::{RedisUsage, cpu_seconds, each_worker, micros, percentile_ms, redis_usage, round3, store_for};
 use crate::cli::{BenchArgs, BenchTarget};
 use crate::exit;
 
@@ -98,13 +98,20 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
 
     let holders = Arc::new(AtomicUsize::new(0));
     let max_holders = Arc::new(AtomicUsize::new(0));
-    let usage_before = match args.redis.as_deref() {
-        Some(url) => redis_usage(url).await,
-        None => None,
+    // The figures cover what starts after the warm-up; the counters are
+    // read then, beside the running workers.
+    let measure_from = Instant::now() + args.warmup;
+    let end = measure_from + args.seconds;
+    let before = if args.warmup.is_zero() {
+        let now = counters(args.redis.as_deref()).await;
+        tokio::spawn(async move { now })
+    } else {
+        let url = args.redis.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(measure_from.into()).await;
+            counters(url.as_deref()).await
+        })
     };
-    let cpu_before = cpu_seconds();
-    let start = Instant::now();
-    let end = start + args.seconds;
     let results = each_worker(args.workers, |w| {
         let (gate, holders, max_holders) = (gates[w].clone(), holders.clone(), max_holders.clone());
         async move {
@@ -119,7 +126,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
                 let lease = match gate.acquire(1, Duration::from_secs(30)).await {
                     Ok(Some(l)) => l,
                     Ok(None) | Err(_) => {
-                        w.errors += 1;
+                        w.errors += u64::from(t0 >= measure_from);
                         continue;
                     }
                 };
@@ -131,12 +138,13 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
                 tokio::task::yield_now().await;
                 holders.fetch_sub(1, Ordering::SeqCst);
                 match lease.release().await {
+                    Ok(()) if t0 < measure_from => {}
                     Ok(()) => {
                         w.pairs += 1;
                         w.acquire_us.push(micros(t1 - t0));
                         w.pair_us.push(micros(t0.elapsed()));
                     }
-                    Err(_) => w.errors += 1,
+                    Err(_) => w.errors += u64::from(t0 >= measure_from),
                 }
             }
             w
@@ -153,12 +161,16 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
             }
         }
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    let client_cpu = cpu_seconds() - cpu_before;
-    let usage_after = match args.redis.as_deref() {
-        Some(url) => redis_usage(url).await,
-        None => None,
+    let elapsed = measure_from.elapsed().as_secs_f64();
+    let (usage_before, cpu_before) = match before.await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tollgate: reading the counters failed: {e}");
+            return exit::SOFTWARE;
+        }
     };
+    let (usage_after, cpu_after) = counters(args.redis.as_deref()).await;
+    let client_cpu = cpu_after - cpu_before;
     let n: u64 = workers.iter().map(|w| w.pairs).sum();
     let per_op = |x: f64| (n > 0).then(|| round3(x / n as f64));
     let redis = usage_before.zip(usage_after);
@@ -205,4 +217,13 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
             exit::SOFTWARE
         }
     }
+}
+
+/// Redis's counters (with `--redis`) and this process's CPU seconds, now.
+async fn counters(redis: Option<&str>) -> (Option<RedisUsage>, f64) {
+    let usage = match redis {
+        Some(url) => redis_usage(url).await,
+        None => None,
+    };
+    (usage, cpu_seconds())
 }

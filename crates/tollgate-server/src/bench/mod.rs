@@ -34,6 +34,10 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         eprintln!("tollgate: --seconds must be between 1ms and 10m");
         return exit::USAGE;
     }
+    if args.warmup > Duration::from_secs(60) {
+        eprintln!("tollgate: --warmup must be at most 1m");
+        return exit::USAGE;
+    }
     match args.target {
         BenchTarget::Lock | BenchTarget::Semaphore => lock::run(&args).await,
         BenchTarget::Http => http::run(&args).await,

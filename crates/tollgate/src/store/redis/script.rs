@@ -95,8 +95,8 @@ impl Scripts {
                 "../gate/lua/enter_fast.lua",
                 "../gate/lua/enter.lua"
             )),
-            poll: script(gate_script!("../gate/lua/poll.lua")),
-            renew: script(gate_script!("../gate/lua/renew.lua")),
+            poll: script(gate_script!("../gate/lua/held_fast.lua", "../gate/lua/poll.lua")),
+            renew: script(gate_script!("../gate/lua/held_fast.lua", "../gate/lua/renew.lua")),
             leave: script(gate_script!(
                 "../gate/lua/leave_fast.lua",
                 "../gate/lua/leave.lua"

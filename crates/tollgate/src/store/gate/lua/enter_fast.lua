@@ -14,37 +14,42 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
   local permits, ttl = tonumber(ARGV[2]), tonumber(ARGV[4])
   -- No inline lease has ended (X is no later than the first end), and u
   -- counts their permits.
-  local h, used, X = raw[3] or '', tonumber(raw[15]) or 0, tonumber(raw[16]) or 0
+  local h, used, X = raw[3] or '', tonumber(raw[12]) or 0, tonumber(raw[13]) or 0
   local live = h == '' or used > 0 and X > now
   local waiting = tonumber(raw[5]) or 0
   if live and permits <= fast_cap and waiting == 0 and used + permits <= fast_cap then
     local f = tonumber(raw[2]) or 0
-    local fields = {}
-    if f == 0 then
-      -- As next_fence() in the prelude.
-      f = now * 1000
-      fields = {'b', f}
-    end
+    local ends = now + ttl
+    local first = f == 0
+    -- (As next_fence() in the prelude.)
+    if first then f = now * 1000 end
     f = f + 1
-    local entry = inline_entry(ARGV[1], now + ttl, 0, permits)
+    local entry = string.format('%s %d 0 %s', ARGV[1], ends, ARGV[2])
     if h ~= '' then entry = h .. ',' .. entry end
-    if h == '' or now + ttl < X then X = now + ttl end
-    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'h', entry, 'f', f
-    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'u', used + permits, 'X', X
+    if h == '' or ends < X then X = ends end
+    -- (Numbers go to Redis as text made here: '%d' costs less than the
+    -- conversion redis.call makes of a number.)
+    local fs, Xs, meta_until = string.format('%d', f), string.format('%d', X), meta_expiry(ends)
+    if not first and fast_c and raw[9] and not meta_until then
+      -- The common case: one more lease on a live gate.
+      redis.call('HSET', KM, 'h', entry, 'f', fs, 'u', used + permits, 'X', Xs)
+      return {1, f, ttl}
+    end
+    local fields = {'h', entry, 'f', fs, 'u', used + permits, 'X', Xs}
+    if first then fields[#fields + 1], fields[#fields + 2] = 'b', string.format('%d', f - 1) end
     if not fast_c then fields[#fields + 1], fields[#fields + 2] = 'c', fast_asked end
     -- The gate's state is created here (or predates epochs): give it one.
-    if not raw[12] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
-    local meta_until = meta_expiry(now + ttl)
+    if not raw[9] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
     if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
     redis.call('HSET', KM, unpack(fields))
     if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
     return {1, f, ttl}
   end
-  local z = tonumber(raw[7]) or 0
+  local z = tonumber(raw[6]) or 0
   if live and permits <= fast_cap and ARGV[6] ~= '1' and (waiting == 0 or z > now) then
     -- Busy (as enter.lua); a barging waiter says it waits until N.
     local hb = tonumber(ARGV[5])
-    if ARGV[8] == '1' and (tonumber(raw[14]) or 0) < now + math.floor(hb / 2) then
+    if ARGV[8] == '1' and (tonumber(raw[11]) or 0) < now + math.floor(hb / 2) then
       local meta_until = meta_expiry(now + hb)
       if meta_until then
         redis.call('HSET', KM, 'N', now + hb, 'G', meta_until)
@@ -57,7 +62,10 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
   end
   if live and ARGV[6] == '1' and permits == 1 and used >= fast_cap and (z == 0 or z > now) then
     -- Full: into the line (as enter.lua's queueing and set_deadline()).
-    local s, deadline = (tonumber(raw[6]) or 0) + 1, now + tonumber(ARGV[5])
+    -- (The line's fields, which only queueing needs.)
+    local cold = redis.call('HMGET', KM, 's', 'U', 'V')
+    local KQ, KP = base .. 'q', base .. 'p'
+    local s, deadline = (tonumber(cold[1]) or 0) + 1, now + tonumber(ARGV[5])
     redis.call('ZADD', KQ, s, ARGV[1])
     redis.call('HSET', KP, 'd:' .. ARGV[1], deadline)
     local fields = {'s', s, 'W', waiting + 1}
@@ -65,7 +73,7 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     -- q and p live past every deadline in them (as keep_until() in the
     -- prelude); with nobody waiting before, they may lack a TTL (inline
     -- holders keep no side data in p, and there are no labels).
-    local U, V, keep = tonumber(raw[10]) or 0, tonumber(raw[11]) or 0, deadline + MARGIN + CHUNK
+    local U, V, keep = tonumber(cold[2]) or 0, tonumber(cold[3]) or 0, deadline + MARGIN + CHUNK
     if waiting == 0 then
       redis.call('PEXPIREAT', KQ, keep)
       redis.call('PEXPIREAT', KP, keep)
@@ -83,12 +91,12 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
         fields[#fields + 1], fields[#fields + 2] = 'V', V
       end
     end
-    if not raw[12] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
+    if not raw[9] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
     local meta_until = meta_expiry(math.max(U, V))
     if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
     redis.call('HSET', KM, unpack(fields))
     if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
-    local position, r = waiting + 1, tonumber(raw[8])
+    local position, r = waiting + 1, tonumber(raw[7])
     return {2, position, position, r and position * r or -1}
   end
 end

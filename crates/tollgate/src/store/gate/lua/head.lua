@@ -3,10 +3,10 @@
 -- fast path may follow and answer alone; otherwise prelude.lua reads the
 -- rest of the meta hash, and the operation's body runs.
 -- Only m is passed (every key argument costs Redis time); the others
--- share its name up to the last letter, and so its hash tag.
+-- share its name up to the last letter (base), and so its hash tag; a fast
+-- path names the ones it uses, prelude.lua all of them.
 local KM = KEYS[1]
 local base = string.sub(KM, 1, -2)
-local KH, KP, KQ, KR = base .. 'h', base .. 'p', base .. 'q', base .. 'r'
 local MARGIN, SMALL, CHUNK = 1000, 16, 10000
 -- A gate of at most this capacity keeps its holders inline in m's field h.
 local INLINE = 8
@@ -16,13 +16,14 @@ local INLINE = 8
 local IDLE = 600000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 s, 7 z, 8 r, 9 l, 10 U, 11 V, 12 E,
--- 13 G, 14 N, 15 u, 16 X (HMGET answers false for a field that is not
--- there). Each field read costs Redis time (a small hash is a list: every
--- field looked up, above all a missing one, is a scan), so the fast paths
--- read these alone; prelude.lua reads the others for the general path. k
--- marks state the fast paths leave to the general path (see prelude.lua).
-local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 's', 'z', 'r', 'l', 'U', 'V', 'E', 'G', 'N', 'u', 'X')
+-- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 z, 7 r, 8 l, 9 E, 10 G, 11 N, 12 u,
+-- 13 X (HMGET answers false for a field that is not there). Each field
+-- read costs Redis time (a small hash is a list: every field looked up,
+-- above all a missing one, is a scan), so the fast paths read these
+-- alone (a queueing enter also the line's s, U and V); prelude.lua reads
+-- the others for the general path. k marks state the fast paths leave to
+-- the general path (see prelude.lua).
+local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
 
 -- A fresh epoch for state created now: server time in µs and three random
 -- digits, as a decimal string (it exceeds what a Lua number holds exactly).
@@ -38,7 +39,7 @@ end
 -- beyond the need, so an active gate extends it about once per IDLE / 4.
 local function meta_expiry(last)
   local need = last + IDLE
-  if need <= (tonumber(raw[13]) or 0) then return nil end
+  if need <= (tonumber(raw[10]) or 0) then return nil end
   return need + math.floor(IDLE / 4)
 end
 

@@ -8,9 +8,9 @@
 -- Invariant: identical outcome to leave.lua for the same state.
 local fast_h = raw[3] or ''
 if not ARGV[2] and not raw[4] and fast_h ~= '' then
-  local used, X = tonumber(raw[15]) or 0, tonumber(raw[16]) or 0
+  local used, X = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0
   local i, j = inline_find(fast_h, ARGV[1])
-  local waiting, z = tonumber(raw[5]) or 0, tonumber(raw[7]) or 0
+  local waiting, z = tonumber(raw[5]) or 0, tonumber(raw[6]) or 0
   if i and used > 0 and X > now and (waiting == 0 or z > now) then
     local permits = tonumber(string.match(string.sub(fast_h, i, j), '(%d+)$'))
     -- Cut the entry and its comma out.
@@ -19,6 +19,7 @@ if not ARGV[2] and not raw[4] and fast_h ~= '' then
     used = used - permits
     local fields, meta_until, reply = {}, nil, {1}
     if waiting > 0 then
+      local KQ, KP = base .. 'q', base .. 'p'
       local cap, f = tonumber(raw[1]), tonumber(raw[2]) or 0
       local handed, last = {}, 0
       while waiting > 0 and used < cap do
@@ -48,21 +49,27 @@ if not ARGV[2] and not raw[4] and fast_h ~= '' then
       end
     end
     -- (X stays no later than the first end; with no holder left it is 0.)
-    if used == 0 then X = 0 end
-    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'h', h, 'u', used
-    fields[#fields + 1], fields[#fields + 2] = 'X', X
+    local Xs = used == 0 and '0' or string.format('%d', X)
     -- Permits left free with nobody in line: barging waiters may take them.
-    if (tonumber(raw[14]) or 0) > now and waiting == 0 and used < tonumber(raw[1]) then
+    if (tonumber(raw[11]) or 0) > now and waiting == 0 and used < tonumber(raw[1]) then
       wake_barging(tonumber(raw[1]) - used)
     end
     -- A departure now, for the estimated wait (as depart() in the prelude).
-    local r, l = tonumber(raw[8]), tonumber(raw[9]) or 0
+    local r, l = tonumber(raw[7]), tonumber(raw[8]) or 0
     if l > 0 then
       if r == nil then r = now - l else r = math.floor(r * 0.8 + (now - l) * 0.2 + 0.5) end
     end
-    fields[#fields + 1], fields[#fields + 2] = 'l', now
+    -- (Numbers as text made here, as in enter_fast.lua.)
+    local ls = string.format('%d', now)
+    if #fields == 0 and r ~= nil and raw[9] then
+      -- The common case: a plain release on a gate with a history.
+      redis.call('HSET', KM, 'h', h, 'u', used, 'X', Xs, 'l', ls, 'r', r)
+      return reply
+    end
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'h', h, 'u', used
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'X', Xs, 'l', ls
     if r ~= nil then fields[#fields + 1], fields[#fields + 2] = 'r', r end
-    if not raw[12] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
+    if not raw[9] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
     redis.call('HSET', KM, unpack(fields))
     if meta_until then redis.call('PEXPIREAT', KM, meta_until) end
     return reply

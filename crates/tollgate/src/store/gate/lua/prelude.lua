@@ -88,27 +88,28 @@
 -- lowered (holders are never evicted); nobody is granted while a ticket ahead
 -- of them waits; fences strictly increase per gate; every key but m carries
 -- a TTL beyond the last deadline it holds, and m one IDLE beyond theirs.
--- head.lua (and possibly a fast path) ran before this: KM..KQ, MARGIN,
+-- head.lua (and possibly a fast path) ran before this: KM, base, MARGIN,
 -- SMALL, now and raw (the meta fields) are already set.
 --
 -- The call's state lives in the table S and the helpers in F, so each
 -- helper captures two upvalues, not the dozens of locals it uses: Lua
 -- builds every closure afresh on each call, and capturing many locals
 -- made that set-up the largest part of a general path's cost.
+local KH, KP, KQ, KR = base .. 'h', base .. 'p', base .. 'q', base .. 'r'
 -- The meta fields head.lua did not read: 1 b, 2 x, 3 e, 4 o, 5 T, 6 A, 7 Q,
--- 8 H, 9 n, 10 a, 11 P, 12 R, 13 Y.
-local m = redis.call('HMGET', KM, 'b', 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y')
+-- 8 H, 9 n, 10 a, 11 P, 12 R, 13 Y, 14 s, 15 U, 16 V.
+local m = redis.call('HMGET', KM, 'b', 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y', 's', 'U', 'V')
 local S, F = {
   now = now, KM = KM, KH = KH, KP = KP, KQ = KQ, KR = KR,
   cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(m[8]) or 0, W = tonumber(raw[5]) or 0,
-  s = tonumber(raw[6]) or 0, z = tonumber(raw[7]) or 0, n = tonumber(m[9]) or 0,
+  s = tonumber(m[14]) or 0, z = tonumber(raw[6]) or 0, n = tonumber(m[9]) or 0,
   -- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
   a = tonumber(m[10]) or 0,
   -- Admission control (written by set_admission.lua, A also here).
   P = tonumber(m[11]) or 0, R = tonumber(m[12]) or 0, A = tonumber(m[6]) or 0,
   -- r is absent (nil) until a first gap between departures was measured.
-  r = tonumber(raw[8]), l = tonumber(raw[9]) or 0,
-  U = tonumber(raw[10]) or 0, V = tonumber(raw[11]) or 0, N = tonumber(raw[14]) or 0,
+  r = tonumber(raw[7]), l = tonumber(raw[8]) or 0,
+  U = tonumber(m[15]) or 0, V = tonumber(m[16]) or 0, N = tonumber(raw[11]) or 0,
   -- Whether this call freed permits (a holder left, or the capacity or
   -- admission control let more in).
   freed = false,
@@ -116,7 +117,7 @@ local S, F = {
   -- under way) and the earliest deadline seen in the pass so far.
   Y = m[13] or '0', Q = tonumber(m[7]) or 0,
   b = tonumber(m[1]) or 0, x = tonumber(m[2]) or 0, e = tonumber(m[3]) or 0, o = tonumber(m[4]) or 0,
-  T = tonumber(m[5]) or 0, X = tonumber(raw[16]) or 0,
+  T = tonumber(m[5]) or 0, X = tonumber(raw[13]) or 0,
   -- Holders inline (m's h) unless the sorted set h holds them (H > 0);
   -- with no holder at all, the next grant picks by capacity (add_holder).
   inline = (tonumber(m[8]) or 0) == 0, held = nil, h_changed = false,
@@ -607,7 +608,7 @@ function F.finish()
     -- Inline holders: H is 0, e, o and T are read from h, and u (the
     -- permits they hold) kept for the fast paths.
     put('H', 0, was.H)
-    put('u', F.used(), tonumber(raw[15]) or 0)
+    put('u', F.used(), tonumber(raw[12]) or 0)
     if S.h_changed then put('h', F.inline_text(S.held), raw[3]) end
   else
     S.H = S.holders
@@ -619,7 +620,7 @@ function F.finish()
   -- the operation's body) gets its epoch. EXISTS costs a call only while
   -- m has no epoch: a gate that has no state, or state from before epochs.
   -- (HMGET answers false, not nil, for a field that is not there.)
-  local exists = raw[12] ~= false
+  local exists = raw[9] ~= false
   if not exists and (k > 0 or redis.call('EXISTS', S.KM) == 1) then
     changed[k + 1], changed[k + 2] = 'E', new_epoch()
     k = k + 2
