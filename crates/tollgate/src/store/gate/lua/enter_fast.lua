@@ -66,10 +66,12 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     local cold = redis.call('HMGET', KM, 's', 'U', 'V')
     local KQ, KP = base .. 'q', base .. 'p'
     local s, deadline = (tonumber(cold[1]) or 0) + 1, now + tonumber(ARGV[5])
+    -- (Numbers as text made here, as for a grant.)
+    local ds = string.format('%d', deadline)
     redis.call('ZADD', KQ, s, ARGV[1])
-    redis.call('HSET', KP, 'd:' .. ARGV[1], deadline)
+    redis.call('HSET', KP, 'd:' .. ARGV[1], ds)
     local fields = {'s', s, 'W', waiting + 1}
-    if z == 0 or deadline < z then fields[5], fields[6] = 'z', deadline end
+    if z == 0 or deadline < z then fields[5], fields[6] = 'z', ds end
     -- q and p live past every deadline in them (as keep_until() in the
     -- prelude); with nobody waiting before, they may lack a TTL (inline
     -- holders keep no side data in p, and there are no labels).
@@ -78,7 +80,8 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
       redis.call('PEXPIREAT', KQ, keep)
       redis.call('PEXPIREAT', KP, keep)
       U, V = keep, keep
-      fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'U', U, 'V', V
+      local ks = string.format('%d', keep)
+      fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'U', ks, 'V', ks
     else
       if deadline + MARGIN > U then
         redis.call('PEXPIREAT', KQ, keep, 'GT')

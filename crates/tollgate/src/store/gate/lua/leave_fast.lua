@@ -21,7 +21,7 @@ if not ARGV[2] and not raw[4] and fast_h ~= '' then
     if waiting > 0 then
       local KQ, KP = base .. 'q', base .. 'p'
       local cap, f = tonumber(raw[1]), tonumber(raw[2]) or 0
-      local handed, last = {}, 0
+      local handed, last, fs = {}, 0, nil
       while waiting > 0 and used < cap do
         local head = redis.call('ZPOPMIN', KQ)[1]
         if not head then break end
@@ -38,12 +38,13 @@ if not ARGV[2] and not raw[4] and fast_h ~= '' then
         if deadline < X then X = deadline end
         used, waiting = used + 1, waiting - 1
         if deadline > last then last = deadline end
-        handed[#handed + 1] = head .. ':' .. string.format('%d', f)
+        fs = string.format('%d', f)
+        handed[#handed + 1] = head .. ':' .. fs
         reply[#reply + 1] = handed[#handed]
       end
       if #handed > 0 then
         redis.call('PUBLISH', base .. 'n', table.concat(handed, ' '))
-        fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'f', f, 'W', waiting
+        fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'f', fs, 'W', waiting
         meta_until = meta_expiry(last)
         if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
       end
