@@ -790,3 +790,37 @@ fn min_hold_and_if_busy_skip_run_a_job_once_per_tick_through_a_server() {
     let serve = Serve::start();
     once_per_tick(&["--server", &serve.1]);
 }
+
+/// `tollgate bench lock|semaphore` measures after its warm-up: the figures
+/// cover only pairs begun after it, exclusion holds, and a warm-up beyond
+/// a minute is refused with exit 64.
+#[test]
+fn bench_locks_measure_after_the_warm_up() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for (target, limit) in [("lock", "1"), ("semaphore", "3")] {
+        let args = format!(
+            "bench {target} --contended --limit {limit} --redis {url} --workers 6 --seconds 400ms --warmup 300ms"
+        );
+        let out = run(&args.split(' ').collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let line: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+        let n = line["n"].as_u64().expect("n");
+        assert!(n > 0, "{line}");
+        assert_eq!(line["errors"], 0, "{line}");
+        let max = line["max_concurrent_holders"].as_u64().expect("holders");
+        assert!(max >= 1 && max <= limit.parse::<u64>().expect("limit"), "{line}");
+        // The measured window is --seconds (plus the last pairs' tail), not
+        // the warm-up too.
+        let seconds = line["seconds"].as_f64().expect("seconds");
+        assert!((0.4..0.65).contains(&seconds), "{line}");
+        // The counters were read after the warm-up: scripts per pair stay
+        // at the fair line's 2 (enter, leave with hand-off), not near 3.5
+        // as they would with the warm-up's scripts counted.
+        let scripts = line["redis_scripts_per_op"].as_f64().expect("scripts per op");
+        assert!((1.5..2.6).contains(&scripts), "{line}");
+    }
+    let out = run(&["bench", "lock", "--warmup", "2m", "--seconds", "1s"]);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--warmup"), "{}", stderr(&out));
+}

@@ -1,0 +1,208 @@
+//! Acquire+release pairs per second on one Redis, each of 50 tasks on its
+//! own lock, over one multiplexed connection, for one shape of pair:
+//!
+//!   peer      SET NX PX, then a GET + compare + DEL script (redis-semaphore's
+//!             Mutex, Redlock on one node: no fence, no server time)
+//!   minimal   the least a fenced, server-timed pair does (as
+//!             scripts/bench-redis-floor's `minimal`: TIME, HMGET, HSET in
+//!             each script)
+//!   tollgate  this tree's gate scripts on a mutex (enter and leave, put
+//!             together as store/redis/script.rs does), without the
+//!             library around them
+//!
+//! Usage: floor-rate REDIS_URL SHAPE [SECONDS] [LUA_DIR]; prints one JSON
+//! line. Any unexpected answer panics (a shape that does not do its job
+//! does not get a figure).
+
+use std::time::{Duration, Instant};
+
+const MINIMAL_ACQUIRE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call('HMGET', KEYS[1], 'c', 'f', 'h', 'k', 'W', 'E', 'G')
+if m[4] or (m[3] and m[3] ~= '') then return {0} end
+local f = (tonumber(m[2]) or now * 1000) + 1
+redis.call('HSET', KEYS[1], 'h', ARGV[1] .. ' ' .. (now + tonumber(ARGV[2])), 'f', f)
+return {1, f, tonumber(ARGV[2])}
+";
+const MINIMAL_RELEASE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call('HMGET', KEYS[1], 'h', 'k', 'W', 'r', 'l', 'E')
+if string.match(m[1] or '', '^(%w+)') ~= ARGV[1] then return {0} end
+local r, l = tonumber(m[4]), tonumber(m[5]) or 0
+if l > 0 then if r == nil then r = now - l else r = math.floor(r * 0.8 + (now - l) * 0.2 + 0.5) end end
+redis.call('HSET', KEYS[1], 'h', '', 'l', now, 'r', r or 0)
+return {1}
+";
+const PEER_RELEASE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+const WORKERS: usize = 50;
+const TTL_MS: u64 = 10_000;
+
+#[derive(Clone, Copy)]
+enum Shape {
+    Peer,
+    Minimal,
+    Tollgate,
+}
+
+struct Scripts {
+    acquire: redis::Script,
+    release: redis::Script,
+}
+
+fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
+    let gate = |fast: &str, body: &str| {
+        let read = |f: &str| {
+            std::fs::read_to_string(format!("{lua_dir}/{f}")).unwrap_or_else(|e| panic!("{lua_dir}/{f}: {e}"))
+        };
+        [read("head.lua"), read(fast), read("prelude.lua"), read(body)].join("\n")
+    };
+    match shape {
+        Shape::Peer => Scripts {
+            acquire: redis::Script::new("return 0"),
+            release: redis::Script::new(PEER_RELEASE),
+        },
+        Shape::Minimal => Scripts {
+            acquire: redis::Script::new(MINIMAL_ACQUIRE),
+            release: redis::Script::new(MINIMAL_RELEASE),
+        },
+        Shape::Tollgate => Scripts {
+            acquire: redis::Script::new(&gate("enter_fast.lua", "enter.lua")),
+            release: redis::Script::new(&gate("leave_fast.lua", "leave.lua")),
+        },
+    }
+}
+
+/// One acquire+release pair of `shape` on worker `w`'s lock.
+async fn pair(shape: Shape, s: &Scripts, con: &mut redis::aio::MultiplexedConnection, w: usize, token: &str) {
+    match shape {
+        Shape::Peer => {
+            let key = format!("floor:{w}");
+            let set: Option<String> = redis::cmd("SET")
+                .arg(&key)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(TTL_MS)
+                .query_async(con)
+                .await
+                .expect("SET");
+            assert!(set.is_some(), "the lock was taken");
+            let released: i64 = s
+                .release
+                .key(&key)
+                .arg(token)
+                .invoke_async(con)
+                .await
+                .expect("release");
+            assert_eq!(released, 1);
+        }
+        Shape::Minimal => {
+            let key = format!("floor:{{{w}}}:m");
+            let got: Vec<i64> = s
+                .acquire
+                .key(&key)
+                .arg(token)
+                .arg(TTL_MS)
+                .invoke_async(con)
+                .await
+                .expect("acquire");
+            assert_eq!(got[0], 1, "not granted");
+            let released: Vec<i64> = s
+                .release
+                .key(&key)
+                .arg(token)
+                .invoke_async(con)
+                .await
+                .expect("release");
+            assert_eq!(released[0], 1);
+        }
+        Shape::Tollgate => {
+            // enter's ARGV: id, permits, capacity, ttl, heartbeat, queue, label, barge.
+            let key = format!("tollgate:gate:{{floor{w}}}:m");
+            let got: Vec<i64> = s
+                .acquire
+                .key(&key)
+                .arg(token)
+                .arg(1)
+                .arg(1)
+                .arg(TTL_MS)
+                .arg(TTL_MS)
+                .arg(0)
+                .arg("")
+                .arg(0)
+                .invoke_async(con)
+                .await
+                .expect("enter");
+            assert_eq!(got[0], 1, "not granted");
+            let released: Vec<i64> = s
+                .release
+                .key(&key)
+                .arg(token)
+                .invoke_async(con)
+                .await
+                .expect("leave");
+            assert_eq!(released[0], 1);
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: floor-rate REDIS_URL peer|minimal|tollgate [SECONDS] [LUA_DIR]";
+    let (url, shape_name) = match (args.get(1), args.get(2)) {
+        (Some(u), Some(s)) => (u.clone(), s.clone()),
+        _ => panic!("{usage}"),
+    };
+    let shape = match shape_name.as_str() {
+        "peer" => Shape::Peer,
+        "minimal" => Shape::Minimal,
+        "tollgate" => Shape::Tollgate,
+        _ => panic!("{usage}"),
+    };
+    let seconds: u64 = args.get(3).map_or(5, |s| s.parse().expect("SECONDS"));
+    let lua_dir = args
+        .get(4)
+        .cloned()
+        .unwrap_or_else(|| "crates/tollgate/src/store/gate/lua".into());
+    let con = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    // One second of warm-up (scripts loaded, connection busy), as the
+    // peers' harness does, then the measured run.
+    let warm_until = Instant::now() + Duration::from_secs(1);
+    let end = warm_until + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for w in 0..WORKERS {
+        let mut con = con.clone();
+        let s = scripts(shape, &lua_dir);
+        tasks.push(tokio::spawn(async move {
+            let mut counted = 0u64;
+            let mut i = 0u64;
+            loop {
+                let t0 = Instant::now();
+                if t0 >= end {
+                    return counted;
+                }
+                i += 1;
+                pair(shape, &s, &mut con, w, &format!("t{w}x{i}")).await;
+                if t0 >= warm_until {
+                    counted += 1;
+                }
+            }
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("worker");
+    }
+    println!(
+        "{{\"case\":\"floor_rate\",\"shape\":\"{shape_name}\",\"workers\":{WORKERS},\"seconds\":{seconds},\"pairs_per_s\":{:.0}}}",
+        total as f64 / seconds as f64
+    );
+}
