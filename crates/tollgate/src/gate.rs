@@ -124,7 +124,7 @@ impl Gate {
         let heartbeat_ms = check_ttl("heartbeat", options.heartbeat)?;
         Ok(Gate {
             store: store.clone(),
-            name: GateName::new(name),
+            name: GateName::with_capacity(name, capacity),
             capacity,
             ttl_ms,
             heartbeat_ms,

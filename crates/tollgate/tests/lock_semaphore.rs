@@ -508,7 +508,51 @@ async fn fair_waiters_in_line_go_before_barging_ones(ts: TestStore) {
     assert_eq!(*order.lock().expect("order"), ["fair", "barging"]);
 }
 
+/// Only the holder's own token releases a mutex: a stranger's token, and
+/// the token of a lease that ran out before the current holder came, leave
+/// the holder in place. (On Redis, after a few departures, these releases
+/// take the one-permit path of leave_fast.lua.)
+async fn only_the_holders_token_releases_a_mutex(ts: TestStore) {
+    let lock = Lock::with_options(&ts.store, "own-token", short_lease(false)).expect("lock");
+    let gate = tollgate::Gate::new(&ts.store, "own-token", Some(1), short_lease(false)).expect("gate");
+    for _ in 0..3 {
+        lock.acquire(WAIT)
+            .await
+            .expect("store")
+            .expect("acquired")
+            .release()
+            .await
+            .expect("release");
+    }
+    let held = lock.acquire(WAIT).await.expect("store").expect("acquired");
+    assert_eq!(
+        gate.leave("stranger").await.expect("leave"),
+        tollgate::Left::Unknown
+    );
+    assert!(
+        lock.try_acquire().await.expect("store").is_none(),
+        "a stranger's token released the holder"
+    );
+    held.release().await.expect("the holder still held");
+
+    let lost = lock.acquire(WAIT).await.expect("store").expect("acquired");
+    let stale = lost.token().to_owned();
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let now_held = lock
+        .try_acquire()
+        .await
+        .expect("store")
+        .expect("the lease ran out");
+    assert_eq!(gate.leave(&stale).await.expect("leave"), tollgate::Left::Unknown);
+    assert!(
+        lock.try_acquire().await.expect("store").is_none(),
+        "a stale token released the next holder"
+    );
+    now_held.release().await.expect("the next holder still held");
+}
+
 on_both_stores!(realtime:
+    only_the_holders_token_releases_a_mutex,
     release_after_holds_then_lets_go,
     release_after_a_lost_lease_is_lease_lost,
     mutual_exclusion_with_50_tasks,

@@ -300,10 +300,14 @@ async fn memory_and_redis_answer_alike() {
             rng.random_range(1..=3)
         };
         let name = format!("agree-{seed}");
+        // Most handles use the stored capacity, so set_capacity does not
+        // make later calls conflict. A third name it, as a Lock (capacity
+        // 1) or Semaphore does: Redis then takes its one-permit paths
+        // (enter_fast.lua, leave_fast.lua), and after a set_capacity to
+        // another value both stores must refuse alike.
+        let named = (seed % 3 == 0).then_some(capacity);
         let side = |store: &Store| Side {
-            // Capacity is named only by the first handle; the rest use the
-            // stored one, so set_capacity does not make later calls conflict.
-            gate: Gate::new(store, &name, None, options.clone()).expect("gate"),
+            gate: Gate::new(store, &name, named, options.clone()).expect("gate"),
             tokens: vec![None; ACTORS],
             first_fence: None,
             names: HashMap::new(),

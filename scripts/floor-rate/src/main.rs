@@ -137,10 +137,13 @@ async fn pair(shape: Shape, s: &Scripts, con: &mut redis::aio::MultiplexedConnec
                 .await
                 .expect("enter");
             assert_eq!(got[0], 1, "not granted");
+            // leave's ARGV: id, keep ('': none), the one-permit hint a Lock sends.
             let released: Vec<i64> = s
                 .release
                 .key(&key)
                 .arg(token)
+                .arg("")
+                .arg(1)
                 .invoke_async(con)
                 .await
                 .expect("leave");

@@ -25,14 +25,28 @@ use crate::name::Name;
 pub(crate) struct GateName {
     name: Name,
     redis: Arc<OnceLock<redis::GateKeys>>,
+    /// The handle names a capacity of one permit (a mutex): a hint the
+    /// Redis store passes to its release script, which checks it against
+    /// the stored capacity before taking its one-permit path.
+    one_permit: bool,
 }
 
 impl GateName {
     pub(crate) fn new(name: Name) -> GateName {
+        GateName::with_capacity(name, None)
+    }
+
+    /// The name of a gate that the handle gives `capacity`.
+    pub(crate) fn with_capacity(name: Name, capacity: Option<u32>) -> GateName {
         GateName {
             name,
             redis: Arc::default(),
+            one_permit: capacity == Some(1),
         }
+    }
+
+    pub(crate) fn one_permit(&self) -> bool {
+        self.one_permit
     }
 
     /// The keys on a Redis store whose key prefix is `prefix`.

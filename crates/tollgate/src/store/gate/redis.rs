@@ -111,6 +111,8 @@ impl RedisStore {
     /// holder is recorded in the revocation log in the same script.
     pub(crate) async fn leave(&self, gate: &GateName, id: &str, keep_ms: Option<u64>) -> Result<Left> {
         let r: Vec<Value> = match keep_ms {
+            // (No keep, and the one-permit hint: see leave_fast.lua.)
+            None if gate.one_permit() => self.run_as(&self.scripts.leave, gate, (id, "", 1)).await?,
             None => self.run_as(&self.scripts.leave, gate, id).await?,
             Some(keep) => self.run_as(&self.scripts.leave, gate, (id, keep)).await?,
         };

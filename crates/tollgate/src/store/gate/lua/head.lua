@@ -17,13 +17,18 @@ local IDLE = 600000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 z, 7 r, 8 l, 9 E, 10 G, 11 N, 12 u,
--- 13 X (HMGET answers false for a field that is not there). Each field
--- read costs Redis time (a small hash is a list: every field looked up,
--- above all a missing one, is a scan), so the fast paths read these
--- alone (a queueing enter also the line's s, U and V); prelude.lua reads
--- the others for the general path. k marks state the fast paths leave to
--- the general path (see prelude.lua).
-local raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
+-- 13 X (HMGET answers false for a field that is not there), read by
+-- read_meta() once a script needs them: a fast path for a gate of one
+-- permit reads fewer first (and answers alone, or falls through to this
+-- read). Each field read costs Redis time (a small hash is a list: every
+-- field looked up, above all a missing one, is a scan), so the fast paths
+-- read these alone (a queueing enter also the line's s, U and V);
+-- prelude.lua reads the others for the general path. k marks state the
+-- fast paths leave to the general path (see prelude.lua).
+local raw
+local function read_meta()
+  raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
+end
 
 -- A fresh epoch for state created now: server time in µs and three random
 -- digits, as a decimal string (it exceeds what a Lua number holds exactly).
@@ -35,11 +40,11 @@ local function new_epoch()
 end
 
 -- The meta hash's expiry once it must live past `last` (ms), or nil if
--- its TTL (remembered in G) already reaches that far. Set an IDLE / 4
+-- its TTL (G, the field as read) already reaches that far. Set an IDLE / 4
 -- beyond the need, so an active gate extends it about once per IDLE / 4.
-local function meta_expiry(last)
+local function meta_expiry(last, G)
   local need = last + IDLE
-  if need <= (tonumber(raw[10]) or 0) then return nil end
+  if need <= (tonumber(G) or 0) then return nil end
   return need + math.floor(IDLE / 4)
 end
 

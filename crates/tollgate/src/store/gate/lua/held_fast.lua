@@ -8,6 +8,7 @@
 -- Reply as the body's, or falls through (a ticket still in line, an
 -- unknown id, an ended lease: the general path answers those).
 -- Invariant: identical outcome to poll.lua / renew.lua for the same state.
+read_meta()
 local held_h = raw[3] or ''
 if not raw[4] and held_h ~= '' then
   local used, X = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0
@@ -27,7 +28,7 @@ if not raw[4] and held_h ~= '' then
       if ends < X then fields[3], fields[4] = 'X', ends end
       if not raw[9] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
       -- (m's TTL never shrinks: whoever set the line's TTLs made it outlive them.)
-      local meta_until = meta_expiry(ends)
+      local meta_until = meta_expiry(ends, raw[10])
       if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
       redis.call('HSET', KM, unpack(fields))
       if meta_until then redis.call('PEXPIREAT', KM, meta_until) end

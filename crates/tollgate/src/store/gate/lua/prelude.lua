@@ -89,12 +89,14 @@
 -- of them waits; fences strictly increase per gate; every key but m carries
 -- a TTL beyond the last deadline it holds, and m one IDLE beyond theirs.
 -- head.lua (and possibly a fast path) ran before this: KM, base, MARGIN,
--- SMALL, now and raw (the meta fields) are already set.
+-- SMALL and now are set, and raw (the meta fields) too if a fast path
+-- read them.
 --
 -- The call's state lives in the table S and the helpers in F, so each
 -- helper captures two upvalues, not the dozens of locals it uses: Lua
 -- builds every closure afresh on each call, and capturing many locals
 -- made that set-up the largest part of a general path's cost.
+if not raw then read_meta() end
 local KH, KP, KQ, KR = base .. 'h', base .. 'p', base .. 'q', base .. 'r'
 -- The meta fields head.lua did not read: 1 b, 2 x, 3 e, 4 o, 5 T, 6 A, 7 Q,
 -- 8 H, 9 n, 10 a, 11 P, 12 R, 13 Y, 14 s, 15 U, 16 V.
@@ -631,7 +633,7 @@ function F.finish()
   -- create it).
   local last = math.max(S.T, S.U, S.V, S.A, S.r_top, S.h_top)
   if k > 0 or S.wrote_meta then last = math.max(last, S.now) end
-  local meta_until = exists and meta_expiry(last)
+  local meta_until = exists and meta_expiry(last, raw[10])
   if meta_until then
     changed[k + 1], changed[k + 2] = 'G', meta_until
     k = k + 2
