@@ -75,9 +75,32 @@ fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
     }
 }
 
+/// Runs `script` on `key` with `args`: the first number of its reply.
+async fn first_number(
+    script: &redis::Script,
+    con: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    args: &[&str],
+) -> i64 {
+    let mut call = script.key(key);
+    for a in args {
+        call.arg(*a);
+    }
+    let reply: redis::Value = call.invoke_async(con).await.expect("script");
+    match &reply {
+        redis::Value::Int(n) => *n,
+        redis::Value::Array(v) => match v.first() {
+            Some(redis::Value::Int(n)) => *n,
+            _ => panic!("unexpected reply {reply:?}"),
+        },
+        _ => panic!("unexpected reply {reply:?}"),
+    }
+}
+
 /// One acquire+release pair of `shape` on worker `w`'s lock.
 async fn pair(shape: Shape, s: &Scripts, con: &mut redis::aio::MultiplexedConnection, w: usize, token: &str) {
-    match shape {
+    let ttl = TTL_MS.to_string();
+    let (key, acquire, release): (String, Vec<&str>, Vec<&str>) = match shape {
         Shape::Peer => {
             let key = format!("floor:{w}");
             let set: Option<String> = redis::cmd("SET")
@@ -90,66 +113,29 @@ async fn pair(shape: Shape, s: &Scripts, con: &mut redis::aio::MultiplexedConnec
                 .await
                 .expect("SET");
             assert!(set.is_some(), "the lock was taken");
-            let released: i64 = s
-                .release
-                .key(&key)
-                .arg(token)
-                .invoke_async(con)
-                .await
-                .expect("release");
-            assert_eq!(released, 1);
+            assert_eq!(first_number(&s.release, con, &key, &[token]).await, 1);
+            return;
         }
-        Shape::Minimal => {
-            let key = format!("floor:{{{w}}}:m");
-            let got: Vec<i64> = s
-                .acquire
-                .key(&key)
-                .arg(token)
-                .arg(TTL_MS)
-                .invoke_async(con)
-                .await
-                .expect("acquire");
-            assert_eq!(got[0], 1, "not granted");
-            let released: Vec<i64> = s
-                .release
-                .key(&key)
-                .arg(token)
-                .invoke_async(con)
-                .await
-                .expect("release");
-            assert_eq!(released[0], 1);
-        }
-        Shape::Tollgate => {
-            // enter's ARGV: id, permits, capacity, ttl, heartbeat, queue, label, barge.
-            let key = format!("tollgate:gate:{{floor{w}}}:m");
-            let got: Vec<i64> = s
-                .acquire
-                .key(&key)
-                .arg(token)
-                .arg(1)
-                .arg(1)
-                .arg(TTL_MS)
-                .arg(TTL_MS)
-                .arg(0)
-                .arg("")
-                .arg(0)
-                .invoke_async(con)
-                .await
-                .expect("enter");
-            assert_eq!(got[0], 1, "not granted");
-            // leave's ARGV: id, keep ('': none), the one-permit hint a Lock sends.
-            let released: Vec<i64> = s
-                .release
-                .key(&key)
-                .arg(token)
-                .arg("")
-                .arg(1)
-                .invoke_async(con)
-                .await
-                .expect("leave");
-            assert_eq!(released[0], 1);
-        }
-    }
+        Shape::Minimal => (format!("floor:{{{w}}}:m"), vec![token, &ttl], vec![token]),
+        // enter's ARGV: id, permits, capacity, ttl, heartbeat, queue, label,
+        // barge; leave's: id, keep ('': none), the one-permit hint a Lock
+        // sends.
+        Shape::Tollgate => (
+            format!("tollgate:gate:{{floor{w}}}:m"),
+            vec![token, "1", "1", &ttl, &ttl, "0", "", "0"],
+            vec![token, "", "1"],
+        ),
+    };
+    assert_eq!(
+        first_number(&s.acquire, con, &key, &acquire).await,
+        1,
+        "not granted"
+    );
+    assert_eq!(
+        first_number(&s.release, con, &key, &release).await,
+        1,
+        "not released"
+    );
 }
 
 #[tokio::main]
