@@ -209,9 +209,14 @@ fn serve_proxy(
             })
         }
     });
+    // The same head limits as the API's, so a head past them is always a
+    // 431 (without max_header_size, hyper's own limit is its read buffer,
+    // which one large read can overshoot: a 500 KB head then passed).
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(30))
+        .max_header_size(MAX_HEAD)
+        .max_headers(MAX_HEADERS)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     // hyper-util's GracefulShutdown does not take upgradeable

@@ -51,7 +51,7 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     -- (As next_fence() in the prelude.)
     if first then f = now * 1000 end
     f = f + 1
-    local entry = string.format('%s %d 0 %s', ARGV[1], ends, ARGV[2])
+    local entry = string.format('%s %d 0 %d', ARGV[1], ends, permits)
     if h ~= '' then entry = h .. ',' .. entry end
     if h == '' or ends < X then X = ends end
     -- (Numbers go to Redis as text made here: '%d' costs less than the
