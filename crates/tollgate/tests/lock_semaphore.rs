@@ -588,20 +588,14 @@ async fn a_lingering_subscription_ends_and_hand_offs_still_arrive() {
         let held = lock.acquire(WAIT).await.expect("store").expect("free");
         let waiter = {
             let lock = lock.clone();
-            tokio::spawn(async move {
-                let g = lock.acquire(WAIT).await.expect("store").expect("acquired");
-                let at = Instant::now();
-                g.release().await.expect("release");
-                at
-            })
+            tokio::spawn(async move { granted_at(lock.acquire(WAIT).await).await })
         };
-        while lock.stats().await.expect("stats").waiting == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let released = Instant::now();
-        held.release().await.expect("release");
-        let took = waiter.await.expect("task").duration_since(released);
+        let took = hand_off_time(
+            || async { lock.stats().await.expect("stats").waiting },
+            held,
+            waiter,
+        )
+        .await;
         assert!(took < Duration::from_millis(300), "hand-off took {took:?}");
     };
     hand_off().await;
@@ -610,6 +604,35 @@ async fn a_lingering_subscription_ends_and_hand_offs_still_arrive() {
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert_eq!(channels(), 0, "still subscribed after the linger");
     hand_off().await;
+}
+
+/// When an acquire's lease was granted (it is then released).
+async fn granted_at(acquired: tollgate::Result<Option<tollgate::Lease>>) -> Instant {
+    let lease = acquired.expect("store").expect("acquired");
+    let at = Instant::now();
+    lease.release().await.expect("release");
+    at
+}
+
+/// Releases `held` once `waiting()` shows a ticket in line (and 50 ms
+/// more), and answers how long after the release `waiter` (a task that
+/// answers `granted_at`) was granted.
+async fn hand_off_time<F, W>(
+    waiting: W,
+    held: tollgate::Lease,
+    waiter: tokio::task::JoinHandle<Instant>,
+) -> Duration
+where
+    W: Fn() -> F,
+    F: std::future::Future<Output = u64>,
+{
+    while waiting().await == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    held.release().await.expect("release");
+    waiter.await.expect("task").duration_since(released)
 }
 
 /// A hand-off to a waiter of another store (another process, as far as
@@ -635,20 +658,14 @@ async fn a_hand_off_to_another_store_is_published() {
             .expect("free");
         let task = {
             let waiter = waiter.clone();
-            tokio::spawn(async move {
-                let g = waiter.acquire(1, WAIT).await.expect("store").expect("acquired");
-                let at = Instant::now();
-                g.release().await.expect("release");
-                at
-            })
+            tokio::spawn(async move { granted_at(waiter.acquire(1, WAIT).await).await })
         };
-        while holder.stats().await.expect("stats").waiting == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let released = Instant::now();
-        held.release().await.expect("release");
-        let took = task.await.expect("task").duration_since(released);
+        let took = hand_off_time(
+            || async { holder.stats().await.expect("stats").waiting },
+            held,
+            task,
+        )
+        .await;
         // The fallback re-check runs every second.
         assert!(
             took < Duration::from_millis(300),
