@@ -15,8 +15,8 @@ use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::registry::Kind;
 use crate::store::timers::Timed;
 use crate::store::{
-    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, MAX_LINE_LIMIT,
-    Occupancy, Place, Poll, Store, Waiting, check_capacity,
+    Admission, Bargers, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
+    MAX_LINE_LIMIT, Occupancy, Pass, Place, Poll, Store, Taken, Waiting, check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -470,7 +470,7 @@ impl Gate {
         {
             Entry::Granted(g) => {
                 ticket.gate = None;
-                return Ok(Some(self.lease(id, permits, g, sent)));
+                return Ok(Some(self.lease(id, permits, g, sent, 0)));
             }
             Entry::Busy(_) => {
                 ticket.gate = None;
@@ -497,7 +497,15 @@ impl Gate {
                     && until > Instant::now() + heartbeat / 4
                 {
                     ticket.gate = None;
-                    return Ok(Some(Lease::start(self.clone(), id, permits, fence, sent, until)));
+                    return Ok(Some(Lease::start(
+                        self.clone(),
+                        id,
+                        permits,
+                        fence,
+                        sent,
+                        until,
+                        0,
+                    )));
                 }
             }
             look_now = false;
@@ -526,7 +534,7 @@ impl Gate {
                     // (or this lease is not renewed, so it polls on purpose).
                     tracing::debug!(gate = %self.name, fence = g.fence, "granted found by polling");
                     ticket.gate = None;
-                    return Ok(Some(self.lease(id, permits, g, sent)));
+                    return Ok(Some(self.lease(id, permits, g, sent, 0)));
                 }
                 Poll::Queued(_) => {}
                 Poll::Unknown => {
@@ -545,7 +553,7 @@ impl Gate {
                         .await?
                     {
                         ticket.gate = None;
-                        return Ok(Some(self.lease(id, permits, g, sent)));
+                        return Ok(Some(self.lease(id, permits, g, sent, 0)));
                     }
                 }
             }
@@ -561,7 +569,11 @@ impl Gate {
 
     /// A non-fair acquire ([`GateOptions::fair`] false): takes free permits
     /// even while others wait; when there are none, waits outside the line
-    /// until permits are freed (or a recheck) and tries again.
+    /// until permits are freed (or a recheck) and tries again. Meanwhile it
+    /// waits in this process's queue of such acquires on the gate, so a
+    /// release here can pass its permits straight on to it (see
+    /// [`Lease::release`]); while that queue is not empty, a newcomer joins
+    /// it rather than trying first (it would lose to the permits' pass).
     async fn barge(&self, permits: u32, wait: Duration, label: Option<&str>) -> Result<Option<Lease>> {
         let deadline = Instant::now() + wait;
         let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
@@ -569,51 +581,83 @@ impl Gate {
         // after it cannot go unnoticed.
         let _listening = self.store.listen(&self.name, Instant::now()).await?;
         let freed = self.store.watch_freed(&self.name);
+        // A labelled acquire is never passed to (a pass takes no label),
+        // nor is one on a durable handle (see `Store::durable`).
+        let passable = label.is_none() && !self.store.is_durable();
+        // A newcomer joins others of this process already waiting rather
+        // than trying first; once woken, it tries.
+        let mut join_first = passable && self.store.bargers().any(self.name.as_str());
         loop {
             let id = new_id();
-            let sent = Instant::now();
-            // A future dropped while its grant is on the way still gives
-            // the permits back.
-            let mut attempt = InLine {
-                gate: Some(self.clone()),
-                id: id.clone(),
-            };
-            let entry = self
-                .enter_store(
-                    &id,
-                    &EnterRequest {
-                        label,
-                        barge: true,
-                        ..self.request(&id, permits, false)
-                    },
-                )
-                .await?;
-            attempt.gate = None;
-            match entry {
-                Entry::Granted(g) => return Ok(Some(self.lease(id, permits, g, sent))),
-                Entry::Busy(_) => {}
-                Entry::Queued(_) => {
-                    // Not asked to queue: give the place back, and say so.
-                    self.store.leave(&self.name, &id).await?;
-                    return Err(Error::new(
-                        ErrorKind::Store,
-                        "the store queued a request that did not ask to",
-                    ));
+            if !std::mem::take(&mut join_first) {
+                let sent = Instant::now();
+                // A future dropped while its grant is on the way still
+                // gives the permits back.
+                let mut attempt = InLine {
+                    gate: Some(self.clone()),
+                    id: id.clone(),
+                };
+                let entry = self
+                    .enter_store(
+                        &id,
+                        &EnterRequest {
+                            label,
+                            barge: true,
+                            ..self.request(&id, permits, false)
+                        },
+                    )
+                    .await?;
+                attempt.gate = None;
+                match entry {
+                    Entry::Granted(g) => return Ok(Some(self.lease(id, permits, g, sent, 0))),
+                    Entry::Busy(_) => {}
+                    Entry::Queued(_) => {
+                        // Not asked to queue: give the place back, and say so.
+                        self.store.leave(&self.name, &id).await?;
+                        return Err(Error::new(
+                            ErrorKind::Store,
+                            "the store queued a request that did not ask to",
+                        ));
+                    }
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(None);
             }
-            freed.wait(recheck.min(left)).await;
+            if !passable {
+                freed.wait(recheck.min(left)).await;
+                continue;
+            }
+            let mut place = Bargers::join(&self.store, &self.name, &id, permits, self.ttl_ms);
+            let woken = tokio::select! {
+                passed = place.passed() => Some(passed),
+                _ = freed.wait(recheck.min(left)) => None,
+            };
+            let passed = match woken {
+                Some(passed) => passed,
+                None => place.leave().await,
+            };
+            if let Some((grant, sent, passes)) = passed {
+                return Ok(Some(self.lease(id, permits, grant, sent, passes)));
+            }
         }
     }
 
-    fn lease(&self, token: String, permits: u32, grant: Grant, sent: Instant) -> Lease {
+    /// The lease of a grant; `passes`: how many releases in a row passed
+    /// their permits on to reach it (see [`Lease::release`]).
+    fn lease(&self, token: String, permits: u32, grant: Grant, sent: Instant, passes: u32) -> Lease {
         let until = sent + Duration::from_millis(grant.ttl_ms);
-        Lease::start(self.clone(), token, permits, grant.fence, sent, until)
+        Lease::start(self.clone(), token, permits, grant.fence, sent, until, passes)
     }
 }
+/// At most this many releases in a row on a non-fair handle pass their
+/// permits straight on to an acquire waiting in the same process (see
+/// [`Lease::release`]); the next frees them for every waiter, in every
+/// process, to race for, so one busy process cannot keep a gate's permits
+/// from the others for longer than that.
+pub const MAX_PASSES: u32 = 16;
+
 /// How long a [`Gate::revoke`]d token stays in the revocation log: a day.
 /// A server that admits by a token it saw before (a waiting room's
 /// sessions) learns of the revoke if it reads the log
@@ -677,6 +721,9 @@ struct Shared {
     /// renewal's answer never overwrites a newer `extend`.
     timer: AtomicU64,
     lost: watch::Sender<bool>,
+    /// How many releases in a row passed their permits on to reach this
+    /// lease (0: granted by the store on its own).
+    passes: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -691,7 +738,15 @@ struct LeaseClock {
 }
 
 impl Lease {
-    fn start(gate: Gate, token: String, permits: u32, fence: u64, sent: Instant, deadline: Instant) -> Lease {
+    fn start(
+        gate: Gate,
+        token: String,
+        permits: u32,
+        fence: u64,
+        sent: Instant,
+        deadline: Instant,
+        passes: u32,
+    ) -> Lease {
         let clock = LeaseClock {
             sent,
             deadline,
@@ -704,6 +759,7 @@ impl Lease {
             clock: Mutex::new(clock),
             timer: AtomicU64::new(1),
             lost: watch::Sender::new(false),
+            passes,
             gate,
         });
         shared.schedule(1, shared.next_look(&clock));
@@ -794,11 +850,27 @@ impl Lease {
     /// Releases the lease; its permits go to the head of the line at once.
     /// Fails with [`ErrorKind::LeaseLost`] if it had already ended, since the
     /// work done under it may not have been exclusive.
+    ///
+    /// On a non-fair handle ([`GateOptions::fair`] false) whose gate has
+    /// acquires waiting in this process, the release passes its permits
+    /// straight on to the first of them that fits, in the same step, if
+    /// nobody waits in the gate's line (they come first). At most
+    /// [`MAX_PASSES`] releases in a row pass; the next one frees its
+    /// permits for every waiter, in every process, to race for.
     pub async fn release(mut self) -> Result<()> {
         self.shared.stop();
         let s = &self.shared;
+        let taken = if s.gate.fair || s.passes >= MAX_PASSES {
+            None
+        } else {
+            s.gate.store.bargers().take(s.gate.name.as_str(), s.permits)
+        };
+        let left = match taken {
+            None => s.gate.store.leave(&s.gate.name, &s.token).await,
+            Some(to) => s.pass(to).await,
+        };
         // On a store error `done` stays false and Drop tries once more.
-        let left = s.gate.store.leave(&s.gate.name, &s.token).await?;
+        let left = left?;
         self.done = true;
         if left == Left::Unknown {
             s.mark_lost();
@@ -853,6 +925,33 @@ impl Drop for Lease {
 }
 
 impl Shared {
+    /// Releases the lease and passes its permits on to `to`, a waiting
+    /// acquire of this process, if they are free for it, and tells it.
+    async fn pass(&self, to: Taken) -> Result<Left> {
+        let sent = Instant::now();
+        let pass = Pass {
+            id: &to.id,
+            permits: to.permits,
+            ttl_ms: to.ttl_ms,
+        };
+        let passed = self.gate.store.pass(&self.gate.name, &self.token, &pass).await;
+        let (left, grant) = match passed {
+            Ok(r) => r,
+            Err(e) => {
+                // It tries on its own.
+                to.deliver(None);
+                return Err(e);
+            }
+        };
+        let id = to.id.clone();
+        let handed = grant.map(|g| (g, sent, self.passes + 1));
+        if !to.deliver(handed) && grant.is_some() {
+            // Its acquire was given up meanwhile: the permits go back.
+            self.gate.store.leave(&self.gate.name, &id).await?;
+        }
+        Ok(left)
+    }
+
     fn clock(&self) -> LeaseClock {
         *self.clock.lock().unwrap_or_else(PoisonError::into_inner)
     }

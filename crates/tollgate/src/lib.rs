@@ -54,7 +54,7 @@ mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result, error_body};
-pub use gate::{Entered, Gate, GateOptions, Granted, Lease, REVOKE_KEEP, TicketStatus};
+pub use gate::{Entered, Gate, GateOptions, Granted, Lease, MAX_PASSES, REVOKE_KEEP, TicketStatus};
 pub use jobs::{
     Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, JOB_PREVIEW_BYTES, Job, JobInfo, JobPage,
     JobQueue, JobState, LATENESS_BOUNDS_MS, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN,

@@ -508,6 +508,99 @@ async fn fair_waiters_in_line_go_before_barging_ones(ts: TestStore) {
     assert_eq!(*order.lock().expect("order"), ["fair", "barging"]);
 }
 
+/// A release on a non-fair handle passes its permits straight on to an
+/// acquire waiting in the same process, in the same step: once the release
+/// returns, the waiter holds them (a try from anyone else finds them
+/// taken) under a higher fence. Capacities 1 and 3 keep holders inline
+/// (leave_fast.lua on Redis), 9 on a sorted set (leave.lua).
+async fn non_fair_release_passes_its_permits_to_a_waiter_here(ts: TestStore) {
+    for capacity in [1, 3, 9] {
+        let name = format!("passing-{capacity}");
+        let sem = Semaphore::with_options(&ts.store, &name, capacity, non_fair()).expect("semaphore");
+        let fair = Semaphore::new(&ts.store, &name, capacity).expect("semaphore");
+        let held = sem.acquire(capacity, WAIT).await.expect("store").expect("free");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let waiter = {
+            let sem = sem.clone();
+            tokio::spawn(async move {
+                let lease = sem.acquire(1, WAIT).await.expect("store").expect("acquired");
+                let _ = tx.send(lease.fence());
+                lease
+            })
+        };
+        // Let the waiter fail its try and settle in to wait.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let fence = held.fence();
+        held.release().await.expect("release");
+        let s = fair.stats().await.expect("stats");
+        assert_eq!(
+            (s.used, s.waiting),
+            (1, 0),
+            "capacity {capacity}: the waiter holds one permit"
+        );
+        assert!(
+            fair.try_acquire(capacity).await.expect("store").is_none(),
+            "capacity {capacity}: the passed permit is not free for anyone"
+        );
+        let passed = rx.await.expect("granted");
+        assert!(
+            passed > fence,
+            "capacity {capacity}: fence {passed} after {fence}"
+        );
+        waiter.await.expect("task").release().await.expect("release");
+        assert_eq!(fair.stats().await.expect("stats").used, 0);
+    }
+}
+
+/// Freed permits go to the line before a barging waiter even when the
+/// release could pass them (its handle is non-fair, the waiter is here).
+async fn a_release_passes_nothing_past_the_line(ts: TestStore) {
+    let barging = Lock::with_options(&ts.store, "no-pass-past-line", non_fair()).expect("lock");
+    let fair = Lock::new(&ts.store, "no-pass-past-line").expect("lock");
+    let held = barging.acquire(WAIT).await.expect("store").expect("free");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let barger = {
+        let (barging, order) = (barging.clone(), order.clone());
+        tokio::spawn(async move {
+            let g = barging.acquire(WAIT).await.expect("store").expect("acquired");
+            order.lock().expect("order").push("barging");
+            g.release().await.expect("release");
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let in_line = {
+        let (fair, order) = (fair.clone(), order.clone());
+        tokio::spawn(async move {
+            let g = fair.acquire(WAIT).await.expect("store").expect("acquired");
+            order.lock().expect("order").push("fair");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            g.release().await.expect("release");
+        })
+    };
+    while fair.stats().await.expect("stats").waiting == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    held.release().await.expect("release");
+    in_line.await.expect("task");
+    barger.await.expect("task");
+    assert_eq!(*order.lock().expect("order"), ["fair", "barging"]);
+}
+
+/// An acquire given up while it waits to be passed permits leaves nothing
+/// behind: the next release frees them (or passes them to a live waiter).
+async fn a_given_up_barging_acquire_is_not_passed_to(ts: TestStore) {
+    let lock = Lock::with_options(&ts.store, "given-up", non_fair()).expect("lock");
+    let held = lock.acquire(WAIT).await.expect("store").expect("free");
+    let gave_up = lock.acquire(Duration::from_millis(100)).await.expect("store");
+    assert!(gave_up.is_none(), "the lock was held");
+    // And one whose future is dropped (a timeout around it).
+    let dropped = tokio::time::timeout(Duration::from_millis(100), lock.acquire(WAIT)).await;
+    assert!(dropped.is_err(), "the lock was held");
+    held.release().await.expect("release");
+    let again = lock.try_acquire().await.expect("store");
+    assert!(again.is_some(), "the released lock is free");
+}
+
 /// Only the holder's own token releases a mutex: a stranger's token, and
 /// the token of a lease that ran out before the current holder came, leave
 /// the holder in place. (On Redis, after a few departures, these releases
@@ -569,6 +662,9 @@ on_both_stores!(realtime:
     non_fair_semaphore_of_3_under_30_tasks,
     non_fair_waiter_is_woken_when_a_permit_is_freed,
     fair_waiters_in_line_go_before_barging_ones,
+    non_fair_release_passes_its_permits_to_a_waiter_here,
+    a_release_passes_nothing_past_the_line,
+    a_given_up_barging_acquire_is_not_passed_to,
 );
 
 /// A gate's channel stays subscribed for a linger after its last waiter
@@ -672,4 +768,46 @@ async fn a_hand_off_to_another_store_is_published() {
             "capacity {capacity}: hand-off took {took:?}"
         );
     }
+}
+
+/// A busy process cannot keep a non-fair gate's permits from another: at
+/// most MAX_PASSES releases in a row pass them on to a waiter of the same
+/// process, then they are freed for every waiter to race for. Two stores
+/// (two processes, as far as the gate can tell) of 8 workers each on a
+/// semaphore of 2: both get a share within 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_leave_other_processes_a_share() {
+    let server = support::RedisServer::start();
+    let mut counts = Vec::new();
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let store = tollgate::Store::redis(&server.url()).await.expect("connect");
+        let count = Arc::new(AtomicUsize::new(0));
+        counts.push(count.clone());
+        for _ in 0..8 {
+            let sem = Semaphore::with_options(&store, "shared-pool", 2, non_fair()).expect("semaphore");
+            let count = count.clone();
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < until {
+                    let Some(g) = sem.acquire(1, Duration::from_secs(1)).await.expect("store") else {
+                        continue;
+                    };
+                    count.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    g.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let (a, b) = (counts[0].load(Ordering::SeqCst), counts[1].load(Ordering::SeqCst));
+    let total = a + b;
+    assert!(total > 100, "only {total} sections in 2 s");
+    assert!(
+        a.min(b) * 10 >= total,
+        "one process got {a}, the other {b}: passes kept the permits in one"
+    );
 }

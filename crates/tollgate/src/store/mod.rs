@@ -14,6 +14,7 @@ pub(crate) mod gate;
 pub(crate) mod jobs;
 pub(crate) mod limit;
 pub(crate) mod memory;
+mod passing;
 pub(crate) mod redis;
 pub(crate) mod registry;
 pub(crate) mod schedule;
@@ -29,13 +30,14 @@ use crate::error::{Error, Result};
 use crate::name::Name;
 
 use self::gate::MAX_CURSOR;
-pub(crate) use self::gate::{Admission, EnterRequest, Entry, GateName, Grant, Poll, check_capacity};
+pub(crate) use self::gate::{Admission, EnterRequest, Entry, GateName, Grant, Pass, Poll, check_capacity};
 pub use self::gate::{
     GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, Occupancy, Place,
 };
 pub use self::gate::{MAX_LINE_LIMIT, Waiting};
 pub use self::jobs::events::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
 pub use self::memory::MemoryOptions;
+pub(crate) use self::passing::{Bargers, Taken};
 pub(crate) use self::redis::Listening;
 pub use self::redis::RedisConfig;
 pub(crate) use self::wakers::{Wakers, Watch};
@@ -51,6 +53,8 @@ pub struct Store {
     job_events: Arc<jobs::events::Hub>,
     /// The one task that renews this store's leases (`timers.rs`).
     timers: Arc<timers::Timers>,
+    /// Non-fair acquires waiting in this process (`passing.rs`).
+    bargers: Arc<passing::Bargers>,
 }
 
 /// The Redis arms of the dispatch below box their futures: a Redis call's
@@ -93,6 +97,7 @@ impl Store {
             registry: Arc::default(),
             job_events: Arc::default(),
             timers: Arc::default(),
+            bargers: Arc::default(),
         }
     }
 
@@ -111,6 +116,7 @@ impl Store {
             registry: Arc::default(),
             job_events: Arc::default(),
             timers: Arc::default(),
+            bargers: Arc::default(),
         })
     }
 
@@ -142,6 +148,9 @@ impl Store {
                 registry: self.registry.clone(),
                 job_events: self.job_events.clone(),
                 timers: self.timers.clone(),
+                // A durable handle does not pass (its grant would need its
+                // own wait for replicas): its waiters are on their own.
+                bargers: Arc::default(),
             }),
         }
     }
@@ -149,6 +158,11 @@ impl Store {
     /// The timer queue of this store's leases.
     pub(crate) fn timers(&self) -> &Arc<timers::Timers> {
         &self.timers
+    }
+
+    /// This store's non-fair acquires waiting in this process.
+    pub(crate) fn bargers(&self) -> &Arc<passing::Bargers> {
+        &self.bargers
     }
 
     /// Whether this is a durable handle (see [`Store::durable`]).
@@ -234,6 +248,22 @@ impl Store {
         match &self.backend {
             Backend::Memory(s) => s.leave(gate, id, None),
             Backend::Redis(s) => Box::pin(s.leave(gate, id, None)).await,
+        }
+    }
+
+    /// `leave` of a held lease that passes its permits on to `to`, an
+    /// acquire waiting in this process, in the same step if they are free
+    /// for it then (no line left, room, admission control letting one in):
+    /// the outcome, and `to`'s grant if it got one.
+    pub(crate) async fn pass(
+        &self,
+        gate: &GateName,
+        id: &str,
+        to: &Pass<'_>,
+    ) -> Result<(Left, Option<Grant>)> {
+        match &self.backend {
+            Backend::Memory(s) => s.pass(gate, id, to),
+            Backend::Redis(s) => Box::pin(s.pass(gate, id, to)).await,
         }
     }
 

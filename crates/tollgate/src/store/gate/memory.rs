@@ -13,7 +13,7 @@ use crate::store::memory::{MemoryStore, Shelved};
 
 use super::line::Line;
 use super::{
-    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place, Poll,
+    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Pass, Place, Poll,
     Waiting, capacity_conflict, handle_of, no_capacity, permits_exceed,
 };
 
@@ -565,6 +565,35 @@ impl MemoryStore {
     /// holder is recorded in the revocation log in the same step.
     pub(crate) fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
         self.with_gate(gate, |s, now, handed| Ok(s.leave(id, keep_ms, now, handed)))
+    }
+
+    /// Releases `id` and passes its permits on to `to` in the same step if
+    /// they are free for it then (as leave.lua with a pass).
+    pub(crate) fn pass(&self, gate: &Name, id: &str, to: &Pass<'_>) -> Result<(Left, Option<Grant>)> {
+        self.with_gate(gate, |s, now, handed| {
+            let left = s.leave(id, None, now, handed);
+            let room = s
+                .capacity
+                .is_some_and(|c| s.used + u64::from(to.permits) <= u64::from(c));
+            if left != Left::Released
+                || !s.line.is_empty()
+                || !room
+                || !s.may_admit(now)
+                || s.holders.contains_key(to.id)
+                || s.tickets.contains_key(to.id)
+            {
+                return Ok((left, None));
+            }
+            s.admitted(now);
+            let fence = s.grant(to.id, to.permits, now + to.ttl_ms, now, false, None);
+            Ok((
+                left,
+                Some(Grant {
+                    fence,
+                    ttl_ms: to.ttl_ms,
+                }),
+            ))
+        })
     }
 
     /// Revokes the holder whose handle is `handle` (see `handle_of`): the

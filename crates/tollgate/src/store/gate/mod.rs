@@ -95,6 +95,16 @@ pub(crate) struct EnterRequest<'a> {
     pub(crate) label: Option<&'a str>,
 }
 
+/// An acquire waiting in this process that a release passes its permits to
+/// (`Store::pass`): it takes them under `id` as a plain enter of `permits`
+/// for `ttl_ms` would.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pass<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) permits: u32,
+    pub(crate) ttl_ms: u64,
+}
+
 /// One `set_admission` call: `None` leaves a setting as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Admission {

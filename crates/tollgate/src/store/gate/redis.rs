@@ -12,8 +12,8 @@ use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::{
-    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Place,
-    Poll, Waiting, capacity_conflict, no_capacity, permits_exceed,
+    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Pass,
+    Place, Poll, Waiting, capacity_conflict, no_capacity, permits_exceed,
 };
 
 /// A gate's key on Redis as the scripts take it (the meta hash m: they
@@ -116,20 +116,44 @@ impl RedisStore {
             None => self.run_as(&self.scripts.leave, gate, id).await?,
             Some(keep) => self.run_as(&self.scripts.leave, gate, (id, keep)).await?,
         };
+        self.left("leave", &r).map(|(left, _)| left)
+    }
+
+    /// A plain release of `id` that passes its permits on to `to`, an
+    /// acquire waiting in this process, in the same step if they are free
+    /// for it then (leave.lua).
+    pub(crate) async fn pass(
+        &self,
+        gate: &GateName,
+        id: &str,
+        to: &Pass<'_>,
+    ) -> Result<(Left, Option<Grant>)> {
+        let hint = if gate.one_permit() { "1" } else { "" };
+        let r: Vec<Value> = self
+            .run_as(
+                &self.scripts.leave,
+                gate,
+                (id, "", hint, to.id, to.permits, to.ttl_ms),
+            )
+            .await?;
         self.left("leave", &r)
     }
 
-    /// Decodes leave.lua's reply: the outcome, then the hand-offs it made,
-    /// which wake their waiters in this process at once (the published
-    /// message wakes them too, later, and those in other processes).
-    fn left(&self, op: &str, r: &[Value]) -> Result<Left> {
-        let left = match r.first() {
-            Some(Value::Int(1)) => Left::Released,
-            Some(Value::Int(2)) => Left::Cancelled,
-            Some(Value::Int(0)) => Left::Unknown,
+    /// Decodes leave.lua's reply: the outcome (and a pass's grant), then
+    /// the hand-offs it made, which wake their waiters in this process at
+    /// once (the published message wakes them too, later, and those in
+    /// other processes).
+    fn left(&self, op: &str, r: &[Value]) -> Result<(Left, Option<Grant>)> {
+        let (left, passed, rest) = match r {
+            [Value::Int(1), rest @ ..] => (Left::Released, None, rest),
+            [Value::Int(2), rest @ ..] => (Left::Cancelled, None, rest),
+            [Value::Int(0), rest @ ..] => (Left::Unknown, None, rest),
+            [Value::Int(3), Value::Int(fence), Value::Int(ttl), rest @ ..] => {
+                (Left::Released, Some(grant(*fence, *ttl)), rest)
+            }
             _ => return Err(unexpected(op, r)),
         };
-        for handed in &r[1..] {
+        for handed in rest {
             let Value::BulkString(entry) = handed else {
                 return Err(unexpected(op, r));
             };
@@ -139,7 +163,7 @@ impl RedisStore {
                 self.wakers().hand_off(id, fence);
             }
         }
-        Ok(left)
+        Ok((left, passed))
     }
 
     pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
@@ -205,7 +229,7 @@ impl RedisStore {
         let r: Vec<Value> = self
             .run_as(&self.scripts.admin, gate, (handle, keep_ms, "h"))
             .await?;
-        self.left("revoke", &r)
+        self.left("revoke", &r).map(|(left, _)| left)
     }
 
     /// Drops every ticket in line (admin.lua alone: it answers before
@@ -221,7 +245,7 @@ impl RedisStore {
     /// Takes ticket `number` out of the line (admin.lua, then leave.lua).
     pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
         let r: Vec<Value> = self.run_as(&self.scripts.admin, gate, (number, "", "q")).await?;
-        self.left("remove_waiter", &r)
+        self.left("remove_waiter", &r).map(|(left, _)| left)
     }
 
     pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {

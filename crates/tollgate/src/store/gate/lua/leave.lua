@@ -1,13 +1,21 @@
 -- leave.lua: release a lease early, or leave the line; with a keep (an
 -- end), a released holder's token also goes into the revocation log r.
--- ARGV: 1 id, 2 keep ms (absent: a plain leave; an end records only a
---       holder, a ticket leaving the line is a plain cancel)
+-- ARGV: 1 id, 2 keep ms (absent or '': a plain leave; an end records
+--       only a holder, a ticket leaving the line is a plain cancel),
+--       3 '1' if the caller's gate has one permit (a hint for
+--       leave_fast.lua), 4 a pass: the id of an acquire waiting in the
+--       caller's process, 5 its permits, 6 its ttl ms (a plain leave only)
 -- Reply: {1} released; {2} left the line; {0} unknown (ended already);
+--        {3, fence, ttl_ms} released and passed: the pass's id was
+--        granted the lease with that fence, as a plain enter would grant
+--        it once the release and its hand-offs are done (no line left,
+--        room for its permits, admission control letting one in);
 --        each followed by the hand-offs the freed permits made,
 --        "<ticket id>:<fence>" (as published)
 -- Invariant: freed permits go to the head of the line in the same step; an
 -- end is in r, with a score above every earlier one, when this returns.
 local id, keep = ARGV[1], tonumber(ARGV[2])
+local pass = not keep and ARGV[4] ~= '' and ARGV[4] or nil
 
 -- At most this many stale entries pruned per end: a gate whose log aged
 -- all at once sheds it over several ends (each adds one), and until then
@@ -44,6 +52,16 @@ if held then
   depart(1)
   if keep then record_end() end
   promote()
+  local pp = pass and tonumber(ARGV[5])
+  if pass and S.cap and S.waiting == 0 and used() + pp <= S.cap and may_admit() then
+    admitted()
+    local f, ttl = next_fence(), tonumber(ARGV[6])
+    add_holder(pass, now + ttl, 0, pp)
+    local reply = F.with_handed(3)
+    table.insert(reply, 2, f)
+    table.insert(reply, 3, ttl)
+    return done(reply)
+  end
   return done(F.with_handed(1))
 end
 if S.waiting > 0 and drop_ticket(id) then

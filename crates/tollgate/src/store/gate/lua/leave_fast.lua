@@ -4,15 +4,18 @@
 -- go to its head at once (as promote() does) unless a stale ticket is due
 -- to be swept.
 -- ARGV as leave.lua (ARGV[2] may be empty for a plain leave; ARGV[3] '1':
--- the caller's gate has one permit). Reply: {1, hand-offs...} released (as leave.lua), or
--- falls through (also for an end, which the general path records).
+-- the caller's gate has one permit; ARGV[4..6] a pass). Reply as
+-- leave.lua, or falls through (also for an end, which the general path
+-- records).
 -- Invariant: identical outcome to leave.lua for the same state.
 -- A gate of one permit (the caller's hint ARGV[3], checked against c)
 -- whose only holder leaves with no line, no barging waiter and nothing
 -- for the general path: 8 fields read instead of the head's 13, the
 -- writes of the release below.
 local plain = (ARGV[2] or '') == ''
-if plain and ARGV[3] == '1' then
+local pass = ARGV[4]
+if pass == '' then pass = nil end
+if plain and ARGV[3] == '1' and not pass then
   local one = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'N', 'r', 'l', 'E')
   if one[1] == '1' and not one[3] and (tonumber(one[4]) or 0) == 0 and (tonumber(one[5]) or 0) <= now
     and one[6] and one[7] and one[8] then
@@ -40,11 +43,12 @@ if plain and not raw[4] and fast_h ~= '' then
     -- Cut the entry and its comma out.
     local h
     if i == 1 then h = string.sub(fast_h, j + 2) else h = string.sub(fast_h, 1, i - 2) .. string.sub(fast_h, j + 1) end
+    local before = used
     used = used - permits
     local fields, meta_until, reply = {}, nil, {1}
+    local cap, f = tonumber(raw[1]), tonumber(raw[2]) or 0
     if waiting > 0 then
       local KQ, KP = base .. 'q', base .. 'p'
-      local cap, f = tonumber(raw[1]), tonumber(raw[2]) or 0
       local handed, last, fs = {}, 0, nil
       while waiting > 0 and used < cap do
         local head = redis.call('ZPOPMIN', KQ)[1]
@@ -70,14 +74,34 @@ if plain and not raw[4] and fast_h ~= '' then
         redis.call('PUBLISH', base .. 'n', table.concat(handed, ' '))
         fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'f', fs, 'W', waiting
         meta_until = meta_expiry(last, raw[10])
-        if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
       end
     end
+    -- A pass: the permits go on to the caller's waiting acquire (as
+    -- leave.lua's), taken as a plain enter takes them.
+    if pass and waiting == 0 and used + tonumber(ARGV[5]) <= cap then
+      local pp, ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+      local ends = now + ttl
+      if f == 0 then
+        f = now * 1000
+        fields[#fields + 1], fields[#fields + 2] = 'b', string.format('%d', f)
+      end
+      f = f + 1
+      local entry = string.format('%s %d 0 %d', pass, ends, pp)
+      if h == '' then h, X = entry, ends else h = h .. ',' .. entry end
+      if ends < X then X = ends end
+      used = used + pp
+      fields[#fields + 1], fields[#fields + 2] = 'f', string.format('%d', f)
+      local need = meta_expiry(ends, raw[10])
+      if need and (not meta_until or need > meta_until) then meta_until = need end
+      reply = {3, f, ttl, unpack(reply, 2)}
+    end
+    if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end
     -- (X stays no later than the first end; with no holder left it is 0.)
     local Xs = used == 0 and '0' or string.format('%d', X)
-    -- Permits left free with nobody in line: barging waiters may take them.
-    if (tonumber(raw[11]) or 0) > now and waiting == 0 and used < tonumber(raw[1]) then
-      wake_barging(tonumber(raw[1]) - used)
+    -- Permits freed and left free with nobody in line: barging waiters
+    -- may take them.
+    if (tonumber(raw[11]) or 0) > now and waiting == 0 and used < before and used < cap then
+      wake_barging(cap - used)
     end
     -- A departure now, for the estimated wait (as depart() in the prelude).
     local r, l = tonumber(raw[7]), tonumber(raw[8]) or 0
