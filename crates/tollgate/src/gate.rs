@@ -38,8 +38,10 @@ pub struct GateOptions {
     /// `java.util.concurrent.Semaphore(permits, false)` does. Unfair: a
     /// waiter may be overtaken any number of times, and it keeps no
     /// position. Fair waiters in line still go first: freed permits are
-    /// handed to the head of the line before anyone can barge. (On Redis
-    /// it is not faster than the fair line today: docs/BENCHMARKS.md.)
+    /// handed to the head of the line before anyone can barge. A release
+    /// on such a handle passes its permits straight on to an acquire
+    /// waiting in the same process, in the same step (see
+    /// [`Lease::release`]): on Redis, one script per critical section.
     pub fair: bool,
 }
 
@@ -679,7 +681,8 @@ fn lost() -> Error {
     Error::new(ErrorKind::LeaseLost, "the lease had already ended")
 }
 
-/// A ticket in line; leaves the line if the waiting future is dropped.
+/// A ticket in line, or a grant on its way (an enter or a pass whose answer
+/// is not in yet): given back if the future is dropped.
 struct InLine {
     gate: Option<Gate>,
     id: String,
@@ -934,6 +937,13 @@ impl Shared {
             permits: to.permits,
             ttl_ms: to.ttl_ms,
         };
+        // If this future is dropped, or the store's answer lost, while the
+        // pass is on its way, whatever it granted goes back (as for an
+        // enter, see `InLine`).
+        let mut on_the_way = InLine {
+            gate: Some(self.gate.clone()),
+            id: to.id.clone(),
+        };
         let passed = self.gate.store.pass(&self.gate.name, &self.token, &pass).await;
         let (left, grant) = match passed {
             Ok(r) => r,
@@ -943,11 +953,11 @@ impl Shared {
                 return Err(e);
             }
         };
-        let id = to.id.clone();
+        on_the_way.gate = None;
         let handed = grant.map(|g| (g, sent, self.passes + 1));
         if !to.deliver(handed) && grant.is_some() {
             // Its acquire was given up meanwhile: the permits go back.
-            self.gate.store.leave(&self.gate.name, &id).await?;
+            self.gate.store.leave(&self.gate.name, &on_the_way.id).await?;
         }
         Ok(left)
     }

@@ -476,9 +476,22 @@ async fn non_fair_waiter_is_woken_when_a_permit_is_freed(ts: TestStore) {
 }
 
 async fn fair_waiters_in_line_go_before_barging_ones(ts: TestStore) {
-    let fair = Lock::new(&ts.store, "mixed").expect("lock");
-    let barging = Lock::with_options(&ts.store, "mixed", non_fair()).expect("lock");
-    let held = fair.acquire(WAIT).await.expect("store").expect("free");
+    line_before_barging(&ts, "mixed", true).await;
+}
+
+/// Freed permits go to the line before a barging waiter even when the
+/// release could pass them (its handle is non-fair, the waiter is here).
+async fn a_release_passes_nothing_past_the_line(ts: TestStore) {
+    line_before_barging(&ts, "no-pass-past-line", false).await;
+}
+
+/// A barging acquire waits, then a fair one queues; the holder (of a fair
+/// handle or a non-fair one) releases: the fair ticket is served first.
+async fn line_before_barging(ts: &TestStore, name: &str, fair_holder: bool) {
+    let fair = Lock::new(&ts.store, name).expect("lock");
+    let barging = Lock::with_options(&ts.store, name, non_fair()).expect("lock");
+    let holder = if fair_holder { &fair } else { &barging };
+    let held = holder.acquire(WAIT).await.expect("store").expect("free");
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let barger = {
         let (barging, order) = (barging.clone(), order.clone());
@@ -550,40 +563,6 @@ async fn non_fair_release_passes_its_permits_to_a_waiter_here(ts: TestStore) {
         waiter.await.expect("task").release().await.expect("release");
         assert_eq!(fair.stats().await.expect("stats").used, 0);
     }
-}
-
-/// Freed permits go to the line before a barging waiter even when the
-/// release could pass them (its handle is non-fair, the waiter is here).
-async fn a_release_passes_nothing_past_the_line(ts: TestStore) {
-    let barging = Lock::with_options(&ts.store, "no-pass-past-line", non_fair()).expect("lock");
-    let fair = Lock::new(&ts.store, "no-pass-past-line").expect("lock");
-    let held = barging.acquire(WAIT).await.expect("store").expect("free");
-    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let barger = {
-        let (barging, order) = (barging.clone(), order.clone());
-        tokio::spawn(async move {
-            let g = barging.acquire(WAIT).await.expect("store").expect("acquired");
-            order.lock().expect("order").push("barging");
-            g.release().await.expect("release");
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let in_line = {
-        let (fair, order) = (fair.clone(), order.clone());
-        tokio::spawn(async move {
-            let g = fair.acquire(WAIT).await.expect("store").expect("acquired");
-            order.lock().expect("order").push("fair");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            g.release().await.expect("release");
-        })
-    };
-    while fair.stats().await.expect("stats").waiting == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    held.release().await.expect("release");
-    in_line.await.expect("task");
-    barger.await.expect("task");
-    assert_eq!(*order.lock().expect("order"), ["fair", "barging"]);
 }
 
 /// An acquire given up while it waits to be passed permits leaves nothing

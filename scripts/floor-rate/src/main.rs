@@ -37,6 +37,7 @@ return {1}
 ";
 const PEER_RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+/// Concurrent workers unless FLOOR_WORKERS says otherwise.
 const WORKERS: usize = 50;
 const TTL_MS: u64 = 10_000;
 
@@ -166,8 +167,10 @@ async fn main() {
     // peers' harness does, then the measured run.
     let warm_until = Instant::now() + Duration::from_secs(1);
     let end = warm_until + Duration::from_secs(seconds);
+    let workers: usize =
+        std::env::var("FLOOR_WORKERS").map_or(WORKERS, |w| w.parse().expect("FLOOR_WORKERS"));
     let mut tasks = Vec::new();
-    for w in 0..WORKERS {
+    for w in 0..workers {
         let mut con = con.clone();
         let s = scripts(shape, &lua_dir);
         tasks.push(tokio::spawn(async move {
@@ -191,7 +194,7 @@ async fn main() {
         total += t.await.expect("worker");
     }
     println!(
-        "{{\"case\":\"floor_rate\",\"shape\":\"{shape_name}\",\"workers\":{WORKERS},\"seconds\":{seconds},\"pairs_per_s\":{:.0}}}",
+        "{{\"case\":\"floor_rate\",\"shape\":\"{shape_name}\",\"workers\":{workers},\"seconds\":{seconds},\"pairs_per_s\":{:.0}}}",
         total as f64 / seconds as f64
     );
 }
