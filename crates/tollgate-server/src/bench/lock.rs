@@ -29,6 +29,9 @@ struct Report {
     /// Latency of the acquire alone (including any wait in line).
     acquire_p50_ms: f64,
     acquire_p99_ms: f64,
+    /// Latency of the release alone (on a non-fair handle, a pass).
+    release_p50_ms: f64,
+    release_p99_ms: f64,
     n: u64,
     errors: u64,
     max_concurrent_holders: usize,
@@ -50,6 +53,7 @@ struct Worker {
     errors: u64,
     pair_us: Vec<u32>,
     acquire_us: Vec<u32>,
+    release_us: Vec<u32>,
 }
 
 /// `tollgate bench lock|semaphore`: the dispatcher sends only these two
@@ -120,6 +124,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
                 errors: 0,
                 pair_us: Vec::new(),
                 acquire_us: Vec::new(),
+                release_us: Vec::new(),
             };
             while Instant::now() < end {
                 let t0 = Instant::now();
@@ -137,11 +142,13 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
                 // an overlapping holder would be seen.
                 tokio::task::yield_now().await;
                 holders.fetch_sub(1, Ordering::SeqCst);
+                let t2 = Instant::now();
                 match lease.release().await {
                     Ok(()) if t0 < measure_from => {}
                     Ok(()) => {
                         w.pairs += 1;
                         w.acquire_us.push(micros(t1 - t0));
+                        w.release_us.push(micros(t2.elapsed()));
                         w.pair_us.push(micros(t0.elapsed()));
                     }
                     Err(_) => w.errors += u64::from(t0 >= measure_from),
@@ -175,6 +182,10 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
     let per_op = |x: f64| (n > 0).then(|| round3(x / n as f64));
     let redis = usage_before.zip(usage_after);
     let mut pair_us: Vec<u32> = workers.iter().flat_map(|w| w.pair_us.iter().copied()).collect();
+    let mut release_us: Vec<u32> = workers
+        .iter()
+        .flat_map(|w| w.release_us.iter().copied())
+        .collect();
     let mut acquire_us: Vec<u32> = workers
         .iter()
         .flat_map(|w| w.acquire_us.iter().copied())
@@ -191,6 +202,8 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         p99_ms: percentile_ms(&mut pair_us, 0.99),
         acquire_p50_ms: percentile_ms(&mut acquire_us, 0.50),
         acquire_p99_ms: percentile_ms(&mut acquire_us, 0.99),
+        release_p50_ms: percentile_ms(&mut release_us, 0.50),
+        release_p99_ms: percentile_ms(&mut release_us, 0.99),
         n,
         errors: workers.iter().map(|w| w.errors).sum(),
         max_concurrent_holders: max_holders.load(Ordering::SeqCst),

