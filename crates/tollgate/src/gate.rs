@@ -574,8 +574,9 @@ impl Gate {
     /// until permits are freed (or a recheck) and tries again. Meanwhile it
     /// waits in this process's queue of such acquires on the gate, so a
     /// release here can pass its permits straight on to it (see
-    /// [`Lease::release`]); while that queue is not empty, a newcomer joins
-    /// it rather than trying first (it would lose to the permits' pass).
+    /// [`Lease::release`]); while that queue holds one asking for no more
+    /// than it does, a newcomer joins it rather than trying first (it would
+    /// lose to the permits' pass).
     async fn barge(&self, permits: u32, wait: Duration, label: Option<&str>) -> Result<Option<Lease>> {
         let deadline = Instant::now() + wait;
         let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
@@ -586,9 +587,10 @@ impl Gate {
         // A labelled acquire is never passed to (a pass takes no label),
         // nor is one on a durable handle (see `Store::durable`).
         let passable = label.is_none() && !self.store.is_durable();
-        // A newcomer joins others of this process already waiting rather
-        // than trying first; once woken, it tries.
-        let mut join_first = passable && self.store.bargers().any(self.name.as_str());
+        // A newcomer joins others of this process already waiting (for as
+        // few permits or fewer) rather than trying first; once woken, it
+        // tries.
+        let mut join_first = passable && self.store.bargers().any(self.name.as_str(), permits);
         loop {
             let id = new_id();
             if !std::mem::take(&mut join_first) {
@@ -638,7 +640,12 @@ impl Gate {
             };
             let passed = match woken {
                 Some(passed) => passed,
-                None => place.leave().await,
+                // A release that took this place is answering; not waited
+                // for past the deadline (its grant, if any, comes back).
+                None => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::timeout(left, place.leave()).await.ok().flatten()
+                }
             };
             if let Some((grant, sent, passes)) = passed {
                 return Ok(Some(self.lease(id, permits, grant, sent, passes)));
@@ -953,12 +960,14 @@ impl Shared {
                 return Err(e);
             }
         };
-        on_the_way.gate = None;
         let handed = grant.map(|g| (g, sent, self.passes + 1));
-        if !to.deliver(handed) && grant.is_some() {
-            // Its acquire was given up meanwhile: the permits go back.
-            self.gate.store.leave(&self.gate.name, &on_the_way.id).await?;
+        if to.deliver(handed) || grant.is_none() {
+            on_the_way.gate = None;
         }
+        // Otherwise its acquire was given up meanwhile: the guard gives
+        // the permits back (in a task of its own, so neither a failure nor
+        // this future's drop can keep them, and this release's outcome is
+        // its own).
         Ok(left)
     }
 

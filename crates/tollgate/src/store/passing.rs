@@ -66,9 +66,12 @@ pub(crate) struct Place {
 }
 
 impl Bargers {
-    /// Whether any acquire of this process waits on `gate`.
-    pub(crate) fn any(&self, gate: &str) -> bool {
-        self.lock().get(gate).is_some_and(|q| !q.is_empty())
+    /// Whether an acquire of this process asking for at most `permits`
+    /// waits on `gate` (one asking for more may wait while fewer are free).
+    pub(crate) fn any(&self, gate: &str, permits: u32) -> bool {
+        self.lock()
+            .get(gate)
+            .is_some_and(|q| q.iter().any(|w| w.permits <= permits))
     }
 
     /// Joins `gate`'s queue on `store` as `id`, asking for `permits` for
