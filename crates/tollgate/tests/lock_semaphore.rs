@@ -566,38 +566,47 @@ async fn non_fair_release_passes_its_permits_to_a_waiter_here(ts: TestStore) {
 }
 
 /// A capacity lowered below the permits held lets nobody in, a pass
-/// included: of three holders on a gate lowered to 1, the first release
-/// passes nothing to the waiter; it gets in once the holders are down to
-/// none.
+/// included: of the holders of a gate lowered to 1, the releases pass
+/// nothing to the waiter; it gets in once the holders are down to none.
+/// Capacity 3 keeps its holders inline (leave_fast.lua on Redis), 9 on a
+/// sorted set (leave.lua).
 async fn a_pass_respects_a_lowered_capacity(ts: TestStore) {
-    let gate = tollgate::Gate::new(&ts.store, "lowered-pass", Some(3), non_fair()).expect("gate");
-    // Two departures first: a gate with their average takes the fast path
-    // of a pass on Redis (leave_fast.lua).
-    for _ in 0..2 {
-        let lease = gate.try_acquire(1).await.expect("store").expect("free");
+    for capacity in [3, 9] {
+        let name = format!("lowered-pass-{capacity}");
+        let gate = tollgate::Gate::new(&ts.store, &name, Some(capacity), non_fair()).expect("gate");
+        // Two departures first: a gate with their average takes the fast
+        // path of a pass on Redis (leave_fast.lua).
+        for _ in 0..2 {
+            let lease = gate.try_acquire(1).await.expect("store").expect("free");
+            lease.release().await.expect("release");
+        }
+        let mut held = Vec::new();
+        for _ in 0..capacity {
+            held.push(gate.try_acquire(1).await.expect("store").expect("free"));
+        }
+        gate.set_capacity(1).await.expect("set_capacity");
+        // The waiter names no capacity (the stored one is 1 now).
+        let waiter = tollgate::Gate::new(&ts.store, &name, None, non_fair()).expect("gate");
+        let task =
+            tokio::spawn(async move { waiter.acquire(1, WAIT).await.expect("store").expect("acquired") });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for expected in (1..capacity).rev() {
+            held.pop().expect("held").release().await.expect("release");
+            let s = gate.stats().await.expect("stats");
+            assert_eq!(
+                s.used,
+                u64::from(expected),
+                "capacity {capacity}: a pass went over the lowered capacity"
+            );
+        }
+        held.pop().expect("held").release().await.expect("release");
+        let lease = tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .expect("granted once the gate emptied")
+            .expect("task");
+        assert_eq!(gate.stats().await.expect("stats").used, 1);
         lease.release().await.expect("release");
     }
-    let mut held = Vec::new();
-    for _ in 0..3 {
-        held.push(gate.try_acquire(1).await.expect("store").expect("free"));
-    }
-    gate.set_capacity(1).await.expect("set_capacity");
-    // The waiter names no capacity (the stored one is 1 now).
-    let waiter = tollgate::Gate::new(&ts.store, "lowered-pass", None, non_fair()).expect("gate");
-    let task = tokio::spawn(async move { waiter.acquire(1, WAIT).await.expect("store").expect("acquired") });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    for expected in [2, 1] {
-        held.pop().expect("held").release().await.expect("release");
-        let s = gate.stats().await.expect("stats");
-        assert_eq!(s.used, expected, "a pass went over the lowered capacity");
-    }
-    held.pop().expect("held").release().await.expect("release");
-    let lease = tokio::time::timeout(Duration::from_secs(3), task)
-        .await
-        .expect("granted once the gate emptied")
-        .expect("task");
-    assert_eq!(gate.stats().await.expect("stats").used, 1);
-    lease.release().await.expect("release");
 }
 
 /// An acquire given up while it waits to be passed permits leaves nothing

@@ -34,6 +34,9 @@ enum Answer {
     },
     Gone,
     Left(Left),
+    /// A release that passes its permits on: what was left, and the
+    /// fence of the pass's grant if it made one.
+    Passed(Left, Option<u64>),
     Renewed,
     /// Labels, each handle as the name of the token it hashes, fences.
     Holders(Vec<(Option<String>, Option<String>, Option<u64>)>),
@@ -159,6 +162,26 @@ impl Side {
                 None => Ok(Answer::Left(Left::Unknown)),
                 Some(t) => self.gate.leave(&t).await.map(Answer::Left),
             },
+            Op::Pass { actor, to, permits } => match (self.tokens[actor].take(), &self.tokens[to]) {
+                (None, _) => Ok(Answer::Left(Left::Unknown)),
+                (Some(t), Some(_)) => {
+                    // The receiver is busy: an ordinary release.
+                    self.gate.leave(&t).await.map(Answer::Left)
+                }
+                (Some(t), None) => {
+                    // The same new id on both stores (each its own).
+                    let id = format!("pass{}x{to}", self.names.len());
+                    match self.gate.leave_passing(&t, &id, permits).await {
+                        Ok((left, Some(g))) => {
+                            self.name(to, &id);
+                            self.tokens[to] = Some(id);
+                            Ok(Answer::Passed(left, Some(self.fence(g.fence))))
+                        }
+                        Ok((left, None)) => Ok(Answer::Passed(left, None)),
+                        Err(e) => Err(e),
+                    }
+                }
+            },
             Op::End { actor } => match self.tokens[actor].take() {
                 None => Ok(Answer::Left(Left::Unknown)),
                 Some(t) => self.gate.end(&t, LONG).await.map(Answer::Left),
@@ -221,6 +244,12 @@ enum Op {
     End {
         actor: usize,
     },
+    /// `actor` releases and passes its permits on to `to`.
+    Pass {
+        actor: usize,
+        to: usize,
+        permits: u32,
+    },
     Renew {
         actor: usize,
     },
@@ -249,7 +278,7 @@ const ACTORS: usize = 12;
 /// general path, so seeds without them exercise its fast paths.
 fn random_op(rng: &mut StdRng, labels: bool) -> Op {
     let actor = rng.random_range(0..ACTORS);
-    match rng.random_range(0..112) {
+    match rng.random_range(0..135) {
         0..=34 => Op::Enter {
             actor,
             permits: if rng.random_bool(0.8) {
@@ -277,7 +306,16 @@ fn random_op(rng: &mut StdRng, labels: bool) -> Op {
         100..=102 => Op::Line,
         103..=106 => Op::Revoke { actor },
         107..=109 => Op::RemoveWaiter(rng.random_range(1..=25)),
-        _ => Op::ClearLine,
+        110 => Op::ClearLine,
+        _ => Op::Pass {
+            actor,
+            to: rng.random_range(0..ACTORS),
+            permits: if rng.random_bool(0.8) {
+                1
+            } else {
+                rng.random_range(1..=3)
+            },
+        },
     }
 }
 
