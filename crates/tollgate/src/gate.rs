@@ -685,6 +685,7 @@ impl Gate {
         Lease::start(self.clone(), token, permits, grant.fence, sent, until, passes)
     }
 }
+
 /// At most this many releases in a row on a non-fair handle pass their
 /// permits straight on to an acquire waiting in the same process (see
 /// [`Lease::release`]); the next frees them for every waiter, in every
