@@ -188,6 +188,52 @@ async fn renewal_extends_a_held_lease(ts: TestStore) {
     assert_eq!(g.leave(&a.token).await.unwrap(), Left::Released);
 }
 
+/// On Redis, a free gate of capacity 1 with a grant behind it gives a
+/// one-permit request a lone lease (its own key, head.lua): every promise
+/// of an inline one must hold for it too. Renewed, seen by another
+/// caller, expired, released late: the same answers on both stores.
+async fn a_lone_lease_keeps_every_promise(ts: TestStore) {
+    let g = gate(&ts, Some(1), opts(SHORT, LONG));
+    // The first grant makes the fence (inline); the next ones are lone.
+    let first = granted(g.enter(1, true).await.unwrap());
+    assert_eq!(g.leave(&first.token).await.unwrap(), Left::Released);
+    let a = granted(g.enter(1, true).await.unwrap());
+    assert!(a.fence > first.fence);
+    ts.advance(Duration::from_millis(200)).await;
+    assert_eq!(g.renew(&a.token, SHORT).await.unwrap(), SHORT);
+    assert_eq!(g.leave(&a.token).await.unwrap(), Left::Released);
+    assert_eq!(g.leave(&a.token).await.unwrap(), Left::Unknown);
+
+    // Held alone, then seen by others: busy, counted, in the holders' list.
+    let b = granted(g.enter(1, true).await.unwrap());
+    assert!(b.fence > a.fence);
+    assert!(matches!(g.enter(1, false).await.unwrap(), Entered::Busy(_)));
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.used, s.holders, s.grants), (1, 1, 3));
+    assert_eq!(g.holders(10).await.unwrap().len(), 1);
+    assert_eq!(g.leave(&b.token).await.unwrap(), Left::Released);
+
+    // Ended without a release: the slot is free, the end is counted, and
+    // the late holder can neither renew nor release.
+    let c = granted(g.enter(1, true).await.unwrap());
+    ts.advance(PAST_SHORT).await;
+    let e = g.renew(&c.token, SHORT).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::LeaseLost);
+    let d = granted(g.enter(1, false).await.unwrap());
+    assert!(d.fence > c.fence);
+    assert_eq!(g.leave(&c.token).await.unwrap(), Left::Unknown);
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.expiries, s.grants), (1, 1, 5));
+
+    // A lone lease with a line behind it hands off in order.
+    assert_eq!(g.leave(&d.token).await.unwrap(), Left::Released);
+    let h = granted(g.enter(1, true).await.unwrap());
+    let (w, p) = queued(g.enter(1, true).await.unwrap());
+    assert_eq!(p.position, 1);
+    assert_eq!(g.leave(&h.token).await.unwrap(), Left::Released);
+    assert!(status_granted(&g, &w).await.fence > h.fence);
+}
+
 async fn a_picked_up_hand_off_ends_on_its_own_ttl(ts: TestStore) {
     // The hand-off lives until the waiter's (long) heartbeat deadline; once
     // picked up it runs for the (short) TTL, and must end then, not later.
@@ -648,6 +694,7 @@ on_both_stores!(manual_clock:
     newcomer_never_overtakes_a_large_head,
     expired_lease_frees_its_slot_and_cannot_renew,
     renewal_extends_a_held_lease,
+    a_lone_lease_keeps_every_promise,
     silent_waiter_leaves_the_line,
     labels_follow_the_lease,
     estimated_wait_follows_the_departure_rate,

@@ -12,11 +12,14 @@ use crate::error::{Error, ErrorKind, Result};
 use super::RedisStore;
 use super::conn::Conn;
 
-/// A gate script: head (time, meta), an optional fast path, the general
-/// path's prelude, and the operation's body.
+/// A gate script: keys and constants, the lone lease's path (for enter,
+/// leave and renew), head (time, meta), an optional fast path, the
+/// general path's prelude, and the operation's body.
 macro_rules! gate_script {
     ($body:literal) => {
         concat!(
+            include_str!("../gate/lua/keys.lua"),
+            "\n",
             include_str!("../gate/lua/head.lua"),
             "\n",
             include_str!("../gate/lua/prelude.lua"),
@@ -26,6 +29,23 @@ macro_rules! gate_script {
     };
     ($fast:literal, $body:literal) => {
         concat!(
+            include_str!("../gate/lua/keys.lua"),
+            "\n",
+            include_str!("../gate/lua/head.lua"),
+            "\n",
+            include_str!($fast),
+            "\n",
+            include_str!("../gate/lua/prelude.lua"),
+            "\n",
+            include_str!($body)
+        )
+    };
+    ($lone:literal, $fast:literal, $body:literal) => {
+        concat!(
+            include_str!("../gate/lua/keys.lua"),
+            "\n",
+            include_str!($lone),
+            "\n",
             include_str!("../gate/lua/head.lua"),
             "\n",
             include_str!($fast),
@@ -92,12 +112,18 @@ impl Scripts {
         };
         Scripts {
             enter: script(gate_script!(
+                "../gate/lua/lone_enter.lua",
                 "../gate/lua/enter_fast.lua",
                 "../gate/lua/enter.lua"
             )),
             poll: script(gate_script!("../gate/lua/held_fast.lua", "../gate/lua/poll.lua")),
-            renew: script(gate_script!("../gate/lua/held_fast.lua", "../gate/lua/renew.lua")),
+            renew: script(gate_script!(
+                "../gate/lua/lone_renew.lua",
+                "../gate/lua/held_fast.lua",
+                "../gate/lua/renew.lua"
+            )),
             leave: script(gate_script!(
+                "../gate/lua/lone_leave.lua",
                 "../gate/lua/leave_fast.lua",
                 "../gate/lua/leave.lua"
             )),
@@ -108,6 +134,8 @@ impl Scripts {
             // admin.lua finds the token, then leave.lua's body releases
             // or cancels it: one path for a leave and an admin's removal.
             admin: script(concat!(
+                include_str!("../gate/lua/keys.lua"),
+                "\n",
                 include_str!("../gate/lua/head.lua"),
                 "\n",
                 include_str!("../gate/lua/prelude.lua"),

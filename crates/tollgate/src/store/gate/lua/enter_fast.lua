@@ -7,32 +7,18 @@
 -- A request that is not queued gets its busy answer here too.
 -- ARGV as enter.lua. Reply as enter.lua, or falls through.
 -- Invariant: identical outcome to enter.lua for the same state.
--- A free gate of one permit (a mutex: the caller asks for capacity 1)
--- with a fence and an epoch, no line and nothing for the general path
--- grants from 7 fields instead of the head's 13, writing what the grant
--- below writes (h, f, u, X; G when m's TTL must grow). It is its own copy
--- of that grant: filling raw and running the grant below cost 0.75 of
--- the pair's 15 µs more (measured, scripts/bench-redis-floor's shape).
-if ARGV[3] == '1' and ARGV[2] == '1' and ARGV[7] == '' then
-  local one = redis.call('HMGET', KM, 'c', 'h', 'f', 'k', 'W', 'E', 'G')
-  if one[1] == '1' and (one[2] or '') == '' and one[3] and not one[4] and (tonumber(one[5]) or 0) == 0
-    and one[6] then
-    local ttl = tonumber(ARGV[4])
-    local ends, f = now + ttl, tonumber(one[3]) + 1
-    local es, meta_until = string.format('%d', ends), meta_expiry(now + ttl, one[7])
-    local h, fs = ARGV[1] .. ' ' .. es .. ' 0 1', string.format('%d', f)
-    if meta_until then
-      redis.call('HSET', KM, 'h', h, 'f', fs, 'u', 1, 'X', es, 'G', meta_until)
-      redis.call('PEXPIREAT', KM, meta_until)
-    else
-      redis.call('HSET', KM, 'h', h, 'f', fs, 'u', 1, 'X', es)
-    end
-    return {1, f, ttl}
-  end
-  -- Not free: the rest of the head's fields (raw's order, see head.lua),
-  -- rather than all 13 again.
-  local more = redis.call('HMGET', KM, 'z', 'r', 'l', 'N', 'u', 'X')
-  raw = {one[1], one[3], one[2], one[4], one[5], more[1], more[2], more[3], one[6], one[7], more[4], more[5], more[6]}
+-- After lone_enter.lua: a gate that looked free may hold a lone lease,
+-- which becomes an inline holder first; a gate of one permit that did
+-- not look free holds none, and only the rest of the head's fields are
+-- read (raw's order, see head.lua), rather than all 13 again.
+clock()
+if lone_tried then
+  absorb()
+  read_meta()
+elseif lone_read and lone_read[1] == '1' then
+  local one = lone_read
+  local more = redis.call('HMGET', KM, 'z', 'r', 'l', 'G', 'N', 'u', 'X')
+  raw = {one[1], one[3], one[2], one[4], one[5], more[1], more[2], more[3], one[6], more[4], more[5], more[6], more[7]}
 else
   read_meta()
 end

@@ -1,21 +1,14 @@
--- head.lua: the start of every gate script: server time and the meta
--- fields the fast paths need (see prelude.lua for the keys and fields). A
--- fast path may follow and answer alone; otherwise prelude.lua reads the
--- rest of the meta hash, and the operation's body runs.
--- Only m is passed (every key argument costs Redis time); the others
--- share its name up to the last letter (base), and so its hash tag; a fast
--- path names the ones it uses, prelude.lua all of them.
-local KM = KEYS[1]
-local base = string.sub(KM, 1, -2)
-local MARGIN, SMALL, CHUNK = 1000, 16, 10000
--- A gate of at most this capacity keeps its holders inline in m's field h.
-local INLINE = 8
--- How long the meta hash outlives the last deadline the gate holds (ms):
--- the store's idle period. The Redis store writes its configured value
--- here (RedisConfig::idle) before loading the scripts.
-local IDLE = 600000
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- head.lua: after keys.lua (and a lone lease's path), the functions
+-- every gate script shares: server time and the meta fields the fast
+-- paths need (see prelude.lua for the keys and fields). A fast path may
+-- follow and answer alone; otherwise prelude.lua reads the rest of the
+-- meta hash, and the operation's body runs.
+local function clock()
+  if not now then
+    t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+end
 -- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 z, 7 r, 8 l, 9 E, 10 G, 11 N, 12 u,
 -- 13 X (HMGET answers false for a field that is not there), read by
 -- read_meta() once a script needs them: a fast path for a gate of one
@@ -26,8 +19,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- prelude.lua reads the others for the general path. k marks state the
 -- fast paths leave to the general path (see prelude.lua).
 local raw
+local absorb
 local function read_meta()
   raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
+  -- A lone lease (key H, below) exists only on a gate of capacity 1 (or
+  -- whose m expired under it): into h first, then read again.
+  if (raw[1] == '1' or not raw[1]) and absorb() then
+    raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
+  end
 end
 
 -- A fresh epoch for state created now: server time in µs and three random
@@ -36,6 +35,7 @@ end
 -- the random digits cover a clock that went back (a failover to a replica
 -- whose clock is behind). Redis 7 does not reseed math.random per script.
 local function new_epoch()
+  clock()
   return t[1] .. string.format('%06d%03d', tonumber(t[2]), math.random(0, 999))
 end
 
@@ -78,4 +78,30 @@ local function inline_find(h, id)
     end
     at = i + 1
   end
+end
+
+-- The lone lease: a gate of capacity 1 that is free, with no line and
+-- nothing for the general path, grants a one-permit request in key H (KK,
+-- named like m with the final "m" replaced by "H", so under its hash tag)
+-- with SET NX PX: the holder's id, expiring IDLE after the lease ends
+-- (the lease has PTTL - IDLE ms left; once that is not positive it has
+-- ended, but is still there to be seen ended, and counted, as an inline
+-- holder's would be). Its grant is HMGET, PTTL of m (which must outlive
+-- H), SET and HINCRBY of f; its release GET, PTTL, DEL and the departure
+-- fields; its renewal GET, PTTL and PEXPIRE: no h, u or X, and TIME only
+-- for the release (lone_enter.lua, lone_leave.lua, lone_renew.lua, which
+-- run before this file). Every other call on a gate of capacity 1 first
+-- moves the lease into h as an inline holder granted at once (fence 0),
+-- so nothing else sees H: it is another representation of h's only
+-- holder, not another state.
+-- Moves a lone lease into h; true if there was one (m was written).
+absorb = function()
+  local id = redis.call('GET', KK)
+  if not id then return false end
+  local left = redis.call('PTTL', KK) - IDLE
+  redis.call('DEL', KK)
+  clock()
+  local ends = now + left
+  redis.call('HSET', KM, 'h', inline_entry(id, ends, 0, 1), 'u', 1, 'X', string.format('%d', ends))
+  return true
 end

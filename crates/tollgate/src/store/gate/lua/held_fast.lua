@@ -8,6 +8,9 @@
 -- Reply as the body's, or falls through (a ticket still in line, an
 -- unknown id, an ended lease: the general path answers those).
 -- Invariant: identical outcome to poll.lua / renew.lua for the same state.
+-- (After lone_renew.lua for a renewal; read_meta() moves a lone lease
+-- into h.)
+clock()
 read_meta()
 local held_h = raw[3] or ''
 if not raw[4] and held_h ~= '' then

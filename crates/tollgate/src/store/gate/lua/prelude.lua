@@ -66,6 +66,9 @@
 --            f:<id> fence of a lease on h handed to a waiter, negative
 --            until the waiter picks it up
 --   q  ZSET  the line: ticket id -> seq (a counter, never time)
+--   H  STRING the lone lease of a free gate of capacity 1 (see head.lua):
+--            the holder's id, expiring IDLE after the lease ends; moved
+--            into h (read_meta) before any other call reads the holders
 --   r  ZSET  the revocation log: token of a holder that ended
 --            (leave.lua with a keep) -> now * 1024 at the end, or one more
 --            than the last score (Z) if that is more, so scores strictly
@@ -96,6 +99,7 @@
 -- helper captures two upvalues, not the dozens of locals it uses: Lua
 -- builds every closure afresh on each call, and capturing many locals
 -- made that set-up the largest part of a general path's cost.
+clock()
 if not raw then read_meta() end
 local KH, KP, KQ, KR = base .. 'h', base .. 'p', base .. 'q', base .. 'r'
 -- The meta fields head.lua did not read: 1 b, 2 x, 3 e, 4 o, 5 T, 6 A, 7 Q,
