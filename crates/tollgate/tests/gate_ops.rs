@@ -25,6 +25,10 @@ fn gate(ts: &TestStore, capacity: Option<u32>, o: GateOptions) -> Gate {
     Gate::new(&ts.store, "g", capacity, o).expect("valid gate")
 }
 
+fn gate_named(ts: &TestStore, name: &str) -> Gate {
+    Gate::new(&ts.store, name, Some(1), opts(LONG, LONG)).expect("valid gate")
+}
+
 fn granted(e: Entered) -> Granted {
     match e {
         Entered::Granted(g) => g,
@@ -193,9 +197,20 @@ async fn renewal_extends_a_held_lease(ts: TestStore) {
 /// of an inline one must hold for it too. Renewed, seen by another
 /// caller, expired, released late: the same answers on both stores.
 async fn a_lone_lease_keeps_every_promise(ts: TestStore) {
+    // A gate's first grant, lone after set_capacity, still takes its
+    // fence from the clock (as an inline first grant on another gate).
     let g = gate(&ts, Some(1), opts(SHORT, LONG));
-    // The first grant makes the fence (inline); the next ones are lone.
+    g.set_capacity(1).await.unwrap();
     let first = granted(g.enter(1, true).await.unwrap());
+    let other = gate_named(&ts, "other");
+    let clocked = granted(other.enter(1, true).await.unwrap());
+    assert!(
+        first.fence.abs_diff(clocked.fence) < 5_000_000,
+        "{} {}",
+        first.fence,
+        clocked.fence
+    );
+    assert_eq!(g.stats().await.unwrap().grants, 1);
     assert_eq!(g.leave(&first.token).await.unwrap(), Left::Released);
     let a = granted(g.enter(1, true).await.unwrap());
     assert!(a.fence > first.fence);

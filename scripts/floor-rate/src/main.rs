@@ -54,11 +54,12 @@ struct Scripts {
 }
 
 fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
-    let gate = |fast: &str, body: &str| {
+    // As store/redis/script.rs puts a gate script together.
+    let gate = |lone: &str, fast: &str, body: &str| {
         let read = |f: &str| {
             std::fs::read_to_string(format!("{lua_dir}/{f}")).unwrap_or_else(|e| panic!("{lua_dir}/{f}: {e}"))
         };
-        [read("head.lua"), read(fast), read("prelude.lua"), read(body)].join("\n")
+        [read("keys.lua"), read(lone), read("head.lua"), read(fast), read("prelude.lua"), read(body)].join("\n")
     };
     match shape {
         Shape::Peer => Scripts {
@@ -70,8 +71,8 @@ fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
             release: redis::Script::new(MINIMAL_RELEASE),
         },
         Shape::Tollgate => Scripts {
-            acquire: redis::Script::new(&gate("enter_fast.lua", "enter.lua")),
-            release: redis::Script::new(&gate("leave_fast.lua", "leave.lua")),
+            acquire: redis::Script::new(&gate("lone_enter.lua", "enter_fast.lua", "enter.lua")),
+            release: redis::Script::new(&gate("lone_leave.lua", "leave_fast.lua", "leave.lua")),
         },
     }
 }
@@ -118,12 +119,12 @@ async fn pair(shape: Shape, s: &Scripts, con: &mut redis::aio::MultiplexedConnec
             return;
         }
         Shape::Minimal => (format!("floor:{{{w}}}:m"), vec![token, &ttl], vec![token]),
-        // enter's ARGV: id, permits, capacity, ttl, heartbeat, queue, label,
-        // barge; leave's: id, keep ('': none), the one-permit hint a Lock
-        // sends.
+        // enter's ARGV as a Lock sends it (the short form of
+        // lone_enter.lua): id, ttl, heartbeat, queue; leave's: id, keep
+        // ('': none), the one-permit hint a Lock sends.
         Shape::Tollgate => (
             format!("tollgate:gate:{{floor{w}}}:m"),
-            vec![token, "1", "1", &ttl, &ttl, "0", "", "0"],
+            vec![token, &ttl, &ttl, "0"],
             vec![token, "", "1"],
         ),
     };

@@ -57,8 +57,13 @@ impl RedisStore {
     }
 
     pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
-        let r = self
-            .run(
+        // A Lock's request in the short form lone_enter.lua reads.
+        let lone = req.permits == 1 && req.capacity == Some(1) && req.label.is_none() && !req.barge;
+        let r = if lone {
+            let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue));
+            self.run(&self.scripts.enter, gate, args).await?
+        } else {
+            self.run(
                 &self.scripts.enter,
                 gate,
                 (
@@ -72,7 +77,8 @@ impl RedisStore {
                     u8::from(req.barge),
                 ),
             )
-            .await?;
+            .await?
+        };
         match r.as_slice() {
             [1, fence, ttl] => Ok(Entry::Granted(grant(*fence, *ttl))),
             [2, position, waiting, eta] => Ok(Entry::Queued(place(*position, *waiting, *eta))),

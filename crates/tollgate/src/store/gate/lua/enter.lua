@@ -2,7 +2,8 @@
 -- ARGV: 1 id (lease token, and ticket id if queued), 2 permits, 3 capacity
 --       (0: use the stored one), 4 ttl ms, 5 heartbeat ms, 6 queue (1/0),
 --       7 label ('' for none), 8 '1' if a busy caller waits to barge in
---       (a non-fair acquire: see N in prelude.lua)
+--       (a non-fair acquire: see N in prelude.lua); read as A, since a
+--       Lock's request comes in a short form (see lone_enter.lua)
 -- Reply: {1, fence, ttl_ms}           granted
 --        {2, position, waiting, eta}  queued (position 1 is the head;
 --                                     eta ms, -1 if not known yet)
@@ -11,9 +12,9 @@
 --        {-2, capacity}  more permits than the capacity
 --        {-3}            no capacity stored and none given
 -- Invariant: a newcomer never overtakes the line; if anyone waits, it queues.
-local id, permits = ARGV[1], tonumber(ARGV[2])
-local asked, ttl, hb, queue = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
-local label = ARGV[7]
+local id, permits = A[1], tonumber(A[2])
+local asked, ttl, hb, queue = tonumber(A[3]), tonumber(A[4]), tonumber(A[5]), A[6] == '1'
+local label = A[7]
 
 -- The label goes with the id: it stays when a ticket becomes a holder.
 local function keep_label()
@@ -42,7 +43,7 @@ if S.waiting == 0 and used() + permits <= S.cap and may_admit() then
 end
 
 if not queue then
-  if ARGV[8] == '1' and S.N < now + math.floor(hb / 2) then S.N = now + hb end
+  if A[8] == '1' and S.N < now + math.floor(hb / 2) then S.N = now + hb end
   return done({3, used(), S.cap, S.waiting})
 end
 

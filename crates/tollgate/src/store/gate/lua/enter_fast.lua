@@ -17,16 +17,16 @@ if lone_tried then
   read_meta()
 elseif lone_read and lone_read[1] == '1' then
   local one = lone_read
-  local more = redis.call('HMGET', KM, 'z', 'r', 'l', 'G', 'N', 'u', 'X')
-  raw = {one[1], one[3], one[2], one[4], one[5], more[1], more[2], more[3], one[6], more[4], more[5], more[6], more[7]}
+  local more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'N', 'u', 'X')
+  raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[5], more[5], more[6], more[7], more[8]}
 else
   read_meta()
 end
-local fast_c, fast_asked = tonumber(raw[1]), tonumber(ARGV[3])
+local fast_c, fast_asked = tonumber(raw[1]), tonumber(A[3])
 local fast_cap = fast_c or fast_asked
-if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fast_cap) and ARGV[7] == ''
+if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fast_cap) and A[7] == ''
   and not raw[4] then
-  local permits, ttl = tonumber(ARGV[2]), tonumber(ARGV[4])
+  local permits, ttl = tonumber(A[2]), tonumber(A[4])
   -- No inline lease has ended (X is no later than the first end), and u
   -- counts their permits.
   local h, used, X = raw[3] or '', tonumber(raw[12]) or 0, tonumber(raw[13]) or 0
@@ -39,7 +39,7 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     -- (As next_fence() in the prelude.)
     if first then f = now * 1000 end
     f = f + 1
-    local entry = string.format('%s %d 0 %d', ARGV[1], ends, permits)
+    local entry = string.format('%s %d 0 %d', A[1], ends, permits)
     if h ~= '' then entry = h .. ',' .. entry end
     if h == '' or ends < X then X = ends end
     -- (Numbers go to Redis as text made here: '%d' costs less than the
@@ -61,10 +61,10 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     return {1, f, ttl}
   end
   local z = tonumber(raw[6]) or 0
-  if live and permits <= fast_cap and ARGV[6] ~= '1' and (waiting == 0 or z > now) then
+  if live and permits <= fast_cap and A[6] ~= '1' and (waiting == 0 or z > now) then
     -- Busy (as enter.lua); a barging waiter says it waits until N.
-    local hb = tonumber(ARGV[5])
-    if ARGV[8] == '1' and (tonumber(raw[11]) or 0) < now + math.floor(hb / 2) then
+    local hb = tonumber(A[5])
+    if A[8] == '1' and (tonumber(raw[11]) or 0) < now + math.floor(hb / 2) then
       local meta_until = meta_expiry(now + hb, raw[10])
       if meta_until then
         redis.call('HSET', KM, 'N', now + hb, 'G', meta_until)
@@ -75,16 +75,16 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     end
     return {3, used, fast_cap, waiting}
   end
-  if live and ARGV[6] == '1' and permits == 1 and used >= fast_cap and (z == 0 or z > now) then
+  if live and A[6] == '1' and permits == 1 and used >= fast_cap and (z == 0 or z > now) then
     -- Full: into the line (as enter.lua's queueing and set_deadline()).
     -- (The line's fields, which only queueing needs.)
     local cold = redis.call('HMGET', KM, 's', 'U', 'V')
     local KQ, KP = base .. 'q', base .. 'p'
-    local s, deadline = (tonumber(cold[1]) or 0) + 1, now + tonumber(ARGV[5])
+    local s, deadline = (tonumber(cold[1]) or 0) + 1, now + tonumber(A[5])
     -- (Numbers as text made here, as for a grant.)
     local ds = string.format('%d', deadline)
-    redis.call('ZADD', KQ, s, ARGV[1])
-    redis.call('HSET', KP, 'd:' .. ARGV[1], ds)
+    redis.call('ZADD', KQ, s, A[1])
+    redis.call('HSET', KP, 'd:' .. A[1], ds)
     local fields = {'s', s, 'W', waiting + 1}
     if z == 0 or deadline < z then fields[5], fields[6] = 'z', ds end
     -- q and p live past every deadline in them (as keep_until() in the

@@ -1,24 +1,36 @@
--- lone_enter.lua: a one-permit request (the caller asks for capacity 1:
--- a mutex; not a barging one, whose release would pass the lease on, and
--- a pass needs it in h) on a free gate of capacity 1 with a fence and an
--- epoch, no line and nothing for the general path, whose m outlives the
--- lease by IDLE, is granted as a lone lease (see head.lua): HMGET of 6
--- fields, PTTL, SET NX PX and HINCRBY. Otherwise enter_fast.lua goes on
--- with what was read (lone_read; lone_tried: the gate looked free, so H
--- may hold a lease).
--- ARGV as enter.lua. Reply as enter.lua, or falls through.
-local lone_read, lone_tried
-if ARGV[3] == '1' and ARGV[2] == '1' and ARGV[7] == '' and ARGV[8] ~= '1' then
-  lone_read = redis.call('HMGET', KM, 'c', 'h', 'f', 'k', 'W', 'E')
+-- lone_enter.lua: a Lock's request (one permit of a gate it names with
+-- capacity 1, no label, not barging: a barging holder's release passes
+-- the lease on, and a pass needs it in h) on a free gate of capacity 1
+-- with an epoch, no line and nothing for the general path, whose m
+-- outlives the lease by IDLE, is granted as a lone lease (see head.lua):
+-- HMGET of 5 fields, PTTL, SET NX PX and HINCRBY of the fence.
+-- Such a request comes in the short form of ARGV: 1 id, 2 ttl, 3
+-- heartbeat, 4 queue (every argument costs Redis time); any other, and
+-- A for the rest of the script (enter_fast.lua, enter.lua), in
+-- enter.lua's. Otherwise enter_fast.lua goes on with what was read
+-- (lone_read; lone_tried: the gate looked free, so H may hold a lease).
+-- Reply as enter.lua, or falls through.
+local A, lone_read, lone_tried = ARGV, nil, nil
+if #ARGV == 4 then
+  lone_read = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'E')
   local one = lone_read
-  if one[1] == '1' and (one[2] or '') == '' and one[3] and not one[4] and (tonumber(one[5]) or 0) == 0
-    and one[6] then
+  if one[1] == '1' and (one[2] or '') == '' and not one[3] and (tonumber(one[4]) or 0) == 0 and one[5] then
     lone_tried = true
-    local ttl = tonumber(ARGV[4])
+    local ttl = tonumber(ARGV[2])
     local left = redis.call('PTTL', KM)
     -- (An m too short-lived for the lease: the inline grant extends it.)
     if (left == -1 or left >= ttl + IDLE) and redis.call('SET', KK, ARGV[1], 'NX', 'PX', ttl + IDLE) then
-      return {1, redis.call('HINCRBY', KM, 'f', 1), ttl}
+      local f = redis.call('HINCRBY', KM, 'f', 1)
+      if f == 1 then
+        -- The gate's first fence (its capacity was set before any grant):
+        -- from server time x 1000, as next_fence() in the prelude.
+        t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        f = now * 1000 + 1
+        redis.call('HSET', KM, 'f', string.format('%d', f), 'b', string.format('%d', f - 1))
+      end
+      return {1, f, ttl}
     end
   end
+  A = {ARGV[1], '1', '1', ARGV[2], ARGV[3], ARGV[4], '', '0'}
 end
