@@ -103,6 +103,83 @@ async fn a_frozen_redis_fails_each_call_within_the_timeout() {
     }
 }
 
+/// A crowd of calls on one server goes out in pipelines (the store's
+/// batching, store/redis/batch.rs): each call still gets its own answer,
+/// its own server error (NOSCRIPT after a script flush, answered by a
+/// reload and a retry of that call alone), and its own timeout while
+/// Redis is frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_of_calls_is_answered_call_by_call() {
+    const CROWD: usize = 200;
+    let server = RedisServer::start();
+    let timeout = Duration::from_secs(2);
+    let store = Store::connect(RedisConfig {
+        response_timeout: timeout,
+        ..RedisConfig::new(server.url())
+    })
+    .await
+    .expect("connect");
+    let gates: Vec<Gate> = (0..CROWD)
+        .map(|i| Gate::new(&store, &format!("crowd{i}"), Some(1), GateOptions::default()).expect("gate"))
+        .collect();
+    let enter_all = |permits: u32| {
+        futures_util::future::join_all(
+            gates
+                .iter()
+                .map(move |g| async move { g.enter(permits, false).await }),
+        )
+    };
+    // Two rounds, the second after SCRIPT FLUSH: every call is granted its
+    // own gate, each fence above the round before.
+    let mut last = vec![0u64; CROWD];
+    for round in 0..2 {
+        if round == 1 {
+            server.command(&["SCRIPT", "FLUSH"]);
+        }
+        let entered = enter_all(1).await;
+        for (i, e) in entered.into_iter().enumerate() {
+            match e.expect("enter") {
+                tollgate::Entered::Granted(g) => {
+                    assert!(g.fence > last[i], "round {round}, gate {i}");
+                    last[i] = g.fence;
+                    gates[i].leave(&g.token).await.expect("leave");
+                }
+                other => panic!("round {round}, gate {i}: {other:?}"),
+            }
+        }
+    }
+    // A caller's own mistake in the crowd is its own typed error.
+    let asked = enter_all(2).await;
+    assert!(
+        asked
+            .iter()
+            .all(|e| e.as_ref().is_err_and(|e| e.kind() == ErrorKind::InvalidInput))
+    );
+    // Frozen: every call of the crowd fails within its timeout.
+    let frozen = Frozen::freeze(&server);
+    let started = Instant::now();
+    let failed = enter_all(1).await;
+    assert!(
+        started.elapsed() < timeout + Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|e| e.as_ref().is_err_and(|e| e.kind() == ErrorKind::Unavailable))
+    );
+    drop(frozen);
+    let started = Instant::now();
+    loop {
+        if enter_all(1).await.iter().all(|e| e.is_ok()) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "not back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_while_holding_and_waiting() {
     let mut server = RedisServer::start();

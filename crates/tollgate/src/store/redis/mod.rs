@@ -19,6 +19,7 @@
 //! beside its Lua: `store/gate/redis.rs`, `store/jobs/redis.rs`,
 //! `store/limit/redis.rs`.
 
+mod batch;
 mod conn;
 mod pubsub;
 mod script;
@@ -45,6 +46,9 @@ use self::sentinel::SentinelMaster;
 
 pub(crate) struct RedisStore {
     conn: Conn,
+    /// On one server (not a Cluster or through Sentinel): script calls
+    /// written together (batch.rs).
+    batch: Option<Arc<batch::Batcher>>,
     /// `RedisConfig::response_timeout`: no operation takes longer (a
     /// durable one: plus its WAIT's timeout).
     timeout: Duration,
@@ -119,8 +123,13 @@ impl RedisStore {
         let wakers = Arc::<Wakers>::default();
         let target = Arc::new(target);
         let subs = Subscriptions::start(target.clone(), wakers.clone());
+        let batch = match &conn {
+            Conn::Single(c) => Some(Arc::new(batch::Batcher::start(c.clone()))),
+            _ => None,
+        };
         RedisStore {
             conn,
+            batch,
             timeout: config.response_timeout,
             idle: config.idle,
             prefix: config.prefix.clone(),

@@ -232,7 +232,14 @@ impl RedisStore {
         let mut eval = redis::cmd("EVALSHA");
         eval.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
         let mut conn = self.conn.clone();
-        match eval.query_async(&mut conn).await {
+        let first = match &self.batch {
+            Some(b) => b
+                .query(&eval, &mut conn)
+                .await
+                .and_then(|v| Ok(redis::from_redis_value(v)?)),
+            None => eval.query_async(&mut conn).await,
+        };
+        match first {
             Err(e) if is_noscript(&e) => {
                 // Just this one: many callers may land here at once.
                 script.prepare_invoke().load_async(&mut conn).await?;
@@ -362,6 +369,7 @@ impl RedisStore {
         })?;
         Ok(RedisStore {
             conn: self.conn.clone(),
+            batch: self.batch.clone(),
             timeout: self.timeout,
             idle: self.idle,
             prefix: self.prefix.clone(),

@@ -87,10 +87,10 @@ end
 -- (the lease has PTTL - IDLE ms left; once that is not positive it has
 -- ended, but is still there to be seen ended, and counted, as an inline
 -- holder's would be). Its grant is HMGET, PTTL of m (which must outlive
--- H), SET and HINCRBY of f; its release GET, PTTL, DEL and the departure
--- fields; its renewal GET, PTTL and PEXPIRE: no h, u or X, and TIME only
--- for the release (lone_enter.lua, lone_leave.lua, lone_renew.lua, which
--- run before this file). Every other call on a gate of capacity 1 first
+-- H), SET and HINCRBY of f; its release GET, PTTL, PEXPIRETIME, DEL and
+-- the departure fields; its renewal GET, PTTL and PEXPIRE: no TIME, h, u
+-- or X (lone_enter.lua, lone_leave.lua, lone_renew.lua, which run before
+-- this file). Every other call on a gate of capacity 1 first
 -- moves the lease into h as an inline holder granted at once (fence 0),
 -- so nothing else sees H: it is another representation of h's only
 -- holder, not another state.
