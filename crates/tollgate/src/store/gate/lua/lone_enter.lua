@@ -19,8 +19,8 @@ if #ARGV == 4 then
     local ttl = tonumber(ARGV[2])
     local left = redis.call('PTTL', KM)
     -- (An m too short-lived for the lease: the inline grant extends it.)
-    if (left == -1 or left >= ttl + IDLE) and redis.call('SET', KK, ARGV[1], 'NX', 'PX', ttl + IDLE) then
-      local f = redis.call('HINCRBY', KM, 'f', 1)
+    if (left == -1 or left >= ttl + IDLE) and redis.call('SET', KK, ARGV[1], 'NX', 'PX', string.format('%d', ttl + IDLE)) then
+      local f = redis.call('HINCRBY', KM, 'f', '1')
       if f == 1 then
         -- The gate's first fence (its capacity was set before any grant):
         -- from server time x 1000, as next_fence() in the prelude.

@@ -17,7 +17,7 @@ if (ARGV[2] or '') == '' and (ARGV[4] or '') == '' and ARGV[3] == '1' then
     if d[1] and d[2] and (tonumber(d[3]) or 0) <= at then
       redis.call('DEL', KK)
       local r = math.floor(tonumber(d[1]) * 0.8 + (at - tonumber(d[2])) * 0.2 + 0.5)
-      redis.call('HSET', KM, 'l', string.format('%d', at), 'r', r)
+      redis.call('HSET', KM, 'l', string.format('%d', at), 'r', string.format('%d', r))
       return {1}
     end
   end

@@ -7,7 +7,7 @@ if redis.call('GET', KK) == ARGV[1] and redis.call('PTTL', KK) > IDLE then
   local ttl = tonumber(ARGV[2])
   local left = redis.call('PTTL', KM)
   if left == -1 or left >= ttl + IDLE then
-    redis.call('PEXPIRE', KK, ttl + IDLE)
+    redis.call('PEXPIRE', KK, string.format('%d', ttl + IDLE))
     return {1, ttl}
   end
 end
