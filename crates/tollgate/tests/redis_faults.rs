@@ -10,6 +10,16 @@ use tollgate::{
     ErrorKind, Gate, GateOptions, JobQueue, Lock, PushOptions, RedisConfig, ShardedJobQueue, Store,
 };
 
+/// A store on `server` whose calls fail after `timeout`.
+async fn store_answering_within(server: &RedisServer, timeout: Duration) -> Store {
+    Store::connect(RedisConfig {
+        response_timeout: timeout,
+        ..RedisConfig::new(server.url())
+    })
+    .await
+    .expect("connect")
+}
+
 /// Continues a stopped redis-server when dropped, so a failing test does
 /// not leave it frozen.
 struct Frozen<'a>(&'a RedisServer);
@@ -35,12 +45,7 @@ impl Drop for Frozen<'_> {
 async fn a_frozen_redis_fails_each_call_within_the_timeout() {
     let server = RedisServer::start();
     let timeout = Duration::from_secs(2);
-    let store = Store::connect(RedisConfig {
-        response_timeout: timeout,
-        ..RedisConfig::new(server.url())
-    })
-    .await
-    .expect("connect");
+    let store = store_answering_within(&server, timeout).await;
     let gate = Gate::new(&store, "frozen", Some(1), GateOptions::default()).expect("gate");
     let queue = JobQueue::new(&store, "frozen").expect("queue");
     let sharded = ShardedJobQueue::new(&store, "frozen-sharded", 2)
@@ -113,12 +118,7 @@ async fn a_crowd_of_calls_is_answered_call_by_call() {
     const CROWD: usize = 200;
     let server = RedisServer::start();
     let timeout = Duration::from_secs(2);
-    let store = Store::connect(RedisConfig {
-        response_timeout: timeout,
-        ..RedisConfig::new(server.url())
-    })
-    .await
-    .expect("connect");
+    let store = store_answering_within(&server, timeout).await;
     let gates: Vec<Gate> = (0..CROWD)
         .map(|i| Gate::new(&store, &format!("crowd{i}"), Some(1), GateOptions::default()).expect("gate"))
         .collect();

@@ -17,38 +17,23 @@ use super::conn::Conn;
 /// general path's prelude, and the operation's body.
 macro_rules! gate_script {
     ($body:literal) => {
-        concat!(
-            include_str!("../gate/lua/keys.lua"),
-            "\n",
-            include_str!("../gate/lua/head.lua"),
-            "\n",
-            include_str!("../gate/lua/prelude.lua"),
-            "\n",
-            include_str!($body)
-        )
+        gate_script!(@ "", "", $body)
     };
     ($fast:literal, $body:literal) => {
-        concat!(
-            include_str!("../gate/lua/keys.lua"),
-            "\n",
-            include_str!("../gate/lua/head.lua"),
-            "\n",
-            include_str!($fast),
-            "\n",
-            include_str!("../gate/lua/prelude.lua"),
-            "\n",
-            include_str!($body)
-        )
+        gate_script!(@ "", include_str!($fast), $body)
     };
     ($lone:literal, $fast:literal, $body:literal) => {
+        gate_script!(@ include_str!($lone), include_str!($fast), $body)
+    };
+    (@ $lone:expr, $fast:expr, $body:literal) => {
         concat!(
             include_str!("../gate/lua/keys.lua"),
             "\n",
-            include_str!($lone),
+            $lone,
             "\n",
             include_str!("../gate/lua/head.lua"),
             "\n",
-            include_str!($fast),
+            $fast,
             "\n",
             include_str!("../gate/lua/prelude.lua"),
             "\n",
