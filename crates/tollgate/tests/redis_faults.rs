@@ -180,6 +180,58 @@ async fn a_crowd_of_calls_is_answered_call_by_call() {
     }
 }
 
+/// A mutex's lone lease (its own key, gate/lua/head.lua) keeps its end in
+/// its value, so stores configured with different idle periods (a rolling
+/// change of the setting) agree on when it ends: held is held for all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_with_other_idle_periods_agree_on_a_lease() {
+    let server = RedisServer::start();
+    let with_idle = |secs| {
+        Store::connect(RedisConfig {
+            idle: Duration::from_secs(secs),
+            ..RedisConfig::new(server.url())
+        })
+    };
+    let (short, long) = (
+        with_idle(2).await.expect("connect"),
+        with_idle(600).await.expect("connect"),
+    );
+    let options = GateOptions {
+        ttl: Duration::from_secs(30),
+        auto_renew: false,
+        ..GateOptions::default()
+    };
+    for (first, second) in [(&short, &long), (&long, &short)] {
+        let a = Gate::new(first, "idle-mix", Some(1), options.clone()).expect("gate");
+        let b = Gate::new(second, "idle-mix", Some(1), options.clone()).expect("gate");
+        // The first grant makes the fence; the second is a lone lease.
+        let warm = granted(a.enter(1, false).await.expect("enter"));
+        a.leave(&warm.token).await.expect("leave");
+        let held = granted(a.enter(1, false).await.expect("enter"));
+        assert!(
+            matches!(
+                b.enter(1, false).await.expect("enter"),
+                tollgate::Entered::Busy(_)
+            ),
+            "a lease held 30 s more looked ended to a store with another idle period"
+        );
+        assert_eq!(
+            b.renew(&held.token, Duration::from_secs(30))
+                .await
+                .expect("renew"),
+            Duration::from_secs(30)
+        );
+        a.leave(&held.token).await.expect("leave");
+    }
+}
+
+fn granted(e: tollgate::Entered) -> tollgate::Granted {
+    match e {
+        tollgate::Entered::Granted(g) => g,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_while_holding_and_waiting() {
     let mut server = RedisServer::start();

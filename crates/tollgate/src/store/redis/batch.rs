@@ -4,24 +4,44 @@
 //! write. Without it, each call was its own `writev` (tokio runs a task
 //! woken by the running one next, so the connection's writer ran after
 //! every single send): at 50 concurrent callers, 0.8 writes per call and
-//! a third of the client's CPU in them (`docs/BENCHMARKS.md`). Replies
-//! come back in order on the multiplexed connection; each pipeline is
-//! awaited in a task of its own, so the next one is written meanwhile.
-//! A server error answers only its own call (`ignore_errors`); a lost
-//! connection answers every call of the pipeline.
-//! The hop through the task costs latency, which a chain of hand-offs
-//! (a semaphore's line) pays at every step with little to batch: a call
-//! goes through it only while at least `CROWD` others are under way, and
-//! straight to the connection otherwise.
+//! a third of the client's CPU in them (`docs/BENCHMARKS.md`).
+//!
+//! - A server error answers only its own call (`ignore_errors`); a lost
+//!   connection answers every call of the pipeline.
+//! - Order: the task hands its pipelines to the connection in the order
+//!   the calls came (it drives them itself, each polled once as soon as it
+//!   is made, so each queues for the connection's channel before the
+//!   next), and a call goes straight to the connection only while no call
+//!   handed to the task is unanswered. So a call made after another one
+//!   was sent (an enter's clean-up `leave` after the enter was dropped) is
+//!   not sent before it (while the connection is re-established, calls
+//!   waiting for it may go in any order, as without this task).
+//! - A call whose caller has gone (timed out, dropped) before it was sent
+//!   is not sent.
+//! - At most `PIPES` pipelines are under way; the rest wait in the task's
+//!   queue (one call per waiting caller).
+//! - The hop through the task costs latency, which a chain of hand-offs
+//!   (a semaphore's line) pays at every step with little to batch: a call
+//!   goes through it only while at least `CROWD` others are under way (or
+//!   the task has unanswered calls), and straight to the connection
+//!   otherwise.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{mpsc, oneshot};
 
 /// At most this many calls in one pipeline.
 const MOST: usize = 128;
+/// At most this many pipelines under way.
+const PIPES: usize = 64;
 /// Calls under way from which a new one is batched.
 const CROWD: usize = 8;
 
@@ -34,8 +54,10 @@ struct Call {
 /// handle is dropped).
 pub(super) struct Batcher {
     calls: mpsc::UnboundedSender<Call>,
-    /// Calls under way (sent and not answered).
+    /// Calls under way (sent and not answered), either way.
     busy: AtomicUsize,
+    /// Calls handed to the task and not answered (or dropped) by it yet.
+    queued: Arc<AtomicUsize>,
 }
 
 /// One call under way, counted in `busy` until dropped.
@@ -51,24 +73,37 @@ impl Batcher {
     /// Starts the task on the current runtime.
     pub(super) fn start(conn: ConnectionManager) -> Batcher {
         let (calls, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write(rx, conn));
+        let queued = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(write(rx, conn, queued.clone()));
         Batcher {
             calls,
             busy: AtomicUsize::new(0),
+            queued,
         }
     }
 
     /// Sends `cmd` on `conn`, or, among a crowd of calls, with whatever
     /// other calls are ready; and waits for its own reply.
     pub(super) async fn query(&self, cmd: &Cmd, conn: &mut impl ConnectionLike) -> RedisResult<Value> {
-        let crowded = self.busy.fetch_add(1, Ordering::Relaxed) >= CROWD;
+        let crowded =
+            self.busy.fetch_add(1, Ordering::SeqCst) >= CROWD || self.queued.load(Ordering::SeqCst) > 0;
         let _busy = Busy(&self.busy);
         if !crowded {
             return cmd.query_async(conn).await;
         }
-        let cmd = cmd.clone();
         let (reply, answer) = oneshot::channel();
-        self.calls.send(Call { cmd, reply }).map_err(|_| gone())?;
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        if self
+            .calls
+            .send(Call {
+                cmd: cmd.clone(),
+                reply,
+            })
+            .is_err()
+        {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(gone());
+        }
         answer.await.map_err(|_| gone())?
     }
 }
@@ -80,55 +115,69 @@ fn gone() -> redis::RedisError {
     ))
 }
 
-async fn write(mut rx: mpsc::UnboundedReceiver<Call>, conn: ConnectionManager) {
-    while let Some(first) = rx.recv().await {
-        // The callers woken with this one (by the same read of replies)
-        // send theirs first.
-        tokio::task::yield_now().await;
-        let mut calls = vec![first];
-        while calls.len() < MOST {
-            match rx.try_recv() {
-                Ok(c) => calls.push(c),
-                Err(_) => break,
+type Sending = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+async fn write(mut rx: mpsc::UnboundedReceiver<Call>, conn: ConnectionManager, queued: Arc<AtomicUsize>) {
+    let mut sending: FuturesUnordered<Sending> = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            biased;
+            Some(()) = sending.next(), if !sending.is_empty() => {}
+            call = rx.recv(), if sending.len() < PIPES => {
+                let Some(first) = call else { break };
+                // The callers woken with this one (by the same read of
+                // replies) send theirs first.
+                tokio::task::yield_now().await;
+                let mut calls = vec![first];
+                while calls.len() < MOST {
+                    match rx.try_recv() {
+                        Ok(c) => calls.push(c),
+                        Err(_) => break,
+                    }
+                }
+                let before = calls.len();
+                calls.retain(|c| !c.reply.is_closed());
+                queued.fetch_sub(before - calls.len(), Ordering::SeqCst);
+                if calls.is_empty() {
+                    continue;
+                }
+                sending.push(Box::pin(send(calls, conn.clone(), queued.clone())));
+                // Polled once now, the pipeline queues for the connection
+                // before the next one is made.
+                std::future::poll_fn(|cx| {
+                    let _ = sending.poll_next_unpin(cx);
+                    Poll::Ready(())
+                })
+                .await;
             }
         }
-        tokio::spawn(send(calls, conn.clone()));
     }
+    while sending.next().await.is_some() {}
 }
 
-async fn send(mut calls: Vec<Call>, mut conn: ConnectionManager) {
-    if calls.len() == 1 {
-        let Call { cmd, reply } = calls.remove(0);
-        let _ = reply.send(cmd.query_async(&mut conn).await);
-        return;
-    }
+async fn send(calls: Vec<Call>, mut conn: ConnectionManager, queued: Arc<AtomicUsize>) {
+    let n = calls.len();
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    let mut replies = Vec::with_capacity(calls.len());
+    let mut replies = Vec::with_capacity(n);
     for Call { cmd, reply } in calls {
         pipe.add_command(cmd);
         replies.push(reply);
     }
-    match pipe.query_async::<Vec<Value>>(&mut conn).await {
-        Ok(values) if values.len() == replies.len() => {
-            for (reply, value) in replies.into_iter().zip(values) {
-                let _ = reply.send(value.extract_error());
-            }
-        }
+    let answers: Vec<RedisResult<Value>> = match pipe.query_async::<Vec<Value>>(&mut conn).await {
+        Ok(values) if values.len() == n => values.into_iter().map(Value::extract_error).collect(),
         Ok(values) => {
             let e = redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "a pipeline's replies do not match its calls",
-                format!("{} calls, {} replies", replies.len(), values.len()),
+                format!("{n} calls, {} replies", values.len()),
             ));
-            for reply in replies {
-                let _ = reply.send(Err(e.clone()));
-            }
+            vec![Err(e); n]
         }
-        Err(e) => {
-            for reply in replies {
-                let _ = reply.send(Err(e.clone()));
-            }
-        }
+        Err(e) => vec![Err(e); n],
+    };
+    queued.fetch_sub(n, Ordering::SeqCst);
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        let _ = reply.send(answer);
     }
 }

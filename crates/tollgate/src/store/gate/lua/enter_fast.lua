@@ -13,7 +13,7 @@
 -- read (raw's order, see head.lua), rather than all 13 again.
 clock()
 if lone_tried then
-  absorb()
+  -- (read_meta() moves a lone lease into h: the gate has capacity 1.)
   read_meta()
 elseif lone_read and lone_read[1] == '1' then
   local one = lone_read

@@ -83,25 +83,25 @@ end
 -- The lone lease: a gate of capacity 1 that is free, with no line and
 -- nothing for the general path, grants a one-permit request in key H (KK,
 -- named like m with the final "m" replaced by "H", so under its hash tag)
--- with SET NX PX: the holder's id, expiring IDLE after the lease ends
--- (the lease has PTTL - IDLE ms left; once that is not positive it has
--- ended, but is still there to be seen ended, and counted, as an inline
--- holder's would be). Its grant is HMGET, PTTL of m (which must outlive
--- H), SET and HINCRBY of f; its release GET, PTTL, PEXPIRETIME, DEL and
--- the departure fields; its renewal GET, PTTL and PEXPIRE: no TIME, h, u
--- or X (lone_enter.lua, lone_leave.lua, lone_renew.lua, which run before
--- this file). Every other call on a gate of capacity 1 first
--- moves the lease into h as an inline holder granted at once (fence 0),
--- so nothing else sees H: it is another representation of h's only
--- holder, not another state.
+-- with SET NX PXAT: "<id> <expires>", expiring with m (so it is there to
+-- be seen ended, and counted, as long as an inline holder would be; and
+-- the end is kept in the value, not in H's TTL, so every caller reads the
+-- same end whatever its own IDLE). Its grant is HMGET, PTTL and
+-- PEXPIRETIME of m (which must outlive the lease by IDLE; server time is
+-- m's expiry less its TTL), SET and HINCRBY of f; its release GET, PTTL,
+-- PEXPIRETIME, DEL and the departure fields; its renewal GET, PTTL,
+-- PEXPIRETIME of m and SET: no TIME, h, u or X (lone_enter.lua,
+-- lone_leave.lua, lone_renew.lua, which run before this file). Every
+-- other call on a gate of capacity 1 first moves the lease into h as an
+-- inline holder granted at once (fence 0), so nothing else sees H: it is
+-- another representation of h's only holder, not another state.
 -- Moves a lone lease into h; true if there was one (m was written).
 absorb = function()
-  local id = redis.call('GET', KK)
-  if not id then return false end
-  local left = redis.call('PTTL', KK) - IDLE
+  local entry = redis.call('GET', KK)
+  if not entry then return false end
   redis.call('DEL', KK)
-  clock()
-  local ends = now + left
-  redis.call('HSET', KM, 'h', inline_entry(id, ends, 0, 1), 'u', 1, 'X', string.format('%d', ends))
+  local id, ends = string.match(entry, '^(%w+) (%d+)$')
+  if not id then return false end
+  redis.call('HSET', KM, 'h', inline_entry(id, ends, 0, 1), 'u', 1, 'X', ends)
   return true
 end

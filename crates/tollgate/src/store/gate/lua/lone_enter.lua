@@ -3,7 +3,8 @@
 -- the lease on, and a pass needs it in h) on a free gate of capacity 1
 -- with an epoch, no line and nothing for the general path, whose m
 -- outlives the lease by IDLE, is granted as a lone lease (see head.lua):
--- HMGET of 5 fields, PTTL, SET NX PX and HINCRBY of the fence.
+-- HMGET of 5 fields, PTTL and PEXPIRETIME of m (server time is m's expiry
+-- less its TTL), SET NX PXAT and HINCRBY of the fence.
 -- Such a request comes in the short form of ARGV: 1 id, 2 ttl, 3
 -- heartbeat, 4 queue (every argument costs Redis time); any other, and
 -- A for the rest of the script (enter_fast.lua, enter.lua), in
@@ -17,19 +18,22 @@ if #ARGV == 4 then
   if one[1] == '1' and (one[2] or '') == '' and not one[3] and (tonumber(one[4]) or 0) == 0 and one[5] then
     lone_tried = true
     local ttl = tonumber(ARGV[2])
+    -- (An m too short-lived for the lease, or without a TTL: the inline
+    -- grant sets it.)
     local left = redis.call('PTTL', KM)
-    -- (An m too short-lived for the lease: the inline grant extends it.)
-    if (left == -1 or left >= ttl + IDLE) and redis.call('SET', KK, ARGV[1], 'NX', 'PX', string.format('%d', ttl + IDLE)) then
-      local f = redis.call('HINCRBY', KM, 'f', '1')
-      if f == 1 then
-        -- The gate's first fence (its capacity was set before any grant):
-        -- from server time x 1000, as next_fence() in the prelude.
-        t = redis.call('TIME')
-        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        f = now * 1000 + 1
-        redis.call('HSET', KM, 'f', string.format('%d', f), 'b', string.format('%d', f - 1))
+    if left >= ttl + IDLE then
+      local until_m = redis.call('PEXPIRETIME', KM)
+      local entry = ARGV[1] .. ' ' .. string.format('%d', until_m - left + ttl)
+      if redis.call('SET', KK, entry, 'NX', 'PXAT', string.format('%d', until_m)) then
+        local f = redis.call('HINCRBY', KM, 'f', '1')
+        if f == 1 then
+          -- The gate's first fence (its capacity was set before any
+          -- grant): from server time x 1000, as next_fence() in the prelude.
+          f = (until_m - left) * 1000 + 1
+          redis.call('HSET', KM, 'f', string.format('%d', f), 'b', string.format('%d', f - 1))
+        end
+        return {1, f, ttl}
       end
-      return {1, f, ttl}
     end
   end
   A = {ARGV[1], '1', '1', ARGV[2], ARGV[3], ARGV[4], '', '0'}
