@@ -8,11 +8,11 @@
 //!
 //! - A server error answers only its own call (`ignore_errors`); a lost
 //!   connection answers every call of the pipeline.
-//! - Order: the task hands its pipelines to the connection in the order
-//!   the calls came (it drives them itself, each polled once as soon as it
-//!   is made, so each queues for the connection's channel before the
-//!   next), and a call goes straight to the connection only while no call
-//!   handed to the task is unanswered. So a call made after another one
+//! - Order: the pipelines queue for the connection in the order the calls
+//!   came (each is awaited in a task of its own, which polls it once, so
+//!   that it queues, before the next pipeline is made: a turn lock passed
+//!   from the batching task to it), and a call goes straight to the
+//!   connection only while no call handed to the task is unanswered. So a call made after another one
 //!   was sent (an enter's clean-up `leave` after the enter was dropped) is
 //!   not sent before it (while the connection is re-established, calls
 //!   waiting for it may go in any order, as without this task).
@@ -27,13 +27,10 @@
 //!   otherwise.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -115,47 +112,46 @@ fn gone() -> redis::RedisError {
     ))
 }
 
-type Sending = Pin<Box<dyn Future<Output = ()> + Send>>;
-
 async fn write(mut rx: mpsc::UnboundedReceiver<Call>, conn: ConnectionManager, queued: Arc<AtomicUsize>) {
-    let mut sending: FuturesUnordered<Sending> = FuturesUnordered::new();
-    loop {
-        tokio::select! {
-            biased;
-            Some(()) = sending.next(), if !sending.is_empty() => {}
-            call = rx.recv(), if sending.len() < PIPES => {
-                let Some(first) = call else { break };
-                // The callers woken with this one (by the same read of
-                // replies) send theirs first.
-                tokio::task::yield_now().await;
-                let mut calls = vec![first];
-                while calls.len() < MOST {
-                    match rx.try_recv() {
-                        Ok(c) => calls.push(c),
-                        Err(_) => break,
-                    }
-                }
-                let before = calls.len();
-                calls.retain(|c| !c.reply.is_closed());
-                queued.fetch_sub(before - calls.len(), Ordering::SeqCst);
-                if calls.is_empty() {
-                    continue;
-                }
-                sending.push(Box::pin(send(calls, conn.clone(), queued.clone())));
-                // Polled once now, the pipeline queues for the connection
-                // before the next one is made.
-                std::future::poll_fn(|cx| {
-                    let _ = sending.poll_next_unpin(cx);
-                    Poll::Ready(())
-                })
-                .await;
+    // Held by a pipeline until it has queued for the connection: the next
+    // one is made only then, so they queue in order.
+    let turn = Arc::new(tokio::sync::Mutex::new(()));
+    // Pipelines under way.
+    let pipes = Arc::new(tokio::sync::Semaphore::new(PIPES));
+    while let Some(first) = rx.recv().await {
+        // The callers woken with this one (by the same read of replies)
+        // send theirs first.
+        tokio::task::yield_now().await;
+        let mut calls = vec![first];
+        while calls.len() < MOST {
+            match rx.try_recv() {
+                Ok(c) => calls.push(c),
+                Err(_) => break,
             }
         }
+        let before = calls.len();
+        calls.retain(|c| !c.reply.is_closed());
+        queued.fetch_sub(before - calls.len(), Ordering::SeqCst);
+        if calls.is_empty() {
+            continue;
+        }
+        let (Ok(pipe), mine) = (
+            pipes.clone().acquire_owned().await,
+            turn.clone().lock_owned().await,
+        ) else {
+            return;
+        };
+        tokio::spawn(send(calls, conn.clone(), queued.clone(), mine, pipe));
     }
-    while sending.next().await.is_some() {}
 }
 
-async fn send(calls: Vec<Call>, mut conn: ConnectionManager, queued: Arc<AtomicUsize>) {
+async fn send(
+    calls: Vec<Call>,
+    mut conn: ConnectionManager,
+    queued: Arc<AtomicUsize>,
+    turn: tokio::sync::OwnedMutexGuard<()>,
+    _pipe: tokio::sync::OwnedSemaphorePermit,
+) {
     let n = calls.len();
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
@@ -164,7 +160,16 @@ async fn send(calls: Vec<Call>, mut conn: ConnectionManager, queued: Arc<AtomicU
         pipe.add_command(cmd);
         replies.push(reply);
     }
-    let answers: Vec<RedisResult<Value>> = match pipe.query_async::<Vec<Value>>(&mut conn).await {
+    let mut sent = std::pin::pin!(pipe.query_async::<Vec<Value>>(&mut conn));
+    // Polled once, the pipeline has queued for the connection: the next
+    // may be made.
+    let early = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
+    drop(turn);
+    let out = match early {
+        Poll::Ready(out) => out,
+        Poll::Pending => sent.await,
+    };
+    let answers: Vec<RedisResult<Value>> = match out {
         Ok(values) if values.len() == n => values.into_iter().map(Value::extract_error).collect(),
         Ok(values) => {
             let e = redis::RedisError::from((
