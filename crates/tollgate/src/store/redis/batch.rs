@@ -11,11 +11,12 @@
 //! - Order: the pipelines queue for the connection in the order the calls
 //!   came (each is awaited in a task of its own, which polls it once, so
 //!   that it queues, before the next pipeline is made: a turn lock passed
-//!   from the batching task to it), and a call goes straight to the
-//!   connection only while no call handed to the task is unanswered. So a call made after another one
-//!   was sent (an enter's clean-up `leave` after the enter was dropped) is
-//!   not sent before it (while the connection is re-established, calls
-//!   waiting for it may go in any order, as without this task).
+//!   from the batching task to it). A call abandoned by its caller before
+//!   its answer (a timeout, a dropped future) keeps every later call in
+//!   the task's line until it is sent or dropped, so a call made after it
+//!   (an enter's clean-up `leave`) is never sent before it (while the
+//!   connection is re-established, calls waiting for it may go in any
+//!   order, as without this task).
 //! - A call whose caller has gone (timed out, dropped) before it was sent
 //!   is not sent.
 //! - At most `PIPES` pipelines are under way; the rest wait in the task's
@@ -23,17 +24,17 @@
 //! - The hop through the task costs latency, which a chain of hand-offs
 //!   (a semaphore's line) pays at every step with little to batch: a call
 //!   goes through it only while at least `CROWD` others are under way (or
-//!   the task has unanswered calls), and straight to the connection
+//!   an abandoned call is pending), and straight to the connection
 //!   otherwise.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::task::Poll;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, RedisResult, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 /// At most this many calls in one pipeline.
 const MOST: usize = 128;
@@ -42,9 +43,32 @@ const PIPES: usize = 64;
 /// Calls under way from which a new one is batched.
 const CROWD: usize = 8;
 
+/// A call's state: waited for, answered (or dropped), abandoned by its
+/// caller.
+const WAITED: u8 = 0;
+const SETTLED: u8 = 1;
+const LEFT: u8 = 2;
+
 struct Call {
     cmd: Cmd,
     reply: oneshot::Sender<RedisResult<Value>>,
+    state: Arc<AtomicU8>,
+}
+
+impl Call {
+    /// Whether the caller abandoned the call (then counted as settled).
+    fn abandoned(&self, abandoned: &AtomicUsize) -> bool {
+        match self
+            .state
+            .compare_exchange(WAITED, SETTLED, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => false,
+            Err(_) => {
+                abandoned.fetch_sub(1, Ordering::SeqCst);
+                true
+            }
+        }
+    }
 }
 
 /// The batching task's end of a connection (its task ends when the last
@@ -53,8 +77,8 @@ pub(super) struct Batcher {
     calls: mpsc::UnboundedSender<Call>,
     /// Calls under way (sent and not answered), either way.
     busy: AtomicUsize,
-    /// Calls handed to the task and not answered (or dropped) by it yet.
-    queued: Arc<AtomicUsize>,
+    /// Calls abandoned by their callers and not yet sent or dropped.
+    abandoned: Arc<AtomicUsize>,
 }
 
 /// One call under way, counted in `busy` until dropped.
@@ -66,16 +90,34 @@ impl Drop for Busy<'_> {
     }
 }
 
+/// A batched call's caller: dropped before the answer, it abandons it.
+struct Caller<'a> {
+    state: Arc<AtomicU8>,
+    abandoned: &'a AtomicUsize,
+}
+
+impl Drop for Caller<'_> {
+    fn drop(&mut self) {
+        if self
+            .state
+            .compare_exchange(WAITED, LEFT, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Batcher {
     /// Starts the task on the current runtime.
     pub(super) fn start(conn: ConnectionManager) -> Batcher {
         let (calls, rx) = mpsc::unbounded_channel();
-        let queued = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(write(rx, conn, queued.clone()));
+        let abandoned = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(write(rx, conn, abandoned.clone()));
         Batcher {
             calls,
             busy: AtomicUsize::new(0),
-            queued,
+            abandoned,
         }
     }
 
@@ -83,24 +125,25 @@ impl Batcher {
     /// other calls are ready; and waits for its own reply.
     pub(super) async fn query(&self, cmd: &Cmd, conn: &mut impl ConnectionLike) -> RedisResult<Value> {
         let crowded =
-            self.busy.fetch_add(1, Ordering::SeqCst) >= CROWD || self.queued.load(Ordering::SeqCst) > 0;
+            self.busy.fetch_add(1, Ordering::SeqCst) >= CROWD || self.abandoned.load(Ordering::SeqCst) > 0;
         let _busy = Busy(&self.busy);
         if !crowded {
             return cmd.query_async(conn).await;
         }
         let (reply, answer) = oneshot::channel();
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        if self
-            .calls
-            .send(Call {
-                cmd: cmd.clone(),
-                reply,
-            })
-            .is_err()
-        {
-            self.queued.fetch_sub(1, Ordering::SeqCst);
+        let state = Arc::new(AtomicU8::new(WAITED));
+        let call = Call {
+            cmd: cmd.clone(),
+            reply,
+            state: state.clone(),
+        };
+        if self.calls.send(call).is_err() {
             return Err(gone());
         }
+        let _caller = Caller {
+            state,
+            abandoned: &self.abandoned,
+        };
         answer.await.map_err(|_| gone())?
     }
 }
@@ -112,12 +155,12 @@ fn gone() -> redis::RedisError {
     ))
 }
 
-async fn write(mut rx: mpsc::UnboundedReceiver<Call>, conn: ConnectionManager, queued: Arc<AtomicUsize>) {
+async fn write(mut rx: mpsc::UnboundedReceiver<Call>, conn: ConnectionManager, abandoned: Arc<AtomicUsize>) {
     // Held by a pipeline until it has queued for the connection: the next
     // one is made only then, so they queue in order.
     let turn = Arc::new(tokio::sync::Mutex::new(()));
     // Pipelines under way.
-    let pipes = Arc::new(tokio::sync::Semaphore::new(PIPES));
+    let pipes = Arc::new(Semaphore::new(PIPES));
     while let Some(first) = rx.recv().await {
         // The callers woken with this one (by the same read of replies)
         // send theirs first.
@@ -129,9 +172,8 @@ async fn write(mut rx: mpsc::UnboundedReceiver<Call>, conn: ConnectionManager, q
                 Err(_) => break,
             }
         }
-        let before = calls.len();
-        calls.retain(|c| !c.reply.is_closed());
-        queued.fetch_sub(before - calls.len(), Ordering::SeqCst);
+        // (An abandoned call is dropped unsent, and settled.)
+        calls.retain(|c| c.state.load(Ordering::SeqCst) != LEFT || !c.abandoned(&abandoned));
         if calls.is_empty() {
             continue;
         }
@@ -141,24 +183,28 @@ async fn write(mut rx: mpsc::UnboundedReceiver<Call>, conn: ConnectionManager, q
         ) else {
             return;
         };
-        tokio::spawn(send(calls, conn.clone(), queued.clone(), mine, pipe));
+        tokio::spawn(send(calls, conn.clone(), abandoned.clone(), mine, pipe));
     }
 }
 
 async fn send(
     calls: Vec<Call>,
     mut conn: ConnectionManager,
-    queued: Arc<AtomicUsize>,
-    turn: tokio::sync::OwnedMutexGuard<()>,
-    _pipe: tokio::sync::OwnedSemaphorePermit,
+    abandoned: Arc<AtomicUsize>,
+    turn: OwnedMutexGuard<()>,
+    _pipe: OwnedSemaphorePermit,
 ) {
     let n = calls.len();
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    let mut replies = Vec::with_capacity(n);
-    for Call { cmd, reply } in calls {
+    let mut waiting = Vec::with_capacity(n);
+    for Call { cmd, reply, state } in calls {
         pipe.add_command(cmd);
-        replies.push(reply);
+        waiting.push(Call {
+            cmd: Cmd::new(),
+            reply,
+            state,
+        });
     }
     let mut sent = std::pin::pin!(pipe.query_async::<Vec<Value>>(&mut conn));
     // Polled once, the pipeline has queued for the connection: the next
@@ -181,8 +227,9 @@ async fn send(
         }
         Err(e) => vec![Err(e); n],
     };
-    queued.fetch_sub(n, Ordering::SeqCst);
-    for (reply, answer) in replies.into_iter().zip(answers) {
-        let _ = reply.send(answer);
+    for (call, answer) in waiting.into_iter().zip(answers) {
+        if !call.abandoned(&abandoned) {
+            let _ = call.reply.send(answer);
+        }
     }
 }
