@@ -59,7 +59,15 @@ fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
         let read = |f: &str| {
             std::fs::read_to_string(format!("{lua_dir}/{f}")).unwrap_or_else(|e| panic!("{lua_dir}/{f}: {e}"))
         };
-        [read("keys.lua"), read(lone), read("head.lua"), read(fast), read("prelude.lua"), read(body)].join("\n")
+        [
+            read("keys.lua"),
+            read(lone),
+            read("head.lua"),
+            read(fast),
+            read("prelude.lua"),
+            read(body),
+        ]
+        .join("\n")
     };
     match shape {
         Shape::Peer => Scripts {
