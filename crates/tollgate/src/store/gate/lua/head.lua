@@ -22,9 +22,9 @@ local raw
 local absorb
 local function read_meta()
   raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
-  -- A lone lease (key H, below) exists only on a gate of capacity 1 (or
-  -- whose m expired under it): into h first, then read again.
-  if (raw[1] == '1' or not raw[1]) and absorb() then
+  -- A lone lease (key H, below) exists only on a gate of capacity 1 with
+  -- no holder in h: into h first, then read again.
+  if (raw[1] == '1' or not raw[1]) and (raw[3] or '') == '' and absorb() then
     raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
   end
 end
@@ -95,12 +95,13 @@ end
 -- other call on a gate of capacity 1 first moves the lease into h as an
 -- inline holder granted at once (fence 0), so nothing else sees H: it is
 -- another representation of h's only holder, not another state.
--- Moves a lone lease into h; true if there was one (m was written).
-absorb = function()
-  local entry = redis.call('GET', KK)
+-- Moves a lone lease (H's value, if the caller read it) into h; true if
+-- there was one (m was written).
+absorb = function(entry)
+  entry = entry or redis.call('GET', KK)
   if not entry then return false end
   redis.call('DEL', KK)
-  local id, ends = string.match(entry, '^(%w+) (%d+)$')
+  local id, ends = string.match(entry, LONE)
   if not id then return false end
   redis.call('HSET', KM, 'h', inline_entry(id, ends, 0, 1), 'u', 1, 'X', ends)
   return true

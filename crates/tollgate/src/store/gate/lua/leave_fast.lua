@@ -17,7 +17,7 @@ local pass = ARGV[4]
 if pass == '' then pass = nil end
 -- After lone_leave.lua: a lone lease it did not release becomes an
 -- inline holder first.
-if lone_entry then absorb() end
+if lone_entry then absorb(lone_entry) end
 clock()
 if plain and pass then
   -- A pass of as many permits as the caller holds (nothing freed, so no

@@ -9,7 +9,7 @@
 local lone_entry
 if (ARGV[2] or '') == '' and (ARGV[4] or '') == '' and ARGV[3] == '1' then
   lone_entry = redis.call('GET', KK)
-  local id, ends = string.match(lone_entry or '', '^(%w+) (%d+)$')
+  local id, ends = string.match(lone_entry or '', LONE)
   if id == ARGV[1] then
     local left = redis.call('PTTL', KK)
     local at = redis.call('PEXPIRETIME', KK) - left

@@ -4,7 +4,7 @@
 -- expiry. Anything else falls through (held_fast.lua's read_meta() moves
 -- the lease into h, and the inline renewal extends m).
 -- ARGV as renew.lua. Reply as renew.lua, or falls through.
-local lone_id, lone_ends = string.match(redis.call('GET', KK) or '', '^(%w+) (%d+)$')
+local lone_id, lone_ends = string.match(redis.call('GET', KK) or '', LONE)
 if lone_id == ARGV[1] then
   local ttl = tonumber(ARGV[2])
   local left = redis.call('PTTL', KM)
