@@ -26,6 +26,9 @@ enum Answer {
     Queued {
         position: u64,
         waiting: u64,
+        /// Whether the line's pace is known (the estimated wait's
+        /// presence; its figure follows each store's clock).
+        eta_known: bool,
     },
     Busy {
         used: u64,
@@ -132,6 +135,7 @@ impl Side {
                     Ok(Answer::Queued {
                         position: place.position,
                         waiting: place.waiting,
+                        eta_known: place.eta.is_some(),
                     })
                 }
                 Ok(Entered::Busy(o)) => Ok(Answer::Busy {
@@ -153,6 +157,7 @@ impl Side {
                     Ok(TicketStatus::Queued(p)) => Ok(Answer::Queued {
                         position: p.position,
                         waiting: p.waiting,
+                        eta_known: p.eta.is_some(),
                     }),
                     Ok(TicketStatus::Gone) => Ok(Answer::Gone),
                     Err(e) => Err(e),

@@ -781,8 +781,8 @@ fn is_store_error(e: &tollgate::Error) -> bool {
 struct Shown {
     position: u64,
     waiting: u64,
-    /// The estimate as a range: from the measured departure rate, widened
-    /// because departures are irregular; `None` before there is data.
+    /// The estimate as a range: from the line's measured pace, widened
+    /// because the pace is irregular; `None` before there is data.
     eta: Option<(Duration, Duration)>,
 }
 

@@ -321,8 +321,8 @@ fn minutes_text(t: &Text, m: u64) -> String {
     }
 }
 
-/// "3 minutes to 6 minutes" (in `t`'s words), or "unknown" before
-/// departures were measured. The page's script says the same (`words`).
+/// "3 minutes to 6 minutes" (in `t`'s words), or "unknown" before the
+/// line's pace was measured. The page's script says the same (`words`).
 fn eta_text(t: &Text, minutes: Option<(u64, u64)>) -> String {
     match minutes {
         None => t.unknown.to_owned(),

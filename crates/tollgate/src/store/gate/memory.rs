@@ -33,10 +33,12 @@ pub(in crate::store) struct GateState {
     pub(super) grants: u64,
     pub(super) expiries: u64,
     pub(super) used: u64,
-    /// Moving average of the gap between departures (ms), once measured.
+    /// Moving average of the gap between grants from the line (ms), once
+    /// measured: the line's pace, for the estimated wait.
     pub(super) gap_ms: Option<u64>,
-    /// When the last holder departed (ms; 0: never).
-    pub(super) last_departure: u64,
+    /// When the line last moved: its last grant, or when it formed (ms;
+    /// 0: never).
+    pub(super) line_moved: u64,
     /// Admission control: no new grants while paused; at most one grant
     /// per `admit_every_ms` (0: no limit), the next allowed at `admit_at`.
     pub(super) paused: bool,
@@ -181,7 +183,6 @@ impl GateState {
             self.used -= u64::from(h.permits);
         }
         self.expiries += 1;
-        self.depart(now);
         true
     }
 
@@ -235,6 +236,7 @@ impl GateState {
             self.admitted(now);
             let label = self.take_ticket(&id).and_then(|t| t.label);
             let fence = self.grant(&id, permits, deadline, now, true, label);
+            self.line_moved(now);
             handed.push((id, fence));
         }
     }
@@ -274,17 +276,18 @@ impl GateState {
         self.fence
     }
 
-    /// Records a departure, for the estimated wait (as `depart` in
-    /// lua/prelude.lua).
-    pub(super) fn depart(&mut self, now: u64) {
-        if self.last_departure > 0 {
-            let gap = now.saturating_sub(self.last_departure);
+    /// Records a grant from the line now, for the estimated wait (as
+    /// `line_moved` in lua/prelude.lua). Departures with nobody in line
+    /// do not count: an idle gate's gaps say nothing of a line's pace.
+    pub(super) fn line_moved(&mut self, now: u64) {
+        if self.line_moved > 0 {
+            let gap = now.saturating_sub(self.line_moved);
             self.gap_ms = Some(match self.gap_ms {
                 None => gap,
                 Some(avg) => (avg * 8 + gap * 2 + 5) / 10,
             });
         }
-        self.last_departure = now;
+        self.line_moved = now;
     }
 
     /// A waiter's estimated wait, as `eta` in lua/prelude.lua.
@@ -344,7 +347,6 @@ impl GateState {
         if let Some(h) = self.holders.remove(id) {
             self.holder_expiry.remove(&(h.expires, id.to_owned()));
             self.used -= u64::from(h.permits);
-            self.depart(now);
             if let Some(keep) = keep_ms {
                 self.record_end(id, now, keep);
             }
@@ -389,7 +391,11 @@ impl GateState {
     }
 
     /// Puts ticket `id` at the end of the line.
-    pub(super) fn queue(&mut self, id: &str, permits: u32, deadline: u64, label: Option<String>) {
+    /// A line that forms starts the clock of its pace (`line_moved`).
+    pub(super) fn queue(&mut self, id: &str, permits: u32, deadline: u64, label: Option<String>, now: u64) {
+        if self.line.is_empty() {
+            self.line_moved = now;
+        }
         self.seq += 1;
         let slot = self.line.push(id);
         self.ticket_deadline.insert((deadline, id.to_owned()));
@@ -502,6 +508,7 @@ impl MemoryStore {
                 req.permits,
                 now + req.heartbeat_ms,
                 req.label.map(str::to_owned),
+                now,
             );
             let waiting = s.line.len() as u64;
             Ok(Entry::Queued(Place {

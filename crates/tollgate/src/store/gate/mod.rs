@@ -129,9 +129,10 @@ pub struct Place {
     pub position: u64,
     /// How many tickets wait in line, this one included.
     pub waiting: u64,
-    /// Estimated wait: position × the average interval between departures
-    /// (releases and expiries) measured on this gate, as a moving average.
-    /// `None` until two departures have been seen.
+    /// Estimated wait: position × the line's pace, the average interval
+    /// between grants from this gate's line (a moving average; a line that
+    /// forms starts the clock, and releases with nobody in line do not
+    /// count). `None` until the line has moved once.
     pub eta: Option<Duration>,
 }
 

@@ -47,6 +47,8 @@ if not queue then
   return done({3, used(), S.cap, S.waiting})
 end
 
+-- A line that forms starts the clock of its pace (see line_moved()).
+if S.waiting == 0 then S.l = now end
 S.s = S.s + 1
 redis.call('ZADD', KQ, S.s, id)
 set_deadline(id, now + hb)

@@ -17,8 +17,8 @@ if lone_tried then
   read_meta()
 elseif lone_read and lone_read[1] == '1' then
   local one = lone_read
-  local more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'N', 'u', 'X')
-  raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[5], more[5], more[6], more[7], more[8]}
+  local more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X')
+  raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[5], more[5], one[6], more[6], more[7]}
 else
   read_meta()
 end
@@ -97,6 +97,8 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
       U, V = keep, keep
       local ks = string.format('%d', keep)
       fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'U', ks, 'V', ks
+      -- A line that forms starts the clock of its pace (as enter.lua).
+      fields[#fields + 1], fields[#fields + 2] = 'l', string.format('%d', now)
     else
       if deadline + MARGIN > U then
         redis.call('PEXPIREAT', KQ, keep, 'GT')

@@ -80,28 +80,30 @@ local function inline_find(h, id)
   end
 end
 
--- The lone lease: a gate of capacity 1 that is free, with no line and
--- nothing for the general path, grants a one-permit request in key H (KK,
--- named like m with the final "m" replaced by "H", so under its hash tag)
--- with SET NX PXAT: "<id> <expires>", expiring with m (so it is there to
--- be seen ended, and counted, as long as an inline holder would be; and
--- the end is kept in the value, not in H's TTL, so every caller reads the
--- same end whatever its own IDLE). Its grant is HMGET, PTTL and
--- PEXPIRETIME of m (which must outlive the lease by IDLE; server time is
--- m's expiry less its TTL), SET and HINCRBY of f; its release GET, PTTL,
--- PEXPIRETIME, DEL and the departure fields; its renewal GET, PTTL,
--- PEXPIRETIME of m and SET: no TIME, h, u or X (lone_enter.lua,
--- lone_leave.lua, lone_renew.lua, which run before this file). Every
--- other call on a gate of capacity 1 first moves the lease into h as an
--- inline holder granted at once (fence 0), so nothing else sees H: it is
--- another representation of h's only holder, not another state.
+-- The lone lease: a gate of capacity 1 that is free, with no line, no
+-- barging waiter and nothing for the general path, grants a one-permit
+-- request in key H (KK, named like m with the final "m" replaced by "H",
+-- so under its hash tag) with SET NX PX: "<id> <gap>", expiring with m
+-- (so it is there to be seen ended, and counted, as long as an inline
+-- holder would be), where gap is how long H outlives the lease (ms): the
+-- lease ends at H's expiry less gap, is live while H's PTTL exceeds gap,
+-- and every caller reads the same end whatever its own IDLE. Its grant is
+-- HMGET and PTTL of m (which must outlive the lease by IDLE), SET and
+-- HINCRBY of f; its release GET, PTTL and DEL of H; its renewal GET and
+-- PTTL of H, PTTL of m and SET: no server time, h, u or X
+-- (lone_enter.lua, lone_leave.lua, lone_renew.lua, which run before this
+-- file). Every other call on a gate of capacity 1 first moves the lease
+-- into h as an inline holder granted at once (fence 0), so nothing else
+-- sees H: it is another representation of h's only holder, not another
+-- state.
 -- Moves a lone lease (H's value, if the caller read it) into h; true if
 -- there was one (m was written).
 absorb = function(entry)
   entry = entry or redis.call('GET', KK)
   if not entry then return false end
+  local id, gap = string.match(entry, LONE)
+  local ends = id and string.format('%d', redis.call('PEXPIRETIME', KK) - tonumber(gap))
   redis.call('DEL', KK)
-  local id, ends = string.match(entry, LONE)
   if not id then return false end
   redis.call('HSET', KM, 'h', inline_entry(id, ends, 0, 1), 'u', 1, 'X', ends)
   return true

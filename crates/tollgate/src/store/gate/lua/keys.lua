@@ -15,7 +15,8 @@ local INLINE = 8
 -- the store's idle period. The Redis store writes its configured value
 -- here (RedisConfig::idle) before loading the scripts.
 local IDLE = 600000
--- The lone lease's key and its value's pattern (id, end: see head.lua).
+-- The lone lease's key and its value's pattern (id, then how long H
+-- outlives the lease, ms: see head.lua).
 local KK, LONE = base .. 'H', '^(%w+) (%d+)$'
 -- Server time (ms), read by clock() (head.lua) where a path first needs
 -- it: TIME costs ~0.7 µs, and a lone lease's grant and renewal need none.

@@ -49,7 +49,6 @@ if held == 'ended' then
 end
 if held then
   remove_holder(id)
-  depart(1)
   if keep then record_end() end
   promote()
   local pp = pass and tonumber(ARGV[5])

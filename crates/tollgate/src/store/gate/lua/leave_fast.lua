@@ -10,7 +10,7 @@
 -- Invariant: identical outcome to leave.lua for the same state.
 -- A gate of one permit (the caller's hint ARGV[3], checked against c)
 -- whose only holder leaves with no line, no barging waiter and nothing
--- for the general path: 8 fields read instead of the head's 13, the
+-- for the general path: 6 fields read instead of the head's 13, the
 -- writes of the release below.
 local plain = (ARGV[2] or '') == ''
 local pass = ARGV[4]
@@ -22,16 +22,16 @@ clock()
 if plain and pass then
   -- A pass of as many permits as the caller holds (nothing freed, so no
   -- barging waiter to wake) on an inline gate with nothing for the
-  -- general path and no line: 11 fields read and 5 written, fixed (a
-  -- chain of passes on a gate of 5, piped: 10.9 µs of Redis CPU each,
-  -- 12.4 when the release path below did passes too). Any other pass
-  -- (more or fewer permits, a gate without a departure yet) is leave.lua's.
+  -- general path and no line: 9 fields read and 3 written, fixed (a
+  -- chain of passes on a gate of 5, piped: 10.9 µs of Redis CPU each with
+  -- 2 more of each, 12.4 when the release path below did passes too).
+  -- Any other pass (more or fewer permits) is leave.lua's.
   -- (u: the permits held stay as they are, so they must fit now: a
   -- capacity lowered below them lets nobody in, a pass included.)
-  local m = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'f', 'X', 'G', 'E', 'r', 'l', 'u')
+  local m = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'f', 'X', 'G', 'E', 'u')
   local cap, X = tonumber(m[1]), tonumber(m[6]) or 0
-  if cap and cap <= INLINE and not m[3] and (tonumber(m[4]) or 0) == 0 and m[5] and m[8] and m[9] and m[10]
-    and X > now and (tonumber(m[11]) or 0) <= cap then
+  if cap and cap <= INLINE and not m[3] and (tonumber(m[4]) or 0) == 0 and m[5] and m[8]
+    and X > now and (tonumber(m[9]) or 0) <= cap then
     local h = m[2] or ''
     local i, j = inline_find(h, ARGV[1])
     if i then
@@ -42,14 +42,12 @@ if plain and pass then
         local entry = string.format('%s %d 0 %d', pass, ends, pp)
         if h == '' then h, X = entry, ends else h = h .. ',' .. entry end
         if ends < X then X = ends end
-        local r = math.floor(tonumber(m[9]) * 0.8 + (now - tonumber(m[10])) * 0.2 + 0.5)
-        local fs, Xs, ls, meta_until = string.format('%d', f), string.format('%d', X), string.format('%d', now),
-          meta_expiry(ends, m[7])
+        local fs, Xs, meta_until = string.format('%d', f), string.format('%d', X), meta_expiry(ends, m[7])
         if meta_until then
-          redis.call('HSET', KM, 'h', h, 'f', fs, 'X', Xs, 'l', ls, 'r', r, 'G', meta_until)
+          redis.call('HSET', KM, 'h', h, 'f', fs, 'X', Xs, 'G', meta_until)
           redis.call('PEXPIREAT', KM, meta_until)
         else
-          redis.call('HSET', KM, 'h', h, 'f', fs, 'X', Xs, 'l', ls, 'r', r)
+          redis.call('HSET', KM, 'h', h, 'f', fs, 'X', Xs)
         end
         return {3, f, ttl}
       end
@@ -57,20 +55,18 @@ if plain and pass then
   end
   read_meta()
 elseif plain and ARGV[3] == '1' then
-  local one = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'N', 'r', 'l', 'E')
+  local one = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'N', 'E')
   if one[1] == '1' and not one[3] and (tonumber(one[4]) or 0) == 0 and (tonumber(one[5]) or 0) <= now
-    and one[6] and one[7] and one[8] then
+    and one[6] then
     local id, ends = string.match(one[2] or '', '^(%w+) (%d+) %-?%d+ 1$')
     if id == ARGV[1] and tonumber(ends) > now then
-      -- A departure now (as depart() in the prelude).
-      local r = math.floor(tonumber(one[6]) * 0.8 + (now - tonumber(one[7])) * 0.2 + 0.5)
-      redis.call('HSET', KM, 'h', '', 'u', 0, 'X', '0', 'l', string.format('%d', now), 'r', r)
+      redis.call('HSET', KM, 'h', '', 'u', 0, 'X', '0')
       return {1}
     end
   end
   -- The rest of the head's fields (raw's order, see head.lua).
-  local more = redis.call('HMGET', KM, 'f', 'z', 'G', 'u', 'X')
-  raw = {one[1], more[1], one[2], one[3], one[4], more[2], one[6], one[7], one[8], more[3], one[5], more[4], more[5]}
+  local more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X')
+  raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[6], more[5], one[5], more[6], more[7]}
 else
   read_meta()
 end
@@ -91,6 +87,9 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
     if waiting > 0 then
       local KQ, KP = base .. 'q', base .. 'p'
       local handed, last, fs = {}, 0, nil
+      -- The line's pace, for the estimated wait (as line_moved() in the
+      -- prelude, once per grant from the line).
+      local r, l = tonumber(raw[7]), tonumber(raw[8]) or 0
       while waiting > 0 and used < cap do
         local head = redis.call('ZPOPMIN', KQ)[1]
         if not head then break end
@@ -110,10 +109,16 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
         fs = string.format('%d', f)
         handed[#handed + 1] = head .. ':' .. fs
         reply[#reply + 1] = handed[#handed]
+        if l > 0 then
+          if r == nil then r = now - l else r = math.floor(r * 0.8 + (now - l) * 0.2 + 0.5) end
+        end
+        l = now
       end
       if #handed > 0 then
         redis.call('PUBLISH', base .. 'n', table.concat(handed, ' '))
         fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'f', fs, 'W', waiting
+        fields[#fields + 1], fields[#fields + 2] = 'l', string.format('%d', now)
+        if r ~= nil then fields[#fields + 1], fields[#fields + 2] = 'r', r end
         meta_until = meta_expiry(last, raw[10])
       end
     end
@@ -125,21 +130,13 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
     if (tonumber(raw[11]) or 0) > now and waiting == 0 and used < before and used < cap then
       wake_barging(cap - used)
     end
-    -- A departure now, for the estimated wait (as depart() in the prelude).
-    local r, l = tonumber(raw[7]), tonumber(raw[8]) or 0
-    if l > 0 then
-      if r == nil then r = now - l else r = math.floor(r * 0.8 + (now - l) * 0.2 + 0.5) end
-    end
-    -- (Numbers as text made here, as in enter_fast.lua.)
-    local ls = string.format('%d', now)
-    if #fields == 0 and r ~= nil and raw[9] then
-      -- The common case: a plain release on a gate with a history.
-      redis.call('HSET', KM, 'h', h, 'u', used, 'X', Xs, 'l', ls, 'r', r)
+    if #fields == 0 and raw[9] then
+      -- The common case: a plain release with no line.
+      redis.call('HSET', KM, 'h', h, 'u', used, 'X', Xs)
       return reply
     end
     fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'h', h, 'u', used
-    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'X', Xs, 'l', ls
-    if r ~= nil then fields[#fields + 1], fields[#fields + 2] = 'r', r end
+    fields[#fields + 1], fields[#fields + 2] = 'X', Xs
     if not raw[9] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
     redis.call('HSET', KM, unpack(fields))
     if meta_until then redis.call('PEXPIREAT', KM, meta_until) end

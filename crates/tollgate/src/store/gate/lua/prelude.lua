@@ -19,8 +19,9 @@
 --                    calls need not extend them), X no lease ends before this
 --                    (so until then nothing needs expiring and H is exact
 --                    without reading h), r the average gap between
---                    departures (releases and expiries, ms, a moving
---                    average) and l the last departure: a waiter's estimated
+--                    grants from the line (ms, a moving average: the
+--                    line's pace) and l when the line last moved (its
+--                    last grant, or when it formed): a waiter's estimated
 --                    wait is its position times r; P 1 while admissions
 --                    are paused, R the least interval between admissions
 --                    (ms) and A when the next one may happen (absent: no
@@ -113,7 +114,7 @@ local S, F = {
   a = tonumber(m[10]) or 0,
   -- Admission control (written by set_admission.lua, A also here).
   P = tonumber(m[11]) or 0, R = tonumber(m[12]) or 0, A = tonumber(m[6]) or 0,
-  -- r is absent (nil) until a first gap between departures was measured.
+  -- r is absent (nil) until the line's first gap was measured.
   r = tonumber(raw[7]), l = tonumber(raw[8]) or 0,
   U = tonumber(m[15]) or 0, V = tonumber(m[16]) or 0, N = tonumber(raw[11]) or 0,
   -- Whether this call freed permits (a holder left, or the capacity or
@@ -181,19 +182,20 @@ function F.next_fence()
   return S.f
 end
 
--- Records `n` departures now, for the estimated wait (as GateState::depart
--- in src/store/gate/memory.rs).
-function F.depart(n)
-  for _ = 1, n do
-    if S.l > 0 then
-      local gap = S.now - S.l
-      if S.r == nil then S.r = gap else S.r = math.floor(S.r * 0.8 + gap * 0.2 + 0.5) end
-    end
-    S.l = S.now
+-- Records a grant from the line now, for the estimated wait (as
+-- GateState::line_moved in src/store/gate/memory.rs). Departures with
+-- nobody in line do not count: an idle gate's gaps say nothing of a
+-- line's pace (and so a release on a gate with no line writes nothing
+-- for it: see lone_leave.lua).
+function F.line_moved()
+  if S.l > 0 then
+    local gap = S.now - S.l
+    if S.r == nil then S.r = gap else S.r = math.floor(S.r * 0.8 + gap * 0.2 + 0.5) end
   end
+  S.l = S.now
 end
 
--- A waiter's estimated wait, -1 until two departures have been seen (as
+-- A waiter's estimated wait, -1 until the line's first gap was measured (as
 -- GateState::eta in src/store/gate/memory.rs).
 function F.eta(position)
   if S.r == nil then return -1 end
@@ -283,7 +285,6 @@ function F.lookup(id, want_fence)
   if expires <= S.now then
     F.remove_holder(id)
     S.x = S.x + 1
-    F.depart(1)
     return 'ended'
   end
   f = 0
@@ -444,7 +445,6 @@ function F.expire()
       S.h_changed, S.freed = true, true
       for _, id in ipairs(ended) do F.forget_label(id) end
       S.x = S.x + #ended
-      F.depart(#ended)
     end
   -- H is exact while h exists, and no lease ends before X: until then
   -- there is nothing to expire and h need not be read. (h can only have
@@ -483,7 +483,6 @@ function F.expire()
     if #ended > 0 then
       for _, id in ipairs(ended) do F.remove_holder(id) end
       S.x = S.x + #ended
-      F.depart(#ended)
     end
   end
   if S.holders == 0 then
@@ -554,6 +553,7 @@ function F.promote()
         redis.call('HDEL', S.KP, 'd:' .. head)
       end
       F.add_holder(head, deadline, -f, k)
+      F.line_moved()
       handed[#handed + 1] = head .. ':' .. string.format('%d', f)
       S.handed[#S.handed + 1] = handed[#handed]
     end
@@ -668,6 +668,6 @@ F.promote()
 -- The helpers the operation's body calls (plain locals of the main chunk:
 -- no closure captures them).
 local done, promote, next_fence, add_holder, set_expiry, set_deadline, eta, used, may_admit, admitted,
-  lookup, remove_holder, set_fence, depart, drop_ticket, permits_of, note_side_data =
+  lookup, remove_holder, set_fence, line_moved, drop_ticket, permits_of, note_side_data =
   F.done, F.promote, F.next_fence, F.add_holder, F.set_expiry, F.set_deadline, F.eta, F.used, F.may_admit,
-  F.admitted, F.lookup, F.remove_holder, F.set_fence, F.depart, F.drop_ticket, F.permits_of, F.note_side_data
+  F.admitted, F.lookup, F.remove_holder, F.set_fence, F.line_moved, F.drop_ticket, F.permits_of, F.note_side_data
