@@ -279,11 +279,12 @@ async fn estimated_wait_follows_the_lines_pace(ts: TestStore) {
     let (b, p) = queued(g.enter(1, true).await.unwrap());
     assert_eq!(p.eta, None, "the line has not moved yet");
     // The line formed, and moved 200 ms later: its pace is ~200 ms. b's
-    // release 200 ms after that, with nobody in line, does not count.
+    // release 600 ms after that, with nobody in line, does not count (as
+    // a departure it would make the pace ~600 ms).
     ts.advance(Duration::from_millis(200)).await;
     g.leave(&a.token).await.unwrap();
     let lb = status_granted(&g, &b).await;
-    ts.advance(Duration::from_millis(200)).await;
+    ts.advance(Duration::from_millis(600)).await;
     g.leave(&lb.token).await.unwrap();
     let c = granted(g.enter(1, true).await.unwrap());
     let (_, first) = queued(g.enter(1, true).await.unwrap());

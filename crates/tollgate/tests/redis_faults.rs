@@ -225,6 +225,53 @@ async fn stores_with_other_idle_periods_agree_on_a_lease() {
     }
 }
 
+/// A lone lease written by the build before the value kept its end as a
+/// gap (`"<id> <end>"`, the end as server time) is still held when this
+/// build reads it: nobody else is granted until it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_lease_in_the_older_form_is_still_held() {
+    let server = RedisServer::start();
+    let store = Store::redis(&server.url()).await.expect("connect");
+    let options = GateOptions {
+        ttl: Duration::from_secs(30),
+        auto_renew: false,
+        ..GateOptions::default()
+    };
+    let gate = Gate::new(&store, "old-form", Some(1), options).expect("gate");
+    let warm = granted(gate.enter(1, false).await.expect("enter"));
+    gate.leave(&warm.token).await.expect("leave");
+    let int = |v: redis::Value| match v {
+        redis::Value::Int(n) => n,
+        other => panic!("expected an integer, got {other:?}"),
+    };
+    let m_until = int(server.command(&["PEXPIRETIME", "tollgate:gate:{old-form}:m"]));
+    let now = match server.command(&["TIME"]) {
+        redis::Value::Array(t) => match &t[0] {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(b).parse::<i64>().expect("secs") * 1000,
+            other => panic!("TIME answered {other:?}"),
+        },
+        other => panic!("TIME answered {other:?}"),
+    };
+    let old = format!("oldholder {}", now + 30_000);
+    server.command(&[
+        "SET",
+        "tollgate:gate:{old-form}:H",
+        &old,
+        "PXAT",
+        &m_until.to_string(),
+    ]);
+    assert!(
+        matches!(
+            gate.enter(1, false).await.expect("enter"),
+            tollgate::Entered::Busy(_)
+        ),
+        "a lease held 30 s more in the older form looked ended"
+    );
+    let holders = gate.holders(10).await.expect("holders");
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert!(holders[0].ttl > Duration::from_secs(25), "{holders:?}");
+}
+
 fn granted(e: tollgate::Entered) -> tollgate::Granted {
     match e {
         tollgate::Entered::Granted(g) => g,

@@ -44,8 +44,8 @@ async fn the_waiting_page_in_a_real_browser() {
         .execute(&c, &session, "window.tollgateMark = 42; return 1;")
         .await;
     // Two sessions end (the holder's, then the first waiter's, admitted in
-    // its place): the page shows position 1 and, departures measured, an
-    // estimate in words and minutes, live.
+    // its place): the page shows position 1 and, the line's pace
+    // measured, an estimate in words and minutes, live.
     assert_eq!(holder.get(&c, &proxy, "/done", true).await.text, "bye");
     assert_eq!(first.get(&c, &proxy, "/done", true).await.text, "bye");
     let deadline = Instant::now() + Duration::from_secs(10);

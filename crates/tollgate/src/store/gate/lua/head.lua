@@ -90,7 +90,8 @@ end
 -- and every caller reads the same end whatever its own IDLE. Its grant is
 -- HMGET and PTTL of m (which must outlive the lease by IDLE), SET and
 -- HINCRBY of f; its release GET, PTTL and DEL of H; its renewal GET and
--- PTTL of H, PTTL of m and SET: no server time, h, u or X
+-- PTTL of H, PTTL of m and SET: no clock (but for a first fence, or a
+-- gate that had a barging waiter), h, u or X
 -- (lone_enter.lua, lone_leave.lua, lone_renew.lua, which run before this
 -- file). Every other call on a gate of capacity 1 first moves the lease
 -- into h as an inline holder granted at once (fence 0), so nothing else
@@ -102,7 +103,11 @@ absorb = function(entry)
   entry = entry or redis.call('GET', KK)
   if not entry then return false end
   local id, gap = string.match(entry, LONE)
-  local ends = id and string.format('%d', redis.call('PEXPIRETIME', KK) - tonumber(gap))
+  local ends = id and tonumber(gap)
+  -- (A value from before the gap, "<id> <end>" with the end as server
+  -- time, is read as such: no gap reaches 10^12 ms.)
+  if ends and ends < 1e12 then ends = redis.call('PEXPIRETIME', KK) - ends end
+  ends = ends and string.format('%d', ends)
   redis.call('DEL', KK)
   if not id then return false end
   redis.call('HSET', KM, 'h', inline_entry(id, ends, 0, 1), 'u', 1, 'X', ends)

@@ -110,7 +110,8 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
         handed[#handed + 1] = head .. ':' .. fs
         reply[#reply + 1] = handed[#handed]
         if l > 0 then
-          if r == nil then r = now - l else r = math.floor(r * 0.8 + (now - l) * 0.2 + 0.5) end
+          local gap = math.max(0, now - l)
+          if r == nil then r = gap else r = math.floor(r * 0.8 + gap * 0.2 + 0.5) end
         end
         l = now
       end

@@ -68,7 +68,7 @@
 --            until the waiter picks it up
 --   q  ZSET  the line: ticket id -> seq (a counter, never time)
 --   H  STRING the lone lease of a free gate of capacity 1 (see head.lua):
---            the holder's id, expiring IDLE after the lease ends; moved
+--            "<id> <gap>", expiring with m, the lease gap ms before; moved
 --            into h (read_meta) before any other call reads the holders
 --   r  ZSET  the revocation log: token of a holder that ended
 --            (leave.lua with a keep) -> now * 1024 at the end, or one more
@@ -91,7 +91,10 @@
 -- Invariants: permits held (holders + e) never exceed c, except after c was
 -- lowered (holders are never evicted); nobody is granted while a ticket ahead
 -- of them waits; fences strictly increase per gate; every key but m carries
--- a TTL beyond the last deadline it holds, and m one IDLE beyond theirs.
+-- a TTL beyond the last deadline it holds, and m one IDLE beyond theirs
+-- (H expires with m: up to the time between the two calls of its SET
+-- later, a millisecond as measured, after the lease ended by IDLE; a call
+-- in that moment finds the ended lease on fresh state and counts it).
 -- head.lua (and possibly a fast path) ran before this: KM, base, MARGIN,
 -- SMALL and now are set, and raw (the meta fields) too if a fast path
 -- read them.
@@ -189,7 +192,8 @@ end
 -- for it: see lone_leave.lua).
 function F.line_moved()
   if S.l > 0 then
-    local gap = S.now - S.l
+    -- (A clock that went back counts as no gap, as in memory.rs.)
+    local gap = math.max(0, S.now - S.l)
     if S.r == nil then S.r = gap else S.r = math.floor(S.r * 0.8 + gap * 0.2 + 0.5) end
   end
   S.l = S.now
