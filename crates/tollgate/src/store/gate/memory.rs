@@ -38,7 +38,7 @@ pub(in crate::store) struct GateState {
     pub(super) gap_ms: Option<u64>,
     /// When the line last moved: its last grant, or when it formed (ms;
     /// 0: never).
-    pub(super) line_moved: u64,
+    pub(super) line_moved_at: u64,
     /// Admission control: no new grants while paused; at most one grant
     /// per `admit_every_ms` (0: no limit), the next allowed at `admit_at`.
     pub(super) paused: bool,
@@ -280,14 +280,14 @@ impl GateState {
     /// `line_moved` in lua/prelude.lua). Departures with nobody in line
     /// do not count: an idle gate's gaps say nothing of a line's pace.
     pub(super) fn line_moved(&mut self, now: u64) {
-        if self.line_moved > 0 {
-            let gap = now.saturating_sub(self.line_moved);
+        if self.line_moved_at > 0 {
+            let gap = now.saturating_sub(self.line_moved_at);
             self.gap_ms = Some(match self.gap_ms {
                 None => gap,
                 Some(avg) => (avg * 8 + gap * 2 + 5) / 10,
             });
         }
-        self.line_moved = now;
+        self.line_moved_at = now;
     }
 
     /// A waiter's estimated wait, as `eta` in lua/prelude.lua.
@@ -394,7 +394,7 @@ impl GateState {
     /// A line that forms starts the clock of its pace (`line_moved`).
     pub(super) fn queue(&mut self, id: &str, permits: u32, deadline: u64, label: Option<String>, now: u64) {
         if self.line.is_empty() {
-            self.line_moved = now;
+            self.line_moved_at = now;
         }
         self.seq += 1;
         let slot = self.line.push(id);

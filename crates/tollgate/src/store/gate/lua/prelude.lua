@@ -672,6 +672,6 @@ F.promote()
 -- The helpers the operation's body calls (plain locals of the main chunk:
 -- no closure captures them).
 local done, promote, next_fence, add_holder, set_expiry, set_deadline, eta, used, may_admit, admitted,
-  lookup, remove_holder, set_fence, line_moved, drop_ticket, permits_of, note_side_data =
+  lookup, remove_holder, set_fence, drop_ticket, permits_of, note_side_data =
   F.done, F.promote, F.next_fence, F.add_holder, F.set_expiry, F.set_deadline, F.eta, F.used, F.may_admit,
-  F.admitted, F.lookup, F.remove_holder, F.set_fence, F.line_moved, F.drop_ticket, F.permits_of, F.note_side_data
+  F.admitted, F.lookup, F.remove_holder, F.set_fence, F.drop_ticket, F.permits_of, F.note_side_data
