@@ -9,6 +9,12 @@
 //!   tollgate  this tree's gate scripts on a mutex (enter and leave, put
 //!             together as store/redis/script.rs does), without the
 //!             library around them
+//!   pass      a non-fair semaphore's chain without the library: one gate
+//!             of capacity 5, five tasks (FLOOR_WORKERS), each holding a
+//!             permit and passing it on with this tree's leave script (a
+//!             release and a grant in one call, as `Lease::release` does on
+//!             a non-fair handle), then holding the passed lease and
+//!             passing it on again; counts passes
 //!
 //! Usage: floor-rate REDIS_URL SHAPE [SECONDS] [LUA_DIR]; prints one JSON
 //! line. Any unexpected answer panics (a shape that does not do its job
@@ -40,12 +46,16 @@ const PEER_RELEASE: &str =
 /// Concurrent workers unless FLOOR_WORKERS says otherwise.
 const WORKERS: usize = 50;
 const TTL_MS: u64 = 10_000;
+/// The `pass` shape's gate and its capacity (its default number of tasks).
+const PASS_GATE: &str = "tollgate:gate:{floorpass}:m";
+const PASS_CAPACITY: usize = 5;
 
 #[derive(Clone, Copy)]
 enum Shape {
     Peer,
     Minimal,
     Tollgate,
+    Pass,
 }
 
 struct Scripts {
@@ -78,7 +88,7 @@ fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
             acquire: redis::Script::new(MINIMAL_ACQUIRE),
             release: redis::Script::new(MINIMAL_RELEASE),
         },
-        Shape::Tollgate => Scripts {
+        Shape::Tollgate | Shape::Pass => Scripts {
             acquire: redis::Script::new(&gate("lone_enter.lua", "enter_fast.lua", "enter.lua")),
             release: redis::Script::new(&gate("lone_leave.lua", "leave_fast.lua", "leave.lua")),
         },
@@ -111,6 +121,7 @@ async fn first_number(
 async fn pair(shape: Shape, s: &Scripts, con: &mut redis::aio::MultiplexedConnection, w: usize, token: &str) {
     let ttl = TTL_MS.to_string();
     let (key, acquire, release): (String, Vec<&str>, Vec<&str>) = match shape {
+        Shape::Pass => unreachable!("a chain, not pairs"),
         Shape::Peer => {
             let key = format!("floor:{w}");
             let set: Option<String> = redis::cmd("SET")
@@ -151,7 +162,7 @@ async fn pair(shape: Shape, s: &Scripts, con: &mut redis::aio::MultiplexedConnec
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: floor-rate REDIS_URL peer|minimal|tollgate [SECONDS] [LUA_DIR]";
+    let usage = "usage: floor-rate REDIS_URL peer|minimal|tollgate|pass [SECONDS] [LUA_DIR]";
     let (url, shape_name) = match (args.get(1), args.get(2)) {
         (Some(u), Some(s)) => (u.clone(), s.clone()),
         _ => panic!("{usage}"),
@@ -160,6 +171,7 @@ async fn main() {
         "peer" => Shape::Peer,
         "minimal" => Shape::Minimal,
         "tollgate" => Shape::Tollgate,
+        "pass" => Shape::Pass,
         _ => panic!("{usage}"),
     };
     let seconds: u64 = args.get(3).map_or(5, |s| s.parse().expect("SECONDS"));
@@ -176,9 +188,38 @@ async fn main() {
     // peers' harness does, then the measured run.
     let warm_until = Instant::now() + Duration::from_secs(1);
     let end = warm_until + Duration::from_secs(seconds);
+    let default_workers = if matches!(shape, Shape::Pass) {
+        PASS_CAPACITY
+    } else {
+        WORKERS
+    };
     let workers: usize =
-        std::env::var("FLOOR_WORKERS").map_or(WORKERS, |w| w.parse().expect("FLOOR_WORKERS"));
+        std::env::var("FLOOR_WORKERS").map_or(default_workers, |w| w.parse().expect("FLOOR_WORKERS"));
     let mut tasks = Vec::new();
+    if matches!(shape, Shape::Pass) {
+        let s = scripts(shape, &lua_dir);
+        let mut c = con.clone();
+        let cap = workers.to_string();
+        for w in 0..workers {
+            // enter's full ARGV: id, permits, capacity, ttl, heartbeat,
+            // queue, label, barge.
+            let args = [
+                &format!("t{w}x0") as &str,
+                "1",
+                &cap,
+                "10000",
+                "10000",
+                "0",
+                "",
+                "1",
+            ];
+            assert_eq!(
+                first_number(&s.acquire, &mut c, PASS_GATE, &args).await,
+                1,
+                "not granted"
+            );
+        }
+    }
     for w in 0..workers {
         let mut con = con.clone();
         let s = scripts(shape, &lua_dir);
@@ -191,7 +232,19 @@ async fn main() {
                     return counted;
                 }
                 i += 1;
-                pair(shape, &s, &mut con, w, &format!("t{w}x{i}")).await;
+                if matches!(shape, Shape::Pass) {
+                    // leave's ARGV with a pass: id, keep, hint, the pass's
+                    // id, permits, ttl; answered {3, fence, ttl}.
+                    let (from, to) = (format!("t{w}x{}", i - 1), format!("t{w}x{i}"));
+                    let args = [&from as &str, "", "", &to, "1", "10000"];
+                    assert_eq!(
+                        first_number(&s.release, &mut con, PASS_GATE, &args).await,
+                        3,
+                        "not passed"
+                    );
+                } else {
+                    pair(shape, &s, &mut con, w, &format!("t{w}x{i}")).await;
+                }
                 if t0 >= warm_until {
                     counted += 1;
                 }
