@@ -95,10 +95,11 @@ fn default_log_level(command: &Command) -> &'static str {
     }
 }
 
-/// Benchmarks run on one thread when asked to, and `lock` by default: like
-/// the single-threaded Node peers it is compared with, and on a 2-core
-/// machine shared with Redis, cross-thread wake-ups cost more than they
-/// give there (`BenchArgs::current_thread`, docs/BENCHMARKS.md).
+/// A benchmark runs on one thread only when asked to (`--single-thread`,
+/// like the single-threaded Node peers it is compared with); everything
+/// else, benchmarks included, on a thread per core, which measured faster
+/// even on a 2-core machine shared with Redis (`BenchArgs::current_thread`,
+/// docs/BENCHMARKS.md).
 fn runtime_for(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     match command {
         Command::Bench(b) if b.current_thread() => {
