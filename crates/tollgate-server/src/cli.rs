@@ -863,15 +863,55 @@ pub(crate) enum BenchTarget {
     Console,
 }
 
+/// The runtime a benchmark runs its workers on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BenchRuntime {
+    /// A current-thread runtime (--single-thread).
+    CurrentThread,
+    /// A multi-thread runtime of this many worker threads.
+    Workers(usize),
+}
+
 impl BenchArgs {
-    /// Whether the benchmark runs on a current-thread runtime: only with
-    /// --single-thread. Measured (docs/BENCHMARKS.md): one thread halves
-    /// the client's CPU per critical section, but on a quiet machine it ran
-    /// the uncontended lock ~20 % slower (27.9k against 35.1k pairs/s),
-    /// `semaphore --limit 5` ~10 % slower, and the contended lock's acquire
-    /// p99 was 12-16 ms on one thread against 9-11 ms on two.
-    pub(crate) fn current_thread(&self) -> bool {
-        self.single_thread && !self.multi_thread
+    /// The benchmark's runtime: --single-thread, --multi-thread (a worker
+    /// per core) or --threads N; by default one worker thread for `lock`
+    /// and `semaphore` and a worker per core for the others.
+    ///
+    /// Measured (docs/BENCHMARKS.md, 2-core machine shared with Redis): one
+    /// worker thread against one per core, `lock` on Redis 84.5k → 87.3k
+    /// pairs/s, `lock --contended` 7.6k → 8.4k/s, `semaphore --limit 5`
+    /// 22.3k → 25.5k/s and 29.5k → 31.5k/s with --non-fair, `lock` on the
+    /// embedded store 587k → 788k/s: one worker spends no CPU stealing
+    /// tasks or waking the other, and leaves Redis its core. It is also
+    /// how the Node peers these two targets are compared with run (one
+    /// event loop). A current-thread runtime was slower again (`lock` on
+    /// Redis ~50k against ~70k pairs/s on a worker per core).
+    pub(crate) fn runtime(&self) -> BenchRuntime {
+        let per_core = || std::thread::available_parallelism().map_or(1, |n| n.get());
+        if self.single_thread {
+            BenchRuntime::CurrentThread
+        } else if self.multi_thread {
+            BenchRuntime::Workers(per_core())
+        } else {
+            match self.threads {
+                Some(0) => BenchRuntime::Workers(per_core()),
+                Some(n) => BenchRuntime::Workers(n),
+                None if matches!(self.target, BenchTarget::Lock | BenchTarget::Semaphore) => {
+                    BenchRuntime::Workers(1)
+                }
+                None => BenchRuntime::Workers(per_core()),
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for BenchRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BenchRuntime::CurrentThread => f.write_str("tokio current-thread"),
+            BenchRuntime::Workers(1) => f.write_str("tokio multi-thread, 1 worker thread"),
+            BenchRuntime::Workers(n) => write!(f, "tokio multi-thread, {n} worker threads"),
+        }
     }
 }
 
@@ -924,14 +964,19 @@ pub(crate) struct BenchArgs {
     /// `line` only: the line lengths to measure at, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     pub(crate) sizes: Vec<u64>,
-    /// Run the workers on one thread (a current-thread runtime) instead of
-    /// a thread per core.
-    #[arg(long, conflicts_with = "multi_thread")]
+    /// Run the workers on one thread (a current-thread runtime).
+    #[arg(long, conflicts_with_all = ["multi_thread", "threads"])]
     pub(crate) single_thread: bool,
-    /// Run the workers on a thread per core (a multi-thread runtime): the
-    /// default.
-    #[arg(long)]
+    /// Run the workers on a multi-thread runtime of a worker thread per
+    /// core (the default for targets other than `lock` and `semaphore`).
+    #[arg(long, conflicts_with = "threads")]
     pub(crate) multi_thread: bool,
+    /// Run the workers on a multi-thread runtime of N worker threads (0: one
+    /// per core). Default: 1 for `lock` and `semaphore` (like the Node
+    /// peers' one event loop; measured faster on a small machine shared
+    /// with Redis), one per core for the others.
+    #[arg(long, value_name = "N")]
+    pub(crate) threads: Option<usize>,
     /// `http`, `listing` and `console`: the server to measure.
     #[arg(long, value_name = "URL")]
     pub(crate) server: Option<String>,
@@ -1001,5 +1046,44 @@ mod tests {
         assert!(duration("-1s").is_err());
         assert!(duration("soon").is_err());
         assert!(duration("99999999999999999999").is_err());
+    }
+
+    fn bench_runtime(args: &[&str]) -> BenchRuntime {
+        let cli = Cli::try_parse_from(["tollgate", "bench"].iter().chain(args)).expect("valid arguments");
+        match cli.command {
+            Command::Bench(b) => b.runtime(),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bench_runtimes() {
+        let per_core = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(bench_runtime(&["lock"]), BenchRuntime::Workers(1));
+        assert_eq!(bench_runtime(&["semaphore"]), BenchRuntime::Workers(1));
+        assert_eq!(bench_runtime(&["jobs"]), BenchRuntime::Workers(per_core));
+        assert_eq!(
+            bench_runtime(&["lock", "--threads", "3"]),
+            BenchRuntime::Workers(3)
+        );
+        assert_eq!(
+            bench_runtime(&["lock", "--threads", "0"]),
+            BenchRuntime::Workers(per_core)
+        );
+        assert_eq!(
+            bench_runtime(&["lock", "--multi-thread"]),
+            BenchRuntime::Workers(per_core)
+        );
+        assert_eq!(
+            bench_runtime(&["jobs", "--single-thread"]),
+            BenchRuntime::CurrentThread
+        );
+        for clash in [
+            ["--threads", "2", "--single-thread"],
+            ["--threads", "2", "--multi-thread"],
+        ] {
+            let args = ["tollgate", "bench", "lock"].into_iter().chain(clash);
+            assert!(Cli::try_parse_from(args).is_err(), "{clash:?} accepted");
+        }
     }
 }

@@ -23,7 +23,7 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use crate::cli::{Cli, Command, LimitCommand, LockCommand, LogFormat, SemaphoreCommand};
+use crate::cli::{BenchRuntime, Cli, Command, LimitCommand, LockCommand, LogFormat, SemaphoreCommand};
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -95,16 +95,18 @@ fn default_log_level(command: &Command) -> &'static str {
     }
 }
 
-/// A benchmark runs on one thread only when asked to (`--single-thread`,
-/// like the single-threaded Node peers it is compared with); everything
-/// else, benchmarks included, on a thread per core, which measured faster
-/// even on a 2-core machine shared with Redis (`BenchArgs::current_thread`,
-/// docs/BENCHMARKS.md).
+/// A benchmark's runtime is its own choice (`BenchArgs::runtime`: one
+/// worker thread for `lock` and `semaphore` unless told otherwise);
+/// everything else runs on a worker thread per core.
 fn runtime_for(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     match command {
-        Command::Bench(b) if b.current_thread() => {
-            tokio::runtime::Builder::new_current_thread().enable_all().build()
-        }
+        Command::Bench(b) => match b.runtime() {
+            BenchRuntime::CurrentThread => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+            BenchRuntime::Workers(n) => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(n)
+                .enable_all()
+                .build(),
+        },
         _ => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
     }
 }

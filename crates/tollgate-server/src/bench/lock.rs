@@ -46,6 +46,8 @@ struct Report {
     redis_calls_per_op: Option<f64>,
     /// This process's CPU (all workers) per critical section.
     client_cpu_us_per_op: f64,
+    /// The runtime the workers ran on (`--threads`, `--single-thread`).
+    runtime: String,
 }
 
 struct Worker {
@@ -219,6 +221,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
             .as_ref()
             .and_then(|(a, b)| per_op(b.calls.saturating_sub(a.calls) as f64)),
         client_cpu_us_per_op: per_op(client_cpu * 1e6).unwrap_or(0.0),
+        runtime: args.runtime().to_string(),
     };
     match serde_json::to_string(&report) {
         Ok(line) => {
