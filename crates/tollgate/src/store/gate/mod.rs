@@ -9,6 +9,8 @@ mod line;
 pub(crate) mod memory;
 mod redis;
 
+pub(crate) use self::redis::PassGroups;
+
 use std::borrow::Cow;
 use std::fmt;
 use std::ops::Deref;

@@ -193,7 +193,7 @@ async fn write(mut rx: mpsc::UnboundedReceiver<Call>, conn: ConnectionManager, a
 /// is woken only once the runtime has run out of ready tasks and polled
 /// its I/O driver. Measured with it, `tollgate bench lock` on Redis ran
 /// 5–8 % fewer pairs per second: docs/BENCHMARKS.md.)
-async fn ready_ones_first() {
+pub(crate) async fn ready_ones_first() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {
         if yielded {

@@ -34,6 +34,7 @@ use redis::aio::ConnectionManager;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::wakers::Wakers;
 
+pub(crate) use self::batch::ready_ones_first;
 pub use self::conn::RedisConfig;
 use self::conn::{
     Conn, Target, check_not_cluster, check_prefix, check_url, cluster_builder, cluster_nodes, connect_error,
@@ -58,6 +59,8 @@ pub(crate) struct RedisStore {
     pub(in crate::store) prefix: String,
     pub(in crate::store) scripts: Arc<Scripts>,
     wakers: Arc<Wakers>,
+    /// Passes of a gate waiting to go out together (gate/redis.rs, `pass`).
+    pub(in crate::store) passes: Arc<crate::store::gate::PassGroups>,
     subs: Arc<Subscriptions>,
     /// How to open another command connection (for durable handles).
     target: Arc<Target>,
@@ -138,6 +141,7 @@ impl RedisStore {
             durable: None,
             subs,
             wakers,
+            passes: Arc::default(),
         }
     }
 

@@ -47,6 +47,7 @@ pub(in crate::store) struct Scripts {
     pub(in crate::store) poll: Script,
     pub(in crate::store) renew: Script,
     pub(in crate::store) leave: Script,
+    pub(in crate::store) pass_many: Script,
     pub(in crate::store) set_capacity: Script,
     pub(in crate::store) stats: Script,
     pub(in crate::store) holders: Script,
@@ -61,12 +62,13 @@ pub(in crate::store) struct Scripts {
 }
 
 impl Scripts {
-    pub(super) fn all(&self) -> [&Script; 15] {
+    pub(super) fn all(&self) -> [&Script; 16] {
         [
             &self.enter,
             &self.poll,
             &self.renew,
             &self.leave,
+            &self.pass_many,
             &self.set_capacity,
             &self.stats,
             &self.holders,
@@ -111,6 +113,15 @@ impl Scripts {
                 "../gate/lua/lone_leave.lua",
                 "../gate/lua/leave_fast.lua",
                 "../gate/lua/leave.lua"
+            )),
+            // Only the functions of head.lua it uses, none of prelude.lua:
+            // it answers alone or not at all.
+            pass_many: script(concat!(
+                include_str!("../gate/lua/keys.lua"),
+                "\n",
+                include_str!("../gate/lua/head.lua"),
+                "\n",
+                include_str!("../gate/lua/pass_many.lua")
             )),
             set_capacity: script(gate_script!("../gate/lua/set_capacity.lua")),
             stats: script(gate_script!("../gate/lua/stats.lua")),
@@ -360,6 +371,7 @@ impl RedisStore {
             prefix: self.prefix.clone(),
             scripts: self.scripts.clone(),
             wakers: self.wakers.clone(),
+            passes: self.passes.clone(),
             subs: self.subs.clone(),
             target: self.target.clone(),
             durable: Some(Durable {
