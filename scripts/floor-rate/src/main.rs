@@ -73,7 +73,7 @@ fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
             read("keys.lua"),
             read(lone),
             read("head.lua"),
-            read(fast),
+            fast.split(',').map(read).collect::<Vec<_>>().join("\n"),
             read("prelude.lua"),
             read(body),
         ]
@@ -90,7 +90,7 @@ fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
         },
         Shape::Tollgate | Shape::Pass => Scripts {
             acquire: redis::Script::new(&gate("lone_enter.lua", "enter_fast.lua", "enter.lua")),
-            release: redis::Script::new(&gate("lone_leave.lua", "leave_fast.lua", "leave.lua")),
+            release: redis::Script::new(&gate("lone_leave.lua", "pass_on.lua,leave_fast.lua", "leave.lua")),
         },
     }
 }
@@ -199,6 +199,12 @@ async fn main() {
     if matches!(shape, Shape::Pass) {
         let s = scripts(shape, &lua_dir);
         let mut c = con.clone();
+        // A fresh gate: a run before this one left its holders in it.
+        let _: () = redis::cmd("DEL")
+            .arg(PASS_GATE)
+            .query_async(&mut c)
+            .await
+            .expect("DEL");
         let cap = workers.to_string();
         for w in 0..workers {
             // enter's full ARGV: id, permits, capacity, ttl, heartbeat,

@@ -109,17 +109,24 @@ impl Scripts {
                 "../gate/lua/held_fast.lua",
                 "../gate/lua/renew.lua"
             )),
-            leave: script(gate_script!(
-                "../gate/lua/lone_leave.lua",
-                "../gate/lua/leave_fast.lua",
+            // pass_on.lua: the passes' code, shared with pass_many.
+            leave: script(gate_script!(@
+                include_str!("../gate/lua/lone_leave.lua"),
+                concat!(
+                    include_str!("../gate/lua/pass_on.lua"),
+                    "\n",
+                    include_str!("../gate/lua/leave_fast.lua")
+                ),
                 "../gate/lua/leave.lua"
             )),
-            // Only the functions of head.lua it uses, none of prelude.lua:
+            // head.lua's functions and pass_on.lua's, none of prelude.lua:
             // it answers alone or not at all.
             pass_many: script(concat!(
                 include_str!("../gate/lua/keys.lua"),
                 "\n",
                 include_str!("../gate/lua/head.lua"),
+                "\n",
+                include_str!("../gate/lua/pass_on.lua"),
                 "\n",
                 include_str!("../gate/lua/pass_many.lua")
             )),
