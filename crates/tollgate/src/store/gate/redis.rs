@@ -512,6 +512,16 @@ mod tests {
         }
     }
 
+    /// A store on the server at `url`, once it accepts connections.
+    async fn connect(url: &str) -> Store {
+        loop {
+            match Store::redis(url).await {
+                Ok(s) => return s,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
     /// EVALSHA calls the server has run, not counting those it failed (a
     /// script's first call, NOSCRIPT, before the client loads it):
     /// `INFO commandstats`.
@@ -542,12 +552,7 @@ mod tests {
     #[tokio::test]
     async fn passes_ready_together_go_out_as_one_call() {
         let (_server, url) = start();
-        let store = loop {
-            match Store::redis(&url).await {
-                Ok(s) => break s,
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        };
+        let store = connect(&url).await;
         let gate = GateName::with_capacity(Name::new("passes").expect("name"), Some(5));
         for i in 0..5 {
             let id = format!("h{i}");
@@ -640,12 +645,7 @@ mod tests {
     #[tokio::test]
     async fn a_release_wakes_a_waiter_of_its_own_process_without_pubsub() {
         let (_server, url) = start();
-        let store = loop {
-            match Store::redis(&url).await {
-                Ok(s) => break s,
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        };
+        let store = connect(&url).await;
         let gate = GateName::new(Name::new("local-wake").expect("name"));
         // Both the fast path (an inline holder, a plain line) and the
         // general path (a labelled waiter) hand off in the reply.
