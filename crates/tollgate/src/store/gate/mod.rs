@@ -27,10 +27,11 @@ use crate::name::Name;
 pub(crate) struct GateName {
     name: Name,
     redis: Arc<OnceLock<redis::GateKeys>>,
-    /// The handle names a capacity of one permit (a mutex): a hint the
-    /// Redis store passes to its release script, which checks it against
-    /// the stored capacity before taking its one-permit path.
-    one_permit: bool,
+    /// The capacity the handle names, if any: one permit (a mutex) is a
+    /// hint the Redis store passes to its release script, which checks it
+    /// against the stored capacity before taking its one-permit path; up
+    /// to `INLINE` lets its passes go out in groups.
+    capacity: Option<u32>,
 }
 
 impl GateName {
@@ -43,12 +44,18 @@ impl GateName {
         GateName {
             name,
             redis: Arc::default(),
-            one_permit: capacity == Some(1),
+            capacity,
         }
     }
 
     pub(crate) fn one_permit(&self) -> bool {
-        self.one_permit
+        self.capacity == Some(1)
+    }
+
+    /// The handle names a capacity of more than one permit whose holders a
+    /// Redis gate keeps inline (see `redis::INLINE`).
+    pub(crate) fn inline_sized(&self) -> bool {
+        self.capacity.is_some_and(|c| (2..=redis::INLINE).contains(&c))
     }
 
     /// The keys on a Redis store whose key prefix is `prefix`.

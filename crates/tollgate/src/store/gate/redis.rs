@@ -31,6 +31,10 @@ pub(crate) struct GateKeys {
     channel: String,
 }
 
+/// keys.lua's INLINE: a gate of at most this capacity keeps its holders
+/// inline in its meta hash, where pass_many.lua can make passes.
+pub(super) const INLINE: u32 = 8;
+
 /// Passes waiting to go out together, per gate (its meta key): see
 /// `RedisStore::pass`.
 #[derive(Debug, Default)]
@@ -144,8 +148,8 @@ impl RedisStore {
 
     /// A plain release of `id` that passes its permits on to `to`, an
     /// acquire waiting in this process, in the same step if they are free
-    /// for it then (leave.lua). On a gate of more than one permit (a
-    /// semaphore's), the passes of the gate that are ready together go out
+    /// for it then (leave.lua). On a gate whose handle names a capacity of
+    /// 2 to `INLINE` (a semaphore's, its holders inline), the passes of the gate that are ready together go out
     /// as one call (pass_many.lua): the first joins a group and sends it
     /// from a task of its own once the tasks ready now have run (and added
     /// theirs); a pass the group's script did not make (it left it to the
@@ -158,7 +162,7 @@ impl RedisStore {
         id: &str,
         to: &Pass<'_>,
     ) -> Result<(Left, Option<Grant>)> {
-        if gate.one_permit() || self.is_durable() {
+        if !gate.inline_sized() || self.is_durable() {
             return self.pass_alone(gate, id, to).await;
         }
         let key = gate.redis_keys(&self.prefix).keys[0].clone();
@@ -181,21 +185,50 @@ impl RedisStore {
             let gate = gate.clone();
             tokio::spawn(async move { store.send_passes(&gate, &key).await });
         }
+        // The task answers every pass of its group, or drops it (and so
+        // this sender) if it is dropped itself (its runtime shut down).
         rx.await.unwrap_or_else(|_| {
             Err(Error::new(
-                ErrorKind::Store,
+                ErrorKind::Unavailable,
                 "a pass was dropped before it was sent",
             ))
         })
     }
 
-    /// Sends the passes grouped under `key` (see `pass`) and answers each.
+    /// Sends the passes grouped under `key` (see `pass`) and answers each,
+    /// within one response timeout for them all. A pass whose caller has
+    /// gone is not sent (its permits stay with the releaser, whose lease
+    /// the dropped release gives back).
     async fn send_passes(&self, gate: &GateName, key: &str) {
+        /// Takes the group out of the map if the task is dropped before
+        /// it did, so the gate's next pass starts a new group.
+        struct Unsent<'a> {
+            groups: &'a PassGroups,
+            key: &'a str,
+            taken: bool,
+        }
+        impl Drop for Unsent<'_> {
+            fn drop(&mut self) {
+                if !self.taken {
+                    let mut groups = self.groups.0.lock().unwrap_or_else(PoisonError::into_inner);
+                    groups.remove(self.key);
+                }
+            }
+        }
+        let mut unsent = Unsent {
+            groups: &self.passes,
+            key,
+            taken: false,
+        };
         ready_ones_first().await;
-        let group = {
+        let deadline = Instant::now() + self.timeout;
+        let group: Vec<GroupedPass> = {
             let mut groups = self.passes.0.lock().unwrap_or_else(PoisonError::into_inner);
             groups.remove(key).unwrap_or_default()
         };
+        // (Removing it again would take a group a later pass started.)
+        unsent.taken = true;
+        let group: Vec<GroupedPass> = group.into_iter().filter(|p| !p.tx.is_closed()).collect();
         let made = match group.len() {
             0 | 1 => Ok(Vec::new()),
             _ => {
@@ -215,26 +248,30 @@ impl RedisStore {
             Ok(made) => made,
             Err(e) => {
                 for p in group {
-                    let _ = p.tx.send(Err(Error::new(e.kind(), e.to_string())));
+                    let _ = p.tx.send(Err(Error::new(e.kind(), e.message())));
                 }
                 return;
             }
         };
-        let mut fences = made.chunks_exact(2);
-        for p in group {
-            let answer = match fences.next() {
-                Some(&[fence, ttl]) => Ok((Left::Released, Some(grant(fence, ttl)))),
-                _ => {
-                    let to = Pass {
-                        id: &p.to,
-                        permits: p.permits,
-                        ttl_ms: p.ttl_ms,
-                    };
-                    self.pass_alone(gate, &p.from, &to).await
-                }
-            };
-            let _ = p.tx.send(answer);
+        let mut group = group.into_iter();
+        // (The fences first: zip takes from its first iterator before it
+        // finds the second one done.)
+        for (fence, p) in made.chunks_exact(2).zip(group.by_ref()) {
+            let _ = p.tx.send(Ok((Left::Released, Some(grant(fence[0], fence[1])))));
         }
+        // The rest (the script stopped at the first of them) alone, all
+        // at once.
+        let alone = group.filter(|p| !p.tx.is_closed()).map(|p| async move {
+            let to = Pass {
+                id: &p.to,
+                permits: p.permits,
+                ttl_ms: p.ttl_ms,
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            let answer = self.within(left, self.pass_alone(gate, &p.from, &to)).await;
+            let _ = p.tx.send(answer);
+        });
+        futures_util::future::join_all(alone).await;
     }
 
     async fn pass_alone(&self, gate: &GateName, id: &str, to: &Pass<'_>) -> Result<(Left, Option<Grant>)> {
@@ -474,6 +511,7 @@ mod tests {
     use crate::store::{EnterRequest, Entry, Store};
 
     use super::super::{GateName, Left, Pass};
+    use super::INLINE;
 
     /// A redis-server of this test's own on a free port, killed on drop.
     struct Server(Child);
@@ -636,6 +674,103 @@ mod tests {
                 "{id}"
             );
         }
+    }
+
+    /// A gate of `capacity` with holders `ids`, on a handle that names the
+    /// capacity.
+    async fn held_gate(store: &Store, name: &str, capacity: u32, ids: &[&str]) -> GateName {
+        let gate = GateName::with_capacity(Name::new(name).expect("name"), Some(capacity));
+        for id in ids {
+            let entry = store
+                .enter(
+                    &gate,
+                    &EnterRequest {
+                        capacity: Some(capacity),
+                        ..request(id)
+                    },
+                )
+                .await
+                .expect("enter");
+            assert!(matches!(entry, Entry::Granted(_)), "{entry:?}");
+        }
+        gate
+    }
+
+    /// What a group cannot make goes out alone: every pass on a handle of
+    /// more than `INLINE` permits (no group), and a group's passes once
+    /// its script stops (here at the first: someone waits in line, who
+    /// comes first, so none is made). A caller that leaves before its
+    /// group is sent has its pass dropped: the releaser still holds.
+    #[tokio::test]
+    async fn passes_a_group_cannot_make_go_out_alone() {
+        let (_server, url) = start();
+        let store = connect(&url).await;
+        let pass = |id| Pass {
+            id,
+            permits: 1,
+            ttl_ms: 60_000,
+        };
+
+        let big = held_gate(&store, "big", INLINE + 1, &["b0", "b1", "b2"]).await;
+        let before = evalsha_calls(&url).await;
+        let (p0, p1) = (pass("c0"), pass("c1"));
+        let (a0, a1) = tokio::join!(store.pass(&big, "b0", &p0), store.pass(&big, "b1", &p1));
+        assert_eq!(evalsha_calls(&url).await - before, 2, "one call each");
+        for a in [a0, a1] {
+            assert!(matches!(a.expect("pass"), (Left::Released, Some(_))));
+        }
+
+        let lined = held_gate(&store, "lined", 2, &["l0", "l1"]).await;
+        let queued = store
+            .enter(
+                &lined,
+                &EnterRequest {
+                    capacity: Some(2),
+                    queue: true,
+                    ..request("fair")
+                },
+            )
+            .await
+            .expect("enter");
+        assert!(matches!(queued, Entry::Queued(_)), "{queued:?}");
+        let before = evalsha_calls(&url).await;
+        let (p0, p1) = (pass("x0"), pass("x1"));
+        let (a0, a1) = tokio::join!(store.pass(&lined, "l0", &p0), store.pass(&lined, "l1", &p1));
+        assert_eq!(
+            evalsha_calls(&url).await - before,
+            3,
+            "the group's call, then each alone"
+        );
+        // Each released; the line's ticket took the first freed permit.
+        for a in [a0, a1] {
+            assert_eq!(a.expect("pass").0, Left::Released);
+        }
+        assert_eq!(store.leave(&lined, "fair").await.expect("leave"), Left::Released);
+
+        let dropped = held_gate(&store, "dropped", 3, &["d0", "d1", "d2"]).await;
+        let before = evalsha_calls(&url).await;
+        let (p0, p1, p2) = (pass("e0"), pass("e1"), pass("e2"));
+        let mut gone = Box::pin(store.pass(&dropped, "d1", &p1));
+        assert!(
+            futures_util::poll!(gone.as_mut()).is_pending(),
+            "in its group, not sent"
+        );
+        drop(gone);
+        let (a0, a2) = tokio::join!(store.pass(&dropped, "d0", &p0), store.pass(&dropped, "d2", &p2));
+        assert_eq!(evalsha_calls(&url).await - before, 1, "one call for the two left");
+        for a in [a0, a2] {
+            assert!(matches!(a.expect("pass"), (Left::Released, Some(_))));
+        }
+        assert_eq!(
+            store.leave(&dropped, "d1").await.expect("leave"),
+            Left::Released,
+            "still held"
+        );
+        assert_eq!(
+            store.leave(&dropped, "e1").await.expect("leave"),
+            Left::Unknown,
+            "never passed"
+        );
     }
 
     /// The release's reply names the hand-off, so a waiter in the releasing

@@ -52,7 +52,7 @@ pub(crate) struct RedisStore {
     batch: Option<Arc<batch::Batcher>>,
     /// `RedisConfig::response_timeout`: no operation takes longer (a
     /// durable one: plus its WAIT's timeout).
-    timeout: Duration,
+    pub(in crate::store) timeout: Duration,
     /// `RedisConfig::idle`: how long the registry of names outlives its
     /// last registration.
     pub(in crate::store) idle: Duration,

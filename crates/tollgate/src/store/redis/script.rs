@@ -203,7 +203,11 @@ impl RedisStore {
     /// (the connection manager's retries) or sends a second request
     /// (NOSCRIPT): against a frozen server such a call took two timeouts.
     /// This is the one deadline of the whole call.
-    pub(super) async fn within<T>(&self, limit: Duration, op: impl Future<Output = Result<T>>) -> Result<T> {
+    pub(in crate::store) async fn within<T>(
+        &self,
+        limit: Duration,
+        op: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
         match tokio::time::timeout(limit, op).await {
             Ok(out) => out,
             Err(_) => Err(Error::new(
