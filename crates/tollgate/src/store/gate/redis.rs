@@ -149,13 +149,13 @@ impl RedisStore {
     /// A plain release of `id` that passes its permits on to `to`, an
     /// acquire waiting in this process, in the same step if they are free
     /// for it then (leave.lua). On a gate whose handle names a capacity of
-    /// 2 to `INLINE` (a semaphore's, its holders inline), the passes of the gate that are ready together go out
-    /// as one call (pass_many.lua): the first joins a group and sends it
-    /// from a task of its own once the tasks ready now have run (and added
-    /// theirs); a pass the group's script did not make (it left it to the
-    /// general path) is then sent alone. Five holders passing on in turn
-    /// came to Redis ~3.7 at a time, each waiting for the others' scripts
-    /// before its reply was written.
+    /// 2 to `INLINE` (a semaphore's, its holders inline), the passes of the
+    /// gate that are ready together go out as one call (pass_many.lua): the
+    /// first joins a group and sends it from a task of its own once the
+    /// tasks ready now have run (and added theirs); a pass the group's
+    /// script did not make (it left it to the general path) is then sent
+    /// alone. Five holders passing on in turn came to Redis ~3.7 at a time,
+    /// each waiting for the others' scripts before its reply was written.
     pub(crate) async fn pass(
         self: &Arc<Self>,
         gate: &GateName,
