@@ -200,35 +200,36 @@ impl RedisStore {
     /// gone is not sent (its permits stay with the releaser, whose lease
     /// the dropped release gives back).
     async fn send_passes(&self, gate: &GateName, key: &str) {
-        /// Takes the group out of the map if the task is dropped before
-        /// it did, so the gate's next pass starts a new group.
-        struct Unsent<'a> {
+        /// The group's place in the map: taken out once, by `take`, or on
+        /// drop if the task is dropped before (so the gate's next pass
+        /// starts a new group; once taken, the key may name a later one).
+        struct Place<'a> {
             groups: &'a PassGroups,
             key: &'a str,
             taken: bool,
         }
-        impl Drop for Unsent<'_> {
+        impl Place<'_> {
+            fn take(&mut self) -> Vec<GroupedPass> {
+                self.taken = true;
+                let mut groups = self.groups.0.lock().unwrap_or_else(PoisonError::into_inner);
+                groups.remove(self.key).unwrap_or_default()
+            }
+        }
+        impl Drop for Place<'_> {
             fn drop(&mut self) {
                 if !self.taken {
-                    let mut groups = self.groups.0.lock().unwrap_or_else(PoisonError::into_inner);
-                    groups.remove(self.key);
+                    self.take();
                 }
             }
         }
-        let mut unsent = Unsent {
+        let mut place = Place {
             groups: &self.passes,
             key,
             taken: false,
         };
         ready_ones_first().await;
         let deadline = Instant::now() + self.timeout;
-        let group: Vec<GroupedPass> = {
-            let mut groups = self.passes.0.lock().unwrap_or_else(PoisonError::into_inner);
-            groups.remove(key).unwrap_or_default()
-        };
-        // (Removing it again would take a group a later pass started.)
-        unsent.taken = true;
-        let group: Vec<GroupedPass> = group.into_iter().filter(|p| !p.tx.is_closed()).collect();
+        let group: Vec<GroupedPass> = place.take().into_iter().filter(|p| !p.tx.is_closed()).collect();
         let made = match group.len() {
             0 | 1 => Ok(Vec::new()),
             _ => {
@@ -590,21 +591,7 @@ mod tests {
     async fn passes_ready_together_go_out_as_one_call() {
         let (_server, url) = start();
         let store = connect(&url).await;
-        let gate = GateName::with_capacity(Name::new("passes").expect("name"), Some(5));
-        for i in 0..5 {
-            let id = format!("h{i}");
-            let entry = store
-                .enter(
-                    &gate,
-                    &EnterRequest {
-                        capacity: Some(5),
-                        ..request(&id)
-                    },
-                )
-                .await
-                .expect("enter");
-            assert!(matches!(entry, Entry::Granted(_)), "{entry:?}");
-        }
+        let gate = held_gate(&store, "passes", 5, &["h0", "h1", "h2", "h3", "h4"]).await;
         let pass_all = async |from: &[&str], to: &[&str]| {
             let passes: Vec<Pass> = to
                 .iter()
@@ -674,6 +661,16 @@ mod tests {
                 "{id}"
             );
         }
+    }
+
+    /// `INLINE` here is keys.lua's.
+    #[test]
+    fn inline_is_the_scripts() {
+        let keys = include_str!("lua/keys.lua");
+        assert!(
+            keys.contains(&format!("\nlocal INLINE = {INLINE}\n")),
+            "keys.lua's INLINE differs"
+        );
     }
 
     /// A gate of `capacity` with holders `ids`, on a handle that names the

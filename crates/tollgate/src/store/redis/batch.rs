@@ -1,10 +1,11 @@
 //! Script calls to one server, written together: callers hand their
 //! `EVALSHA` to one task, which lets the callers that are ready run first
 //! (it goes to the back of the runtime's queue once) and then sends what
-//! has come as one pipeline, in one write. Without it, each call was its own `writev` (tokio runs a task
-//! woken by the running one next, so the connection's writer ran after
-//! every single send): at 50 concurrent callers, 0.8 writes per call and
-//! a third of the client's CPU in them (`docs/BENCHMARKS.md`).
+//! has come as one pipeline, in one write. Without it, each call was its
+//! own `writev` (tokio runs a task woken by the running one next, so the
+//! connection's writer ran after every single send): at 50 concurrent
+//! callers, 0.8 writes per call and a third of the client's CPU in them
+//! (`docs/BENCHMARKS.md`).
 //!
 //! - A server error answers only its own call (`ignore_errors`); a lost
 //!   connection answers every call of the pipeline.
