@@ -14,6 +14,7 @@ pub(crate) use self::redis::PassGroups;
 use std::borrow::Cow;
 use std::fmt;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -32,6 +33,12 @@ pub(crate) struct GateName {
     /// against the stored capacity before taking its one-permit path; up
     /// to `INLINE` lets its passes go out in groups.
     capacity: Option<u32>,
+    /// Whether the handle's last enter was queued, or its last release
+    /// handed the gate on: a line is likely, so the Redis store asks its
+    /// scripts for the line's fields at once rather than trying the lone
+    /// lease's and one permit's paths first (a hint for the cost of the
+    /// call alone: every path gives the same outcome for the same state).
+    lined: Arc<AtomicBool>,
 }
 
 impl GateName {
@@ -45,11 +52,21 @@ impl GateName {
             name,
             redis: Arc::default(),
             capacity,
+            lined: Arc::default(),
         }
     }
 
     pub(crate) fn one_permit(&self) -> bool {
         self.capacity == Some(1)
+    }
+
+    /// See `lined` above.
+    pub(crate) fn lined(&self) -> bool {
+        self.lined.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_lined(&self, lined: bool) {
+        self.lined.store(lined, Ordering::Relaxed);
     }
 
     /// The handle names a capacity of more than one permit whose holders a

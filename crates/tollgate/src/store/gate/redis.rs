@@ -78,9 +78,13 @@ impl RedisStore {
     }
 
     pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
-        // A Lock's request in the short form lone_enter.lua reads.
+        // A Lock's request in the short form lone_enter.lua reads; with
+        // 'L' when its handle saw a line, for enter_line.lua.
         let lone = req.permits == 1 && req.capacity == Some(1) && req.label.is_none() && !req.barge;
-        let r = if lone {
+        let r = if lone && gate.lined() {
+            let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue), "L");
+            self.run(&self.scripts.enter, gate, args).await?
+        } else if lone {
             let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue));
             self.run(&self.scripts.enter, gate, args).await?
         } else {
@@ -101,8 +105,14 @@ impl RedisStore {
             .await?
         };
         match r.as_slice() {
-            [1, fence, ttl] => Ok(Entry::Granted(grant(*fence, *ttl))),
-            [2, position, waiting, eta] => Ok(Entry::Queued(place(*position, *waiting, *eta))),
+            [1, fence, ttl] => {
+                gate.set_lined(false);
+                Ok(Entry::Granted(grant(*fence, *ttl)))
+            }
+            [2, position, waiting, eta] => {
+                gate.set_lined(true);
+                Ok(Entry::Queued(place(*position, *waiting, *eta)))
+            }
             [3, used, capacity, waiting] => Ok(Entry::Busy(Occupancy {
                 used: *used as u64,
                 capacity: *capacity as u32,
@@ -138,11 +148,19 @@ impl RedisStore {
     /// holder is recorded in the revocation log in the same script.
     pub(crate) async fn leave(&self, gate: &GateName, id: &str, keep_ms: Option<u64>) -> Result<Left> {
         let r: Vec<Value> = match keep_ms {
-            // (No keep, and the one-permit hint: see leave_fast.lua.)
+            // (No keep: a Lock's handle that saw a line tries leave_line.lua,
+            // any other the one-permit hint, see leave_fast.lua.)
+            None if gate.one_permit() && gate.lined() => {
+                self.run_as(&self.scripts.leave, gate, (id, "", "L")).await?
+            }
             None if gate.one_permit() => self.run_as(&self.scripts.leave, gate, (id, "", 1)).await?,
             None => self.run_as(&self.scripts.leave, gate, id).await?,
             Some(keep) => self.run_as(&self.scripts.leave, gate, (id, keep)).await?,
         };
+        // A release: after the outcome, the hand-offs it made, if any.
+        if matches!(r.first(), Some(Value::Int(1))) {
+            gate.set_lined(r.len() > 1);
+        }
         self.left("leave", &r).map(|(left, _)| left)
     }
 
@@ -661,6 +679,185 @@ mod tests {
                 "{id}"
             );
         }
+    }
+
+    /// Calls of `command` the server has run: `INFO commandstats`.
+    async fn calls(url: &str, command: &str) -> u64 {
+        let client = redis::Client::open(url).expect("url");
+        let mut con = client.get_multiplexed_async_connection().await.expect("connect");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut con)
+            .await
+            .expect("info");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// A mutex's handle that saw a line takes the line's paths
+    /// (enter_line.lua, leave_line.lua): one HMGET to queue and one to
+    /// hand the gate on, rather than two (and one for the lone lease) and
+    /// two (and a GET). The hint only picks the path: wrong either way, the
+    /// outcome is the same (a lone lease released on the lined path, a
+    /// line handed on without it).
+    #[tokio::test]
+    async fn a_handle_that_saw_a_line_reads_it_at_once() {
+        let (_server, url) = start();
+        let store = connect(&url).await;
+        let gate = GateName::with_capacity(Name::new("lined").expect("name"), Some(1));
+        let enter = async |id| store.enter(&gate, &request(id)).await.expect("enter");
+
+        assert!(matches!(enter("a").await, Entry::Granted(_)));
+        assert!(!gate.lined(), "granted");
+        let queue = async |id| {
+            let before = calls(&url, "hmget").await;
+            assert!(matches!(enter(id).await, Entry::Queued(_)));
+            calls(&url, "hmget").await - before
+        };
+        assert_eq!(
+            queue("b").await,
+            2,
+            "the lone lease's read, then the rest with the line's"
+        );
+        assert!(gate.lined(), "queued");
+        assert_eq!(queue("c").await, 1, "all at once");
+
+        let before = (calls(&url, "hmget").await, calls(&url, "get").await);
+        assert_eq!(store.leave(&gate, "a").await.expect("leave"), Left::Released);
+        let after = (calls(&url, "hmget").await, calls(&url, "get").await);
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (1, 0),
+            "one read to hand on"
+        );
+        assert!(gate.lined(), "handed on");
+
+        // Without the hint, the line is handed on all the same.
+        gate.set_lined(false);
+        assert_eq!(store.leave(&gate, "b").await.expect("leave"), Left::Released);
+        assert_eq!(store.leave(&gate, "c").await.expect("leave"), Left::Released);
+        assert!(!gate.lined(), "nobody left to hand on to");
+
+        // A lone lease (granted on a handle without the hint) released on
+        // a handle with it; the gate is free again after.
+        assert!(matches!(enter("d").await, Entry::Granted(_)));
+        let hinted = gate.clone();
+        hinted.set_lined(true);
+        assert_eq!(store.leave(&hinted, "d").await.expect("leave"), Left::Released);
+        assert_eq!(store.leave(&hinted, "d").await.expect("leave"), Left::Unknown);
+        hinted.set_lined(true);
+        assert!(matches!(enter("e").await, Entry::Granted(_)), "free again");
+        assert!(!gate.lined());
+    }
+
+    /// The line's paths give the answers the general paths give and leave
+    /// the same state: one contended mutex driven through the same steps
+    /// twice, its handle with the hint and without (each step sets it, so
+    /// the hint never follows the answers), down to the hand-offs' fences,
+    /// a waiter that gave up, one whose heartbeat ran out (a stale ticket
+    /// due: the line's paths leave it to the general path), and a release
+    /// by a holder that is not one.
+    #[tokio::test]
+    async fn the_lines_paths_agree_with_the_general_ones() {
+        let (_server, url) = start();
+        let store = connect(&url).await;
+        let mut runs = Vec::new();
+        for hinted in [true, false] {
+            let gate = GateName::with_capacity(Name::new(&format!("agree-{hinted}")).expect("name"), Some(1));
+            let hmgets = calls(&url, "hmget").await;
+            let mut log = Vec::new();
+            let mut first = None;
+            let ids = ["a", "b", "c", "d", "e", "f"];
+            let watches: Vec<_> = ids.iter().map(|id| store.watch(id)).collect();
+            let enter = async |id: &str, heartbeat_ms| {
+                gate.set_lined(hinted);
+                let entry = store
+                    .enter(
+                        &gate,
+                        &EnterRequest {
+                            heartbeat_ms,
+                            ..request(id)
+                        },
+                    )
+                    .await
+                    .expect("enter");
+                match entry {
+                    Entry::Granted(g) => format!("granted {}", g.ttl_ms),
+                    Entry::Queued(p) => format!("queued {} of {}", p.position, p.waiting),
+                    Entry::Busy(o) => format!("busy {o:?}"),
+                }
+            };
+            let leave = async |id: &str| {
+                gate.set_lined(hinted);
+                store.leave(&gate, id).await.expect("leave")
+            };
+            for id in ids {
+                // (e's heartbeat runs out while it waits.)
+                log.push(enter(id, if id == "e" { 200 } else { 60_000 }).await);
+            }
+            log.push(format!("{:?}", leave("d").await));
+            log.push(format!("{:?}", leave("zz").await));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            for (holder, next) in [("a", 1), ("b", 2)] {
+                log.push(format!("{:?}", leave(holder).await));
+                let fence = watches[next].wait(Duration::from_secs(1)).await.expect("handed");
+                let base = *first.get_or_insert(fence);
+                log.push(format!("{} handed {}", ids[next], fence - base));
+                log.push(enter(holder, 60_000).await);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // c hands on past e (stale) to f, then f to a.
+            for (holder, next) in [("c", 5), ("f", 0)] {
+                log.push(format!("{:?}", leave(holder).await));
+                let fence = watches[next].wait(Duration::from_secs(1)).await.expect("handed");
+                log.push(format!(
+                    "{} handed {}",
+                    ids[next],
+                    fence - first.expect("a fence")
+                ));
+            }
+            log.push(format!("{:?}", leave("e").await));
+            // m's fields, with every run of digits that is a time or a fence
+            // (9 or more) masked, and the line's pace (r: ms between grants,
+            // which the two runs' timing sets).
+            let client = redis::Client::open(url.as_str()).expect("url");
+            let mut con = client.get_multiplexed_async_connection().await.expect("connect");
+            let mut state: Vec<(String, String)> = redis::cmd("HGETALL")
+                .arg(&*gate.redis_keys("tollgate").keys[0])
+                .query_async(&mut con)
+                .await
+                .expect("hgetall");
+            let mask = |v: &str| {
+                v.split(|c: char| !c.is_ascii_digit())
+                    .filter(|d| d.len() >= 9)
+                    .fold(v.to_owned(), |v, d| v.replacen(d, "T", 1))
+            };
+            state = state
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = if k == "r" { "R".to_owned() } else { mask(&v) };
+                    (k, v)
+                })
+                .collect();
+            state.sort();
+            runs.push((log, state, calls(&url, "hmget").await - hmgets));
+        }
+        let (hinted, general) = (&runs[0], &runs[1]);
+        assert!(
+            hinted.1.iter().any(|(k, v)| k == "h" && v == "a T -T 1"),
+            "a holds: {:?}",
+            hinted.1
+        );
+        assert_eq!(hinted.0, general.0, "the same answers");
+        assert_eq!(hinted.1, general.1, "the same state");
+        assert!(
+            hinted.2 + 6 <= general.2,
+            "the line's paths ran: {} HMGETs against {}",
+            hinted.2,
+            general.2
+        );
     }
 
     /// `INLINE` here is keys.lua's.

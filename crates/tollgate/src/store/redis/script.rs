@@ -98,9 +98,15 @@ impl Scripts {
             }
         };
         Scripts {
-            enter: script(gate_script!(
-                "../gate/lua/lone_enter.lua",
-                "../gate/lua/enter_fast.lua",
+            // The line's paths (a Lock whose handle saw a line) first, then
+            // the lone lease's.
+            enter: script(gate_script!(@
+                concat!(
+                    include_str!("../gate/lua/enter_line.lua"),
+                    "\n",
+                    include_str!("../gate/lua/lone_enter.lua")
+                ),
+                include_str!("../gate/lua/enter_fast.lua"),
                 "../gate/lua/enter.lua"
             )),
             poll: script(gate_script!("../gate/lua/held_fast.lua", "../gate/lua/poll.lua")),
@@ -111,7 +117,11 @@ impl Scripts {
             )),
             // pass_on.lua: the passes' code, shared with pass_many.
             leave: script(gate_script!(@
-                include_str!("../gate/lua/lone_leave.lua"),
+                concat!(
+                    include_str!("../gate/lua/leave_line.lua"),
+                    "\n",
+                    include_str!("../gate/lua/lone_leave.lua")
+                ),
                 concat!(
                     include_str!("../gate/lua/pass_on.lua"),
                     "\n",

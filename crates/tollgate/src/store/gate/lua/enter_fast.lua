@@ -17,10 +17,17 @@ if lone_tried then
   read_meta()
 elseif lone_read and lone_read[1] == '1' then
   local one = lone_read
-  local more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X')
-  raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[5], more[5], one[6], more[6], more[7]}
+  local more
+  if A[6] == '1' then
+    -- (A request that may queue, on a gate held: the line's fields too.)
+    more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X', 's', 'U', 'V')
+  else
+    more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X')
+  end
+  raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[5], more[5], one[6], more[6], more[7],
+    more[8], more[9], more[10]}
 else
-  read_meta()
+  read_meta(A[6] == '1')
 end
 local fast_c, fast_asked = tonumber(raw[1]), tonumber(A[3])
 local fast_cap = fast_c or fast_asked
@@ -77,8 +84,10 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
   end
   if live and A[6] == '1' and permits == 1 and used >= fast_cap and (z == 0 or z > now) then
     -- Full: into the line (as enter.lua's queueing and set_deadline()).
-    -- (The line's fields, which only queueing needs.)
-    local cold = redis.call('HMGET', KM, 's', 'U', 'V')
+    -- (The line's fields, which only queueing needs: read with the head's
+    -- when the request may queue, see read_meta().)
+    local cold = {raw[14], raw[15], raw[16]}
+    if raw[14] == nil then cold = redis.call('HMGET', KM, 's', 'U', 'V') end
     local KQ, KP = base .. 'q', base .. 'p'
     local s, deadline = (tonumber(cold[1]) or 0) + 1, now + tonumber(A[5])
     -- (Numbers as text made here, as for a grant.)

@@ -10,7 +10,7 @@ local function clock()
   end
 end
 -- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 z, 7 r, 8 l, 9 E, 10 G, 11 N, 12 u,
--- 13 X (HMGET answers false for a field that is not there), read by
+-- 13 X, and for a request that may queue 14 s, 15 U, 16 V (HMGET answers false for a field that is not there), read by
 -- read_meta() once a script needs them: a fast path for a gate of one
 -- permit reads fewer first (and answers alone, or falls through to this
 -- read). Each field read costs Redis time (a small hash is a list: every
@@ -20,12 +20,19 @@ end
 -- fast paths leave to the general path (see prelude.lua).
 local raw
 local absorb
-local function read_meta()
-  raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
-  -- A lone lease (key H, below) exists only on a gate of capacity 1 with
-  -- no holder in h: into h first, then read again.
-  if (raw[1] == '1' or not raw[1]) and (raw[3] or '') == '' and absorb() then
-    raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
+-- With `line` (a request that may queue), also the line's s, U and V
+-- (14 to 16; nil when not read), in the same call.
+local function read_meta(line)
+  for _ = 1, 2 do
+    if line then
+      raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X', 's', 'U', 'V')
+    else
+      raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
+    end
+    -- A lone lease (key H, below) exists only on a gate of capacity 1
+    -- with no holder in h: into h first, then read again (once: h then
+    -- holds it).
+    if not ((raw[1] == '1' or not raw[1]) and (raw[3] or '') == '' and absorb()) then return end
   end
 end
 

@@ -7,13 +7,14 @@
 -- with m) and HINCRBY of the fence. No server time: H's value keeps the
 -- lease's end as its distance from H's expiry (m's TTL less the lease's).
 -- Such a request comes in the short form of ARGV: 1 id, 2 ttl, 3
--- heartbeat, 4 queue (every argument costs Redis time); any other, and
+-- heartbeat, 4 queue (every argument costs Redis time), and 5 'L' when
+-- its handle saw a line (for enter_line.lua, before this); any other, and
 -- A for the rest of the script (enter_fast.lua, enter.lua), in
 -- enter.lua's. Otherwise enter_fast.lua goes on with what was read
 -- (lone_read; lone_tried: the gate looked free, so H may hold a lease).
 -- Reply as enter.lua, or falls through.
 local A, lone_read, lone_tried = ARGV, nil, nil
-if #ARGV == 4 then
+if #ARGV == 4 or ARGV[5] == 'L' then
   lone_read = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'E', 'N')
   local one = lone_read
   if one[1] == '1' and (one[2] or '') == '' and not one[3] and (tonumber(one[4]) or 0) == 0 and one[5] then

@@ -1,0 +1,56 @@
+-- leave_line.lua: a plain release by a Lock whose handle saw a line last
+-- (ARGV[3] 'L', see GateName::lined), before lone_leave.lua and head.lua:
+-- the only holder of a gate of one permit hands it to the line's head.
+-- As leave_fast.lua's hand-over, with nothing else built or read: TIME,
+-- one HMGET of 12 fields, ZPOPMIN, HGET and HDEL of the head's deadline,
+-- PUBLISH, HSET (a mutex's contended hand-over, on the chain of every
+-- critical section: ~7 µs of Redis CPU less than leave_fast.lua's,
+-- docs/BENCHMARKS.md). Anything else (no line, a stale ticket due, an
+-- ended lease, a first fence, a gate without an epoch, anything for the
+-- general path) falls through with nothing done.
+-- ARGV as leave.lua. Reply as leave.lua, or falls through.
+-- Invariant: identical outcome to leave.lua for the same state.
+if ARGV[3] == 'L' and (ARGV[2] or '') == '' and (ARGV[4] or '') == '' then
+  -- (The clock as head.lua's clock() reads it, which then reads no more.)
+  t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local m = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'u', 'X')
+  local waiting, f, X = tonumber(m[5]) or 0, tonumber(m[2]) or 0, tonumber(m[12]) or 0
+  if m[1] == '1' and not m[4] and m[9] and m[11] == '1' and waiting > 0 and (tonumber(m[6]) or 0) > now
+    and f > 0 and X > now then
+    -- The caller is the only holder, with its one permit, live.
+    local id, ends = string.match(m[3] or '', '^(%w+) (%d+) %-?%d+ 1$')
+    local head = id == ARGV[1] and tonumber(ends) > now and redis.call('ZPOPMIN', base .. 'q')[1]
+    if head then
+      local KP, dk = base .. 'p', 'd:' .. head
+      -- The hand-off lives until the waiter's heartbeat deadline.
+      local deadline = tonumber(redis.call('HGET', KP, dk)) or now
+      redis.call('HDEL', KP, dk)
+      f = f + 1
+      local fs, ds = string.format('%d', f), string.format('%d', deadline)
+      if deadline < X then X = deadline end
+      local handed = head .. ':' .. fs
+      redis.call('PUBLISH', base .. 'n', handed)
+      local fields = {'f', fs, 'W', waiting - 1, 'l', string.format('%d', now),
+        'h', head .. ' ' .. ds .. ' -' .. fs .. ' 1', 'u', 1, 'X', string.format('%d', X)}
+      -- The line's pace (as line_moved() in the prelude).
+      local r, l = tonumber(m[7]), tonumber(m[8]) or 0
+      if l > 0 then
+        local gap = math.max(0, now - l)
+        if r == nil then r = gap else r = math.floor(r * 0.8 + gap * 0.2 + 0.5) end
+      end
+      if r ~= nil then fields[#fields + 1], fields[#fields + 2] = 'r', r end
+      -- m outlives the hand-off by IDLE (as meta_expiry() in head.lua).
+      local need = deadline + IDLE
+      if need > (tonumber(m[10]) or 0) then
+        local G = need + math.floor(IDLE / 4)
+        fields[#fields + 1], fields[#fields + 2] = 'G', G
+        redis.call('HSET', KM, unpack(fields))
+        redis.call('PEXPIREAT', KM, G)
+      else
+        redis.call('HSET', KM, unpack(fields))
+      end
+      return {1, handed}
+    end
+  end
+end
