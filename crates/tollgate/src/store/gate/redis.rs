@@ -31,6 +31,16 @@ pub(crate) struct GateKeys {
     channel: String,
 }
 
+/// Whether `req` comes with 'L' for enter_line.lua: a Lock's request (one
+/// permit, no label, not barging) that would queue, on a handle of one
+/// permit that saw a line last. (Taken to gates of up to `INLINE`
+/// permits, the line's paths cost a fair semaphore of 5 Redis 5 µs less
+/// per hand-over but ran no more of them, and the mutex's ~1 µs more, for
+/// finding the releaser among several holders: docs/BENCHMARKS.md.)
+fn line_hint(gate: &GateName, req: &EnterRequest<'_>) -> bool {
+    req.permits == 1 && req.label.is_none() && !req.barge && req.queue && gate.lined() && gate.one_permit()
+}
+
 /// keys.lua's INLINE: a gate of at most this capacity keeps its holders
 /// inline in its meta hash, where pass_many.lua can make passes.
 pub(super) const INLINE: u32 = 8;
@@ -78,10 +88,11 @@ impl RedisStore {
     }
 
     pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
-        // A Lock's request in the short form lone_enter.lua reads; with
-        // 'L' when its handle saw a line, for enter_line.lua.
+        // A Lock's request in the short form lone_enter.lua reads; any
+        // other in enter.lua's. A request of one permit whose handle saw a
+        // line adds 'L', for enter_line.lua.
         let lone = req.permits == 1 && req.capacity == Some(1) && req.label.is_none() && !req.barge;
-        let r = if lone && gate.lined() {
+        let r = if lone && line_hint(gate, req) {
             let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue), "L");
             self.run(&self.scripts.enter, gate, args).await?
         } else if lone {
@@ -753,101 +764,25 @@ mod tests {
     }
 
     /// The line's paths give the answers the general paths give and leave
-    /// the same state: one contended mutex driven through the same steps
-    /// twice, its handle with the hint and without (each step sets it, so
-    /// the hint never follows the answers), down to the hand-offs' fences,
-    /// a waiter that gave up, one whose heartbeat ran out (a stale ticket
-    /// due: the line's paths leave it to the general path), and a release
-    /// by a holder that is not one.
+    /// the same state: a contended mutex driven through the same steps
+    /// twice, its handle with the hint and
+    /// without (each step sets it, so the hint never follows the answers),
+    /// down to who is handed the permit with which fence, a waiter that
+    /// gave up, one whose heartbeat ran out (a stale ticket due: the line's
+    /// paths leave it to the general path), and a release by a holder that
+    /// is not one.
     #[tokio::test]
     async fn the_lines_paths_agree_with_the_general_ones() {
         let (_server, url) = start();
         let store = connect(&url).await;
         let mut runs = Vec::new();
         for hinted in [true, false] {
-            let gate = GateName::with_capacity(Name::new(&format!("agree-{hinted}")).expect("name"), Some(1));
-            let hmgets = calls(&url, "hmget").await;
-            let mut log = Vec::new();
-            let mut first = None;
-            let ids = ["a", "b", "c", "d", "e", "f"];
-            let watches: Vec<_> = ids.iter().map(|id| store.watch(id)).collect();
-            let enter = async |id: &str, heartbeat_ms| {
-                gate.set_lined(hinted);
-                let entry = store
-                    .enter(
-                        &gate,
-                        &EnterRequest {
-                            heartbeat_ms,
-                            ..request(id)
-                        },
-                    )
-                    .await
-                    .expect("enter");
-                match entry {
-                    Entry::Granted(g) => format!("granted {}", g.ttl_ms),
-                    Entry::Queued(p) => format!("queued {} of {}", p.position, p.waiting),
-                    Entry::Busy(o) => format!("busy {o:?}"),
-                }
-            };
-            let leave = async |id: &str| {
-                gate.set_lined(hinted);
-                store.leave(&gate, id).await.expect("leave")
-            };
-            for id in ids {
-                // (e's heartbeat runs out while it waits.)
-                log.push(enter(id, if id == "e" { 200 } else { 60_000 }).await);
-            }
-            log.push(format!("{:?}", leave("d").await));
-            log.push(format!("{:?}", leave("zz").await));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            for (holder, next) in [("a", 1), ("b", 2)] {
-                log.push(format!("{:?}", leave(holder).await));
-                let fence = watches[next].wait(Duration::from_secs(1)).await.expect("handed");
-                let base = *first.get_or_insert(fence);
-                log.push(format!("{} handed {}", ids[next], fence - base));
-                log.push(enter(holder, 60_000).await);
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            // c hands on past e (stale) to f, then f to a.
-            for (holder, next) in [("c", 5), ("f", 0)] {
-                log.push(format!("{:?}", leave(holder).await));
-                let fence = watches[next].wait(Duration::from_secs(1)).await.expect("handed");
-                log.push(format!(
-                    "{} handed {}",
-                    ids[next],
-                    fence - first.expect("a fence")
-                ));
-            }
-            log.push(format!("{:?}", leave("e").await));
-            // m's fields, with every run of digits that is a time or a fence
-            // (9 or more) masked, and the line's pace (r: ms between grants,
-            // which the two runs' timing sets).
-            let client = redis::Client::open(url.as_str()).expect("url");
-            let mut con = client.get_multiplexed_async_connection().await.expect("connect");
-            let mut state: Vec<(String, String)> = redis::cmd("HGETALL")
-                .arg(&*gate.redis_keys("tollgate").keys[0])
-                .query_async(&mut con)
-                .await
-                .expect("hgetall");
-            let mask = |v: &str| {
-                v.split(|c: char| !c.is_ascii_digit())
-                    .filter(|d| d.len() >= 9)
-                    .fold(v.to_owned(), |v, d| v.replacen(d, "T", 1))
-            };
-            state = state
-                .into_iter()
-                .map(|(k, v)| {
-                    let v = if k == "r" { "R".to_owned() } else { mask(&v) };
-                    (k, v)
-                })
-                .collect();
-            state.sort();
-            runs.push((log, state, calls(&url, "hmget").await - hmgets));
+            runs.push(agree_run(&store, &url, hinted).await);
         }
         let (hinted, general) = (&runs[0], &runs[1]);
         assert!(
-            hinted.1.iter().any(|(k, v)| k == "h" && v == "a T -T 1"),
-            "a holds: {:?}",
+            hinted.1.iter().any(|(k, v)| k == "h" && v.contains(" -T 1")),
+            "a hand-off holds: {:?}",
             hinted.1
         );
         assert_eq!(hinted.0, general.0, "the same answers");
@@ -858,6 +793,131 @@ mod tests {
             hinted.2,
             general.2
         );
+    }
+
+    /// The line's paths are asked for by a handle of one permit that saw
+    /// a line, for a Lock's request that would queue; by nothing else.
+    #[test]
+    fn the_line_hint_goes_with_small_gates_and_plain_requests() {
+        let name = |c| GateName::with_capacity(Name::new("hint").expect("name"), Some(c));
+        let plain = request("x");
+        for (capacity, want) in [(1, true), (3, false), (INLINE + 1, false)] {
+            let gate = name(capacity);
+            let req = EnterRequest {
+                capacity: Some(capacity),
+                ..plain
+            };
+            assert!(!super::line_hint(&gate, &req), "{capacity}: no line seen yet");
+            gate.set_lined(true);
+            assert_eq!(super::line_hint(&gate, &req), want, "{capacity}");
+            for other in [
+                EnterRequest { permits: 2, ..req },
+                EnterRequest {
+                    label: Some("l"),
+                    ..req
+                },
+                EnterRequest { barge: true, ..req },
+                EnterRequest { queue: false, ..req },
+            ] {
+                assert!(!super::line_hint(&gate, &other), "{capacity}: {other:?}");
+            }
+        }
+        let unnamed = GateName::new(Name::new("hint").expect("name"));
+        unnamed.set_lined(true);
+        assert!(
+            !super::line_hint(&unnamed, &plain),
+            "a handle that names no capacity"
+        );
+    }
+
+    /// One run of `the_lines_paths_agree_with_the_general_ones`: its log of
+    /// answers, m's fields (times, fences and the pace masked) and the
+    /// HMGETs it took.
+    async fn agree_run(store: &Store, url: &str, hinted: bool) -> (Vec<String>, Vec<(String, String)>, u64) {
+        let gate = GateName::with_capacity(Name::new(&format!("agree-{hinted}")).expect("name"), Some(1));
+        let hmgets = calls(url, "hmget").await;
+        // (Each id a prefix of the next: an entry is found by its whole id.)
+        let ids: Vec<String> = (1..=8).map(|i| format!("t{}", "1".repeat(i))).collect();
+        let watches: Vec<_> = ids.iter().map(|id| store.watch(id)).collect();
+        let (cancelled, stale) = (1, 3);
+        let mut log = Vec::new();
+        let mut first = None;
+        let mut holders: Vec<usize> = Vec::new();
+        let enter = async |i: usize, heartbeat_ms| {
+            gate.set_lined(hinted);
+            let entry = store
+                .enter(
+                    &gate,
+                    &EnterRequest {
+                        heartbeat_ms,
+                        ..request(&ids[i])
+                    },
+                )
+                .await
+                .expect("enter");
+            match entry {
+                Entry::Granted(g) => format!("{} granted {}", ids[i], g.ttl_ms),
+                Entry::Queued(p) => format!("{} queued {} of {}", ids[i], p.position, p.waiting),
+                Entry::Busy(o) => format!("{} busy {o:?}", ids[i]),
+            }
+        };
+        let leave = async |id: &str| {
+            gate.set_lined(hinted);
+            store.leave(&gate, id).await.expect("leave")
+        };
+        for i in 0..ids.len() {
+            let answer = enter(i, if i == stale { 200 } else { 60_000 }).await;
+            if answer.contains("granted") {
+                holders.push(i);
+            }
+            log.push(answer);
+        }
+        log.push(format!("{:?}", leave(&ids[cancelled]).await));
+        log.push(format!("{:?}", leave("zz").await));
+        for round in 0..5 {
+            if round == 2 {
+                // The stale ticket's heartbeat runs out.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let holder = holders.remove(0);
+            log.push(format!("{} {:?}", ids[holder], leave(&ids[holder]).await));
+            // Whoever was handed the permit, with its fence.
+            for (i, watch) in watches.iter().enumerate() {
+                if let Some(fence) = watch.wait(Duration::ZERO).await {
+                    let base = *first.get_or_insert(fence);
+                    log.push(format!("{} handed {}", ids[i], fence - base));
+                    holders.push(i);
+                }
+            }
+            if round < 2 {
+                log.push(enter(holder, 60_000).await);
+            }
+        }
+        log.push(format!("{:?}", leave(&ids[stale]).await));
+        // m's fields, with every run of digits that is a time or a fence (9
+        // or more) masked, and the line's pace (r: ms between grants, which
+        // the two runs' timing sets).
+        let client = redis::Client::open(url).expect("url");
+        let mut con = client.get_multiplexed_async_connection().await.expect("connect");
+        let state: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&*gate.redis_keys("tollgate").keys[0])
+            .query_async(&mut con)
+            .await
+            .expect("hgetall");
+        let mask = |v: &str| {
+            v.split(|c: char| !c.is_ascii_digit())
+                .filter(|d| d.len() >= 9)
+                .fold(v.to_owned(), |v, d| v.replacen(d, "T", 1))
+        };
+        let mut state: Vec<(String, String)> = state
+            .into_iter()
+            .map(|(k, v)| {
+                let v = if k == "r" { "R".to_owned() } else { mask(&v) };
+                (k, v)
+            })
+            .collect();
+        state.sort();
+        (log, state, calls(url, "hmget").await - hmgets)
     }
 
     /// `INLINE` here is keys.lua's.
