@@ -34,10 +34,11 @@ pub(crate) struct GateName {
     /// to `INLINE` lets its passes go out in groups.
     capacity: Option<u32>,
     /// Whether the handle's last enter was queued, or its last release
-    /// handed the gate on: a line is likely, so the Redis store asks its
-    /// scripts for the line's fields at once rather than trying the lone
-    /// lease's and one permit's paths first (a hint for the cost of the
-    /// call alone: every path gives the same outcome for the same state).
+    /// handed the gate on: a line is likely, so a Lock's calls on Redis
+    /// try the line's paths (enter_line.lua, leave_line.lua) first rather
+    /// than the lone lease's and the one permit's (a hint for the cost of
+    /// the call alone: every path gives the same outcome for the same
+    /// state).
     lined: Arc<AtomicBool>,
 }
 
