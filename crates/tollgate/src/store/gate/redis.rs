@@ -589,17 +589,21 @@ mod tests {
         }
     }
 
-    /// EVALSHA calls the server has run, not counting those it failed (a
-    /// script's first call, NOSCRIPT, before the client loads it):
-    /// `INFO commandstats`.
-    async fn evalsha_calls(url: &str) -> u64 {
+    /// The server's `INFO commandstats`.
+    async fn commandstats(url: &str) -> String {
         let client = redis::Client::open(url).expect("url");
         let mut con = client.get_multiplexed_async_connection().await.expect("connect");
-        let info: String = redis::cmd("INFO")
+        redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut con)
             .await
-            .expect("info");
+            .expect("info")
+    }
+
+    /// EVALSHA calls the server has run, not counting those it failed (a
+    /// script's first call, NOSCRIPT, before the client loads it).
+    async fn evalsha_calls(url: &str) -> u64 {
+        let info = commandstats(url).await;
         let Some(stats) = info.lines().find_map(|l| l.strip_prefix("cmdstat_evalsha:")) else {
             return 0;
         };
@@ -692,16 +696,11 @@ mod tests {
         }
     }
 
-    /// Calls of `command` the server has run: `INFO commandstats`.
+    /// Calls of `command` the server has run.
     async fn calls(url: &str, command: &str) -> u64 {
-        let client = redis::Client::open(url).expect("url");
-        let mut con = client.get_multiplexed_async_connection().await.expect("connect");
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut con)
+        commandstats(url)
             .await
-            .expect("info");
-        info.lines()
+            .lines()
             .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
             .and_then(|rest| rest.split(',').next()?.parse().ok())
             .unwrap_or(0)

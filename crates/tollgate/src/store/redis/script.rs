@@ -102,6 +102,8 @@ impl Scripts {
             // the lone lease's.
             enter: script(gate_script!(@
                 concat!(
+                    include_str!("../gate/lua/line_write.lua"),
+                    "\n",
                     include_str!("../gate/lua/enter_line.lua"),
                     "\n",
                     include_str!("../gate/lua/lone_enter.lua")
@@ -118,6 +120,8 @@ impl Scripts {
             // pass_on.lua: the passes' code, shared with pass_many.
             leave: script(gate_script!(@
                 concat!(
+                    include_str!("../gate/lua/line_write.lua"),
+                    "\n",
                     include_str!("../gate/lua/leave_line.lua"),
                     "\n",
                     include_str!("../gate/lua/lone_leave.lua")

@@ -35,16 +35,8 @@ if ARGV[5] == 'L' and ARGV[4] == '1' then
       V = keep
       fields[#fields + 1], fields[#fields + 2] = 'V', V
     end
-    -- m outlives them by IDLE (as meta_expiry() in head.lua).
-    local need = math.max(U, V) + IDLE
-    if need > (tonumber(m[8]) or 0) then
-      local G = need + math.floor(IDLE / 4)
-      fields[#fields + 1], fields[#fields + 2] = 'G', G
-      redis.call('HSET', KM, unpack(fields))
-      redis.call('PEXPIREAT', KM, G)
-    else
-      redis.call('HSET', KM, unpack(fields))
-    end
+    -- m outlives them by IDLE.
+    line_write(fields, math.max(U, V), m[8])
     local position, r = waiting + 1, tonumber(m[6])
     return {2, position, position, r and position * r or -1}
   end

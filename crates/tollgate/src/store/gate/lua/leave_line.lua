@@ -40,16 +40,8 @@ if ARGV[3] == 'L' and (ARGV[2] or '') == '' and (ARGV[4] or '') == '' then
         if r == nil then r = gap else r = math.floor(r * 0.8 + gap * 0.2 + 0.5) end
       end
       if r ~= nil then fields[#fields + 1], fields[#fields + 2] = 'r', r end
-      -- m outlives the hand-off by IDLE (as meta_expiry() in head.lua).
-      local need = deadline + IDLE
-      if need > (tonumber(m[10]) or 0) then
-        local G = need + math.floor(IDLE / 4)
-        fields[#fields + 1], fields[#fields + 2] = 'G', G
-        redis.call('HSET', KM, unpack(fields))
-        redis.call('PEXPIREAT', KM, G)
-      else
-        redis.call('HSET', KM, unpack(fields))
-      end
+      -- m outlives the hand-off by IDLE.
+      line_write(fields, deadline, m[10])
       return {1, handed}
     end
   end
