@@ -794,6 +794,39 @@ mod tests {
         );
     }
 
+    /// A call that hands the last waiter the gate and queues a newcomer
+    /// leaves p with a TTL: the hand-off emptied it (Redis deleted it, and
+    /// its TTL) and the queueing made it again.
+    #[tokio::test]
+    async fn side_data_made_again_in_one_call_keeps_a_ttl() {
+        let (_server, url) = start();
+        let store = connect(&url).await;
+        let gate = GateName::with_capacity(Name::new("side").expect("name"), Some(1));
+        let enter = async |req| store.enter(&gate, &req).await.expect("enter");
+        let a = enter(EnterRequest {
+            ttl_ms: 50,
+            ..request("a")
+        })
+        .await;
+        assert!(matches!(a, Entry::Granted(_)), "{a:?}");
+        assert!(matches!(enter(request("b")).await, Entry::Queued(_)));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // a's lease has ended: this call hands the gate to b, then queues c.
+        let c = enter(request("c")).await;
+        assert!(matches!(c, Entry::Queued(p) if p.position == 1), "{c:?}");
+        let client = redis::Client::open(url.as_str()).expect("url");
+        let mut con = client.get_multiplexed_async_connection().await.expect("connect");
+        let p = format!("{}:p", gate.redis_keys("tollgate").base);
+        let (len, pttl): (u64, i64) = redis::pipe()
+            .hlen(&p)
+            .pttl(&p)
+            .query_async(&mut con)
+            .await
+            .expect("p");
+        assert_eq!(len, 1, "c's deadline");
+        assert!(pttl > 0, "p keeps a TTL: {pttl}");
+    }
+
     /// The line's paths are asked for by a handle of one permit that saw
     /// a line, for a Lock's request that would queue; by nothing else.
     #[test]

@@ -3,7 +3,8 @@
 -- nothing of it (no k, see enter_fast.lua); with a line, the freed permits
 -- go to its head at once (as promote() does) unless a stale ticket is due
 -- to be swept.
--- ARGV as leave.lua (ARGV[2] may be empty for a plain leave; ARGV[3] '1':
+-- ARGV as leave.lua (ARGV[2] may be empty for a plain leave; ARGV[3] '1'
+-- or 'L' (see leave_line.lua):
 -- the caller's gate has one permit; ARGV[4..6] a pass). Reply as
 -- leave.lua, or falls through (also for an end, which the general path
 -- records).
@@ -26,7 +27,7 @@ if plain and pass then
   local made = pass_on({ARGV[1], pass, ARGV[5], ARGV[6]})
   if made[1] then return {3, made[1], made[2]} end
   read_meta()
-elseif plain and ARGV[3] == '1' then
+elseif plain and (ARGV[3] == '1' or ARGV[3] == 'L') then
   local one = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'N', 'E')
   if one[1] == '1' and not one[3] and (tonumber(one[4]) or 0) == 0 and (tonumber(one[5]) or 0) <= now
     and one[6] then

@@ -7,7 +7,8 @@
 -- critical section: ~7 µs of Redis CPU less than leave_fast.lua's,
 -- docs/BENCHMARKS.md). Anything else (no line, a stale ticket due, an
 -- ended lease, a first fence, a gate without an epoch, anything for the
--- general path) falls through with nothing done.
+-- general path) falls through with nothing done, to the paths the
+-- one-permit hint takes ('L' is that hint as well).
 -- ARGV as leave.lua. Reply as leave.lua, or falls through.
 -- Invariant: identical outcome to leave.lua for the same state.
 if ARGV[3] == 'L' and (ARGV[2] or '') == '' and (ARGV[4] or '') == '' then

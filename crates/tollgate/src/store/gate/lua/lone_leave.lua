@@ -1,4 +1,5 @@
--- lone_leave.lua: a plain release by a one-permit handle (ARGV[3] '1')
+-- lone_leave.lua: a plain release by a one-permit handle (ARGV[3] '1',
+-- or 'L': the same hint from a handle that saw a line, after leave_line.lua)
 -- of a live lone lease (see head.lua): GET, PTTL and DEL of H. Nothing
 -- else to do: no line (the line's pace counts grants from it only) and no
 -- barging waiter to wake (none waited at the grant, and one that came
@@ -6,7 +7,7 @@
 -- lease is an inline holder (leave_fast.lua moves it into h).
 -- ARGV as leave.lua. Reply as leave.lua, or falls through.
 local lone_entry
-if (ARGV[2] or '') == '' and (ARGV[4] or '') == '' and ARGV[3] == '1' then
+if (ARGV[2] or '') == '' and (ARGV[4] or '') == '' and (ARGV[3] == '1' or ARGV[3] == 'L') then
   lone_entry = redis.call('GET', KK)
   local id, gap = string.match(lone_entry or '', LONE)
   -- Live: H outlives the lease by gap.

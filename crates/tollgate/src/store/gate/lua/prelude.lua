@@ -557,6 +557,9 @@ function F.promote()
         redis.call('HDEL', S.KP, 'd:' .. head)
       end
       F.add_holder(head, deadline, -f, k)
+      -- (The last ticket's side data gone, Redis deleted p and its TTL: a
+      -- ticket queued later in this call makes it again, without one.)
+      F.note_side_data()
       F.line_moved()
       handed[#handed + 1] = head .. ':' .. string.format('%d', f)
       S.handed[#S.handed + 1] = handed[#handed]
