@@ -31,14 +31,20 @@ pub(crate) struct GateKeys {
     channel: String,
 }
 
-/// Whether `req` comes with 'L' for enter_line.lua: a Lock's request (one
-/// permit, no label, not barging) that would queue, on a handle of one
-/// permit that saw a line last. (Taken to gates of up to `INLINE`
-/// permits, the line's paths cost a fair semaphore of 5 Redis 5 µs less
-/// per hand-over but ran no more of them, and the mutex's ~1 µs more, for
-/// finding the releaser among several holders: docs/BENCHMARKS.md.)
+/// Whether `req` is a Lock's (one permit of a gate of one, no label, not
+/// barging), which goes in the short form lone_enter.lua reads.
+fn lone(req: &EnterRequest<'_>) -> bool {
+    req.permits == 1 && req.capacity == Some(1) && req.label.is_none() && !req.barge
+}
+
+/// Whether `req` comes with 'L' for enter_line.lua: a Lock's request that
+/// would queue, on a handle of one permit that saw a line last. (Taken to
+/// gates of up to `INLINE` permits, the line's paths cost a fair semaphore
+/// of 5 Redis 5 µs less per hand-over but ran no more of them, and the
+/// mutex's ~1 µs more, for finding the releaser among several holders:
+/// docs/BENCHMARKS.md.)
 fn line_hint(gate: &GateName, req: &EnterRequest<'_>) -> bool {
-    req.permits == 1 && req.label.is_none() && !req.barge && req.queue && gate.lined() && gate.one_permit()
+    lone(req) && req.queue && gate.lined() && gate.one_permit()
 }
 
 /// keys.lua's INLINE: a gate of at most this capacity keeps its holders
@@ -88,14 +94,12 @@ impl RedisStore {
     }
 
     pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
-        // A Lock's request in the short form lone_enter.lua reads; any
-        // other in enter.lua's. A request of one permit whose handle saw a
-        // line adds 'L', for enter_line.lua.
-        let lone = req.permits == 1 && req.capacity == Some(1) && req.label.is_none() && !req.barge;
-        let r = if lone && line_hint(gate, req) {
+        // A Lock's request in the short form, with 'L' when its handle saw
+        // a line; any other in enter.lua's.
+        let r = if line_hint(gate, req) {
             let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue), "L");
             self.run(&self.scripts.enter, gate, args).await?
-        } else if lone {
+        } else if lone(req) {
             let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue));
             self.run(&self.scripts.enter, gate, args).await?
         } else {

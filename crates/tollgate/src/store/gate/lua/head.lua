@@ -10,7 +10,8 @@ local function clock()
   end
 end
 -- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 z, 7 r, 8 l, 9 E, 10 G, 11 N, 12 u,
--- 13 X, and for a request that may queue 14 s, 15 U, 16 V (HMGET answers false for a field that is not there), read by
+-- 13 X, and for a request that may queue 14 s, 15 U, 16 V (HMGET answers
+-- false for a field that is not there), read by
 -- read_meta() once a script needs them: a fast path for a gate of one
 -- permit reads fewer first (and answers alone, or falls through to this
 -- read). Each field read costs Redis time (a small hash is a list: every
