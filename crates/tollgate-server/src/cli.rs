@@ -685,12 +685,23 @@ pub(crate) struct ServeArgs {
         value_name = "TOKEN"
     )]
     pub(crate) read_tokens: Vec<String>,
+    /// Let a browser app on ORIGIN (scheme://host[:port], e.g.
+    /// https://app.example.com) call the API directly (CORS), with a bearer
+    /// token; repeat for several. Off by default; no wildcard.
+    /// TOLLGATE_CORS_ORIGINS takes a comma-separated list.
+    #[arg(
+        long = "cors-origin",
+        env = "TOLLGATE_CORS_ORIGINS",
+        value_delimiter = ',',
+        value_name = "ORIGIN"
+    )]
+    pub(crate) cors_origins: Vec<String>,
     /// How long a console session (POST /v1/session) lasts [default: 12h].
     #[arg(long, env = "TOLLGATE_API_SESSION_TTL", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) api_session_ttl: Option<Duration>,
     /// A TOML file; tollgate.example.toml has every key with its default:
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
-    /// read_tokens, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
+    /// read_tokens, cors_origins, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
     /// max_event_subscribers, metrics_timeout, body_timeout, memory_idle, and the tables
     /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
     /// [rooms.NAME]. Flags and environment variables override it.

@@ -8,6 +8,7 @@
 pub(crate) mod auth;
 pub(crate) mod body;
 pub(crate) mod conn;
+pub(crate) mod cors;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod families;
@@ -64,6 +65,8 @@ pub(crate) struct AppState {
     /// Tokens (with their roles) accepted on /v1 routes, as bearer or
     /// through a session cookie; empty: no authentication.
     pub(crate) tokens: std::sync::Arc<Tokens>,
+    /// Origins whose browser apps may call the API (`cors_origins`).
+    pub(crate) cors: std::sync::Arc<cors::Cors>,
     /// Login attempts per client IP on `POST /v1/session`.
     pub(crate) login_limit: tollgate::RateLimiter,
     /// Waiting tickets per client (`max_tickets_per_client`).
@@ -162,7 +165,9 @@ async fn not_connected(State(connecting): State<tokio::sync::watch::Receiver<Opt
 /// What every request goes through first, in one layer (each layer of
 /// its own would box one more future per request, and a parked long-poll
 /// keeps them all): a URI over the limit is refused (414), a change sent
-/// from another site too (403, see [`origin`]), the body gets
+/// from another site too (403, see [`origin`]) unless its origin is in
+/// `cors_origins` (whose preflights are answered here, see [`cors`]), the
+/// body gets
 /// its deadline (408), and one structured log line and the request metrics
 /// record the route pattern (never the raw path, which carries tokens),
 /// status and duration.
@@ -184,8 +189,14 @@ async fn front(State(state): State<AppState>, req: Request, next: Next) -> Respo
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
     let started = std::time::Instant::now();
-    let refused = conn::uri_too_long(&req).or_else(|| origin::refused(&req).map(IntoResponse::into_response));
-    let response = match refused {
+    let cors_origin = state.cors.allowed(req.headers()).cloned();
+    let refused = conn::uri_too_long(&req)
+        .or_else(|| {
+            let origin = cors_origin.as_ref()?;
+            cors::preflight(req.method(), req.headers(), origin)
+        })
+        .or_else(|| origin::refused(&req, cors_origin.is_some()).map(IntoResponse::into_response));
+    let mut response = match refused {
         Some(refused) => refused,
         None => {
             let timeout = state.body_timeout;
@@ -196,6 +207,9 @@ async fn front(State(state): State<AppState>, req: Request, next: Next) -> Respo
             body::or_timed_out(next.run(req).await, &timed_out, timeout)
         }
     };
+    if let Some(origin) = cors_origin {
+        cors::allow(&mut response, origin);
+    }
     let status = response.status().as_u16().to_string();
     let labels = [
         ("route", route.clone()),

@@ -15,8 +15,9 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 
 use super::error::ApiError;
 
-/// The refusal for a cross-site change, if `req` is one.
-pub(crate) fn refused(req: &Request) -> Option<ApiError> {
+/// The refusal for a cross-site change, if `req` is one. `listed`: its
+/// `Origin` is in `cors_origins` (see [`super::cors`]), which may.
+pub(crate) fn refused(req: &Request, listed: bool) -> Option<ApiError> {
     if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
         return None;
     }
@@ -28,7 +29,7 @@ pub(crate) fn refused(req: &Request) -> Option<ApiError> {
         .unwrap_or("");
     let cross = fetch_site.eq_ignore_ascii_case("cross-site") || fetch_site.eq_ignore_ascii_case("same-site");
     let foreign = origin.is_some_and(|o| !same_origin(o, req));
-    if (cross || foreign) && !origin.is_some_and(allowed) {
+    if (cross || foreign) && !listed {
         return Some(ApiError::new(
             StatusCode::FORBIDDEN,
             "cross_origin",
@@ -36,12 +37,6 @@ pub(crate) fn refused(req: &Request) -> Option<ApiError> {
         ));
     }
     None
-}
-
-/// Origins allowed to make changes from another site. None yet: the
-/// opt-in CORS allow-list (issue 20) plugs in here.
-fn allowed(_origin: &str) -> bool {
-    false
 }
 
 /// The scheme a proxy in front says the client used
@@ -122,7 +117,7 @@ mod tests {
             post(&[host, ("sec-fetch-site", "same-origin")]),
             post(&[host, ("sec-fetch-site", "none")]),
         ] {
-            assert!(refused(&ok).is_none(), "{:?}", ok.headers());
+            assert!(refused(&ok, false).is_none(), "{:?}", ok.headers());
         }
         for bad in [
             post(&[host, ("sec-fetch-site", "cross-site")]),
@@ -133,13 +128,15 @@ mod tests {
             post(&[host, ("origin", "null")]),
             post(&[("origin", "http://localhost:7700")]),
         ] {
-            assert!(refused(&bad).is_some(), "{:?}", bad.headers());
+            assert!(refused(&bad, false).is_some(), "{:?}", bad.headers());
+            // An origin in cors_origins may.
+            assert!(refused(&bad, true).is_none(), "{:?}", bad.headers());
         }
         let get = Request::builder()
             .uri("/v1/gates")
             .header("sec-fetch-site", "cross-site")
             .body(Body::empty())
             .expect("request");
-        assert!(refused(&get).is_none());
+        assert!(refused(&get, false).is_none());
     }
 }

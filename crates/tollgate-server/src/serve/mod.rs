@@ -151,7 +151,7 @@ async fn apply_schedules(args: &Settings, store: &Store, tracked: &crate::api::T
 /// each failure sent to `failed`) and what lives on it, starts the
 /// background tasks, and builds the app: its API and its rooms.
 async fn open(
-    args: Settings,
+    mut args: Settings,
     queue_set: Arc<Queues>,
     metrics: PrometheusHandle,
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -196,6 +196,7 @@ async fn open(
     firing::spawn(&store, scheduled.clone(), stopping.clone());
     let login_limit = crate::api::session::login_limiter(&store);
     let state = AppState {
+        cors: Arc::new(std::mem::take(&mut args.cors)),
         login_limit,
         store,
         metrics,

@@ -26,6 +26,9 @@ struct FileSettings {
     read_tokens: Vec<String>,
     /// How long a console session lasts, e.g. "12h".
     api_session_ttl: Option<String>,
+    /// Origins whose browser apps may call the API (CORS).
+    #[serde(default)]
+    cors_origins: Vec<String>,
     /// Named rate limits: `[limits.NAME]`.
     #[serde(default)]
     limits: HashMap<String, LimitSettings>,
@@ -72,6 +75,8 @@ pub(super) struct Settings {
     pub(super) read_tokens: Vec<String>,
     /// How long a console session lasts.
     pub(super) api_session_ttl: Duration,
+    /// Origins whose browser apps may call the API; empty: CORS off.
+    pub(super) cors: crate::api::cors::Cors,
     pub(super) limits: HashMap<String, LimitSettings>,
     pub(super) protect: Option<ProtectSettings>,
     pub(super) proxy_listen: String,
@@ -186,6 +191,11 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         } else {
             args.read_tokens
         },
+        cors: crate::api::cors::Cors::new(if args.cors_origins.is_empty() {
+            &file.cors_origins
+        } else {
+            &args.cors_origins
+        })?,
         api_session_ttl: duration_setting(
             "api_session_ttl",
             args.api_session_ttl,
@@ -274,6 +284,7 @@ mod tests {
             prefix,
             tokens,
             read_tokens,
+            cors_origins,
             api_session_ttl,
             limits,
             protect,
@@ -291,7 +302,7 @@ mod tests {
             wait_for_store,
         } = file;
         assert!(listen.is_some() && redis.is_some() && prefix.is_some() && !tokens.is_empty());
-        assert!(!read_tokens.is_empty() && api_session_ttl.is_some());
+        assert!(!read_tokens.is_empty() && api_session_ttl.is_some() && !cors_origins.is_empty());
         assert!(proxy_listen.is_some() && durable_replicas.is_some() && durable_timeout.is_some());
         assert!(max_tickets_per_client.is_some() && metrics_timeout.is_some());
         assert!(max_event_subscribers.is_some());
@@ -311,6 +322,7 @@ mod tests {
             "prefix",
             "tokens",
             "read_tokens",
+            "cors_origins",
             "api_session_ttl",
             "[limits.NAME]",
             "[protect]",
