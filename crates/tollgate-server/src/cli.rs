@@ -54,6 +54,16 @@ node given as a plain URL, a room's page template)."
 unreachable; 70 an internal error; 78 the set-up is wrong (Redis credentials or ACL, the URL's DB index)."
     )]
     Bench(BenchArgs),
+    /// Print a shell completion script for SHELL on standard output, e.g.
+    /// `tollgate completions bash > /etc/bash_completion.d/tollgate`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) on standard output, e.g.
+    /// `tollgate man > /usr/local/share/man/man1/tollgate.1`.
+    Man,
 }
 
 #[derive(Debug, Subcommand)]

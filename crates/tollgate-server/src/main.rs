@@ -34,6 +34,12 @@ fn main() {
             std::process::exit(code);
         }
     };
+    // Printing help-like text needs no runtime and no logger.
+    match &cli.command {
+        Command::Completions { shell } => std::process::exit(commands::docs::completions(*shell)),
+        Command::Man => std::process::exit(commands::docs::man()),
+        _ => {}
+    }
     start_logging(&cli.command);
     let runtime = match runtime_for(&cli.command) {
         Ok(rt) => rt,
@@ -57,6 +63,7 @@ fn main() {
             Command::Jobs(command) => commands::jobs::run(command).await,
             Command::Schedule(command) => commands::schedule::run(command).await,
             Command::Bench(args) => bench::run(args).await,
+            Command::Completions { .. } | Command::Man => 0,
         }
     });
     // Dropped leases release in spawned tasks; give them a moment.
