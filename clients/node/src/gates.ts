@@ -1,0 +1,385 @@
+import { TollgateError, aborted } from "./errors.js";
+import type { Http } from "./http.js";
+import { ROUTES } from "./routes.js";
+
+/** The longest wait one long-poll may ask for (the server's cap). */
+const LONG_POLL_MS = 60_000;
+
+export interface EnterOptions {
+  /** The gate's capacity; stored by the first request that names one. */
+  capacity?: number;
+  /** Permits to take (default 1). */
+  permits?: number;
+  /** The lease's length (default 30 s). */
+  ttlMs?: number;
+  /** How long a waiting ticket lives without being asked about (default 10 s). */
+  heartbeatMs?: number;
+  /** Shown in the holders list and the line (1 to 64 printable ASCII). */
+  label?: string;
+}
+
+export interface AcquireOptions extends EnterOptions {
+  /** How long to wait in line; default: as long as it takes. */
+  waitMs?: number;
+  /** Stops the wait (the ticket is cancelled). */
+  signal?: AbortSignal;
+}
+
+interface GrantedBody {
+  status: "granted";
+  token: string;
+  fence: number;
+  ttl_ms: number;
+}
+interface QueuedBody {
+  status: "queued";
+  ticket?: string;
+  position: number;
+  waiting: number;
+  eta_ms: number | null;
+}
+interface BusyBody {
+  status: "busy";
+  used: number;
+  capacity: number;
+  waiting: number;
+}
+
+/** A gate: at most its capacity in permits held at once, the rest in line. */
+export class Gate {
+  readonly #http: Http;
+  readonly name: string;
+
+  constructor(http: Http, name: string) {
+    this.#http = http;
+    this.name = name;
+  }
+
+  /** One step: granted at once (a `Lease`), or in line (a `Ticket`). */
+  async enter(options: EnterOptions = {}): Promise<Lease | Ticket> {
+    const answer = await this.#enter(options, true);
+    if (answer instanceof Busy) throw new Error("unreachable: a queueing enter was busy");
+    return answer;
+  }
+
+  /** Granted at once, or `Busy` without joining the line. */
+  async tryEnter(options: EnterOptions = {}): Promise<Lease | Busy> {
+    const answer = await this.#enter(options, false);
+    if (answer instanceof Ticket) throw new Error("unreachable: a non-queueing enter queued");
+    return answer;
+  }
+
+  async #enter(options: EnterOptions, queue: boolean, signal?: AbortSignal): Promise<Lease | Ticket | Busy> {
+    const body = await this.#http.call<GrantedBody | QueuedBody | BusyBody>(
+      ROUTES.enter,
+      { name: this.name },
+      {
+        body: {
+          capacity: options.capacity,
+          permits: options.permits,
+          ttl_ms: options.ttlMs,
+          heartbeat_ms: options.heartbeatMs,
+          label: options.label,
+          queue,
+        },
+        signal,
+      },
+    );
+    switch (body.status) {
+      case "granted":
+        return new Lease(this.#http, this.name, body);
+      case "queued":
+        return new Ticket(this.#http, this.name, body);
+      default:
+        return new Busy(body);
+    }
+  }
+
+  /** Waits in line for a lease: `null` if `waitMs` passed first (the
+   * ticket is then cancelled). A ticket that lapsed while this process
+   * could not ask about it (frozen past its heartbeat) enters again, at
+   * the back. */
+  async acquire(options: AcquireOptions = {}): Promise<Lease | null> {
+    const { signal } = options;
+    const deadline = options.waitMs === undefined ? Infinity : Date.now() + options.waitMs;
+    for (;;) {
+      const entered = await this.#enter(options, true, signal);
+      if (entered instanceof Lease) return entered;
+      if (entered instanceof Busy) throw new Error("unreachable: a queueing enter was busy");
+      try {
+        const lease = await entered.granted({ timeoutMs: deadline - Date.now(), ...(signal ? { signal } : {}) });
+        if (lease === null) await entered.cancel().catch(() => undefined);
+        return lease;
+      } catch (e) {
+        if (e instanceof TollgateError && e.code === "ticket_not_found" && Date.now() < deadline) continue;
+        throw e;
+      }
+    }
+  }
+
+  async stats(): Promise<GateStats> {
+    return this.#http.call(ROUTES.gateStats, { name: this.name });
+  }
+
+  async setCapacity(capacity: number): Promise<GateStats> {
+    return this.#http.call(ROUTES.setCapacity, { name: this.name }, { body: { capacity } });
+  }
+
+  async holders(limit?: number): Promise<{ holders: Holder[] }> {
+    return this.#http.call(ROUTES.holders, { name: this.name }, { query: { limit } });
+  }
+
+  /** Ends the lease of the holder with `handle` (from `holders()`) now. */
+  async revoke(handle: string): Promise<{ revoked: boolean }> {
+    return this.#http.call(ROUTES.revoke, { name: this.name, handle });
+  }
+
+  async line(limit?: number): Promise<{ line: LineEntry[] }> {
+    return this.#http.call(ROUTES.line, { name: this.name }, { query: { limit } });
+  }
+
+  /** Takes the ticket with `number` (from `line()`) out of the line. */
+  async removeFromLine(number: number): Promise<{ removed: boolean }> {
+    return this.#http.call(ROUTES.removeFromLine, { name: this.name, number });
+  }
+}
+
+export interface GateStats {
+  name: string;
+  capacity: number;
+  used: number;
+  holders: number;
+  waiting: number;
+  grants: number;
+  expiries: number;
+  fence: number;
+}
+
+export interface Holder {
+  label: string | null;
+  ttl_ms: number;
+  handle: string;
+  fence: number | null;
+}
+
+export interface LineEntry {
+  number: number;
+  position: number;
+  permits: number;
+  label: string | null;
+}
+
+/** The gate was full and the request asked not to wait. */
+export class Busy {
+  readonly status = "busy";
+  readonly used: number;
+  readonly capacity: number;
+  readonly waiting: number;
+
+  constructor(body: BusyBody) {
+    this.used = body.used;
+    this.capacity = body.capacity;
+    this.waiting = body.waiting;
+  }
+}
+
+/** A place in a gate's line. Asking about it (`status`, `granted`) is
+ * its heartbeat: a ticket nobody asks about for its heartbeat leaves. */
+export class Ticket {
+  readonly status = "queued";
+  readonly #http: Http;
+  readonly gate: string;
+  readonly ticket: string;
+  /** 1 for the head of the line; as last heard. */
+  position: number;
+  waiting: number;
+  /** The estimated wait (ms), or null until the line has moved once. */
+  etaMs: number | null;
+
+  constructor(http: Http, gate: string, body: QueuedBody) {
+    if (body.ticket === undefined) throw new TollgateError("bad_answer", "a queued answer without a ticket");
+    this.#http = http;
+    this.gate = gate;
+    this.ticket = body.ticket;
+    this.position = body.position;
+    this.waiting = body.waiting;
+    this.etaMs = body.eta_ms;
+  }
+
+  #update(body: QueuedBody): void {
+    this.position = body.position;
+    this.waiting = body.waiting;
+    this.etaMs = body.eta_ms;
+  }
+
+  /** Asks once (waiting up to `waitMs` for the grant): the lease, or this
+   * ticket with its position brought up to date. */
+  async poll(waitMs = 0, signal?: AbortSignal): Promise<Lease | Ticket> {
+    const body = await this.#http.call<GrantedBody | QueuedBody>(
+      ROUTES.ticket,
+      { name: this.gate, ticket: this.ticket },
+      { query: { wait_ms: waitMs }, signal, timeoutMs: waitMs + 10_000 },
+    );
+    if (body.status === "granted") return new Lease(this.#http, this.gate, body);
+    this.#update(body);
+    return this;
+  }
+
+  /** Waits for the grant, a long-poll of up to a minute at a time (each
+   * poll is the ticket's heartbeat): the lease, or `null` once `timeoutMs`
+   * passed, the ticket still in line. A wait that `signal` ends cancels
+   * the ticket. `onPosition` hears each change of place. */
+  async granted(
+    options: { timeoutMs?: number; signal?: AbortSignal; onPosition?: (t: Ticket) => void } = {},
+  ): Promise<Lease | null> {
+    const deadline = Date.now() + (options.timeoutMs ?? Infinity);
+    let last = this.position;
+    try {
+      for (;;) {
+        const left = deadline - Date.now();
+        if (left <= 0) return null;
+        const answer = await this.poll(Math.min(LONG_POLL_MS, Math.ceil(left)), options.signal);
+        if (answer instanceof Lease) return answer;
+        if (this.position !== last) {
+          last = this.position;
+          options.onPosition?.(this);
+        }
+      }
+    } catch (e) {
+      if (options.signal?.aborted) {
+        await this.cancel().catch(() => undefined);
+        throw aborted(options.signal);
+      }
+      throw e;
+    }
+  }
+
+  /** Leaves the line; a grant that raced the cancel is released. */
+  async cancel(): Promise<{ cancelled: boolean; released?: boolean }> {
+    return this.#http.call(ROUTES.cancelTicket, { name: this.gate, ticket: this.ticket });
+  }
+}
+
+/** A held lease: `fence` strictly increases per gate across grants; pass
+ * it to what you protect. `keepAlive()` renews it until released, and
+ * aborts `lost` if it ends first. */
+export class Lease {
+  readonly status = "granted";
+  readonly #http: Http;
+  readonly gate: string;
+  readonly token: string;
+  readonly fence: number;
+  /** The lease's length: each renewal runs it this long again. */
+  ttlMs: number;
+  // Made on first use: most leases are released without anyone asking.
+  #lostController: AbortController | undefined;
+  #expires: number;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #released = false;
+
+  constructor(http: Http, gate: string, body: GrantedBody) {
+    this.#http = http;
+    this.gate = gate;
+    this.token = body.token;
+    this.fence = body.fence;
+    this.ttlMs = body.ttl_ms;
+    this.#expires = Date.now() + body.ttl_ms;
+  }
+
+  /** Aborted when the lease is known to have ended while held: a
+   * renewal answered that it is gone (revoked, or expired while this
+   * process was frozen), or its time ran out with no renewal getting
+   * through. Its `reason` is a `TollgateError` with code `lease_lost`. */
+  get lost(): AbortSignal {
+    this.#lostController ??= new AbortController();
+    return this.#lostController.signal;
+  }
+
+  /** Runs the lease `ttlMs` (default: its own) again from now. */
+  async renew(ttlMs?: number): Promise<void> {
+    try {
+      const body = await this.#http.call<{ ttl_ms: number }>(
+        ROUTES.renew,
+        { name: this.gate, token: this.token },
+        { body: ttlMs === undefined ? {} : { ttl_ms: ttlMs } },
+      );
+      this.ttlMs = body.ttl_ms;
+      this.#expires = Date.now() + body.ttl_ms;
+    } catch (e) {
+      if (e instanceof TollgateError && e.code === "lease_not_found") this.#lose(e.message);
+      throw e;
+    }
+  }
+
+  /** Renews every third of the lease until `release()` (or the lease is
+   * lost). A renewal the server does not answer is tried again a second
+   * later, until the lease's time is up. While it runs, its timer keeps
+   * the process alive, as a held lease should. */
+  keepAlive(): this {
+    if (this.#timer !== undefined || this.#released || this.lost.aborted) return this;
+    const next = (delay: number): void => {
+      this.#timer = setTimeout(() => void tick(), delay);
+    };
+    const tick = async (): Promise<void> => {
+      if (this.#released || this.lost.aborted) return;
+      try {
+        await this.renew();
+        next(Math.max(10, this.ttlMs / 3));
+      } catch (e) {
+        if (this.lost.aborted || this.#released) return;
+        if (Date.now() >= this.#expires) {
+          this.#lose(`the lease ran out while no renewal got through (${describe(e)})`);
+          return;
+        }
+        next(Math.min(1000, Math.max(10, this.#expires - Date.now())));
+      }
+    };
+    next(Math.max(10, this.ttlMs / 3));
+    return this;
+  }
+
+  #lose(why: string): void {
+    this.#stop();
+    this.#lostController ??= new AbortController();
+    if (!this.#lostController.signal.aborted) {
+      this.#lostController.abort(new TollgateError("lease_lost", `lease on ${this.gate} lost: ${why}`));
+    }
+  }
+
+  #stop(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /** Gives the permits back (the next in line is granted in the same
+   * step). Releasing twice, or a lease already gone, is not an error. */
+  async release(): Promise<void> {
+    this.#stop();
+    if (this.#released) return;
+    this.#released = true;
+    try {
+      await this.#http.call(ROUTES.release, { name: this.gate, token: this.token });
+    } catch (e) {
+      if (e instanceof TollgateError && e.code === "lease_not_found") return;
+      this.#released = false;
+      throw e;
+    }
+  }
+}
+
+// `await using lease = await gate.acquire(...)` where the runtime has
+// explicit resource management (Node 20.4+, TypeScript 5.2+).
+export interface Lease {
+  [Symbol.asyncDispose](): Promise<void>;
+}
+if (typeof Symbol.asyncDispose === "symbol") {
+  Object.defineProperty(Lease.prototype, Symbol.asyncDispose, {
+    value(this: Lease): Promise<void> {
+      return this.release();
+    },
+  });
+}
+
+function describe(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,276 @@
+import { TollgateError } from "./errors.js";
+import type { Http } from "./http.js";
+import { ROUTES } from "./routes.js";
+
+export interface Backoff {
+  kind: "fixed" | "exponential";
+  base_ms: number;
+  max_ms?: number;
+}
+
+export interface PushOptions {
+  /** Your id: pushing it again is answered by `onDuplicate`. */
+  id?: string;
+  delayMs?: number;
+  /** Due at this Unix time (ms). */
+  atMs?: number;
+  priority?: number;
+  maxAttempts?: number;
+  backoff?: Backoff;
+  onDuplicate?: "keep" | "replace";
+}
+
+export interface Pushed {
+  id: string;
+  result: "created" | "kept" | "replaced" | "busy";
+  due_ms: number;
+}
+
+export interface ClaimOptions {
+  /** Wait up to this long (at most 60 s) for a due job. Default 0. */
+  waitMs?: number;
+  /** The lease on each job claimed (default 30 s). */
+  leaseMs?: number;
+  /** At most this many jobs (default 1). */
+  max?: number;
+  signal?: AbortSignal;
+}
+
+interface JobBody {
+  id: string;
+  payload: unknown;
+  payload_base64: string;
+  attempt: number;
+  fence: number;
+  lease_until_ms: number;
+}
+
+/** A job queue: run at a time, exactly one consumer at a time,
+ * redelivered when its consumer's lease ends, retried, dead-lettered. */
+export class Queue {
+  readonly #http: Http;
+  readonly name: string;
+
+  constructor(http: Http, name: string) {
+    this.#http = http;
+    this.name = name;
+  }
+
+  /** Pushes one job. `payload` is any JSON value, or bytes (a `Uint8Array`). */
+  async push(payload: unknown, options: PushOptions = {}): Promise<Pushed> {
+    return this.#http.call(ROUTES.push, { queue: this.name }, { body: pushBody(payload, options) });
+  }
+
+  /** Pushes up to 1,000 jobs in one request, in order. */
+  async pushMany(
+    jobs: readonly ({ payload: unknown } & PushOptions)[],
+  ): Promise<{ jobs: (Pushed | { id: string; error: { code: string; message: string } })[]; failed: number }> {
+    return this.#http.call(
+      ROUTES.pushMany,
+      { queue: this.name },
+      { body: { jobs: jobs.map((j) => pushBody(j.payload, j)) } },
+    );
+  }
+
+  /** Claims due jobs (waiting up to `waitMs` for one): their deliveries,
+   * possibly none. */
+  async claim(options: ClaimOptions = {}): Promise<Delivery[]> {
+    const waitMs = options.waitMs ?? 0;
+    const body = await this.#http.call<{ jobs: JobBody[] }>(
+      ROUTES.claim,
+      { queue: this.name },
+      {
+        query: { wait_ms: waitMs, lease_ms: options.leaseMs, max: options.max },
+        signal: options.signal,
+        timeoutMs: waitMs + 10_000,
+      },
+    );
+    return body.jobs.map((j) => new Delivery(this.#http, this.name, j));
+  }
+
+  async stats(): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.queueStats, { queue: this.name });
+  }
+
+  /** A job's state and attempts. */
+  async get(id: string): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.job, { queue: this.name, id });
+  }
+
+  /** Cancels a waiting job (409 `job_running` while one runs it). */
+  async cancel(id: string): Promise<{ result: string }> {
+    return this.#http.call(ROUTES.cancelJob, { queue: this.name, id });
+  }
+
+  async pause(): Promise<{ paused: boolean; changed: boolean }> {
+    return this.#http.call(ROUTES.pauseQueue, { queue: this.name });
+  }
+
+  async resume(): Promise<{ paused: boolean; changed: boolean }> {
+    return this.#http.call(ROUTES.resumeQueue, { queue: this.name });
+  }
+}
+
+function pushBody(payload: unknown, o: PushOptions): Record<string, unknown> {
+  const bytes = payload instanceof Uint8Array;
+  return {
+    ...(bytes ? { payload_base64: Buffer.from(payload).toString("base64") } : { payload }),
+    id: o.id,
+    delay_ms: o.delayMs,
+    at_ms: o.atMs,
+    priority: o.priority,
+    max_attempts: o.maxAttempts,
+    backoff: o.backoff,
+    on_duplicate: o.onDuplicate,
+  };
+}
+
+/** One claimed job. Only the holder of its lease (its `fence`) may ack,
+ * nack or extend it: after the lease ends those answer 409 `lease_lost`. */
+export class Delivery {
+  readonly #http: Http;
+  readonly queue: string;
+  readonly id: string;
+  /** The JSON payload, or the bytes of a binary one. */
+  readonly payload: unknown;
+  /** 1 for the first delivery of this job. */
+  readonly attempt: number;
+  readonly fence: number;
+  leaseUntilMs: number;
+
+  constructor(http: Http, queue: string, j: JobBody) {
+    this.#http = http;
+    this.queue = queue;
+    this.id = j.id;
+    this.payload = j.payload ?? new Uint8Array(Buffer.from(j.payload_base64, "base64"));
+    this.attempt = j.attempt;
+    this.fence = j.fence;
+    this.leaseUntilMs = j.lease_until_ms;
+  }
+
+  /** Done: the job leaves the queue. */
+  async ack(): Promise<void> {
+    await this.#http.call(ROUTES.ack, { queue: this.queue, id: this.id }, { body: { fence: this.fence } });
+  }
+
+  /** Failed: retried after its backoff (or `delayMs`), or dead after its
+   * last attempt, keeping `error`. */
+  async nack(error?: string, delayMs?: number): Promise<{ result: "retry" | "dead"; due_ms?: number }> {
+    return this.#http.call(
+      ROUTES.nack,
+      { queue: this.queue, id: this.id },
+      { body: { fence: this.fence, error: error?.slice(0, 1024), delay_ms: delayMs } },
+    );
+  }
+
+  /** Runs the lease `leaseMs` (default: the claim's) from now. */
+  async extend(leaseMs?: number): Promise<void> {
+    const body = await this.#http.call<{ lease_until_ms: number }>(
+      ROUTES.extend,
+      { queue: this.queue, id: this.id },
+      { body: { fence: this.fence, lease_ms: leaseMs } },
+    );
+    this.leaseUntilMs = body.lease_until_ms;
+  }
+}
+
+export interface WorkerOptions {
+  /** Jobs run at once (default 1). */
+  concurrency?: number;
+  /** The lease on each job, extended every third of it while the handler
+   * runs (default 30 s). */
+  leaseMs?: number;
+  /** How long each claim waits for a due job (default 30 s, at most 60). */
+  waitMs?: number;
+  /** Hears what went wrong between jobs (a claim or an ack that failed);
+   * the worker carries on. Default: nothing. */
+  onError?: (e: unknown) => void;
+}
+
+/** The handler of a worker: resolve to ack, throw (or reject) to nack
+ * with the error's message. `signal` aborts when the job's lease is lost
+ * (another consumer may get it) or the worker is stopping hard. */
+export type Handler = (payload: unknown, job: Delivery, signal: AbortSignal) => unknown;
+
+/** A running worker: `stop()` claims no more and resolves once the jobs
+ * in hand have been handled and acked. */
+export class Worker {
+  readonly #stopping = new AbortController();
+  readonly done: Promise<void>;
+
+  constructor(queue: Queue, handler: Handler, options: WorkerOptions = {}) {
+    const slots = Math.max(1, options.concurrency ?? 1);
+    const loops = Array.from({ length: slots }, () => this.#loop(queue, handler, options));
+    this.done = Promise.all(loops).then(() => undefined);
+  }
+
+  get stopping(): boolean {
+    return this.#stopping.signal.aborted;
+  }
+
+  async stop(): Promise<void> {
+    this.#stopping.abort();
+    await this.done;
+  }
+
+  async #loop(queue: Queue, handler: Handler, o: WorkerOptions): Promise<void> {
+    const leaseMs = o.leaseMs ?? 30_000;
+    const signal = this.#stopping.signal;
+    while (!signal.aborted) {
+      let jobs: Delivery[];
+      try {
+        jobs = await queue.claim({ waitMs: o.waitMs ?? 30_000, leaseMs, max: 1, signal });
+      } catch (e) {
+        if (signal.aborted) return;
+        o.onError?.(e);
+        await sleep(1000, signal);
+        continue;
+      }
+      for (const job of jobs) await run(job, handler, leaseMs, o.onError);
+    }
+  }
+}
+
+async function run(job: Delivery, handler: Handler, leaseMs: number, onError?: (e: unknown) => void): Promise<void> {
+  const lost = new AbortController();
+  const every = Math.max(10, leaseMs / 3);
+  const timer = setInterval(() => {
+    job.extend(leaseMs).catch((e: unknown) => {
+      if (e instanceof TollgateError && e.code === "lease_lost") {
+        clearInterval(timer);
+        lost.abort(e);
+      }
+    });
+  }, every);
+  let failure: unknown;
+  let failed = false;
+  try {
+    await handler(job.payload, job, lost.signal);
+  } catch (e) {
+    failed = true;
+    failure = e;
+  } finally {
+    clearInterval(timer);
+  }
+  if (lost.signal.aborted) return;
+  try {
+    if (failed) await job.nack(failure instanceof Error ? failure.message : String(failure));
+    else await job.ack();
+  } catch (e) {
+    onError?.(e);
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+

@@ -1,0 +1,147 @@
+import type { Http } from "./http.js";
+import { ROUTES } from "./routes.js";
+
+/** A rate limit's decision (docs/LIMITS.md). */
+export interface Decision {
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  retry_after_ms: number;
+  reset_after_ms: number;
+  degraded: boolean;
+}
+
+export interface CheckOptions {
+  /** Units of the allowance this spends (default 1). */
+  cost?: number;
+  /** For a limit the server does not configure: e.g. "100/min". */
+  rate?: string;
+  burst?: number;
+  algorithm?: "gcra" | "sliding_window" | "fixed_window";
+}
+
+/** A named rate limit: one round trip per decision. */
+export class Limit {
+  readonly #http: Http;
+  readonly name: string;
+
+  constructor(http: Http, name: string) {
+    this.#http = http;
+    this.name = name;
+  }
+
+  /** Spends `cost` of `key`'s allowance: the decision, allowed or not
+   * (a refusal is an answer here, not an error). */
+  async check(key: string, options: CheckOptions = {}): Promise<Decision> {
+    return this.#http.call(
+      ROUTES.check,
+      { name: this.name },
+      {
+        body: { key, cost: options.cost, rate: options.rate, burst: options.burst, algorithm: options.algorithm },
+        accept: [429],
+      },
+    );
+  }
+}
+
+/** A waiting room's admin routes (docs/ROOMS.md). */
+export class Room {
+  readonly #http: Http;
+  readonly name: string;
+
+  constructor(http: Http, name: string) {
+    this.#http = http;
+    this.name = name;
+  }
+
+  async stats(): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.room, { room: this.name });
+  }
+
+  /** Changes how many visitors may be active at once, now. */
+  async setCapacity(capacity: number): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.roomCapacity, { room: this.name }, { body: { capacity } });
+  }
+
+  async pause(): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.roomPause, { room: this.name });
+  }
+
+  async resume(): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.roomResume, { room: this.name });
+  }
+
+  /** Ends a visitor's session: its place goes to the next in line, and
+   * it is never let back in with that session. */
+  async endSession(session: string): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.roomEndSession, { room: this.name, session });
+  }
+}
+
+export interface ScheduleSpec {
+  /** A cron expression ("0 3 * * *") or an interval ("every 5m"). */
+  when: string;
+  zone?: string;
+  queue: string;
+  payload?: unknown;
+  priority?: number;
+  maxAttempts?: number;
+  misfire?: "skip" | "run_once" | "catch_up";
+  paused?: boolean;
+}
+
+/** Schedules: a job pushed to a queue at each tick. */
+export class Schedules {
+  readonly #http: Http;
+
+  constructor(http: Http) {
+    this.#http = http;
+  }
+
+  /** Creates `name`, or changes it to exactly `spec`. */
+  async put(name: string, spec: ScheduleSpec): Promise<Record<string, unknown>> {
+    const { maxAttempts, ...rest } = spec;
+    return this.#http.call(ROUTES.putSchedule, { name }, { body: { ...rest, max_attempts: maxAttempts } });
+  }
+
+  async get(name: string): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.schedule, { name });
+  }
+
+  async delete(name: string): Promise<{ deleted: boolean }> {
+    return this.#http.call(ROUTES.deleteSchedule, { name });
+  }
+
+  /** Pushes the schedule's job now, besides its ticks. */
+  async trigger(name: string): Promise<{ job_id: string }> {
+    return this.#http.call(ROUTES.triggerSchedule, { name });
+  }
+}
+
+export type Kind = "gates" | "queues" | "rooms" | "limits" | "schedules";
+
+const LISTS = {
+  gates: ROUTES.listGates,
+  queues: ROUTES.listQueues,
+  rooms: ROUTES.listRooms,
+  limits: ROUTES.listLimits,
+  schedules: ROUTES.listSchedules,
+} as const;
+
+/** Every name of `kind` (optionally with `prefix`), a page at a time. */
+export async function* list(
+  http: Http,
+  kind: Kind,
+  options: { prefix?: string; pageSize?: number } = {},
+): AsyncGenerator<Record<string, unknown>> {
+  let cursor: string | undefined;
+  do {
+    const page = await http.call<Record<string, unknown> & { next: string | null }>(
+      LISTS[kind],
+      {},
+      { query: { prefix: options.prefix, cursor, limit: options.pageSize } },
+    );
+    yield* (page[kind] as Record<string, unknown>[]) ?? [];
+    cursor = page.next ?? undefined;
+  } while (cursor !== undefined);
+}

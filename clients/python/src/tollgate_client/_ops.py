@@ -1,0 +1,212 @@
+"""Request building and answer decoding, shared by ``Client`` and
+``AsyncClient``: each function returns a ``Call`` that either client runs
+with its own transport, so the two cannot disagree on the protocol."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, FrozenSet, Generic, Iterable, List, Mapping, Optional, TypeVar, Union
+
+import httpx
+
+from ._errors import TollgateError
+from ._models import JSON, Busy, Decision, DeliveryInfo, LeaseInfo, NewJob, Pushed, TicketInfo
+from ._routes import ROUTES
+
+T = TypeVar("T")
+Obj = Dict[str, Any]
+
+# The server answers a long-poll after at most this long.
+MAX_WAIT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    query: Dict[str, str]
+    body: Optional[Obj]
+    parse: Callable[[Any], T]
+    wait_ms: int = 0  # how long the server may hold the answer back
+    # Statuses whose body is an outcome rather than an error (a limit's 429).
+    data_statuses: FrozenSet[int] = field(default_factory=frozenset)
+
+    def decode(self, status: int, headers: httpx.Headers, content: bytes) -> T:
+        data: Any = None
+        if content:
+            try:
+                data = json.loads(content)
+            except ValueError:
+                data = None
+        if status < 400 or (status in self.data_statuses and isinstance(data, dict) and "error" not in data):
+            return self.parse(data)
+        raise error_from_answer(status, headers, data, content)
+
+
+def error_from_answer(status: int, headers: httpx.Headers, data: Any, content: bytes) -> TollgateError:
+    retry_after_ms: Optional[int] = None
+    retry_after = headers.get("retry-after")
+    if retry_after is not None:
+        try:
+            retry_after_ms = int(math.ceil(float(retry_after) * 1000))
+        except ValueError:
+            pass
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        err = data["error"]
+        return TollgateError(str(err.get("code")), str(err.get("message")), status, retry_after_ms)
+    # Not tollgate's error shape: a proxy in front, or a bug.
+    text = content[:200].decode("utf-8", "replace")
+    return TollgateError(f"http_{status}", text or httpx.codes.get_reason_phrase(status), status, retry_after_ms)
+
+
+def error_from_exception(exc: Exception) -> TollgateError:
+    if isinstance(exc, httpx.InvalidURL):
+        return TollgateError("bad_request", f"invalid URL: {exc}")
+    return TollgateError("unavailable", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+# httpx's exceptions that a call may raise; all become a TollgateError.
+HTTPX_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError)
+
+
+def build(
+    route: str,
+    parse: Callable[[Any], T],
+    path: Optional[Mapping[str, str]] = None,
+    body: Optional[Obj] = None,
+    query: Optional[Mapping[str, Optional[Union[int, str]]]] = None,
+    wait_ms: int = 0,
+    data_statuses: FrozenSet[int] = frozenset(),
+) -> Call[T]:
+    r = ROUTES[route]
+    if body is not None:
+        body = {k: v for k, v in body.items() if v is not None}
+        unknown = set(body) - r.body
+        if unknown:
+            raise ValueError(f"{route}: fields not in the route table: {sorted(unknown)}")
+    q = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (query or {}).items() if v is not None}
+    if set(q) - r.query:
+        raise ValueError(f"{route}: query parameters not in the route table: {sorted(set(q) - r.query)}")
+    return Call(r.method, r.url(path or {}), q, body, parse, wait_ms, data_statuses)
+
+
+def _obj(data: Any) -> Obj:
+    return data if isinstance(data, dict) else {}
+
+
+def _lease(gate: str, d: Obj) -> LeaseInfo:
+    return LeaseInfo(gate, d["token"], d["fence"], d["ttl_ms"])
+
+
+def _ticket(gate: str, ticket: str, d: Obj) -> TicketInfo:
+    return TicketInfo(gate, ticket, d["position"], d["waiting"], d.get("eta_ms"))
+
+
+# Gates
+
+Entered = Union[LeaseInfo, TicketInfo, Busy]
+
+
+def enter(gate: str, body: Obj) -> Call[Entered]:
+    def parse(d: Any) -> Entered:
+        d = _obj(d)
+        if d.get("status") == "granted":
+            return _lease(gate, d)
+        if d.get("status") == "queued":
+            return _ticket(gate, d["ticket"], d)
+        return Busy(d["used"], d["capacity"], d["waiting"])
+
+    return build("gate_enter", parse, {"name": gate}, body)
+
+
+Polled = Union[LeaseInfo, TicketInfo]
+
+
+def ticket_status(gate: str, ticket: str, wait_ms: int) -> Call[Polled]:
+    def parse(d: Any) -> Polled:
+        d = _obj(d)
+        if d.get("status") == "granted":
+            return _lease(gate, d)
+        return _ticket(gate, ticket, d)
+
+    wait_ms = max(0, min(wait_ms, MAX_WAIT_MS))
+    return build("ticket_status", parse, {"name": gate, "ticket": ticket}, query={"wait_ms": wait_ms}, wait_ms=wait_ms)
+
+
+def ticket_cancel(gate: str, ticket: str) -> Call[Obj]:
+    return build("ticket_cancel", _obj, {"name": gate, "ticket": ticket})
+
+
+def lease_renew(gate: str, token: str, ttl_ms: Optional[int]) -> Call[int]:
+    return build("lease_renew", lambda d: int(_obj(d)["ttl_ms"]), {"name": gate, "token": token}, {"ttl_ms": ttl_ms})
+
+
+def lease_release(gate: str, token: str) -> Call[Obj]:
+    return build("lease_release", _obj, {"name": gate, "token": token})
+
+
+def simple(route: str, path: Optional[Mapping[str, str]] = None, body: Optional[Obj] = None,
+           query: Optional[Mapping[str, Optional[Union[int, str]]]] = None) -> Call[Obj]:
+    """A route whose answer is handed back as the decoded JSON object."""
+    return build(route, _obj, path, body, query)
+
+
+# Job queues
+
+
+def push(queue: str, job: NewJob) -> Call[Pushed]:
+    def parse(d: Any) -> Pushed:
+        d = _obj(d)
+        return Pushed(d["id"], d["result"], d.get("due_ms"))
+
+    return build("queue_push", parse, {"queue": queue}, job.to_json())
+
+
+def push_many(queue: str, jobs: Iterable[Union[NewJob, JSON]]) -> Call[List[Pushed]]:
+    bodies = [(j if isinstance(j, NewJob) else NewJob(j)).to_json() for j in jobs]
+
+    def parse(d: Any) -> List[Pushed]:
+        out = []
+        for item in _obj(d).get("jobs", []):
+            if "error" in item:
+                e = item["error"]
+                raise TollgateError(e.get("code", "unknown"), f"job {item.get('id')}: {e.get('message')}")
+            out.append(Pushed(item["id"], item["result"], item.get("due_ms")))
+        return out
+
+    return build("queue_batch", parse, {"queue": queue}, {"jobs": bodies})
+
+
+def _delivery(queue: str, j: Obj) -> DeliveryInfo:
+    raw = base64.b64decode(j.get("payload_base64") or "")
+    return DeliveryInfo(queue, j["id"], j.get("payload"), raw, j["attempt"], j["fence"], j["lease_until_ms"])
+
+
+def claim(queue: str, wait_ms: int, lease_ms: Optional[int], max_jobs: Optional[int]) -> Call[List[DeliveryInfo]]:
+    def parse(d: Any) -> List[DeliveryInfo]:
+        return [_delivery(queue, j) for j in _obj(d).get("jobs") or []]
+
+    wait_ms = max(0, min(wait_ms, MAX_WAIT_MS))
+    query: Dict[str, Optional[Union[int, str]]] = {"wait_ms": wait_ms, "lease_ms": lease_ms, "max": max_jobs}
+    return build("queue_claim", parse, {"queue": queue}, query=query, wait_ms=wait_ms)
+
+
+def job_call(route: str, d: DeliveryInfo, body: Obj) -> Call[Obj]:
+    """ack, nack or extend: the delivery's fence proves it is still ours."""
+    return build(route, _obj, {"queue": d.queue, "id": d.id}, {"fence": d.fence, **body})
+
+
+# Rate limits
+
+
+def check(name: str, body: Obj) -> Call[Decision]:
+    def parse(d: Any) -> Decision:
+        d = _obj(d)
+        return Decision(d["allowed"], d["limit"], d["remaining"], d["retry_after_ms"],
+                        d["reset_after_ms"], d.get("degraded", False))
+
+    # A refusal answers 429 with the decision; [protect]'s 429 carries an error body.
+    return build("limit_check", parse, {"name": name}, body, data_statuses=frozenset({429}))

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, List, Tuple
+
+from conftest import Server
+
+from tollgate_client import AsyncClient, Client, Lease, Ticket
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_until(cond: Callable[[], bool], seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_two_clients_fifo_and_fences(server: Server) -> None:
+    name = unique("lock")
+    a, b = Client(server.url), Client(server.url)
+    grants: List[Tuple[str, int]] = []
+
+    def contend(who: str, client: Client) -> None:
+        with client.lock(name, ttl_ms=5_000) as lease:
+            grants.append((who, lease.fence))
+            time.sleep(0.05)
+
+    with a.lock(name, ttl_ms=5_000) as first:
+        grants.append(("a0", first.fence))
+        threads = []
+        # Join the line one at a time, alternating clients, so the order is known.
+        for i, (who, client) in enumerate([("b1", b), ("a2", a), ("b3", b), ("a4", a)]):
+            t = threading.Thread(target=contend, args=(who, client))
+            t.start()
+            threads.append(t)
+            wait_until(lambda: len(a.gate(name).line()) == i + 1)
+    for t in threads:
+        t.join(20)
+    assert [w for w, _ in grants] == ["a0", "b1", "a2", "b3", "a4"]
+    fences = [f for _, f in grants]
+    assert fences == sorted(fences) and len(set(fences)) == len(fences)
+    assert a.gate(name).stats()["used"] == 0
+    a.close()
+    b.close()
+
+
+def test_async_lock_fifo(server: Server) -> None:
+    name = unique("alock")
+
+    async def main() -> List[Tuple[str, int]]:
+        grants: List[Tuple[str, int]] = []
+        async with AsyncClient(server.url) as a, AsyncClient(server.url) as b:
+
+            async def contend(who: str, client: AsyncClient) -> None:
+                async with client.lock(name, ttl_ms=5_000) as lease:
+                    grants.append((who, lease.fence))
+
+            async with a.lock(name, ttl_ms=5_000) as first:
+                grants.append(("a0", first.fence))
+                tasks = []
+                for i, (who, client) in enumerate([("b1", b), ("a2", a)]):
+                    tasks.append(asyncio.ensure_future(contend(who, client)))
+                    while len(await a.gate(name).line()) != i + 1:
+                        await asyncio.sleep(0.02)
+            await asyncio.gather(*tasks)
+        return grants
+
+    grants = asyncio.run(main())
+    assert [w for w, _ in grants] == ["a0", "b1", "a2"]
+    fences = [f for _, f in grants]
+    assert fences == sorted(fences) and len(set(fences)) == 3
+
+
+def test_wait_timeout_cancels_ticket(server: Server) -> None:
+    name = unique("timeout")
+    with Client(server.url) as c:
+        with c.lock(name):
+            try:
+                with c.lock(name, wait=0.3):
+                    raise AssertionError("granted while held")
+            except TimeoutError:
+                pass
+            # The timed-out waiter left the line.
+            assert c.gate(name).line() == []
+
+
+def test_frozen_holder_loses_its_lease(server: Server) -> None:
+    name = unique("frozen")
+    holder = subprocess.Popen([sys.executable, str(Path(__file__).parent / "holder.py"), server.url, name, "600"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        assert line.startswith("fence "), line
+        first_fence = int(line.split()[1])
+        os.kill(holder.pid, signal.SIGSTOP)
+        time.sleep(1.5)  # well past the 600 ms TTL
+        with Client(server.url) as c:
+            got = c.gate(name).enter(capacity=1, ttl_ms=30_000)
+            assert isinstance(got, Lease), got
+            assert got.fence > first_fence
+            os.kill(holder.pid, signal.SIGCONT)
+            out, _ = holder.communicate(timeout=20)
+            assert out.strip() == "lost"
+            assert holder.returncode == 3
+            got.release()
+    finally:
+        if holder.poll() is None:
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.kill()
+            holder.wait()
+
+
+def test_ticket_granted_on_release(server: Server) -> None:
+    name = unique("gate")
+    with Client(server.url) as c:
+        gate = c.gate(name)
+        held = gate.enter(capacity=2, permits=2, label="first")
+        waiting = gate.enter(capacity=2, label="second")
+        busy = gate.enter(capacity=2, queue=False)
+        assert isinstance(held, Lease) and isinstance(waiting, Ticket)
+        assert not isinstance(busy, (Lease, Ticket)) and busy.capacity == 2
+        assert waiting.position == 1
+        assert gate.holders()[0]["label"] == "first"
+        assert held.renew(10_000) == 10_000
+        assert waiting.poll() is None
+        gate.set_capacity(3)  # raising admits the line at once
+        lease = waiting.granted(timeout=5)
+        assert lease.fence > held.fence
+        held.release()
+        lease.release()
