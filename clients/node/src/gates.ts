@@ -70,6 +70,7 @@ export class Gate {
   }
 
   async #enter(options: EnterOptions, queue: boolean, signal?: AbortSignal): Promise<Lease | Ticket | Busy> {
+    const sent = Date.now();
     const body = await this.#http.call<GrantedBody | QueuedBody | BusyBody>(
       ROUTES.enter,
       { name: this.name },
@@ -87,7 +88,7 @@ export class Gate {
     );
     switch (body.status) {
       case "granted":
-        return new Lease(this.#http, this.name, body);
+        return new Lease(this.#http, this.name, body, sent);
       case "queued":
         return new Ticket(this.#http, this.name, body);
       default:
@@ -215,20 +216,24 @@ export class Ticket {
   /** Asks once (waiting up to `waitMs` for the grant): the lease, or this
    * ticket with its position brought up to date. */
   async poll(waitMs = 0, signal?: AbortSignal): Promise<Lease | Ticket> {
+    const sent = Date.now();
     const body = await this.#http.call<GrantedBody | QueuedBody>(
       ROUTES.ticket,
       { name: this.gate, ticket: this.ticket },
       { query: { wait_ms: waitMs }, signal, timeoutMs: waitMs + 10_000 },
     );
-    if (body.status === "granted") return new Lease(this.#http, this.gate, body);
+    // (A long-poll's grant runs from when it was picked up, at the answer:
+    // from the request's start is the safe side.)
+    if (body.status === "granted") return new Lease(this.#http, this.gate, body, sent);
     this.#update(body);
     return this;
   }
 
   /** Waits for the grant, a long-poll of up to a minute at a time (each
    * poll is the ticket's heartbeat): the lease, or `null` once `timeoutMs`
-   * passed, the ticket still in line. A wait that `signal` ends cancels
-   * the ticket. `onPosition` hears each change of place. */
+   * passed, the ticket still in line. A wait that ends otherwise (the
+   * `signal`, an error) cancels the ticket. `onPosition` hears each change
+   * of place. */
   async granted(
     options: { timeoutMs?: number; signal?: AbortSignal; onPosition?: (t: Ticket) => void } = {},
   ): Promise<Lease | null> {
@@ -246,10 +251,11 @@ export class Ticket {
         }
       }
     } catch (e) {
-      if (options.signal?.aborted) {
-        await this.cancel().catch(() => undefined);
-        throw aborted(options.signal);
-      }
+      // Whatever ended the wait (the caller, the network, the server), a
+      // ticket left in line would be granted to nobody: cancel it (a grant
+      // that raced the cancel is released with it).
+      await this.cancel().catch(() => undefined);
+      if (options.signal?.aborted) throw aborted(options.signal);
       throw e;
     }
   }
@@ -273,69 +279,88 @@ export class Lease {
   ttlMs: number;
   // Made on first use: most leases are released without anyone asking.
   #lostController: AbortController | undefined;
+  /** When the lease ends unless renewed, as this process sees it: counted
+   * from when the request that granted or renewed it was sent, so never
+   * later than the server's end. */
   #expires: number;
-  #timer: ReturnType<typeof setTimeout> | undefined;
+  #renewal: ReturnType<typeof setTimeout> | undefined;
+  #deadline: ReturnType<typeof setTimeout> | undefined;
+  #keeping = false;
   #released = false;
 
-  constructor(http: Http, gate: string, body: GrantedBody) {
+  /** `sentAt`: when the request that granted it was sent (ms). */
+  constructor(http: Http, gate: string, body: GrantedBody, sentAt: number = Date.now()) {
     this.#http = http;
     this.gate = gate;
     this.token = body.token;
     this.fence = body.fence;
     this.ttlMs = body.ttl_ms;
-    this.#expires = Date.now() + body.ttl_ms;
+    this.#expires = sentAt + body.ttl_ms;
   }
 
-  /** Aborted when the lease is known to have ended while held: a
-   * renewal answered that it is gone (revoked, or expired while this
-   * process was frozen), or its time ran out with no renewal getting
-   * through. Its `reason` is a `TollgateError` with code `lease_lost`. */
+  /** Aborted when the lease is known, or must be taken, to have ended
+   * while held: a renewal answered that it is gone (revoked, or expired
+   * while this process was frozen), or (with `keepAlive`) its time ran
+   * out before a renewal got through, whatever requests are still in
+   * flight. Its `reason` is a `TollgateError` with code `lease_lost`. */
   get lost(): AbortSignal {
     this.#lostController ??= new AbortController();
     return this.#lostController.signal;
   }
 
-  /** Runs the lease `ttlMs` (default: its own) again from now. */
-  async renew(ttlMs?: number): Promise<void> {
+  /** Runs the lease `ttlMs` (default: its own length) again from now. */
+  async renew(ttlMs: number = this.ttlMs, timeoutMs?: number): Promise<void> {
+    const sent = Date.now();
     try {
       const body = await this.#http.call<{ ttl_ms: number }>(
         ROUTES.renew,
         { name: this.gate, token: this.token },
-        { body: ttlMs === undefined ? {} : { ttl_ms: ttlMs } },
+        { body: { ttl_ms: ttlMs }, ...(timeoutMs === undefined ? {} : { timeoutMs }) },
       );
+      if (this.#released || this.lost.aborted) return;
       this.ttlMs = body.ttl_ms;
-      this.#expires = Date.now() + body.ttl_ms;
+      this.#expires = sent + body.ttl_ms;
+      this.#armDeadline();
     } catch (e) {
-      if (e instanceof TollgateError && e.code === "lease_not_found") this.#lose(e.message);
+      if (e instanceof TollgateError && e.code === "lease_not_found" && !this.#released) this.#lose(e.message);
       throw e;
     }
   }
 
   /** Renews every third of the lease until `release()` (or the lease is
-   * lost). A renewal the server does not answer is tried again a second
-   * later, until the lease's time is up. While it runs, its timer keeps
-   * the process alive, as a held lease should. */
+   * lost). A renewal that fails is tried again a second later; none may
+   * wait past the lease's end, and when that comes with no renewal
+   * through, `lost` aborts. While it runs, its timers keep the process
+   * alive, as a held lease should. */
   keepAlive(): this {
-    if (this.#timer !== undefined || this.#released || this.lost.aborted) return this;
+    if (this.#keeping || this.#released || this.lost.aborted) return this;
+    this.#keeping = true;
     const next = (delay: number): void => {
-      this.#timer = setTimeout(() => void tick(), delay);
+      if (this.#released || this.lost.aborted) return;
+      this.#renewal = setTimeout(() => void tick(), delay);
     };
     const tick = async (): Promise<void> => {
       if (this.#released || this.lost.aborted) return;
       try {
-        await this.renew();
+        await this.renew(this.ttlMs, Math.max(1, this.#expires - Date.now()));
         next(Math.max(10, this.ttlMs / 3));
-      } catch (e) {
-        if (this.lost.aborted || this.#released) return;
-        if (Date.now() >= this.#expires) {
-          this.#lose(`the lease ran out while no renewal got through (${describe(e)})`);
-          return;
-        }
+      } catch {
         next(Math.min(1000, Math.max(10, this.#expires - Date.now())));
       }
     };
+    this.#armDeadline();
     next(Math.max(10, this.ttlMs / 3));
     return this;
+  }
+
+  /** (Re)sets the timer that declares the lease lost at its end. */
+  #armDeadline(): void {
+    if (!this.#keeping) return;
+    if (this.#deadline !== undefined) clearTimeout(this.#deadline);
+    this.#deadline = setTimeout(
+      () => this.#lose("its time ran out before a renewal got through"),
+      Math.max(0, this.#expires - Date.now()),
+    );
   }
 
   #lose(why: string): void {
@@ -347,8 +372,10 @@ export class Lease {
   }
 
   #stop(): void {
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
-    this.#timer = undefined;
+    clearTimeout(this.#renewal);
+    clearTimeout(this.#deadline);
+    this.#renewal = undefined;
+    this.#deadline = undefined;
   }
 
   /** Gives the permits back (the next in line is granted in the same

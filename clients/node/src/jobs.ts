@@ -164,11 +164,11 @@ export class Delivery {
   }
 
   /** Runs the lease `leaseMs` (default: the claim's) from now. */
-  async extend(leaseMs?: number): Promise<void> {
+  async extend(leaseMs?: number, timeoutMs?: number): Promise<void> {
     const body = await this.#http.call<{ lease_until_ms: number }>(
       ROUTES.extend,
       { queue: this.queue, id: this.id },
-      { body: { fence: this.fence, lease_ms: leaseMs } },
+      { body: { fence: this.fence, lease_ms: leaseMs }, ...(timeoutMs === undefined ? {} : { timeoutMs }) },
     );
     this.leaseUntilMs = body.lease_until_ms;
   }
@@ -180,7 +180,9 @@ export interface WorkerOptions {
   /** The lease on each job, extended every third of it while the handler
    * runs (default 30 s). */
   leaseMs?: number;
-  /** How long each claim waits for a due job (default 30 s, at most 60). */
+  /** How long each claim waits for a due job (default 5 s, at most 60):
+   * also how long `stop()` may wait for the claim in flight, whose job,
+   * if one comes, is handled before the worker stops. */
   waitMs?: number;
   /** Hears what went wrong between jobs (a claim or an ack that failed);
    * the worker carries on. Default: nothing. */
@@ -189,11 +191,13 @@ export interface WorkerOptions {
 
 /** The handler of a worker: resolve to ack, throw (or reject) to nack
  * with the error's message. `signal` aborts when the job's lease is lost
- * (another consumer may get it) or the worker is stopping hard. */
+ * (an extension answered so, or its time ran out before one got
+ * through): another consumer may get the job, so stop acting on it. */
 export type Handler = (payload: unknown, job: Delivery, signal: AbortSignal) => unknown;
 
-/** A running worker: `stop()` claims no more and resolves once the jobs
- * in hand have been handled and acked. */
+/** A running worker: `stop()` claims no more and resolves once the claim
+ * in flight has come back and the jobs in hand have been handled and
+ * acked (or nacked). */
 export class Worker {
   readonly #stopping = new AbortController();
   readonly done: Promise<void>;
@@ -216,32 +220,65 @@ export class Worker {
   async #loop(queue: Queue, handler: Handler, o: WorkerOptions): Promise<void> {
     const leaseMs = o.leaseMs ?? 30_000;
     const signal = this.#stopping.signal;
+    // A throwing onError must not end the loop.
+    const report = (e: unknown): void => {
+      try {
+        o.onError?.(e);
+      } catch {
+        // (Nothing better to do with it.)
+      }
+    };
     while (!signal.aborted) {
       let jobs: Delivery[];
+      const sent = Date.now();
       try {
-        jobs = await queue.claim({ waitMs: o.waitMs ?? 30_000, leaseMs, max: 1, signal });
+        // Not aborted by stop(): a job the server hands out as the poll
+        // is dropped would stay leased to nobody (and spend an attempt).
+        jobs = await queue.claim({ waitMs: o.waitMs ?? 5_000, leaseMs, max: 1 });
       } catch (e) {
         if (signal.aborted) return;
-        o.onError?.(e);
+        report(e);
         await sleep(1000, signal);
         continue;
       }
-      for (const job of jobs) await run(job, handler, leaseMs, o.onError);
+      for (const job of jobs) await run(job, handler, leaseMs, sent, report);
     }
   }
 }
 
-async function run(job: Delivery, handler: Handler, leaseMs: number, onError?: (e: unknown) => void): Promise<void> {
+async function run(job: Delivery, handler: Handler, leaseMs: number, claimedAt: number, onError: (e: unknown) => void): Promise<void> {
   const lost = new AbortController();
-  const every = Math.max(10, leaseMs / 3);
+  // When the lease ends unless extended, as this process sees it: counted
+  // from when the claim or extension was sent (never later than the
+  // server's end, whatever the clocks say).
+  let expires = claimedAt + leaseMs;
+  let deadline: ReturnType<typeof setTimeout> | undefined;
+  const lose = (e: unknown): void => {
+    clearInterval(timer);
+    clearTimeout(deadline);
+    if (!lost.signal.aborted) lost.abort(e);
+  };
+  const arm = (): void => {
+    clearTimeout(deadline);
+    deadline = setTimeout(
+      () => lose(new TollgateError("lease_lost", `job ${job.id}: its lease ran out before an extension got through`)),
+      Math.max(0, expires - Date.now()),
+    );
+  };
   const timer = setInterval(() => {
-    job.extend(leaseMs).catch((e: unknown) => {
-      if (e instanceof TollgateError && e.code === "lease_lost") {
-        clearInterval(timer);
-        lost.abort(e);
-      }
-    });
-  }, every);
+    const sent = Date.now();
+    job.extend(leaseMs, Math.max(1, expires - sent)).then(
+      () => {
+        if (lost.signal.aborted) return;
+        expires = sent + leaseMs;
+        arm();
+      },
+      (e: unknown) => {
+        if (e instanceof TollgateError && e.code === "lease_lost") lose(e);
+      },
+    );
+  }, Math.max(10, leaseMs / 3));
+  arm();
   let failure: unknown;
   let failed = false;
   try {
@@ -251,13 +288,15 @@ async function run(job: Delivery, handler: Handler, leaseMs: number, onError?: (
     failure = e;
   } finally {
     clearInterval(timer);
+    clearTimeout(deadline);
   }
+  // Another consumer may have the job now: its ack or nack is not ours.
   if (lost.signal.aborted) return;
   try {
     if (failed) await job.nack(failure instanceof Error ? failure.message : String(failure));
     else await job.ack();
   } catch (e) {
-    onError?.(e);
+    onError(e);
   }
 }
 

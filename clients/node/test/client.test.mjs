@@ -98,6 +98,50 @@ for (const store of ["embedded", "redis"]) {
       await held.release();
     });
 
+    test("renewals keep the lease's own length", async () => {
+      const name = fresh("ttl");
+      const lease = await tg.gate(name).acquire({ capacity: 1, ttlMs: 3000 });
+      await lease.renew();
+      assert.equal(lease.ttlMs, 3000);
+      const { holders } = await tg.gate(name).holders();
+      assert.ok(holders[0].ttl_ms <= 3000, JSON.stringify(holders));
+      await lease.release();
+    });
+
+    test("lost aborts at the lease's end when no renewal gets through", async () => {
+      const name = fresh("hung");
+      // Renewals that never come back (a server that hangs).
+      const hanging = (url, init) => (String(url).includes("/renew") ? new Promise(() => {}) : fetch(url, init));
+      const holder = new Tollgate({ url: server.url, fetch: hanging });
+      const started = Date.now();
+      let lostAfter;
+      await holder.withLock(
+        name,
+        (signal) =>
+          new Promise((resolve) =>
+            signal.addEventListener("abort", () => {
+              lostAfter = Date.now() - started;
+              resolve();
+            }),
+          ),
+        { ttlMs: 600 },
+      );
+      assert.ok(lostAfter >= 500 && lostAfter < 1500, `lost after ${lostAfter} ms`);
+    });
+
+    test("a wait that fails leaves no ticket behind", async () => {
+      const name = fresh("blip");
+      const held = await tg.gate(name).enter({ capacity: 1 });
+      // The ticket's polls fail (a network blip); the cancel goes through.
+      const flaky = (url, init) =>
+        init?.method === "GET" && String(url).includes("/tickets/") ? Promise.reject(new TypeError("fetch failed")) : fetch(url, init);
+      const b = new Tollgate({ url: server.url, fetch: flaky });
+      await assert.rejects(b.withLock(name, () => 1), (e) => e.isUnavailable());
+      assert.equal((await tg.gate(name).stats()).waiting, 0);
+      await held.release();
+      assert.equal((await tg.gate(name).stats()).used, 0, "nobody was handed the lock");
+    });
+
     test("a lease lost by a frozen holder: its signal aborts, the next fence is higher", async () => {
       const name = fresh("frozen");
       const holder = runScript("holder.mjs", { TOLLGATE_URL: server.url, LOCK: name, TTL_MS: "1000" });

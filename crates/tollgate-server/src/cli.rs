@@ -17,6 +17,10 @@ pub(crate) const VERSION: &str = concat!(
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version = VERSION, about = "Fair distributed locks and semaphores")]
 pub(crate) struct Cli {
+    /// For --server https://…: trust the certificates in this PEM file as
+    /// well as the system's (a private CA, a self-signed server).
+    #[arg(long, global = true, env = "TOLLGATE_CA_FILE", value_name = "FILE")]
+    pub(crate) ca_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -706,12 +710,20 @@ pub(crate) struct ServeArgs {
         value_name = "ORIGIN"
     )]
     pub(crate) cors_origins: Vec<String>,
+    /// Serve HTTPS on both listeners (the API's and the waiting rooms')
+    /// with this PEM certificate chain (the server's certificate first);
+    /// with --tls-key. Both are read again on SIGHUP.
+    #[arg(long, env = "TOLLGATE_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key (PKCS #8, PKCS #1 or SEC1) of --tls-cert.
+    #[arg(long, env = "TOLLGATE_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
     /// How long a console session (POST /v1/session) lasts [default: 12h].
     #[arg(long, env = "TOLLGATE_API_SESSION_TTL", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) api_session_ttl: Option<Duration>,
     /// A TOML file; tollgate.example.toml has every key with its default:
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
-    /// read_tokens, cors_origins, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
+    /// read_tokens, cors_origins, tls_cert, tls_key, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
     /// max_event_subscribers, metrics_timeout, body_timeout, memory_idle, and the tables
     /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
     /// [rooms.NAME]. Flags and environment variables override it.
@@ -790,7 +802,7 @@ pub(crate) struct StoreArgs {
     /// redis+sentinel://). Falls back to TOLLGATE_REDIS_URL.
     #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
     pub(crate) redis: Option<String>,
-    /// Work through a `tollgate serve` at this http:// URL instead of
+    /// Work through a `tollgate serve` at this http:// or https:// URL instead of
     /// Redis (it wins if both are given). Falls back to TOLLGATE_SERVER.
     #[arg(long, env = "TOLLGATE_SERVER", value_name = "URL")]
     pub(crate) server: Option<String>,

@@ -1,10 +1,12 @@
 //! The one client of `tollgate serve`, for the commands that work through
 //! one (`--server`): `lock run`, `semaphore run`, the `jobs` and
 //! `schedule` commands and `limit check`. It owns what they share: the
-//! http:// check, the bearer token, the path escaping, reaching the
+//! URL check, TLS (the system's roots and --ca-file), the bearer token, the path escaping, reaching the
 //! server, and how an answer the server refused becomes an exit code. What a command sends and how it
 //! words its messages stays with the command.
 
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use reqwest::{Method, RequestBuilder};
@@ -58,7 +60,11 @@ pub(crate) enum Timeout {
     Total(Duration),
 }
 
-/// A `tollgate serve` at an http:// URL, with the token to present.
+/// `--ca-file` (TOLLGATE_CA_FILE), set once at start.
+pub(crate) static CA_FILE: OnceLock<PathBuf> = OnceLock::new();
+
+/// A `tollgate serve` at an http:// or https:// URL, with the token to
+/// present.
 #[derive(Debug, Clone)]
 pub(crate) struct Server {
     client: reqwest::Client,
@@ -104,12 +110,18 @@ impl Server {
     /// Checks the URL (`Err`: why it is not one) and sets up the client.
     pub(crate) fn new(server: &str, token: Option<String>, timeout: Timeout) -> Result<Server, Failure> {
         let base = server.trim_end_matches('/');
-        if !base.starts_with("http://") {
+        if !base.starts_with("http://") && !base.starts_with("https://") {
             return Err(usage(format!(
-                "--server {server:?}: give an http:// URL of a `tollgate serve` (https is not supported yet)"
+                "--server {server:?}: give the http:// or https:// URL of a `tollgate serve`"
             )));
         }
         let builder = reqwest::Client::builder();
+        // (The system's roots are read only for a server that needs them.)
+        let builder = if base.starts_with("https://") {
+            builder.tls_backend_preconfigured(tls_config()?)
+        } else {
+            builder
+        };
         let builder = match timeout {
             Timeout::Connect => builder.connect_timeout(Duration::from_secs(5)),
             Timeout::Total(t) => builder.timeout(t),
@@ -166,12 +178,106 @@ impl Server {
     /// Sends `req` and reads the answer, whatever its status; `Err` only
     /// when the server could not be reached.
     pub(crate) async fn send(&self, req: RequestBuilder) -> Result<Answer, Failure> {
-        let resp = req.send().await.map_err(|e| Failure {
-            code: exit::UNAVAILABLE,
-            message: format!("cannot reach the tollgate server: {e}"),
+        let resp = req.send().await.map_err(|e| {
+            if untrusted(&e) {
+                Failure {
+                    code: exit::CONFIG,
+                    message: format!(
+                        "the tollgate server's TLS certificate is not trusted ({}); give its CA with --ca-file (TOLLGATE_CA_FILE)",
+                        with_causes(&e)
+                    ),
+                }
+            } else {
+                Failure {
+                    code: exit::UNAVAILABLE,
+                    message: format!("cannot reach the tollgate server: {}", with_causes(&e)),
+                }
+            }
         })?;
         let status = resp.status().as_u16();
         let body = resp.json().await.unwrap_or(Value::Null);
         Ok(Answer { status, body })
     }
+}
+
+/// `e` and what caused it, innermost last: the cause of a failed request
+/// (refused, a certificate not trusted) is rarely in its own message.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// Whether `e` failed on the server's certificate (unknown issuer, wrong
+/// name, expired): the set-up, not the network.
+fn untrusted(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        // (An io::Error's source() skips the error it wraps: look inside.)
+        let inner = c
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|i| i.downcast_ref::<rustls::Error>());
+        if let Some(rustls::Error::InvalidCertificate(_)) =
+            inner.or_else(|| c.downcast_ref::<rustls::Error>())
+        {
+            return true;
+        }
+        // Some layers hand their cause on boxed, which no downcast sees
+        // through: rustls's own wording for the same error.
+        if c.to_string().contains("invalid peer certificate") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// The TLS client set-up for https:// servers: rustls with the ring
+/// provider, trusting the system's roots and the certificates of
+/// `--ca-file`. A CA file that cannot be used is a set-up error (exit 78).
+fn tls_config() -> Result<rustls::ClientConfig, Failure> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let config_error = |message: String| Failure {
+        code: exit::CONFIG,
+        message,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    // Unreadable system certificates are skipped (what is left may still
+    // do, and --ca-file may be all that is needed).
+    let (found, _) = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(path) = CA_FILE.get() {
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| config_error(format!("--ca-file {}: {e}", path.display())))?;
+        if certs.is_empty() {
+            return Err(config_error(format!(
+                "--ca-file {}: no PEM certificate in it",
+                path.display()
+            )));
+        }
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| config_error(format!("--ca-file {}: {e}", path.display())))?;
+        }
+    } else if found == 0 {
+        tracing::debug!("no system root certificates found");
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| config_error(format!("TLS: {e}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    Ok(config)
 }

@@ -26,6 +26,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use crate::cli::{BenchRuntime, Cli, Command, LimitCommand, LockCommand, LogFormat, SemaphoreCommand};
 
 fn main() {
+    // The one TLS provider (ring) for every rustls user in the process:
+    // the HTTP client of --server https:// and anything else reqwest
+    // builds. (Already installed only if this ran twice.)
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -34,6 +38,9 @@ fn main() {
             std::process::exit(code);
         }
     };
+    if let Some(path) = &cli.ca_file {
+        let _ = client::CA_FILE.set(path.clone());
+    }
     // Printing help-like text needs no runtime and no logger.
     match &cli.command {
         Command::Completions { shell } => std::process::exit(commands::docs::completions(*shell)),

@@ -642,9 +642,15 @@ fn through_a_server_busy_lost_and_bad_urls_have_their_exit_codes() {
         &url,
         &[
             (
-                "lock run x --server https://example.invalid -- true",
+                "lock run x --server ftp://example.invalid -- true",
                 64,
-                "http://",
+                "http:// or https://",
+            ),
+            // https is spoken; this host does not exist.
+            (
+                "lock run x --server https://example.invalid -- true",
+                69,
+                "cannot reach",
             ),
             ("lock run x --server http://127.0.0.1:1 -- true", 69, ""),
             ("semaphore run s --limit 2 --server $URL -- true", 0, ""),

@@ -198,7 +198,7 @@ fn push_work_retry_and_dead_letters(url: &str) {
             "true",
         ],
         vec!["jobs", "stats", "q"],
-        vec!["jobs", "stats", "q", "--server", "https://example.org"],
+        vec!["jobs", "stats", "q", "--server", "ftp://example.org"],
     ] {
         let out = tollgate().args(&args).stdin(Stdio::null()).output().expect("run");
         assert_eq!(

@@ -14,6 +14,7 @@ mod lang;
 mod page;
 mod path;
 mod proxy;
+pub(crate) use self::proxy::ViaTls;
 mod token;
 mod visit;
 mod watch;

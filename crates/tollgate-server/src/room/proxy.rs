@@ -44,6 +44,11 @@ pub(crate) struct Upstream {
     pages: Arc<Pages>,
 }
 
+/// Marks a request that reached the waiting rooms' listener over its own
+/// TLS (`tls_cert`): a request extension, which no client can set.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ViaTls;
+
 /// Where a request came from, and what it may do on the way through.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Hop {
@@ -56,6 +61,8 @@ pub(crate) struct Hop {
     /// Whether the request's `Upgrade` may be passed on (checked against
     /// the room's list by the caller); if not, it is stripped.
     pub(crate) may_upgrade: bool,
+    /// It came over this server's TLS: the upstream hears `https`.
+    pub(crate) tls: bool,
 }
 
 impl Upstream {
@@ -313,7 +320,8 @@ fn prepare_request(
         headers.insert("x-real-ip", v);
     }
     if !headers.contains_key("x-forwarded-proto") {
-        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+        let proto = if hop.tls { "https" } else { "http" };
+        headers.insert("x-forwarded-proto", HeaderValue::from_static(proto));
     }
     if let Some(host) = original_host
         && !headers.contains_key("x-forwarded-host")

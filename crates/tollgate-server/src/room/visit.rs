@@ -7,8 +7,10 @@ use super::page::Figures;
 use super::*;
 
 impl Room {
-    fn cookie(&self, value: &str, max_age: Duration) -> HeaderValue {
-        let secure = if self.secure_cookie { "; Secure" } else { "" };
+    /// The room's cookie; Secure when `secure_cookie` says so or the
+    /// visitor came over this server's own TLS (`tls`).
+    fn cookie(&self, value: &str, max_age: Duration, tls: bool) -> HeaderValue {
+        let secure = if self.secure_cookie || tls { "; Secure" } else { "" };
         let text = format!(
             "{}={value}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{secure}",
             self.cookie_name,
@@ -48,7 +50,7 @@ impl Room {
     }
 
     /// Signs an active visitor's token and attaches it to `response`.
-    fn admit_token(&self, response: &mut Response<Body>, token: &str) {
+    fn admit_token(&self, response: &mut Response<Body>, token: &str, tls: bool) {
         let now = now_ms();
         let visitor = Visitor::Active {
             token: token.to_owned(),
@@ -57,13 +59,13 @@ impl Room {
         let signed = self
             .keys
             .sign(&self.name, &visitor, now + self.session_ttl.as_millis() as u64);
-        self.attach(response, &signed, self.session_ttl);
+        self.attach(response, &signed, self.session_ttl, tls);
     }
 
-    fn attach(&self, response: &mut Response<Body>, signed: &str, max_age: Duration) {
+    fn attach(&self, response: &mut Response<Body>, signed: &str, max_age: Duration, tls: bool) {
         response
             .headers_mut()
-            .append(header::SET_COOKIE, self.cookie(signed, max_age));
+            .append(header::SET_COOKIE, self.cookie(signed, max_age, tls));
         if let Ok(v) = HeaderValue::try_from(signed) {
             response.headers_mut().insert(TOKEN_HEADER, v);
         }
@@ -150,6 +152,7 @@ impl Room {
             peer: peer.ip(),
             trusted_peer: self.trusted_proxies.iter().any(|n| n.contains(&peer.ip())),
             may_upgrade,
+            tls: req.extensions().get::<super::proxy::ViaTls>().is_some(),
         };
         if bypass.is_some() {
             self.metrics.bypassed.increment(1);
@@ -219,7 +222,7 @@ impl Room {
                     now + 24 * 3600 * 1000,
                 );
                 let mut response = self.queued_page(req.headers(), Shown::of(&place));
-                self.attach(&mut response, &signed, Duration::from_secs(24 * 3600));
+                self.attach(&mut response, &signed, Duration::from_secs(24 * 3600), hop.tls);
                 response.extensions_mut().insert(id);
                 response
             }
@@ -288,7 +291,7 @@ impl Room {
                 .headers_mut()
                 .append(header::SET_COOKIE, self.clear_cookie());
         } else if fresh_token {
-            self.admit_token(&mut response, token);
+            self.admit_token(&mut response, token, hop.tls);
         }
         response
     }
@@ -556,7 +559,7 @@ impl Room {
                     Ok(TicketStatus::Granted(g)) => {
                         self.admitted_after(since_ms, eta_ms);
                         let mut r = json_response(StatusCode::OK, json!({"status": "admitted"}));
-                        self.admit_token(&mut r, &g.token);
+                        self.admit_token(&mut r, &g.token, req.extensions().get::<ViaTls>().is_some());
                         r
                     }
                     Ok(TicketStatus::Gone) if self.dropped_by_reset(since_ms).await => {

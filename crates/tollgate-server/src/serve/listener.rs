@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -19,11 +20,18 @@ use crate::api::conn::{JsonParseErrors, MAX_HEAD, MAX_HEADERS};
 use crate::exit;
 use crate::room::Rooms;
 
+use super::tls::{HANDSHAKE_TIMEOUT, Tls};
+
 /// The bound listeners.
 pub(super) struct Listeners {
     api: TcpListener,
     /// The waiting rooms' listener, when there are rooms.
     proxy: Option<TcpListener>,
+    /// Both listeners speak TLS when `tls_cert` and `tls_key` are set.
+    tls: Option<Arc<Tls>>,
+    /// SIGHUP, watched from before the listening line (its default action
+    /// would end the server): it reloads the TLS pair.
+    hangups: Option<tokio::signal::unix::Signal>,
 }
 
 /// What the listeners serve: the whole app once the store is open, until
@@ -66,7 +74,12 @@ impl Listeners {
     /// Binds the API's address and, if there are rooms, the proxy's: the
     /// first address a host name resolves to that can be bound. A failure
     /// is printed and becomes the exit code.
-    pub(super) async fn bind(listen: &str, proxy_listen: &str, with_rooms: bool) -> Result<Self, i32> {
+    pub(super) async fn bind(
+        listen: &str,
+        proxy_listen: &str,
+        with_rooms: bool,
+        tls: Option<Arc<Tls>>,
+    ) -> Result<Self, i32> {
         let api = match TcpListener::bind(listen).await {
             Ok(l) => l,
             Err(e) => {
@@ -85,7 +98,15 @@ impl Listeners {
         } else {
             None
         };
-        Ok(Listeners { api, proxy })
+        let hangups = signal(SignalKind::hangup())
+            .map_err(|e| tracing::warn!(error = %e, "cannot watch SIGHUP"))
+            .ok();
+        Ok(Listeners {
+            api,
+            proxy,
+            tls,
+            hangups,
+        })
     }
 
     /// The one line a person (or a test) needs: where to send requests.
@@ -94,12 +115,17 @@ impl Listeners {
             l.local_addr()
                 .map_or_else(|e| format!("({e})"), |a| a.to_string())
         };
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         let rooms_at = match &self.proxy {
-            Some(p) => format!("; waiting rooms on http://{} ({})", shown(p), rooms.join(", ")),
+            Some(p) => format!(
+                "; waiting rooms on {scheme}://{} ({})",
+                shown(p),
+                rooms.join(", ")
+            ),
             None => String::new(),
         };
         println!(
-            "tollgate serve: listening on http://{} (store: {store}){rooms_at}",
+            "tollgate serve: listening on {scheme}://{} (store: {store}){rooms_at}",
             shown(&self.api)
         );
     }
@@ -112,7 +138,16 @@ impl Listeners {
     /// than axum's auto-detecting `serve`: it keeps an idle connection (and
     /// so an open long-poll) markedly smaller.
     pub(super) async fn serve(self, app: App, stop: watch::Sender<bool>) {
-        let Listeners { api, proxy } = self;
+        let Listeners {
+            api,
+            proxy,
+            tls,
+            hangups,
+        } = self;
+        if let Some(hangups) = hangups {
+            on_sighup(hangups, tls.clone());
+        }
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         let graceful = GracefulShutdown::new();
         let (proxy_open, mut proxy_closed) = tokio::sync::mpsc::channel::<()>(1);
         let signalled = shutdown();
@@ -123,13 +158,17 @@ impl Listeners {
                     let Some((stream, peer)) = or_back_off(accepted, "accept failed (waiting rooms)").await else {
                         continue;
                     };
-                    serve_proxy(stream, peer, app.clone(), stop.subscribe(), proxy_open.clone());
+                    let (app, stopping, open) = (app.clone(), stop.subscribe(), proxy_open.clone());
+                    let shaking = (&handshakes, stop.subscribe());
+                    with_tls(stream, tls.as_ref(), shaking, move |io, secure| serve_proxy(io, peer, secure, app, stopping, open));
                 }
                 accepted = api.accept() => {
                     let Some((stream, peer)) = or_back_off(accepted, "accept failed").await else {
                         continue;
                     };
-                    serve_api(stream, peer, &app, &graceful);
+                    let (app, watcher) = (app.clone(), graceful.watcher());
+                    let shaking = (&handshakes, stop.subscribe());
+                    with_tls(stream, tls.as_ref(), shaking, move |io, secure| serve_api(io, peer, secure, app, watcher));
                 }
                 () = &mut signalled => break,
             }
@@ -169,9 +208,66 @@ async fn or_back_off(
     }
 }
 
-/// Serves one API connection, under the graceful shutdown's watch.
-fn serve_api(stream: TcpStream, peer: SocketAddr, app: &App, graceful: &GracefulShutdown) {
+/// TLS handshakes in progress at most: a connection past it is closed at
+/// once (each costs ~11 KB and a descriptor until it finishes or times out).
+const MAX_HANDSHAKES: usize = 1024;
+
+/// Watches SIGHUP for as long as the server runs: it reloads the TLS pair
+/// (without TLS there is nothing to reload, and it is only logged).
+fn on_sighup(mut hangups: tokio::signal::unix::Signal, tls: Option<Arc<Tls>>) {
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match &tls {
+                Some(tls) => tls.reload(),
+                None => tracing::info!("SIGHUP: no TLS certificate to reload"),
+            }
+        }
+    });
+}
+
+/// Serves `stream` through `serve`, after a TLS handshake if `tls` (a
+/// handshake that fails, takes over HANDSHAKE_TIMEOUT, finds
+/// MAX_HANDSHAKES in progress or is still going at shutdown drops the
+/// connection); `serve` hears whether it is TLS.
+fn with_tls<F>(
+    stream: TcpStream,
+    tls: Option<&Arc<Tls>>,
+    (handshakes, mut stopping): (&Arc<tokio::sync::Semaphore>, watch::Receiver<bool>),
+    serve: F,
+) where
+    F: FnOnce(Box<dyn Io>, bool) + Send + 'static,
+{
     let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else {
+        serve(Box::new(stream), false);
+        return;
+    };
+    let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+        tracing::debug!("too many TLS handshakes in progress; connection closed");
+        return;
+    };
+    let acceptor = tls.acceptor.clone();
+    tokio::spawn(async move {
+        let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+        let shaken = tokio::select! {
+            shaken = handshake => shaken,
+            _ = stopping.wait_for(|s| *s) => return,
+        };
+        drop(permit);
+        match shaken {
+            Ok(Ok(tls_stream)) => serve(Box::new(tls_stream), true),
+            Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!("TLS handshake timed out"),
+        }
+    });
+}
+
+/// A connection's byte stream: plain TCP or TLS over it.
+pub(super) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Serves one API connection, under the graceful shutdown's watch.
+fn serve_api(stream: Box<dyn Io>, peer: SocketAddr, secure: bool, app: App, watcher: Watcher) {
     // The request head's limits (hyper answers past them itself;
     // JsonParseErrors gives those answers the JSON error body).
     let conn = http1::Builder::new()
@@ -181,9 +277,9 @@ fn serve_api(stream: TcpStream, peer: SocketAddr, app: &App, graceful: &Graceful
         .max_headers(MAX_HEADERS)
         .serve_connection(
             TokioIo::new(JsonParseErrors::new(stream)),
-            TowerToHyperService::new(with_peer(app.clone(), peer)),
+            TowerToHyperService::new(with_peer(app, peer, secure)),
         );
-    let conn = graceful.watch(conn);
+    let conn = watcher.watch(conn);
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -191,14 +287,17 @@ fn serve_api(stream: TcpStream, peer: SocketAddr, app: &App, graceful: &Graceful
 
 /// Serves one waiting-room connection (upgrades included).
 fn serve_proxy(
-    stream: TcpStream,
+    stream: Box<dyn Io>,
     peer: SocketAddr,
+    secure: bool,
     app: App,
     mut stopping: watch::Receiver<bool>,
     open: tokio::sync::mpsc::Sender<()>,
 ) {
-    let _ = stream.set_nodelay(true);
-    let service = hyper::service::service_fn(move |req| {
+    let service = hyper::service::service_fn(move |mut req: Incoming| {
+        if secure {
+            req.extensions_mut().insert(crate::room::ViaTls);
+        }
         let rooms = app.rooms().cloned();
         async move {
             Ok::<_, std::convert::Infallible>(match rooms {
@@ -249,11 +348,27 @@ type Incoming = hyper::Request<hyper::body::Incoming>;
 fn with_peer(
     app: App,
     peer: SocketAddr,
+    secure: bool,
 ) -> tower::util::ServiceFn<impl FnMut(Incoming) -> tower::util::Oneshot<axum::Router, Incoming> + Clone> {
     tower::service_fn(move |mut req: Incoming| {
         req.extensions_mut().insert(PeerAddr(peer));
+        if secure {
+            mark_https(req.headers_mut());
+        }
         tower::ServiceExt::oneshot(app.api(), req)
     })
+}
+
+/// An API request that came over this server's own TLS says so the way a
+/// TLS proxy in front would (`X-Forwarded-Proto: https`, replacing
+/// whatever the client sent): the same-origin check and the console's
+/// Secure cookie read it. (The rooms, which keep only a trusted proxy's
+/// X-Forwarded-*, take [`crate::room::ViaTls`] instead.)
+fn mark_https(headers: &mut hyper::HeaderMap) {
+    headers.insert(
+        "x-forwarded-proto",
+        hyper::header::HeaderValue::from_static("https"),
+    );
 }
 
 /// Resolves on SIGTERM or SIGINT: in-flight requests finish (long-polls

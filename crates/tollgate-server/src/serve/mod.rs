@@ -7,6 +7,7 @@
 mod firing;
 mod listener;
 mod settings;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +48,11 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
     }
     let room_names = check_config(&args)?;
     check_schedules(&args).await?;
-    let listeners = Listeners::bind(&args.listen, &args.proxy_listen, !room_names.is_empty()).await?;
+    let tls = match &args.tls {
+        Some((cert, key)) => Some(Arc::new(tls::Tls::new(cert, key).map_err(|msg| usage(&msg))?)),
+        None => None,
+    };
+    let listeners = Listeners::bind(&args.listen, &args.proxy_listen, !room_names.is_empty(), tls).await?;
     let store_kind = if args.redis.is_some() { "redis" } else { "memory" };
     listeners.announce(&room_names, store_kind);
     // Before anything that registers metrics (rooms, limiters).

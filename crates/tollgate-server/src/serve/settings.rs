@@ -29,6 +29,9 @@ struct FileSettings {
     /// Origins whose browser apps may call the API (CORS).
     #[serde(default)]
     cors_origins: Vec<String>,
+    /// Serve TLS with this PEM certificate chain and key.
+    tls_cert: Option<std::path::PathBuf>,
+    tls_key: Option<std::path::PathBuf>,
     /// Named rate limits: `[limits.NAME]`.
     #[serde(default)]
     limits: HashMap<String, LimitSettings>,
@@ -77,6 +80,8 @@ pub(super) struct Settings {
     pub(super) api_session_ttl: Duration,
     /// Origins whose browser apps may call the API; empty: CORS off.
     pub(super) cors: crate::api::cors::Cors,
+    /// The PEM certificate chain and key both listeners serve TLS with.
+    pub(super) tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
     pub(super) limits: HashMap<String, LimitSettings>,
     pub(super) protect: Option<ProtectSettings>,
     pub(super) proxy_listen: String,
@@ -191,6 +196,11 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         } else {
             args.read_tokens
         },
+        tls: match (args.tls_cert.or(file.tls_cert), args.tls_key.or(file.tls_key)) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err("tls_cert and tls_key go together: give both (TLS) or neither".to_owned()),
+        },
         cors: crate::api::cors::Cors::new(if args.cors_origins.is_empty() {
             &file.cors_origins
         } else {
@@ -285,6 +295,8 @@ mod tests {
             tokens,
             read_tokens,
             cors_origins,
+            tls_cert,
+            tls_key,
             api_session_ttl,
             limits,
             protect,
@@ -303,6 +315,10 @@ mod tests {
         } = file;
         assert!(listen.is_some() && redis.is_some() && prefix.is_some() && !tokens.is_empty());
         assert!(!read_tokens.is_empty() && api_session_ttl.is_some() && !cors_origins.is_empty());
+        // TLS needs files of one's own: the example shows its two keys
+        // commented out (the example starts a server in tests).
+        assert!(tls_cert.is_none() && tls_key.is_none());
+        assert!(text.contains("\n# tls_cert = ") && text.contains("\n# tls_key = "));
         assert!(proxy_listen.is_some() && durable_replicas.is_some() && durable_timeout.is_some());
         assert!(max_tickets_per_client.is_some() && metrics_timeout.is_some());
         assert!(max_event_subscribers.is_some());
@@ -323,6 +339,8 @@ mod tests {
             "tokens",
             "read_tokens",
             "cors_origins",
+            "tls_cert",
+            "tls_key",
             "api_session_ttl",
             "[limits.NAME]",
             "[protect]",

@@ -82,6 +82,7 @@ impl Server {
 
     /// Runs `cmd` and reads the listening line.
     pub fn spawn(mut cmd: Command, stderr: Stdio) -> Server {
+        install_tls_provider();
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -94,7 +95,7 @@ impl Server {
             .expect("read the listening line");
         let mut addresses = line
             .split_whitespace()
-            .filter(|w| w.starts_with("http://"))
+            .filter(|w| w.starts_with("http://") || w.starts_with("https://"))
             .map(|w| {
                 w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
                     .to_owned()
@@ -133,6 +134,13 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// reqwest here has rustls without a provider of its own (the binary
+/// picks ring): install ring for this test process, before any client is
+/// built. Every test that starts a server has it; call it first otherwise.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 pub async fn send(req: reqwest::RequestBuilder) -> (u16, Value) {

@@ -1,0 +1,320 @@
+//! `tollgate serve` over TLS (`--tls-cert`, `--tls-key`): the API answers
+//! on https only, the CLI reaches it with `--ca-file` and refuses it
+//! without, the certificate is swapped on SIGHUP (and a bad new one is
+//! refused while the old one keeps serving), the session cookie is Secure
+//! and the same-origin check takes https for the scheme; the waiting
+//! rooms' listener speaks TLS too, sets its cookie Secure and tells the
+//! upstream so; a bad pair stops the server at start, and a SIGHUP
+//! before the server is ready does not stop it.
+
+mod room_support;
+mod serve_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+use serve_support::{Server, install_tls_provider};
+
+/// A fresh self-signed certificate for 127.0.0.1 and localhost (not a CA,
+/// so it can be a server's), and its key: `dir/<name>.pem`,
+/// `dir/<name>.key`.
+fn certificate(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", &format!("/CN={name}")])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl is installed (scripts/test installs it)");
+    assert!(ok.success(), "openssl could not make a certificate");
+    (cert, key)
+}
+
+/// A client that trusts `ca` only.
+fn client(ca: &Path) -> reqwest::Client {
+    install_tls_provider();
+    let pem = std::fs::read(ca).expect("read the certificate");
+    let cert = reqwest::Certificate::from_pem(&pem).expect("a PEM certificate");
+    reqwest::Client::builder()
+        .tls_certs_only([cert])
+        .build()
+        .expect("client")
+}
+
+fn tollgate(args: &[&str], ca: Option<&Path>) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(args).env_remove("TOLLGATE_CA_FILE");
+    if let Some(ca) = ca {
+        cmd.arg("--ca-file").arg(ca);
+    }
+    let out = cmd.output().expect("run tollgate");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_speaks_tls_and_the_cli_reaches_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = certificate(dir.path(), "one");
+    let token = "tls-admin-token-0123456789";
+    let s = Server::start_with(
+        None,
+        &[
+            "--tls-cert",
+            cert.to_str().expect("utf-8"),
+            "--tls-key",
+            key.to_str().expect("utf-8"),
+            "--token",
+            token,
+        ],
+    );
+    assert!(s.base.starts_with("https://127.0.0.1:"), "{}", s.base);
+    let c = client(&cert);
+    let r = c.get(s.url("/healthz")).send().await.expect("https");
+    assert_eq!(r.status(), 200);
+
+    // Plain HTTP on the TLS port gets no answer.
+    let plain = s.base.replacen("https://", "http://", 1);
+    let r = reqwest::Client::new()
+        .get(format!("{plain}/healthz"))
+        .send()
+        .await;
+    assert!(r.is_err() || !r.expect("answer").status().is_success());
+
+    // The CLI, trusting the certificate through --ca-file.
+    let (code, out, err) = tollgate(
+        &[
+            "lock",
+            "status",
+            "nightly",
+            "--server",
+            &s.base,
+            "--server-token",
+            token,
+        ],
+        Some(&cert),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"name\":\"nightly\""), "{out}");
+    // Without it the system's roots do not know this certificate: a clear
+    // message, and the set-up's exit code (no retry mends it).
+    let (code, _, err) = tollgate(
+        &[
+            "lock",
+            "status",
+            "nightly",
+            "--server",
+            &s.base,
+            "--server-token",
+            token,
+        ],
+        None,
+    );
+    assert_eq!(code, Some(78), "{err}");
+    assert!(err.contains("not trusted") && err.contains("--ca-file"), "{err}");
+    // A CA file that is not one: a set-up error, exit 78.
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").expect("write");
+    let (code, _, err) = tollgate(&["lock", "status", "nightly", "--server", &s.base], Some(&junk));
+    assert_eq!(code, Some(78), "{err}");
+    assert!(err.contains("--ca-file"), "{err}");
+
+    // Over its own TLS the server knows the scheme: the console's cookie
+    // is Secure, and a change from the page's own https origin passes the
+    // same-origin check.
+    let r = c
+        .post(s.url("/v1/session"))
+        .json(&json!({"token": token}))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 200);
+    let cookie = r.headers()["set-cookie"].to_str().expect("ascii").to_owned();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    let r = c
+        .post(s.url("/v1/queues/q/jobs"))
+        .bearer_auth(token)
+        .header("origin", &s.base)
+        .header("sec-fetch-site", "same-origin")
+        .json(&json!({"payload": 1}))
+        .send()
+        .await
+        .expect("push");
+    assert_eq!(r.status(), 201);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_swaps_the_certificate_and_keeps_a_good_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (first, first_key) = certificate(dir.path(), "first");
+    let (second, second_key) = certificate(dir.path(), "second");
+    // The server reads the pair at fixed paths, as a renewal would rewrite it.
+    let (cert, key) = (dir.path().join("server.pem"), dir.path().join("server.key"));
+    std::fs::copy(&first, &cert).expect("copy");
+    std::fs::copy(&first_key, &key).expect("copy");
+    let s = Server::start_with(
+        None,
+        &[
+            "--tls-cert",
+            cert.to_str().expect("utf-8"),
+            "--tls-key",
+            key.to_str().expect("utf-8"),
+        ],
+    );
+    let trusts_first = client(&first);
+    let trusts_second = client(&second);
+    let answers = |c: &reqwest::Client| {
+        let req = c.get(s.url("/healthz")).send();
+        async move { req.await.is_ok() }
+    };
+    assert!(answers(&trusts_first).await);
+    assert!(!answers(&trusts_second).await);
+
+    let hup = |pid: u32| {
+        let ok = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+    };
+    std::fs::copy(&second, &cert).expect("copy");
+    std::fs::copy(&second_key, &key).expect("copy");
+    hup(s.child.id());
+    let mut swapped = false;
+    for _ in 0..50 {
+        // New connections only: a fresh client each time.
+        if answers(&client(&second)).await {
+            swapped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(swapped, "the second certificate is served after SIGHUP");
+    assert!(!answers(&client(&first)).await);
+
+    // A renewal gone wrong (the key of another certificate): refused,
+    // and the second pair keeps serving.
+    std::fs::copy(&first_key, &key).expect("copy");
+    hup(s.child.id());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(answers(&client(&second)).await, "still serving the good pair");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_rooms_listener_speaks_tls() {
+    let (_seen, up, dir) = room_support::site().await;
+    let (cert, key) = certificate(dir.path(), "rooms");
+    // The TLS keys first: they are top-level, the room is a table.
+    let config = format!(
+        "tls_cert = {:?}\ntls_key = {:?}\n{}",
+        cert.to_str().expect("utf-8"),
+        key.to_str().expect("utf-8"),
+        room_support::room_config(up, 1, "")
+    );
+    let s = room_support::start(&dir, &config, None);
+    let proxy = s.proxy.clone().expect("the rooms' address");
+    assert!(proxy.starts_with("https://"), "{proxy}");
+    let c = client(&cert);
+    let mut visitor = room_support::Visitor::new("v1");
+    let page = visitor.get(&c, &proxy, "/page", false).await;
+    assert!(
+        room_support::is_admitted(&page, "v1"),
+        "{} {}",
+        page.status,
+        page.text
+    );
+    // Its cookie is Secure, though the room's secure_cookie is not set.
+    let cookie = page.headers["set-cookie"].to_str().expect("ascii");
+    assert!(
+        cookie.starts_with("tollgate_shop=") && cookie.ends_with("; Secure"),
+        "{cookie}"
+    );
+    // The upstream hears that the visitor came over https.
+    let seen = visitor.get(&c, &proxy, "/headers", false).await.json();
+    assert_eq!(seen["x-forwarded-proto"], "https", "{seen}");
+}
+
+#[test]
+fn a_bad_pair_stops_the_server_at_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = certificate(dir.path(), "a");
+    let (_, other_key) = certificate(dir.path(), "b");
+    let missing = dir.path().join("missing.pem");
+    let text = |p: &Path| p.to_str().expect("utf-8").to_owned();
+    for (args, says) in [
+        (
+            vec![
+                "--tls-cert".to_owned(),
+                text(&cert),
+                "--tls-key".to_owned(),
+                text(&other_key),
+            ],
+            "do not make a usable pair",
+        ),
+        (
+            vec![
+                "--tls-cert".to_owned(),
+                text(&missing),
+                "--tls-key".to_owned(),
+                text(&key),
+            ],
+            "tls_cert",
+        ),
+        (vec!["--tls-cert".to_owned(), text(&cert)], "--tls-key"),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = Server::command(None, &args).output().expect("run serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_sighup_while_waiting_for_the_store_does_not_stop_the_server() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = certificate(dir.path(), "early");
+    // A Redis that never answers: the server listens, and waits for it.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let redis = format!("redis://{}", silent.local_addr().expect("addr"));
+    let mut s = Server::start_with(
+        None,
+        &[
+            "--redis",
+            &redis,
+            "--tls-cert",
+            cert.to_str().expect("utf-8"),
+            "--tls-key",
+            key.to_str().expect("utf-8"),
+        ],
+    );
+    let ok = Command::new("kill")
+        .args(["-HUP", &s.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        s.child.try_wait().expect("wait").is_none(),
+        "SIGHUP stopped the server"
+    );
+}
