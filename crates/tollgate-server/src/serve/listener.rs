@@ -159,16 +159,14 @@ impl Listeners {
                         continue;
                     };
                     let (app, stopping, open) = (app.clone(), stop.subscribe(), proxy_open.clone());
-                    let shaking = (&handshakes, stop.subscribe());
-                    with_tls(stream, tls.as_ref(), shaking, move |io, secure| serve_proxy(io, peer, secure, app, stopping, open));
+                    with_tls(stream, tls.as_ref(), (&handshakes, &stop), move |io, secure| serve_proxy(io, peer, secure, app, stopping, open));
                 }
                 accepted = api.accept() => {
                     let Some((stream, peer)) = or_back_off(accepted, "accept failed").await else {
                         continue;
                     };
                     let (app, watcher) = (app.clone(), graceful.watcher());
-                    let shaking = (&handshakes, stop.subscribe());
-                    with_tls(stream, tls.as_ref(), shaking, move |io, secure| serve_api(io, peer, secure, app, watcher));
+                    with_tls(stream, tls.as_ref(), (&handshakes, &stop), move |io, secure| serve_api(io, peer, secure, app, watcher));
                 }
                 () = &mut signalled => break,
             }
@@ -232,14 +230,14 @@ fn on_sighup(mut hangups: tokio::signal::unix::Signal, tls: Option<Arc<Tls>>) {
 fn with_tls<F>(
     stream: TcpStream,
     tls: Option<&Arc<Tls>>,
-    (handshakes, mut stopping): (&Arc<tokio::sync::Semaphore>, watch::Receiver<bool>),
+    (handshakes, stop): (&Arc<tokio::sync::Semaphore>, &watch::Sender<bool>),
     serve: F,
 ) where
-    F: FnOnce(Box<dyn Io>, bool) + Send + 'static,
+    F: FnOnce(Conn, bool) + Send + 'static,
 {
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else {
-        serve(Box::new(stream), false);
+        serve(Conn::Plain(stream), false);
         return;
     };
     let Ok(permit) = handshakes.clone().try_acquire_owned() else {
@@ -247,6 +245,7 @@ fn with_tls<F>(
         return;
     };
     let acceptor = tls.acceptor.clone();
+    let mut stopping = stop.subscribe();
     tokio::spawn(async move {
         let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
         let shaken = tokio::select! {
@@ -255,7 +254,7 @@ fn with_tls<F>(
         };
         drop(permit);
         match shaken {
-            Ok(Ok(tls_stream)) => serve(Box::new(tls_stream), true),
+            Ok(Ok(tls_stream)) => serve(Conn::Tls(Box::new(tls_stream)), true),
             Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
             Err(_) => tracing::debug!("TLS handshake timed out"),
         }
@@ -263,11 +262,80 @@ fn with_tls<F>(
 }
 
 /// A connection's byte stream: plain TCP or TLS over it.
-pub(super) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+/// A connection's byte stream: plain TCP, or TLS over it (boxed: a TLS
+/// session's state is large, and a plain connection, a parked long-poll
+/// say, should not carry its room).
+pub(super) enum Conn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(s) => s.is_write_vectored(),
+            Conn::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
 
 /// Serves one API connection, under the graceful shutdown's watch.
-fn serve_api(stream: Box<dyn Io>, peer: SocketAddr, secure: bool, app: App, watcher: Watcher) {
+fn serve_api(stream: Conn, peer: SocketAddr, secure: bool, app: App, watcher: Watcher) {
     // The request head's limits (hyper answers past them itself;
     // JsonParseErrors gives those answers the JSON error body).
     let conn = http1::Builder::new()
@@ -287,7 +355,7 @@ fn serve_api(stream: Box<dyn Io>, peer: SocketAddr, secure: bool, app: App, watc
 
 /// Serves one waiting-room connection (upgrades included).
 fn serve_proxy(
-    stream: Box<dyn Io>,
+    stream: Conn,
     peer: SocketAddr,
     secure: bool,
     app: App,
