@@ -216,15 +216,14 @@ export class Ticket {
   /** Asks once (waiting up to `waitMs` for the grant): the lease, or this
    * ticket with its position brought up to date. */
   async poll(waitMs = 0, signal?: AbortSignal): Promise<Lease | Ticket> {
-    const sent = Date.now();
     const body = await this.#http.call<GrantedBody | QueuedBody>(
       ROUTES.ticket,
       { name: this.gate, ticket: this.ticket },
       { query: { wait_ms: waitMs }, signal, timeoutMs: waitMs + 10_000 },
     );
-    // (A long-poll's grant runs from when it was picked up, at the answer:
-    // from the request's start is the safe side.)
-    if (body.status === "granted") return new Lease(this.#http, this.gate, body, sent);
+    // A granted ticket's lease runs from when this answer picked it up:
+    // from now (a long-poll's start could be a minute before that).
+    if (body.status === "granted") return new Lease(this.#http, this.gate, body);
     this.#update(body);
     return this;
   }
@@ -280,8 +279,9 @@ export class Lease {
   // Made on first use: most leases are released without anyone asking.
   #lostController: AbortController | undefined;
   /** When the lease ends unless renewed, as this process sees it: counted
-   * from when the request that granted or renewed it was sent, so never
-   * later than the server's end. */
+   * from when the `enter` or renewal that set it was sent (so never later
+   * than the server's end), or for a ticket's grant from the answer that
+   * picked it up (the server starts it then). */
   #expires: number;
   #renewal: ReturnType<typeof setTimeout> | undefined;
   #deadline: ReturnType<typeof setTimeout> | undefined;

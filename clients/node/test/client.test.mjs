@@ -108,6 +108,18 @@ for (const store of ["embedded", "redis"]) {
       await lease.release();
     });
 
+    test("a lease from a long wait in line is not taken for lost", async () => {
+      const name = fresh("long");
+      const held = await tg.gate(name).enter({ capacity: 1 });
+      // Granted after a wait longer than its own length.
+      setTimeout(() => void held.release(), 800);
+      const lease = await tg.gate(name).acquire({ ttlMs: 500 });
+      lease.keepAlive();
+      await sleep(700);
+      assert.equal(lease.lost.aborted, false, String(lease.lost.reason));
+      await lease.release();
+    });
+
     test("lost aborts at the lease's end when no renewal gets through", async () => {
       const name = fresh("hung");
       // Renewals that never come back (a server that hangs).

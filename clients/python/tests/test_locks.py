@@ -11,6 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Callable, List, Tuple
 
+import httpx
+
 from conftest import Server
 
 from tollgate_client import AsyncClient, Client, Lease, Ticket
@@ -141,3 +143,33 @@ def test_ticket_granted_on_release(server: Server) -> None:
         assert lease.fence > held.fence
         held.release()
         lease.release()
+
+
+class HangingRenewals(httpx.BaseTransport):
+    """The real transport, except that lease renewals never answer (a
+    server that hangs on them) until the test lets them go."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.release = threading.Event()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/renew"):
+            self.release.wait(10)
+            raise httpx.ReadTimeout("held back by the test", request=request)
+        return self.inner.handle_request(request)
+
+
+def test_lost_is_set_at_the_leases_end_while_a_renewal_hangs(server: Server) -> None:
+    name = unique("hung")
+    transport = HangingRenewals()
+    client = Client(server.url, http=httpx.Client(base_url=server.url, transport=transport))
+    try:
+        started = time.monotonic()
+        with client.lock(name, ttl_ms=600) as lease:
+            assert lease.lost.wait(3), "lost was never set"
+            after = time.monotonic() - started
+            transport.release.set()
+        assert 0.4 <= after < 1.5, f"lost after {after:.2f} s"
+    finally:
+        transport.release.set()

@@ -250,21 +250,30 @@ class AsyncHeld:
 
     async def _renew(self, lease: AsyncLease) -> None:
         ttl = self.ttl_ms / 1000
-        last_ok = time.monotonic()
-        while True:
-            await asyncio.sleep(ttl / 3)
-            if time.monotonic() - last_ok >= ttl:
-                lease.lost.set()  # e.g. the event loop was blocked past the TTL
-            sent = time.monotonic()
-            try:
-                await lease.renew(self.ttl_ms)
-                last_ok = sent
-            except TollgateError as e:
-                if e.is_not_found():
-                    return  # renew() has set lost
-                log.warning("renewing %s failed: %s", lease.gate, e)
-            if lease.lost.is_set():
-                return
+        loop = asyncio.get_running_loop()
+        # Sets lost at the lease's end whatever the renewal in flight is
+        # doing (a hung request, an event loop blocked past the TTL).
+        deadline = loop.call_later(ttl, lease.lost.set)
+        try:
+            while True:
+                await asyncio.sleep(ttl / 3)
+                if lease.lost.is_set():
+                    return
+                sent = time.monotonic()
+                try:
+                    await lease.renew(self.ttl_ms)
+                except TollgateError as e:
+                    if e.is_not_found():
+                        return  # renew() has set lost
+                    log.warning("renewing %s failed: %s", lease.gate, e)
+                    continue
+                if lease.lost.is_set():
+                    return
+                # The renewal ran the lease ttl from when it was sent.
+                deadline.cancel()
+                deadline = loop.call_later(max(0.0, sent + ttl - time.monotonic()), lease.lost.set)
+        finally:
+            deadline.cancel()
 
     async def release(self) -> None:
         if self._renewer is not None:

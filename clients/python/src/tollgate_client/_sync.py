@@ -253,20 +253,35 @@ class Held:
 
     def _renew(self, lease: Lease) -> None:
         ttl = self.ttl_ms / 1000
-        last_ok = time.monotonic()
-        while not self._stop.wait(ttl / 3):
-            if time.monotonic() - last_ok >= ttl:
-                lease.lost.set()  # e.g. this process was frozen past the TTL
-            sent = time.monotonic()
-            try:
-                lease.renew(self.ttl_ms)
-                last_ok = sent
-            except TollgateError as e:
-                if e.is_not_found():
-                    return  # renew() has set lost
-                log.warning("renewing %s failed: %s", lease.gate, e)
-            if lease.lost.is_set():
-                return
+
+        def deadline_at(delay: float) -> threading.Timer:
+            # Sets lost at the lease's end whatever the renewal in flight is
+            # doing (a hung request, a process frozen past the TTL).
+            timer = threading.Timer(max(0.0, delay), lease.lost.set)
+            timer.daemon = True
+            timer.start()
+            return timer
+
+        deadline = deadline_at(ttl)
+        try:
+            while not self._stop.wait(ttl / 3):
+                if lease.lost.is_set():
+                    return
+                sent = time.monotonic()
+                try:
+                    lease.renew(self.ttl_ms)
+                except TollgateError as e:
+                    if e.is_not_found():
+                        return  # renew() has set lost
+                    log.warning("renewing %s failed: %s", lease.gate, e)
+                    continue
+                if lease.lost.is_set():
+                    return
+                # The renewal ran the lease ttl from when it was sent.
+                deadline.cancel()
+                deadline = deadline_at(sent + ttl - time.monotonic())
+        finally:
+            deadline.cancel()
 
     def release(self) -> None:
         self._stop.set()
