@@ -9,9 +9,11 @@
 
 mod room_support;
 mod serve_support;
+#[path = "../../tollgate/tests/support/mod.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
@@ -22,28 +24,33 @@ use serve_support::{Server, install_tls_provider};
 /// `dir/<name>.key`.
 fn certificate(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
-    let ok = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
+    let subject = format!("/CN={name}");
+    support::self_signed(
+        &[
             "-newkey",
             "ec",
             "-pkeyopt",
             "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "1", "-subj", &format!("/CN={name}")])
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl is installed (scripts/test installs it)");
-    assert!(ok.success(), "openssl could not make a certificate");
+            "-subj",
+            &subject,
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+        ],
+        &cert,
+        &key,
+    );
     (cert, key)
+}
+
+/// `tollgate serve` (embedded store unless `extra` names Redis) serving
+/// TLS with `cert` and `key`.
+fn serve_tls(cert: &Path, key: &Path, extra: &[&str]) -> Server {
+    let (cert, key) = (cert.to_str().expect("utf-8"), key.to_str().expect("utf-8"));
+    let mut args = vec!["--tls-cert", cert, "--tls-key", key];
+    args.extend_from_slice(extra);
+    Server::start_with(None, &args)
 }
 
 /// A client that trusts `ca` only.
@@ -76,17 +83,7 @@ async fn the_api_speaks_tls_and_the_cli_reaches_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (cert, key) = certificate(dir.path(), "one");
     let token = "tls-admin-token-0123456789";
-    let s = Server::start_with(
-        None,
-        &[
-            "--tls-cert",
-            cert.to_str().expect("utf-8"),
-            "--tls-key",
-            key.to_str().expect("utf-8"),
-            "--token",
-            token,
-        ],
-    );
+    let s = serve_tls(&cert, &key, &["--token", token]);
     assert!(s.base.starts_with("https://127.0.0.1:"), "{}", s.base);
     let c = client(&cert);
     let r = c.get(s.url("/healthz")).send().await.expect("https");
@@ -101,34 +98,21 @@ async fn the_api_speaks_tls_and_the_cli_reaches_it() {
     assert!(r.is_err() || !r.expect("answer").status().is_success());
 
     // The CLI, trusting the certificate through --ca-file.
-    let (code, out, err) = tollgate(
-        &[
-            "lock",
-            "status",
-            "nightly",
-            "--server",
-            &s.base,
-            "--server-token",
-            token,
-        ],
-        Some(&cert),
-    );
+    let status = [
+        "lock",
+        "status",
+        "nightly",
+        "--server",
+        &s.base,
+        "--server-token",
+        token,
+    ];
+    let (code, out, err) = tollgate(&status, Some(&cert));
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("\"name\":\"nightly\""), "{out}");
     // Without it the system's roots do not know this certificate: a clear
     // message, and the set-up's exit code (no retry mends it).
-    let (code, _, err) = tollgate(
-        &[
-            "lock",
-            "status",
-            "nightly",
-            "--server",
-            &s.base,
-            "--server-token",
-            token,
-        ],
-        None,
-    );
+    let (code, _, err) = tollgate(&status, None);
     assert_eq!(code, Some(78), "{err}");
     assert!(err.contains("not trusted") && err.contains("--ca-file"), "{err}");
     // A CA file that is not one: a set-up error, exit 78.
@@ -171,15 +155,7 @@ async fn sighup_swaps_the_certificate_and_keeps_a_good_one() {
     let (cert, key) = (dir.path().join("server.pem"), dir.path().join("server.key"));
     std::fs::copy(&first, &cert).expect("copy");
     std::fs::copy(&first_key, &key).expect("copy");
-    let s = Server::start_with(
-        None,
-        &[
-            "--tls-cert",
-            cert.to_str().expect("utf-8"),
-            "--tls-key",
-            key.to_str().expect("utf-8"),
-        ],
-    );
+    let s = serve_tls(&cert, &key, &[]);
     let trusts_first = client(&first);
     let trusts_second = client(&second);
     let answers = |c: &reqwest::Client| {
@@ -296,17 +272,7 @@ fn a_sighup_while_waiting_for_the_store_does_not_stop_the_server() {
     // A Redis that never answers: the server listens, and waits for it.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let redis = format!("redis://{}", silent.local_addr().expect("addr"));
-    let mut s = Server::start_with(
-        None,
-        &[
-            "--redis",
-            &redis,
-            "--tls-cert",
-            cert.to_str().expect("utf-8"),
-            "--tls-key",
-            key.to_str().expect("utf-8"),
-        ],
-    );
+    let mut s = serve_tls(&cert, &key, &["--redis", &redis]);
     let ok = Command::new("kill")
         .args(["-HUP", &s.child.id().to_string()])
         .status()

@@ -173,27 +173,7 @@ impl RedisServer {
         RedisServer::start_with(
             |dir, port| {
                 let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-                let ok = Command::new("openssl")
-                    .args([
-                        "req",
-                        "-x509",
-                        "-newkey",
-                        "rsa:2048",
-                        "-nodes",
-                        "-days",
-                        "1",
-                        "-subj",
-                        "/CN=localhost",
-                    ])
-                    .arg("-keyout")
-                    .arg(&key)
-                    .arg("-out")
-                    .arg(&cert)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .expect("openssl must be installed for the TLS test");
-                assert!(ok.success(), "openssl could not make a certificate");
+                self_signed(&["-newkey", "rsa:2048", "-subj", "/CN=localhost"], &cert, &key);
                 vec![
                     "--tls-port".into(),
                     port.to_string(),
@@ -804,4 +784,22 @@ macro_rules! on_both_stores {
             )*
         }
     };
+}
+
+/// A fresh self-signed certificate for a test, valid a day:
+/// `openssl req -x509 -nodes` with `args` (the key type, the subject, any
+/// extensions), its certificate to `cert` and its key to `key`.
+pub fn self_signed(args: &[&str], cert: &std::path::Path, key: &std::path::Path) {
+    let ok = Command::new("openssl")
+        .args(["req", "-x509", "-nodes", "-days", "1"])
+        .args(args)
+        .arg("-keyout")
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl must be installed for the TLS tests (scripts/test installs it)");
+    assert!(ok.success(), "openssl could not make a certificate");
 }
