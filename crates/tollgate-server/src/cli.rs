@@ -58,6 +58,16 @@ node given as a plain URL, a room's page template)."
 unreachable; 70 an internal error; 78 the set-up is wrong (Redis credentials or ACL, the URL's DB index)."
     )]
     Bench(BenchArgs),
+    /// Probe a `tollgate serve`: exit 0 if it is alive (GET /healthz) or,
+    /// with --ready, ready to serve (GET /readyz). A container's
+    /// HEALTHCHECK, a load balancer's script or a deploy's wait use it.
+    #[command(
+        after_help = "Exit codes: 0 alive (ready with --ready); 64 bad arguments; 69 no answer within \
+--timeout, or the server answered 5xx (with --ready: not connected to its store, or a room that cannot \
+admit exactly yet); 78 the set-up is wrong (the server's TLS certificate is not trusted, or what \
+answered is not a tollgate serve)."
+    )]
+    Health(HealthArgs),
     /// Print a shell completion script for SHELL on standard output, e.g.
     /// `tollgate completions bash > /etc/bash_completion.d/tollgate`.
     Completions {
@@ -794,6 +804,25 @@ impl DurabilityArgs {
             }
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HealthArgs {
+    /// The server's http:// or https:// URL. Falls back to
+    /// TOLLGATE_SERVER; without either, http://127.0.0.1 at the port of
+    /// TOLLGATE_LISTEN (the variable `serve` listens by), else 7700.
+    #[arg(long, env = "TOLLGATE_SERVER", value_name = "URL")]
+    pub(crate) server: Option<String>,
+    /// Ask whether the server is ready (its store answers and every room
+    /// can admit exactly), not only alive.
+    #[arg(long)]
+    pub(crate) ready: bool,
+    /// Give up after this long.
+    #[arg(long, default_value = "5s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) timeout: Duration,
+    /// `serve`'s listen address, read from the environment only.
+    #[arg(skip = std::env::var("TOLLGATE_LISTEN").ok())]
+    pub(crate) listen: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -70,6 +70,7 @@ fn main() {
             Command::Jobs(command) => commands::jobs::run(command).await,
             Command::Schedule(command) => commands::schedule::run(command).await,
             Command::Bench(args) => bench::run(args).await,
+            Command::Health(args) => commands::health::run(args).await,
             Command::Completions { .. } | Command::Man => 0,
         }
     });

@@ -4,6 +4,7 @@
 
 pub(crate) mod docs;
 pub(crate) mod gate_admin;
+pub(crate) mod health;
 pub(crate) mod jobs;
 pub(crate) mod limit;
 mod queue;
