@@ -14,7 +14,7 @@ export type { ClientOptions } from "./http.js";
 export { Delivery, Queue, Worker } from "./jobs.js";
 export type { Backoff, ClaimOptions, Handler, PushOptions, Pushed, WorkerOptions } from "./jobs.js";
 export { Limit, Room, Schedules } from "./misc.js";
-export type { CheckOptions, Decision, Kind, ScheduleSpec } from "./misc.js";
+export type { CheckOptions, Decision, Kind, RoomLineEntry, ScheduleSpec } from "./misc.js";
 export { ROUTES } from "./routes.js";
 export type { Route } from "./routes.js";
 

@@ -71,11 +71,40 @@ export class Room {
     return this.#http.call(ROUTES.roomResume, { room: this.name });
   }
 
+  /** Paces admissions to at most `perMinute` a minute (1 to 6000), or
+   * stops pacing with `null`. */
+  async setAdmissionRate(perMinute: number | null): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.roomAdmissionRate, { room: this.name }, { body: { per_minute: perMinute } });
+  }
+
+  /** Drops everyone waiting at once (active visitors stay): the stats
+   * plus `dropped`. */
+  async reset(): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.roomReset, { room: this.name });
+  }
+
+  /** The head of the line, head first (`limit` 1 to 1000, default 20). */
+  async line(limit?: number): Promise<{ room: string; line: RoomLineEntry[] }> {
+    return this.#http.call(ROUTES.roomLine, { room: this.name }, { query: { limit } });
+  }
+
+  /** Takes the visitor with `number` (from `line()`) out of the line. */
+  async removeFromLine(number: number): Promise<{ removed: boolean }> {
+    return this.#http.call(ROUTES.roomLineRemove, { room: this.name, number });
+  }
+
   /** Ends a visitor's session: its place goes to the next in line, and
    * it is never let back in with that session. */
   async endSession(session: string): Promise<Record<string, unknown>> {
     return this.#http.call(ROUTES.roomEndSession, { room: this.name, session });
   }
+}
+
+/** One visitor in a room's line. */
+export interface RoomLineEntry {
+  number: number;
+  position: number;
+  age_ms: number;
 }
 
 export interface ScheduleSpec {

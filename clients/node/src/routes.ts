@@ -56,6 +56,10 @@ export const ROUTES = {
   roomPause: { method: "POST", path: "/v1/rooms/{room}/pause" },
   roomResume: { method: "POST", path: "/v1/rooms/{room}/resume" },
   roomEndSession: { method: "DELETE", path: "/v1/rooms/{room}/sessions/{session}" },
+  roomAdmissionRate: { method: "PUT", path: "/v1/rooms/{room}/admission_rate", fields: ["per_minute"] },
+  roomReset: { method: "POST", path: "/v1/rooms/{room}/reset" },
+  roomLine: { method: "GET", path: "/v1/rooms/{room}/line", query: ["limit"] },
+  roomLineRemove: { method: "DELETE", path: "/v1/rooms/{room}/line/{number}" },
 
   putSchedule: {
     method: "PUT",

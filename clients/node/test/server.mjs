@@ -82,6 +82,8 @@ export async function startServer({ redis, port, args = [] } = {}) {
   return {
     url,
     port,
+    /** The waiting rooms' address. */
+    proxyUrl: `http://127.0.0.1:${proxy}`,
     async stop() {
       if (child.exitCode !== null) return;
       const exited = new Promise((r) => child.once("exit", r));

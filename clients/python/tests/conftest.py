@@ -53,9 +53,14 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, seconds: float
 class Server:
     """One `tollgate serve`; stop() and start() again keep its ports."""
 
-    def __init__(self, workdir: Path, redis_url: Optional[str] = None, token: Optional[str] = None) -> None:
+    def __init__(self, workdir: Path, redis_url: Optional[str] = None, token: Optional[str] = None,
+                 config: Optional[str] = None) -> None:
         self.port, self.proxy_port = free_port(), free_port()
         self.redis_url, self.token = redis_url, token
+        self.config: Optional[Path] = None
+        if config is not None:
+            self.config = workdir / f"tollgate-{self.port}.toml"
+            self.config.write_text(config)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / f"tollgate-{self.port}.log"
         self.proc: Optional[subprocess.Popen[bytes]] = None
@@ -68,6 +73,8 @@ class Server:
             args += ["--redis", self.redis_url, "--prefix", f"t{self.port}"]
         if self.token:
             args += ["--token", self.token]
+        if self.config:
+            args += ["--config", str(self.config)]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=log)
         wait_http(self.url + "/healthz", self.proc, self.log)

@@ -33,14 +33,8 @@ struct Podman {
 
 impl Podman {
     fn new() -> Podman {
-        for tool in ["podman", "runc", "strip", "ldd"] {
-            let found = Command::new("sh")
-                .args(["-c", &format!("command -v {tool}")])
-                .output()
-                .expect("sh")
-                .status
-                .success();
-            assert!(found, "{tool} is not installed: scripts/test installs it");
+        for tool in ["podman", "runc", "podman-compose", "strip", "ldd"] {
+            which(tool);
         }
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path();
@@ -79,14 +73,7 @@ impl Podman {
 
     /// `podman ARGS`, which must succeed: its standard output.
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "podman {args:?}: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        succeeded(&format!("podman {args:?}"), self.run(args))
     }
 
     /// Builds the tollgate image from the binary under test with
@@ -100,23 +87,12 @@ impl Podman {
             .env("CONTAINER_CLI", "podman")
             .output()
             .expect("run scripts/build-image");
-        assert!(
-            out.status.success(),
-            "build-image: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded("scripts/build-image", out);
     }
 
     /// A Redis image from this machine's redis-server and redis-cli.
     fn build_redis(&self, tag: &str) {
         let context = self.dir.path().join("redis-image");
-        let which = |tool: &str| {
-            let out = Command::new("sh")
-                .args(["-c", &format!("command -v {tool}")])
-                .output()
-                .expect("sh");
-            String::from_utf8_lossy(&out.stdout).trim().to_owned()
-        };
         let out = Command::new("bash")
             .arg(format!("{ROOT}/scripts/image-rootfs"))
             .arg(context.join("rootfs"))
@@ -124,11 +100,7 @@ impl Podman {
             .arg(which("redis-cli"))
             .output()
             .expect("run scripts/image-rootfs");
-        assert!(
-            out.status.success(),
-            "image-rootfs: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded("scripts/image-rootfs", out);
         std::fs::create_dir_all(context.join("rootfs/data")).expect("data dir");
         std::fs::write(
             context.join("Dockerfile"),
@@ -153,6 +125,31 @@ impl Drop for Podman {
         let _ = self.run(&["rm", "--all", "--force", "--time", "0"]);
         let _ = self.run(&["system", "reset", "--force"]);
     }
+}
+
+/// The path of `tool`; a missing one fails the test (scripts/test
+/// installs them all).
+fn which(tool: &str) -> String {
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .expect("sh");
+    assert!(
+        out.status.success(),
+        "{tool} is not installed: scripts/test installs it"
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The standard output of `what`, which must have succeeded.
+fn succeeded(what: &str, out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 fn open_files_hard_limit() -> u64 {
@@ -361,12 +358,8 @@ async fn compose_runs_it_on_redis_whose_append_only_file_survives_a_kill() {
             .env("TOLLGATE_PORT", port.to_string())
             .env("TOLLGATE_PROXY_PORT", proxy_port.to_string())
             .output()
-            .expect("podman-compose is installed (scripts/test installs it)");
-        assert!(
-            out.status.success(),
-            "podman-compose {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .expect("run podman-compose");
+        succeeded(&format!("podman-compose {args:?}"), out);
     };
     compose(&["up", "-d"]);
     let base = format!("http://127.0.0.1:{port}");

@@ -461,8 +461,9 @@ class AsyncRoom:
     async def set_capacity(self, capacity: int) -> Obj:
         return await self._do("room_capacity", {"capacity": capacity})
 
-    async def set_admission_rate(self, per_minute: int) -> Obj:
-        return await self._do("room_admission_rate", {"per_minute": per_minute})
+    async def set_admission_rate(self, per_minute: Optional[int]) -> Obj:
+        """Admissions a minute (1 to 6000), or None to stop pacing."""
+        return await self.client._run(ops.room_admission_rate(self.name, per_minute))
 
     async def pause(self) -> Obj:
         return await self._do("room_pause")

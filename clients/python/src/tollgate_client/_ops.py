@@ -80,10 +80,14 @@ def build(
     query: Optional[Mapping[str, Optional[Union[int, str]]]] = None,
     wait_ms: int = 0,
     data_statuses: FrozenSet[int] = frozenset(),
+    keep_null: FrozenSet[str] = frozenset(),
 ) -> Call[T]:
+    """The call of ``route``. Fields of ``body`` that are None are left out,
+    but for those in ``keep_null``, sent as JSON null (where null means
+    something: an admission rate of null stops pacing)."""
     r = ROUTES[route]
     if body is not None:
-        body = {k: v for k, v in body.items() if v is not None}
+        body = {k: v for k, v in body.items() if v is not None or k in keep_null}
         unknown = set(body) - r.body
         if unknown:
             raise ValueError(f"{route}: fields not in the route table: {sorted(unknown)}")
@@ -152,6 +156,12 @@ def simple(route: str, path: Optional[Mapping[str, str]] = None, body: Optional[
            query: Optional[Mapping[str, Optional[Union[int, str]]]] = None) -> Call[Obj]:
     """A route whose answer is handed back as the decoded JSON object."""
     return build(route, _obj, path, body, query)
+
+
+def room_admission_rate(room: str, per_minute: Optional[int]) -> Call[Obj]:
+    """Pace a room's admissions (a minute), or stop pacing with None."""
+    return build("room_admission_rate", _obj, {"room": room}, {"per_minute": per_minute},
+                 keep_null=frozenset({"per_minute"}))
 
 
 # Job queues

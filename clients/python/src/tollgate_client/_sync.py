@@ -473,8 +473,9 @@ class Room:
     def set_capacity(self, capacity: int) -> Obj:
         return self._do("room_capacity", {"capacity": capacity})
 
-    def set_admission_rate(self, per_minute: int) -> Obj:
-        return self._do("room_admission_rate", {"per_minute": per_minute})
+    def set_admission_rate(self, per_minute: Optional[int]) -> Obj:
+        """Admissions a minute (1 to 6000), or None to stop pacing."""
+        return self.client._run(ops.room_admission_rate(self.name, per_minute))
 
     def pause(self) -> Obj:
         return self._do("room_pause")
