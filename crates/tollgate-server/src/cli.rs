@@ -809,8 +809,10 @@ impl DurabilityArgs {
 #[derive(Debug, Args)]
 pub(crate) struct HealthArgs {
     /// The server's http:// or https:// URL. Falls back to
-    /// TOLLGATE_SERVER; without either, http://127.0.0.1 at the port of
-    /// TOLLGATE_LISTEN (the variable `serve` listens by), else 7700.
+    /// TOLLGATE_SERVER; without either, 127.0.0.1 at the port of
+    /// TOLLGATE_LISTEN (the variable `serve` listens by), else 7700, over
+    /// https if TOLLGATE_TLS_CERT is set (its certificate not checked:
+    /// the probe sends nothing secret to this machine's own port).
     #[arg(long, env = "TOLLGATE_SERVER", value_name = "URL")]
     pub(crate) server: Option<String>,
     /// Ask whether the server is ready (its store answers and every room
@@ -823,6 +825,10 @@ pub(crate) struct HealthArgs {
     /// `serve`'s listen address, read from the environment only.
     #[arg(skip = std::env::var("TOLLGATE_LISTEN").ok())]
     pub(crate) listen: Option<String>,
+    /// Whether `serve` is told to serve TLS (TOLLGATE_TLS_CERT set): the
+    /// probe of TOLLGATE_LISTEN's port is then https://.
+    #[arg(skip = std::env::var_os("TOLLGATE_TLS_CERT").is_some_and(|v| !v.is_empty()))]
+    pub(crate) tls: bool,
 }
 
 #[derive(Debug, Args)]

@@ -137,6 +137,26 @@ impl Server {
         })
     }
 
+    /// A server on this machine at an https:// `url`, reached without
+    /// checking its certificate: for `tollgate health`'s own-port probe,
+    /// which sends nothing secret and whose certificate names the host
+    /// the world knows it by, not 127.0.0.1.
+    pub(crate) fn loopback_unverified(url: &str, timeout: Duration) -> Result<Server, Failure> {
+        let client = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .timeout(timeout)
+            .build()
+            .map_err(|e| Failure {
+                code: exit::SOFTWARE,
+                message: format!("cannot set up an HTTP client: {e}"),
+            })?;
+        Ok(Server {
+            client,
+            base: url.trim_end_matches('/').to_owned(),
+            token: None,
+        })
+    }
+
     /// The failure for an answer the server refused: its exit code, and
     /// its message with the status, or for a refused token which flag to
     /// set.

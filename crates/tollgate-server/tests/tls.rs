@@ -146,6 +146,64 @@ async fn the_api_speaks_tls_and_the_cli_reaches_it() {
     assert_eq!(r.status(), 201);
 }
 
+#[test]
+fn tollgate_health_probes_a_tls_server() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A certificate for the name the world knows the server by, not for
+    // 127.0.0.1.
+    let (cert, key) = (dir.path().join("probe.pem"), dir.path().join("probe.key"));
+    support::self_signed(
+        &[
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-subj",
+            "/CN=tollgate.example.com",
+            "-addext",
+            "subjectAltName=DNS:tollgate.example.com",
+        ],
+        &cert,
+        &key,
+    );
+    let s = serve_tls(&cert, &key, &[]);
+    let port = s.base.rsplit(':').next().expect("a port");
+    let health = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.arg("health")
+            .args(args)
+            .env_remove("TOLLGATE_SERVER")
+            .env_remove("TOLLGATE_CA_FILE")
+            .env_remove("TOLLGATE_TLS_CERT")
+            .envs(env.iter().copied());
+        let out = cmd.output().expect("run tollgate health");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // By URL, the certificate is checked like any command's: not for
+    // this name, even with it trusted.
+    let cert_path = cert.to_str().expect("utf-8");
+    let (code, err) = health(&["--server", &s.base], &[]);
+    assert_eq!(code, Some(78), "{err}");
+    let (code, err) = health(&["--server", &s.base, "--ca-file", cert_path], &[]);
+    assert_eq!(code, Some(78), "{err}");
+    // The container's way: no URL, `serve`'s own variables. With
+    // TOLLGATE_TLS_CERT set the probe speaks TLS to its own port (not
+    // checking the certificate, which need not name 127.0.0.1).
+    let listen = format!("0.0.0.0:{port}");
+    let own = [
+        ("TOLLGATE_LISTEN", listen.as_str()),
+        ("TOLLGATE_TLS_CERT", cert_path),
+    ];
+    let (code, err) = health(&["--ready"], &own);
+    assert_eq!(code, Some(0), "{err}");
+    // Without it, plain HTTP to a TLS port gets no answer.
+    let (code, err) = health(&[], &own[..1]);
+    assert_eq!(code, Some(69), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_swaps_the_certificate_and_keeps_a_good_one() {
     let dir = tempfile::tempdir().expect("temp dir");

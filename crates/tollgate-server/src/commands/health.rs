@@ -26,11 +26,18 @@ pub(crate) async fn run(args: HealthArgs) -> i32 {
 }
 
 async fn probe(args: &HealthArgs) -> Result<serde_json::Value, Failure> {
-    let url = match &args.server {
-        Some(url) => url.clone(),
-        None => local_url(args.listen.as_deref())?,
+    let (url, server) = match &args.server {
+        Some(url) => (url.clone(), Server::new(url, None, Timeout::Total(args.timeout))?),
+        None => {
+            let url = local_url(args.listen.as_deref(), args.tls)?;
+            let server = if args.tls {
+                Server::loopback_unverified(&url, args.timeout)?
+            } else {
+                Server::new(&url, None, Timeout::Total(args.timeout))?
+            };
+            (url, server)
+        }
     };
-    let server = Server::new(&url, None, Timeout::Total(args.timeout))?;
     let path = if args.ready { "/readyz" } else { "/healthz" };
     let answer = server.send(server.request(Method::GET, path)).await?;
     match answer.status {
@@ -50,10 +57,12 @@ async fn probe(args: &HealthArgs) -> Result<serde_json::Value, Failure> {
 }
 
 /// The URL of a server on this machine listening at `listen` (HOST:PORT,
-/// `serve`'s TOLLGATE_LISTEN): a wildcard host is reached over loopback.
-fn local_url(listen: Option<&str>) -> Result<String, Failure> {
+/// `serve`'s TOLLGATE_LISTEN), over https if `tls`: a wildcard host is
+/// reached over loopback.
+fn local_url(listen: Option<&str>, tls: bool) -> Result<String, Failure> {
+    let scheme = if tls { "https" } else { "http" };
     let Some(listen) = listen.map(str::trim).filter(|l| !l.is_empty()) else {
-        return Ok(format!("http://127.0.0.1:{DEFAULT_PORT}"));
+        return Ok(format!("{scheme}://127.0.0.1:{DEFAULT_PORT}"));
     };
     let bad = || Failure {
         code: exit::USAGE,
@@ -68,7 +77,7 @@ fn local_url(listen: Option<&str>) -> Result<String, Failure> {
         "[::]" => "[::1]",
         h => h,
     };
-    Ok(format!("http://{host}:{port}"))
+    Ok(format!("{scheme}://{host}:{port}"))
 }
 
 #[cfg(test)]
@@ -77,13 +86,23 @@ mod tests {
 
     #[test]
     fn a_wildcard_listen_address_is_probed_over_loopback() {
-        assert_eq!(local_url(None).unwrap(), "http://127.0.0.1:7700");
-        assert_eq!(local_url(Some("0.0.0.0:8080")).unwrap(), "http://127.0.0.1:8080");
-        assert_eq!(local_url(Some("[::]:8080")).unwrap(), "http://[::1]:8080");
-        assert_eq!(local_url(Some("10.0.0.5:7700")).unwrap(), "http://10.0.0.5:7700");
-        assert_eq!(local_url(Some("localhost:1")).unwrap(), "http://localhost:1");
+        assert_eq!(local_url(None, false).unwrap(), "http://127.0.0.1:7700");
+        assert_eq!(local_url(None, true).unwrap(), "https://127.0.0.1:7700");
+        assert_eq!(
+            local_url(Some("0.0.0.0:8080"), false).unwrap(),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(local_url(Some("[::]:8080"), true).unwrap(), "https://[::1]:8080");
+        assert_eq!(
+            local_url(Some("10.0.0.5:7700"), false).unwrap(),
+            "http://10.0.0.5:7700"
+        );
+        assert_eq!(
+            local_url(Some("localhost:1"), false).unwrap(),
+            "http://localhost:1"
+        );
         for bad in ["7700", "host:", "host:port", "host:70000"] {
-            assert_eq!(local_url(Some(bad)).unwrap_err().code, 64, "{bad}");
+            assert_eq!(local_url(Some(bad), false).unwrap_err().code, 64, "{bad}");
         }
     }
 }
