@@ -228,26 +228,24 @@ export class Ticket {
     return this;
   }
 
-  /** Waits for the grant, a long-poll of up to a minute at a time (each
-   * poll is the ticket's heartbeat): the lease, or `null` once `timeoutMs`
-   * passed, the ticket still in line. A wait that ends otherwise (the
-   * `signal`, an error) cancels the ticket. `onPosition` hears each change
-   * of place. */
+  /** Waits for the grant: the lease, or `null` once `timeoutMs` passed,
+   * the ticket still in line. A wait that ends otherwise (the `signal`,
+   * an error) cancels the ticket. Without `onPosition`, a long-poll of up
+   * to a minute at a time (each poll is the ticket's heartbeat); with it,
+   * the ticket's event stream, so `onPosition` hears each change of place
+   * within about a second (the server looks every second, and an open
+   * stream is the heartbeat). */
   async granted(
     options: { timeoutMs?: number; signal?: AbortSignal; onPosition?: (t: Ticket) => void } = {},
   ): Promise<Lease | null> {
     const deadline = Date.now() + (options.timeoutMs ?? Infinity);
-    let last = this.position;
     try {
+      if (options.onPosition !== undefined) return await this.#grantedByEvents(deadline, options.onPosition, options.signal);
       for (;;) {
         const left = deadline - Date.now();
         if (left <= 0) return null;
         const answer = await this.poll(Math.min(LONG_POLL_MS, Math.ceil(left)), options.signal);
         if (answer instanceof Lease) return answer;
-        if (this.position !== last) {
-          last = this.position;
-          options.onPosition?.(this);
-        }
       }
     } catch (e) {
       // Whatever ended the wait (the caller, the network, the server), a
@@ -257,6 +255,55 @@ export class Ticket {
       if (options.signal?.aborted) throw aborted(options.signal);
       throw e;
     }
+  }
+
+  /** `granted` over the event stream, opened again if the server ends it
+   * without an answer (it stops serving, say): the lease, or `null` at
+   * `deadline`. */
+  async #grantedByEvents(deadline: number, onPosition: (t: Ticket) => void, signal?: AbortSignal): Promise<Lease | null> {
+    const stop = new AbortController();
+    const onAbort = () => stop.abort(signal?.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const left = deadline - Date.now();
+    // (A timer past 2^31 ms would fire at once: no timer is no deadline.)
+    const timer = left < 2 ** 31 ? setTimeout(() => stop.abort(), Math.max(0, left)) : undefined;
+    try {
+      for (;;) {
+        for await (const { event, data } of this.#http.events(
+          ROUTES.ticketEvents,
+          { name: this.gate, ticket: this.ticket },
+          stop.signal,
+        )) {
+          const body = (data ?? {}) as Record<string, unknown>;
+          if (event === "position") {
+            const place = body as unknown as QueuedBody;
+            const moved = place.position !== this.position || place.waiting !== this.waiting;
+            this.#update(place);
+            if (moved) onPosition(this);
+          } else if (event === "granted") {
+            return new Lease(this.#http, this.gate, { ...(body as unknown as GrantedBody), status: "granted" });
+          } else if (event === "gone") {
+            throw new TollgateError("ticket_not_found", "the ticket left the line (cancelled, or its heartbeat lapsed)", 404);
+          } else if (event === "error") {
+            const code = typeof body.code === "string" ? body.code : "unavailable";
+            throw new TollgateError(code, `the server could not look at the ticket (${code})`);
+          }
+        }
+        if (stop.signal.aborted) break;
+        // Ended without an answer: open it again, after a breath.
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    } catch (e) {
+      // The deadline (not the caller): the ticket stays in line.
+      if (stop.signal.aborted && !signal?.aborted) return null;
+      throw e;
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      // Closes the stream whichever way this ended.
+      stop.abort();
+    }
+    return null;
   }
 
   /** Leaves the line; a grant that raced the cancel is released. */

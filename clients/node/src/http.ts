@@ -107,6 +107,61 @@ export class Http {
     }
   }
 
+  /** Opens the Server-Sent Events stream of `route` and yields its events
+   * as they come (comments, the keep-alives, skipped) until the server
+   * ends it; `signal` closes it. A refusal before the stream starts is
+   * its `TollgateError`; a broken stream, `unavailable`. */
+  async *events(
+    route: Route,
+    params: Record<string, string | number>,
+    signal: AbortSignal,
+  ): AsyncGenerator<{ event: string; data: unknown }> {
+    const url = this.url(route, params);
+    let response: Response;
+    try {
+      response = await this.#fetch(url, { headers: { ...this.#headers, accept: "text/event-stream" }, signal });
+    } catch (e) {
+      if (signal.aborted) throw aborted(signal);
+      throw new TollgateError("unavailable", `cannot reach ${this.base}: ${describe(e)}`, undefined, undefined, e);
+    }
+    if (!response.ok || response.body === null) {
+      const text = await response.text().catch(() => "");
+      throw errorOf(response, text === "" ? undefined : parse(text));
+    }
+    const decoder = new TextDecoder();
+    let buffer = "";
+    let event = "message";
+    let data: string[] = [];
+    try {
+      for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+        buffer += decoder.decode(chunk, { stream: true });
+        // An event ends at a blank line; lines end in \n, \r\n or \r.
+        let end: RegExpExecArray | null;
+        while ((end = /\r\n|\n|\r/.exec(buffer)) !== null) {
+          // A \r at the very end may be half of a \r\n: wait for more.
+          if (end[0] === "\r" && end.index === buffer.length - 1) break;
+          const line = buffer.slice(0, end.index);
+          buffer = buffer.slice(end.index + end[0].length);
+          if (line === "") {
+            if (data.length > 0) yield { event, data: parse(data.join("\n")) };
+            event = "message";
+            data = [];
+          } else if (line.startsWith("event:")) {
+            event = line.slice(6).trim();
+          } else if (line.startsWith("data:")) {
+            data.push(line.slice(line[5] === " " ? 6 : 5));
+          }
+          // (A line starting with ":" is a comment: the keep-alive.)
+        }
+        if (buffer.length > MAX_EVENT_BYTES) throw new TollgateError("bad_answer", "an event stream line over 64 KiB");
+      }
+    } catch (e) {
+      if (signal.aborted) throw aborted(signal);
+      if (e instanceof TollgateError) throw e;
+      throw new TollgateError("unavailable", `the event stream from ${this.base} broke off: ${describe(e)}`, undefined, undefined, e);
+    }
+  }
+
   /** Sends the request and reads the whole answer. */
   async #exchange(url: string, route: Route, init: RequestInit): Promise<[Response, string]> {
     let response: Response;
@@ -132,6 +187,9 @@ export class Http {
   }
 
 }
+
+/** The longest line an event stream may send (the server's are tiny). */
+const MAX_EVENT_BYTES = 64 * 1024;
 
 const templates = new Map<string, string[]>();
 

@@ -21,6 +21,7 @@ export const ROUTES = {
   },
   ticket: { method: "GET", path: "/v1/gates/{name}/tickets/{ticket}", query: ["wait_ms"] },
   cancelTicket: { method: "DELETE", path: "/v1/gates/{name}/tickets/{ticket}" },
+  ticketEvents: { method: "GET", path: "/v1/gates/{name}/tickets/{ticket}/events" },
   renew: { method: "POST", path: "/v1/gates/{name}/leases/{token}/renew", fields: ["ttl_ms"] },
   release: { method: "DELETE", path: "/v1/gates/{name}/leases/{token}" },
   setCapacity: { method: "PUT", path: "/v1/gates/{name}/capacity", fields: ["capacity"] },

@@ -69,6 +69,46 @@ for (const store of ["embedded", "redis"]) {
       assert.equal((await a.gate(name).stats()).used, 0);
     });
 
+    test("onPosition hears each move within about a second, over the event stream", async () => {
+      const name = fresh("line");
+      const gate = tg.gate(name);
+      const holder = await gate.enter({ capacity: 1 });
+      const first = await gate.enter({ capacity: 1 });
+      const mine = await gate.enter({ capacity: 1 });
+      assert.equal(mine.position, 2);
+      const heard = [];
+      const started = Date.now();
+      const waiting = mine.granted({ onPosition: (t) => heard.push([t.position, Date.now() - started]), timeoutMs: 20_000 });
+      // Nobody moves for a while first.
+      await sleep(1500);
+      const releasedAt = Date.now() - started;
+      await holder.release();
+      const firstLease = await first.granted({ timeoutMs: 5000 });
+      // Heard that it moved up, within about a second of the move.
+      for (let i = 0; i < 50 && heard.length === 0; i++) await sleep(100);
+      assert.deepEqual(heard.map(([p]) => p), [1]);
+      assert.ok(heard[0][1] - releasedAt < 2500, `heard after ${heard[0][1] - releasedAt} ms`);
+      await firstLease.release();
+      const lease = await waiting;
+      assert.ok(lease instanceof Lease);
+      assert.ok(lease.fence > firstLease.fence);
+      await lease.release();
+
+      // Past its timeout: null, and the ticket is still in line.
+      const held = await gate.enter({ capacity: 1 });
+      const late = await gate.enter({ capacity: 1 });
+      assert.equal(await late.granted({ onPosition: () => {}, timeoutMs: 400 }), null);
+      assert.equal((await late.poll()).position, 1);
+      // Aborted by the caller: the wait rejects and the ticket leaves the line.
+      const stop = new AbortController();
+      setTimeout(() => stop.abort(new Error("enough")), 300);
+      await assert.rejects(late.granted({ onPosition: () => {}, signal: stop.signal }), /enough/);
+      assert.equal((await gate.stats()).waiting, 0);
+      // A ticket already gone is a typed error.
+      await assert.rejects(late.granted({ onPosition: () => {} }), (e) => e instanceof TollgateError && e.isNotFound());
+      await held.release();
+    });
+
     test("withLock holds, renews, releases and rethrows", async () => {
       const name = fresh("job");
       const value = await tg.withLock(

@@ -199,10 +199,20 @@ class AsyncTicket(TicketInfo):
         self.position, self.waiting, self.eta_ms = got.position, got.waiting, got.eta_ms
         return None
 
-    async def granted(self, timeout: Optional[float] = None) -> AsyncLease:
+    async def granted(self, timeout: Optional[float] = None,
+                      on_position: Optional[Callable[[AsyncTicket], None]] = None) -> AsyncLease:
         """Wait for the grant by long-polling; TimeoutError after ``timeout`` s
-        (the ticket stays in line: cancel it if you give up)."""
+        (the ticket stays in line: cancel it if you give up). With
+        ``on_position``, follow the ticket's event stream instead: the
+        callback hears each move within about a second (for a "you are
+        number 3" display), and the grant comes on the same stream."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if on_position is not None:
+            try:
+                return await asyncio.wait_for(self._granted_by_events(on_position), timeout)
+            except asyncio.TimeoutError:
+                # (asyncio's own class before Python 3.11.)
+                raise TimeoutError(f"not granted {self.gate} within {timeout} s") from None
         while True:
             left = ops.MAX_WAIT_MS if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
             lease = await self.poll(min(left, ops.MAX_WAIT_MS))
@@ -213,6 +223,31 @@ class AsyncTicket(TicketInfo):
 
     async def cancel(self) -> Obj:
         return await self.client._run(ops.ticket_cancel(self.gate, self.ticket))
+
+    async def _granted_by_events(self, on_position: Callable[[AsyncTicket], None]) -> AsyncLease:
+        # Opened again if the server ends it without an answer.
+        while True:
+            events = ops.TicketEvents(self.gate, self.ticket)
+            try:
+                async with self.client._http.stream(
+                        "GET", ops.ticket_events_path(self.gate, self.ticket),
+                        headers={"accept": "text/event-stream"},
+                        timeout=httpx.Timeout(self.client.timeout, read=ops.EVENTS_READ_TIMEOUT)) as r:
+                    if r.status_code != 200:
+                        await r.aread()
+                        raise ops.events_refused(r.status_code, r.headers, r.content)
+                    async for line in r.aiter_lines():
+                        got = events.feed(line)
+                        if isinstance(got, LeaseInfo):
+                            return AsyncLease.of(got, self.client)
+                        if got is not None:
+                            moved = (got.position, got.waiting) != (self.position, self.waiting)
+                            self.position, self.waiting, self.eta_ms = got.position, got.waiting, got.eta_ms
+                            if moved:
+                                on_position(self)
+            except ops.HTTPX_ERRORS as e:
+                raise ops.error_from_exception(e) from e
+            await asyncio.sleep(0.25)
 
 
 class AsyncHeld:

@@ -140,6 +140,74 @@ def ticket_status(gate: str, ticket: str, wait_ms: int) -> Call[Polled]:
     return build("ticket_status", parse, {"name": gate, "ticket": ticket}, query={"wait_ms": wait_ms}, wait_ms=wait_ms)
 
 
+# The longest event the ticket's stream may send (the server's are tiny).
+MAX_EVENT_BYTES = 64 * 1024
+# The server sends a keep-alive comment every 15 s: a stream silent for
+# longer is broken.
+EVENTS_READ_TIMEOUT = 30.0
+
+
+def ticket_events_path(gate: str, ticket: str) -> str:
+    return ROUTES["ticket_events"].url({"name": gate, "ticket": ticket})
+
+
+def events_refused(status: int, headers: httpx.Headers, content: bytes) -> TollgateError:
+    """The error of an event stream the server would not open (404: the
+    ticket is gone)."""
+    try:
+        data: Any = json.loads(content) if content else None
+    except ValueError:
+        data = None
+    return error_from_answer(status, headers, data, content)
+
+
+class TicketEvents:
+    """Reads a ticket's event stream (Server-Sent Events), a line at a time:
+    ``feed`` answers the LeaseInfo of a ``granted`` event, the TicketInfo of
+    a ``position`` event, and None for anything else; ``gone`` and
+    ``error`` raise TollgateError."""
+
+    def __init__(self, gate: str, ticket: str) -> None:
+        self.gate, self.ticket = gate, ticket
+        self._event = "message"
+        self._data: List[str] = []
+        self._size = 0
+
+    def feed(self, line: str) -> Optional[Polled]:
+        if line == "":
+            event, data = self._event, "\n".join(self._data)
+            self._event, self._data, self._size = "message", [], 0
+            return self._outcome(event, data) if data else None
+        if line.startswith(":"):  # a comment: the keep-alive
+            return None
+        self._size += len(line)
+        if self._size > MAX_EVENT_BYTES:
+            raise TollgateError("bad_answer", "an event of over 64 KiB on the ticket's stream")
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+    def _outcome(self, event: str, data: str) -> Optional[Polled]:
+        try:
+            d = _obj(json.loads(data))
+        except ValueError:
+            raise TollgateError("bad_answer", f"a {event} event that is not JSON") from None
+        if event == "position":
+            return _ticket(self.gate, self.ticket, d)
+        if event == "granted":
+            return _lease(self.gate, d)
+        if event == "gone":
+            raise TollgateError("ticket_not_found", "the ticket left the line (cancelled, or its heartbeat lapsed)", 404)
+        if event == "error":
+            code = str(d.get("code", "unavailable"))
+            raise TollgateError(code, f"the server could not look at the ticket ({code})")
+        return None
+
+
 def ticket_cancel(gate: str, ticket: str) -> Call[Obj]:
     return build("ticket_cancel", _obj, {"name": gate, "ticket": ticket})
 

@@ -42,6 +42,7 @@ ROUTES: Dict[str, Route] = {
                      ("capacity", "permits", "ttl_ms", "heartbeat_ms", "queue", "label")),
     "ticket_status": _r("GET", _G + "/tickets/{ticket}", query=("wait_ms",)),
     "ticket_cancel": _r("DELETE", _G + "/tickets/{ticket}"),
+    "ticket_events": _r("GET", _G + "/tickets/{ticket}/events"),
     "lease_renew": _r("POST", _G + "/leases/{token}/renew", ("ttl_ms",)),
     "lease_release": _r("DELETE", _G + "/leases/{token}"),
     "gate_stats": _r("GET", _G),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -199,10 +200,16 @@ class Ticket(TicketInfo):
         self.position, self.waiting, self.eta_ms = got.position, got.waiting, got.eta_ms
         return None
 
-    def granted(self, timeout: Optional[float] = None) -> Lease:
+    def granted(self, timeout: Optional[float] = None,
+                on_position: Optional[Callable[[Ticket], None]] = None) -> Lease:
         """Wait for the grant by long-polling; TimeoutError after ``timeout`` s
-        (the ticket stays in line: cancel it if you give up)."""
+        (the ticket stays in line: cancel it if you give up). With
+        ``on_position``, follow the ticket's event stream instead: the
+        callback hears each move within about a second (for a "you are
+        number 3" display), and the grant comes on the same stream."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if on_position is not None:
+            return self._granted_by_events(deadline, timeout, on_position)
         while True:
             left = ops.MAX_WAIT_MS if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
             lease = self.poll(min(left, ops.MAX_WAIT_MS))
@@ -213,6 +220,64 @@ class Ticket(TicketInfo):
 
     def cancel(self) -> Obj:
         return self.client._run(ops.ticket_cancel(self.gate, self.ticket))
+
+    def _granted_by_events(self, deadline: Optional[float], timeout: Optional[float],
+                           on_position: Callable[[Ticket], None]) -> Lease:
+        # A reader thread follows the stream (opened again if the server
+        # ends it without an answer) and hands each outcome over; this
+        # thread waits with the deadline, which a blocked read could not
+        # keep, and calls on_position itself. Past the deadline the reader
+        # stops at its next line (a keep-alive comes every 15 s); a grant
+        # it meets then stays with the ticket, as a long-poll's would.
+        outcomes: queue.Queue[Union[ops.Polled, BaseException]] = queue.Queue()
+        done = threading.Event()
+
+        def read() -> None:
+            try:
+                while not done.is_set():
+                    events = ops.TicketEvents(self.gate, self.ticket)
+                    with self.client._http.stream(
+                            "GET", ops.ticket_events_path(self.gate, self.ticket),
+                            headers={"accept": "text/event-stream"},
+                            timeout=httpx.Timeout(self.client.timeout, read=ops.EVENTS_READ_TIMEOUT)) as r:
+                        if r.status_code != 200:
+                            r.read()
+                            raise ops.events_refused(r.status_code, r.headers, r.content)
+                        for line in r.iter_lines():
+                            got = events.feed(line)
+                            if got is not None:
+                                outcomes.put(got)
+                                if isinstance(got, LeaseInfo):
+                                    return
+                            if done.is_set():
+                                return
+                    done.wait(0.25)
+            except ops.HTTPX_ERRORS as e:
+                outcomes.put(ops.error_from_exception(e))
+            except BaseException as e:  # handed to the waiting thread
+                outcomes.put(e)
+
+        reader = threading.Thread(target=read, name=f"tollgate-ticket-{self.gate}", daemon=True)
+        reader.start()
+        try:
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"not granted {self.gate} within {timeout} s")
+                try:
+                    got = outcomes.get(timeout=left)
+                except queue.Empty:
+                    continue
+                if isinstance(got, BaseException):
+                    raise got
+                if isinstance(got, LeaseInfo):
+                    return Lease.of(got, self.client)
+                moved = (got.position, got.waiting) != (self.position, self.waiting)
+                self.position, self.waiting, self.eta_ms = got.position, got.waiting, got.eta_ms
+                if moved:
+                    on_position(self)
+        finally:
+            done.set()
 
 
 class Held:

@@ -1,0 +1,106 @@
+"""``granted(on_position=...)``: the ticket's event stream tells each move
+within about a second, the grant arrives on it, a timeout leaves the
+ticket in line, and a ticket already gone is a typed error; sync and
+asyncio, on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import List, Tuple
+
+import pytest
+from conftest import Server
+
+from tollgate_client import AsyncClient, AsyncLease, AsyncTicket, Client, Lease, Ticket, TollgateError
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_on_position_hears_each_move_over_the_event_stream(server: Server) -> None:
+    with Client(server.url) as c:
+        gate = c.gate(unique("line"))
+        holder = gate.enter(capacity=1)
+        first = gate.enter(capacity=1)
+        mine = gate.enter(capacity=1)
+        assert isinstance(holder, Lease) and isinstance(first, Ticket) and isinstance(mine, Ticket)
+        assert mine.position == 2
+        heard: List[Tuple[int, float]] = []
+        got: List[Lease] = []
+        started = time.monotonic()
+
+        def wait() -> None:
+            got.append(mine.granted(timeout=20, on_position=lambda t: heard.append((t.position, time.monotonic()))))
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(1.5)  # nobody moves for a while first
+        moved_at = time.monotonic()
+        holder.release()
+        first_lease = first.granted(timeout=5)
+        for _ in range(50):
+            if heard:
+                break
+            time.sleep(0.1)
+        assert [p for p, _ in heard] == [1]
+        assert heard[0][1] - moved_at < 2.5, f"heard {heard[0][1] - moved_at:.1f} s after the move"
+        assert heard[0][1] > started
+        first_lease.release()
+        waiter.join(10)
+        [lease] = got
+        assert lease.fence > first_lease.fence
+        lease.release()
+
+        # Past the timeout: TimeoutError, the ticket still in line.
+        held = gate.enter(capacity=1)
+        late = gate.enter(capacity=1)
+        assert isinstance(late, Ticket)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            late.granted(timeout=0.4, on_position=lambda t: None)
+        assert time.monotonic() - started < 2.0
+        assert late.poll() is None and late.position == 1
+        late.cancel()
+        with pytest.raises(TollgateError) as gone:
+            late.granted(on_position=lambda t: None)
+        assert gone.value.is_not_found()
+        assert isinstance(held, Lease)
+        held.release()
+
+
+def test_async_on_position(server: Server) -> None:
+    async def main() -> None:
+        async with AsyncClient(server.url) as c:
+            gate = c.gate(unique("aline"))
+            holder = await gate.enter(capacity=1)
+            assert isinstance(holder, AsyncLease)
+            mine = await gate.enter(capacity=1)
+            other = await gate.enter(capacity=1)
+            assert isinstance(mine, AsyncTicket) and isinstance(other, AsyncTicket)
+            heard: List[int] = []
+            waiting = asyncio.ensure_future(other.granted(timeout=20, on_position=lambda t: heard.append(t.position)))
+            await asyncio.sleep(0.5)
+            await mine.cancel()  # the one ahead leaves: other moves up
+            for _ in range(50):
+                if heard:
+                    break
+                await asyncio.sleep(0.1)
+            assert heard == [1]
+            await holder.release()
+            lease = await waiting
+            await lease.release()
+            # A timeout leaves it in line.
+            held = await gate.enter(capacity=1)
+            late = await gate.enter(capacity=1)
+            assert isinstance(held, AsyncLease) and isinstance(late, AsyncTicket)
+            with pytest.raises(TimeoutError):
+                await late.granted(timeout=0.4, on_position=lambda t: None)
+            assert await late.poll() is None and late.position == 1
+            await late.cancel()
+            await held.release()
+
+    asyncio.run(main())
