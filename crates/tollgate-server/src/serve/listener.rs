@@ -261,7 +261,6 @@ fn with_tls<F>(
     });
 }
 
-/// A connection's byte stream: plain TCP or TLS over it.
 /// A connection's byte stream: plain TCP, or TLS over it (boxed: a TLS
 /// session's state is large, and a plain connection, a parked long-poll
 /// say, should not carry its room).
