@@ -261,6 +261,7 @@ export class Ticket {
    * without an answer (it stops serving, say): the lease, or `null` at
    * `deadline`. */
   async #grantedByEvents(deadline: number, onPosition: (t: Ticket) => void, signal?: AbortSignal): Promise<Lease | null> {
+    if (signal?.aborted) throw aborted(signal);
     const stop = new AbortController();
     const onAbort = () => stop.abort(signal?.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
@@ -281,7 +282,11 @@ export class Ticket {
             this.#update(place);
             if (moved) onPosition(this);
           } else if (event === "granted") {
-            return new Lease(this.#http, this.gate, { ...(body as unknown as GrantedBody), status: "granted" });
+            const grant = body as Partial<GrantedBody>;
+            if (typeof grant.token !== "string" || typeof grant.fence !== "number" || typeof grant.ttl_ms !== "number") {
+              throw new TollgateError("bad_answer", "a granted event without its token, fence and ttl_ms");
+            }
+            return new Lease(this.#http, this.gate, { ...(grant as GrantedBody), status: "granted" });
           } else if (event === "gone") {
             throw new TollgateError("ticket_not_found", "the ticket left the line (cancelled, or its heartbeat lapsed)", 404);
           } else if (event === "error") {

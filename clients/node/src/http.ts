@@ -110,19 +110,58 @@ export class Http {
   /** Opens the Server-Sent Events stream of `route` and yields its events
    * as they come (comments, the keep-alives, skipped) until the server
    * ends it; `signal` closes it. A refusal before the stream starts is
-   * its `TollgateError`; a broken stream, `unavailable`. */
+   * its `TollgateError`; a broken stream, or one that opens or sends
+   * nothing (not even the keep-alive the server sends every 15 s) within
+   * `idleMs`, `unavailable`. */
   async *events(
     route: Route,
     params: Record<string, string | number>,
     signal: AbortSignal,
+    idleMs = 30_000,
   ): AsyncGenerator<{ event: string; data: unknown }> {
+    if (signal.aborted) throw aborted(signal);
     const url = this.url(route, params);
+    // The caller's signal, or silence for idleMs: a frozen server sends
+    // nothing and closes nothing.
+    const own = new AbortController();
+    const follow = () => own.abort(signal.reason);
+    signal.addEventListener("abort", follow, { once: true });
+    let silent = false;
+    let idle: ReturnType<typeof setTimeout> | undefined;
+    const heard = () => {
+      clearTimeout(idle);
+      idle = setTimeout(() => {
+        silent = true;
+        own.abort();
+      }, idleMs);
+    };
+    const unavailable = (what: string, e: unknown) =>
+      signal.aborted
+        ? aborted(signal)
+        : silent
+          ? new TollgateError("unavailable", `${this.base} sent nothing on the event stream for ${idleMs} ms`)
+          : new TollgateError("unavailable", `${what} ${this.base}: ${describe(e)}`, undefined, undefined, e);
+    heard();
+    try {
+      yield* this.#eventsOf(url, own.signal, heard, unavailable);
+    } finally {
+      clearTimeout(idle);
+      signal.removeEventListener("abort", follow);
+      own.abort();
+    }
+  }
+
+  async *#eventsOf(
+    url: string,
+    signal: AbortSignal,
+    heard: () => void,
+    unavailable: (what: string, e: unknown) => Error,
+  ): AsyncGenerator<{ event: string; data: unknown }> {
     let response: Response;
     try {
       response = await this.#fetch(url, { headers: { ...this.#headers, accept: "text/event-stream" }, signal });
     } catch (e) {
-      if (signal.aborted) throw aborted(signal);
-      throw new TollgateError("unavailable", `cannot reach ${this.base}: ${describe(e)}`, undefined, undefined, e);
+      throw unavailable("cannot reach", e);
     }
     if (!response.ok || response.body === null) {
       const text = await response.text().catch(() => "");
@@ -134,6 +173,7 @@ export class Http {
     let data: string[] = [];
     try {
       for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+        heard();
         buffer += decoder.decode(chunk, { stream: true });
         // An event ends at a blank line; lines end in \n, \r\n or \r.
         let end: RegExpExecArray | null;
@@ -156,9 +196,8 @@ export class Http {
         if (buffer.length > MAX_EVENT_BYTES) throw new TollgateError("bad_answer", "an event stream line over 64 KiB");
       }
     } catch (e) {
-      if (signal.aborted) throw aborted(signal);
       if (e instanceof TollgateError) throw e;
-      throw new TollgateError("unavailable", `the event stream from ${this.base} broke off: ${describe(e)}`, undefined, undefined, e);
+      throw unavailable("the event stream broke off from", e);
     }
   }
 

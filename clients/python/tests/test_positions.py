@@ -104,3 +104,38 @@ def test_async_on_position(server: Server) -> None:
             await held.release()
 
     asyncio.run(main())
+
+
+def test_timed_out_waits_leave_no_thread_or_connection(server: Server) -> None:
+    with Client(server.url) as c:
+        gate = c.gate(unique("leak"))
+        held = gate.enter(capacity=1)
+        late = gate.enter(capacity=1)
+        assert isinstance(held, Lease) and isinstance(late, Ticket)
+        threads = threading.active_count()
+        # More waits than httpx's pool has connections (100): each one's
+        # stream must be shut and its reader joined when it times out.
+        for _ in range(110):
+            with pytest.raises(TimeoutError):
+                late.granted(timeout=0.01, on_position=lambda t: None)
+        assert threading.active_count() == threads
+        assert gate.stats()["waiting"] == 1
+        late.cancel()
+        held.release()
+
+
+def test_a_malformed_event_is_a_typed_error() -> None:
+    from tollgate_client._ops import TicketEvents
+
+    events = TicketEvents("g", "t")
+    assert events.feed(": keep-alive") is None
+    assert events.feed("event: granted") is None
+    assert events.feed("data: {}") is None
+    with pytest.raises(TollgateError) as bad:
+        events.feed("")
+    assert bad.value.code == "bad_answer"
+    events = TicketEvents("g", "t")
+    for line in ["event: position", 'data: {"position": 3,', 'data:  "waiting": 5, "eta_ms": null}']:
+        assert events.feed(line) is None
+    place = events.feed("")
+    assert place is not None and (place.position, place.waiting) == (3, 5)

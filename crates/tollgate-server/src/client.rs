@@ -109,13 +109,10 @@ impl Answer {
 impl Server {
     /// Checks the URL (`Err`: why it is not one) and sets up the client.
     pub(crate) fn new(server: &str, token: Option<String>, timeout: Timeout) -> Result<Server, Failure> {
-        let base = server.trim_end_matches('/');
-        if !base.starts_with("http://") && !base.starts_with("https://") {
-            return Err(usage(format!(
-                "--server {server:?}: give the http:// or https:// URL of a `tollgate serve`"
-            )));
-        }
-        let builder = reqwest::Client::builder();
+        let base = checked_base(server)?;
+        // A tollgate server never redirects; a redirect followed could take
+        // the token elsewhere.
+        let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
         // (The system's roots are read only for a server that needs them.)
         let builder = if base.starts_with("https://") {
             builder.tls_backend_preconfigured(tls_config()?)
@@ -130,20 +127,20 @@ impl Server {
             code: exit::SOFTWARE,
             message: format!("cannot set up an HTTP client: {e}"),
         })?;
-        Ok(Server {
-            client,
-            base: base.to_owned(),
-            token,
-        })
+        Ok(Server { client, base, token })
     }
 
-    /// A server on this machine at an https:// `url`, reached without
-    /// checking its certificate: for `tollgate health`'s own-port probe,
-    /// which sends nothing secret and whose certificate names the host
-    /// the world knows it by, not 127.0.0.1.
-    pub(crate) fn loopback_unverified(url: &str, timeout: Duration) -> Result<Server, Failure> {
+    /// `tollgate health`'s own-port probe of `url` (a server on this
+    /// machine): straight to it, whatever proxy the environment names,
+    /// and over https without checking the certificate, which names the
+    /// host the world knows the server by, not 127.0.0.1 (the probe sends
+    /// nothing secret). Redirects are not followed.
+    pub(crate) fn own_port(url: &str, timeout: Duration) -> Result<Server, Failure> {
+        let base = checked_base(url)?;
         let client = reqwest::Client::builder()
-            .danger_accept_invalid_certs(true)
+            .danger_accept_invalid_certs(base.starts_with("https://"))
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
             .build()
             .map_err(|e| Failure {
@@ -152,7 +149,7 @@ impl Server {
             })?;
         Ok(Server {
             client,
-            base: url.trim_end_matches('/').to_owned(),
+            base,
             token: None,
         })
     }
@@ -215,9 +212,34 @@ impl Server {
             }
         })?;
         let status = resp.status().as_u16();
-        let body = resp.json().await.unwrap_or(Value::Null);
+        // An answer cut off is no answer; one that is not JSON has no body
+        // to read (its status still counts).
+        let bytes = resp.bytes().await.map_err(|e| Failure {
+            code: exit::UNAVAILABLE,
+            message: format!("the tollgate server's answer broke off: {}", with_causes(&e)),
+        })?;
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         Ok(Answer { status, body })
     }
+}
+
+/// `server` without a trailing slash, if it is an http:// or https:// URL
+/// (a usage error otherwise: a bad port, no host).
+fn checked_base(server: &str) -> Result<String, Failure> {
+    let base = server.trim_end_matches('/');
+    let bad = |why: &str| {
+        usage(format!(
+            "--server {server:?}: {why}; give the http:// or https:// URL of a `tollgate serve`"
+        ))
+    };
+    if !base.starts_with("http://") && !base.starts_with("https://") {
+        return Err(bad("not an http:// or https:// URL"));
+    }
+    let url = reqwest::Url::parse(base).map_err(|e| bad(&e.to_string()))?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    Ok(base.to_owned())
 }
 
 /// `e` and what caused it, innermost last: the cause of a failed request

@@ -5,14 +5,18 @@
 //! HEALTHCHECK passes on a live server and fails on one that does not
 //! answer where it probes; it stops cleanly on SIGTERM. compose runs it on
 //! Redis with an append-only file: a lease taken before Redis is killed
-//! (SIGKILL, no shutdown save) is still held after it restarts.
+//! (SIGKILL, no shutdown save) is still held after its container is
+//! removed and compose makes a new one on the same volume.
 //!
-//! Each test keeps its images, containers, volumes and networks in a
-//! store of its own under a temp dir (podman's CONTAINERS_CONF and
-//! CONTAINERS_STORAGE_CONF), removed on drop; nothing of the machine's own
-//! podman is touched. No registry is reachable: the Redis image for
-//! compose is assembled from this machine's redis-server, as the tollgate
-//! image is.
+//! Each test keeps its images, containers, volumes and network
+//! definitions in a store of its own under a temp dir (podman's
+//! CONTAINERS_CONF and CONTAINERS_STORAGE_CONF), removed on drop, and
+//! names its compose project after its process, so runs side by side stay
+//! apart. What podman keeps machine-wide regardless (its address
+//! allocations and DNS entries under /run/containers/networks, a blob
+//! cache under /var/lib/containers/cache) is written to as by any podman
+//! use. No registry is reachable: the Redis image for compose is
+//! assembled from this machine's redis-server, as the tollgate image is.
 
 mod serve_support;
 
@@ -291,6 +295,18 @@ async fn the_image_runs_unprivileged_configured_by_env_and_file_with_a_working_h
         "--listen",
         "0.0.0.0:7701",
     ]);
+    // Beyond loopback with no tokens: it says so (the one with tokens did
+    // not).
+    let logs = podman.run(&["logs", "elsewhere"]);
+    assert!(
+        String::from_utf8_lossy(&logs.stderr).contains("no tokens set"),
+        "{logs:?}"
+    );
+    let logs = podman.run(&["logs", "tg"]);
+    assert!(
+        !String::from_utf8_lossy(&logs.stderr).contains("no tokens set"),
+        "{logs:?}"
+    );
     let probe = podman.run(&["exec", "elsewhere", "/usr/local/bin/tollgate", "health"]);
     assert_eq!(probe.status.code(), Some(69), "{probe:?}");
     let health = podman.run(&["healthcheck", "run", "elsewhere"]);
@@ -346,11 +362,12 @@ async fn compose_runs_it_on_redis_whose_append_only_file_survives_a_kill() {
     podman.build_tollgate("localhost/tollgate:compose");
     podman.build_redis("localhost/redis:compose");
     let (port, proxy_port) = (free_port(), free_port());
+    let project = format!("tgtest{}", std::process::id());
     let compose = |args: &[&str]| {
         let out = podman
             .command("podman-compose")
             .current_dir(format!("{ROOT}/deploy/container"))
-            .args(["-p", "tgtest", "-f", "compose.yaml"])
+            .args(["-p", &project, "-f", "compose.yaml"])
             .args(args)
             .env("TOLLGATE_IMAGE", "localhost/tollgate:compose")
             .env("REDIS_IMAGE", "localhost/redis:compose")
@@ -381,8 +398,9 @@ async fn compose_runs_it_on_redis_whose_append_only_file_survives_a_kill() {
     // appendfsync everysec: past the second, the grant is on disk.
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
-    // Kill Redis outright (no shutdown save), then start it again from
-    // its volume.
+    // Kill Redis outright (no shutdown save) and remove its container
+    // (its own layer goes with it): compose makes a new one, which has
+    // only the volume to read.
     let redis = podman.ok(&[
         "ps",
         "--filter",
@@ -395,7 +413,8 @@ async fn compose_runs_it_on_redis_whose_append_only_file_survives_a_kill() {
         "redis container: {redis:?}"
     );
     podman.ok(&["kill", "--signal", "KILL", &redis]);
-    podman.ok(&["start", &redis]);
+    podman.ok(&["rm", "--force", &redis]);
+    compose(&["up", "-d"]);
 
     let stats = wait_for(&format!("{base}/v1/gates/stock"), Some(TOKEN), 200).await;
     assert_eq!(stats["used"], 1, "the lease did not survive: {stats}");

@@ -1,7 +1,8 @@
 //! `tollgate health`: alive and ready from a running server, by URL or by
-//! `TOLLGATE_LISTEN`'s port; alive but not ready while the server waits
-//! for its Redis; and each failure's exit code: no answer (69, also past
-//! `--timeout`), not a tollgate server (78), a bad URL (64).
+//! `TOLLGATE_LISTEN`'s port (past any proxy the environment names); alive
+//! but not ready while the server waits for its Redis; and each failure's
+//! exit code: no answer (69, also past `--timeout` or an answer cut off),
+//! not a tollgate server (78: another page, a redirect), a bad URL (64).
 
 mod serve_support;
 
@@ -50,13 +51,31 @@ fn a_running_server_is_alive_and_ready_and_failures_have_their_codes() {
     let out = health(&["--ready"], &[("TOLLGATE_SERVER", &base)]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
+    // A proxy in the environment is not asked to reach this machine's port.
+    let out = health(
+        &[],
+        &[
+            ("TOLLGATE_LISTEN", &format!("0.0.0.0:{port}")),
+            ("http_proxy", "http://127.0.0.1:9"),
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+            ("ALL_PROXY", "http://127.0.0.1:9"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
     // Something else answers there: a set-up mistake.
     let out = health(&["--server", &format!("{base}/not-here")], &[]);
     assert_eq!(out.status.code(), Some(78), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("404"), "{}", text(&out.stderr));
 
     // Bad input.
-    for bad in [&["--server", "ftp://127.0.0.1:1"][..], &["--timeout", "5"][..]] {
+    for bad in [
+        &["--server", "ftp://127.0.0.1:1"][..],
+        &["--timeout", "5"][..],
+        &["--timeout", "0s"][..],
+        &["--server", "http://127.0.0.1:99999"][..],
+        &["--server", "http://"][..],
+    ] {
         let out = health(bad, &[]);
         assert_eq!(out.status.code(), Some(64), "{bad:?}: {}", text(&out.stderr));
     }
@@ -89,6 +108,66 @@ fn a_running_server_is_alive_and_ready_and_failures_have_their_codes() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// A one-connection-at-a-time HTTP server answering `answer` (bytes as
+/// sent) to every request, for as long as the test runs.
+fn canned(answer: &'static [u8]) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = [0u8; 4096];
+            let _ = conn.read(&mut head);
+            let _ = conn.write_all(answer);
+            // (Dropped: the connection closes, cutting off what was promised.)
+        }
+    });
+    url
+}
+
+#[test]
+fn what_is_not_a_tollgate_answer_fails_the_probe() {
+    let cases: [(&[u8], i32, &str); 4] = [
+        // Another site's page.
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 13\r\n\r\n<html></html>",
+            78,
+            "not as a `tollgate serve` does",
+        ),
+        // JSON, but not a tollgate probe's.
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+            78,
+            "not as a `tollgate serve` does",
+        ),
+        // A redirect is not followed.
+        (
+            b"HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:1/healthz\r\ncontent-length: 0\r\n\r\n",
+            78,
+            "302",
+        ),
+        // The promised body never comes.
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"status\"",
+            69,
+            "broke off",
+        ),
+    ];
+    for (answer, code, says) in cases {
+        let url = canned(answer);
+        let out = health(&["--server", &url, "--timeout", "2s"], &[]);
+        let err = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{}: {err}",
+            String::from_utf8_lossy(answer)
+        );
+        assert!(err.contains(says), "{err}");
+    }
 }
 
 #[test]

@@ -23,8 +23,13 @@ use serve_support::{Server, install_tls_provider};
 /// so it can be a server's), and its key: `dir/<name>.pem`,
 /// `dir/<name>.key`.
 fn certificate(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    certificate_for(dir, name, "DNS:localhost,IP:127.0.0.1")
+}
+
+/// The same, naming `names` (a subjectAltName value) only.
+fn certificate_for(dir: &Path, name: &str, names: &str) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
-    let subject = format!("/CN={name}");
+    let (subject, names) = (format!("/CN={name}"), format!("subjectAltName={names}"));
     support::self_signed(
         &[
             "-newkey",
@@ -34,7 +39,7 @@ fn certificate(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
             "-subj",
             &subject,
             "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            &names,
             "-addext",
             "basicConstraints=critical,CA:FALSE",
         ],
@@ -151,21 +156,7 @@ fn tollgate_health_probes_a_tls_server() {
     let dir = tempfile::tempdir().expect("temp dir");
     // A certificate for the name the world knows the server by, not for
     // 127.0.0.1.
-    let (cert, key) = (dir.path().join("probe.pem"), dir.path().join("probe.key"));
-    support::self_signed(
-        &[
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-subj",
-            "/CN=tollgate.example.com",
-            "-addext",
-            "subjectAltName=DNS:tollgate.example.com",
-        ],
-        &cert,
-        &key,
-    );
+    let (cert, key) = certificate_for(dir.path(), "probe", "DNS:tollgate.example.com");
     let s = serve_tls(&cert, &key, &[]);
     let port = s.base.rsplit(':').next().expect("a port");
     let health = |args: &[&str], env: &[(&str, &str)]| {

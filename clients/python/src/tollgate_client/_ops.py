@@ -199,7 +199,10 @@ class TicketEvents:
         if event == "position":
             return _ticket(self.gate, self.ticket, d)
         if event == "granted":
-            return _lease(self.gate, d)
+            try:
+                return _lease(self.gate, d)
+            except KeyError:
+                raise TollgateError("bad_answer", "a granted event without its token, fence and ttl_ms") from None
         if event == "gone":
             raise TollgateError("ticket_not_found", "the ticket left the line (cancelled, or its heartbeat lapsed)", 404)
         if event == "error":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -226,11 +227,14 @@ class Ticket(TicketInfo):
         # A reader thread follows the stream (opened again if the server
         # ends it without an answer) and hands each outcome over; this
         # thread waits with the deadline, which a blocked read could not
-        # keep, and calls on_position itself. Past the deadline the reader
-        # stops at its next line (a keep-alive comes every 15 s); a grant
-        # it meets then stays with the ticket, as a long-poll's would.
+        # keep, and calls on_position itself. When the wait ends, it shuts
+        # the stream's socket, which wakes the reader, and joins it: no
+        # thread or connection outlives the call. (A grant the reader met
+        # meanwhile stays with the ticket, as a long-poll's would.)
         outcomes: queue.Queue[Union[ops.Polled, BaseException]] = queue.Queue()
         done = threading.Event()
+        streams: List[httpx.Response] = []
+        lock = threading.Lock()
 
         def read() -> None:
             try:
@@ -240,17 +244,27 @@ class Ticket(TicketInfo):
                             "GET", ops.ticket_events_path(self.gate, self.ticket),
                             headers={"accept": "text/event-stream"},
                             timeout=httpx.Timeout(self.client.timeout, read=ops.EVENTS_READ_TIMEOUT)) as r:
-                        if r.status_code != 200:
-                            r.read()
-                            raise ops.events_refused(r.status_code, r.headers, r.content)
-                        for line in r.iter_lines():
-                            got = events.feed(line)
-                            if got is not None:
-                                outcomes.put(got)
-                                if isinstance(got, LeaseInfo):
-                                    return
+                        with lock:
                             if done.is_set():
                                 return
+                            streams.append(r)
+                        # Unlisted before the connection can go back to the
+                        # pool, where shutting it would hit another request.
+                        try:
+                            if r.status_code != 200:
+                                r.read()
+                                raise ops.events_refused(r.status_code, r.headers, r.content)
+                            for line in r.iter_lines():
+                                got = events.feed(line)
+                                if got is not None:
+                                    outcomes.put(got)
+                                    if isinstance(got, LeaseInfo):
+                                        return
+                                if done.is_set():
+                                    return
+                        finally:
+                            with lock:
+                                streams.remove(r)
                     done.wait(0.25)
             except ops.HTTPX_ERRORS as e:
                 outcomes.put(ops.error_from_exception(e))
@@ -277,7 +291,23 @@ class Ticket(TicketInfo):
                 if moved:
                     on_position(self)
         finally:
-            done.set()
+            with lock:
+                done.set()
+                for r in streams:
+                    _shut(r)
+            reader.join(5)
+
+
+def _shut(response: httpx.Response) -> None:
+    """Shuts the socket under ``response`` down, which wakes a thread
+    blocked reading it (closing the socket would not)."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class Held:

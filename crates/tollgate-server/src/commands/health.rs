@@ -6,7 +6,7 @@
 use reqwest::Method;
 
 use crate::cli::HealthArgs;
-use crate::client::{Failure, Server, Timeout};
+use crate::client::{Failure, Server, Timeout, usage};
 use crate::exit;
 
 /// Where `serve` listens when TOLLGATE_LISTEN is not set.
@@ -26,22 +26,31 @@ pub(crate) async fn run(args: HealthArgs) -> i32 {
 }
 
 async fn probe(args: &HealthArgs) -> Result<serde_json::Value, Failure> {
+    if args.timeout.is_zero() {
+        return Err(usage("--timeout 0s: give the probe some time, e.g. 5s"));
+    }
     let (url, server) = match &args.server {
         Some(url) => (url.clone(), Server::new(url, None, Timeout::Total(args.timeout))?),
         None => {
             let url = local_url(args.listen.as_deref(), args.tls)?;
-            let server = if args.tls {
-                Server::loopback_unverified(&url, args.timeout)?
-            } else {
-                Server::new(&url, None, Timeout::Total(args.timeout))?
-            };
+            let server = Server::own_port(&url, args.timeout)?;
             (url, server)
         }
     };
-    let path = if args.ready { "/readyz" } else { "/healthz" };
+    let (path, want) = if args.ready {
+        ("/readyz", "ready")
+    } else {
+        ("/healthz", "ok")
+    };
     let answer = server.send(server.request(Method::GET, path)).await?;
     match answer.status {
-        200 => Ok(answer.body),
+        200 if answer.body["status"] == want => Ok(answer.body),
+        200 => Err(Failure {
+            code: exit::CONFIG,
+            message: format!(
+                "{url}{path} answered 200, but not as a `tollgate serve` does (no \"status\": \"{want}\"): is this its URL?"
+            ),
+        }),
         s if s >= 500 => Err(Failure {
             code: exit::UNAVAILABLE,
             message: format!(
@@ -64,16 +73,31 @@ fn local_url(listen: Option<&str>, tls: bool) -> Result<String, Failure> {
     let Some(listen) = listen.map(str::trim).filter(|l| !l.is_empty()) else {
         return Ok(format!("{scheme}://127.0.0.1:{DEFAULT_PORT}"));
     };
-    let bad = || Failure {
-        code: exit::USAGE,
-        message: format!("TOLLGATE_LISTEN {listen:?} is not HOST:PORT; give the server's URL with --server"),
+    let bad = || {
+        usage(format!(
+            "TOLLGATE_LISTEN {listen:?} is not HOST:PORT (an IPv6 address in brackets: [::1]:7700); \
+             give the server's URL with --server"
+        ))
     };
     let (host, port) = listen.rsplit_once(':').ok_or_else(bad)?;
-    if port.parse::<u16>().is_err() {
+    let port_ok = !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok_and(|p| p > 0);
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        // An IPv4 address or a host name.
+        None => {
+            !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        }
+    };
+    if !port_ok || !host_ok {
         return Err(bad());
     }
     let host = match host {
-        "" | "0.0.0.0" => "127.0.0.1",
+        "0.0.0.0" => "127.0.0.1",
         "[::]" => "[::1]",
         h => h,
     };
@@ -101,7 +125,20 @@ mod tests {
             local_url(Some("localhost:1"), false).unwrap(),
             "http://localhost:1"
         );
-        for bad in ["7700", "host:", "host:port", "host:70000"] {
+        assert_eq!(local_url(Some("[::1]:7700"), false).unwrap(), "http://[::1]:7700");
+        for bad in [
+            "7700",
+            "host:",
+            "host:port",
+            "host:70000",
+            "host:0",
+            "0.0.0.0:+7799",
+            "::1:7799",
+            "a/b:7799",
+            "user@host:7799",
+            ":7700",
+            "[nope]:1",
+        ] {
             assert_eq!(local_url(Some(bad), false).unwrap_err().code, 64, "{bad}");
         }
     }

@@ -109,6 +109,11 @@ impl Listeners {
         })
     }
 
+    /// Where the API listens.
+    pub(super) fn api_addr(&self) -> Option<SocketAddr> {
+        self.api.local_addr().ok()
+    }
+
     /// The one line a person (or a test) needs: where to send requests.
     pub(super) fn announce(&self, rooms: &[String], store: &str) {
         let shown = |l: &TcpListener| {

@@ -55,6 +55,15 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
     let listeners = Listeners::bind(&args.listen, &args.proxy_listen, !room_names.is_empty(), tls).await?;
     let store_kind = if args.redis.is_some() { "redis" } else { "memory" };
     listeners.announce(&room_names, store_kind);
+    if let Some(addr) = listeners
+        .api_addr()
+        .filter(|a| args.tokens.is_empty() && args.read_tokens.is_empty() && !a.ip().is_loopback())
+    {
+        tracing::warn!(
+            %addr,
+            "no tokens set: anyone who can reach {addr} may do everything through the API (set tokens, TOLLGATE_TOKENS)"
+        );
+    }
     // Before anything that registers metrics (rooms, limiters).
     let metrics = install_metrics()?;
     let (failed, connecting) = tokio::sync::watch::channel(None);
