@@ -4,6 +4,8 @@ import { ROUTES } from "./routes.js";
 
 /** The longest wait one long-poll may ask for (the server's cap). */
 const LONG_POLL_MS = 60_000;
+/** How long a failed wait tries to take its ticket out of line. */
+const CANCEL_MS = 2_000;
 
 export interface EnterOptions {
   /** The gate's capacity; stored by the first request that names one. */
@@ -250,8 +252,12 @@ export class Ticket {
     } catch (e) {
       // Whatever ended the wait (the caller, the network, the server), a
       // ticket left in line would be granted to nobody: cancel it (a grant
-      // that raced the cancel is released with it).
-      await this.cancel().catch(() => undefined);
+      // that raced the cancel is released with it). Briefly: a server that
+      // cannot answer now would only delay the error (and an exchange left
+      // to finish would keep the process alive).
+      await this.#http
+        .call(ROUTES.cancelTicket, { name: this.gate, ticket: this.ticket }, { signal: AbortSignal.timeout(CANCEL_MS), timeoutMs: CANCEL_MS })
+        .catch(() => undefined);
       if (options.signal?.aborted) throw aborted(options.signal);
       throw e;
     }

@@ -139,3 +139,21 @@ def test_a_malformed_event_is_a_typed_error() -> None:
         assert events.feed(line) is None
     place = events.feed("")
     assert place is not None and (place.position, place.waiting) == (3, 5)
+
+
+def test_a_server_that_never_answers_the_stream_does_not_hold_the_wait() -> None:
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts (the kernel does), never answers
+    try:
+        with Client(f"http://127.0.0.1:{silent.getsockname()[1]}") as c:
+            ticket = Ticket("g", "t.30000.10000", 1, 1, None, c)
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                ticket.granted(timeout=0.5, on_position=lambda t: None)
+            assert time.monotonic() - started < 1.5
+            assert not [t for t in threading.enumerate() if t.name.startswith("tollgate-ticket")]
+    finally:
+        silent.close()

@@ -101,6 +101,9 @@ impl Answer {
             (401, _) | (403, Some("forbidden")) => exit::CONFIG,
             (429, _) => exit::BUSY,
             (s, _) if s >= 500 => exit::UNAVAILABLE,
+            // A tollgate server never redirects: something else is at
+            // the URL.
+            (300..=399, _) => exit::CONFIG,
             _ => exit::USAGE,
         }
     }

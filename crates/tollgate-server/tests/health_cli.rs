@@ -156,6 +156,23 @@ fn what_is_not_a_tollgate_answer_fails_the_probe() {
             "broke off",
         ),
     ];
+    // Any command with --server: a redirect is the set-up's mistake, not
+    // followed (it could carry the token elsewhere).
+    let redirect =
+        canned(b"HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:1/\r\ncontent-length: 0\r\n\r\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "lock",
+            "status",
+            "x",
+            "--server",
+            &redirect,
+            "--server-token",
+            "some-token-0123456789",
+        ])
+        .output()
+        .expect("run tollgate");
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out.stderr));
     for (answer, code, says) in cases {
         let url = canned(answer);
         let out = health(&["--server", &url, "--timeout", "2s"], &[]);

@@ -228,9 +228,13 @@ class Ticket(TicketInfo):
         # ends it without an answer) and hands each outcome over; this
         # thread waits with the deadline, which a blocked read could not
         # keep, and calls on_position itself. When the wait ends, it shuts
-        # the stream's socket, which wakes the reader, and joins it: no
-        # thread or connection outlives the call. (A grant the reader met
-        # meanwhile stays with the ticket, as a long-poll's would.)
+        # the stream's socket, which wakes the reader, and joins it. The
+        # stream's connection is never handed back to the client's pool
+        # (Connection: close), so the socket shut is always its own; and
+        # no read waits past the deadline, so a server yet to answer (not
+        # registered here, nothing to shut) still lets the reader go by
+        # then. (A grant the reader met meanwhile stays with the ticket, as
+        # a long-poll's would.)
         outcomes: queue.Queue[Union[ops.Polled, BaseException]] = queue.Queue()
         done = threading.Event()
         streams: List[httpx.Response] = []
@@ -240,16 +244,17 @@ class Ticket(TicketInfo):
             try:
                 while not done.is_set():
                     events = ops.TicketEvents(self.gate, self.ticket)
+                    read = ops.EVENTS_READ_TIMEOUT
+                    if deadline is not None:
+                        read = max(0.05, min(read, deadline - time.monotonic() + 0.1))
                     with self.client._http.stream(
                             "GET", ops.ticket_events_path(self.gate, self.ticket),
-                            headers={"accept": "text/event-stream"},
-                            timeout=httpx.Timeout(self.client.timeout, read=ops.EVENTS_READ_TIMEOUT)) as r:
+                            headers={"accept": "text/event-stream", "connection": "close"},
+                            timeout=httpx.Timeout(self.client.timeout, read=read)) as r:
                         with lock:
                             if done.is_set():
                                 return
                             streams.append(r)
-                        # Unlisted before the connection can go back to the
-                        # pool, where shutting it would hit another request.
                         try:
                             if r.status_code != 200:
                                 r.read()
@@ -295,12 +300,15 @@ class Ticket(TicketInfo):
                 done.set()
                 for r in streams:
                     _shut(r)
-            reader.join(5)
+            reader.join(1.0)
 
 
 def _shut(response: httpx.Response) -> None:
     """Shuts the socket under ``response`` down, which wakes a thread
-    blocked reading it (closing the socket would not)."""
+    blocked reading it (closing the socket would not). HTTP/1.1 only: an
+    HTTP/2 connection carries other requests too."""
+    if response.extensions.get("http_version") != b"HTTP/1.1":
+        return
     stream = response.extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     if sock is not None:

@@ -126,7 +126,15 @@ fn address(key: &str, given: Option<String>, default: &str) -> Result<String, St
         return Ok(default.to_owned());
     };
     match text.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(text),
+        // Digits only: u16's parse would take "+7700", which `tollgate
+        // health` (reading TOLLGATE_LISTEN) rightly refuses.
+        Some((host, port))
+            if !host.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && port.parse::<u16>().is_ok() =>
+        {
+            Ok(text)
+        }
         _ => Err(format!(
             "{key} = {text:?}: write HOST:PORT, e.g. 127.0.0.1:7700 or localhost:7700"
         )),
@@ -279,6 +287,16 @@ mod tests {
     use super::*;
     use crate::api::limits::LimitSpec;
     use crate::room::RoomSettings;
+
+    #[test]
+    fn a_listen_address_is_host_and_digits() {
+        for good in ["127.0.0.1:7700", "localhost:0", "[::]:7700"] {
+            assert!(address("listen", Some(good.to_owned()), "").is_ok(), "{good}");
+        }
+        for bad in ["0.0.0.0:+7700", "7700", ":7700", "host:70000", "host:"] {
+            assert!(address("listen", Some(bad.to_owned()), "").is_err(), "{bad}");
+        }
+    }
 
     /// tollgate.example.toml sets every key the server knows: it parses
     /// strictly (no key the server does not know), and each struct is
