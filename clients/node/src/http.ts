@@ -143,61 +143,26 @@ export class Http {
           : new TollgateError("unavailable", `${what} ${this.base}: ${describe(e)}`, undefined, undefined, e);
     heard();
     try {
-      yield* this.#eventsOf(url, own.signal, heard, unavailable);
+      let response: Response;
+      try {
+        response = await this.#fetch(url, { headers: { ...this.#headers, accept: "text/event-stream" }, signal: own.signal });
+      } catch (e) {
+        throw unavailable("cannot reach", e);
+      }
+      if (!response.ok || response.body === null) {
+        const text = await response.text().catch(() => "");
+        throw errorOf(response, text === "" ? undefined : parse(text));
+      }
+      try {
+        yield* sseEvents(response.body as unknown as AsyncIterable<Uint8Array>, heard);
+      } catch (e) {
+        if (e instanceof TollgateError) throw e;
+        throw unavailable("the event stream broke off from", e);
+      }
     } finally {
       clearTimeout(idle);
       signal.removeEventListener("abort", follow);
       own.abort();
-    }
-  }
-
-  async *#eventsOf(
-    url: string,
-    signal: AbortSignal,
-    heard: () => void,
-    unavailable: (what: string, e: unknown) => Error,
-  ): AsyncGenerator<{ event: string; data: unknown }> {
-    let response: Response;
-    try {
-      response = await this.#fetch(url, { headers: { ...this.#headers, accept: "text/event-stream" }, signal });
-    } catch (e) {
-      throw unavailable("cannot reach", e);
-    }
-    if (!response.ok || response.body === null) {
-      const text = await response.text().catch(() => "");
-      throw errorOf(response, text === "" ? undefined : parse(text));
-    }
-    const decoder = new TextDecoder();
-    let buffer = "";
-    let event = "message";
-    let data: string[] = [];
-    try {
-      for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-        heard();
-        buffer += decoder.decode(chunk, { stream: true });
-        // An event ends at a blank line; lines end in \n, \r\n or \r.
-        let end: RegExpExecArray | null;
-        while ((end = /\r\n|\n|\r/.exec(buffer)) !== null) {
-          // A \r at the very end may be half of a \r\n: wait for more.
-          if (end[0] === "\r" && end.index === buffer.length - 1) break;
-          const line = buffer.slice(0, end.index);
-          buffer = buffer.slice(end.index + end[0].length);
-          if (line === "") {
-            if (data.length > 0) yield { event, data: parse(data.join("\n")) };
-            event = "message";
-            data = [];
-          } else if (line.startsWith("event:")) {
-            event = line.slice(6).trim();
-          } else if (line.startsWith("data:")) {
-            data.push(line.slice(line[5] === " " ? 6 : 5));
-          }
-          // (A line starting with ":" is a comment: the keep-alive.)
-        }
-        if (buffer.length > MAX_EVENT_BYTES) throw new TollgateError("bad_answer", "an event stream line over 64 KiB");
-      }
-    } catch (e) {
-      if (e instanceof TollgateError) throw e;
-      throw unavailable("the event stream broke off from", e);
     }
   }
 
@@ -229,6 +194,41 @@ export class Http {
 
 /** The longest line an event stream may send (the server's are tiny). */
 const MAX_EVENT_BYTES = 64 * 1024;
+
+/** The events of a Server-Sent Events body, each as it completes
+ * (comments, the keep-alives, skipped); `heard` is called on every chunk. */
+async function* sseEvents(
+  body: AsyncIterable<Uint8Array>,
+  heard: () => void,
+): AsyncGenerator<{ event: string; data: unknown }> {
+  const decoder = new TextDecoder();
+  let buffer = "";
+  let event = "message";
+  let data: string[] = [];
+  for await (const chunk of body) {
+    heard();
+    buffer += decoder.decode(chunk, { stream: true });
+    // An event ends at a blank line; lines end in \n, \r\n or \r.
+    let end: RegExpExecArray | null;
+    while ((end = /\r\n|\n|\r/.exec(buffer)) !== null) {
+      // A \r at the very end may be half of a \r\n: wait for more.
+      if (end[0] === "\r" && end.index === buffer.length - 1) break;
+      const line = buffer.slice(0, end.index);
+      buffer = buffer.slice(end.index + end[0].length);
+      if (line === "") {
+        if (data.length > 0) yield { event, data: parse(data.join("\n")) };
+        event = "message";
+        data = [];
+      } else if (line.startsWith("event:")) {
+        event = line.slice(6).trim();
+      } else if (line.startsWith("data:")) {
+        data.push(line.slice(line[5] === " " ? 6 : 5));
+      }
+      // (A line starting with ":" is a comment: the keep-alive.)
+    }
+    if (buffer.length > MAX_EVENT_BYTES) throw new TollgateError("bad_answer", "an event stream line over 64 KiB");
+  }
+}
 
 const templates = new Map<string, string[]>();
 

@@ -1086,6 +1086,15 @@ pub(crate) struct BenchArgs {
 
 /// Parses `250ms`, `30s`, `5m`, `1h`; a bare number (which unit?) and a
 /// negative duration are refused with a message saying so.
+/// The port of a HOST:PORT listen address: digits only (u16's own parse
+/// would take "+7700").
+pub(crate) fn port_number(port: &str) -> Option<u16> {
+    port.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| port.parse().ok())
+        .flatten()
+}
+
 pub(crate) fn duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if s.starts_with('-') {

@@ -9,7 +9,7 @@
 //! removed and compose makes a new one on the same volume.
 //!
 //! Each test keeps its images, containers, volumes and network
-//! definitions in a store of its own under a temp dir (podman's
+//! definitions in a store of its own under a temp dir (scripts/podman-store:
 //! CONTAINERS_CONF and CONTAINERS_STORAGE_CONF), removed on drop, and
 //! names its compose project after its process, so runs side by side stay
 //! apart. What podman keeps machine-wide regardless (its address
@@ -41,24 +41,12 @@ impl Podman {
             which(tool);
         }
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path();
-        // runc and cgroupfs: crun fails on this machine's hybrid cgroups.
-        // podman's default open-file limit is over the hard limit here, and
-        // a container cannot raise its own.
-        let conf = format!(
-            "[containers]\ndefault_ulimits = [\"nofile={n}:{n}\", \"nproc=1024:1024\"]\n\
-             [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n\
-             tmp_dir = \"{d}/tmp\"\n[network]\nnetwork_config_dir = \"{d}/networks\"\n",
-            n = open_files_hard_limit(),
-            d = path.display()
-        );
-        std::fs::write(path.join("containers.conf"), conf).expect("write containers.conf");
-        let storage = format!(
-            "[storage]\ndriver = \"vfs\"\ngraphroot = \"{d}/root\"\nrunroot = \"{d}/run\"\n",
-            d = path.display()
-        );
-        std::fs::write(path.join("storage.conf"), storage).expect("write storage.conf");
-        std::fs::create_dir_all(path.join("networks")).expect("networks dir");
+        let out = Command::new("bash")
+            .arg(format!("{ROOT}/scripts/podman-store"))
+            .arg(dir.path())
+            .output()
+            .expect("run scripts/podman-store");
+        succeeded("scripts/podman-store", out);
         Podman { dir }
     }
 
@@ -154,16 +142,6 @@ fn succeeded(what: &str, out: Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn open_files_hard_limit() -> u64 {
-    let limits = std::fs::read_to_string("/proc/self/limits").expect("read /proc/self/limits");
-    limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .and_then(|l| l.split_whitespace().nth(4))
-        .and_then(|hard| hard.parse().ok())
-        .expect("the open-file hard limit")
 }
 
 fn free_port() -> u16 {

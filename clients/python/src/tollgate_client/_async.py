@@ -196,7 +196,7 @@ class AsyncTicket(TicketInfo):
         got = await self.client._run(ops.ticket_status(self.gate, self.ticket, wait_ms))
         if isinstance(got, LeaseInfo):
             return AsyncLease.of(got, self.client)
-        self.position, self.waiting, self.eta_ms = got.position, got.waiting, got.eta_ms
+        self._take(got)
         return None
 
     async def granted(self, timeout: Optional[float] = None,
@@ -240,11 +240,8 @@ class AsyncTicket(TicketInfo):
                         got = events.feed(line)
                         if isinstance(got, LeaseInfo):
                             return AsyncLease.of(got, self.client)
-                        if got is not None:
-                            moved = (got.position, got.waiting) != (self.position, self.waiting)
-                            self.position, self.waiting, self.eta_ms = got.position, got.waiting, got.eta_ms
-                            if moved:
-                                on_position(self)
+                        if got is not None and self._take(got):
+                            on_position(self)
             except ops.HTTPX_ERRORS as e:
                 raise ops.error_from_exception(e) from e
             await asyncio.sleep(0.25)

@@ -29,6 +29,13 @@ class TicketInfo:
     waiting: int
     eta_ms: Optional[int]
 
+    def _take(self, place: TicketInfo) -> bool:
+        """Takes ``place``'s position, line length and estimate; whether the
+        position or the line length changed."""
+        moved = (place.position, place.waiting) != (self.position, self.waiting)
+        self.position, self.waiting, self.eta_ms = place.position, place.waiting, place.eta_ms
+        return moved
+
 
 @dataclass(frozen=True)
 class Busy:

@@ -198,7 +198,7 @@ class Ticket(TicketInfo):
         got = self.client._run(ops.ticket_status(self.gate, self.ticket, wait_ms))
         if isinstance(got, LeaseInfo):
             return Lease.of(got, self.client)
-        self.position, self.waiting, self.eta_ms = got.position, got.waiting, got.eta_ms
+        self._take(got)
         return None
 
     def granted(self, timeout: Optional[float] = None,
@@ -291,9 +291,7 @@ class Ticket(TicketInfo):
                     raise got
                 if isinstance(got, LeaseInfo):
                     return Lease.of(got, self.client)
-                moved = (got.position, got.waiting) != (self.position, self.waiting)
-                self.position, self.waiting, self.eta_ms = got.position, got.waiting, got.eta_ms
-                if moved:
+                if self._take(got):
                     on_position(self)
         finally:
             with lock:

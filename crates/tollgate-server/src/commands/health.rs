@@ -80,9 +80,7 @@ fn local_url(listen: Option<&str>, tls: bool) -> Result<String, Failure> {
         ))
     };
     let (host, port) = listen.rsplit_once(':').ok_or_else(bad)?;
-    let port_ok = !port.is_empty()
-        && port.bytes().all(|b| b.is_ascii_digit())
-        && port.parse::<u16>().is_ok_and(|p| p > 0);
+    let port_ok = crate::cli::port_number(port).is_some_and(|p| p > 0);
     let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
         Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
         // An IPv4 address or a host name.

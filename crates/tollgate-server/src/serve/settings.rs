@@ -126,15 +126,7 @@ fn address(key: &str, given: Option<String>, default: &str) -> Result<String, St
         return Ok(default.to_owned());
     };
     match text.rsplit_once(':') {
-        // Digits only: u16's parse would take "+7700", which `tollgate
-        // health` (reading TOLLGATE_LISTEN) rightly refuses.
-        Some((host, port))
-            if !host.is_empty()
-                && port.bytes().all(|b| b.is_ascii_digit())
-                && port.parse::<u16>().is_ok() =>
-        {
-            Ok(text)
-        }
+        Some((host, port)) if !host.is_empty() && crate::cli::port_number(port).is_some() => Ok(text),
         _ => Err(format!(
             "{key} = {text:?}: write HOST:PORT, e.g. 127.0.0.1:7700 or localhost:7700"
         )),
