@@ -68,7 +68,8 @@ enum Answer {
 struct Side {
     gate: Gate,
     tokens: Vec<Option<String>>,
-    first_fence: Option<u64>,
+    /// Every fence seen, ascending.
+    fences: Vec<u64>,
     /// Every token handed out, by a name both stores share (the tokens
     /// themselves are random): "<actor>.<nth token of that actor>".
     names: HashMap<String, String>,
@@ -80,9 +81,21 @@ impl Side {
         self.names.insert(token.to_owned(), format!("{actor}.{nth}"));
     }
 
+    /// A fence as its rank among the fences this side has seen: fences
+    /// follow the stores' clocks (each is above time x 1000), so their
+    /// values differ between the two stores, their order must not. (A
+    /// hand-off's fence may be seen after a later grant's: an answer
+    /// notes all its fences before it ranks any.)
     fn fence(&mut self, f: u64) -> u64 {
-        let base = *self.first_fence.get_or_insert(f);
-        f - base
+        self.note(f);
+        self.fences.partition_point(|&x| x < f) as u64
+    }
+
+    fn note(&mut self, f: u64) {
+        let at = self.fences.partition_point(|&x| x < f);
+        if self.fences.get(at) != Some(&f) {
+            self.fences.insert(at, f);
+        }
     }
 
     /// The shared name of the token whose handle is `handle`.
@@ -96,6 +109,9 @@ impl Side {
     async fn apply(&mut self, op: &Op) -> Answer {
         let result = match *op {
             Op::Holders => self.gate.holders(100).await.map(|v| {
+                for f in v.iter().filter_map(|h| h.fence) {
+                    self.note(f);
+                }
                 // Leases ending in the same millisecond are ordered by
                 // their (random) ids: compare the set of labels.
                 let mut labels: Vec<_> = v
@@ -352,7 +368,7 @@ async fn memory_and_redis_answer_alike() {
         let side = |store: &Store| Side {
             gate: Gate::new(store, &name, named, options.clone()).expect("gate"),
             tokens: vec![None; ACTORS],
-            first_fence: None,
+            fences: Vec::new(),
             names: HashMap::new(),
         };
         let (mut m, mut r) = (side(&memory), side(&redis));

@@ -351,6 +351,20 @@ impl RedisServer {
         }
     }
 
+    /// The append-only file Redis is writing to now (Redis 7's multi-part
+    /// AOF: the `.incr.aof` file in `appendonlydir`), for a test that
+    /// cuts its tail.
+    pub fn aof_incr_file(&self) -> PathBuf {
+        let dir = self.dir.path().join("appendonlydir");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+            .collect();
+        found.sort();
+        found.pop().expect("an .incr.aof file")
+    }
+
     /// Runs a command through redis-cli-free raw RESP, for inspection.
     pub fn command(&self, args: &[&str]) -> redis::Value {
         let client = redis::Client::open(self.url()).expect("client");

@@ -250,15 +250,13 @@ impl GateState {
         pending: bool,
         label: Option<String>,
     ) -> u64 {
-        // Fences start from the clock so they keep growing even if the state
-        // is lost (a restarted process), as long as the clock does; and
-        // above every fence of a dropped state, which may have run ahead
-        // of the clock (more than 1,000 grants a millisecond). The same
-        // rule as `next_fence` in lua/prelude.lua.
-        if self.fence == 0 {
-            self.fence = (now * 1000).max(self.fence_floor);
-        }
-        self.fence += 1;
+        // Every fence is above the last one, the clock (ms x 1000) and
+        // every fence of a dropped state (which may have run ahead of the
+        // clock: more than 1,000 grants a millisecond), so fences keep
+        // growing whatever the store forgot or took back, as long as the
+        // clock goes forward. The same rule as `next_fence` in
+        // lua/prelude.lua.
+        self.fence = self.fence.max(now * 1000).max(self.fence_floor) + 1;
         self.grants += 1;
         self.used += u64::from(permits);
         self.holders.insert(

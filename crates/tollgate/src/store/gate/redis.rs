@@ -877,7 +877,9 @@ mod tests {
         let watches: Vec<_> = ids.iter().map(|id| store.watch(id)).collect();
         let (cancelled, stale) = (1, 3);
         let mut log = Vec::new();
-        let mut first = None;
+        // Fences follow the clock: the log has each hand-off's place in
+        // the order of fences, which must go up.
+        let mut fences: Vec<u64> = Vec::new();
         let mut holders: Vec<usize> = Vec::new();
         let enter = async |i: usize, heartbeat_ms| {
             gate.set_lined(hinted);
@@ -920,8 +922,12 @@ mod tests {
             // Whoever was handed the permit, with its fence.
             for (i, watch) in watches.iter().enumerate() {
                 if let Some(fence) = watch.wait(Duration::ZERO).await {
-                    let base = *first.get_or_insert(fence);
-                    log.push(format!("{} handed {}", ids[i], fence - base));
+                    assert!(
+                        fences.last().is_none_or(|&last| fence > last),
+                        "fence {fence} after {fences:?}"
+                    );
+                    fences.push(fence);
+                    log.push(format!("{} handed #{}", ids[i], fences.len()));
                     holders.push(i);
                 }
             }

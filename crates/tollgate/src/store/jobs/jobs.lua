@@ -109,13 +109,16 @@ local function claim(lease, max, mv)
   for i = 1, n do ids[i] = popped[2 * i - 1] end
   local records = {}
   for i, id in ipairs(ids) do records[i] = record_of(id) end
-  -- Fences start from the clock (ms x 1000) so they keep growing even if
-  -- the queue is lost; b remembers the start (claims = f - b).
-  local f = redis.call('HINCRBY', KM, 'f', n)
-  if f == n then
-    redis.call('HSET', KM, 'f', now * 1000 + n, 'b', now * 1000)
-    f = now * 1000 + n
-  end
+  -- Each fence is above both the last one kept and server time (ms) x
+  -- 1000, so fences keep growing whatever Redis forgot or took back (the
+  -- queue lost, or an older f reloaded), as long as time goes forward;
+  -- b moves with a jump, so claims = f - b. (As next_fence() in the
+  -- gates' prelude.lua and Queue::claim in memory.rs.)
+  local fb = redis.call('HMGET', KM, 'f', 'b')
+  local f, b, floor = tonumber(fb[1]) or 0, tonumber(fb[2]) or 0, now * 1000
+  if f < floor then f, b = floor, b + floor - f end
+  f = f + n
+  redis.call('HSET', KM, 'f', string.format('%d', f), 'b', string.format('%d', b))
   local deadline = now + lease
   local tried = redis.call('HMGET', KN, unpack(ids))
   local out, leases, fences, attempts = {1, 0}, {}, {}, {}

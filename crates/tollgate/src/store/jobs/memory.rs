@@ -338,12 +338,10 @@ impl Queue {
             let Some((d, place)) = self.jobs.get_mut(&id) else {
                 continue;
             };
-            if self.fence == 0 {
-                // Above every fence of a dropped queue, which may have run
-                // ahead of the clock.
-                self.fence = (now * 1000).max(self.fence_floor);
-            }
-            self.fence += 1;
+            // Above the last fence, the clock (ms x 1000) and every fence
+            // of a dropped queue, which may have run ahead of the clock:
+            // the gates' rule (`GateState::grant`; claim in jobs.lua).
+            self.fence = self.fence.max(now * 1000).max(self.fence_floor) + 1;
             d.attempts += 1;
             *place = Place::InFlight {
                 deadline,

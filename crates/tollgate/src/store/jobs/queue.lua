@@ -7,7 +7,8 @@
 --
 -- Keys of one queue, all under one hash tag:
 --   KEYS[1] m  HASH  s push sequence (pushes and replacements), f last
---                    fence, b first fence minus one (claims = f - b),
+--                    fence, b what f has more than its claims (claims =
+--                    f - b; see claim in jobs.lua),
 --                    counters: replaced (pushes that created no job),
 --                    acked, retried, dead, redelivered; paused (1 while
 --                    the queue is paused: claims get nothing)

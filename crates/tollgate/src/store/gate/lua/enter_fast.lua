@@ -20,12 +20,12 @@ elseif lone_read and lone_read[1] == '1' then
   local more
   if A[6] == '1' then
     -- (A request that may queue, on a gate held: the line's fields too.)
-    more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X', 's', 'U', 'V')
+    more = redis.call('HMGET', KM, 'z', 'r', 'l', 'G', 'u', 'X', 's', 'U', 'V')
   else
-    more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X')
+    more = redis.call('HMGET', KM, 'z', 'r', 'l', 'G', 'u', 'X')
   end
-  raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[5], more[5], one[6], more[6], more[7],
-    more[8], more[9], more[10]}
+  raw = {one[1], one[7], one[2], one[3], one[4], more[1], more[2], more[3], one[5], more[4], one[6], more[5], more[6],
+    one[8], more[7], more[8], more[9]}
 else
   read_meta(A[6] == '1')
 end
@@ -40,25 +40,24 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
   local live = h == '' or used > 0 and X > now
   local waiting = tonumber(raw[5]) or 0
   if live and permits <= fast_cap and waiting == 0 and used + permits <= fast_cap then
-    local f = tonumber(raw[2]) or 0
+    local f, b, floor = tonumber(raw[2]) or 0, tonumber(raw[14]) or 0, now * 1000
     local ends = now + ttl
-    local first = f == 0
     -- (As next_fence() in the prelude.)
-    if first then f = now * 1000 end
+    if f < floor then f, b = floor, b + floor - f end
     f = f + 1
     local entry = string.format('%s %d 0 %d', A[1], ends, permits)
     if h ~= '' then entry = h .. ',' .. entry end
     if h == '' or ends < X then X = ends end
     -- (Numbers go to Redis as text made here: '%d' costs less than the
     -- conversion redis.call makes of a number.)
-    local fs, Xs, meta_until = string.format('%d', f), string.format('%d', X), meta_expiry(ends, raw[10])
-    if not first and fast_c and raw[9] and not meta_until then
+    local fs, bs, Xs, meta_until = string.format('%d', f), string.format('%d', b), string.format('%d', X),
+      meta_expiry(ends, raw[10])
+    if fast_c and raw[9] and not meta_until then
       -- The common case: one more lease on a live gate.
-      redis.call('HSET', KM, 'h', entry, 'f', fs, 'u', used + permits, 'X', Xs)
+      redis.call('HSET', KM, 'h', entry, 'f', fs, 'b', bs, 'u', used + permits, 'X', Xs)
       return {1, f, ttl}
     end
-    local fields = {'h', entry, 'f', fs, 'u', used + permits, 'X', Xs}
-    if first then fields[#fields + 1], fields[#fields + 2] = 'b', string.format('%d', f - 1) end
+    local fields = {'h', entry, 'f', fs, 'b', bs, 'u', used + permits, 'X', Xs}
     if not fast_c then fields[#fields + 1], fields[#fields + 2] = 'c', fast_asked end
     -- The gate's state is created here (or predates epochs): give it one.
     if not raw[9] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
@@ -86,8 +85,8 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
     -- Full: into the line (as enter.lua's queueing and set_deadline()).
     -- (The line's fields, which only queueing needs: read with the head's
     -- when the request may queue, see read_meta().)
-    local cold = {raw[14], raw[15], raw[16]}
-    if raw[14] == nil then cold = redis.call('HMGET', KM, 's', 'U', 'V') end
+    local cold = {raw[15], raw[16], raw[17]}
+    if raw[15] == nil then cold = redis.call('HMGET', KM, 's', 'U', 'V') end
     local KQ, KP = base .. 'q', base .. 'p'
     local s, deadline = (tonumber(cold[1]) or 0) + 1, now + tonumber(A[5])
     -- (Numbers as text made here, as for a grant.)

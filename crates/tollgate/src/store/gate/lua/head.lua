@@ -10,7 +10,7 @@ local function clock()
   end
 end
 -- raw: 1 c, 2 f, 3 h, 4 k, 5 W, 6 z, 7 r, 8 l, 9 E, 10 G, 11 N, 12 u,
--- 13 X, and for a request that may queue 14 s, 15 U, 16 V (HMGET answers
+-- 13 X, 14 b, and for a request that may queue 15 s, 16 U, 17 V (HMGET answers
 -- false for a field that is not there), read by
 -- read_meta() once a script needs them: a fast path for a gate of one
 -- permit reads fewer first (and answers alone, or falls through to this
@@ -22,13 +22,14 @@ end
 local raw
 local absorb
 -- With `line` (a request that may queue), also the line's s, U and V
--- (14 to 16; nil when not read), in the same call.
+-- (15 to 17; nil when not read), in the same call. (f and b: a grant's
+-- fence is next_fence()'s, which moves b with f.)
 local function read_meta(line)
   for _ = 1, 2 do
     if line then
-      raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X', 's', 'U', 'V')
+      raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X', 'b', 's', 'U', 'V')
     else
-      raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X')
+      raw = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'N', 'u', 'X', 'b')
     end
     -- A lone lease (key H, below) exists only on a gate of capacity 1
     -- with no holder in h: into h first, then read again (once: h then
@@ -96,10 +97,10 @@ end
 -- holder would be), where gap is how long H outlives the lease (ms): the
 -- lease ends at H's expiry less gap, is live while H's PTTL exceeds gap,
 -- and every caller reads the same end whatever its own IDLE. Its grant is
--- HMGET and PTTL of m (which must outlive the lease by IDLE), SET and
--- HINCRBY of f; its release GET, PTTL and DEL of H; its renewal GET and
--- PTTL of H, PTTL of m and SET: no clock (but for a first fence, or a
--- gate that had a barging waiter), h, u or X
+-- HMGET, PTTL and PEXPIRETIME of m (which must outlive the lease by
+-- IDLE; server time is its expiry less its TTL, for the fence), SET, and
+-- HSET of f and b; its release GET, PTTL and DEL of H; its renewal GET
+-- and PTTL of H, PTTL of m and SET: no TIME, h, u or X
 -- (lone_enter.lua, lone_leave.lua, lone_renew.lua, which run before this
 -- file). Every other call on a gate of capacity 1 first moves the lease
 -- into h as an inline holder granted at once (fence 0), so nothing else

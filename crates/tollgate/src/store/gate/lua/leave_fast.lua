@@ -38,8 +38,9 @@ elseif plain and (ARGV[3] == '1' or ARGV[3] == 'L') then
     end
   end
   -- The rest of the head's fields (raw's order, see head.lua).
-  local more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X')
-  raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[6], more[5], one[5], more[6], more[7]}
+  local more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X', 'b')
+  raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[6], more[5], one[5], more[6], more[7],
+    more[8]}
 else
   read_meta()
 end
@@ -56,7 +57,7 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
     local before = used
     used = used - permits
     local fields, meta_until, reply = {}, nil, {1}
-    local cap, f = tonumber(raw[1]), tonumber(raw[2]) or 0
+    local cap, f, b = tonumber(raw[1]), tonumber(raw[2]) or 0, tonumber(raw[14]) or 0
     if waiting > 0 then
       local KQ, KP = base .. 'q', base .. 'p'
       local handed, last, fs = {}, 0, nil
@@ -69,10 +70,8 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
         -- The hand-off lives until the waiter's heartbeat deadline.
         local deadline = tonumber(redis.call('HGET', KP, 'd:' .. head)) or now
         redis.call('HDEL', KP, 'd:' .. head)
-        if f == 0 then
-          f = now * 1000
-          fields[#fields + 1], fields[#fields + 2] = 'b', f
-        end
+        -- (As next_fence() in the prelude.)
+        if f < now * 1000 then f, b = now * 1000, b + now * 1000 - f end
         f = f + 1
         local entry = inline_entry(head, deadline, -f, 1)
         if h == '' then h = entry else h = h .. ',' .. entry end
@@ -91,6 +90,7 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
       if #handed > 0 then
         redis.call('PUBLISH', base .. 'n', table.concat(handed, ' '))
         fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'f', fs, 'W', waiting
+        fields[#fields + 1], fields[#fields + 2] = 'b', string.format('%d', b)
         fields[#fields + 1], fields[#fields + 2] = 'l', string.format('%d', now)
         if r ~= nil then fields[#fields + 1], fields[#fields + 2] = 'r', r end
         meta_until = meta_expiry(last, raw[10])

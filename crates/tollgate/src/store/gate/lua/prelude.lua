@@ -7,8 +7,9 @@
 --
 -- Keys of one gate, all under one hash tag so the scripts run on Cluster
 -- (only m is passed; head.lua derives the others from its name):
---   m  HASH  c capacity, f last fence, b first fence minus one
---                    (grants = f - b), x expiries, s line seq, e extra
+--   m  HASH  c capacity, f last fence, b what f has more than its
+--                    grants (the first fence minus one, plus every jump
+--                    to the clock's floor: grants = f - b), x expiries, s line seq, e extra
 --                    permits held (sum of permits-1 over holders), n waiters
 --                    asking for more than one permit, o holders that came by
 --                    hand-off, H and W upper bounds of the holder and waiter
@@ -53,10 +54,11 @@
 --                    PEXPIREAT per IDLE / 4 of activity. Its settings
 --                    (capacity, pause, admission interval) go with it:
 --                    whoever configures a gate watches its epoch and sets
---                    them again. Fences need no key to survive: they
---                    start from server time x 1000 and a gate cannot
---                    grant 1,000 leases a millisecond, so a new state's
---                    first fence is above every old one.
+--                    them again. Fences need no key to survive: each is
+--                    above server time x 1000 (next_fence) and a gate
+--                    cannot grant 1,000 leases a millisecond, so a fence
+--                    is above every one handed out before, whatever m
+--                    held when it was made.
 --   h  ZSET  holders of a gate of capacity above INLINE: lease id -> expiry
 --            (ms, server time). A gate picks its layout when it has no
 --            holder; a capacity raised past INLINE moves inline holders
@@ -106,31 +108,31 @@
 clock()
 if not raw then read_meta() end
 local KH, KP, KQ, KR = base .. 'h', base .. 'p', base .. 'q', base .. 'r'
--- The meta fields head.lua did not read: 1 b, 2 x, 3 e, 4 o, 5 T, 6 A, 7 Q,
--- 8 H, 9 n, 10 a, 11 P, 12 R, 13 Y, 14 s, 15 U, 16 V.
-local m = redis.call('HMGET', KM, 'b', 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y', 's', 'U', 'V')
+-- The meta fields head.lua did not read: 1 x, 2 e, 3 o, 4 T, 5 A, 6 Q, 7 H,
+-- 8 n, 9 a, 10 P, 11 R, 12 Y, 13 s, 14 U, 15 V.
+local m = redis.call('HMGET', KM, 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y', 's', 'U', 'V')
 local S, F = {
   now = now, KM = KM, KH = KH, KP = KP, KQ = KQ, KR = KR,
-  cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(m[8]) or 0, W = tonumber(raw[5]) or 0,
-  s = tonumber(m[14]) or 0, z = tonumber(raw[6]) or 0, n = tonumber(m[9]) or 0,
+  cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(m[7]) or 0, W = tonumber(raw[5]) or 0,
+  s = tonumber(m[13]) or 0, z = tonumber(raw[6]) or 0, n = tonumber(m[8]) or 0,
   -- a: labels stored in p (holders and waiters); 0 lets removals skip a call.
-  a = tonumber(m[10]) or 0,
+  a = tonumber(m[9]) or 0,
   -- Admission control (written by set_admission.lua, A also here).
-  P = tonumber(m[11]) or 0, R = tonumber(m[12]) or 0, A = tonumber(m[6]) or 0,
+  P = tonumber(m[10]) or 0, R = tonumber(m[11]) or 0, A = tonumber(m[5]) or 0,
   -- r is absent (nil) until the line's first gap was measured.
   r = tonumber(raw[7]), l = tonumber(raw[8]) or 0,
-  U = tonumber(m[15]) or 0, V = tonumber(m[16]) or 0, N = tonumber(raw[11]) or 0,
+  U = tonumber(m[14]) or 0, V = tonumber(m[15]) or 0, N = tonumber(raw[11]) or 0,
   -- Whether this call freed permits (a holder left, or the capacity or
   -- admission control let more in).
   freed = false,
   -- The stale-ticket sweep of a long line: cursor ('0' or absent: none
   -- under way) and the earliest deadline seen in the pass so far.
-  Y = m[13] or '0', Q = tonumber(m[7]) or 0,
-  b = tonumber(m[1]) or 0, x = tonumber(m[2]) or 0, e = tonumber(m[3]) or 0, o = tonumber(m[4]) or 0,
-  T = tonumber(m[5]) or 0, X = tonumber(raw[13]) or 0,
+  Y = m[12] or '0', Q = tonumber(m[6]) or 0,
+  b = tonumber(raw[14]) or 0, x = tonumber(m[1]) or 0, e = tonumber(m[2]) or 0, o = tonumber(m[3]) or 0,
+  T = tonumber(m[4]) or 0, X = tonumber(raw[13]) or 0,
   -- Holders inline (m's h) unless the sorted set h holds them (H > 0);
   -- with no holder at all, the next grant picks by capacity (add_holder).
-  inline = (tonumber(m[8]) or 0) == 0, held = nil, h_changed = false,
+  inline = (tonumber(m[7]) or 0) == 0, held = nil, h_changed = false,
   -- Latest expiry written to h / deadline written to p by this call (0:
   -- none), and whether those keys may lack a TTL (empty before, or
   -- emptied since).
@@ -174,13 +176,16 @@ function F.inline_text(all)
 end
 
 function F.next_fence()
-  -- Fences start from the clock, so they keep growing even if Redis loses
-  -- the meta hash (a restart without persistence), as long as time does.
-  -- The same rule as GateState::grant in src/store/gate/memory.rs.
-  if S.f == 0 then
-    S.f = S.now * 1000
-    S.b = S.f
-  end
+  -- Every fence is above both the last one kept (f) and server time x
+  -- 1000, so fences keep growing whatever Redis forgot or took back (the
+  -- meta hash lost, or an older f reloaded from a snapshot, an AOF with
+  -- its tail lost or a replica that lagged), as long as time goes
+  -- forward and no gate grants 1,000 leases a millisecond. b moves with
+  -- a jump, so f - b still counts grants. The same rule as
+  -- GateState::grant in src/store/gate/memory.rs (and the fast paths',
+  -- and jobs.lua's claim).
+  local floor = S.now * 1000
+  if S.f < floor then S.f, S.b = floor, S.b + floor - S.f end
   S.f = S.f + 1
   return S.f
 end
