@@ -208,10 +208,10 @@ async fn open(
     spawn_sweeper(&store, &queue_set, &metrics, args.memory_idle, stopping.clone());
     // Every server fires: the store gives each tick to one of them.
     firing::spawn(&store, scheduled.clone(), stopping.clone());
-    let login_limit = crate::api::session::login_limiter(&store);
+    let tries = Arc::new(crate::api::auth::Tries::new(&store));
     let state = AppState {
         cors: Arc::new(std::mem::take(&mut args.cors)),
-        login_limit,
+        tries,
         store,
         metrics,
         lateness: Default::default(),
