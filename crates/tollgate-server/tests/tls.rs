@@ -4,8 +4,10 @@
 //! refused while the old one keeps serving), the session cookie is Secure
 //! and the same-origin check takes https for the scheme; the waiting
 //! rooms' listener speaks TLS too, sets its cookie Secure and tells the
-//! upstream so; a bad pair stops the server at start, and a SIGHUP
-//! before the server is ready does not stop it.
+//! upstream so; idle connections from one address stop neither another
+//! address's handshakes nor the other listener's; a bad pair stops the
+//! server at start, and a SIGHUP before the server is ready does not stop
+//! it.
 
 mod room_support;
 mod serve_support;
@@ -276,6 +278,72 @@ async fn the_waiting_rooms_listener_speaks_tls() {
     // The upstream hears that the visitor came over https.
     let seen = visitor.get(&c, &proxy, "/headers", false).await.json();
     assert_eq!(seen["x-forwarded-proto"], "https", "{seen}");
+}
+
+/// Raises this process's soft limit on open files to at least `n` (within
+/// the hard limit): the test holds that many connections.
+fn allow_open_files(n: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    if soft < n {
+        assert!(hard >= n, "the hard limit on open files ({hard}) is below {n}");
+        setrlimit(Resource::RLIMIT_NOFILE, n, hard).expect("setrlimit");
+    }
+}
+
+/// Idle TCP connections from one address (more than the 1,024 handshakes
+/// one pool takes) to the rooms' TLS port stop neither the API's
+/// handshakes (a pool per listener) nor another address's on the same
+/// port (a cap per address).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_one_address_stop_no_one_elses_handshake() {
+    allow_open_files(4096);
+    let (_seen, up, dir) = room_support::site().await;
+    let (cert, key) = certificate(dir.path(), "rooms");
+    let config = format!(
+        "tls_cert = {:?}\ntls_key = {:?}\n{}",
+        cert.to_str().expect("utf-8"),
+        key.to_str().expect("utf-8"),
+        room_support::room_config(up, 1, "")
+    );
+    let s = room_support::start(&dir, &config, None);
+    let proxy = s.proxy.clone().expect("the rooms' address");
+    let proxy_addr = proxy.trim_start_matches("https://").to_owned();
+    let mut idle = Vec::new();
+    for _ in 0..1_030 {
+        // Refused or reset ones count too: the server closes those past
+        // its caps at once.
+        if let Ok(conn) = tokio::net::TcpStream::connect(&proxy_addr).await {
+            idle.push(conn);
+        }
+    }
+    // The server accepts in order: by the time it answers a request on
+    // the rooms' port, it has taken all of the connections before it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let from = |ip: [u8; 4]| {
+        let pem = std::fs::read(&cert).expect("read the certificate");
+        reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(&pem).expect("PEM")])
+            .local_address(std::net::IpAddr::from(ip))
+            .timeout(Duration::from_secs(8))
+            .build()
+            .expect("client")
+    };
+    let (other, same) = (from([127, 0, 0, 2]), from([127, 0, 0, 1]));
+    for (who, c, url) in [
+        ("127.0.0.2, the API", &other, s.url("/healthz")),
+        ("127.0.0.1, the API", &same, s.url("/healthz")),
+        ("127.0.0.2, the rooms", &other, format!("{proxy}/healthz")),
+    ] {
+        let r = c.get(&url).send().await;
+        let status = r.map(|r| r.status().as_u16());
+        assert!(
+            matches!(status, Ok(200)),
+            "{who}: {status:?} with {} idle connections open",
+            idle.len()
+        );
+    }
+    drop(idle);
 }
 
 #[test]
