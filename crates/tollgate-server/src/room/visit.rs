@@ -599,7 +599,16 @@ impl Room {
             }
             (&Method::GET, "status", None) => json_response(StatusCode::OK, json!({"status": "none"})),
             (&Method::GET, "events", Some(Visitor::Waiting { ticket, .. })) => {
-                page::events(self, ticket).await
+                // Opening a stream is a status request too.
+                if let Ok(d) = self.status_limit.check(&ticket, 1).await
+                    && !d.allowed
+                {
+                    self.metrics.status_limited.increment(1);
+                    let mut h = req.headers().clone();
+                    h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+                    return self.slow_down(&h, d.retry_after, KEPT);
+                }
+                feeds::events(self, &ticket)
             }
             (&Method::GET, "events", _) => {
                 json_error(StatusCode::NOT_FOUND, "not_waiting", "no place in line")
