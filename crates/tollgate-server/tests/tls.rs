@@ -62,13 +62,37 @@ fn serve_tls(cert: &Path, key: &Path, extra: &[&str]) -> Server {
 
 /// A client that trusts `ca` only.
 fn client(ca: &Path) -> reqwest::Client {
+    client_from(ca, None)
+}
+
+/// The same, connecting from `local` if given.
+fn client_from(ca: &Path, local: Option<std::net::IpAddr>) -> reqwest::Client {
     install_tls_provider();
     let pem = std::fs::read(ca).expect("read the certificate");
     let cert = reqwest::Certificate::from_pem(&pem).expect("a PEM certificate");
     reqwest::Client::builder()
         .tls_certs_only([cert])
+        .local_address(local)
+        .timeout(Duration::from_secs(8))
         .build()
         .expect("client")
+}
+
+/// A room of one slot behind TLS (both listeners): the server, the
+/// certificate, the temp dir and the rooms' address.
+async fn tls_room() -> (Server, PathBuf, tempfile::TempDir, String) {
+    let (_seen, up, dir) = room_support::site().await;
+    let (cert, key) = certificate(dir.path(), "rooms");
+    // The TLS keys first: they are top-level, the room is a table.
+    let config = format!(
+        "tls_cert = {:?}\ntls_key = {:?}\n{}",
+        cert.to_str().expect("utf-8"),
+        key.to_str().expect("utf-8"),
+        room_support::room_config(up, 1, "")
+    );
+    let s = room_support::start(&dir, &config, None);
+    let proxy = s.proxy.clone().expect("the rooms' address");
+    (s, cert, dir, proxy)
 }
 
 fn tollgate(args: &[&str], ca: Option<&Path>) -> (Option<i32>, String, String) {
@@ -248,17 +272,7 @@ async fn sighup_swaps_the_certificate_and_keeps_a_good_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_rooms_listener_speaks_tls() {
-    let (_seen, up, dir) = room_support::site().await;
-    let (cert, key) = certificate(dir.path(), "rooms");
-    // The TLS keys first: they are top-level, the room is a table.
-    let config = format!(
-        "tls_cert = {:?}\ntls_key = {:?}\n{}",
-        cert.to_str().expect("utf-8"),
-        key.to_str().expect("utf-8"),
-        room_support::room_config(up, 1, "")
-    );
-    let s = room_support::start(&dir, &config, None);
-    let proxy = s.proxy.clone().expect("the rooms' address");
+    let (_s, cert, _dir, proxy) = tls_room().await;
     assert!(proxy.starts_with("https://"), "{proxy}");
     let c = client(&cert);
     let mut visitor = room_support::Visitor::new("v1");
@@ -298,16 +312,7 @@ fn allow_open_files(n: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_from_one_address_stop_no_one_elses_handshake() {
     allow_open_files(4096);
-    let (_seen, up, dir) = room_support::site().await;
-    let (cert, key) = certificate(dir.path(), "rooms");
-    let config = format!(
-        "tls_cert = {:?}\ntls_key = {:?}\n{}",
-        cert.to_str().expect("utf-8"),
-        key.to_str().expect("utf-8"),
-        room_support::room_config(up, 1, "")
-    );
-    let s = room_support::start(&dir, &config, None);
-    let proxy = s.proxy.clone().expect("the rooms' address");
+    let (s, cert, _dir, proxy) = tls_room().await;
     let proxy_addr = proxy.trim_start_matches("https://").to_owned();
     let mut idle = Vec::new();
     for _ in 0..1_030 {
@@ -320,15 +325,7 @@ async fn idle_connections_from_one_address_stop_no_one_elses_handshake() {
     // The server accepts in order: by the time it answers a request on
     // the rooms' port, it has taken all of the connections before it.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let from = |ip: [u8; 4]| {
-        let pem = std::fs::read(&cert).expect("read the certificate");
-        reqwest::Client::builder()
-            .tls_certs_only([reqwest::Certificate::from_pem(&pem).expect("PEM")])
-            .local_address(std::net::IpAddr::from(ip))
-            .timeout(Duration::from_secs(8))
-            .build()
-            .expect("client")
-    };
+    let from = |ip: [u8; 4]| client_from(&cert, Some(ip.into()));
     let (other, same) = (from([127, 0, 0, 2]), from([127, 0, 0, 1]));
     for (who, c, url) in [
         ("127.0.0.2, the API", &other, s.url("/healthz")),
