@@ -329,7 +329,11 @@ impl Tries {
 
     /// How long `ip` is still refused, as this server knows.
     fn refused_for(&self, ip: IpAddr) -> Option<Duration> {
-        let until = *self.refused().get(&tollgate::ip_key(ip))?;
+        let refused = self.refused();
+        if refused.is_empty() {
+            return None;
+        }
+        let until = *refused.get(&tollgate::ip_key(ip))?;
         until
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
