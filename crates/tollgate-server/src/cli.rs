@@ -745,8 +745,8 @@ pub(crate) struct ServeArgs {
     /// at once through the API; 0: no cap [default: 1000].
     #[arg(long, env = "TOLLGATE_MAX_TICKETS_PER_CLIENT", value_name = "N")]
     pub(crate) max_tickets_per_client: Option<usize>,
-    /// Event streams (SSE: /v1/queues/{queue}/events) this server serves
-    /// at once; past it, 503 too_many_subscribers [default: 1000].
+    /// Event streams (SSE: the API's and the waiting visitors') this server
+    /// serves at once; past it, 503 too_many_subscribers [default: 1000].
     #[arg(long, env = "TOLLGATE_MAX_EVENT_SUBSCRIBERS", value_name = "N")]
     pub(crate) max_event_subscribers: Option<usize>,
     /// How long /metrics may spend reading figures from the store; what is

@@ -2,7 +2,8 @@
 //! route of docs/openapi.json refused to a read token, allowed to an
 //! admin), console sessions (login, the cookie, its CSRF header, logout,
 //! tampered and expired cookies, the same config on a second server, a
-//! changed token), the login's rate limit, and cross-site changes refused
+//! changed token), the limit on tries at a token (logins and wrong
+//! bearers, one allowance per address), and cross-site changes refused
 //! even without tokens. On the embedded store, and the sessions and the
 //! login limit across two servers on a real redis-server.
 
@@ -421,9 +422,113 @@ async fn logins_are_rate_limited_per_address() {
     // The right token too: the limit is on tries, not failures.
     let (st, body, _, _) = login(&s, ADMIN).await;
     assert_eq!((st, code(&body)), (429, "rate_limited"));
-    // Bearer callers are not touched by it.
-    let (st, _) = send(reqwest::Client::new().get(s.url("/v1/gates")).bearer_auth(ADMIN)).await;
-    assert_eq!(st, 200);
+    // Bearer tokens spend the same allowance: until Retry-After, this
+    // address's bearers are refused too, right or wrong.
+    let (st, body) = send(reqwest::Client::new().get(s.url("/v1/gates")).bearer_auth(ADMIN)).await;
+    assert_eq!((st, code(&body)), (429, "rate_limited"));
+}
+
+/// Wrong bearer tokens from one address are limited as logins are (one
+/// allowance per address); a right one spends nothing, but is refused
+/// too while its address is; other addresses, told apart through a
+/// trusted proxy's X-Forwarded-For or by their own connection, are not.
+async fn wrong_bearers_are_limited(redis: Option<&str>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &config,
+        "[limits.api]\nrate = \"10000/s\"\n\n[protect]\nlimit = \"api\"\nkey = \"ip\"\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
+    )
+    .expect("config");
+    let config = config.to_str().expect("utf-8");
+    let s = Server::start_with(
+        redis,
+        &["--token", ADMIN, "--read-token", READ, "--config", config],
+    );
+    let c = reqwest::Client::new();
+    let from = |ip: &str| c.get(s.url("/v1/gates")).header("x-forwarded-for", ip.to_owned());
+    // Right bearers spend nothing: many of them, then still a full burst.
+    for _ in 0..30 {
+        let (st, body) = send(from("203.0.113.7").bearer_auth(READ)).await;
+        assert_eq!(st, 200, "{body}");
+    }
+    let started = std::time::Instant::now();
+    let mut refused = None;
+    for i in 0..40 {
+        let resp = from("203.0.113.7")
+            .bearer_auth(format!("wrong-token-{i:04}-0123456789"))
+            .send()
+            .await
+            .expect("send");
+        if resp.status().as_u16() == 429 {
+            refused = Some((i, resp));
+            break;
+        }
+        assert_eq!(resp.status().as_u16(), 401, "try {i}");
+    }
+    let (tried, resp) = refused.expect("40 wrong bearers, none refused");
+    let allowed = 10 + started.elapsed().as_secs() as usize / 6 + 1;
+    assert!((10..=allowed).contains(&tried), "refused after {tried}");
+    let retry = resp.headers().get("retry-after").expect("Retry-After");
+    assert!(
+        retry
+            .to_str()
+            .expect("ascii")
+            .parse::<u64>()
+            .is_ok_and(|r| r >= 1)
+    );
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(code(&body), "rate_limited", "{body}");
+    // The right token from that address: refused too, else the refusal
+    // would tell a right guess from a wrong one. So are its logins and
+    // GET /v1/session with a bearer.
+    let (st, body) = send(from("203.0.113.7").bearer_auth(ADMIN)).await;
+    assert_eq!((st, code(&body)), (429, "rate_limited"));
+    let (st, body) = send(
+        c.get(s.url("/v1/session"))
+            .header("x-forwarded-for", "203.0.113.7")
+            .bearer_auth(ADMIN),
+    )
+    .await;
+    assert_eq!((st, code(&body)), (429, "rate_limited"));
+    let (st, body) = send(
+        c.post(s.url("/v1/session"))
+            .header("x-forwarded-for", "203.0.113.7")
+            .json(&json!({"token": ADMIN})),
+    )
+    .await;
+    assert_eq!((st, code(&body)), (429, "rate_limited"));
+    // Another address behind the trusted proxy: untouched.
+    let (st, body) = send(from("203.0.113.8").bearer_auth(ADMIN)).await;
+    assert_eq!(st, 200, "{body}");
+    let (st, body) = send(from("203.0.113.8").bearer_auth("wrong-token-x-0123456789")).await;
+    assert_eq!((st, code(&body)), (401, "unauthorized"));
+    // Another address of its own (not a trusted proxy: its
+    // X-Forwarded-For is not believed, so naming the refused one does
+    // not refuse it).
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .expect("client");
+    let (st, body) = send(
+        other
+            .get(s.url("/v1/gates"))
+            .header("x-forwarded-for", "203.0.113.7")
+            .bearer_auth(ADMIN),
+    )
+    .await;
+    assert_eq!(st, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_bearers_are_limited_per_address_on_memory() {
+    wrong_bearers_are_limited(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_bearers_are_limited_per_address_on_redis() {
+    let redis = RedisServer::start();
+    wrong_bearers_are_limited(Some(&redis.url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

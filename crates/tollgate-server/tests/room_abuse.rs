@@ -1,6 +1,6 @@
 //! The waiting room under abuse: paths spelled to dodge matching, tunnels,
-//! spoofed forwarding headers, floods of arrivals, broken bodies, and the
-//! admin API's edges. `tollgate serve` as a separate process in front of a
+//! spoofed forwarding headers, floods of arrivals, one token opening many
+//! event streams, broken bodies, and the admin API's edges. `tollgate serve` as a separate process in front of a
 //! real upstream; raw TCP where a client library would tidy the request up.
 
 mod room_support;
@@ -305,6 +305,133 @@ trusted_proxies = ["127.0.0.1/32"]"#,
         codes.push(raw(&other_proxy, &get("/page", &from)).await.status);
     }
     assert!(codes.iter().filter(|c| **c == 429).count() >= 5, "{codes:?}");
+}
+
+/// Commands the Redis at `redis` ran in a window of 2 s.
+async fn commands_in_two_seconds(redis: &support::RedisServer) -> u64 {
+    let processed = || {
+        let info = match redis.command(&["INFO", "stats"]) {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            redis::Value::VerbatimString { text, .. } => text,
+            other => panic!("INFO: {other:?}"),
+        };
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .expect("total_commands_processed")
+    };
+    let before = processed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    processed() - before
+}
+
+/// A waiting visitor's event stream (the room's `events`), opened, and
+/// read to its first event.
+async fn open_stream(c: &reqwest::Client, proxy: &str, v: &Visitor) -> (u16, reqwest::Response) {
+    let cookie = format!("tollgate_shop={}", v.cookie.clone().expect("a place in line"));
+    let resp = c
+        .get(format!("{proxy}/.tollgate/shop/events"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("events");
+    (resp.status().as_u16(), resp)
+}
+
+/// Reads `resp` (an event stream) until it has said `what`.
+async fn read_until(resp: &mut reqwest::Response, what: &str) -> String {
+    let mut text = String::new();
+    while !text.contains(what) {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no {what:?} in time: {text}"))
+            .expect("chunk")
+            .expect("more");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    text
+}
+
+/// One waiting visitor's token opens few event streams: past 4 on a
+/// server, 429 `too_many_streams` with `Retry-After` (its place kept); the
+/// ones open share one reader of its status, so the store does not work
+/// harder for them (on Redis: the commands it runs stay where one stream
+/// put them); they count in `max_event_subscribers`; and every one of them
+/// hears the admission.
+async fn a_waiting_token_opens_few_streams(redis: Option<&support::RedisServer>) {
+    let (_seen, up, dir) = site().await;
+    let config = format!(
+        "max_event_subscribers = 6\n{}",
+        room_config(up, 1, "").replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
+    );
+    let s = start(&dir, &config, redis.map(support::RedisServer::url).as_deref());
+    let (_s, proxy, c, mut holder) = take_the_slot(s).await;
+    let mut waiter = Visitor::new("waiter");
+    assert_eq!(waiter.get(&c, &proxy, "/page", true).await.status, 503);
+    let (status, mut first) = open_stream(&c, &proxy, &waiter).await;
+    assert_eq!(status, 200);
+    read_until(&mut first, "event: position").await;
+    let base = match redis {
+        Some(r) => commands_in_two_seconds(r).await,
+        None => 0,
+    };
+    let opened = futures_util::future::join_all((0..40).map(|_| open_stream(&c, &proxy, &waiter))).await;
+    let mut open = vec![first];
+    for (status, resp) in opened {
+        if status == 200 {
+            open.push(resp);
+            continue;
+        }
+        assert_eq!(status, 429);
+        assert!(resp.headers().contains_key("retry-after"));
+        let body: Value = resp.json().await.expect("a JSON error");
+        assert_eq!(body["error"]["code"], "too_many_streams", "{body}");
+    }
+    assert_eq!(open.len(), 4, "streams open for one token");
+    if let Some(r) = redis {
+        let with = commands_in_two_seconds(r).await;
+        // Two script calls a second per stream, before: 3 more streams
+        // would have added 12 (and 2,000, 8,000).
+        assert!(
+            with <= base + base / 4 + 4,
+            "{base} commands in 2 s with one stream, {with} with four"
+        );
+    }
+    // The place is kept, and other visitors are not held back by it; but
+    // the server's max_event_subscribers (6) counts every stream.
+    let status = waiter
+        .get(&c, &proxy, "/.tollgate/shop/status", true)
+        .await
+        .json();
+    assert_eq!(status["status"], "queued", "{status}");
+    let mut others = Vec::new();
+    for i in 0..3 {
+        let mut v = Visitor::new(&format!("other{i}"));
+        assert_eq!(v.get(&c, &proxy, "/page", true).await.status, 503);
+        others.push(open_stream(&c, &proxy, &v).await);
+    }
+    let statuses: Vec<u16> = others.iter().map(|(st, _)| *st).collect();
+    assert_eq!(statuses, [200, 200, 503], "past max_event_subscribers");
+    let (_, refused) = others.pop().expect("three");
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.expect("a JSON error");
+    assert_eq!(body["error"]["code"], "too_many_subscribers", "{body}");
+    // The holder leaves: every stream of the waiter hears it.
+    assert_eq!(holder.get(&c, &proxy, "/done", true).await.text, "bye");
+    for resp in &mut open {
+        read_until(resp, "event: admitted").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_token_opens_few_event_streams_on_memory() {
+    a_waiting_token_opens_few_streams(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_token_opens_few_event_streams_on_redis() {
+    let redis = support::RedisServer::start();
+    a_waiting_token_opens_few_streams(Some(&redis)).await;
 }
 
 /// A status-limited waiter's 429 page is not cached.

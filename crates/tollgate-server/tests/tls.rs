@@ -4,8 +4,10 @@
 //! refused while the old one keeps serving), the session cookie is Secure
 //! and the same-origin check takes https for the scheme; the waiting
 //! rooms' listener speaks TLS too, sets its cookie Secure and tells the
-//! upstream so; a bad pair stops the server at start, and a SIGHUP
-//! before the server is ready does not stop it.
+//! upstream so; idle connections from one address stop neither another
+//! address's handshakes nor the other listener's; a bad pair stops the
+//! server at start, and a SIGHUP before the server is ready does not stop
+//! it.
 
 mod room_support;
 mod serve_support;
@@ -60,13 +62,37 @@ fn serve_tls(cert: &Path, key: &Path, extra: &[&str]) -> Server {
 
 /// A client that trusts `ca` only.
 fn client(ca: &Path) -> reqwest::Client {
+    client_from(ca, None)
+}
+
+/// The same, connecting from `local` if given.
+fn client_from(ca: &Path, local: Option<std::net::IpAddr>) -> reqwest::Client {
     install_tls_provider();
     let pem = std::fs::read(ca).expect("read the certificate");
     let cert = reqwest::Certificate::from_pem(&pem).expect("a PEM certificate");
     reqwest::Client::builder()
         .tls_certs_only([cert])
+        .local_address(local)
+        .timeout(Duration::from_secs(8))
         .build()
         .expect("client")
+}
+
+/// A room of one slot behind TLS (both listeners): the server, the
+/// certificate, the temp dir and the rooms' address.
+async fn tls_room() -> (Server, PathBuf, tempfile::TempDir, String) {
+    let (_seen, up, dir) = room_support::site().await;
+    let (cert, key) = certificate(dir.path(), "rooms");
+    // The TLS keys first: they are top-level, the room is a table.
+    let config = format!(
+        "tls_cert = {:?}\ntls_key = {:?}\n{}",
+        cert.to_str().expect("utf-8"),
+        key.to_str().expect("utf-8"),
+        room_support::room_config(up, 1, "")
+    );
+    let s = room_support::start(&dir, &config, None);
+    let proxy = s.proxy.clone().expect("the rooms' address");
+    (s, cert, dir, proxy)
 }
 
 fn tollgate(args: &[&str], ca: Option<&Path>) -> (Option<i32>, String, String) {
@@ -246,17 +272,7 @@ async fn sighup_swaps_the_certificate_and_keeps_a_good_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_rooms_listener_speaks_tls() {
-    let (_seen, up, dir) = room_support::site().await;
-    let (cert, key) = certificate(dir.path(), "rooms");
-    // The TLS keys first: they are top-level, the room is a table.
-    let config = format!(
-        "tls_cert = {:?}\ntls_key = {:?}\n{}",
-        cert.to_str().expect("utf-8"),
-        key.to_str().expect("utf-8"),
-        room_support::room_config(up, 1, "")
-    );
-    let s = room_support::start(&dir, &config, None);
-    let proxy = s.proxy.clone().expect("the rooms' address");
+    let (_s, cert, _dir, proxy) = tls_room().await;
     assert!(proxy.starts_with("https://"), "{proxy}");
     let c = client(&cert);
     let mut visitor = room_support::Visitor::new("v1");
@@ -276,6 +292,55 @@ async fn the_waiting_rooms_listener_speaks_tls() {
     // The upstream hears that the visitor came over https.
     let seen = visitor.get(&c, &proxy, "/headers", false).await.json();
     assert_eq!(seen["x-forwarded-proto"], "https", "{seen}");
+}
+
+/// Raises this process's soft limit on open files to at least `n` (within
+/// the hard limit): the test holds that many connections.
+fn allow_open_files(n: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    if soft < n {
+        assert!(hard >= n, "the hard limit on open files ({hard}) is below {n}");
+        setrlimit(Resource::RLIMIT_NOFILE, n, hard).expect("setrlimit");
+    }
+}
+
+/// Idle TCP connections from one address (more than the 1,024 handshakes
+/// one pool takes) to the rooms' TLS port stop neither the API's
+/// handshakes (a pool per listener) nor another address's on the same
+/// port (a cap per address).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_one_address_stop_no_one_elses_handshake() {
+    allow_open_files(4096);
+    let (s, cert, _dir, proxy) = tls_room().await;
+    let proxy_addr = proxy.trim_start_matches("https://").to_owned();
+    let mut idle = Vec::new();
+    for _ in 0..1_030 {
+        // Refused or reset ones count too: the server closes those past
+        // its caps at once.
+        if let Ok(conn) = tokio::net::TcpStream::connect(&proxy_addr).await {
+            idle.push(conn);
+        }
+    }
+    // The server accepts in order: by the time it answers a request on
+    // the rooms' port, it has taken all of the connections before it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let from = |ip: [u8; 4]| client_from(&cert, Some(ip.into()));
+    let (other, same) = (from([127, 0, 0, 2]), from([127, 0, 0, 1]));
+    for (who, c, url) in [
+        ("127.0.0.2, the API", &other, s.url("/healthz")),
+        ("127.0.0.1, the API", &same, s.url("/healthz")),
+        ("127.0.0.2, the rooms", &other, format!("{proxy}/healthz")),
+    ] {
+        let r = c.get(&url).send().await;
+        let status = r.map(|r| r.status().as_u16());
+        assert!(
+            matches!(status, Ok(200)),
+            "{who}: {status:?} with {} idle connections open",
+            idle.len()
+        );
+    }
+    drop(idle);
 }
 
 #[test]

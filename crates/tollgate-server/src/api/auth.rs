@@ -9,7 +9,10 @@
 //! changing or removing the token ends it. See [`super::session`] for the
 //! routes that hand it out.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -273,12 +276,145 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Checks the caller when tokens are configured: a bearer token, else a
-/// session cookie (whose changes must carry its CSRF value); then the
-/// role. Notes the caller ([`Caller`]) for the handlers.
+/// Tries at a token one client address (IPv6 by its /64) may make: a
+/// burst of [`TRIES_BURST`], then one every 6 s. A token is at least 16
+/// printable characters, so this leaves guessing hopeless while an
+/// operator who mistypes a few times is not locked out.
+pub(crate) const TRIES_PER_MINUTE: u64 = 10;
+pub(crate) const TRIES_BURST: u64 = 10;
+
+/// The limiter's name (in `tollgate_limit_decisions_total`).
+pub(crate) const TRIES_LIMITER: &str = "tollgate-session-login";
+
+/// Addresses remembered as refused at most; past it, one more is not
+/// remembered (its tries are still counted in the store).
+const MAX_REFUSED: usize = 65_536;
+
+/// The one limit on guessing tokens, per client address: every login
+/// (`POST /v1/session`, right or wrong) and every wrong bearer token
+/// spend from the same allowance, kept in the store so that every server
+/// sharing it adds to the same count. An address the store refused is
+/// remembered here until its `Retry-After`: until then its bearer
+/// tokens, right or wrong, are refused before they are checked (else the
+/// refusal itself would tell a right guess from a wrong one), without a
+/// store call. A right bearer spends nothing.
+#[derive(Debug)]
+pub(crate) struct Tries {
+    limiter: tollgate::RateLimiter,
+    refused: Mutex<HashMap<String, Instant>>,
+}
+
+impl Tries {
+    /// The limit over `store`: a try waits up to a second for it, and
+    /// answers 503 while the store cannot be asked (guessing is not worth
+    /// failing open for).
+    pub(crate) fn new(store: &tollgate::Store) -> Tries {
+        let limit = tollgate::Rate::per_minute(TRIES_PER_MINUTE)
+            .and_then(|rate| tollgate::Limit::gcra(rate, TRIES_BURST))
+            .unwrap_or_else(|_| unreachable!("a valid constant limit"));
+        let limiter = tollgate::RateLimiter::new(store, TRIES_LIMITER, limit)
+            .unwrap_or_else(|_| unreachable!("a valid constant name"))
+            .timeout(Duration::from_secs(1));
+        Tries {
+            limiter,
+            refused: Mutex::default(),
+        }
+    }
+
+    fn refused(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long `ip` is still refused, as this server knows.
+    fn refused_for(&self, ip: IpAddr) -> Option<Duration> {
+        let refused = self.refused();
+        if refused.is_empty() {
+            return None;
+        }
+        let until = *refused.get(&tollgate::ip_key(ip))?;
+        until
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+    }
+
+    /// Spends one try of `ip`'s: `Err` with a 429 when it has none left.
+    pub(crate) async fn spend(&self, ip: IpAddr) -> Result<Result<(), Response>, ApiError> {
+        let key = tollgate::ip_key(ip);
+        let decision = self.limiter.check(&format!("ip:{key}"), 1).await?;
+        if decision.allowed {
+            return Ok(Ok(()));
+        }
+        let now = Instant::now();
+        let mut refused = self.refused();
+        if refused.len() >= MAX_REFUSED {
+            refused.retain(|_, until| *until > now);
+        }
+        if refused.len() < MAX_REFUSED {
+            refused.insert(key, now + decision.retry_after);
+        }
+        Ok(Err(too_many_tries(decision.retry_after)))
+    }
+
+    /// The caller a presented bearer token makes, or the answer: 401 for
+    /// a wrong one (a try spent), 429 once `ip` has no tries left.
+    pub(crate) async fn bearer(&self, tokens: &Tokens, ip: IpAddr, token: &str) -> Result<Caller, Response> {
+        if let Some(left) = self.refused_for(ip) {
+            return Err(too_many_tries(left));
+        }
+        if let Some(caller) = tokens.find(token) {
+            return Ok(caller);
+        }
+        match self.spend(ip).await {
+            Ok(Ok(())) => Err(unauthorized()),
+            Ok(Err(refused)) => Err(refused),
+            Err(e) => Err(e.into_response()),
+        }
+    }
+}
+
+/// 429 `rate_limited` with `Retry-After` (whole seconds, at least 1).
+fn too_many_tries(retry_after: Duration) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        format!(
+            "too many tries at a token from this address (logins and wrong bearer tokens); at most {TRIES_PER_MINUTE} a minute after a burst of {TRIES_BURST}"
+        ),
+    )
+    .into_response();
+    let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    response
+}
+
+/// The client's address, believing the `X-Forwarded-For` of the proxies
+/// `[protect]` trusts.
+pub(crate) fn client_ip(state: &AppState, req: &Request) -> IpAddr {
+    let peer = req
+        .extensions()
+        .get::<tollgate::PeerAddr>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |p| p.0.ip());
+    state.tickets.client_ip(peer, req.headers())
+}
+
+/// Checks the caller when tokens are configured: a bearer token (its
+/// tries limited per address: [`Tries`]), else a session cookie (whose
+/// changes must carry its CSRF value); then the role. Notes the caller
+/// ([`Caller`]) for the handlers.
 pub(crate) async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let caller = match presented_bearer(req.headers()) {
-        Some(token) => state.tokens.find(token),
+        Some(token) => match state
+            .tries
+            .bearer(&state.tokens, client_ip(&state, &req), token)
+            .await
+        {
+            Ok(caller) => Some(caller),
+            Err(answer) => return answer,
+        },
         None => match state.tokens.session_of(req.headers(), now_ms()) {
             Some(session) => {
                 if !Role::Read.allows(req.method()) {

@@ -67,8 +67,8 @@ pub(crate) struct AppState {
     pub(crate) tokens: std::sync::Arc<Tokens>,
     /// Origins whose browser apps may call the API (`cors_origins`).
     pub(crate) cors: std::sync::Arc<cors::Cors>,
-    /// Login attempts per client IP on `POST /v1/session`.
-    pub(crate) login_limit: tollgate::RateLimiter,
+    /// Tries at a token per client address: logins and wrong bearers.
+    pub(crate) tries: std::sync::Arc<auth::Tries>,
     /// Waiting tickets per client (`max_tickets_per_client`).
     pub(crate) tickets: std::sync::Arc<tickets::TicketCaps>,
     /// Event streams (SSE) open now, and the most at once.

@@ -2,10 +2,9 @@
 //! cookie and a CSRF value, `GET` says who the cookie (or bearer) is,
 //! `DELETE` clears the cookie. Open routes (the login is how a browser
 //! gets in), rate-limited per client IP through the store so that
-//! guessing is slow across every server sharing it. The cookie itself is
-//! made and checked in [`super::auth`].
-
-use std::net::IpAddr;
+//! guessing is slow across every server sharing it ([`auth::Tries`], the
+//! same allowance wrong bearer tokens spend). The cookie itself is made
+//! and checked in [`super::auth`].
 
 use axum::Router;
 use axum::extract::{FromRequest, Request, State};
@@ -19,28 +18,6 @@ use super::AppState;
 use super::auth::{self, COOKIE, Session};
 use super::body::Json;
 use super::error::ApiError;
-
-/// Login attempts one client IP (IPv6 by its /64) may make: a burst of
-/// [`LOGIN_BURST`], then one every 6 s. A token is at least 16 printable
-/// characters, so this leaves guessing hopeless while an operator who
-/// mistypes a few times is not locked out.
-pub(crate) const LOGIN_PER_MINUTE: u64 = 10;
-pub(crate) const LOGIN_BURST: u64 = 10;
-
-/// The limiter's name (in `tollgate_limit_decisions_total`).
-pub(crate) const LOGIN_LIMITER: &str = "tollgate-session-login";
-
-/// The login limiter over `store`: a login waits up to a second for it,
-/// and answers 503 while the store cannot be asked (a login is not worth
-/// failing open for).
-pub(crate) fn login_limiter(store: &tollgate::Store) -> tollgate::RateLimiter {
-    let limit = tollgate::Rate::per_minute(LOGIN_PER_MINUTE)
-        .and_then(|rate| tollgate::Limit::gcra(rate, LOGIN_BURST))
-        .unwrap_or_else(|_| unreachable!("a valid constant limit"));
-    tollgate::RateLimiter::new(store, LOGIN_LIMITER, limit)
-        .unwrap_or_else(|_| unreachable!("a valid constant name"))
-        .timeout(std::time::Duration::from_secs(1))
-}
 
 /// The session routes.
 pub(crate) fn routes() -> Router<AppState> {
@@ -58,26 +35,9 @@ async fn login(State(state): State<AppState>, req: Request) -> Result<Response, 
         return Ok(no_auth());
     }
     // Counted before the body is read or the token checked: every try
-    // costs the same allowance.
-    let ip = client_ip(&state, &req);
-    let decision = state
-        .login_limit
-        .check(&format!("ip:{}", tollgate::ip_key(ip)), 1)
-        .await?;
-    if !decision.allowed {
-        let mut response = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            format!(
-                "too many login attempts from this address; at most {LOGIN_PER_MINUTE} a minute after a burst of {LOGIN_BURST}"
-            ),
-        )
-        .into_response();
-        let secs = decision.retry_after.as_secs_f64().ceil().max(1.0) as u64;
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        return Ok(response);
+    // costs the same allowance, right or wrong.
+    if let Err(refused) = state.tries.spend(auth::client_ip(&state, &req)).await? {
+        return Ok(refused);
     }
     let secure = forwarded_https(req.headers());
     let Json(body) = Json::<LoginBody>::from_request(req, &state).await?;
@@ -99,23 +59,24 @@ async fn login(State(state): State<AppState>, req: Request) -> Result<Response, 
     Ok(response)
 }
 
-async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response {
+async fn show(State(state): State<AppState>, req: Request) -> Response {
     if state.tokens.is_empty() {
         return no_auth();
     }
-    if let Some(token) = auth::presented_bearer(&headers) {
-        return match state.tokens.find(token) {
-            Some(caller) => axum::Json(json!({
+    if let Some(token) = auth::presented_bearer(req.headers()) {
+        let ip = auth::client_ip(&state, &req);
+        return match state.tries.bearer(&state.tokens, ip, token).await {
+            Ok(caller) => axum::Json(json!({
                 "auth": true,
                 "role": caller.1.as_str(),
                 "csrf": null,
                 "expires_at_ms": null,
             }))
             .into_response(),
-            None => auth::unauthorized(),
+            Err(answer) => answer,
         };
     }
-    match state.tokens.session_of(&headers, auth::now_ms()) {
+    match state.tokens.session_of(req.headers(), auth::now_ms()) {
         Some(session) => axum::Json(described(&session)).into_response(),
         None => auth::unauthorized(),
     }
@@ -157,14 +118,4 @@ fn set_cookie(response: &mut Response, cookie: &str) {
 /// cookie off plain HTTP.
 fn forwarded_https(headers: &HeaderMap) -> bool {
     super::origin::forwarded_proto(headers).is_some_and(|p| p.eq_ignore_ascii_case("https"))
-}
-
-/// The client's address, believing the `X-Forwarded-For` of the proxies
-/// `[protect]` trusts.
-fn client_ip(state: &AppState, req: &Request) -> IpAddr {
-    let peer = req
-        .extensions()
-        .get::<tollgate::PeerAddr>()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |p| p.0.ip());
-    state.tickets.client_ip(peer, req.headers())
 }

@@ -10,6 +10,7 @@
 pub(crate) mod admin;
 mod counters;
 mod events;
+mod feeds;
 mod lang;
 mod page;
 mod path;
@@ -39,6 +40,7 @@ use self::page::{Kind, Pages};
 use self::proxy::{Hop, Upstream};
 use self::token::{Keys, Visitor};
 use self::watch::{Seen, View};
+use crate::api::events::Subscribers;
 
 /// The request header (and response header) that carries a visitor's token
 /// for API and mobile clients.
@@ -179,6 +181,10 @@ pub(crate) struct Room {
     view: Arc<View>,
     /// One write-back of lost settings at a time.
     restoring: tokio::sync::Mutex<()>,
+    /// Waiting visitors' event streams on this server, per ticket.
+    feeds: Arc<feeds::Feeds>,
+    /// The server's event streams, against `max_event_subscribers`.
+    subscribers: Arc<Subscribers>,
 }
 
 impl std::fmt::Debug for Room {
@@ -278,7 +284,12 @@ impl RoomError {
 }
 
 impl Room {
-    pub(crate) fn new(name: &str, s: &RoomSettings, store: &Store) -> Result<Room, RoomError> {
+    pub(crate) fn new(
+        name: &str,
+        s: &RoomSettings,
+        store: &Store,
+        subscribers: &Arc<Subscribers>,
+    ) -> Result<Room, RoomError> {
         check_room_name(name)?;
         let at = |e: String| format!("[rooms.{name}] {e}");
         let session_ttl =
@@ -415,6 +426,8 @@ impl Room {
                 now_ms(),
             )),
             restoring: tokio::sync::Mutex::new(()),
+            feeds: Arc::default(),
+            subscribers: subscribers.clone(),
         })
     }
 
@@ -624,10 +637,16 @@ pub(crate) struct Rooms {
 }
 
 impl Rooms {
-    pub(crate) fn new(settings: &HashMap<String, RoomSettings>, store: &Store) -> Result<Rooms, RoomError> {
+    /// The configured rooms on `store`; their visitors' event streams
+    /// count in `subscribers`.
+    pub(crate) fn new(
+        settings: &HashMap<String, RoomSettings>,
+        store: &Store,
+        subscribers: &Arc<Subscribers>,
+    ) -> Result<Rooms, RoomError> {
         let mut rooms = settings
             .iter()
-            .map(|(name, s)| Room::new(name, s, store).map(Arc::new))
+            .map(|(name, s)| Room::new(name, s, store, subscribers).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         rooms.sort_by(|a, b| {
             b.path_prefix

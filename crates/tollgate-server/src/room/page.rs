@@ -1,20 +1,15 @@
 //! A room's pages (the waiting page, "try again", the upstream's 502 and
 //! 504): built in, in the room's language, or the operator's templates with
-//! `{{…}}` placeholders, checked when the config is loaded; and the waiting
-//! page's live updates over Server-Sent Events.
+//! `{{…}}` placeholders, checked when the config is loaded. (The waiting
+//! page's live updates are room/feeds.rs'.)
 
-use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{HeaderMap, Response};
-use axum::response::IntoResponse;
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::HeaderMap;
 use serde_json::json;
-use tollgate::TicketStatus;
 
+use super::Shown;
 use super::lang::{Lang, LangSetting, Text};
-use super::{Room, Shown, bounded};
 
 /// The frame of every built-in page: its head, the style (light and
 /// dark), and `{{t_body}}`.
@@ -342,69 +337,6 @@ fn escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-/// Position updates while the visitor waits (each look is also its
-/// heartbeat), then `admitted` (the page reloads and the visitor is let
-/// in) or `gone`.
-pub(crate) async fn events(room: &Room, ticket: String) -> Response<Body> {
-    struct Watching {
-        gate: tollgate::Gate,
-        ticket: String,
-        timeout: Duration,
-        last: Option<Shown>,
-        done: bool,
-    }
-    let start = Watching {
-        gate: room.gate().clone(),
-        ticket,
-        timeout: room.store_timeout,
-        last: None,
-        done: false,
-    };
-    let stream = futures_util::stream::unfold(start, |mut w| async move {
-        if w.done {
-            return None;
-        }
-        loop {
-            // The first look answers at once; later ones wait up to a
-            // second for the grant, so position changes show within a
-            // second and a grant at once.
-            let wait = if w.last.is_none() {
-                Duration::ZERO
-            } else {
-                Duration::from_secs(1)
-            };
-            let status = bounded(w.timeout + wait, w.gate.wait_status(&w.ticket, wait)).await;
-            let event = match status {
-                Ok(TicketStatus::Queued(place)) => {
-                    let shown = Shown::of(&place);
-                    if w.last == Some(shown) {
-                        continue;
-                    }
-                    w.last = Some(shown);
-                    Event::default().event("position").data(shown.json().to_string())
-                }
-                Ok(TicketStatus::Granted(_)) => {
-                    w.done = true;
-                    Event::default().event("admitted").data("{}")
-                }
-                Ok(TicketStatus::Gone) => {
-                    w.done = true;
-                    Event::default().event("gone").data("{}")
-                }
-                Err(_) => {
-                    // The store is unreachable: say so, keep trying.
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    Event::default().event("unavailable").data("{}")
-                }
-            };
-            return Some((Ok::<_, Infallible>(event), w));
-        }
-    });
-    Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response()
 }
 
 #[cfg(test)]

@@ -525,6 +525,23 @@ impl Room {
         }
     }
 
+    /// A waiter's status request (or event stream) past `status_rate`:
+    /// the JSON 429 that keeps its place.
+    async fn asks_too_often(
+        &self,
+        req: &Request<hyper::body::Incoming>,
+        ticket: &str,
+    ) -> Option<Response<Body>> {
+        let d = self.status_limit.check(ticket, 1).await.ok()?;
+        if d.allowed {
+            return None;
+        }
+        self.metrics.status_limited.increment(1);
+        let mut h = req.headers().clone();
+        h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        Some(self.slow_down(&h, d.retry_after, KEPT))
+    }
+
     /// The room's own endpoints: `status` (JSON), `events` (SSE), `leave`.
     pub(super) async fn own(&self, req: Request<hyper::body::Incoming>, action: &str) -> Response<Body> {
         let visitor = self.visitor(req.headers());
@@ -538,13 +555,8 @@ impl Room {
                     eta_ms,
                 }),
             ) => {
-                if let Ok(d) = self.status_limit.check(&ticket, 1).await
-                    && !d.allowed
-                {
-                    self.metrics.status_limited.increment(1);
-                    let mut h = req.headers().clone();
-                    h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-                    return self.slow_down(&h, d.retry_after, KEPT);
+                if let Some(refused) = self.asks_too_often(&req, &ticket).await {
+                    return refused;
                 }
                 match bounded(self.store_timeout, self.gate.status(&ticket)).await {
                     Ok(TicketStatus::Queued(place)) => {
@@ -599,7 +611,11 @@ impl Room {
             }
             (&Method::GET, "status", None) => json_response(StatusCode::OK, json!({"status": "none"})),
             (&Method::GET, "events", Some(Visitor::Waiting { ticket, .. })) => {
-                page::events(self, ticket).await
+                // Opening a stream is a status request too.
+                if let Some(refused) = self.asks_too_often(&req, &ticket).await {
+                    return refused;
+                }
+                feeds::events(self, &ticket)
             }
             (&Method::GET, "events", _) => {
                 json_error(StatusCode::NOT_FOUND, "not_waiting", "no place in line")

@@ -20,7 +20,7 @@ use crate::api::conn::{JsonParseErrors, MAX_HEAD, MAX_HEADERS};
 use crate::exit;
 use crate::room::Rooms;
 
-use super::tls::{HANDSHAKE_TIMEOUT, Tls};
+use super::tls::{HANDSHAKE_TIMEOUT, Handshakes, Tls};
 
 /// The bound listeners.
 pub(super) struct Listeners {
@@ -152,7 +152,10 @@ impl Listeners {
         if let Some(hangups) = hangups {
             on_sighup(hangups, tls.clone());
         }
-        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        // One pool each: connections to one listener never stop the
+        // other's handshakes (a flood of the rooms' port leaves the API,
+        // and its health check, reachable).
+        let (api_handshakes, proxy_handshakes) = (Handshakes::new(), Handshakes::new());
         let graceful = GracefulShutdown::new();
         let (proxy_open, mut proxy_closed) = tokio::sync::mpsc::channel::<()>(1);
         let signalled = shutdown();
@@ -164,14 +167,14 @@ impl Listeners {
                         continue;
                     };
                     let (app, stopping, open) = (app.clone(), stop.subscribe(), proxy_open.clone());
-                    with_tls(stream, tls.as_ref(), (&handshakes, &stop), move |io, secure| serve_proxy(io, peer, secure, app, stopping, open));
+                    with_tls((stream, peer), tls.as_ref(), (&proxy_handshakes, &stop), move |io, secure| serve_proxy(io, peer, secure, app, stopping, open));
                 }
                 accepted = api.accept() => {
                     let Some((stream, peer)) = or_back_off(accepted, "accept failed").await else {
                         continue;
                     };
                     let (app, watcher) = (app.clone(), graceful.watcher());
-                    with_tls(stream, tls.as_ref(), (&handshakes, &stop), move |io, secure| serve_api(io, peer, secure, app, watcher));
+                    with_tls((stream, peer), tls.as_ref(), (&api_handshakes, &stop), move |io, secure| serve_api(io, peer, secure, app, watcher));
                 }
                 () = &mut signalled => break,
             }
@@ -211,10 +214,6 @@ async fn or_back_off(
     }
 }
 
-/// TLS handshakes in progress at most: a connection past it is closed at
-/// once (each costs ~11 KB and a descriptor until it finishes or times out).
-const MAX_HANDSHAKES: usize = 1024;
-
 /// Watches SIGHUP for as long as the server runs: it reloads the TLS pair
 /// (without TLS there is nothing to reload, and it is only logged).
 fn on_sighup(mut hangups: tokio::signal::unix::Signal, tls: Option<Arc<Tls>>) {
@@ -229,13 +228,13 @@ fn on_sighup(mut hangups: tokio::signal::unix::Signal, tls: Option<Arc<Tls>>) {
 }
 
 /// Serves `stream` through `serve`, after a TLS handshake if `tls` (a
-/// handshake that fails, takes over HANDSHAKE_TIMEOUT, finds
-/// MAX_HANDSHAKES in progress or is still going at shutdown drops the
-/// connection); `serve` hears whether it is TLS.
+/// handshake that fails, takes over HANDSHAKE_TIMEOUT, finds no place in
+/// the listener's `handshakes` for `peer` or is still going at shutdown
+/// drops the connection); `serve` hears whether it is TLS.
 fn with_tls<F>(
-    stream: TcpStream,
+    (stream, peer): (TcpStream, SocketAddr),
     tls: Option<&Arc<Tls>>,
-    (handshakes, stop): (&Arc<tokio::sync::Semaphore>, &watch::Sender<bool>),
+    (handshakes, stop): (&Arc<Handshakes>, &watch::Sender<bool>),
     serve: F,
 ) where
     F: FnOnce(Conn, bool) + Send + 'static,
@@ -245,8 +244,8 @@ fn with_tls<F>(
         serve(Conn::Plain(stream), false);
         return;
     };
-    let Ok(permit) = handshakes.clone().try_acquire_owned() else {
-        tracing::debug!("too many TLS handshakes in progress; connection closed");
+    let Some(permit) = handshakes.take(peer.ip()) else {
+        tracing::debug!(peer = %peer.ip(), "too many TLS handshakes in progress (on this listener, or from this address); connection closed");
         return;
     };
     let acceptor = tls.acceptor.clone();

@@ -113,7 +113,8 @@ fn room_failure(e: crate::room::RoomError) -> i32 {
 /// matching order, for the listening line.
 fn check_config(args: &Settings) -> Result<Vec<String>, i32> {
     let scratch = Store::memory();
-    let rooms = Rooms::new(&args.rooms, &scratch).map_err(room_failure)?;
+    let subscribers = Arc::new(crate::api::events::Subscribers::new(0));
+    let rooms = Rooms::new(&args.rooms, &scratch, &subscribers).map_err(room_failure)?;
     let limits = Limiters::configure(&scratch, &args.limits).map_err(|msg| usage(&msg))?;
     if let Some(p) = &args.protect {
         limits.layer(p).map_err(|msg| usage(&msg))?;
@@ -175,7 +176,9 @@ async fn open(
     check_queues(&queue_set, &store).await?;
     let scheduled = crate::api::Tracked::default();
     apply_schedules(&args, &store, &scheduled).await?;
-    let rooms = Arc::new(Rooms::new(&args.rooms, &store).map_err(room_failure)?);
+    // One count of event streams: the API's and the waiting visitors'.
+    let subscribers = Arc::new(crate::api::events::Subscribers::new(args.max_event_subscribers));
+    let rooms = Arc::new(Rooms::new(&args.rooms, &store, &subscribers).map_err(room_failure)?);
     for room in rooms.all() {
         if let Err(e) = room.apply_config().await {
             tracing::warn!(room = room.name(), error = %e, "could not set the room's capacity and admission rate; the stored ones stay");
@@ -208,10 +211,10 @@ async fn open(
     spawn_sweeper(&store, &queue_set, &metrics, args.memory_idle, stopping.clone());
     // Every server fires: the store gives each tick to one of them.
     firing::spawn(&store, scheduled.clone(), stopping.clone());
-    let login_limit = crate::api::session::login_limiter(&store);
+    let tries = Arc::new(crate::api::auth::Tries::new(&store));
     let state = AppState {
         cors: Arc::new(std::mem::take(&mut args.cors)),
-        login_limit,
+        tries,
         store,
         metrics,
         lateness: Default::default(),
@@ -224,7 +227,7 @@ async fn open(
         protect,
         tokens: Arc::new(Tokens::new(&args.tokens, &args.read_tokens, args.api_session_ttl)),
         tickets: Arc::new(TicketCaps::new(args.max_tickets_per_client, trusted)),
-        subscribers: Arc::new(crate::api::events::Subscribers::new(args.max_event_subscribers)),
+        subscribers,
         metrics_timeout: args.metrics_timeout,
         body_timeout: args.body_timeout,
         console: Default::default(),

@@ -5,8 +5,10 @@
 //! logged and the old pair kept, so a renewal that went wrong never takes
 //! the server down.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use rustls::ServerConfig;
@@ -17,8 +19,95 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
-/// How long a client may take over its TLS handshake.
-pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take over its TLS handshake: a few round trips
+/// of a slow mobile network, with room to spare.
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// TLS handshakes in progress at most, per listener: a connection past it
+/// is closed at once (each costs ~11 KB and a descriptor until it
+/// finishes or times out).
+const MAX_HANDSHAKES: usize = 1024;
+
+/// Of those, at most this many from one client address (IPv6 by its /64,
+/// which one host usually has whole): idle connections from one host
+/// cannot take another's turn. A handshake takes a round trip or two, so
+/// even a busy NAT rarely has more than a few in progress.
+pub(super) const MAX_HANDSHAKES_PER_ADDRESS: usize = 64;
+
+/// One listener's handshakes in progress: in all, and per client address.
+#[derive(Debug)]
+pub(super) struct Handshakes {
+    all: Arc<tokio::sync::Semaphore>,
+    per_address: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One handshake's place in its listener's [`Handshakes`]; freed on drop.
+#[derive(Debug)]
+pub(super) struct Handshake {
+    _place: tokio::sync::OwnedSemaphorePermit,
+    pool: Arc<Handshakes>,
+    address: IpAddr,
+}
+
+impl Handshakes {
+    pub(super) fn new() -> Arc<Handshakes> {
+        Arc::new(Handshakes {
+            all: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
+            per_address: Mutex::default(),
+        })
+    }
+
+    fn per_address(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.per_address
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A place for a handshake from `peer`, or `None` when the listener
+    /// or that address has no more.
+    pub(super) fn take(self: &Arc<Self>, peer: IpAddr) -> Option<Handshake> {
+        let address = address_of(peer);
+        let mut counts = self.per_address();
+        let count = counts.entry(address).or_default();
+        if *count >= MAX_HANDSHAKES_PER_ADDRESS {
+            return None;
+        }
+        let place = self.all.clone().try_acquire_owned().ok()?;
+        *count += 1;
+        Some(Handshake {
+            _place: place,
+            pool: self.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        let mut counts = self.pool.per_address();
+        if let Some(count) = counts.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// The address a client is counted by: an IPv4 address, an IPv6 /64 (an
+/// IPv4-mapped one as IPv4).
+fn address_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
 
 /// The listeners' TLS: an acceptor whose certificate can be swapped.
 pub(super) struct Tls {
@@ -104,5 +193,42 @@ impl Tls {
                 tracing::warn!(error = %e, "SIGHUP: the new TLS certificate is not usable; keeping the one in use")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshakes_are_capped_per_address_and_freed_on_drop() {
+        let pool = Handshakes::new();
+        let one: IpAddr = [192, 0, 2, 1].into();
+        let taken: Vec<_> = (0..MAX_HANDSHAKES_PER_ADDRESS)
+            .map(|_| pool.take(one).expect("a place"))
+            .collect();
+        assert!(pool.take(one).is_none());
+        // Another address, and another host of the same /64 is the same.
+        assert!(pool.take([192, 0, 2, 2].into()).is_some());
+        let v6: IpAddr = "2001:db8::1".parse().expect("v6");
+        let _v6: Vec<_> = (0..MAX_HANDSHAKES_PER_ADDRESS)
+            .map(|_| pool.take(v6).expect("a place"))
+            .collect();
+        assert!(pool.take("2001:db8::2".parse().expect("v6")).is_none());
+        assert!(pool.take("2001:db8:0:1::1".parse().expect("v6")).is_some());
+        drop(taken);
+        assert!(pool.take(one).is_some());
+        assert_eq!(pool.per_address().get(&one), None, "freed when the last one ends");
+    }
+
+    #[test]
+    fn a_listener_has_at_most_max_handshakes() {
+        let pool = Handshakes::new();
+        let places: Vec<_> = (0..MAX_HANDSHAKES as u32)
+            .map(|i| pool.take(IpAddr::from(i.to_be_bytes())).expect("a place"))
+            .collect();
+        assert!(pool.take([10, 9, 9, 9].into()).is_none());
+        drop(places);
+        assert!(pool.take([10, 9, 9, 9].into()).is_some());
     }
 }
