@@ -720,6 +720,19 @@ pub(crate) struct ServeArgs {
         value_name = "ORIGIN"
     )]
     pub(crate) cors_origins: Vec<String>,
+    /// A name the API answers to, besides IP addresses, localhost and
+    /// --listen's host (no port: every port is); repeat for several.
+    /// Without tokens a request naming another host in `Host` is refused
+    /// (421 unknown_host: a page of another site reaching this server by
+    /// DNS rebinding); with tokens the check runs only when names are
+    /// given. TOLLGATE_PUBLIC_HOSTS takes a comma-separated list.
+    #[arg(
+        long = "public-host",
+        env = "TOLLGATE_PUBLIC_HOSTS",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub(crate) public_hosts: Vec<String>,
     /// Serve HTTPS on both listeners (the API's and the waiting rooms')
     /// with this PEM certificate chain (the server's certificate first);
     /// with --tls-key. Both are read again on SIGHUP.
@@ -733,7 +746,7 @@ pub(crate) struct ServeArgs {
     pub(crate) api_session_ttl: Option<Duration>,
     /// A TOML file; tollgate.example.toml has every key with its default:
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
-    /// read_tokens, cors_origins, tls_cert, tls_key, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
+    /// read_tokens, cors_origins, public_hosts, tls_cert, tls_key, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
     /// max_event_subscribers, metrics_timeout, body_timeout, memory_idle, and the tables
     /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
     /// [rooms.NAME]. Flags and environment variables override it.

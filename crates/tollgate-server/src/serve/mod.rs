@@ -211,6 +211,7 @@ async fn open(
     let login_limit = crate::api::session::login_limiter(&store);
     let state = AppState {
         cors: Arc::new(std::mem::take(&mut args.cors)),
+        hosts: Arc::new(std::mem::take(&mut args.public_hosts)),
         login_limit,
         store,
         metrics,
