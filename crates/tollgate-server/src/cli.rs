@@ -126,11 +126,14 @@ pub(crate) enum JobsCommand {
     /// The queue's counts, as JSON.
     #[command(after_help = jobs_exit_codes!("0 printed; 65 no such queue (it never held anything); "))]
     Stats(JobsQueueArgs),
-    /// Dead jobs (oldest first), as JSON lines.
+    /// Dead jobs (oldest first), as JSON lines: up to 10,000, and only as
+    /// many as fit in about 2 MiB of ids, errors and payloads; `jobs list
+    /// --state dead` pages through them all, `jobs show` gives one whole.
     #[command(after_help = jobs_exit_codes!("0 printed; 65 no such queue (it never held anything); "))]
     Dead(JobsQueueArgs),
     /// Kept completed jobs (most recent first), as JSON lines; only workers
-    /// with --keep-completed keep them.
+    /// with --keep-completed keep them. At most --limit, and only as many
+    /// as fit in about 2 MiB of ids and payloads (as `jobs dead`).
     #[command(after_help = jobs_exit_codes!("0 printed; 65 no such queue (it never held anything); "))]
     Completed(JobsCompletedArgs),
     /// Make dead jobs ready again: one by --id, or all. Prints {"replayed": n}.

@@ -106,10 +106,8 @@ fn heads_hyper_refuses_get_the_json_error_shape() {
     assert!(text.ends_with(r#""code":"bad_request","message":"malformed HTTP request: the request line or a header could not be parsed"}}"#), "{text}");
 }
 
-/// The waiting rooms' listener may answer such heads plainly, but never
-/// with a 5xx.
-#[test]
-fn heads_hyper_refuses_on_the_proxy_are_4xx() {
+/// A server with one room in front of an upstream that is down.
+fn with_a_room() -> Server {
     let dir = tempfile::tempdir().expect("dir");
     let config = dir.path().join("tollgate.toml");
     std::fs::write(
@@ -123,7 +121,14 @@ cookie_keys = ["a-cookie-key-of-at-least-32-characters-0123"]
 "#,
     )
     .expect("config");
-    let s = Server::start_with(None, &["--config", config.to_str().expect("path")]);
+    Server::start_with(None, &["--config", config.to_str().expect("path")])
+}
+
+/// The waiting rooms' listener may answer such heads plainly, but never
+/// with a 5xx.
+#[test]
+fn heads_hyper_refuses_on_the_proxy_are_4xx() {
+    let s = with_a_room();
     let proxy = s.proxy.clone().expect("proxy address");
     let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
     let many: String = (0..150).map(|i| format!("X-H{i}: 1\r\n")).collect();
@@ -327,20 +332,7 @@ fn a_rebound_name_is_refused_without_tokens() {
 /// bad requests; never passed on.
 #[test]
 fn two_hosts_are_refused_on_both_listeners() {
-    let dir = tempfile::tempdir().expect("dir");
-    let config = dir.path().join("tollgate.toml");
-    std::fs::write(
-        &config,
-        r#"
-proxy_listen = "127.0.0.1:0"
-[rooms.shop]
-upstream = "http://127.0.0.1:9"
-capacity = 1
-cookie_keys = ["a-cookie-key-of-at-least-32-characters-0123"]
-"#,
-    )
-    .expect("config");
-    let s = Server::start_with(None, &["--config", config.to_str().expect("path")]);
+    let s = with_a_room();
     let two =
         b"GET /v1/gates HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: other.example\r\nConnection: close\r\n\r\n";
     let answer = raw(&s.base, two, &[]);
