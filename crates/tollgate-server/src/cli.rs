@@ -126,11 +126,14 @@ pub(crate) enum JobsCommand {
     /// The queue's counts, as JSON.
     #[command(after_help = jobs_exit_codes!("0 printed; 65 no such queue (it never held anything); "))]
     Stats(JobsQueueArgs),
-    /// Dead jobs (oldest first), as JSON lines.
+    /// Dead jobs (oldest first), as JSON lines: up to 10,000, and only as
+    /// many as fit in about 2 MiB of ids, errors and payloads; `jobs list
+    /// --state dead` pages through them all, `jobs show` gives one whole.
     #[command(after_help = jobs_exit_codes!("0 printed; 65 no such queue (it never held anything); "))]
     Dead(JobsQueueArgs),
     /// Kept completed jobs (most recent first), as JSON lines; only workers
-    /// with --keep-completed keep them.
+    /// with --keep-completed keep them. At most --limit, and only as many
+    /// as fit in about 2 MiB of ids and payloads (as `jobs dead`).
     #[command(after_help = jobs_exit_codes!("0 printed; 65 no such queue (it never held anything); "))]
     Completed(JobsCompletedArgs),
     /// Make dead jobs ready again: one by --id, or all. Prints {"replayed": n}.
@@ -720,6 +723,19 @@ pub(crate) struct ServeArgs {
         value_name = "ORIGIN"
     )]
     pub(crate) cors_origins: Vec<String>,
+    /// A name the API answers to, besides IP addresses, localhost and
+    /// --listen's host (no port: every port is); repeat for several.
+    /// Without tokens a request naming another host in `Host` is refused
+    /// (421 unknown_host: a page of another site reaching this server by
+    /// DNS rebinding); with tokens the check runs only when names are
+    /// given. TOLLGATE_PUBLIC_HOSTS takes a comma-separated list.
+    #[arg(
+        long = "public-host",
+        env = "TOLLGATE_PUBLIC_HOSTS",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub(crate) public_hosts: Vec<String>,
     /// Serve HTTPS on both listeners (the API's and the waiting rooms')
     /// with this PEM certificate chain (the server's certificate first);
     /// with --tls-key. Both are read again on SIGHUP.
@@ -733,7 +749,7 @@ pub(crate) struct ServeArgs {
     pub(crate) api_session_ttl: Option<Duration>,
     /// A TOML file; tollgate.example.toml has every key with its default:
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
-    /// read_tokens, cors_origins, tls_cert, tls_key, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
+    /// read_tokens, cors_origins, public_hosts, tls_cert, tls_key, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
     /// max_event_subscribers, metrics_timeout, body_timeout, memory_idle, and the tables
     /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
     /// [rooms.NAME]. Flags and environment variables override it.

@@ -106,10 +106,8 @@ fn heads_hyper_refuses_get_the_json_error_shape() {
     assert!(text.ends_with(r#""code":"bad_request","message":"malformed HTTP request: the request line or a header could not be parsed"}}"#), "{text}");
 }
 
-/// The waiting rooms' listener may answer such heads plainly, but never
-/// with a 5xx.
-#[test]
-fn heads_hyper_refuses_on_the_proxy_are_4xx() {
+/// A server with one room in front of an upstream that is down.
+fn with_a_room() -> Server {
     let dir = tempfile::tempdir().expect("dir");
     let config = dir.path().join("tollgate.toml");
     std::fs::write(
@@ -123,7 +121,14 @@ cookie_keys = ["a-cookie-key-of-at-least-32-characters-0123"]
 "#,
     )
     .expect("config");
-    let s = Server::start_with(None, &["--config", config.to_str().expect("path")]);
+    Server::start_with(None, &["--config", config.to_str().expect("path")])
+}
+
+/// The waiting rooms' listener may answer such heads plainly, but never
+/// with a 5xx.
+#[test]
+fn heads_hyper_refuses_on_the_proxy_are_4xx() {
+    let s = with_a_room();
     let proxy = s.proxy.clone().expect("proxy address");
     let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
     let many: String = (0..150).map(|i| format!("X-H{i}: 1\r\n")).collect();
@@ -276,4 +281,74 @@ async fn the_bearer_scheme_is_case_insensitive() {
     ] {
         assert_eq!(with(refused.clone()).await, 401, "{refused}");
     }
+}
+
+/// `POST /v1/gates/g/enter` with `Host: {host}` and `Origin` the same
+/// (as a page reached by DNS rebinding sends it), and `extra` headers.
+fn enter_as(base: &str, host: &str, extra: &str) -> (u16, String, Value) {
+    let request = format!(
+        "POST /v1/gates/g/enter HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n{extra}\
+         Content-Type: application/json\r\nContent-Length: 15\r\nConnection: close\r\n\r\n{{\"capacity\": 1}}"
+    );
+    raw(base, request.as_bytes(), &[])
+}
+
+/// DNS rebinding: without tokens, a request naming another host than the
+/// server's own (an IP address, localhost, a `public_hosts` name) is
+/// refused 421 `unknown_host`, though its `Origin` matches its `Host`;
+/// reads too. The probes answer any name. With tokens the check is off
+/// unless names are given.
+#[test]
+fn a_rebound_name_is_refused_without_tokens() {
+    let s = Server::start_with(None, &["--public-host", "tollgate.test"]);
+    let port = s.base.rsplit_once(':').expect("port").1.to_owned();
+    let rebound = format!("attacker.example:{port}");
+    assert_json_error(&enter_as(&s.base, &rebound, ""), 421, "unknown_host");
+    let read = format!("GET /v1/gates HTTP/1.1\r\nHost: {rebound}\r\nConnection: close\r\n\r\n");
+    assert_json_error(&raw(&s.base, read.as_bytes(), &[]), 421, "unknown_host");
+    for own in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("tollgate.test:{port}"),
+    ] {
+        let (st, text, _) = enter_as(&s.base, &own, "");
+        assert_eq!(st, 200, "{own}: {text}");
+    }
+    let probe = format!("GET /healthz HTTP/1.1\r\nHost: {rebound}\r\nConnection: close\r\n\r\n");
+    assert_eq!(raw(&s.base, probe.as_bytes(), &[]).0, 200);
+
+    let token = "a-token-of-sixteen-plus";
+    let with_tokens = Server::start_with(None, &["--token", token]);
+    let (st, text, _) = enter_as(
+        &with_tokens.base,
+        "attacker.example",
+        &format!("Authorization: Bearer {token}\r\n"),
+    );
+    assert_eq!(st, 200, "{text}");
+}
+
+/// Two `Host` headers (RFC 9112 §3.2): 400 on both listeners, the API's
+/// in its JSON error shape, the waiting rooms' plainly, as their other
+/// bad requests; never passed on.
+#[test]
+fn two_hosts_are_refused_on_both_listeners() {
+    let s = with_a_room();
+    let two =
+        b"GET /v1/gates HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: other.example\r\nConnection: close\r\n\r\n";
+    let answer = raw(&s.base, two, &[]);
+    assert_json_error(&answer, 400, "bad_request");
+    assert!(
+        answer.2["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Host")),
+        "{}",
+        answer.2
+    );
+    let one = b"GET /v1/gates HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    assert_eq!(raw(&s.base, one, &[]).0, 200);
+    let proxy = s.proxy.clone().expect("proxy address");
+    let two = b"GET /page HTTP/1.1\r\nHost: shop.test\r\nHost: other.test\r\nConnection: close\r\n\r\n";
+    let (st, text, _) = raw(&proxy, two, &[]);
+    assert_eq!(st, 400, "{text}");
+    assert!(text.contains("more than one Host"), "{text}");
 }

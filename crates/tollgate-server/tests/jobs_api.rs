@@ -743,3 +743,68 @@ async fn a_big_batch_costs_about_its_size_in_memory() {
         Some((per_job - 40) / 2)
     );
 }
+
+/// The most an answer of `…/dead` or `…/completed` may take here: its
+/// jobs' stored bytes stop at 2 MiB plus one job (256 KiB, `tollgate::
+/// JOB_LISTING_BYTES`), each payload written twice (JSON, null for these,
+/// and base64: 4/3 of it), plus the other fields, under 300 bytes a job.
+const ANSWER_BOUND: usize = (2 * 1024 * 1024 + 256 * 1024) * 7 / 3 + 16 * 300;
+
+/// 16 dead and 16 completed jobs of 256 KiB each: a page of 10,000 holds
+/// only the jobs up to 2 MiB, says it is truncated and stays under
+/// ANSWER_BOUND; the others are read whole by id.
+async fn big_listings_are_bounded(s: &Server) {
+    let c = reqwest::Client::new();
+    let url = |p: &str| s.url(&format!("/v1/queues/big{p}"));
+    let payload = |i: usize| base64_of(&[i as u8; 256 * 1024]);
+    for i in 0..32 {
+        let body = json!({"payload_base64": payload(i), "id": format!("j{i:02}"), "max_attempts": 1});
+        assert_eq!(send(c.post(url("/jobs")).json(&body)).await.0, 201);
+    }
+    let (st, claimed) = send(c.post(url("/claim?max=32"))).await;
+    assert_eq!(st, 200);
+    for job in claimed["jobs"].as_array().expect("jobs") {
+        let (id, fence) = (job["id"].as_str().expect("id"), &job["fence"]);
+        let (route, body) = if id < "j16" {
+            ("nack", json!({"fence": fence, "error": "boom"}))
+        } else {
+            (
+                "ack",
+                json!({"fence": fence, "keep": {"count": 100, "max_age_ms": 3_600_000}}),
+            )
+        };
+        assert_eq!(
+            send(c.post(url(&format!("/jobs/{id}/{route}"))).json(&body))
+                .await
+                .0,
+            200
+        );
+    }
+    for listing in ["/dead?limit=10000", "/completed?limit=10000"] {
+        let r = c.get(url(listing)).send().await.expect("listing");
+        assert_eq!(r.status().as_u16(), 200);
+        let text = r.text().await.expect("body");
+        assert!(text.len() <= ANSWER_BOUND, "{listing}: {} bytes", text.len());
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let n = v["jobs"].as_array().expect("jobs").len();
+        assert_eq!((n, &v["truncated"]), (8, &json!(true)), "{listing}");
+    }
+    let (st, small) = send(c.get(url("/dead?limit=2"))).await;
+    assert_eq!((st, &small["truncated"]), (200, &json!(false)));
+    // Every job is read whole by its id.
+    let (st, job) = send(c.get(url("/jobs/j15"))).await;
+    assert_eq!((st, job["state"].as_str()), (200, Some("dead")), "{job}");
+    assert_eq!(job["payload_base64"], payload(15));
+    assert_eq!(
+        (&job["payload"], &job["payload_truncated"]),
+        (&json!(null), &json!(true))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_listings_are_bounded_on_both_stores() {
+    let redis = RedisServer::start();
+    for s in [Server::start(None), Server::start(Some(&redis.url()))] {
+        big_listings_are_bounded(&s).await;
+    }
+}

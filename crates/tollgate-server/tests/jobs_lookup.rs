@@ -180,6 +180,12 @@ fn show_and_list_from_the_cli(flag: &str, url: &str) {
         (Some("b"), Some("ready"), Some("b")),
         "{shown:?}"
     );
+    // With its whole payload ("b", not JSON: only in base64).
+    assert_eq!(
+        (&shown[0]["payload"], shown[0]["payload_base64"].as_str()),
+        (&Value::Null, Some("Yg==")),
+        "{shown:?}"
+    );
     let later = lines(&tollgate(&["jobs", "show", "cli", "later", flag, url]));
     assert_eq!(later[0]["state"], "delayed");
 

@@ -369,7 +369,10 @@ impl JobQueue {
         Ok(self)
     }
 
-    /// Kept completed jobs, most recent first.
+    /// Kept completed jobs, most recent first: up to `limit` (1 to
+    /// 10,000), and fewer once their bytes reach
+    /// [`JOB_LISTING_BYTES`] (the first always comes): page through the
+    /// rest with [`JobQueue::list`] and read one by [`JobQueue::get_with_payload`].
     pub async fn completed(&self, limit: usize) -> Result<Vec<CompletedJob>> {
         Ok(self
             .store
@@ -749,7 +752,10 @@ impl JobQueue {
         }
     }
 
-    /// Up to `limit` dead jobs, oldest first.
+    /// Up to `limit` (1 to 10,000) dead jobs, oldest first, and fewer once
+    /// their bytes (ids, errors, payloads) reach [`JOB_LISTING_BYTES`] (the first always
+    /// comes), so a listing's memory stays bounded: page through the rest
+    /// with [`JobQueue::list`] and read one by [`JobQueue::get_with_payload`].
     pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>> {
         Ok(self
             .store
@@ -921,6 +927,11 @@ impl std::str::FromStr for JobState {
 /// The most payload bytes a [`JobInfo`] carries (its `payload_preview`).
 pub const JOB_PREVIEW_BYTES: usize = crate::store::jobs::PREVIEW_BYTES;
 
+/// About the most bytes (ids, errors, payloads) one [`JobQueue::dead`] or
+/// [`JobQueue::completed`] listing holds: it ends before the first job
+/// whose bytes before it reach this (so at most this plus one job).
+pub const JOB_LISTING_BYTES: usize = crate::store::jobs::LISTING_BYTES;
+
 /// The most jobs one [`JobQueue::list`] page holds.
 pub const MAX_JOB_LIST: usize = 1000;
 
@@ -996,7 +1007,19 @@ impl JobQueue {
     /// without being kept, cancelled or purged). O(1) on both stores.
     pub async fn get(&self, id: &str) -> Result<Option<JobInfo>> {
         check_job_id(id)?;
-        Ok(self.store.job_get(&self.name, id).await?.map(JobInfo::of))
+        Ok(self.store.job_get(&self.name, id, false).await?.map(JobInfo::of))
+    }
+
+    /// Job `id` as [`JobQueue::get`] reads it, and its whole payload, in
+    /// the same read; `None` if unknown.
+    pub async fn get_with_payload(&self, id: &str) -> Result<Option<(JobInfo, Vec<u8>)>> {
+        check_job_id(id)?;
+        let Some(mut raw) = self.store.job_get(&self.name, id, true).await? else {
+            return Ok(None);
+        };
+        let payload = std::mem::take(&mut raw.preview);
+        raw.preview = payload[..payload.len().min(JOB_PREVIEW_BYTES)].to_vec();
+        Ok(Some((JobInfo::of(raw), payload)))
     }
 
     /// Up to `limit` (1 to [`MAX_JOB_LIST`]) jobs in `state`, in the state's

@@ -56,9 +56,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result, error_body};
 pub use gate::{Entered, Gate, GateOptions, Granted, Lease, MAX_PASSES, REVOKE_KEEP, TicketStatus};
 pub use jobs::{
-    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, JOB_PREVIEW_BYTES, Job, JobInfo, JobPage,
-    JobQueue, JobState, LATENESS_BOUNDS_MS, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN,
-    MAX_JOB_LIST, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry,
+    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, JOB_LISTING_BYTES, JOB_PREVIEW_BYTES,
+    Job, JobInfo, JobPage, JobQueue, JobState, LATENESS_BOUNDS_MS, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY,
+    MAX_JOB_ID_LEN, MAX_JOB_LIST, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry,
 };
 pub use limit::{
     Algorithm, DEFAULT_TIMEOUT, Decision, Limit, MAX_KEY_LEN, MAX_LIMIT, MAX_PERIOD, MAX_REFILL, MIN_PERIOD,

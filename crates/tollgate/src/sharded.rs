@@ -615,25 +615,35 @@ impl ShardedJobQueue {
         self.part(id).reschedule(id, delay).await
     }
 
-    /// Up to `limit` dead jobs of all partitions, oldest first.
+    /// Up to `limit` dead jobs of all partitions, oldest first (bounded
+    /// in bytes as [`JobQueue::dead`]).
     pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>> {
-        self.merged(limit, |p| p.dead(limit), |d| d.died).await
+        let size = |d: &DeadJob| d.id.len() + d.payload.len() + d.last_error.as_ref().map_or(0, String::len);
+        self.merged(limit, |p| p.dead(limit), |d| d.died, size).await
     }
 
-    /// Kept completed jobs of all partitions, most recent first.
+    /// Kept completed jobs of all partitions, most recent first (bounded
+    /// in bytes as [`JobQueue::completed`]).
     pub async fn completed(&self, limit: usize) -> Result<Vec<CompletedJob>> {
-        self.merged(limit, |p| p.completed(limit), |d| std::cmp::Reverse(d.acked))
-            .await
+        self.merged(
+            limit,
+            |p| p.completed(limit),
+            |d| std::cmp::Reverse(d.acked),
+            |d| d.id.len() + d.payload.len(),
+        )
+        .await
     }
 
     /// A listing of all partitions: each partition's (`list`, asked of all
-    /// at once), put in the order of `key` and cut to `limit` as one
-    /// partition's is.
+    /// at once), put in the order of `key` and cut to `limit` and to the
+    /// listing's bytes (`size`: a row's payload bytes) as one partition's
+    /// is.
     async fn merged<'a, T, K, Fut>(
         &'a self,
         limit: usize,
         list: impl Fn(&'a JobQueue) -> Fut,
         key: impl FnMut(&T) -> K,
+        size: impl Fn(&T) -> usize,
     ) -> Result<Vec<T>>
     where
         K: Ord,
@@ -646,7 +656,7 @@ impl ShardedJobQueue {
         }
         all.sort_by_key(key);
         all.truncate(limit.clamp(1, 10_000));
-        Ok(all)
+        Ok(crate::store::jobs::within_listing_bytes(all, size))
     }
 
     /// Replays a dead job (the partition of its id), or all dead jobs.
@@ -782,6 +792,12 @@ impl ShardedJobQueue {
     pub async fn get(&self, id: &str) -> Result<Option<JobInfo>> {
         self.checked(false).await?;
         self.part(id).get(id).await
+    }
+
+    /// See [`JobQueue::get_with_payload`].
+    pub async fn get_with_payload(&self, id: &str) -> Result<Option<(JobInfo, Vec<u8>)>> {
+        self.checked(false).await?;
+        self.part(id).get_with_payload(id).await
     }
 
     /// Up to `limit` jobs in `state`: partition 0's in its order, then

@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use axum::extract::Request;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -45,6 +45,22 @@ pub(crate) fn uri_too_long(req: &Request) -> Option<Response> {
         )
         .into_response()
     })
+}
+
+/// Whether `headers` hold more than one `Host`: RFC 9112 §3.2 has a
+/// server answer 400 (hyper takes them; two names would reach a check
+/// that reads the first and an upstream that reads the last). Both
+/// listeners refuse it.
+pub(crate) fn many_hosts(headers: &HeaderMap) -> bool {
+    headers.get_all(header::HOST).iter().nth(1).is_some()
+}
+
+/// The message of that refusal.
+pub(crate) const MANY_HOSTS: &str = "the request has more than one Host header; send one (RFC 9112 §3.2)";
+
+/// **400** `bad_request` for a request with more than one `Host`.
+pub(crate) fn many_hosts_refused(req: &Request) -> Option<Response> {
+    many_hosts(req.headers()).then(|| ApiError::bad_request(MANY_HOSTS).into_response())
 }
 
 /// A connection whose hyper-made parse-error answers are rewritten.

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tollgate::{
@@ -394,19 +394,56 @@ pub(crate) async fn push_batch(
     }
 }
 
-/// `fields` with the payload added twice: as JSON (null if it is not
-/// JSON) and as base64.
-fn with_payload(mut fields: Value, payload: &[u8]) -> Value {
-    fields["payload"] = serde_json::from_slice::<Value>(payload).unwrap_or(Value::Null);
-    fields["payload_base64"] = Value::String(STANDARD.encode(payload));
-    fields
+/// A job's `fields` and its payload twice: as JSON (null if it is not
+/// JSON), written out as stored rather than parsed into a tree (a payload
+/// of many small values would take many times its size in memory), and
+/// as base64.
+#[derive(Serialize)]
+pub(crate) struct WithPayload<'a> {
+    #[serde(flatten)]
+    fields: Value,
+    payload: Option<&'a RawValue>,
+    payload_base64: String,
 }
 
-fn job_json(job: &Job) -> Value {
+fn with_payload(fields: Value, payload: &[u8]) -> WithPayload<'_> {
+    WithPayload {
+        fields,
+        payload: serde_json::from_slice(payload).ok(),
+        payload_base64: STANDARD.encode(payload),
+    }
+}
+
+fn job_json(job: &Job) -> WithPayload<'_> {
     with_payload(
         json!({"id": job.id, "attempt": job.attempt, "fence": job.fence, "lease_until_ms": ms(job.lease_until)}),
         &job.payload,
     )
+}
+
+/// A claim's answer: the first job and all of them.
+#[derive(Serialize)]
+struct Claimed<'a> {
+    job: Option<&'a WithPayload<'a>>,
+    jobs: &'a [WithPayload<'a>],
+}
+
+/// The answer of `GET /dead` and `GET /completed`: the jobs, and whether
+/// the listing stopped at its byte bound ([`tollgate::JOB_LISTING_BYTES`])
+/// before `limit`, so that more may follow.
+#[derive(Serialize)]
+struct Listing<'a> {
+    jobs: Vec<WithPayload<'a>>,
+    truncated: bool,
+}
+
+impl<'a> Listing<'a> {
+    /// `jobs`, whose ids, errors and payloads took `bytes`, asked for with
+    /// `limit`.
+    fn new(jobs: Vec<WithPayload<'a>>, bytes: usize, limit: usize) -> Listing<'a> {
+        let truncated = jobs.len() < limit && bytes >= tollgate::JOB_LISTING_BYTES;
+        Listing { jobs, truncated }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -434,7 +471,7 @@ pub(crate) async fn claim(
     State(state): State<AppState>,
     Path(name): Path<String>,
     Query(query): Query<ClaimQuery>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     if query.wait_ms > MAX_WAIT_MS {
         return Err(ApiError::bad_request(format!(
             "wait_ms must be at most {MAX_WAIT_MS}"
@@ -447,8 +484,12 @@ pub(crate) async fn claim(
         // Shutting down: answer a pending long-poll at once, empty.
         _ = stopping.wait_for(|s| *s) => Vec::new(),
     };
-    let jobs: Vec<Value> = jobs.iter().map(job_json).collect();
-    Ok(axum::Json(json!({"job": jobs.first(), "jobs": jobs})))
+    let jobs: Vec<WithPayload<'_>> = jobs.iter().map(job_json).collect();
+    let answer = Claimed {
+        job: jobs.first(),
+        jobs: &jobs,
+    };
+    Ok(axum::Json(answer).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -553,22 +594,24 @@ pub(crate) async fn ack_batch(
 }
 
 /// `GET /v1/queues/{queue}/completed?limit=100`: kept completed jobs, most
-/// recent first.
+/// recent first, bounded in bytes as the library's listing is.
 pub(crate) async fn completed(
     State(state): State<AppState>,
     Path(name): Path<String>,
     Query(query): Query<DeadQuery>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let q = queue(&state, &name, None)?;
-    let list = q.completed(query.limit()?).await?;
+    let limit = query.limit()?;
+    let list = q.completed(limit).await?;
     if list.is_empty() {
         known(&state, &name, &q).await?;
     }
-    let jobs: Vec<Value> = list
+    let bytes = list.iter().map(|d| d.id.len() + d.payload.len()).sum();
+    let jobs = list
         .iter()
         .map(|d| with_payload(json!({"id": d.id, "acked_ms": ms(d.acked)}), &d.payload))
         .collect();
-    Ok(axum::Json(json!({"jobs": jobs})))
+    Ok(axum::Json(Listing::new(jobs, bytes, limit)).into_response())
 }
 
 /// `POST /v1/queues/{queue}/jobs/{id}/nack`.
@@ -696,18 +739,24 @@ impl DeadQuery {
     }
 }
 
-/// `GET /v1/queues/{queue}/dead?limit=100`.
+/// `GET /v1/queues/{queue}/dead?limit=100`: bounded in bytes as the
+/// library's listing is.
 pub(crate) async fn dead(
     State(state): State<AppState>,
     Path(name): Path<String>,
     Query(query): Query<DeadQuery>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let q = queue(&state, &name, None)?;
-    let list = q.dead(query.limit()?).await?;
+    let limit = query.limit()?;
+    let list = q.dead(limit).await?;
     if list.is_empty() {
         known(&state, &name, &q).await?;
     }
-    let jobs: Vec<Value> = list
+    let bytes = list
+        .iter()
+        .map(|d| d.id.len() + d.payload.len() + d.last_error.as_ref().map_or(0, String::len))
+        .sum();
+    let jobs = list
         .iter()
         .map(|d| {
             let fields = json!({"id": d.id, "died_ms": ms(d.died), "attempts": d.attempts,
@@ -715,7 +764,7 @@ pub(crate) async fn dead(
             with_payload(fields, &d.payload)
         })
         .collect();
-    Ok(axum::Json(json!({"jobs": jobs})))
+    Ok(axum::Json(Listing::new(jobs, bytes, limit)).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -783,17 +832,24 @@ pub(crate) fn job_info_json(j: &JobInfo) -> Value {
     v
 }
 
-/// `GET /v1/queues/{queue}/jobs/{id}`: one job as it stands (read only).
-/// 404 `job_not_found` for a job the store does not hold (never pushed,
-/// cancelled, purged, or acked without being kept).
+/// `GET /v1/queues/{queue}/jobs/{id}`: one job as it stands (read only),
+/// with its whole payload too (the listings carry a preview, or a bounded
+/// number of payloads). 404 `job_not_found` for a job the store does not
+/// hold (never pushed, cancelled, purged, or acked without being kept).
 pub(crate) async fn show(
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
-) -> Result<axum::Json<Value>, ApiError> {
-    match queue(&state, &name, None)?.get(&id).await? {
-        Some(j) => Ok(axum::Json(job_info_json(&j))),
+) -> Result<Response, ApiError> {
+    match queue(&state, &name, None)?.get_with_payload(&id).await? {
+        Some((j, payload)) => Ok(axum::Json(shown(&j, &payload)).into_response()),
         None => Err(not_found("job", &id, &name)),
     }
+}
+
+/// A job as `GET /v1/queues/{queue}/jobs/{id}` shows it (and the CLI's
+/// `jobs show`): [`job_info_json`] and its whole `payload`.
+pub(crate) fn shown<'a>(j: &JobInfo, payload: &'a [u8]) -> WithPayload<'a> {
+    with_payload(job_info_json(j), payload)
 }
 
 #[derive(Debug, Deserialize)]

@@ -69,6 +69,8 @@ pub(crate) struct AppState {
     pub(crate) cors: std::sync::Arc<cors::Cors>,
     /// Tries at a token per client address: logins and wrong bearers.
     pub(crate) tries: std::sync::Arc<auth::Tries>,
+    /// The names the API answers to (`public_hosts`, DNS rebinding).
+    pub(crate) hosts: std::sync::Arc<origin::PublicHosts>,
     /// Waiting tickets per client (`max_tickets_per_client`).
     pub(crate) tickets: std::sync::Arc<tickets::TicketCaps>,
     /// Event streams (SSE) open now, and the most at once.
@@ -164,7 +166,9 @@ async fn not_connected(State(connecting): State<tokio::sync::watch::Receiver<Opt
 
 /// What every request goes through first, in one layer (each layer of
 /// its own would box one more future per request, and a parked long-poll
-/// keeps them all): a URI over the limit is refused (414), a change sent
+/// keeps them all): a URI over the limit is refused (414), two `Host`s
+/// (400), a `Host` the server does not answer to (421, see
+/// [`origin::PublicHosts`]), a change sent
 /// from another site too (403, see [`origin`]) unless its origin is in
 /// `cors_origins` (whose preflights are answered here, see [`cors`]), the
 /// body gets
@@ -191,6 +195,8 @@ async fn front(State(state): State<AppState>, req: Request, next: Next) -> Respo
     let started = std::time::Instant::now();
     let cors_origin = state.cors.allowed(req.headers()).cloned();
     let refused = conn::uri_too_long(&req)
+        .or_else(|| conn::many_hosts_refused(&req))
+        .or_else(|| state.hosts.refused(&req).map(IntoResponse::into_response))
         .or_else(|| {
             let origin = cors_origin.as_ref()?;
             cors::preflight(req.method(), req.headers(), origin)

@@ -412,8 +412,8 @@ impl Queue {
     /// One job as JSON; an unknown one is a failure (65).
     pub(crate) async fn show(&self, id: &str) -> Result<Value, Failure> {
         match self {
-            Queue::Local(q) => match q.get(id).await? {
-                Some(j) => Ok(crate::api::jobs::job_info_json(&j)),
+            Queue::Local(q) => match q.get_with_payload(id).await? {
+                Some((j, payload)) => Ok(json!(crate::api::jobs::shown(&j, &payload))),
                 None => Err(no_such(format!("no job {id:?} in queue {:?}", q.name()))),
             },
             Queue::Remote(r) => Ok(r.call(r.request(Method::GET, &r.job_path(id, ""))).await?.1),

@@ -675,6 +675,12 @@ impl Rooms {
         if req.method() == Method::CONNECT {
             return plain(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not served here");
         }
+        if crate::api::conn::many_hosts(req.headers()) {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                &format!("bad request: {}", crate::api::conn::MANY_HOSTS),
+            );
+        }
         let host = req
             .headers()
             .get(header::HOST)

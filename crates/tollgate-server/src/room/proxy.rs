@@ -251,6 +251,29 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// frameworks read).
 const FORWARDING: [&str; 2] = ["x-real-ip", "forwarded"];
 
+/// Whether the proxy owns header `name` (lower case): it sets, replaces
+/// or removes it on the way to the upstream.
+fn proxy_owned(name: &str) -> bool {
+    name.starts_with("x-forwarded-") || name.starts_with("tollgate-") || FORWARDING.contains(&name)
+}
+
+/// Drops the headers that spell one the proxy owns with `_` for `-`
+/// (`Tollgate_Visitor`, `X_Forwarded_For`): CGI and WSGI read both
+/// spellings as the same `HTTP_X_FORWARDED_FOR`, so they would pass a
+/// client's own value off as the proxy's (nginx drops every such header
+/// by default, `underscores_in_headers off`). From anyone, trusted
+/// proxies included: the proxy's own headers are never spelt so.
+fn drop_underscored(headers: &mut HeaderMap) {
+    let spoofs: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().contains('_') && proxy_owned(&k.as_str().replace('_', "-")))
+        .cloned()
+        .collect();
+    for h in spoofs {
+        headers.remove(h);
+    }
+}
+
 fn prepare_request(
     headers: &mut HeaderMap,
     upgrade: bool,
@@ -258,6 +281,7 @@ fn prepare_request(
     original_host: Option<HeaderValue>,
     cookie_name: &str,
 ) {
+    drop_underscored(headers);
     let upgrade_to = headers.get(header::UPGRADE).cloned();
     // The room's own header survives a client naming it in `Connection`.
     let visitor = headers.remove(VISITOR_HEADER);

@@ -215,6 +215,7 @@ async fn open(
     let state = AppState {
         cors: Arc::new(std::mem::take(&mut args.cors)),
         tries,
+        hosts: Arc::new(std::mem::take(&mut args.public_hosts)),
         store,
         metrics,
         lateness: Default::default(),

@@ -29,6 +29,9 @@ struct FileSettings {
     /// Origins whose browser apps may call the API (CORS).
     #[serde(default)]
     cors_origins: Vec<String>,
+    /// Names the API answers to besides IP addresses and localhost.
+    #[serde(default)]
+    public_hosts: Vec<String>,
     /// Serve TLS with this PEM certificate chain and key.
     tls_cert: Option<std::path::PathBuf>,
     tls_key: Option<std::path::PathBuf>,
@@ -80,6 +83,8 @@ pub(super) struct Settings {
     pub(super) api_session_ttl: Duration,
     /// Origins whose browser apps may call the API; empty: CORS off.
     pub(super) cors: crate::api::cors::Cors,
+    /// The names the API answers to (DNS rebinding).
+    pub(super) public_hosts: crate::api::origin::PublicHosts,
     /// The PEM certificate chain and key both listeners serve TLS with.
     pub(super) tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
     pub(super) limits: HashMap<String, LimitSettings>,
@@ -176,9 +181,24 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         .map(|(name, s)| Ok((name.clone(), s.spec(name)?)))
         .collect::<Result<Vec<_>, String>>()?;
     schedules.sort_by(|a, b| a.0.cmp(&b.0));
+    let listen = address("listen", args.listen.or(file.listen), "127.0.0.1:7700")?;
+    let with_tokens = !(args.tokens.is_empty()
+        && file.tokens.is_empty()
+        && args.read_tokens.is_empty()
+        && file.read_tokens.is_empty());
+    let public_hosts = crate::api::origin::PublicHosts::new(
+        if args.public_hosts.is_empty() {
+            &file.public_hosts
+        } else {
+            &args.public_hosts
+        },
+        &listen,
+        with_tokens,
+    )?;
     Ok(Settings {
         schedules,
-        listen: address("listen", args.listen.or(file.listen), "127.0.0.1:7700")?,
+        listen,
+        public_hosts,
         redis: args.redis.or(file.redis),
         prefix: args
             .prefix
@@ -305,6 +325,7 @@ mod tests {
             tokens,
             read_tokens,
             cors_origins,
+            public_hosts,
             tls_cert,
             tls_key,
             api_session_ttl,
@@ -325,6 +346,7 @@ mod tests {
         } = file;
         assert!(listen.is_some() && redis.is_some() && prefix.is_some() && !tokens.is_empty());
         assert!(!read_tokens.is_empty() && api_session_ttl.is_some() && !cors_origins.is_empty());
+        assert!(!public_hosts.is_empty());
         // TLS needs files of one's own: the example shows its two keys
         // commented out (the example starts a server in tests).
         assert!(tls_cert.is_none() && tls_key.is_none());
@@ -349,6 +371,7 @@ mod tests {
             "tokens",
             "read_tokens",
             "cors_origins",
+            "public_hosts",
             "tls_cert",
             "tls_key",
             "api_session_ttl",

@@ -473,10 +473,10 @@ impl Store {
     }
 
     /// Job `id` of queue `q` as it stands (read only).
-    pub(crate) async fn job_get(&self, q: &Name, id: &str) -> Result<Option<jobs::RawInfo>> {
+    pub(crate) async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<jobs::RawInfo>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_get(q, id)),
-            Backend::Redis(s) => Box::pin(s.job_get(q, id)).await,
+            Backend::Memory(s) => Ok(s.job_get(q, id, whole)),
+            Backend::Redis(s) => Box::pin(s.job_get(q, id, whole)).await,
         }
     }
 

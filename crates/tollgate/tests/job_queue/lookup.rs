@@ -284,9 +284,105 @@ async fn a_lookup_reads_an_old_record_without_moving_it() {
     );
 }
 
+/// A 512 KiB payload that names job `i`.
+fn large(i: usize) -> Vec<u8> {
+    let mut p = vec![b'x'; 512 * 1024];
+    p[..8].copy_from_slice(format!("{i:08}").as_bytes());
+    p
+}
+
+/// The bytes a listing counts for a job.
+fn counted(id: &str, payload: &[u8], error: Option<&str>) -> usize {
+    id.len() + payload.len() + error.map_or(0, str::len)
+}
+
+/// Whether `sizes` (in listing order) stop where the byte bound says: each
+/// job but the first came while the ones before it were under
+/// JOB_LISTING_BYTES, and the one after the last would not have.
+fn cut_at_the_bound(sizes: &[usize]) {
+    let before: usize = sizes[..sizes.len() - 1].iter().sum();
+    assert!(before < tollgate::JOB_LISTING_BYTES, "{sizes:?}");
+    assert!(
+        before + sizes[sizes.len() - 1] >= tollgate::JOB_LISTING_BYTES,
+        "{sizes:?}"
+    );
+}
+
+/// Dead and completed listings hold a bounded number of bytes whatever
+/// their limit (12 jobs of 512 KiB: 4 come); the
+/// rest are still listed by `list` and read whole by `get_with_payload`;
+/// a sharded queue's merged listing is bounded alike.
+async fn listings_are_bounded_in_bytes(ts: TestStore) {
+    let q = queue(&ts).keep_completed(100, Duration::from_secs(3600)).unwrap();
+    let dies = PushOptions {
+        max_attempts: 1,
+        ..PushOptions::default()
+    };
+    for i in 0..24 {
+        q.push(large(i), &dies).await.unwrap();
+    }
+    let jobs = q.claim_many(24).await.unwrap();
+    for (i, job) in jobs.iter().enumerate() {
+        if i < 12 {
+            let died = q
+                .nack_with_error(&job.id, job.fence, Retry::Backoff, "boom")
+                .await;
+            assert_eq!(died.unwrap(), Nacked::Dead);
+        } else {
+            q.ack(&job.id, job.fence).await.unwrap();
+        }
+    }
+    let dead = q.dead(10_000).await.unwrap();
+    assert_eq!(dead.len(), 4);
+    let sizes: Vec<usize> = dead
+        .iter()
+        .map(|d| counted(&d.id, &d.payload, d.last_error.as_deref()))
+        .collect();
+    cut_at_the_bound(&sizes);
+    let done = q.completed(10_000).await.unwrap();
+    assert_eq!(done.len(), 4);
+    cut_at_the_bound(
+        &done
+            .iter()
+            .map(|d| counted(&d.id, &d.payload, None))
+            .collect::<Vec<_>>(),
+    );
+    // The last dead job: listed, and read whole by its id.
+    let page = q.list(JobState::Dead, None, 1000).await.unwrap();
+    let last = page.jobs.last().expect("dead jobs listed");
+    assert_eq!((page.jobs.len(), last.payload_size), (12, 512 * 1024));
+    assert_eq!(last.payload_preview.len(), tollgate::JOB_PREVIEW_BYTES);
+    let (info, payload) = q.get_with_payload(&last.id).await.unwrap().expect("known");
+    let n: usize = std::str::from_utf8(&payload[..8]).unwrap().parse().unwrap();
+    assert_eq!((info, payload), (last.clone(), large(n)));
+    assert!(q.get_with_payload("nobody").await.unwrap().is_none());
+
+    let s = ShardedJobQueue::new(&ts.store, "sq", 3).unwrap();
+    for i in 0..12 {
+        s.push(large(i), &dies).await.unwrap();
+    }
+    for job in s.claim_many(12).await.unwrap() {
+        assert_eq!(
+            s.nack(&job.id, job.fence, Retry::Backoff).await.unwrap(),
+            Nacked::Dead
+        );
+    }
+    let dead = s.dead(10_000).await.unwrap();
+    assert_eq!(dead.len(), 4);
+    cut_at_the_bound(
+        &dead
+            .iter()
+            .map(|d| counted(&d.id, &d.payload, None))
+            .collect::<Vec<_>>(),
+    );
+    let (_, payload) = s.get_with_payload(&dead[3].id).await.unwrap().expect("known");
+    assert_eq!(payload, dead[3].payload);
+}
+
 on_both_stores!(
     manual_clock: each_state_is_reported,
     paging_visits_every_job_once,
     bad_lookups_are_refused,
-    sharded_lookups_cover_every_partition
+    sharded_lookups_cover_every_partition,
+    listings_are_bounded_in_bytes
 );

@@ -288,31 +288,40 @@ if op == 'reschedule' then
 end
 
 -- A listing's rows ({id, score, ...} from a sorted set) as
--- {id, score, [attempts,] payload, ...}.
-local function listed(rows, with_attempts)
-  local out = {}
+-- {id, score, [attempts, error,] payload, ...}, stopping before the first
+-- row whose bytes (id, error, payload) before it reach max_bytes (the
+-- first row always comes: memory.rs's within_listing_bytes).
+local function listed(rows, with_attempts, max_bytes)
+  local out, bytes = {}, 0
   for i = 1, #rows, 2 do
+    if bytes >= max_bytes then break end
     local m = meta_of(rows[i])
     out[#out + 1] = rows[i]
     out[#out + 1] = rows[i + 1]
+    bytes = bytes + #rows[i]
     if with_attempts then
+      local err = redis.call('HGET', KE, rows[i]) or ''
       out[#out + 1] = tonumber(redis.call('HGET', KN, rows[i])) or 0
-      out[#out + 1] = redis.call('HGET', KE, rows[i]) or ''
+      out[#out + 1] = err
+      bytes = bytes + #err
     end
-    out[#out + 1] = m and m.payload or ''
+    local payload = m and m.payload or ''
+    bytes = bytes + #payload
+    out[#out + 1] = payload
   end
   return out
 end
 
 if op == 'dead' then
-  -- ARGV: 4 limit. Reply: {id, died ms, attempts, error ('' none),
-  -- payload, ...}
-  return listed(redis.call('ZRANGE', KX, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES'), true)
+  -- ARGV: 4 limit, 5 payload bytes at most (see listed). Reply: {id,
+  -- died ms, attempts, error ('' none), payload, ...}
+  return listed(redis.call('ZRANGE', KX, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES'), true, tonumber(ARGV[5]))
 end
 
 if op == 'done' then
-  -- ARGV: 4 limit. Reply: {id, acked ms, payload, ...}, most recent first.
-  return listed(redis.call('ZREVRANGE', KC, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES'), false)
+  -- ARGV: 4 limit, 5 payload bytes at most (see listed). Reply: {id,
+  -- acked ms, payload, ...}, most recent first.
+  return listed(redis.call('ZREVRANGE', KC, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES'), false, tonumber(ARGV[5]))
 end
 
 -- Lookups (`get`, `list`; memory.rs: `Queue::info`, `Queue::list`). Read
@@ -325,8 +334,9 @@ local LOOKUP_SETS, PREVIEW = {KR, KW, KF, KX, KC}, 256
 
 -- Job `id`'s row, in `state` at `score`: {id, state, score (whole), prio,
 -- max attempts, attempts, fence ('' unless running), last error ('' none),
--- payload bytes, the payload's first PREVIEW bytes}; nil without a record.
-local function looked_up(id, state, score)
+-- payload bytes, the payload's first PREVIEW bytes (all of it if `whole`)};
+-- nil without a record.
+local function looked_up(id, state, score, whole)
   local v = redis.call('HGET', bucket(id), id) or redis.call('HGET', KD, id)
   if not v then return nil end
   local nl = string.find(v, '\n', 1, true)
@@ -334,15 +344,16 @@ local function looked_up(id, state, score)
   if not seq then prio, max = 0, 5 end
   return {id, state, string.format('%d', tonumber(score)), tonumber(prio), tonumber(max),
           tonumber(redis.call('HGET', KN, id)) or 0, state == 3 and redis.call('HGET', KL, id) or '',
-          redis.call('HGET', KE, id) or '', #v - nl, string.sub(v, nl + 1, nl + PREVIEW)}
+          redis.call('HGET', KE, id) or '', #v - nl, whole and string.sub(v, nl + 1) or string.sub(v, nl + 1, nl + PREVIEW)}
 end
 
 if op == 'get' then
-  -- ARGV: 4 id. Reply: the job's row, or {} if unknown.
+  -- ARGV: 4 id, 5 '1' for the whole payload (else its preview). Reply:
+  -- the job's row, or {} if unknown.
   local id = ARGV[4]
   for state, key in ipairs(LOOKUP_SETS) do
     local score = redis.call('ZSCORE', key, id)
-    if score then return looked_up(id, state, score) or {} end
+    if score then return looked_up(id, state, score, ARGV[5] == '1') or {} end
   end
   return {}
 end
@@ -366,7 +377,7 @@ if op == 'list' then
   local out = {}
   local rows = redis.call('ZRANGE', key, start, start + limit - 1, 'WITHSCORES')
   for i = 1, #rows, 2 do
-    for _, x in ipairs(looked_up(rows[i], state, rows[i + 1]) or {}) do out[#out + 1] = x end
+    for _, x in ipairs(looked_up(rows[i], state, rows[i + 1], false) or {}) do out[#out + 1] = x end
   end
   return out
 end

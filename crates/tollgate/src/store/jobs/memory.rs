@@ -12,7 +12,7 @@ use super::events::{JobEvent, JobEventKind};
 use super::{
     BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, LATENESS_BOUNDS_MS, Layout, ListFrom,
     Nack, NackOutcome, PREVIEW_BYTES, PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState,
-    RawStats, RescheduleOutcome, When, ready_score, wake_key,
+    RawStats, RescheduleOutcome, When, ready_score, wake_key, within_listing_bytes,
 };
 
 const BATCH: usize = 100;
@@ -405,18 +405,14 @@ impl Queue {
     }
 
     pub(crate) fn done(&self, limit: usize) -> Vec<RawDone> {
-        self.done
-            .iter()
-            .rev()
-            .take(limit)
-            .filter_map(|(at, id)| {
-                self.jobs.get(id).map(|(d, _)| RawDone {
-                    id: id.clone(),
-                    acked_ms: *at,
-                    payload: d.payload.clone(),
-                })
+        let rows = self.done.iter().rev().take(limit).filter_map(|(at, id)| {
+            self.jobs.get(id).map(|(d, _)| RawDone {
+                id: id.clone(),
+                acked_ms: *at,
+                payload: d.payload.clone(),
             })
-            .collect()
+        });
+        within_listing_bytes(rows, |r| r.id.len() + r.payload.len())
     }
 
     pub(crate) fn nack(&mut self, nack: &Nack<'_>, now: u64) -> (NackOutcome, bool) {
@@ -514,19 +510,18 @@ impl Queue {
     }
 
     pub(crate) fn dead(&self, limit: usize) -> Vec<RawDead> {
-        self.dead
-            .iter()
-            .take(limit)
-            .filter_map(|(at, id)| {
-                self.jobs.get(id).map(|(d, _)| RawDead {
-                    id: id.clone(),
-                    died_ms: *at,
-                    attempts: d.attempts,
-                    payload: d.payload.clone(),
-                    last_error: d.error.clone(),
-                })
+        let rows = self.dead.iter().take(limit).filter_map(|(at, id)| {
+            self.jobs.get(id).map(|(d, _)| RawDead {
+                id: id.clone(),
+                died_ms: *at,
+                attempts: d.attempts,
+                payload: d.payload.clone(),
+                last_error: d.error.clone(),
             })
-            .collect()
+        });
+        within_listing_bytes(rows, |r| {
+            r.id.len() + r.payload.len() + r.last_error.as_ref().map_or(0, String::len)
+        })
     }
 
     fn dead_ids(&self, id: Option<&str>) -> Vec<String> {
@@ -656,7 +651,7 @@ impl Queue {
 /// moves it, as on Redis.
 impl Queue {
     /// Job `id` as it stands; `None` if unknown (a cancelled job is gone).
-    pub(crate) fn info(&self, id: &str) -> Option<RawInfo> {
+    pub(crate) fn info(&self, id: &str, whole: bool) -> Option<RawInfo> {
         let (d, place) = self.jobs.get(id)?;
         let (state, score, fence) = match *place {
             Place::Ready => (RawState::Ready, ready_score(d.prio, d.seq), None),
@@ -675,7 +670,11 @@ impl Queue {
             fence,
             last_error: d.error.clone(),
             payload_size: d.payload.len() as u64,
-            preview: d.payload[..d.payload.len().min(PREVIEW_BYTES)].to_vec(),
+            preview: if whole {
+                d.payload.clone()
+            } else {
+                d.payload[..d.payload.len().min(PREVIEW_BYTES)].to_vec()
+            },
         })
     }
 
@@ -722,7 +721,7 @@ impl Queue {
         };
         rows.filter(|(score, id)| after(*score, id))
             .take(limit)
-            .filter_map(|(_, id)| self.info(id))
+            .filter_map(|(_, id)| self.info(id, false))
             .collect()
     }
 }
@@ -859,8 +858,8 @@ impl MemoryStore {
         self.read_queue(q, |queue, _| queue.dead(limit))
     }
 
-    pub(crate) fn job_get(&self, q: &Name, id: &str) -> Option<RawInfo> {
-        self.read_queue(q, |queue, _| queue.info(id))
+    pub(crate) fn job_get(&self, q: &Name, id: &str, whole: bool) -> Option<RawInfo> {
+        self.read_queue(q, |queue, _| queue.info(id, whole))
     }
 
     pub(crate) fn job_list(

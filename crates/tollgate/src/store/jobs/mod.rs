@@ -206,6 +206,29 @@ pub(crate) enum RawState {
 /// The most payload bytes a lookup answers (the rest is only counted).
 pub(crate) const PREVIEW_BYTES: usize = 256;
 
+/// The bytes a listing of dead or completed jobs reads, about (its
+/// jobs' ids, errors and payloads): it stops before the first job whose
+/// bytes before it reach this (the first job always comes), so one
+/// listing holds at most this plus one job, whatever its `limit`
+/// (jobs.lua's `listed` does the same).
+pub(crate) const LISTING_BYTES: usize = 2 * 1024 * 1024;
+
+/// `rows` cut as [`LISTING_BYTES`] says, `size` giving a row's bytes
+/// (id, error, payload).
+pub(crate) fn within_listing_bytes<T>(
+    rows: impl IntoIterator<Item = T>,
+    size: impl Fn(&T) -> usize,
+) -> Vec<T> {
+    let mut bytes = 0;
+    rows.into_iter()
+        .take_while(|row| {
+            let more = bytes < LISTING_BYTES;
+            bytes += size(row);
+            more
+        })
+        .collect()
+}
+
 /// What the store knows of one job (`job_get`, a row of `job_list`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RawInfo {

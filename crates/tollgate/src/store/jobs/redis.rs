@@ -7,8 +7,9 @@ use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::events::{EventId, StreamRead};
 use super::{
-    CancelOutcome, Claim, ClaimOutcome, Extend, LATENESS_BOUNDS_MS, Layout, ListFrom, Nack, NackOutcome,
-    PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState, RawStats, RescheduleOutcome, When,
+    CancelOutcome, Claim, ClaimOutcome, Extend, LATENESS_BOUNDS_MS, LISTING_BYTES, Layout, ListFrom, Nack,
+    NackOutcome, PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState, RawStats,
+    RescheduleOutcome, When,
 };
 
 impl RedisStore {
@@ -137,7 +138,7 @@ impl RedisStore {
     }
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<RawDone>> {
-        let v: Vec<redis::Value> = self.run_jobs(q, "done", limit.max(1)).await?;
+        let v: Vec<redis::Value> = self.run_jobs(q, "done", (limit.max(1), LISTING_BYTES)).await?;
         listing("done", &v, 3, |row| {
             let [id, at, payload] = row else { return None };
             Some(RawDone {
@@ -209,7 +210,7 @@ impl RedisStore {
     }
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<RawDead>> {
-        let v: Vec<redis::Value> = self.run_jobs(q, "dead", limit.max(1)).await?;
+        let v: Vec<redis::Value> = self.run_jobs(q, "dead", (limit.max(1), LISTING_BYTES)).await?;
         listing("dead", &v, 5, |row| {
             let [id, died, attempts, error, payload] = row else {
                 return None;
@@ -224,9 +225,12 @@ impl RedisStore {
         })
     }
 
-    /// Job `id` as it stands (`get` in jobs.lua: read only).
-    pub(crate) async fn job_get(&self, q: &Name, id: &str) -> Result<Option<RawInfo>> {
-        let v: Vec<redis::Value> = self.run_jobs(q, "get", id).await?;
+    /// Job `id` as it stands (`get` in jobs.lua: read only), with its
+    /// preview, or its whole payload if `whole`.
+    pub(crate) async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<RawInfo>> {
+        let v: Vec<redis::Value> = self
+            .run_jobs(q, "get", (id, if whole { "1" } else { "0" }))
+            .await?;
         if v.is_empty() {
             return Ok(None);
         }
