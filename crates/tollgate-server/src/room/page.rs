@@ -14,7 +14,7 @@ use serde_json::json;
 use tollgate::TicketStatus;
 
 use super::lang::{Lang, LangSetting, Text};
-use super::{Room, Shown, bounded};
+use super::{Room, Shown, ticket_status};
 
 /// The frame of every built-in page: its head, the style (light and
 /// dark), and `{{t_body}}`.
@@ -375,7 +375,7 @@ pub(crate) async fn events(room: &Room, ticket: String) -> Response<Body> {
             } else {
                 Duration::from_secs(1)
             };
-            let status = bounded(w.timeout + wait, w.gate.wait_status(&w.ticket, wait)).await;
+            let status = ticket_status(w.timeout + wait, w.gate.wait_status(&w.ticket, wait)).await;
             let event = match status {
                 Ok(TicketStatus::Queued(place)) => {
                     let shown = Shown::of(&place);
