@@ -279,11 +279,8 @@ async fn a_flood_of_names_is_dropped_once_idle() {
     );
 }
 
-/// On Redis every key of an idle gate expires: the meta hash lives the
-/// idle period past the last deadline, and is created anew (a new epoch)
-/// by the next write.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_key_of_an_idle_gate_expires_on_redis() {
+/// A redis-server and a store on it whose idle period is a second.
+async fn redis_idle_1s() -> (RedisServer, Store) {
     let server = RedisServer::start();
     let store = Store::connect(RedisConfig {
         idle: Duration::from_secs(1),
@@ -291,6 +288,15 @@ async fn every_key_of_an_idle_gate_expires_on_redis() {
     })
     .await
     .unwrap();
+    (server, store)
+}
+
+/// On Redis every key of an idle gate expires: the meta hash lives the
+/// idle period past the last deadline, and is created anew (a new epoch)
+/// by the next write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_of_an_idle_gate_expires_on_redis() {
+    let (server, store) = redis_idle_1s().await;
     let ttl = Duration::from_secs(3);
     let o = GateOptions {
         ttl,
@@ -364,13 +370,7 @@ fn keys_and_ttls(server: &RedisServer) -> Vec<(String, i64)> {
 /// exists or not (issue 35: 2,000 streams left 1,987 meta hashes forever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watching_queues_leaves_no_lasting_key_on_redis() {
-    let server = RedisServer::start();
-    let store = Store::connect(RedisConfig {
-        idle: Duration::from_secs(1),
-        ..RedisConfig::new(server.url())
-    })
-    .await
-    .unwrap();
+    let (server, store) = redis_idle_1s().await;
     let feeds = join_all((0..200).map(|i| {
         let store = store.clone();
         async move {
@@ -403,13 +403,7 @@ async fn watching_queues_leaves_no_lasting_key_on_redis() {
 /// paused; a watched one that gets a job lives on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_queue_leaves_no_key_on_redis() {
-    let server = RedisServer::start();
-    let store = Store::connect(RedisConfig {
-        idle: Duration::from_secs(1),
-        ..RedisConfig::new(server.url())
-    })
-    .await
-    .unwrap();
+    let (server, store) = redis_idle_1s().await;
     for i in 0..50 {
         let q = JobQueue::new(&store, &format!("drained-{i}")).unwrap();
         q.push("x", &PushOptions::default()).await.unwrap();
