@@ -414,6 +414,13 @@ async fn a_drained_queue_leaves_no_key_on_redis() {
         let job = q.claim().await.unwrap().unwrap();
         q.ack(&job.id, job.fence).await.unwrap();
     }
+    // Through a sharded handle of one partition, as the server pushes:
+    // its layout of one does not keep the queue.
+    let sharded = ShardedJobQueue::new(&store, "sharded", 1).unwrap();
+    sharded.push("x", &PushOptions::default()).await.unwrap();
+    let job = sharded.claim().await.unwrap().unwrap();
+    sharded.ack(&job.id, job.fence).await.unwrap();
+    assert!(sharded.claim().await.unwrap().is_none());
     let cancelled = JobQueue::new(&store, "cancelled").unwrap();
     let id = cancelled.push("x", &PushOptions::default()).await.unwrap().id;
     assert_eq!(

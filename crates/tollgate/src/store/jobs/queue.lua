@@ -102,7 +102,7 @@ end
 
 -- Called where the queue may have come to hold nothing: if it holds no
 -- job of any kind and no schedule, and is neither paused, retired nor
--- partitioned, m and t expire IDLE from now (or from the end of a watch),
+-- partitioned (more than one partition), m and t expire IDLE from now (or from the end of a watch),
 -- moved on at most once per IDLE / 4 (memory.rs: `busy_until`). A queue
 -- without state (no m) gets none.
 local function settle()
@@ -110,7 +110,10 @@ local function settle()
     if redis.call('ZCARD', k) > 0 then return end
   end
   local f = redis.call('HMGET', KM, 'paused', 'retired', 'partitions', 'G', 'v')
-  if f[1] or f[2] or f[3] then return end
+  -- (A layout of one partition is the plain queue's: forgotten, the next
+  -- handle stores it again, and one naming more is refused or retires
+  -- this queue, loudly either way.)
+  if f[1] or f[2] or (f[3] and f[3] ~= '1') then return end
   if redis.call('EXISTS', string.sub(KM, 1, -2) .. 'S') == 1 then return end
   if not f[4] and redis.call('EXISTS', KM) == 0 then return end
   if now == 0 then now = time_ms() end
