@@ -35,6 +35,12 @@ export class TollgateError extends Error {
     return this.status === 404;
   }
 
+  /** An admin took the ticket out of the line (410 `ticket_removed`):
+   * stop waiting rather than queue again. */
+  isRemoved(): boolean {
+    return this.code === "ticket_removed";
+  }
+
   /** The request contradicts the stored state: a capacity, a lost job
    * lease, a running job. */
   isConflict(): boolean {

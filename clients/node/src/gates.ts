@@ -297,6 +297,9 @@ export class Ticket {
             throw new TollgateError("ticket_not_found", "the ticket left the line (cancelled, or its heartbeat lapsed)", 404);
           } else if (event === "error") {
             const code = typeof body.code === "string" ? body.code : "unavailable";
+            if (code === "ticket_removed") {
+              throw new TollgateError(code, "an admin removed the ticket from the line", 410);
+            }
             throw new TollgateError(code, `the server could not look at the ticket (${code})`);
           }
         }

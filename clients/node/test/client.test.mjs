@@ -138,6 +138,19 @@ for (const store of ["embedded", "redis"]) {
       await held.release();
     });
 
+    test("a ticket an admin removed is told so, not queued again", async () => {
+      const name = fresh("removed");
+      const gate = tg.gate(name);
+      const held = await gate.enter({ capacity: 1 });
+      const waiting = tg.gate(name).acquire({ capacity: 1 });
+      let line = [];
+      while (line.length === 0) line = (await gate.line()).line;
+      await gate.removeFromLine(line[0].number);
+      await assert.rejects(waiting, (e) => e instanceof TollgateError && e.isRemoved() && !e.isNotFound());
+      assert.equal((await gate.stats()).waiting, 0, "it did not queue again");
+      await held.release();
+    });
+
     test("renewals keep the lease's own length", async () => {
       const name = fresh("ttl");
       const lease = await tg.gate(name).acquire({ capacity: 1, ttlMs: 3000 });

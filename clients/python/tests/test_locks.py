@@ -15,7 +15,7 @@ import httpx
 
 from conftest import Server
 
-from tollgate_client import AsyncClient, Client, Lease, Ticket
+from tollgate_client import AsyncClient, Client, Lease, Ticket, TollgateError
 
 
 def unique(prefix: str) -> str:
@@ -143,6 +143,28 @@ def test_ticket_granted_on_release(server: Server) -> None:
         assert lease.fence > held.fence
         held.release()
         lease.release()
+
+
+def test_a_removed_ticket_is_told_so(server: Server) -> None:
+    name = unique("gate")
+    with Client(server.url) as c:
+        gate = c.gate(name)
+        held = gate.enter(capacity=1)
+        waiting = gate.enter(capacity=1)
+        watched = gate.enter(capacity=1)
+        assert isinstance(held, Lease) and isinstance(waiting, Ticket) and isinstance(watched, Ticket)
+        for w in gate.line():
+            gate.remove(w["number"])
+        # A poll, a long-poll and the event stream: removed, not gone.
+        for wait in (lambda: waiting.poll(), lambda: waiting.granted(timeout=1),
+                     lambda: watched.granted(timeout=5, on_position=lambda _: None)):
+            try:
+                wait()
+            except TollgateError as e:
+                assert e.is_removed() and e.status == 410 and not e.is_not_found(), e
+            else:
+                raise AssertionError("a removed ticket was not told")
+        held.release()
 
 
 class HangingRenewals(httpx.BaseTransport):

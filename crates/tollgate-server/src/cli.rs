@@ -557,6 +557,7 @@ macro_rules! run_exit_codes {
             "; 69 the store or server is unreachable; 70 an internal error; \
              75 not acquired within --wait, 0 with --if-busy skip (or a server's own rate limit); \
              76 the lease was lost while the command ran (it got SIGTERM); \
+             77 an admin removed this waiter from the line (`remove`): the command did not run; \
              78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index); \
              126/127 the command could not be started / was not found."
         )

@@ -92,6 +92,7 @@ impl Answer {
     pub(crate) fn exit_code(&self) -> i32 {
         match (self.status, self.body["error"]["code"].as_str()) {
             (409, Some("lease_lost")) => exit::LEASE_LOST,
+            (410, Some("ticket_removed")) => exit::REMOVED,
             (409, Some("job_running")) => exit::BUSY,
             (404, Some("job_not_found" | "queue_not_found" | "schedule_not_found")) => exit::NO_SUCH,
             (404, Some("holder_not_found" | "ticket_not_found")) => exit::NO_SUCH,

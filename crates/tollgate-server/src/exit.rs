@@ -16,6 +16,9 @@ pub(crate) const SOFTWARE: i32 = 70;
 pub(crate) const BUSY: i32 = 75;
 /// The lease was lost while the command ran; the command got SIGTERM.
 pub(crate) const LEASE_LOST: i32 = 76;
+/// (`lock run`, `semaphore run`) An admin removed this waiter from the
+/// line (`lock remove`): the command was not run (sysexits' EX_NOPERM).
+pub(crate) const REMOVED: i32 = 77;
 /// The set-up is wrong: Redis refused the credentials, a cluster was named
 /// by a plain URL, a queue's partition count differs from the stored one,
 /// (`serve`) Redis refused the connection's set-up (a DB index it does
@@ -34,6 +37,7 @@ pub(crate) fn for_error(e: &tollgate::Error) -> i32 {
         ErrorKind::JobRunning => BUSY,
         ErrorKind::Unavailable | ErrorKind::NotReplicated => UNAVAILABLE,
         ErrorKind::LeaseLost => LEASE_LOST,
+        ErrorKind::Removed => REMOVED,
         ErrorKind::Misconfigured | ErrorKind::PartitionConflict => CONFIG,
         _ => SOFTWARE,
     }

@@ -21,6 +21,7 @@ async fn admin_over_http(s: &Server) {
     let url = |p: &str| s.url(&format!("/v1/gates/adm{p}"));
     let holder = enter(&c, s, json!({"capacity": 1, "ttl_ms": 30000, "label": "owner"})).await;
     let token = holder["token"].as_str().unwrap().to_owned();
+    let mut tickets = Vec::new();
     for label in ["first", "second", "third"] {
         let v = enter(
             &c,
@@ -29,6 +30,7 @@ async fn admin_over_http(s: &Server) {
         )
         .await;
         assert_eq!(v["status"], "queued", "{v}");
+        tickets.push(v["ticket"].as_str().unwrap().to_owned());
     }
 
     // The holders carry handles, the line numbers; neither shows a token.
@@ -60,6 +62,55 @@ async fn admin_over_http(s: &Server) {
         (st, v["error"]["code"].as_str()),
         (404, Some("ticket_not_found")),
         "{v}"
+    );
+    // Its waiter is told it was removed (410, not 404: it must not queue
+    // again), by a status, a long-poll and an event stream alike.
+    let removed = &tickets[1];
+    for wait in ["", "?wait_ms=200"] {
+        let (st, v) = send(c.get(url(&format!("/tickets/{removed}{wait}")))).await;
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (410, Some("ticket_removed")),
+            "{wait}: {v}"
+        );
+    }
+    let (st, v) = send(c.get(url(&format!("/tickets/{removed}/events")))).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (410, Some("ticket_removed")),
+        "{v}"
+    );
+    // A stream open when the removal comes ends with an error event.
+    let fourth = enter(
+        &c,
+        s,
+        json!({"capacity": 1, "label": "fourth", "heartbeat_ms": 30000}),
+    )
+    .await;
+    let fourth = fourth["ticket"].as_str().unwrap().to_owned();
+    let mut stream = c
+        .get(url(&format!("/tickets/{fourth}/events")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let (_, line) = send(c.get(url("/line"))).await;
+    let number = line["line"][2]["number"].as_u64().unwrap();
+    assert_eq!(line["line"][2]["label"], "fourth", "{line}");
+    let (st, _) = send(c.delete(url(&format!("/line/{number}")))).await;
+    assert_eq!(st, 200);
+    let mut text = String::new();
+    let read = async {
+        while let Some(chunk) = stream.chunk().await.unwrap() {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .expect("the stream ends");
+    assert!(
+        text.contains("event: error\ndata: {\"code\":\"ticket_removed\"}"),
+        "{text}"
     );
     let (_, line) = send(c.get(url("/line"))).await;
     assert_eq!(line["line"][1]["label"], "third", "{line}");
@@ -192,6 +243,50 @@ async fn admin_from_the_cli(s: &Server, target: &[&str]) {
     let status: Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(status["leases"][0]["label"], "first", "{status}");
     assert_eq!(status["line"], json!([]), "{status}");
+
+    // A `lock run` waiting in line, removed: it exits 77, its command
+    // never runs, and it does not queue again.
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let mut waiter = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([&["lock", "run", "adm", "--wait", "60s"], target].concat())
+        .args(["--", "touch", ran.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run tollgate");
+    let number = loop {
+        let o = with(&["lock", "status", "adm", "--line", "5"]);
+        let status: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        if let Some(n) = status["line"][0]["number"].as_u64() {
+            break n.to_string();
+        }
+        assert!(
+            waiter.try_wait().unwrap().is_none(),
+            "lock run ended before it queued"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let o = with(&["lock", "remove", "adm", &number]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let start = std::time::Instant::now();
+    let code = loop {
+        if let Some(status) = waiter.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(15),
+            "the removed waiter goes on"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(waiter.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(code, Some(77), "{stderr}");
+    assert!(stderr.contains("removed"), "{stderr}");
+    assert!(!ran.exists(), "the removed waiter's command ran");
+    let o = with(&["lock", "status", "adm", "--line", "5"]);
+    let status: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(status["line"], json!([]), "it queued again: {status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

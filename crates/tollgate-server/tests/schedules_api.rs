@@ -663,3 +663,31 @@ async fn a_queue_partitioned_later_refuses_the_ticks_and_says_so() {
     assert!(refused >= 2, "{metrics}");
     assert_eq!(fired(&b, "split").await, 0);
 }
+
+/// More schedules created and deleted than /metrics has places for names
+/// (1,000): each deleted one frees its place, so a new schedule still gets
+/// its series (issue 35: after 5,000 a new one got none until restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_schedules_free_their_metric_places() {
+    let s = Server::start(None);
+    let c = reqwest::Client::new();
+    let body = json!({"when": "0 3 * * *", "queue": "slots"});
+    for i in 0..1100 {
+        let url = s.url(&format!("/v1/schedules/gone-{i}"));
+        let (st, v) = send(c.put(&url).json(&body)).await;
+        assert_eq!(st, 201, "{v}");
+        let (st, v) = send(c.delete(&url)).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let (st, v) = send(c.put(s.url("/v1/schedules/fresh")).json(&body)).await;
+    assert_eq!(st, 201, "{v}");
+    let text = s.metrics(None).await;
+    assert!(
+        text.contains("tollgate_schedule_paused{schedule=\"fresh\"} 0"),
+        "no series for the new schedule:\n{}",
+        text.lines()
+            .filter(|l| l.contains("fresh"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

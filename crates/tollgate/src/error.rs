@@ -35,6 +35,11 @@ pub enum ErrorKind {
     /// password or user, a cluster reached through a plain URL, or an ACL
     /// that disallows a command tollgate runs. Retrying will not help.
     Misconfigured,
+    /// An admin took this ticket out of the line
+    /// ([`Gate::remove_waiter`](crate::Gate::remove_waiter)): stop waiting.
+    /// Not a lost lease (nothing was held) and not a ticket dropped for
+    /// missed heartbeats (which may queue again).
+    Removed,
 }
 
 impl fmt::Display for ErrorKind {
@@ -50,6 +55,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::NotReplicated => "not replicated",
             ErrorKind::PartitionConflict => "partition conflict",
             ErrorKind::Misconfigured => "store misconfigured",
+            ErrorKind::Removed => "removed from the line",
         })
     }
 }
@@ -130,6 +136,12 @@ impl Error {
     /// The lease had already ended.
     pub fn is_lease_lost(&self) -> bool {
         self.kind == ErrorKind::LeaseLost
+    }
+
+    /// An admin removed the ticket from the line: the waiter should stop,
+    /// not queue again.
+    pub fn is_removed(&self) -> bool {
+        self.kind == ErrorKind::Removed
     }
 
     /// The requested capacity conflicts with the gate's stored one.

@@ -207,7 +207,11 @@ impl Gate {
     }
 
     /// Asks about a ticket: this is its heartbeat, and how a waiter picks up
-    /// a lease handed to it.
+    /// a lease handed to it. A ticket an admin took out of the line
+    /// ([`remove_waiter`](Self::remove_waiter)) within the last hour is
+    /// [`ErrorKind::Removed`] ([`Error::is_removed`]), not
+    /// [`TicketStatus::Gone`]: its waiter should stop rather than queue
+    /// again.
     pub async fn status(&self, ticket: &str) -> Result<TicketStatus> {
         check_id(ticket)?;
         Ok(
@@ -219,6 +223,7 @@ impl Gate {
                 Poll::Granted(g) => TicketStatus::Granted(granted(ticket.to_owned(), g)),
                 Poll::Queued(p) => TicketStatus::Queued(p),
                 Poll::Unknown => TicketStatus::Gone,
+                Poll::Removed => return Err(removed()),
             },
         )
     }
@@ -414,9 +419,12 @@ impl Gate {
     /// An admin's removal of ticket `number` (as [`line`](Self::line)
     /// lists it) from the line, as if it had left: everyone behind it
     /// moves up, and if it was the head, whoever now fits is admitted in
-    /// the same step. Its owner's next status answers that the ticket is
-    /// unknown. `Left::Cancelled` if it was removed, `Left::Unknown` if no
-    /// ticket in line has that number.
+    /// the same step. The gate remembers the removal for an hour (at most
+    /// the latest 1,000 per gate): the ticket's next
+    /// [`status`](Self::status) is [`ErrorKind::Removed`], and a waiting
+    /// [`acquire`](Self::acquire) ends with that error rather than
+    /// queueing again. `Left::Cancelled` if it was removed,
+    /// `Left::Unknown` if no ticket in line has that number.
     pub async fn remove_waiter(&self, number: u64) -> Result<Left> {
         if number == 0 || number > 1 << 53 {
             return Err(Error::invalid("a ticket number is between 1 and 2^53"));
@@ -564,6 +572,12 @@ impl Gate {
                     return Ok(Some(self.lease(id, permits, g, sent, 0)));
                 }
                 Poll::Queued(_) => {}
+                Poll::Removed => {
+                    // Taken out by an admin: stop, told why (nothing to
+                    // leave).
+                    ticket.gate = None;
+                    return Err(removed());
+                }
                 Poll::Unknown => {
                     // Dropped from the line (this process stalled past its
                     // heartbeat, or the store lost its data): queue again.
@@ -712,6 +726,10 @@ fn granted(token: String, g: Grant) -> Granted {
 
 fn lost() -> Error {
     Error::new(ErrorKind::LeaseLost, "the lease had already ended")
+}
+
+fn removed() -> Error {
+    Error::new(ErrorKind::Removed, "an admin removed this ticket from the line")
 }
 
 /// A ticket in line, or a grant on its way (an enter or a pass whose answer

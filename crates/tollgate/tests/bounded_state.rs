@@ -279,11 +279,8 @@ async fn a_flood_of_names_is_dropped_once_idle() {
     );
 }
 
-/// On Redis every key of an idle gate expires: the meta hash lives the
-/// idle period past the last deadline, and is created anew (a new epoch)
-/// by the next write.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_key_of_an_idle_gate_expires_on_redis() {
+/// A redis-server and a store on it whose idle period is a second.
+async fn redis_idle_1s() -> (RedisServer, Store) {
     let server = RedisServer::start();
     let store = Store::connect(RedisConfig {
         idle: Duration::from_secs(1),
@@ -291,6 +288,15 @@ async fn every_key_of_an_idle_gate_expires_on_redis() {
     })
     .await
     .unwrap();
+    (server, store)
+}
+
+/// On Redis every key of an idle gate expires: the meta hash lives the
+/// idle period past the last deadline, and is created anew (a new epoch)
+/// by the next write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_of_an_idle_gate_expires_on_redis() {
+    let (server, store) = redis_idle_1s().await;
     let ttl = Duration::from_secs(3);
     let o = GateOptions {
         ttl,
@@ -338,4 +344,121 @@ async fn every_key_of_an_idle_gate_expires_on_redis() {
     g.enter(1, false).await.unwrap();
     let again = g.watch_state(0).await.unwrap().epoch;
     assert!(again.is_some() && again != epoch);
+}
+
+/// Every key of `server` with its PTTL (-1: none).
+fn keys_and_ttls(server: &RedisServer) -> Vec<(String, i64)> {
+    let ::redis::Value::Array(keys) = server.command(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    keys.iter()
+        .map(|k| {
+            let ::redis::Value::BulkString(k) = k else {
+                panic!("{k:?}")
+            };
+            let k = String::from_utf8_lossy(k).into_owned();
+            let ::redis::Value::Int(t) = server.command(&["PTTL", &k]) else {
+                panic!("PTTL")
+            };
+            (k, t)
+        })
+        .collect()
+}
+
+/// On Redis, watching queues (as `GET /v1/queues/{q}/events` does with a
+/// read token) writes no key that outlives the watch, whether the queue
+/// exists or not (issue 35: 2,000 streams left 1,987 meta hashes forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watching_queues_leaves_no_lasting_key_on_redis() {
+    let (server, store) = redis_idle_1s().await;
+    let feeds = join_all((0..200).map(|i| {
+        let store = store.clone();
+        async move {
+            let q = JobQueue::new(&store, &format!("ro-{i}")).unwrap();
+            q.events(None).await.unwrap()
+        }
+    }))
+    .await;
+    // The pollers mark the watched queues.
+    let start = std::time::Instant::now();
+    while keys_and_ttls(&server).len() < 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the watches were not marked"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(feeds);
+    for (key, ttl) in keys_and_ttls(&server) {
+        assert!(ttl > 0, "{key} has no expiry ({ttl})");
+    }
+    for i in 0..200 {
+        let q = JobQueue::new(&store, &format!("ro-{i}")).unwrap();
+        assert!(!q.exists().await.unwrap());
+    }
+}
+
+/// On Redis a queue that held jobs and was drained leaves no key once
+/// idle, as the embedded store drops it; a paused one is kept while
+/// paused; a watched one that gets a job lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_queue_leaves_no_key_on_redis() {
+    let (server, store) = redis_idle_1s().await;
+    for i in 0..50 {
+        let q = JobQueue::new(&store, &format!("drained-{i}")).unwrap();
+        q.push("x", &PushOptions::default()).await.unwrap();
+        q.push("y", &PushOptions::default()).await.unwrap();
+        let job = q.claim().await.unwrap().unwrap();
+        // An ack on its own, then a claim that finds the rest.
+        q.ack(&job.id, job.fence).await.unwrap();
+        let job = q.claim().await.unwrap().unwrap();
+        q.ack(&job.id, job.fence).await.unwrap();
+    }
+    // Through a sharded handle of one partition, as the server pushes:
+    // its layout of one does not keep the queue.
+    let sharded = ShardedJobQueue::new(&store, "sharded", 1).unwrap();
+    sharded.push("x", &PushOptions::default()).await.unwrap();
+    let job = sharded.claim().await.unwrap().unwrap();
+    sharded.ack(&job.id, job.fence).await.unwrap();
+    assert!(sharded.claim().await.unwrap().is_none());
+    let cancelled = JobQueue::new(&store, "cancelled").unwrap();
+    let id = cancelled.push("x", &PushOptions::default()).await.unwrap().id;
+    assert_eq!(
+        cancelled.cancel(&id).await.unwrap(),
+        tollgate::Cancelled::Cancelled
+    );
+    let paused = JobQueue::new(&store, "paused").unwrap();
+    paused.pause().await.unwrap();
+    let resumed = JobQueue::new(&store, "resumed").unwrap();
+    resumed.pause().await.unwrap();
+    resumed.resume().await.unwrap();
+    let kept = JobQueue::new(&store, "kept").unwrap();
+    kept.push("x", &PushOptions::default()).await.unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let left: Vec<String> = keys_and_ttls(&server).into_iter().map(|(k, _)| k).collect();
+        if left
+            .iter()
+            .all(|k| k.contains("{paused}") || k.contains("{kept}"))
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "keys left behind: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for (key, ttl) in keys_and_ttls(&server) {
+        assert_eq!(ttl, -1, "{key} of a queue that holds something must not expire");
+    }
+    assert!(paused.stats().await.unwrap().paused);
+    assert_eq!(kept.stats().await.unwrap().ready, 1);
+    assert!(
+        !JobQueue::new(&store, "drained-0")
+            .unwrap()
+            .exists()
+            .await
+            .unwrap()
+    );
 }

@@ -86,7 +86,7 @@ async fn line_lists_the_head_and_removal_shifts_positions(ts: TestStore) {
 
     // Removing the middle one moves the last one up.
     assert_eq!(g.remove_waiter(line[1].number).await.unwrap(), Left::Cancelled);
-    assert!(matches!(g.status(&b).await.unwrap(), TicketStatus::Gone));
+    assert!(g.status(&b).await.unwrap_err().is_removed());
     match g.status(&c).await.unwrap() {
         TicketStatus::Queued(p) => assert_eq!((p.position, p.waiting), (2, 2)),
         other => panic!("expected c queued, got {other:?}"),
@@ -109,12 +109,93 @@ async fn removing_the_head_admits_who_fits(ts: TestStore) {
     let small = ticket(g.enter(1, true).await.unwrap());
     let head = g.line(1).await.unwrap()[0].number;
     assert_eq!(g.remove_waiter(head).await.unwrap(), Left::Cancelled);
-    assert!(matches!(g.status(&big).await.unwrap(), TicketStatus::Gone));
+    assert!(g.status(&big).await.unwrap_err().is_removed());
     assert!(matches!(
         g.status(&small).await.unwrap(),
         TicketStatus::Granted(_)
     ));
     assert!(g.line(10).await.unwrap().is_empty());
+}
+
+/// A removed ticket's owner is told so (not "unknown", which a waiter
+/// answers by queueing again), for an hour; a ticket that left by itself
+/// stays plainly gone.
+async fn a_removed_ticket_is_told_it_was_removed(ts: TestStore) {
+    let g = gate(&ts, 1);
+    let _holder = g.try_acquire(1).await.unwrap().expect("free");
+    let removed = ticket(g.enter(1, true).await.unwrap());
+    let left = ticket(g.enter(1, true).await.unwrap());
+    let number = g.line(1).await.unwrap()[0].number;
+    assert_eq!(g.remove_waiter(number).await.unwrap(), Left::Cancelled);
+    assert_eq!(g.leave(&left).await.unwrap(), Left::Cancelled);
+    let e = g.status(&removed).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Removed);
+    assert!(e.is_removed() && !e.is_lease_lost(), "{e}");
+    // Asked again (a long-poll too): still removed, never back in line.
+    let e = g
+        .wait_status(&removed, Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(e.is_removed(), "{e}");
+    assert!(matches!(g.status(&left).await.unwrap(), TicketStatus::Gone));
+    assert!(g.line(10).await.unwrap().is_empty());
+    // The record expires: an hour later the ticket is only gone.
+    if ts.clock.is_some() {
+        ts.advance(Duration::from_secs(3600)).await;
+        assert!(matches!(g.status(&removed).await.unwrap(), TicketStatus::Gone));
+    }
+}
+
+/// A waiting acquire whose ticket an admin removes ends with
+/// `ErrorKind::Removed` and does not queue again.
+async fn a_removed_acquire_stops(ts: TestStore) {
+    let g = gate(&ts, 1);
+    let holder = g.try_acquire(1).await.unwrap().expect("free");
+    let waiter = tokio::spawn({
+        let g = g.clone();
+        async move { g.acquire(1, LONG).await }
+    });
+    let number = loop {
+        if let Some(w) = g.line(1).await.unwrap().first() {
+            break w.number;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(g.remove_waiter(number).await.unwrap(), Left::Cancelled);
+    let out = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the removed acquire ends within its recheck")
+        .unwrap();
+    match out {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Removed, "{e}"),
+        Ok(lease) => panic!("a removed waiter got {lease:?}"),
+    }
+    assert!(g.line(10).await.unwrap().is_empty(), "it queued again");
+    holder.release().await.unwrap();
+}
+
+/// The gate remembers the latest 1,000 removals (REMOVED_MAX): the oldest
+/// beyond that is only gone.
+async fn removals_are_remembered_up_to_a_bound(ts: TestStore) {
+    let g = gate(&ts, 1);
+    let _holder = g.try_acquire(1).await.unwrap().expect("free");
+    let mut tickets = Vec::new();
+    for _ in 0..1001 {
+        tickets.push(ticket(g.enter(1, true).await.unwrap()));
+    }
+    // The first removal a moment before the rest, so it is the oldest.
+    let head = g.line(1).await.unwrap()[0].number;
+    assert_eq!(g.remove_waiter(head).await.unwrap(), Left::Cancelled);
+    ts.advance(Duration::from_millis(2)).await;
+    for _ in 0..2 {
+        for w in g.line(1000).await.unwrap() {
+            assert_eq!(g.remove_waiter(w.number).await.unwrap(), Left::Cancelled);
+        }
+    }
+    assert!(matches!(g.status(&tickets[0]).await.unwrap(), TicketStatus::Gone));
+    for t in &tickets[1..] {
+        assert!(g.status(t).await.unwrap_err().is_removed());
+    }
 }
 
 async fn bad_handles_are_refused_or_unknown(ts: TestStore) {
@@ -250,4 +331,7 @@ on_both_stores!(manual_clock:
     line_lists_the_head_and_removal_shifts_positions,
     removing_the_head_admits_who_fits,
     bad_handles_are_refused_or_unknown,
+    a_removed_ticket_is_told_it_was_removed,
+    a_removed_acquire_stops,
+    removals_are_remembered_up_to_a_bound,
 );

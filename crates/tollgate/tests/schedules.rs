@@ -626,3 +626,110 @@ mod dst {
         assert!(every(&t["berlin-hourly"], 60 * MIN));
     }
 }
+
+/// The index of queues with schedules on Redis (issue 35): firing costs in
+/// proportion to the schedules that exist, not to every queue that ever
+/// had one.
+mod index {
+    use super::*;
+    use futures_util::StreamExt;
+    use support::RedisServer;
+
+    fn daily(queue: &str) -> ScheduleSpec {
+        ScheduleSpec::new(When::parse("0 3 * * *").expect("when"), queue)
+    }
+
+    fn text(v: &::redis::Value) -> String {
+        match v {
+            ::redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            ::redis::Value::VerbatimString { text, .. } => text.clone(),
+            other => panic!("not text: {other:?}"),
+        }
+    }
+
+    /// Commands Redis processed per second over `window`, the INFO calls
+    /// that measure it left out.
+    async fn commands_per_second(server: &RedisServer, window: Duration) -> f64 {
+        let total = |server: &RedisServer| -> u64 {
+            let info = text(&server.command(&["INFO", "stats"]));
+            info.lines()
+                .find_map(|l| l.strip_prefix("total_commands_processed:"))
+                .and_then(|n| n.trim().parse().ok())
+                .expect("total_commands_processed")
+        };
+        let first = total(server);
+        tokio::time::sleep(window).await;
+        (total(server) - first).saturating_sub(1) as f64 / window.as_secs_f64()
+    }
+
+    fn listed(server: &RedisServer) -> usize {
+        match server.command(&["SCARD", "tollgate:schedules:{index}:q"]) {
+            ::redis::Value::Int(n) => n as usize,
+            other => panic!("SCARD answered {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn deleted_schedules_leave_idle_firing_as_cheap_as_before() {
+        let ts = TestStore::redis().await;
+        let server = ts.server.as_ref().expect("redis");
+        let s = Schedules::new(&ts.store);
+        for i in 0..3 {
+            s.upsert(&format!("stay-{i}"), &daily(&format!("stay-{i}")))
+                .await
+                .expect("create");
+        }
+        let firing = tokio::spawn({
+            let s = s.clone();
+            async move { s.fire_forever(|_| {}).await }
+        });
+        let window = Duration::from_secs(2);
+        let before = commands_per_second(server, window).await;
+        // Each on a queue of its own: every queue it names gets listed.
+        futures_util::stream::iter(0..10_000)
+            .for_each_concurrent(64, |i| {
+                let s = s.clone();
+                async move {
+                    let name = format!("gone-{i}");
+                    s.upsert(&name, &daily(&name)).await.expect("create");
+                    assert!(s.delete(&name).await.expect("delete"));
+                }
+            })
+            .await;
+        assert_eq!(listed(server), 3, "only the queues with schedules are listed");
+        let after = commands_per_second(server, window).await;
+        firing.abort();
+        assert!(
+            after <= before * 1.5 + 20.0,
+            "idle firing went from {before:.0} to {after:.0} commands/s"
+        );
+        assert_eq!(s.list().await.expect("list").len(), 3);
+    }
+
+    /// An index written before the counts: its stale queues are dropped by
+    /// firing when it finds them empty, and a queue that still has
+    /// schedules keeps its place when one of them goes.
+    #[tokio::test]
+    async fn an_index_from_before_the_counts_is_mended() {
+        let ts = TestStore::redis().await;
+        let server = ts.server.as_ref().expect("redis");
+        let s = Schedules::new(&ts.store);
+        for name in ["a", "b"] {
+            s.upsert(name, &daily("both")).await.expect("create");
+        }
+        // As the old index left it: no counts, and queues listed whose
+        // schedules are long gone.
+        server.command(&["DEL", "tollgate:schedules:{index}:c"]);
+        for i in 0..500 {
+            server.command(&["SADD", "tollgate:schedules:{index}:q", &format!("stale-{i}")]);
+        }
+        assert_eq!(listed(server), 501);
+        // Counted afresh: "both" keeps its place while "b" is there.
+        assert!(s.delete("a").await.expect("delete"));
+        s.fire_due().await.expect("fire");
+        assert_eq!(listed(server), 1, "firing drops the queues it finds empty");
+        assert_eq!(s.list().await.expect("list").len(), 1);
+        assert!(s.delete("b").await.expect("delete"));
+        assert_eq!(listed(server), 0);
+    }
+}

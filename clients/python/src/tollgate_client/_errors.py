@@ -33,6 +33,11 @@ class TollgateError(Exception):
     def is_not_found(self) -> bool:
         return self.status == 404
 
+    def is_removed(self) -> bool:
+        """An admin took the ticket out of the line (410 ``ticket_removed``):
+        stop waiting rather than queue again."""
+        return self.code == "ticket_removed"
+
     def is_conflict(self) -> bool:
         return self.status == 409
 

@@ -207,6 +207,8 @@ class TicketEvents:
             raise TollgateError("ticket_not_found", "the ticket left the line (cancelled, or its heartbeat lapsed)", 404)
         if event == "error":
             code = str(d.get("code", "unavailable"))
+            if code == "ticket_removed":
+                raise TollgateError(code, "an admin removed the ticket from the line", 410)
             raise TollgateError(code, f"the server could not look at the ticket ({code})")
         return None
 

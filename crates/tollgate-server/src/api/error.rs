@@ -50,6 +50,8 @@ impl ApiError {
             ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             ErrorKind::NotReplicated => (StatusCode::SERVICE_UNAVAILABLE, "not_replicated"),
             ErrorKind::PartitionConflict => (StatusCode::CONFLICT, "partition_conflict"),
+            // Not 404: the waiter must stop rather than queue again.
+            ErrorKind::Removed => (StatusCode::GONE, "ticket_removed"),
             // The server's set-up, not the caller's request.
             ErrorKind::Misconfigured => (StatusCode::INTERNAL_SERVER_ERROR, "store_misconfigured"),
             _ => (StatusCode::BAD_GATEWAY, "store_error"),

@@ -251,9 +251,13 @@ async fn ticket_status(
         .tickets
         .waiting(&name, &t.id, wait + Duration::from_millis(t.heartbeat_ms));
     let status = tokio::select! {
-        status = g.wait_status(&t.id, wait) => status?,
-        () = stopped(state.stopping.clone()) => g.status(&t.id).await?,
+        status = g.wait_status(&t.id, wait) => status,
+        () = stopped(state.stopping.clone()) => g.status(&t.id).await,
     };
+    if status.as_ref().is_err_and(tollgate::Error::is_removed) {
+        state.tickets.done(&name, &t.id);
+    }
+    let status = status?;
     match &status {
         TicketStatus::Queued(_) => state
             .tickets
@@ -277,8 +281,9 @@ async fn ticket_status(
 
 /// Server-Sent Events for one ticket: `position` whenever its place in line
 /// changes (looked at least every second, which is also the ticket's
-/// heartbeat), then one `granted` (the moment it is granted) or `gone`, and
-/// the stream ends. A client that disconnects stops the heartbeat, so its
+/// heartbeat), then one `granted` (the moment it is granted) or `gone`, or
+/// an `error` (`{"code": "ticket_removed"}`: an admin took it out of the
+/// line), and the stream ends. A client that disconnects stops the heartbeat, so its
 /// ticket leaves the line after its grace.
 async fn ticket_events(
     State(state): State<AppState>,
@@ -286,8 +291,12 @@ async fn ticket_events(
 ) -> Result<Sse<impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>>, ApiError> {
     let t = HttpTicket::decode(&ticket)?;
     let g = gate(&state, &name, None, t.ttl_ms, t.heartbeat_ms)?;
-    // Fail fast (404, 503) before the stream starts.
-    let first = g.status(&t.id).await?;
+    // Fail fast (404, 410, 503) before the stream starts.
+    let first = g.status(&t.id).await;
+    if first.as_ref().is_err_and(tollgate::Error::is_removed) {
+        state.tickets.done(&name, &t.id);
+    }
+    let first = first?;
     if first == TicketStatus::Gone {
         state.tickets.done(&name, &t.id);
         return Err(ticket_gone());
@@ -323,6 +332,9 @@ async fn ticket_events(
                         s = look => match s {
                             Ok(s) => s,
                             Err(e) => {
+                                if e.is_removed() {
+                                    w.tickets.done(&w.name, &w.id);
+                                }
                                 let event = Event::default().event("error").data(json!({"code": ApiError::from(e).code}).to_string());
                                 return Some((Ok(event), None));
                             }

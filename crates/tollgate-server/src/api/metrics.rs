@@ -25,7 +25,7 @@ use axum::routing::get;
 use tollgate::{Gate, GateOptions};
 
 use super::error::ApiError;
-use super::{AppState, tracked};
+use super::{AppState, tracked, untrack};
 
 /// The /metrics route.
 pub(crate) fn routes() -> Router<AppState> {
@@ -196,6 +196,11 @@ pub(crate) async fn scrape_gate(state: &AppState, name: &str) -> bool {
             gauge("tollgate_gate_waiting", s.waiting as f64);
             metrics::counter!("tollgate_gate_grants_total", "gate" => name.to_owned()).absolute(s.grants);
             metrics::counter!("tollgate_gate_expiries_total", "gate" => name.to_owned()).absolute(s.expiries);
+            // No state at all: the store forgot the gate (idle), its place
+            // goes to the next name.
+            if s == tollgate::GateStats::default() {
+                untrack(&state.gates, name);
+            }
             true
         }
         Err(e) => {
@@ -260,17 +265,24 @@ pub(crate) async fn scrape_queue(state: &AppState, name: &str) -> bool {
                 .set(v.as_secs_f64());
         }
     }
+    // A queue the store forgot (drained and idle) frees its place.
+    if s.ready + s.delayed + s.in_flight + s.dead == 0 && !q.exists().await.unwrap_or(true) {
+        untrack(&state.queues, &name);
+    }
 
     true
 }
 
 /// One tracked schedule's gauges for /metrics, read from the store at
 /// scrape time: whether they were read. A deleted schedule keeps its last
-/// values.
+/// values, and its place goes to the next name.
 pub(crate) async fn scrape_schedule(state: &AppState, name: &str) -> bool {
     let info = match tollgate::Schedules::new(&state.store).get(name).await {
         Ok(Some(info)) => info,
-        Ok(None) => return true,
+        Ok(None) => {
+            untrack(&state.schedules, name);
+            return true;
+        }
         Err(e) => {
             // Counted by the conversion.
             let _ = ApiError::from(e);

@@ -263,6 +263,15 @@ pub(crate) fn track(set: &Tracked, name: &str) -> bool {
     names.contains(name)
 }
 
+/// Frees `name`'s place among the per-name series: it is gone from the
+/// store (a deleted schedule, a gate or queue the store forgot), so that
+/// a new name can have its series. It is tracked again if it comes back.
+pub(crate) fn untrack(set: &Tracked, name: &str) {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(name);
+}
+
 /// The API's OpenAPI 3 document, kept in docs/openapi.json.
 const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
 

@@ -325,6 +325,7 @@ async fn remove(
     Path(name): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
     if Schedules::new(&state.store).delete(&name).await? {
+        super::untrack(&state.schedules, &name);
         Ok(axum::Json(json!({"deleted": true})))
     } else {
         Err(not_found(&name))

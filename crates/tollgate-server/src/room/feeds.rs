@@ -24,7 +24,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use tokio::sync::watch;
 use tollgate::{Gate, TicketStatus};
 
-use super::{Room, Shown, bounded};
+use super::{Room, Shown, ticket_status};
 use crate::api::events::Slot;
 
 /// Event streams one ticket may have open on one server: a visitor with a
@@ -145,7 +145,7 @@ async fn read(gate: Gate, ticket: String, timeout: Duration, tx: watch::Sender<L
             LOOK
         };
         let status = tokio::select! {
-            status = bounded(timeout + wait, gate.wait_status(&ticket, wait)) => status,
+            status = ticket_status(timeout + wait, gate.wait_status(&ticket, wait)) => status,
             () = tx.closed() => return,
         };
         let look = match status {

@@ -795,6 +795,19 @@ async fn bounded<T>(
     }
 }
 
+/// A ticket's status, [`bounded`]. A ticket an admin took out of the
+/// line is gone for a room like any ticket that left it: its visitor
+/// arrives anew.
+async fn ticket_status(
+    timeout: Duration,
+    f: impl std::future::Future<Output = tollgate::Result<tollgate::TicketStatus>>,
+) -> tollgate::Result<tollgate::TicketStatus> {
+    match bounded(timeout, f).await {
+        Err(e) if e.is_removed() => Ok(tollgate::TicketStatus::Gone),
+        other => other,
+    }
+}
+
 fn is_store_error(e: &tollgate::Error) -> bool {
     matches!(
         e.kind(),

@@ -382,7 +382,7 @@ impl Room {
             self.metrics.status_limited.increment(1);
             return self.slow_down(req.headers(), d.retry_after, KEPT);
         }
-        match bounded(self.store_timeout, self.gate.status(&ticket)).await {
+        match ticket_status(self.store_timeout, self.gate.status(&ticket)).await {
             // A session ended here whose end the store has not confirmed
             // yet is still ended.
             Ok(TicketStatus::Granted(g)) if self.view.is_revoked(&g.token) => {
@@ -558,7 +558,7 @@ impl Room {
                 if let Some(refused) = self.asks_too_often(&req, &ticket).await {
                     return refused;
                 }
-                match bounded(self.store_timeout, self.gate.status(&ticket)).await {
+                match ticket_status(self.store_timeout, self.gate.status(&ticket)).await {
                     Ok(TicketStatus::Queued(place)) => {
                         let mut r = json_response(StatusCode::OK, Shown::of(&place).json());
                         r.headers_mut()
@@ -597,7 +597,7 @@ impl Room {
                 if self.view.is_revoked(&token) {
                     return json_response(StatusCode::OK, json!({"status": "ended"}));
                 }
-                match bounded(self.store_timeout, self.gate.status(&token)).await {
+                match ticket_status(self.store_timeout, self.gate.status(&token)).await {
                     Ok(TicketStatus::Granted(_)) => {
                         json_response(StatusCode::OK, json!({"status": "active"}))
                     }

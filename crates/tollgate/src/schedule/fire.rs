@@ -168,6 +168,12 @@ impl Schedules {
             // make this shorter.
             for _ in 0..20 {
                 let due = self.store.schedule_due(&queue, DUE_BATCH).await?;
+                if due.none {
+                    // Listed without a schedule: an index from before it
+                    // counted names per queue. Mended here, once.
+                    self.store.schedule_index_prune(&queue).await?;
+                    break;
+                }
                 if due.schedules.is_empty() {
                     if let Some(Next::At(t)) = due.soonest {
                         let ahead = t.saturating_sub(due.now_ms + LOOKAHEAD_MS);

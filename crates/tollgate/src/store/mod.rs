@@ -569,11 +569,21 @@ impl Store {
         }
     }
 
-    /// The queues that have (or had) schedules.
+    /// The queues that have schedules.
     pub(crate) async fn schedule_queues(&self) -> Result<Vec<String>> {
         match &self.backend {
             Backend::Memory(s) => Ok(s.schedule_queues()),
             Backend::Redis(s) => Box::pin(s.schedule_queues()).await,
+        }
+    }
+
+    /// Takes `q`, found to hold no schedule, off the list of queues with
+    /// schedules if no name points to it (a Redis index from before it
+    /// counted them; the embedded store's never lists such a queue).
+    pub(crate) async fn schedule_index_prune(&self, q: &Name) -> Result<bool> {
+        match &self.backend {
+            Backend::Memory(_) => Ok(false),
+            Backend::Redis(s) => Box::pin(s.schedule_index_prune(q)).await,
         }
     }
 

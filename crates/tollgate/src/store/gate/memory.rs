@@ -14,7 +14,7 @@ use crate::store::memory::{MemoryStore, Shelved};
 use super::line::Line;
 use super::{
     Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Pass, Place, Poll,
-    Waiting, capacity_conflict, handle_of, no_capacity, permits_exceed,
+    REMOVED_KEEP_MS, REMOVED_MAX, Waiting, capacity_conflict, handle_of, no_capacity, permits_exceed,
 };
 
 #[derive(Debug, Default)]
@@ -67,6 +67,11 @@ pub(in crate::store) struct GateState {
     /// The longest keep (ms) of the log's entries: nothing younger is
     /// pruned, nothing older is read.
     pub(super) revoke_keep_ms: u64,
+    /// Tickets an admin took out of the line (`remove_waiter`): id -> when
+    /// (ms), and the same in time order, for pruning (as Redis's sorted
+    /// set x). Kept `REMOVED_KEEP_MS`, at most `REMOVED_MAX` of them.
+    pub(super) removed: HashMap<String, u64>,
+    pub(super) removed_at: BTreeSet<(u64, String)>,
 }
 
 /// At most this many aged entries of the revocation log are pruned per
@@ -118,10 +123,12 @@ impl Shelved for GateState {
             && self.holders.is_empty()
             && self.tickets.is_empty()
             && self.revoked.is_empty()
+            && self.removed.is_empty()
     }
 
-    /// The last lease end, ticket deadline, revocation kept or admission
-    /// slot: once all have passed, nothing the gate holds is of use.
+    /// The last lease end, ticket deadline, revocation or removal kept, or
+    /// admission slot: once all have passed, nothing the gate holds is of
+    /// use.
     fn busy_until(&self) -> Option<u64> {
         let lease = self.holder_expiry.last().map_or(0, |(at, _)| *at);
         let ticket = self.ticket_deadline.last().map_or(0, |(at, _)| *at);
@@ -129,7 +136,8 @@ impl Shelved for GateState {
             .revoked
             .last_key_value()
             .map_or(0, |(score, _)| score / 1024 + self.revoke_keep_ms);
-        Some(lease.max(ticket).max(revoked).max(self.admit_at))
+        let removed = self.removed_at.last().map_or(0, |(at, _)| at + REMOVED_KEEP_MS);
+        Some(lease.max(ticket).max(revoked).max(removed).max(self.admit_at))
     }
 
     fn fence(&self) -> u64 {
@@ -377,6 +385,36 @@ impl GateState {
         Some(t)
     }
 
+    /// Remembers that an admin took ticket `id` out of the line now (as
+    /// admin.lua's removal): aged records go first, then the oldest past
+    /// `REMOVED_MAX`.
+    pub(super) fn note_removed(&mut self, id: &str, now: u64) {
+        while let Some((at, _)) = self.removed_at.first()
+            && at + REMOVED_KEEP_MS <= now
+        {
+            self.forget_first_removed();
+        }
+        if let Some(at) = self.removed.insert(id.to_owned(), now) {
+            self.removed_at.remove(&(at, id.to_owned()));
+        }
+        self.removed_at.insert((now, id.to_owned()));
+        while self.removed_at.len() > REMOVED_MAX {
+            self.forget_first_removed();
+        }
+    }
+
+    fn forget_first_removed(&mut self) {
+        if let Some((_, id)) = self.removed_at.pop_first() {
+            self.removed.remove(&id);
+        }
+    }
+
+    /// Whether an admin took ticket `id` out of the line within the last
+    /// `REMOVED_KEEP_MS` (as poll.lua's look at x).
+    pub(super) fn was_removed(&self, id: &str, now: u64) -> bool {
+        self.removed.get(id).is_some_and(|at| at + REMOVED_KEEP_MS > now)
+    }
+
     /// Drops every ticket in line, holders untouched, and notes when
     /// (as admin.lua's reset); returns how many were dropped.
     pub(super) fn clear_line(&mut self, now: u64) -> u64 {
@@ -535,7 +573,12 @@ impl MemoryStore {
                 return Ok(Poll::Granted(Grant { fence, ttl_ms }));
             }
             let Some(t) = s.tickets.get_mut(id) else {
-                return Ok(Poll::Unknown);
+                // Only an unknown ticket looks further.
+                return Ok(if s.was_removed(id, now) {
+                    Poll::Removed
+                } else {
+                    Poll::Unknown
+                });
             };
             let (slot, old) = (t.slot, t.deadline);
             t.deadline = now + hb_ms;
@@ -615,7 +658,7 @@ impl MemoryStore {
     }
 
     /// Takes ticket number `number` out of the line: the same step as the
-    /// ticket leaving.
+    /// ticket leaving, remembered so that its waiter learns it was removed.
     pub(crate) fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
         self.with_gate(gate, |s, now, handed| {
             let id = s
@@ -624,7 +667,10 @@ impl MemoryStore {
                 .find(|(_, t)| t.number == number)
                 .map(|(id, _)| id.clone());
             Ok(match id {
-                Some(id) => s.leave(&id, None, now, handed),
+                Some(id) => {
+                    s.note_removed(&id, now);
+                    s.leave(&id, None, now, handed)
+                }
                 None => Left::Unknown,
             })
         })

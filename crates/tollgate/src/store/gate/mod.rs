@@ -188,7 +188,22 @@ pub(crate) enum Poll {
     /// Neither holding nor waiting: dropped for missing heartbeats, cancelled,
     /// or expired.
     Unknown,
+    /// Taken out of the line by an admin (`Gate::remove_waiter`) within
+    /// the last [`REMOVED_KEEP_MS`].
+    Removed,
 }
+
+/// How long a gate remembers a ticket an admin removed from its line
+/// (`Gate::remove_waiter`), so that its waiter's next poll learns it was
+/// removed rather than that its ticket is unknown (and queues again): an
+/// hour, far past any waiter's next poll. As `REMOVED_KEEP` in
+/// lua/prelude.lua.
+pub(crate) const REMOVED_KEEP_MS: u64 = 60 * 60 * 1000;
+
+/// At most this many removed tickets are remembered per gate, the latest
+/// ones (as `REMOVED_MAX` in lua/prelude.lua): the record stays bounded
+/// whatever an admin does.
+pub(crate) const REMOVED_MAX: usize = 1000;
 
 /// What [`Gate::leave`](crate::Gate::leave) (or `end`) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

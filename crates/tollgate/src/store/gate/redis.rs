@@ -146,6 +146,7 @@ impl RedisStore {
             [1, fence, ttl] => Ok(Poll::Granted(grant(*fence, *ttl))),
             [2, position, waiting, eta] => Ok(Poll::Queued(place(*position, *waiting, *eta))),
             [0] => Ok(Poll::Unknown),
+            [3] => Ok(Poll::Removed),
             other => Err(unexpected("poll", other)),
         }
     }

@@ -13,12 +13,13 @@ if op == 'push' then
   --        {3, run_at} replaced; {4, 0} in flight, dead or kept as
   --        completed: not replaced
   -- A partition of a layout that was repartitioned away takes no job.
-  local mv = redis.call('HMGET', KM, 'retired', 'v')
+  local mv = redis.call('HMGET', KM, 'retired', 'v', 'G')
   watch_until = tonumber(mv[2]) or 0
   if mv[1] then
     return redis.error_reply('RETIRED this queue belongs to a partition layout that was replaced; ' ..
       'use the partition count in force')
   end
+  revive(mv[3] ~= false)
   local k = tonumber(ARGV[4])
   -- s counts pushes and replacements (pushed = s - replaced); a kept
   -- duplicate leaves a gap in it, which is harmless.
@@ -208,6 +209,8 @@ if op == 'claim' then
   table.insert(out, 1, #out)
   local r = {0, -1, now}
   if max > 0 then r = claim(tonumber(ARGV[4]), max, mv) end
+  -- Nothing claimed and nothing delayed or in flight: maybe nothing left.
+  if r[1] == 0 and r[2] == -1 then settle() end
   for _, x in ipairs(r) do out[#out + 1] = x end
   return out
 end
@@ -260,12 +263,14 @@ if op == 'cancel' then
   if redis.call('ZREM', KR, id) + redis.call('ZREM', KW, id) > 0 then
     forget(id)
     emit('cancelled', id)
+    settle()
     return {1}
   end
   if redis.call('ZSCORE', KF, id) then return {2} end
   if redis.call('ZREM', KX, id) + redis.call('ZREM', KC, id) > 0 then
     forget(id)
     emit('cancelled', id)
+    settle()
     return {3}
   end
   return {0}
@@ -417,6 +422,7 @@ if op == 'purge' then
       n = n + 1
     end
   end
+  if n > 0 then settle() end
   return {n}
 end
 
@@ -441,6 +447,7 @@ if op == 'layout' then
   end
   if ARGV[6] == '1' and (current == ARGV[5] or current == '' or (stored == '' and current == ARGV[4])) then
     redis.call('HSET', KM, 'partitions', ARGV[4])
+    revive()
     -- Partitioned, this queue itself takes no jobs (a plain producer's
     -- push would be stranded); with one partition it is the queue.
     if ARGV[4] == '1' then
@@ -462,10 +469,12 @@ if op == 'retire' then
   local ready, delayed, running, dead = counts()
   if ARGV[4] == '0' then
     redis.call('HDEL', KM, 'retired')
+    settle()
   elseif ready + delayed + running + dead > 0 then
     return {0, ready, delayed, running, dead}
   else
     redis.call('HSET', KM, 'retired', '1')
+    revive()
   end
   return {1, ready, delayed, running, dead}
 end
@@ -474,8 +483,10 @@ if op == 'exists' then
   -- Whether anything was ever written to the queue: every push counts in
   -- KM, and nothing deletes it (memory.rs: `job_exists`, `is_blank`).
   -- Reply: 1 or 0.
-  -- A watcher's field v alone is not a write to the queue.
-  if redis.call('HLEN', KM) - redis.call('HEXISTS', KM, 'v') > 0 then return 1 end
+  -- A watcher's field v alone is not a write to the queue (nor is the
+  -- expiry G a watch of a queue without state gives it).
+  local marks = redis.call('HEXISTS', KM, 'v') + redis.call('HEXISTS', KM, 'G')
+  if redis.call('HLEN', KM) - marks > 0 then return 1 end
   return 0
 end
 
@@ -487,11 +498,13 @@ if op == 'pause' then
   if ARGV[4] == '1' then
     if paused then return 0 end
     redis.call('HSET', KM, 'paused', '1')
+    revive()
     emit('paused', '')
     return 1
   end
   if not paused then return 0 end
   redis.call('HDEL', KM, 'paused')
+  settle()
   emit('resumed', '')
   wake(math.max(redis.call('ZCARD', KR), 1))
   return 1
@@ -528,9 +541,19 @@ if op == 'events' then
     -- A mark that ran out left steps unrecorded: the stream starts anew,
     -- so a resume from before the lapse finds its id gone (a gap) rather
     -- than the older events with nothing after them.
-    if (tonumber(redis.call('HGET', KM, 'v')) or 0) < now then redis.call('DEL', KV) end
+    local mark = redis.call('HMGET', KM, 'v', 'G')
+    if (tonumber(mark[1]) or 0) < now then redis.call('DEL', KV) end
+    -- A watch is no write to the queue: on a queue without state (m
+    -- holding no more than a mark) or one set to expire, m lives only
+    -- as long as the watch needs it, so watching leaves no key behind.
+    local bare = redis.call('HLEN', KM) == (mark[1] and 1 or 0)
     redis.call('HSET', KM, 'v', now + ms)
     redis.call('PEXPIRE', KV, ms + 60000)
+    local ends = now + ms + 60000
+    if (bare or mark[2]) and (tonumber(mark[2]) or 0) < ends then
+      redis.call('HSET', KM, 'G', ends)
+      redis.call('PEXPIREAT', KM, ends)
+    end
   end
   local first = redis.call('XRANGE', KV, '-', '+', 'COUNT', 1)
   local first_id = first[1] and first[1][1] or ''

@@ -85,13 +85,17 @@ impl Shelved for Queue {
 
     /// A queue is dropped only when it holds nothing at all (no job of any
     /// kind, dead or kept as completed) and carries no partition layout
-    /// and no retired flag. Those two must outlive any idle period: a
-    /// layout K > 1 forgotten would let a handle with another K store its
-    /// own, and producers and consumers would then disagree on where jobs
-    /// go (pushes landing where no consumer looks); a retired partition
-    /// forgotten would take pushes again that nobody claims. They are a
-    /// few bytes per queue name, written only by `repartition` and a
-    /// sharded handle's first write, never by a read.
+    /// of more than one partition and no retired flag. Those two must
+    /// outlive any idle period: a layout K > 1 forgotten would let a
+    /// handle with another K store its own, and producers and consumers
+    /// would then disagree on where jobs go (pushes landing where no
+    /// consumer looks); a retired partition forgotten would take pushes
+    /// again that nobody claims. They are a few bytes per queue name,
+    /// written only by `repartition` and a sharded handle's first write,
+    /// never by a read. A layout of one is the plain queue's, which every
+    /// sharded handle's first write stores: forgotten, the next write
+    /// stores it again, and a handle naming more partitions is refused or
+    /// retires the queue, loudly either way (as queue.lua's `settle`).
     fn busy_until(&self) -> Option<u64> {
         let empty = self.jobs.is_empty()
             && self.ready.is_empty()
@@ -100,7 +104,10 @@ impl Shelved for Queue {
             && self.dead.is_empty()
             && self.done.is_empty();
         // A paused queue is kept too: dropped, it would come back running.
-        let kept = self.partitions.is_some() || self.retired || self.paused || !self.schedules.is_empty();
+        let kept = self.partitions.is_some_and(|k| k > 1)
+            || self.retired
+            || self.paused
+            || !self.schedules.is_empty();
         (empty && !kept).then_some(0)
     }
 

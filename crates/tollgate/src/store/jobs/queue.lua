@@ -11,7 +11,9 @@
 --                    f - b; see claim in jobs.lua),
 --                    counters: replaced (pushes that created no job),
 --                    acked, retried, dead, redelivered; paused (1 while
---                    the queue is paused: claims get nothing)
+--                    the queue is paused: claims get nothing); G when m
+--                    expires (absent: it lives on): set by settle() once
+--                    the queue holds nothing, removed by revive()
 --   KEYS[2] d  the base name of the record buckets: d:<0..4095>, HASHes
 --              (small, so Redis keeps them as compact listpacks), each
 --              holding the records of the ids that hash to it:
@@ -38,6 +40,12 @@
 --              a watcher asked for them; each watcher's `events` call
 --              moves it on. Capped at about EVENTS_KEPT entries.
 -- A job is in exactly one of r, w, f, x, and in d while it exists.
+-- An idle queue leaves no key (as the memory store's idle sweep drops
+-- it): m and t expire IDLE after the queue was last found holding
+-- nothing (no job of any kind, no schedule) while not paused, retired or
+-- partitioned; the other keys empty with their last job, v expires with
+-- its watch. Whatever puts a job (or a pause, a layout) in the queue
+-- makes them live on again.
 -- Pushes that make a job ready publish "!<wake key>" on the queue's channel
 -- (ARGV[2]) so a sleeping consumer claims it at once.
 local KM, KD, KR, KW, KF, KL, KN, KX, KT, KC = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
@@ -77,6 +85,46 @@ local function emit(kind, id, ...)
     redis.call('PEXPIRE', KV, watch_until - now + 60000)
   end
 end
+-- How long m outlives the queue's last job (ms): the store's idle period.
+-- The Redis store writes its configured value here (RedisConfig::idle)
+-- before loading the scripts.
+local IDLE = 600000
+
+-- m and t live on: the queue holds (or is about to hold) something kept.
+-- `expiring`: m's field G as already read (nil: read it here).
+local function revive(expiring)
+  if expiring == nil then expiring = redis.call('HEXISTS', KM, 'G') == 1 end
+  if expiring then
+    redis.call('HDEL', KM, 'G')
+    redis.call('PERSIST', KM)
+    redis.call('PERSIST', KT)
+  end
+end
+
+-- Called where the queue may have come to hold nothing: if it holds no
+-- job of any kind and no schedule, and is neither paused, retired nor
+-- partitioned (more than one partition), m and t expire IDLE from now (or from the end of a watch),
+-- moved on at most once per IDLE / 4 (memory.rs: `busy_until`). A queue
+-- without state (no m) gets none.
+local function settle()
+  for _, k in ipairs({KF, KR, KW, KX, KC}) do
+    if redis.call('ZCARD', k) > 0 then return end
+  end
+  local f = redis.call('HMGET', KM, 'paused', 'retired', 'partitions', 'G', 'v')
+  -- (A layout of one partition is the plain queue's: forgotten, the next
+  -- handle stores it again, and one naming more is refused or retires
+  -- this queue, loudly either way.)
+  if f[1] or f[2] or (f[3] and f[3] ~= '1') then return end
+  if redis.call('EXISTS', string.sub(KM, 1, -2) .. 'S') == 1 then return end
+  if not f[4] and redis.call('EXISTS', KM) == 0 then return end
+  if now == 0 then now = time_ms() end
+  local ends = math.max(now, tonumber(f[5]) or 0) + IDLE
+  if (tonumber(f[4]) or 0) >= ends - IDLE / 4 then return end
+  redis.call('HSET', KM, 'G', ends)
+  redis.call('PEXPIREAT', KM, ends)
+  redis.call('PEXPIREAT', KT, ends)
+end
+
 local BATCH, LATENESS_KEPT, DEAD_KEPT, BUCKETS = 100, 200, 10000, 4096
 -- Upper bounds (ms) of the lateness histogram's buckets; one more bucket
 -- counts what is later than the last. Same as LATENESS_BOUNDS_MS in Rust.

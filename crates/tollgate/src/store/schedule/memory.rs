@@ -3,7 +3,7 @@
 //! fire is one critical section over the queue, as it is one script on
 //! Redis.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::PoisonError;
 
 use crate::name::Name;
@@ -188,6 +188,7 @@ impl Queue {
         Due {
             now_ms: now,
             soonest: s.by_next.first().map(|(next, _)| Next::decode(*next)),
+            none: s.records.is_empty(),
             schedules: s
                 .by_next
                 .iter()
@@ -311,12 +312,25 @@ impl Queue {
     }
 }
 
-/// Which queue each schedule lives with, and the queues that have (had)
-/// schedules (index.lua).
+/// Which queue each schedule lives with, and the queues that have
+/// schedules, with how many names point to each (index.lua): a queue is
+/// listed while one does.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
     names: HashMap<String, String>,
-    queues: BTreeSet<String>,
+    queues: BTreeMap<String, usize>,
+}
+
+impl Index {
+    /// One name fewer points to `queue`: the last unlists it.
+    fn unlisted(&mut self, queue: &str) {
+        if let Some(n) = self.queues.get_mut(queue) {
+            *n -= 1;
+            if *n == 0 {
+                self.queues.remove(queue);
+            }
+        }
+    }
 }
 
 /// The schedule operations of the embedded store.
@@ -327,8 +341,14 @@ impl MemoryStore {
 
     pub(crate) fn schedule_index_set(&self, name: &str, queue: &Name) -> Option<String> {
         let mut index = self.index();
-        index.queues.insert(queue.as_str().to_owned());
-        index.names.insert(name.to_owned(), queue.as_str().to_owned())
+        let old = index.names.insert(name.to_owned(), queue.as_str().to_owned());
+        if old.as_deref() != Some(queue.as_str()) {
+            *index.queues.entry(queue.as_str().to_owned()).or_default() += 1;
+            if let Some(old) = &old {
+                index.unlisted(old);
+            }
+        }
+        old
     }
 
     pub(crate) fn schedule_index_get(&self, name: &str) -> Option<String> {
@@ -339,13 +359,14 @@ impl MemoryStore {
         let mut index = self.index();
         if index.names.get(name).is_some_and(|q| q == queue.as_str()) {
             index.names.remove(name);
+            index.unlisted(queue.as_str());
             return true;
         }
         false
     }
 
     pub(crate) fn schedule_queues(&self) -> Vec<String> {
-        self.index().queues.iter().cloned().collect()
+        self.index().queues.keys().cloned().collect()
     }
 
     pub(crate) fn schedule_put(&self, q: &Name, put: &Put<'_>) -> PutOutcome {

@@ -120,6 +120,8 @@ pub(crate) struct Due {
     pub(crate) now_ms: u64,
     /// The lowest next tick of any running schedule of the queue.
     pub(crate) soonest: Option<Next>,
+    /// The queue has no schedule at all (paused ones included).
+    pub(crate) none: bool,
     pub(crate) schedules: Vec<RawSchedule>,
 }
 

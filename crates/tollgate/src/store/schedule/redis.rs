@@ -77,7 +77,11 @@ impl RedisStore {
     ) -> Result<T> {
         let base = format!("{}:schedules:{{index}}", self.prefix);
         let bucket = crc16::State::<crc16::XMODEM>::calculate(name.as_bytes()) % INDEX_BUCKETS;
-        let keys = [format!("{base}:n:{bucket}"), format!("{base}:q")];
+        let keys = [
+            format!("{base}:n:{bucket}"),
+            format!("{base}:q"),
+            format!("{base}:c"),
+        ];
         self.invoke(&self.scripts.schedule_index, &keys, args, &base)
             .await
     }
@@ -97,6 +101,11 @@ impl RedisStore {
 
     pub(crate) async fn schedule_queues(&self) -> Result<Vec<String>> {
         self.run_index("", "queues").await
+    }
+
+    pub(crate) async fn schedule_index_prune(&self, queue: &Name) -> Result<bool> {
+        let n: i64 = self.run_index("", ("prune", queue.as_str())).await?;
+        Ok(n == 1)
     }
 
     pub(crate) async fn schedule_put(&self, q: &Name, put: &Put<'_>) -> Result<PutOutcome> {
@@ -138,6 +147,7 @@ impl RedisStore {
         Ok(Due {
             now_ms,
             soonest: (soonest >= 0).then(|| Next::decode(soonest)),
+            none: soonest == -2,
             schedules,
         })
     }

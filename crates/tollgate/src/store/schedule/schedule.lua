@@ -147,6 +147,8 @@ if op == 'put' then
   local s = read(name)
   if not s then
     write(name, {rev = 1, next = 0, from = from, paused = ARGV[8] == '1', rest = rest})
+    -- A queue with a schedule is kept (queue.lua's settle).
+    revive()
     return {1, 1}
   end
   if s.rest == rest then return {3, s.rev} end
@@ -164,11 +166,14 @@ end
 
 if op == 'due' then
   -- ARGV: 4 the most schedules to answer. Reply: {now, the lowest next
-  -- in Z or -1, then name, record for each schedule due by now plus
+  -- in Z, or -1 if none (all paused or ended), or -2 if the queue has no
+  -- schedule at all, then name, record for each schedule due by now plus
   -- LOOKAHEAD}.
   local names = redis.call('ZRANGEBYSCORE', KZ, '-inf', now + LOOKAHEAD, 'LIMIT', 0, tonumber(ARGV[4]))
   local first = redis.call('ZRANGE', KZ, 0, 0, 'WITHSCORES')
-  local out = {now, tonumber(first[2]) or -1}
+  local soonest = tonumber(first[2])
+  if not soonest then soonest = redis.call('EXISTS', KS) == 1 and -1 or -2 end
+  local out = {now, soonest}
   if #names > 0 then
     local records = redis.call('HMGET', KS, unpack(names))
     for i, name in ipairs(names) do
@@ -280,7 +285,9 @@ if op == 'delete' then
   withdraw(ARGV[4])
   redis.call('ZREM', KZ, ARGV[4])
   redis.call('HDEL', KH, ARGV[4])
-  return redis.call('HDEL', KS, ARGV[4])
+  local deleted = redis.call('HDEL', KS, ARGV[4])
+  settle()
+  return deleted
 end
 
 if op == 'get' then

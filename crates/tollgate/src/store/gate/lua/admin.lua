@@ -2,7 +2,8 @@
 -- line, or reset of the whole line. For the first two it finds the token
 -- and hands over to leave.lua, which script.rs puts right after this file:
 -- the same step as the holder ending its lease (with a keep: into the
--- revocation log) or the ticket leaving the line. A reset ends here.
+-- revocation log) or the ticket leaving the line (recorded in x first, so
+-- its waiter's next poll learns it was removed). A reset ends here.
 -- ARGV: 1 a holder's handle (the first 16 hex digits of the SHA-1 of its
 --       token, as holders.lua lists it) or a ticket's number (its score in
 --       q, as line.lua lists it), 2 keep ms for a revoke ('' for a
@@ -57,5 +58,16 @@ elseif S.waiting > 0 then
   found = redis.call('ZRANGEBYSCORE', KQ, ARGV[1], ARGV[1], 'LIMIT', 0, 1)[1]
 end
 if not found then return done({0}) end
+if ARGV[3] == 'q' then
+  -- Remembered REMOVED_KEEP, the latest REMOVED_MAX (as note_removed in
+  -- memory.rs); the key goes REMOVED_KEEP after the last removal.
+  local KX, keep_until = base .. 'x', now + REMOVED_KEEP
+  redis.call('ZREMRANGEBYSCORE', KX, '-inf', now - REMOVED_KEEP)
+  redis.call('ZADD', KX, now, found)
+  local over = redis.call('ZCARD', KX) - REMOVED_MAX
+  if over > 0 then redis.call('ZREMRANGEBYRANK', KX, 0, over - 1) end
+  redis.call('PEXPIREAT', KX, keep_until + MARGIN)
+  S.r_top = math.max(S.r_top, keep_until + MARGIN)
+end
 -- leave.lua reads the token from ARGV[1].
 ARGV[1] = found

@@ -5,6 +5,8 @@
 --        {2, position, waiting, eta}  still in line (eta ms, -1 if not
 --                                     known); heartbeat deadline moved on
 --        {0}                       unknown: dropped, cancelled or expired
+--        {3}                       removed from the line by an admin
+--                                  (admin.lua) within REMOVED_KEEP
 -- Invariant: a hand-off becomes a full lease only when its waiter asks.
 local id, ttl, hb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
@@ -23,6 +25,12 @@ if held then
 end
 
 local rank = S.waiting > 0 and redis.call('ZRANK', KQ, id)
-if not rank then return done({0}) end
+if not rank then
+  -- Only a ticket found nowhere else looks in x (as was_removed in
+  -- memory.rs).
+  local at = tonumber(redis.call('ZSCORE', base .. 'x', id))
+  if at and at > now - REMOVED_KEEP then return done({3}) end
+  return done({0})
+end
 set_deadline(id, now + hb)
 return done({2, rank + 1, S.waiting, eta(rank + 1)})

@@ -78,6 +78,11 @@
 --            increase and are a reader's cursor; entries older than K are
 --            pruned by later ends and never read (watch.lua); the key
 --            lives K past the last end.
+--   x  ZSET  tickets an admin took out of the line (admin.lua) -> when (ms),
+--            so their waiters' next poll answers that they were removed
+--            rather than unknown (poll.lua looks only for a ticket it
+--            finds nowhere else); kept REMOVED_KEEP, at most REMOVED_MAX
+--            (the latest), the key living REMOVED_KEEP past the last.
 -- Deadlines sit in a hash rather than a second sorted set to keep a waiting
 -- ticket under 200 bytes; finding stale tickets then takes a scan of p, done
 -- only once the earliest possible deadline (z) has passed. A short line is
@@ -137,7 +142,8 @@ local S, F = {
   -- none), and whether those keys may lack a TTL (empty before, or
   -- emptied since).
   h_top = 0, w_top = 0, p_touched = false, h_fresh = true, q_fresh = true, p_fresh = true,
-  -- The expiry set on r by this call (an end), 0: none; and whether the
+  -- The expiry set on r (an end) or x (a removal) by this call, 0: none;
+  -- and whether the
   -- body wrote m itself (settings): with any change to m, that makes this
   -- call activity, which keeps m IDLE past now too. Reads are not activity.
   r_top = 0, wrote_meta = false,
@@ -158,6 +164,9 @@ local SWEEP_ALL, SWEEP_STEP = 512, 256
 -- as held (its permits are not granted again), which is safe, and
 -- expire_one keeps it from being renewed, released or picked up.
 local EXPIRE_STEP = 1000
+-- How long, and how many, removed tickets x remembers (as REMOVED_KEEP_MS
+-- and REMOVED_MAX in src/store/gate/mod.rs).
+local REMOVED_KEEP, REMOVED_MAX = 3600000, 1000
 
 -- The inline holders (see head.lua), parsed, and written back.
 function F.inline_holders(h)
