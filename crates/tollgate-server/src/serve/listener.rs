@@ -84,7 +84,7 @@ impl Listeners {
         let api = match TcpListener::bind(listen).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("tollgate: cannot listen on {listen}: {e}");
+                super::say::failure(&format!("cannot listen on {listen}: {e}"));
                 return Err(exit::UNAVAILABLE);
             }
         };
@@ -92,7 +92,9 @@ impl Listeners {
             match TcpListener::bind(proxy_listen).await {
                 Ok(l) => Some(l),
                 Err(e) => {
-                    eprintln!("tollgate: cannot listen on {proxy_listen} for the waiting rooms: {e}");
+                    super::say::failure(&format!(
+                        "cannot listen on {proxy_listen} for the waiting rooms: {e}"
+                    ));
                     return Err(exit::UNAVAILABLE);
                 }
             }
@@ -116,23 +118,37 @@ impl Listeners {
     }
 
     /// The one line a person (or a test) needs: where to send requests.
-    pub(super) fn announce(&self, rooms: &[String], store: &str) {
+    /// Printed once the server will stay up: its store open, or (`connected`
+    /// false) a Redis that does not answer yet, which the line names, and
+    /// which /readyz reports until it answers.
+    pub(super) fn announce(&self, rooms: &[String], store: &str, connected: bool) {
         let shown = |l: &TcpListener| {
             l.local_addr()
                 .map_or_else(|e| format!("({e})"), |a| a.to_string())
         };
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let rooms_at = match &self.proxy {
-            Some(p) => format!(
-                "; waiting rooms on {scheme}://{} ({})",
-                shown(p),
-                rooms.join(", ")
-            ),
+        let api = format!("{scheme}://{}", shown(&self.api));
+        let proxy = self.proxy.as_ref().map(|p| format!("{scheme}://{}", shown(p)));
+        let rooms_at = match &proxy {
+            Some(p) => format!("; waiting rooms on {p} ({})", rooms.join(", ")),
             None => String::new(),
         };
-        println!(
-            "tollgate serve: listening on {scheme}://{} (store: {store}){rooms_at}",
-            shown(&self.api)
+        let waiting = if connected {
+            ""
+        } else {
+            ", not connected yet: retrying; /readyz answers 503 until it is"
+        };
+        let mut fields = serde_json::Map::new();
+        fields.insert("api".to_owned(), api.clone().into());
+        fields.insert("store".to_owned(), store.into());
+        fields.insert("store_connected".to_owned(), connected.into());
+        if let Some(p) = proxy {
+            fields.insert("rooms".to_owned(), p.into());
+            fields.insert("room_names".to_owned(), rooms.into());
+        }
+        super::say::listening(
+            &format!("listening on {api} (store: {store}{waiting}){rooms_at}"),
+            fields,
         );
     }
 
@@ -177,7 +193,7 @@ impl Listeners {
                 () = &mut signalled => break,
             }
         }
-        eprintln!("tollgate serve: shutting down; answering pending long-polls");
+        super::say::notice("shutting down; answering pending long-polls");
         drop(api);
         let _ = stop.send(true);
         drop(proxy);
@@ -191,7 +207,7 @@ impl Listeners {
             .await
             .is_err()
         {
-            eprintln!("tollgate serve: some connections did not finish within 30 s; closing them");
+            super::say::notice("some connections did not finish within 30 s; closing them");
         }
     }
 }
