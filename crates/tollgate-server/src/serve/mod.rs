@@ -42,6 +42,10 @@ fn usage(msg: &str) -> i32 {
 
 async fn start(args: ServeArgs) -> Result<(), i32> {
     let args = settings(args).map_err(|msg| usage(&msg))?;
+    settings::no_placeholder_secrets(&args).map_err(|msg| {
+        say::failure(&msg);
+        exit::CONFIG
+    })?;
     let queue_set = Arc::new(Queues::new(&args.queues).map_err(|msg| usage(&msg))?);
     if args.redis.is_none() && args.durability.durable_replicas.is_some_and(|n| n > 0) {
         return Err(usage(
