@@ -223,6 +223,8 @@ async fn open(
     spawn_sweeper(&store, &queue_set, &metrics, args.memory_idle, stopping.clone());
     // Every server fires: the store gives each tick to one of them.
     firing::spawn(&store, scheduled.clone(), stopping.clone());
+    // What the file configures comes back if the store loses it.
+    firing::keep_configured(&store, args.schedules.clone(), stopping.clone());
     let login_limit = crate::api::session::login_limiter(&store);
     let state = AppState {
         cors: Arc::new(std::mem::take(&mut args.cors)),
