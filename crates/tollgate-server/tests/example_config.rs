@@ -6,6 +6,7 @@
 //! the API with its token, its limit and its room. (That it sets every key
 //! the server knows is checked in serve/settings.rs.)
 
+mod example_support;
 mod serve_support;
 #[path = "../../tollgate/tests/support/mod.rs"]
 mod support;
@@ -15,17 +16,9 @@ use support::RedisServer;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tollgate.example.toml");
 
-/// The example with its commented-out settings (`#key = …`, `#[table]`)
-/// uncommented.
+/// The example with its commented-out settings uncommented.
 fn uncommented() -> String {
-    let text = std::fs::read_to_string(EXAMPLE).expect("the example");
-    text.lines()
-        .map(|l| match l.strip_prefix('#') {
-            Some(setting) if setting.starts_with(|c: char| c.is_ascii_lowercase() || c == '[') => setting,
-            _ => l,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    example_support::uncommented(&std::fs::read_to_string(EXAMPLE).expect("the example"))
 }
 
 /// `tollgate serve --config tollgate.example.toml`, as the unit file's

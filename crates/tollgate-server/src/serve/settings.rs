@@ -316,6 +316,10 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
 }
 
 #[cfg(test)]
+#[path = "../../tests/example_support/mod.rs"]
+mod example_support;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::limits::LimitSpec;
@@ -356,17 +360,7 @@ mod tests {
         }
     }
 
-    /// The example with its commented-out settings uncommented (each line
-    /// `#` then a key or a table).
-    fn uncommented(text: &str) -> String {
-        text.lines()
-            .map(|l| match l.strip_prefix('#') {
-                Some(setting) if setting.starts_with(|c: char| c.is_ascii_lowercase() || c == '[') => setting,
-                _ => l,
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
+    use super::example_support::uncommented;
 
     /// Each placeholder secret of the example, uncommented as it is, is
     /// refused naming its key; replaced, it passes.
