@@ -30,9 +30,11 @@ pub(crate) enum Command {
     /// Run the HTTP/JSON service (embedded store unless --redis is given).
     #[command(
         after_help = "Exit codes: 0 stopped by SIGTERM or SIGINT; 64 a bad flag or config \
-value (the message names it); 69 Redis did not answer within --wait-for-store; 70 an internal \
+value or a malformed --redis URL (the message names it); 69 an address to listen on cannot be \
+bound (in use, not this host's), or Redis did not answer within --wait-for-store; 70 an internal \
 error; 78 the set-up is wrong (Redis refused the user or ACL, the URL's DB index, a Cluster \
-node given as a plain URL, a room's page template)."
+node given as a plain URL, a room's page template, a secret still holding the change-me \
+placeholder of tollgate.example.toml)."
     )]
     Serve(ServeArgs),
     /// A distributed mutual-exclusion lock.

@@ -22,7 +22,8 @@ pub(crate) const REMOVED: i32 = 77;
 /// The set-up is wrong: Redis refused the credentials, a cluster was named
 /// by a plain URL, a queue's partition count differs from the stored one,
 /// (`serve`) Redis refused the connection's set-up (a DB index it does
-/// not have), or a room's page template cannot be used.
+/// not have), a room's page template cannot be used, or (`serve`) a
+/// secret still holds the example config's `change-me` placeholder.
 pub(crate) const CONFIG: i32 = 78;
 /// The command could not be started (not an executable file).
 pub(crate) const CANNOT_EXECUTE: i32 = 126;

@@ -509,3 +509,94 @@ async fn streams_end_when_the_server_stops() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Reads `resp` to its end: whether it ended within `limit`.
+async fn ends_within(mut resp: reqwest::Response, limit: Duration) -> bool {
+    tokio::time::timeout(limit, async { while let Ok(Some(_)) = resp.chunk().await {} })
+        .await
+        .is_ok()
+}
+
+/// Every long-lived response honours the one stop signal: with a console
+/// live stream, a waiting visitor's event stream, a queue's event stream
+/// and a gate long-poll all open, SIGTERM ends each of them and the
+/// server exits 0, well within the 30 s its connections are given (and
+/// within the 10 s `podman stop` allows).
+async fn sigterm_ends_every_open_stream(redis: Option<&str>) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let (_seen, up, dir) = room_support::site().await;
+    // The holder's session and the waiter's place outlast the test.
+    let config = room_support::room_config(up, 1, "")
+        .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
+        .replace("grace = \"3s\"", "grace = \"60s\"");
+    let (mut s, proxy, c, _holder) =
+        room_support::take_the_slot(room_support::start(&dir, &config, redis)).await;
+    let mut waiter = room_support::Visitor::new("waiter");
+    assert_eq!(waiter.get(&c, &proxy, "/page", true).await.status, 503);
+    let cookie = format!("tollgate_shop={}", waiter.cookie.as_deref().expect("a ticket"));
+    let url = format!("{proxy}/.tollgate/shop/events");
+    let visitor = Stream::open_with(c.get(&url).header("cookie", cookie), &url, None).await;
+    let url = s.url("/v1/console/live?kind=overview");
+    let console = Stream::open_with(c.get(&url).bearer_auth(ADMIN), &url, None).await;
+    let url = s.url("/v1/queues/stop/events");
+    let queue = Stream::open_with(c.get(&url).bearer_auth(ADMIN), &url, None).await;
+    let enter = |c: &reqwest::Client| {
+        c.post(s.url("/v1/gates/stop/enter"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"capacity": 1, "ttl_ms": 60_000, "heartbeat_ms": 60_000}))
+    };
+    let (_, held) = send(enter(&c)).await;
+    assert_eq!(held["status"], "granted", "{held}");
+    let (_, queued) = send(enter(&c)).await;
+    let ticket = queued["ticket"].as_str().expect("a ticket").to_owned();
+    let poll = tokio::spawn(send(
+        c.get(s.url(&format!("/v1/gates/stop/tickets/{ticket}?wait_ms=60000")))
+            .bearer_auth(ADMIN),
+    ));
+    // Each stream has started (a first event or the console's first
+    // sample), and the long-poll is parked.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!poll.is_finished(), "the long-poll waits");
+    let asked = std::time::Instant::now();
+    kill(Pid::from_raw(s.child.id() as i32), Signal::SIGTERM).expect("SIGTERM");
+    let limit = Duration::from_secs(10);
+    let ended = futures_util::future::join3(
+        ends_within(visitor.resp, limit),
+        ends_within(console.resp, limit),
+        ends_within(queue.resp, limit),
+    )
+    .await;
+    assert_eq!(
+        ended,
+        (true, true, true),
+        "(visitor, console, queue) streams ended"
+    );
+    let (st, answer) = tokio::time::timeout(limit, poll)
+        .await
+        .expect("the long-poll answered")
+        .expect("poll task");
+    assert_eq!((st, &answer["status"]), (200, &json!("queued")), "{answer}");
+    let code = loop {
+        if let Some(status) = s.child.try_wait().expect("wait") {
+            break status.code();
+        }
+        assert!(
+            asked.elapsed() < limit,
+            "the server did not exit within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(code, Some(0), "exit code");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_sigterm_ends_every_open_stream() {
+    sigterm_ends_every_open_stream(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sigterm_ends_every_open_stream() {
+    let redis = RedisServer::start();
+    sigterm_ends_every_open_stream(Some(&redis.url())).await;
+}

@@ -5,7 +5,6 @@ mod serve_support;
 #[path = "../../tollgate/tests/support/mod.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -674,20 +673,7 @@ async fn config_file_with_environment_overrides() {
         .env("TOLLGATE_TOKENS", "from-the-env-0123456789")
         .env("TOLLGATE_LOG", "warn")
         .env_remove("TOLLGATE_REDIS_URL");
-    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("line");
-    let s = Server {
-        base: line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .expect("address")
-            .to_owned(),
-        child,
-        proxy: None,
-    };
+    let s = Server::spawn(cmd, Stdio::inherit());
     let url = s.url("/v1/gates/g/enter");
     assert_eq!(
         send(c.post(&url).bearer_auth("from-the-file-0123456789").json(&body))

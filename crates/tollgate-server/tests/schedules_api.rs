@@ -691,3 +691,75 @@ async fn deleted_schedules_free_their_metric_places() {
             .join("\n")
     );
 }
+
+/// A configured schedule the store loses comes back by itself within a
+/// few seconds (logged at warn) and fires again; /readyz stays ready
+/// meanwhile. On Redis the store loses it to a FLUSHALL; the embedded
+/// store loses nothing, so there a DELETE while the file names it stands
+/// in (it comes back the same way).
+async fn configured_schedules_come_back_when_the_store_loses_them(redis: Option<&RedisServer>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &path,
+        "[schedules.cfgbeat]\nwhen = \"every 1s\"\nqueue = \"beats\"\n",
+    )
+    .expect("config");
+    let log = dir.path().join("stderr.log");
+    let mut cmd = Server::command(
+        redis.map(RedisServer::url).as_deref(),
+        &["--config", path.to_str().expect("path")],
+    );
+    cmd.env("TOLLGATE_LOG", "warn");
+    let s = Server::spawn(
+        cmd,
+        std::process::Stdio::from(std::fs::File::create(&log).expect("log file")),
+    );
+    s.wait_for_store();
+    let c = reqwest::Client::new();
+    assert_eq!(send(c.get(s.url("/v1/schedules/cfgbeat"))).await.0, 200);
+    match redis {
+        Some(r) => {
+            r.command(&["FLUSHALL"]);
+        }
+        None => assert_eq!(send(c.delete(s.url("/v1/schedules/cfgbeat"))).await.0, 200),
+    }
+    assert_eq!(send(c.get(s.url("/v1/schedules/cfgbeat"))).await.0, 404, "gone");
+    let (st, ready) = send(c.get(s.url("/readyz"))).await;
+    assert_eq!(st, 200, "ready meanwhile: {ready}");
+    let lost = std::time::Instant::now();
+    while send(c.get(s.url("/v1/schedules/cfgbeat"))).await.0 != 200 {
+        assert!(lost.elapsed() < Duration::from_secs(5), "not back within 5 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And it fires again: its ticks reach the queue.
+    let back = std::time::Instant::now();
+    loop {
+        let (st, j) = send(c.post(s.url("/v1/queues/beats/claim?max=10"))).await;
+        assert_eq!(st, 200, "{j}");
+        if j["jobs"].as_array().is_some_and(|jobs| !jobs.is_empty()) {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "no tick within 5 s of its return"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("WARN") && text.contains("the configured schedule was missing from the store"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_schedules_come_back_after_a_flushall() {
+    let redis = RedisServer::start();
+    configured_schedules_come_back_when_the_store_loses_them(Some(&redis)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_schedules_come_back_after_a_delete_on_the_embedded_store() {
+    configured_schedules_come_back_when_the_store_loses_them(None).await;
+}

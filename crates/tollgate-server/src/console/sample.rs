@@ -363,7 +363,8 @@ async fn live(
                         .data(sample_json(sample).to_string());
                     return Some((Ok(event), w));
                 }
-                // Behind, or the server is stopping: the stream ends.
+                // Behind: the stream ends (at shutdown the listener ends
+                // it, as every event stream).
                 Err(_) => return None,
             }
         }

@@ -2,12 +2,13 @@
 //! [`Schedules::fire_forever`], with no leader (the store hands each tick
 //! to one of them), logs what went wrong and feeds the per-schedule
 //! metrics (for the schedules this server tracks: bounded like the
-//! queues').
+//! queues'). And keeps the configured schedules (`[schedules.NAME]`) in
+//! the store: one found missing (Redis lost its data) is applied again.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tollgate::{FireReport, Schedules, Store};
+use tollgate::{FireReport, ScheduleSpec, Schedules, Store};
 
 use crate::api::{Tracked, track};
 
@@ -57,6 +58,68 @@ pub(super) fn spawn(store: &Store, tracked: Tracked, mut stopping: tokio::sync::
             _ = stopping.wait_for(|s| *s) => {}
         }
     });
+}
+
+/// How often each configured schedule is looked for in the store: one
+/// read per configured schedule per look (they are few: a config file's).
+const KEEP_EVERY: Duration = Duration::from_secs(2);
+
+/// Until `stopping`, looks for each configured schedule every
+/// [`KEEP_EVERY`] and applies again one the store no longer has (a
+/// FLUSHALL, a Redis restarted without its data, a failover to an empty
+/// replica; or a DELETE while the file still names it), logged at warn.
+/// Only a missing one: a change made through the API (pause, a new
+/// `when`) stays until the next start applies the file.
+pub(super) fn keep_configured(
+    store: &Store,
+    configured: Vec<(String, ScheduleSpec)>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    if configured.is_empty() {
+        return;
+    }
+    let schedules = Schedules::new(store);
+    tokio::spawn(async move {
+        let mut warnings = Warnings::default();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(KEEP_EVERY) => {}
+                _ = stopping.wait_for(|s| *s) => return,
+            }
+            let looks = configured
+                .iter()
+                .map(|(name, spec)| restore(&schedules, name, spec));
+            for failed in futures_util::future::join_all(looks).await.into_iter().flatten() {
+                let (name, e) = failed;
+                if let Some(held) = warnings.due(format!("keep {name}")) {
+                    tracing::warn!(schedule = name, error = %e, held_back = held, "could not check the configured schedule in the store; retrying");
+                }
+            }
+        }
+    });
+}
+
+/// Applies configured schedule `name` again if the store lost it; the
+/// name and error of a look or upsert that failed.
+async fn restore<'a>(
+    schedules: &Schedules,
+    name: &'a str,
+    spec: &ScheduleSpec,
+) -> Option<(&'a str, tollgate::Error)> {
+    match schedules.get(name).await {
+        Ok(Some(_)) => None,
+        Ok(None) => match schedules.upsert(name, spec).await {
+            Ok(_) => {
+                tracing::warn!(
+                    schedule = name,
+                    "the configured schedule was missing from the store (its data lost, or deleted while configured); applied again"
+                );
+                None
+            }
+            Err(e) => Some((name, e)),
+        },
+        Err(e) => Some((name, e)),
+    }
 }
 
 /// One pass's report: metrics and logs.

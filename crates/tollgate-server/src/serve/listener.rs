@@ -2,6 +2,7 @@
 //! the waiting rooms' proxy; the accept loop that serves both, and the
 //! graceful shutdown on SIGTERM or SIGINT.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -83,7 +84,7 @@ impl Listeners {
         let api = match TcpListener::bind(listen).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("tollgate: cannot listen on {listen}: {e}");
+                super::say::failure(&format!("cannot listen on {listen}: {e}"));
                 return Err(exit::UNAVAILABLE);
             }
         };
@@ -91,7 +92,9 @@ impl Listeners {
             match TcpListener::bind(proxy_listen).await {
                 Ok(l) => Some(l),
                 Err(e) => {
-                    eprintln!("tollgate: cannot listen on {proxy_listen} for the waiting rooms: {e}");
+                    super::say::failure(&format!(
+                        "cannot listen on {proxy_listen} for the waiting rooms: {e}"
+                    ));
                     return Err(exit::UNAVAILABLE);
                 }
             }
@@ -115,29 +118,43 @@ impl Listeners {
     }
 
     /// The one line a person (or a test) needs: where to send requests.
-    pub(super) fn announce(&self, rooms: &[String], store: &str) {
+    /// Printed once the server will stay up: its store open, or (`connected`
+    /// false) a Redis that does not answer yet, which the line names, and
+    /// which /readyz reports until it answers.
+    pub(super) fn announce(&self, rooms: &[String], store: &str, connected: bool) {
         let shown = |l: &TcpListener| {
             l.local_addr()
                 .map_or_else(|e| format!("({e})"), |a| a.to_string())
         };
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let rooms_at = match &self.proxy {
-            Some(p) => format!(
-                "; waiting rooms on {scheme}://{} ({})",
-                shown(p),
-                rooms.join(", ")
-            ),
+        let api = format!("{scheme}://{}", shown(&self.api));
+        let proxy = self.proxy.as_ref().map(|p| format!("{scheme}://{}", shown(p)));
+        let rooms_at = match &proxy {
+            Some(p) => format!("; waiting rooms on {p} ({})", rooms.join(", ")),
             None => String::new(),
         };
-        println!(
-            "tollgate serve: listening on {scheme}://{} (store: {store}){rooms_at}",
-            shown(&self.api)
+        let waiting = if connected {
+            ""
+        } else {
+            ", not connected yet: retrying; /readyz answers 503 until it is"
+        };
+        let mut fields = serde_json::Map::new();
+        fields.insert("api".to_owned(), api.clone().into());
+        fields.insert("store".to_owned(), store.into());
+        fields.insert("store_connected".to_owned(), connected.into());
+        if let Some(p) = proxy {
+            fields.insert("rooms".to_owned(), p.into());
+            fields.insert("room_names".to_owned(), rooms.into());
+        }
+        super::say::listening(
+            &format!("listening on {api} (store: {store}{waiting}){rooms_at}"),
+            fields,
         );
     }
 
     /// Serves both listeners until SIGTERM or SIGINT, then shuts down:
-    /// `stop` tells long-polls and proxy connections, and connections get
-    /// up to 30 s to finish.
+    /// `stop` tells long-polls, event streams ([`ends_at_stop`]) and proxy
+    /// connections, and connections get up to 30 s to finish.
     ///
     /// Connections are served with hyper's HTTP/1 builder directly rather
     /// than axum's auto-detecting `serve`: it keeps an idle connection (and
@@ -173,13 +190,15 @@ impl Listeners {
                     let Some((stream, peer)) = or_back_off(accepted, "accept failed").await else {
                         continue;
                     };
-                    let (app, watcher) = (app.clone(), graceful.watcher());
-                    with_tls((stream, peer), tls.as_ref(), (&api_handshakes, &stop), move |io, secure| serve_api(io, peer, secure, app, watcher));
+                    let (app, watcher, stopping) = (app.clone(), graceful.watcher(), stop.subscribe());
+                    with_tls((stream, peer), tls.as_ref(), (&api_handshakes, &stop), move |io, secure| {
+                        serve_api(io, peer, secure, app, watcher, stopping)
+                    });
                 }
                 () = &mut signalled => break,
             }
         }
-        eprintln!("tollgate serve: shutting down; answering pending long-polls");
+        super::say::notice("shutting down; answering pending long-polls");
         drop(api);
         let _ = stop.send(true);
         drop(proxy);
@@ -193,7 +212,7 @@ impl Listeners {
             .await
             .is_err()
         {
-            eprintln!("tollgate serve: some connections did not finish within 30 s; closing them");
+            super::say::notice("some connections did not finish within 30 s; closing them");
         }
     }
 }
@@ -338,7 +357,14 @@ impl AsyncWrite for Conn {
 }
 
 /// Serves one API connection, under the graceful shutdown's watch.
-fn serve_api(stream: Conn, peer: SocketAddr, secure: bool, app: App, watcher: Watcher) {
+fn serve_api(
+    stream: Conn,
+    peer: SocketAddr,
+    secure: bool,
+    app: App,
+    watcher: Watcher,
+    stopping: watch::Receiver<bool>,
+) {
     // The request head's limits (hyper answers past them itself;
     // JsonParseErrors gives those answers the JSON error body).
     let conn = http1::Builder::new()
@@ -348,7 +374,7 @@ fn serve_api(stream: Conn, peer: SocketAddr, secure: bool, app: App, watcher: Wa
         .max_headers(MAX_HEADERS)
         .serve_connection(
             TokioIo::new(JsonParseErrors::new(stream)),
-            TowerToHyperService::new(with_peer(app, peer, secure)),
+            TowerToHyperService::new(with_peer(app, peer, secure, stopping)),
         );
     let conn = watcher.watch(conn);
     tokio::spawn(async move {
@@ -365,18 +391,20 @@ fn serve_proxy(
     mut stopping: watch::Receiver<bool>,
     open: tokio::sync::mpsc::Sender<()>,
 ) {
+    let until = stopping.clone();
     let service = hyper::service::service_fn(move |mut req: Incoming| {
         if secure {
             req.extensions_mut().insert(crate::room::ViaTls);
         }
-        let rooms = app.rooms().cloned();
+        let (rooms, until) = (app.rooms().cloned(), until.clone());
         async move {
-            Ok::<_, std::convert::Infallible>(match rooms {
+            let response = match rooms {
                 Some(rooms) => rooms.handle(req, peer).await,
                 // Closed, whatever on_store_error says, until the store
                 // first answers: no room has its settings applied yet.
                 None => crate::room::closed_at_start(req.headers()),
-            })
+            };
+            Ok::<_, std::convert::Infallible>(ends_at_stop(response, until))
         }
     });
     // The same head limits as the API's, so a head past them is always a
@@ -415,18 +443,55 @@ async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, S
 type Incoming = hyper::Request<hyper::body::Incoming>;
 
 /// Sends each request to the app of the moment ([`App::api`]), telling it
-/// (the rate-limit layer's client-IP key) who is connected.
+/// (the rate-limit layer's client-IP key) who is connected; an event
+/// stream it answers with ends when the server stops ([`ends_at_stop`]).
 fn with_peer(
     app: App,
     peer: SocketAddr,
     secure: bool,
-) -> tower::util::ServiceFn<impl FnMut(Incoming) -> tower::util::Oneshot<axum::Router, Incoming> + Clone> {
+    stopping: watch::Receiver<bool>,
+) -> impl tower::Service<
+    Incoming,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone {
     tower::service_fn(move |mut req: Incoming| {
         req.extensions_mut().insert(PeerAddr(peer));
         if secure {
             mark_https(req.headers_mut());
         }
-        tower::ServiceExt::oneshot(app.api(), req)
+        let until = stopping.clone();
+        let answer = tower::ServiceExt::oneshot(app.api(), req);
+        async move { answer.await.map(|r| ends_at_stop(r, until)) }
+    })
+}
+
+type Response = hyper::Response<axum::body::Body>;
+
+/// The one stop signal every long-lived response honours: an event
+/// stream (SSE), whoever makes it (the API's queue, ticket and room
+/// streams, the console's live one, a waiting visitor's, an upstream's
+/// through a room), ends between two of its frames once the server
+/// stops, so a graceful shutdown never waits on a stream that has no
+/// end of its own (a reader reconnects, to another server). Other
+/// answers are left whole: one of known length must not be cut short,
+/// and they end by themselves (long-polls answer at once on `stopping`).
+fn ends_at_stop(response: Response, mut stopping: watch::Receiver<bool>) -> Response {
+    let streaming = response
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    if !streaming {
+        return response;
+    }
+    response.map(|body| {
+        let stopped = async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        };
+        let frames = futures_util::StreamExt::take_until(body.into_data_stream(), stopped);
+        axum::body::Body::from_stream(frames)
     })
 }
 

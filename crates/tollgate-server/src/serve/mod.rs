@@ -6,6 +6,7 @@
 
 mod firing;
 mod listener;
+mod say;
 mod settings;
 mod tls;
 
@@ -26,6 +27,7 @@ use crate::exit;
 use crate::room::Rooms;
 
 pub(crate) async fn run(args: ServeArgs) -> i32 {
+    say::use_json(args.log_format == crate::cli::LogFormat::Json);
     match start(args).await {
         Ok(()) => 0,
         Err(code) => code,
@@ -34,17 +36,27 @@ pub(crate) async fn run(args: ServeArgs) -> i32 {
 
 /// Prints why it failed and gives the usage exit code.
 fn usage(msg: &str) -> i32 {
-    eprintln!("tollgate: {msg}");
+    say::failure(msg);
     exit::USAGE
 }
 
 async fn start(args: ServeArgs) -> Result<(), i32> {
     let args = settings(args).map_err(|msg| usage(&msg))?;
+    settings::no_placeholder_secrets(&args).map_err(|msg| {
+        say::failure(&msg);
+        exit::CONFIG
+    })?;
     let queue_set = Arc::new(Queues::new(&args.queues).map_err(|msg| usage(&msg))?);
     if args.redis.is_none() && args.durability.durable_replicas.is_some_and(|n| n > 0) {
         return Err(usage(
             "durable_replicas needs Redis (--redis): the embedded store has no replicas",
         ));
+    }
+    if let Some(url) = &args.redis {
+        // A URL that cannot be used is refused before anything listens.
+        crate::commands::redis_config(url, &args.prefix, None)
+            .check()
+            .map_err(|e| usage(&format!("--redis (TOLLGATE_REDIS_URL, redis): {e}")))?;
     }
     let room_names = check_config(&args)?;
     check_schedules(&args).await?;
@@ -54,16 +66,9 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
     };
     let listeners = Listeners::bind(&args.listen, &args.proxy_listen, !room_names.is_empty(), tls).await?;
     let store_kind = if args.redis.is_some() { "redis" } else { "memory" };
-    listeners.announce(&room_names, store_kind);
-    if let Some(addr) = listeners
+    let open_api = listeners
         .api_addr()
-        .filter(|a| args.tokens.is_empty() && args.read_tokens.is_empty() && !a.ip().is_loopback())
-    {
-        tracing::warn!(
-            %addr,
-            "no tokens set: anyone who can reach {addr} may do everything through the API (set tokens, TOLLGATE_TOKENS)"
-        );
-    }
+        .filter(|a| args.tokens.is_empty() && args.read_tokens.is_empty() && !a.ip().is_loopback());
     // Before anything that registers metrics (rooms, limiters).
     let metrics = install_metrics()?;
     let (failed, connecting) = tokio::sync::watch::channel(None);
@@ -84,6 +89,16 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
         _ = async { connecting.clone().wait_for(Option::is_some).await.is_ok() } => true,
         () = tokio::time::sleep(Duration::from_secs(1)) => true,
     };
+    // Only now: a store that refuses the set-up (a password, a DB index)
+    // has exited above, before a script waiting for this line took the
+    // server for started.
+    listeners.announce(&room_names, store_kind, !waiting);
+    if let Some(addr) = open_api {
+        tracing::warn!(
+            %addr,
+            "no tokens set: anyone who can reach {addr} may do everything through the API (set tokens, TOLLGATE_TOKENS)"
+        );
+    }
     let serving = listeners.serve(app.clone(), stop);
     tokio::pin!(serving);
     if waiting {
@@ -102,7 +117,7 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
 
 /// Says why the rooms could not be built, and gives the exit code.
 fn room_failure(e: crate::room::RoomError) -> i32 {
-    eprintln!("tollgate: {e}");
+    say::failure(&e.to_string());
     e.exit_code()
 }
 
@@ -151,7 +166,7 @@ async fn apply_schedules(args: &Settings, store: &Store, tracked: &crate::api::T
                     tollgate::ErrorKind::InvalidInput | tollgate::ErrorKind::PartitionConflict
                 ) =>
             {
-                eprintln!("tollgate: schedules.{name}: {e}");
+                say::failure(&format!("schedules.{name}: {e}"));
                 return Err(exit::CONFIG);
             }
             Err(e) => {
@@ -211,6 +226,8 @@ async fn open(
     spawn_sweeper(&store, &queue_set, &metrics, args.memory_idle, stopping.clone());
     // Every server fires: the store gives each tick to one of them.
     firing::spawn(&store, scheduled.clone(), stopping.clone());
+    // What the file configures comes back if the store loses it.
+    firing::keep_configured(&store, args.schedules.clone(), stopping.clone());
     let tries = Arc::new(crate::api::auth::Tries::new(&store));
     let state = AppState {
         cors: Arc::new(std::mem::take(&mut args.cors)),
@@ -277,7 +294,7 @@ async fn wait_for_redis(
                     failed.send_replace(Some(e.to_string()));
                 }
                 Err(e) => {
-                    eprintln!("tollgate: {e}");
+                    say::failure(&e.to_string());
                     return Err(match e.kind() {
                         // Redis answered the connection's set-up with an error.
                         tollgate::ErrorKind::Unavailable => exit::CONFIG,
@@ -298,10 +315,10 @@ async fn wait_for_redis(
             .borrow()
             .clone()
             .unwrap_or_else(|| "its first attempt had not finished".to_owned());
-        eprintln!(
-            "tollgate: Redis at {shown} did not answer within {limit:?} (--wait-for-store, \
+        say::failure(&format!(
+            "Redis at {shown} did not answer within {limit:?} (--wait-for-store, \
              TOLLGATE_WAIT_FOR_STORE, wait_for_store): {last}"
-        );
+        ));
         Err(exit::UNAVAILABLE)
     })
 }
@@ -333,7 +350,7 @@ async fn check_queues(queue_set: &Queues, store: &Store) -> Result<(), i32> {
                     tollgate::ErrorKind::PartitionConflict | tollgate::ErrorKind::Misconfigured
                 ) =>
             {
-                eprintln!("tollgate: [queues.{name}] partitions = {partitions}: {e}");
+                say::failure(&format!("[queues.{name}] partitions = {partitions}: {e}"));
                 return Err(exit::CONFIG);
             }
             Err(e) => {
@@ -353,7 +370,7 @@ fn install_metrics() -> Result<PrometheusHandle, i32> {
         .and_then(|b| b.install_recorder())
         .inspect(|_| crate::api::families::register())
         .map_err(|e| {
-            eprintln!("tollgate: cannot set up metrics: {e}");
+            say::failure(&format!("cannot set up metrics: {e}"));
             exit::SOFTWARE
         })
 }

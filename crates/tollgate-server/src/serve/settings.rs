@@ -166,6 +166,47 @@ pub(super) fn settings(args: ServeArgs) -> Result<Settings, String> {
     Ok(settings)
 }
 
+/// The mark of every placeholder secret in tollgate.example.toml.
+const PLACEHOLDER: &str = "change-me";
+
+/// Refuses a secret that still holds the example's placeholder (it
+/// contains "change-me"): whoever read tollgate.example.toml knows it.
+/// The message names the key.
+pub(super) fn no_placeholder_secrets(settings: &Settings) -> Result<(), String> {
+    let tokens = settings
+        .tokens
+        .iter()
+        .map(|t| ("tokens (--token, TOLLGATE_TOKENS)".to_owned(), t));
+    let read = settings
+        .read_tokens
+        .iter()
+        .map(|t| ("read_tokens (--read-token, TOLLGATE_READ_TOKENS)".to_owned(), t));
+    let mut rooms: Vec<_> = settings.rooms.iter().collect();
+    rooms.sort_by_key(|(name, _)| *name);
+    let rooms = rooms.into_iter().flat_map(|(name, room)| {
+        let keys = room
+            .cookie_keys
+            .iter()
+            .map(move |k| (format!("rooms.{name}.cookie_keys"), k));
+        let header = room
+            .bypass_header
+            .iter()
+            .map(move |h| (format!("rooms.{name}.bypass_header"), h));
+        keys.chain(header)
+    });
+    match tokens
+        .chain(read)
+        .chain(rooms)
+        .find(|(_, secret)| secret.to_ascii_lowercase().contains(PLACEHOLDER))
+    {
+        Some((key, _)) => Err(format!(
+            "{key}: still the placeholder of tollgate.example.toml (it contains \"{PLACEHOLDER}\"), \
+             which anyone can read: set a secret of your own (e.g. `openssl rand -base64 32`)"
+        )),
+        None => Ok(()),
+    }
+}
+
 fn merge(args: ServeArgs) -> Result<Settings, String> {
     let file = match &args.config {
         None => FileSettings::default(),
@@ -295,6 +336,10 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
 }
 
 #[cfg(test)]
+#[path = "../../tests/example_support/mod.rs"]
+mod example_support;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::limits::LimitSpec;
@@ -314,10 +359,77 @@ mod tests {
     /// strictly (no key the server does not know), and each struct is
     /// taken apart without `..`, so a key added to the code and not to
     /// the example fails to compile here until the example has it.
+    /// The example as written starts with no secret, file or Redis of
+    /// one's own: those settings, and the room, are shown commented out
+    /// as `#key = value` (prose comments start `# `).
     #[test]
-    fn the_example_config_sets_every_key() {
+    fn the_example_leaves_what_needs_ones_own_commented_out() {
         let text = include_str!("../../../../tollgate.example.toml");
         let file: FileSettings = toml::from_str(text).expect("the example parses");
+        assert!(file.redis.is_none() && file.tokens.is_empty() && file.read_tokens.is_empty());
+        assert!(file.tls_cert.is_none() && file.tls_key.is_none() && file.rooms.is_empty());
+        for shown in [
+            "#redis = ",
+            "#tokens = ",
+            "#read_tokens = ",
+            "#tls_cert = ",
+            "#[rooms.shop]",
+            "#page = ",
+        ] {
+            assert!(text.contains(&format!("\n{shown}")), "{shown}");
+        }
+    }
+
+    use super::example_support::uncommented;
+
+    /// Each placeholder secret of the example, uncommented as it is, is
+    /// refused naming its key; replaced, it passes.
+    #[test]
+    fn the_examples_placeholder_secrets_are_refused() {
+        use clap::Parser;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(
+            &path,
+            uncommented(include_str!("../../../../tollgate.example.toml")),
+        )
+        .expect("write");
+        let cli =
+            crate::cli::Cli::try_parse_from(["tollgate", "serve", "--config", path.to_str().expect("path")])
+                .expect("arguments");
+        let crate::cli::Command::Serve(args) = cli.command else {
+            panic!("serve");
+        };
+        let mut settings = merge(args).expect("the uncommented example");
+        fn room(s: &mut Settings) -> &mut RoomSettings {
+            s.rooms.get_mut("shop").expect("the room")
+        }
+        let own = "a-secret-of-my-own-0123456789-0123456789".to_owned();
+        for key in [
+            "tokens (--token",
+            "read_tokens (--read-token",
+            "rooms.shop.cookie_keys",
+            "rooms.shop.bypass_header",
+        ] {
+            let refused = no_placeholder_secrets(&settings).expect_err(key);
+            assert!(
+                refused.starts_with(key) && refused.contains("change-me"),
+                "{refused}"
+            );
+            match key {
+                "tokens (--token" => settings.tokens = vec![own.clone()],
+                "read_tokens (--read-token" => settings.read_tokens = vec![format!("{own}-read")],
+                "rooms.shop.cookie_keys" => room(&mut settings).cookie_keys = vec![own.clone()],
+                _ => room(&mut settings).bypass_header = Some(format!("X-Internal: {own}")),
+            }
+        }
+        assert_eq!(no_placeholder_secrets(&settings), Ok(()));
+    }
+
+    #[test]
+    fn the_example_config_sets_every_key() {
+        let text = uncommented(include_str!("../../../../tollgate.example.toml"));
+        let file: FileSettings = toml::from_str(&text).expect("the example parses");
         let FileSettings {
             listen,
             redis,
@@ -347,10 +459,7 @@ mod tests {
         assert!(listen.is_some() && redis.is_some() && prefix.is_some() && !tokens.is_empty());
         assert!(!read_tokens.is_empty() && api_session_ttl.is_some() && !cors_origins.is_empty());
         assert!(!public_hosts.is_empty());
-        // TLS needs files of one's own: the example shows its two keys
-        // commented out (the example starts a server in tests).
-        assert!(tls_cert.is_none() && tls_key.is_none());
-        assert!(text.contains("\n# tls_cert = ") && text.contains("\n# tls_key = "));
+        assert!(tls_cert.is_some() && tls_key.is_some());
         assert!(proxy_listen.is_some() && durable_replicas.is_some() && durable_timeout.is_some());
         assert!(max_tickets_per_client.is_some() && metrics_timeout.is_some());
         assert!(max_event_subscribers.is_some());

@@ -12,6 +12,8 @@ pub struct Server {
     pub base: String,
     /// The waiting rooms' address, when rooms are configured.
     pub proxy: Option<String>,
+    /// The listening line as printed (text, or JSON with --log-format json).
+    pub line: String,
 }
 
 impl Server {
@@ -80,7 +82,9 @@ impl Server {
         cmd
     }
 
-    /// Runs `cmd` and reads the listening line.
+    /// Runs `cmd` and reads the listening line: text (the addresses are
+    /// its words that start with a scheme) or a JSON object (`api`,
+    /// `rooms`).
     pub fn spawn(mut cmd: Command, stderr: Stdio) -> Server {
         install_tls_provider();
         let mut child = cmd
@@ -93,20 +97,28 @@ impl Server {
         BufReader::new(stdout)
             .read_line(&mut line)
             .expect("read the listening line");
-        let mut addresses = line
-            .split_whitespace()
-            .filter(|w| w.starts_with("http://") || w.starts_with("https://"))
-            .map(|w| {
-                w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
-                    .to_owned()
-            });
-        let base = addresses
-            .next()
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let (base, proxy) = match serde_json::from_str::<Value>(&line) {
+            Ok(json) => (
+                json["api"].as_str().map(str::to_owned),
+                json["rooms"].as_str().map(str::to_owned),
+            ),
+            Err(_) => {
+                let mut addresses = line
+                    .split_whitespace()
+                    .filter(|w| w.starts_with("http://") || w.starts_with("https://"))
+                    .map(|w| {
+                        w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+                            .to_owned()
+                    });
+                (addresses.next(), addresses.next())
+            }
+        };
+        let base = base.unwrap_or_else(|| panic!("no address in {line:?}"));
         Server {
             child,
             base,
-            proxy: addresses.next(),
+            proxy,
+            line,
         }
     }
 

@@ -340,6 +340,25 @@ pub(super) fn connect_error(e: impl Into<Error>, what: &str, url: &str) -> Error
 }
 
 impl RedisConfig {
+    /// Checks what can be checked without connecting: the prefix, the
+    /// idle period and the URL's form (a server's, a Cluster's seed nodes,
+    /// a Sentinel set's). [`Store::connect`](crate::Store::connect) does
+    /// it first; a server checks before it listens.
+    pub fn check(&self) -> Result<()> {
+        check_prefix(&self.prefix)?;
+        if self.idle < Duration::from_secs(1) || self.idle > Duration::from_secs(30 * 24 * 3600) {
+            return Err(Error::invalid(format!(
+                "the idle period must be between 1s and 30 days, got {}ms",
+                self.idle.as_millis()
+            )));
+        }
+        match (cluster_nodes(&self.url), sentinel_parts(&self.url)) {
+            (Some(nodes), _) => nodes.map(drop),
+            (None, Some(parts)) => parts.map(drop),
+            (None, None) => check_url(&self.url).map(drop),
+        }
+    }
+
     /// The URL with its password, if any, shown as `***`: for messages.
     pub fn redacted_url(&self) -> String {
         redacted(&self.url)

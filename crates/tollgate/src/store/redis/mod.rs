@@ -37,7 +37,7 @@ use crate::store::wakers::Wakers;
 pub(crate) use self::batch::ready_ones_first;
 pub use self::conn::RedisConfig;
 use self::conn::{
-    Conn, Target, check_not_cluster, check_prefix, check_url, cluster_builder, cluster_nodes, connect_error,
+    Conn, Target, check_not_cluster, check_url, cluster_builder, cluster_nodes, connect_error,
     manager_config, sentinel_parts,
 };
 pub(crate) use self::pubsub::Listening;
@@ -77,13 +77,7 @@ impl fmt::Debug for RedisStore {
 
 impl RedisStore {
     pub(crate) async fn connect(config: RedisConfig) -> Result<Self> {
-        check_prefix(&config.prefix)?;
-        if config.idle < Duration::from_secs(1) || config.idle > Duration::from_secs(30 * 24 * 3600) {
-            return Err(Error::invalid(format!(
-                "the idle period must be between 1s and 30 days, got {}ms",
-                config.idle.as_millis()
-            )));
-        }
+        config.check()?;
         if let Some(nodes) = cluster_nodes(&config.url) {
             return RedisStore::connect_cluster(nodes?, config).await;
         }
