@@ -462,3 +462,34 @@ async fn a_drained_queue_leaves_no_key_on_redis() {
             .unwrap()
     );
 }
+
+/// A schedule's pushes keep their queue as a push does: a watch of the
+/// queue before its first tick set its meta hash to expire (it held
+/// nothing then); the tick's job clears that, so the queue's sequence
+/// and counters stay while it holds jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_queue_keeps_what_its_schedule_pushes_on_redis() {
+    let (server, store) = redis_idle_1s().await;
+    let schedules = tollgate::Schedules::new(&store);
+    let spec = tollgate::ScheduleSpec::new(tollgate::When::parse("every 1h").unwrap(), "sq");
+    schedules.upsert("beat", &spec).await.unwrap();
+    let q = JobQueue::new(&store, "sq").unwrap();
+    let feed = q.events(None).await.unwrap();
+    let meta = "tollgate:jobs:{sq}:m";
+    let start = std::time::Instant::now();
+    while !matches!(server.command(&["PTTL", meta]), ::redis::Value::Int(t) if t > 0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the watch was not marked"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    schedules.trigger("beat").await.unwrap().expect("triggered");
+    drop(feed);
+    assert_eq!(
+        server.command(&["PTTL", meta]),
+        ::redis::Value::Int(-1),
+        "m is kept"
+    );
+    assert_eq!(q.stats().await.unwrap().ready, 1);
+}

@@ -68,12 +68,16 @@ impl Handshakes {
     pub(super) fn take(self: &Arc<Self>, peer: IpAddr) -> Option<Handshake> {
         let address = address_of(peer);
         let mut counts = self.per_address();
-        let count = counts.entry(address).or_default();
-        if *count >= MAX_HANDSHAKES_PER_ADDRESS {
+        if counts
+            .get(&address)
+            .is_some_and(|&n| n >= MAX_HANDSHAKES_PER_ADDRESS)
+        {
             return None;
         }
+        // The listener's place first: an address refused for want of one
+        // leaves no entry behind (else every new address would add one).
         let place = self.all.clone().try_acquire_owned().ok()?;
-        *count += 1;
+        *counts.entry(address).or_default() += 1;
         Some(Handshake {
             _place: place,
             pool: self.clone(),
@@ -228,7 +232,13 @@ mod tests {
             .map(|i| pool.take(IpAddr::from(i.to_be_bytes())).expect("a place"))
             .collect();
         assert!(pool.take([10, 9, 9, 9].into()).is_none());
+        // Refused for want of a place, new addresses leave nothing behind.
+        for i in 0..1000u32 {
+            assert!(pool.take(IpAddr::from((0x0a00_0000 + i).to_be_bytes())).is_none());
+        }
+        assert_eq!(pool.per_address().len(), MAX_HANDSHAKES);
         drop(places);
+        assert!(pool.per_address().is_empty());
         assert!(pool.take([10, 9, 9, 9].into()).is_some());
     }
 }

@@ -215,7 +215,12 @@ if op == 'fire' then
     a = a + 10 + 2 * k
   end
   local seq = 0
-  if total > 0 and not why then seq = redis.call('HINCRBY', KM, 's', total) - total end
+  -- (Pushing makes the queue one to keep, as push does: a watch may have
+  -- set m to expire while the queue held nothing.)
+  if total > 0 and not why then
+    revive()
+    seq = redis.call('HINCRBY', KM, 's', total) - total
+  end
   local out = {now}
   for _, c in ipairs(checked) do
     local a, k, s, pushed = c.a, c.k, c.s, 0
@@ -257,6 +262,7 @@ if op == 'trigger' then
   local t = now
   while redis.call('HEXISTS', bucket(name .. '@manual-' .. t), name .. '@manual-' .. t) == 1 do t = t + 1 end
   local id = name .. '@manual-' .. t
+  revive()
   push_new(id, redis.call('HINCRBY', KM, 's', 1), 6, payload_of(s), now)
   place_ready()
   remember(name, {'manual-' .. t})
