@@ -16,8 +16,8 @@ pub(crate) const SOFTWARE: i32 = 70;
 pub(crate) const BUSY: i32 = 75;
 /// The lease was lost while the command ran; the command got SIGTERM.
 pub(crate) const LEASE_LOST: i32 = 76;
-/// The set-up is wrong: Redis refused the credentials, a cluster was named
-/// by a plain URL, a queue's partition count differs from the stored one,
+/// The set-up is wrong: Redis refused the credentials, is older than
+/// supported (Redis 7.0, Valkey 7.2), a cluster was named by a plain URL, a queue's partition count differs from the stored one,
 /// (`serve`) Redis refused the connection's set-up (a DB index it does
 /// not have), or a room's page template cannot be used.
 pub(crate) const CONFIG: i32 = 78;
