@@ -18,7 +18,8 @@ pub(crate) const VERSION: &str = concat!(
 #[command(name = "tollgate", version = VERSION, about = "Fair distributed locks and semaphores")]
 pub(crate) struct Cli {
     /// For --server https://…: trust the certificates in this PEM file as
-    /// well as the system's (a private CA, a self-signed server).
+    /// well as the system's (a private CA, a self-signed server: its own
+    /// certificate, even one `openssl req -x509` marked CA:TRUE).
     #[arg(long, global = true, env = "TOLLGATE_CA_FILE", value_name = "FILE")]
     pub(crate) ca_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
