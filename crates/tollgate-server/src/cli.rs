@@ -758,6 +758,11 @@ pub(crate) struct ServeArgs {
     /// [default: 30s].
     #[arg(long, env = "TOLLGATE_BODY_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) body_timeout: Option<Duration>,
+    /// Without --redis: how long the embedded store keeps a name nothing
+    /// holds or waits for (its capacity, fence, counters) after its last
+    /// use, 1s to 30 days [default: 10m].
+    #[arg(long, env = "TOLLGATE_MEMORY_IDLE", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) memory_idle: Option<Duration>,
     /// With --redis: how long to wait for Redis to answer at start. The
     /// server listens at once (/readyz answers 503 until Redis does) and
     /// retries; past this it exits 69 [default: wait forever].
