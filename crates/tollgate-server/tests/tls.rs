@@ -90,19 +90,26 @@ fn tollgate(args: &[&str], ca: Option<&Path>) -> (Option<i32>, String, String) {
 #[test]
 fn a_self_signed_ca_certificate_given_by_ca_file_is_trusted() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (cert, key) = (dir.path().join("ca.pem"), dir.path().join("ca.key"));
-    support::self_signed(
-        &[
-            "-newkey",
-            "rsa:2048",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost",
-        ],
-        &cert,
-        &key,
-    );
+    // OpenSSL's defaults, as a user types it: two alike, one the server's.
+    let [(cert, key), (other_cert, _)] = ["ca", "other"].map(|name| {
+        let (cert, key) = (
+            dir.path().join(format!("{name}.pem")),
+            dir.path().join(format!("{name}.key")),
+        );
+        support::self_signed(
+            &[
+                "-newkey",
+                "rsa:2048",
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=DNS:localhost",
+            ],
+            &cert,
+            &key,
+        );
+        (cert, key)
+    });
     let text = Command::new("openssl")
         .args(["x509", "-noout", "-text", "-in"])
         .arg(&cert)
@@ -122,19 +129,6 @@ fn a_self_signed_ca_certificate_given_by_ca_file_is_trusted() {
     assert_eq!(code, Some(78), "{err}");
     assert!(err.contains("not trusted"), "{err}");
     // Another CA certificate in the file does not vouch for this one.
-    let other_cert = dir.path().join("other.pem");
-    support::self_signed(
-        &[
-            "-newkey",
-            "rsa:2048",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost",
-        ],
-        &other_cert,
-        &dir.path().join("other.key"),
-    );
     let (code, _, err) = tollgate(&["lock", "status", "l", "--server", &by_name], Some(&other_cert));
     assert_eq!(code, Some(78), "{err}");
 }
