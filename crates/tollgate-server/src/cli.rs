@@ -18,7 +18,8 @@ pub(crate) const VERSION: &str = concat!(
 #[command(name = "tollgate", version = VERSION, about = "Fair distributed locks and semaphores")]
 pub(crate) struct Cli {
     /// For --server https://…: trust the certificates in this PEM file as
-    /// well as the system's (a private CA, a self-signed server).
+    /// well as the system's (a private CA, a self-signed server: its own
+    /// certificate, even one `openssl req -x509` marked CA:TRUE).
     #[arg(long, global = true, env = "TOLLGATE_CA_FILE", value_name = "FILE")]
     pub(crate) ca_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
@@ -776,6 +777,11 @@ pub(crate) struct ServeArgs {
     /// [default: 30s].
     #[arg(long, env = "TOLLGATE_BODY_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) body_timeout: Option<Duration>,
+    /// Without --redis: how long the embedded store keeps a name nothing
+    /// holds or waits for (its capacity, fence, counters) after its last
+    /// use, 1s to 30 days [default: 10m].
+    #[arg(long, env = "TOLLGATE_MEMORY_IDLE", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) memory_idle: Option<Duration>,
     /// With --redis: how long to wait for Redis to answer at start. The
     /// server listens at once (/readyz answers 503 until Redis does) and
     /// retries; past this it exits 69 [default: wait forever].

@@ -298,6 +298,7 @@ fn tls_config() -> Result<rustls::ClientConfig, Failure> {
         message,
     };
     let mut roots = rustls::RootCertStore::empty();
+    let mut pinned = Vec::new();
     // Unreadable system certificates are skipped (what is left may still
     // do, and --ca-file may be all that is needed).
     let (found, _) = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
@@ -311,19 +312,96 @@ fn tls_config() -> Result<rustls::ClientConfig, Failure> {
                 path.display()
             )));
         }
-        for cert in certs {
+        for cert in &certs {
             roots
-                .add(cert)
+                .add(cert.clone())
                 .map_err(|e| config_error(format!("--ca-file {}: {e}", path.display())))?;
         }
+        pinned = certs;
     } else if found == 0 {
         tracing::debug!("no system root certificates found");
     }
-    let config =
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| config_error(format!("TLS: {e}")))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| config_error(format!("TLS: {e}")))?;
+    // (Without --ca-file, as before: a verifier over no roots at all
+    // cannot be built, and then every certificate is untrusted anyway.)
+    if pinned.is_empty() {
+        return Ok(builder.with_root_certificates(roots).with_no_client_auth());
+    }
+    let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| config_error(format!("TLS: {e}")))?;
+    let config = builder
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(CaFileVerifier { webpki, pinned }))
+        .with_no_client_auth();
     Ok(config)
+}
+
+/// The usual checks (a chain to a trusted root, the name, the dates),
+/// and one exception: a server certificate that is itself in `--ca-file`
+/// but marked a CA, as `openssl req -x509` makes them by default
+/// (`CA:TRUE`), which webpki refuses as a server's (`CaUsedAsEndEntity`).
+/// The user named that very certificate, so it is trusted as it is, once
+/// its dates (webpki checks them before the CA mark, so a refusal for
+/// the mark means the dates passed) and its names are checked; the
+/// handshake's signatures are checked as for any other.
+#[derive(Debug)]
+struct CaFileVerifier {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    /// The certificates of `--ca-file`, to compare with the server's.
+    pinned: Vec<rustls::pki_types::CertificateDer<'static>>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for CaFileVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        use rustls::{CertificateError, Error};
+        match self
+            .webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(Error::InvalidCertificate(CertificateError::Other(other)))
+                if other.0.downcast_ref::<webpki::Error>() == Some(&webpki::Error::CaUsedAsEndEntity)
+                    && self.pinned.iter().any(|c| c.as_ref() == end_entity.as_ref()) =>
+            {
+                let cert = webpki::EndEntityCert::try_from(end_entity)
+                    .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))?;
+                cert.verify_is_valid_for_subject_name(server_name)
+                    .map_err(|_| Error::InvalidCertificate(CertificateError::NotValidForName))?;
+                Ok(rustls::client::danger::ServerCertVerified::assertion())
+            }
+            answer => answer,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }

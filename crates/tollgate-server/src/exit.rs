@@ -19,8 +19,9 @@ pub(crate) const LEASE_LOST: i32 = 76;
 /// (`lock run`, `semaphore run`) An admin removed this waiter from the
 /// line (`lock remove`): the command was not run (sysexits' EX_NOPERM).
 pub(crate) const REMOVED: i32 = 77;
-/// The set-up is wrong: Redis refused the credentials, a cluster was named
-/// by a plain URL, a queue's partition count differs from the stored one,
+/// The set-up is wrong: Redis refused the credentials, is older than
+/// supported (Redis 7.0, Valkey 7.2), a cluster was named by a plain URL,
+/// a queue's partition count differs from the stored one,
 /// (`serve`) Redis refused the connection's set-up (a DB index it does
 /// not have), a room's page template cannot be used, or (`serve`) a
 /// secret still holds the example config's `change-me` placeholder.

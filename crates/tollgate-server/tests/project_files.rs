@@ -24,6 +24,10 @@ fn the_license_file_is_the_license_cargo_names() {
         "LICENSE is not the Apache license"
     );
     assert!(text.contains("Version 2.0, January 2004"));
+    // The Node client's package names the same one.
+    let node: serde_json::Value =
+        serde_json::from_str(&read("clients/node/package.json")).expect("package.json");
+    assert_eq!(node["license"], license, "clients/node/package.json");
 }
 
 #[test]

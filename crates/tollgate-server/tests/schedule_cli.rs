@@ -367,6 +367,17 @@ fn bad_input_exits_64_naming_the_field() {
         assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
         assert!(err.contains(says), "{args:?}: {err} should say {says}");
     }
+    // `next` takes its expression as an argument, not --when; a bare
+    // number is suggested seconds (schedules take no milliseconds).
+    let out = run(&["schedule", "next", "every 30"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(err.contains("tollgate: EXPR: "), "{err}");
+    assert!(!err.contains("--when") && !err.contains("30ms"), "{err}");
+    assert!(err.contains("30s"), "{err}");
+    let out = add(&["--when", "every 30"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--when: ") && !err.contains("30ms"), "{err}");
     // Nothing was stored.
     assert_eq!(stdout(&run(&["schedule", "list", "--json", "--redis", &url])), "");
 }

@@ -1,9 +1,12 @@
 //! `tollgate serve --log-format json`: every line on standard error is a
 //! JSON object; request lines carry whole milliseconds; each visitor
-//! request through a waiting room gets one access line.
+//! request through a waiting room gets one access line; a room that
+//! cannot read its state from the store says why at warn.
 
 mod room_support;
 mod serve_support;
+#[path = "../../tollgate/tests/support/mod.rs"]
+mod support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -103,4 +106,52 @@ async fn json_logs_carry_integer_ms_and_one_access_line_per_visit() {
         let cookie = cookie.as_deref().expect("a cookie");
         assert!(!text.contains(cookie), "a signed token in the log");
     }
+}
+
+#[tokio::test]
+async fn a_room_that_cannot_read_the_store_says_why_at_warn() {
+    // A user that may not run scripts: every read of the room's state
+    // fails (NOPERM), so the room never becomes ready.
+    let redis = support::RedisServer::start_with_args(&[
+        "--user",
+        "tg",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-eval",
+        "-evalsha",
+        "-eval_ro",
+        "-evalsha_ro",
+    ]);
+    let url = format!("redis://tg:pw@127.0.0.1:{}", redis.port);
+    let (_, up, dir) = site().await;
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(&config, room_config(up, 1, "")).expect("config");
+    let log = dir.path().join("stderr.log");
+    let cmd = Server::command(
+        Some(&url),
+        &["--config", config.to_str().expect("path"), "--log-format", "json"],
+    );
+    let _s = Server::spawn(cmd, Stdio::from(std::fs::File::create(&log).expect("log file")));
+    let is_watch_error = |l: &Value| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("could not read the room's state"))
+    };
+    let lines = log_lines(&log, |l| l.iter().any(is_watch_error)).await;
+    let line = lines
+        .iter()
+        .find(|l| is_watch_error(l))
+        .expect("the watch's error");
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["room"], "shop", "{line}");
+    let error = line["error"].as_str().unwrap_or_default();
+    assert!(error.contains("NOPERM") || error.contains("permission"), "{line}");
+    // Once a minute, not every 40 ms read.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let text = std::fs::read_to_string(&log).expect("log");
+    let repeated = text.matches("could not read the room's state").count();
+    assert_eq!(repeated, 1, "{text}");
 }

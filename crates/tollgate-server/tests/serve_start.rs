@@ -278,3 +278,23 @@ async fn listen_takes_a_host_name() {
     assert_eq!(st, 200, "{ready}");
     assert_eq!(ready["store"], "memory");
 }
+
+#[test]
+fn memory_idle_comes_from_the_flag_and_the_environment() {
+    // Out of range from either: refused at start naming the setting, so
+    // each was read (before, only the file had it).
+    let mut by_env = Server::command(None, &[]);
+    by_env.env("TOLLGATE_MEMORY_IDLE", "100ms");
+    let mut by_flag = Server::command(None, &["--memory-idle", "100ms"]);
+    for cmd in [&mut by_env, &mut by_flag] {
+        let out = cmd.stdin(Stdio::null()).output().expect("run serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(stderr.contains("memory_idle"), "{stderr}");
+    }
+    // In range, it starts.
+    let mut ok = Server::command(None, &[]);
+    ok.env("TOLLGATE_MEMORY_IDLE", "2s");
+    let s = Server::spawn(ok, Stdio::inherit());
+    assert!(s.base.starts_with("http://"), "{}", s.base);
+}

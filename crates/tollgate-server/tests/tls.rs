@@ -109,6 +109,56 @@ fn tollgate(args: &[&str], ca: Option<&Path>) -> (Option<i32>, String, String) {
     )
 }
 
+/// OpenSSL 3's plain `openssl req -x509` marks its certificate a CA
+/// (`CA:TRUE`), which webpki refuses as a server's: given by `--ca-file`,
+/// the very certificate the server shows is trusted all the same, still
+/// only for its own names.
+#[test]
+fn a_self_signed_ca_certificate_given_by_ca_file_is_trusted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // OpenSSL's defaults, as a user types it: two alike, one the server's.
+    let [(cert, key), (other_cert, _)] = ["ca", "other"].map(|name| {
+        let (cert, key) = (
+            dir.path().join(format!("{name}.pem")),
+            dir.path().join(format!("{name}.key")),
+        );
+        support::self_signed(
+            &[
+                "-newkey",
+                "rsa:2048",
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=DNS:localhost",
+            ],
+            &cert,
+            &key,
+        );
+        (cert, key)
+    });
+    let text = Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&cert)
+        .output()
+        .expect("openssl x509");
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"),
+        "openssl made no CA certificate: nothing to test"
+    );
+    let s = serve_tls(&cert, &key, &[]);
+    let by_name = s.base.replacen("127.0.0.1", "localhost", 1);
+    let (code, out, err) = tollgate(&["lock", "status", "l", "--server", &by_name], Some(&cert));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"name\":\"l\""), "{out}");
+    // Its names still count: 127.0.0.1 is not one of them.
+    let (code, _, err) = tollgate(&["lock", "status", "l", "--server", &s.base], Some(&cert));
+    assert_eq!(code, Some(78), "{err}");
+    assert!(err.contains("not trusted"), "{err}");
+    // Another CA certificate in the file does not vouch for this one.
+    let (code, _, err) = tollgate(&["lock", "status", "l", "--server", &by_name], Some(&other_cert));
+    assert_eq!(code, Some(78), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_speaks_tls_and_the_cli_reaches_it() {
     let dir = tempfile::tempdir().expect("temp dir");

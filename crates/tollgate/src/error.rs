@@ -32,8 +32,10 @@ pub enum ErrorKind {
     /// `ShardedJobQueue::repartition` once the queue is empty.
     PartitionConflict,
     /// The store refused this client's set-up, not one request: a wrong
-    /// password or user, a cluster reached through a plain URL, or an ACL
-    /// that disallows a command tollgate runs. Retrying will not help.
+    /// password or user, a cluster reached through a plain URL, an ACL
+    /// that disallows a command tollgate runs, or a server older than
+    /// tollgate supports (Redis before 7.0, Valkey before 7.2; the message
+    /// names the version found and the one needed). Retrying will not help.
     Misconfigured,
     /// An admin took this ticket out of the line
     /// ([`Gate::remove_waiter`](crate::Gate::remove_waiter)): stop waiting.

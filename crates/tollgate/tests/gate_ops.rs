@@ -678,7 +678,14 @@ async fn many_ended_leases_are_swept_in_steps(ts: TestStore) {
         ops += 1;
         assert!(ops <= N / STEP + 1, "not converging: {last:?}");
     }
-    assert!(ops >= N / STEP, "{ops} operations swept {N} leases");
+    // Leases that ended while the rest were still being granted (a slow
+    // machine takes longer than the TTL to grant them all) were swept
+    // by those grants: count only the ones left to sweep here.
+    assert!(
+        ops >= before.holders / STEP,
+        "{ops} operations swept {} leases",
+        before.holders
+    );
     // Nothing is listed or renewable meanwhile, and the gate works again.
     assert!(g.holders(10).await.unwrap().is_empty());
     granted(g.enter(1, false).await.unwrap());

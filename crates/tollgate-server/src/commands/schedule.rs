@@ -277,12 +277,13 @@ fn view(info: &ScheduleInfo) -> Value {
     v
 }
 
-/// `--when EXPR [--zone Z]` as one `When`; bad input names the flag and
-/// what is allowed.
-fn when_of(expr: &str, zone: Option<&str>) -> Result<When, Failure> {
+/// An expression (`add --when`, or `next`'s EXPR: `what` names it) and
+/// `--zone` as one `When`; bad input names the argument and what is
+/// allowed.
+fn when_of(what: &str, expr: &str, zone: Option<&str>) -> Result<When, Failure> {
     When::parse_in(expr, zone).map_err(|(part, e)| {
         let flag = match part {
-            WhenPart::When => "--when",
+            WhenPart::When => what,
             WhenPart::Zone => "--zone",
         };
         usage(format!("{flag}: {}", e.message()))
@@ -375,7 +376,7 @@ fn next_text(v: &Value) -> String {
 async fn add(args: ScheduleAddArgs) -> Result<(), Failure> {
     // Bad input is refused before any connection, with the flag's name.
     check_schedule_name(&args.name).map_err(|e| usage(e.message().to_owned()))?;
-    let when = when_of(&args.when, args.zone.as_deref())?;
+    let when = when_of("--when", &args.when, args.zone.as_deref())?;
     if args.max_catch_up == 0 || args.max_catch_up > MAX_CATCH_UP {
         return Err(usage(format!(
             "--max-catch-up {}: allowed is 1 to {MAX_CATCH_UP}",
@@ -636,7 +637,7 @@ async fn next(args: ScheduleNextArgs) -> Result<(), Failure> {
             let v = Place::open(&args.store).await?.get(name).await?;
             (view_when(name, &v)?, v["start_ms"].as_u64(), v["end_ms"].as_u64())
         }
-        (None, Some(expr)) => (when_of(expr, args.zone.as_deref())?, None, None),
+        (None, Some(expr)) => (when_of("EXPR", expr, args.zone.as_deref())?, None, None),
         (None, None) => return Err(usage("give an expression, or --name NAME of a stored schedule")),
     };
     let zone = zone_of(&when);

@@ -52,6 +52,9 @@ pub(crate) const SESSION_HEADER: &str = "tollgate-session";
 pub(crate) const VISITOR_HEADER: &str = "tollgate-visitor";
 /// What a waiter asking too often is told.
 const KEPT: &str = "asking too often; your place in line is kept";
+/// A room that is not ready logs its store errors at warn at most this
+/// often (the first at once).
+const WARN_EVERY: Duration = Duration::from_secs(60);
 /// Paths under this prefix are the rooms' own endpoints.
 pub(crate) const OWN_PATHS: &str = "/.tollgate/";
 
@@ -503,8 +506,24 @@ impl Room {
 
     /// Expires ended sessions and stale waiters and hands slots on (any
     /// gate operation does; stats is the cheapest).
-    pub(crate) async fn reap(&self) {
-        let _ = bounded(self.store_timeout, self.gate.stats()).await;
+    async fn reap(&self) -> tollgate::Result<()> {
+        bounded(self.store_timeout, self.gate.stats()).await.map(drop)
+    }
+
+    /// Logs a store error of the room's watch: at warn while the room is
+    /// not ready (warming up, or its view gone stale: the error is why,
+    /// and an operator looking at a room that never becomes ready needs
+    /// it), at most once per [`WARN_EVERY`]; at debug otherwise (a
+    /// passing error of a ready room, which its metrics count).
+    fn watch_failed(&self, what: &str, e: &tollgate::Error, warned: &mut Option<std::time::Instant>) {
+        if let Err(why) = self.view.ready(now_ms())
+            && warned.is_none_or(|at| at.elapsed() >= WARN_EVERY)
+        {
+            *warned = Some(std::time::Instant::now());
+            tracing::warn!(room = %self.name, error = %e, not_ready = why, "{what}");
+            return;
+        }
+        tracing::debug!(room = %self.name, error = %e, "{what}");
     }
 
     /// Keeps this server's view of the room fresh until `stopping`: reads
@@ -514,6 +533,7 @@ impl Room {
     /// [`Room::reap`]) and forgets revocations no token can name.
     pub(crate) async fn watch(&self, mut stopping: tokio::sync::watch::Receiver<bool>) {
         let mut last_reap = std::time::Instant::now();
+        let mut warned = None;
         loop {
             tokio::select! {
                 () = tokio::time::sleep(watch::WATCH_EVERY) => {}
@@ -533,7 +553,7 @@ impl Room {
                 }
                 Err(e) => {
                     self.metrics.watch_errors.increment(1);
-                    tracing::debug!(room = %self.name, error = %e, "could not read the room's state");
+                    self.watch_failed("could not read the room's state", &e, &mut warned);
                 }
             }
             for token in self.view.take_pending(100) {
@@ -548,7 +568,9 @@ impl Room {
             });
             if last_reap.elapsed() >= Duration::from_secs(1) {
                 last_reap = std::time::Instant::now();
-                self.reap().await;
+                if let Err(e) = self.reap().await {
+                    self.watch_failed("could not expire the room's ended sessions", &e, &mut warned);
+                }
                 let remembered = self.view.prune(now_ms());
                 self.metrics.revoked.set(remembered as f64);
             }

@@ -307,7 +307,7 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         )?,
         memory_idle: duration_setting(
             "memory_idle",
-            None,
+            args.memory_idle,
             file.memory_idle.as_deref(),
             tollgate::MemoryOptions::default().idle,
             (Duration::from_secs(1), Duration::from_secs(30 * 24 * 3600)),

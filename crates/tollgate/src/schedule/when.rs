@@ -195,10 +195,16 @@ impl When {
                 Some(i) => (&rest[..i], Some(rest[i + 6..].trim())),
                 None => (rest, None),
             };
-            let interval = humantime::parse_duration(span.trim()).map_err(|e| {
+            let span = span.trim();
+            let interval = humantime::parse_duration(span).map_err(|e| {
+                // A bare number: humantime suggests units (ms) that no
+                // schedule takes; seconds are what it most likely meant.
+                let e = match span.bytes().all(|b| b.is_ascii_digit()) {
+                    true => format!("time unit needed, for example {span}s or {span}m"),
+                    false => e.to_string(),
+                };
                 Error::invalid(format!(
-                    "schedule interval {:?}: {e}; allowed are whole seconds from 1s to 366 days, e.g. \"every 30s\" or \"every 1h 30m\"",
-                    span.trim()
+                    "schedule interval {span:?}: {e}; allowed are whole seconds from 1s to 366 days, e.g. \"every 30s\" or \"every 1h 30m\""
                 ))
             })?;
             let anchor_ms = match anchor {

@@ -108,8 +108,11 @@ impl Store {
     }
 
     /// Connects to Redis as `config` says. Fails if the URL is malformed or
-    /// the server cannot be reached now; after that, the connection is
-    /// re-established automatically whenever it drops.
+    /// the server cannot be reached now, and with
+    /// [`ErrorKind::Misconfigured`](crate::ErrorKind::Misconfigured) if it
+    /// (or a node of the Cluster, or the master the Sentinels name) is
+    /// older than supported: Redis 7.0, Valkey 7.2; after that, the
+    /// connection is re-established automatically whenever it drops.
     pub async fn connect(config: RedisConfig) -> Result<Store> {
         Ok(Store {
             backend: Backend::Redis(Arc::new(redis::RedisStore::connect(config).await?)),

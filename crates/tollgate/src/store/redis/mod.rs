@@ -37,8 +37,8 @@ use crate::store::wakers::Wakers;
 pub(crate) use self::batch::ready_ones_first;
 pub use self::conn::RedisConfig;
 use self::conn::{
-    Conn, Target, check_not_cluster, check_url, cluster_builder, cluster_nodes, connect_error,
-    manager_config, sentinel_parts,
+    Conn, Target, check_cluster_versions, check_prefix, check_server, check_url, cluster_builder,
+    cluster_nodes, connect_error, manager_config, sentinel_parts,
 };
 pub(crate) use self::pubsub::Listening;
 use self::pubsub::Subscriptions;
@@ -105,7 +105,7 @@ impl RedisStore {
         let mut conn = ConnectionManager::new_with_config(client, manager_config.clone())
             .await
             .map_err(|e| connect_error(e, "Redis", &config.url))?;
-        check_not_cluster(&mut conn, &config.url).await?;
+        check_server(&mut conn, &config.url).await?;
         Ok(RedisStore::with_target(
             Conn::Single(conn),
             Target::Single(Box::new((info, manager_config, config.response_timeout))),
@@ -143,10 +143,11 @@ impl RedisStore {
         let client = cluster_builder(&nodes, &config)
             .build()
             .map_err(|e| Error::invalid("unusable Redis Cluster URL").with_source(e))?;
-        let conn = client
+        let mut conn = client
             .get_async_connection()
             .await
             .map_err(|e| connect_error(e, "the Redis Cluster", &config.url))?;
+        check_cluster_versions(&mut conn, &config.url).await?;
         Ok(RedisStore::with_target(
             Conn::Cluster(conn),
             Target::Cluster(nodes, config.clone()),

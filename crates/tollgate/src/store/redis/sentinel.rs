@@ -93,7 +93,14 @@ impl SentinelMaster {
             return Ok(());
         }
         let client = redis::Client::open(self.template.clone().set_addr(addr.clone()))?;
-        let conn = ConnectionManager::new_with_config(client, self.config.clone()).await?;
+        let mut conn = ConnectionManager::new_with_config(client, self.config.clone()).await?;
+        // Not moved to a master older than supported (the first one: the
+        // store is refused; a later one: calls fail as unreachable, with
+        // this error's message, until the Sentinels name another).
+        let shown = format!("the master {:?} at {addr}", self.name);
+        if let Some(info) = super::conn::info(&mut conn, &shown).await? {
+            super::conn::check_version(&info, &shown)?;
+        }
         let moved = self
             .current
             .lock()
