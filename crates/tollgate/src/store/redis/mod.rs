@@ -37,8 +37,8 @@ use crate::store::wakers::Wakers;
 pub(crate) use self::batch::ready_ones_first;
 pub use self::conn::RedisConfig;
 use self::conn::{
-    Conn, Target, check_cluster_versions, check_prefix, check_server, check_url, cluster_builder,
-    cluster_nodes, connect_error, manager_config, sentinel_parts,
+    Conn, Target, check_cluster_versions, check_server, check_url, cluster_builder, cluster_nodes,
+    connect_error, manager_config, sentinel_parts,
 };
 pub(crate) use self::pubsub::Listening;
 use self::pubsub::Subscriptions;
