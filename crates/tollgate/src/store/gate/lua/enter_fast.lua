@@ -20,12 +20,12 @@ elseif lone_read and lone_read[1] == '1' then
   local more
   if A[6] == '1' then
     -- (A request that may queue, on a gate held: the line's fields too.)
-    more = redis.call('HMGET', KM, 'z', 'r', 'l', 'G', 'u', 'X', 's', 'U', 'V')
+    more = redis.call('HMGET', KM, 'z', 'r', 'l', 'u', 'X', 's', 'U', 'V')
   else
-    more = redis.call('HMGET', KM, 'z', 'r', 'l', 'G', 'u', 'X')
+    more = redis.call('HMGET', KM, 'z', 'r', 'l', 'u', 'X')
   end
-  raw = {one[1], one[7], one[2], one[3], one[4], more[1], more[2], more[3], one[5], more[4], one[6], more[5], more[6],
-    one[8], more[7], more[8], more[9]}
+  raw = {one[1], one[7], one[2], one[3], one[4], more[1], more[2], more[3], one[5], one[9], one[6], more[4], more[5],
+    one[8], more[6], more[7], more[8]}
 else
   read_meta(A[6] == '1')
 end

@@ -97,8 +97,8 @@ end
 -- holder would be), where gap is how long H outlives the lease (ms): the
 -- lease ends at H's expiry less gap, is live while H's PTTL exceeds gap,
 -- and every caller reads the same end whatever its own IDLE. Its grant is
--- HMGET, PTTL and PEXPIRETIME of m (which must outlive the lease by
--- IDLE; server time is its expiry less its TTL, for the fence), SET, and
+-- HMGET and PTTL of m (which must outlive the lease by IDLE; server
+-- time is its expiry, field G, less its TTL, for the fence), SET, and
 -- HSET of f and b; its release GET, PTTL and DEL of H; its renewal GET
 -- and PTTL of H, PTTL of m and SET: no TIME, h, u or X
 -- (lone_enter.lua, lone_leave.lua, lone_renew.lua, which run before this

@@ -3,8 +3,8 @@
 -- the lease on, and a pass needs it in h) on a free gate of capacity 1
 -- with an epoch, no line, no barging waiter and nothing for the general
 -- path, whose m outlives the lease by IDLE, is granted as a lone lease
--- (see head.lua): HMGET of 8 fields, PTTL and PEXPIRETIME of m (server
--- time is m's expiry less its TTL, without TIME), SET NX PX of H
+-- (see head.lua): HMGET of 9 fields and PTTL of m (server time is m's
+-- expiry, G, less its TTL, without TIME), SET NX PX of H
 -- (expiring with m) and HSET of the fence. H's value keeps the lease's
 -- end as its distance from H's expiry (m's TTL less the lease's).
 -- Such a request comes in the short form of ARGV: 1 id, 2 ttl, 3
@@ -12,12 +12,12 @@
 -- its handle saw a line (for enter_line.lua, before this); any other, and
 -- A for the rest of the script (enter_fast.lua, enter.lua), in
 -- enter.lua's. Otherwise enter_fast.lua goes on with what was read
--- (lone_read, whose 7 f and 8 b it takes; lone_tried: the gate looked
+-- (lone_read, whose 7 f, 8 b and 9 G it takes; lone_tried: the gate looked
 -- free, so H may hold a lease).
 -- Reply as enter.lua, or falls through.
 local A, lone_read, lone_tried = ARGV, nil, nil
 if #ARGV == 4 or ARGV[5] == 'L' then
-  lone_read = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'E', 'N', 'f', 'b')
+  lone_read = redis.call('HMGET', KM, 'c', 'h', 'k', 'W', 'E', 'N', 'f', 'b', 'G')
   local one = lone_read
   if one[1] == '1' and (one[2] or '') == '' and not one[3] and (tonumber(one[4]) or 0) == 0 and one[5] then
     lone_tried = true
@@ -27,7 +27,9 @@ if #ARGV == 4 or ARGV[5] == 'L' then
     -- future, is woken by the release only in h.)
     local left = redis.call('PTTL', KM)
     if left >= ttl + IDLE then
-      local at = redis.call('PEXPIRETIME', KM) - left
+      -- (G is m's expiry as last set, with it in one step: a call less
+      -- than PEXPIRETIME.)
+      local at = (tonumber(one[9]) or redis.call('PEXPIRETIME', KM)) - left
       if not one[6] or tonumber(one[6]) <= at then
         local entry = ARGV[1] .. ' ' .. string.format('%d', left - ttl)
         if redis.call('SET', KK, entry, 'NX', 'PX', string.format('%d', left)) then
