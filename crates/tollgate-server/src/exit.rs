@@ -31,6 +31,49 @@ pub(crate) const CANNOT_EXECUTE: i32 = 126;
 /// The command was not found. `jobs work` checks both before any claim.
 pub(crate) const NOT_FOUND: i32 = 127;
 
+/// Every exit code with what it means, for the manual page's EXIT STATUS
+/// (README.md's table says the same at more length; packaging.rs checks
+/// both name the same codes). `None` is the run command's own code.
+pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
+    (
+        None,
+        "lock run, semaphore run: the command's own (128 + N if killed by signal N); it ran under the lease",
+    ),
+    (Some(0), "done"),
+    (Some(REFUSED), "(limit check) the request was refused"),
+    (
+        Some(USAGE),
+        "bad arguments, or no store given (the message says which)",
+    ),
+    (Some(NO_SUCH), "no such holder, ticket, job, queue or schedule"),
+    (
+        Some(UNAVAILABLE),
+        "the store or server is unreachable; (serve) an address cannot be bound; (health) no answer, or 5xx",
+    ),
+    (Some(SOFTWARE), "an internal error"),
+    (
+        Some(BUSY),
+        "the lock or permits could not be had within --wait, a job to cancel or reschedule is being run, or the server's rate limit refused this client",
+    ),
+    (
+        Some(LEASE_LOST),
+        "the lease was lost while the command ran: the command got SIGTERM",
+    ),
+    (
+        Some(REMOVED),
+        "(lock run, semaphore run) an admin removed this waiter from the line: the command never ran",
+    ),
+    (
+        Some(CONFIG),
+        "the set-up is wrong: credentials, store version, URL, partitions, a room's template, a change-me secret, a server's token or certificate",
+    ),
+    (
+        Some(CANNOT_EXECUTE),
+        "the command could not be started (not an executable file)",
+    ),
+    (Some(NOT_FOUND), "the command was not found"),
+];
+
 /// The exit code for a library error.
 pub(crate) fn for_error(e: &tollgate::Error) -> i32 {
     use tollgate::ErrorKind;

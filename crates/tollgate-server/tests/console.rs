@@ -218,6 +218,7 @@ async fn make_data(c: &reqwest::Client, s: &Server) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_in_a_real_browser() {
     let axe = axe_source();
+    serve_support::install_tls_provider();
     let c = reqwest::Client::new();
     let driver = Driver::start();
     let session = driver.session(&c).await;
@@ -288,7 +289,8 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
             "schedule",
             "/schedules/nightly",
             "schedules/nightly",
-            "return document.body.textContent.includes('Europe/Berlin') && document.body.textContent.includes('nightly@manual-');",
+            // Its runs are shown in its own zone, labelled (not the browser's, unlabelled).
+            "const runs = [...document.querySelectorAll('#main ol li')]; return runs.length === 5 && runs.every((r) => /GMT[+-]\\d/.test(r.textContent) && r.textContent.endsWith(' Europe/Berlin')) && document.body.textContent.includes('nightly@manual-');",
         ),
         (
             "rooms",
@@ -446,6 +448,26 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
         "the admitted visitor shows",
     )
     .await;
+    // One admission reads 1 in the figure and its chart, for the minute
+    // after it (not 60 per minute for one second, then 0).
+    let admitted = "return document.querySelector('dd[data-field=\"admitted_last_minute\"]').textContent === '1' \
+        && document.body.textContent.includes('Admitted in the minute up to each moment');";
+    b.until(admitted, "the admission counted").await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        b.js(admitted).await,
+        json!(true),
+        "the admission still counted seconds later"
+    );
+    let chart = b
+        .js("return [...document.querySelectorAll('svg.chart')].map((c) => c.getAttribute('aria-label')).find((l) => l.startsWith('Admitted in the minute'));")
+        .await;
+    assert!(
+        chart
+            .as_str()
+            .is_some_and(|l| l.ends_with("admitted last minute now 1, highest 1")),
+        "the chart says the same as the figure: {chart}"
+    );
     b.click("#main", "Pause").await;
     b.until(
         "return document.getElementById('status').textContent.includes('paused');",
@@ -573,6 +595,7 @@ async fn the_console_with_read_and_admin_tokens() {
     )
     .expect("config");
     let s = Server::start_with(None, &["--config", path.to_str().expect("path")]);
+    serve_support::install_tls_provider();
     let c = reqwest::Client::new();
     let (st, body) = send(
         c.post(s.url("/v1/queues/mail/jobs"))

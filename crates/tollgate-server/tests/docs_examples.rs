@@ -81,34 +81,54 @@ fn every_shell_block_says_whether_it_runs() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_runnable_examples_run_as_written() {
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("tollgate.toml");
-    std::fs::write(&config, "[limits.api]\nrate = \"100/min\"\n").expect("config");
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tollgate"));
-    let path = format!(
-        "{}:{}",
-        bin.parent().expect("bin dir").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let runnable: Vec<Block> = blocks().into_iter().filter(|b| b.marker == "runnable").collect();
-    assert!(runnable.len() >= 4, "only {} runnable blocks", runnable.len());
-    for block in runnable {
-        redis.command(&["FLUSHALL"]);
-        let server = Server::start_with(None, &["--config", config.to_str().expect("path")]);
+/// What the runnable blocks run against: a redis-server, a config for
+/// `tollgate serve`, and a PATH with `tollgate` on it.
+struct Runner {
+    redis: RedisServer,
+    config: PathBuf,
+    path: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Runner {
+    fn new() -> Runner {
+        let redis = RedisServer::start();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("tollgate.toml");
+        std::fs::write(&config, "[limits.api]\nrate = \"100/min\"\n").expect("config");
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_tollgate"));
+        let path = format!(
+            "{}:{}",
+            bin.parent().expect("bin dir").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Runner {
+            redis,
+            config,
+            path,
+            _dir: dir,
+        }
+    }
+
+    /// A fresh `tollgate serve` on an emptied redis-server.
+    fn fresh_server(&self) -> Server {
+        self.redis.command(&["FLUSHALL"]);
+        Server::start_with(None, &["--config", self.config.to_str().expect("path")])
+    }
+
+    /// Runs `block` against `server`; panics with its output if it fails.
+    fn run(&self, block: &Block, server: &Server) {
         let address = server.base.trim_start_matches("http://").to_owned();
         let script = block
             .text
             .replace("localhost:7700", &address)
-            .replace("redis://127.0.0.1:6379", &redis.url());
+            .replace("redis://127.0.0.1:6379", &self.redis.url());
         let work = tempfile::tempdir().expect("workdir");
         let out = tokio::task::block_in_place(|| {
             Command::new("timeout")
                 .args(["60", "bash", "-e", "-o", "pipefail", "-c", &script])
                 .current_dir(work.path())
-                .env("PATH", &path)
+                .env("PATH", &self.path)
                 .env_remove("TOLLGATE_REDIS_URL")
                 .env_remove("TOLLGATE_SERVER")
                 .output()
@@ -122,7 +142,39 @@ async fn the_runnable_examples_run_as_written() {
             block.at,
             out.status
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runnable_examples_run_as_written() {
+    let runner = Runner::new();
+    let runnable: Vec<Block> = blocks().into_iter().filter(|b| b.marker == "runnable").collect();
+    assert!(runnable.len() >= 4, "only {} runnable blocks", runnable.len());
+    for block in runnable {
+        let server = runner.fresh_server();
+        runner.run(&block, &server);
         drop(server);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A reader tries README's first request, then HTTP.md's gate walk-through
+/// twice, on one server within a minute: the walk-through uses gates of its
+/// own and releases what it takes, so neither run finds a title held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_walk_through_runs_after_the_readme_and_again() {
+    let runner = Runner::new();
+    let runnable: Vec<Block> = blocks().into_iter().filter(|b| b.marker == "runnable").collect();
+    let first = |file: &str, needle: &str| {
+        runnable
+            .iter()
+            .find(|b| b.at.starts_with(file) && b.text.contains(needle))
+            .unwrap_or_else(|| panic!("no runnable block in {file} with {needle}"))
+    };
+    let readme = first("README.md:", "/v1/gates/");
+    let walk = first("HTTP.md:", "/enter");
+    let server = runner.fresh_server();
+    runner.run(readme, &server);
+    runner.run(walk, &server);
+    runner.run(walk, &server);
 }

@@ -65,6 +65,48 @@ fn the_manual_page_has_every_subcommand() {
         assert!(page.contains(&format!(".SH \"{section}\"")), "{section} missing");
     }
     assert!(page.contains(r"\-\-cors\-origin"), "serve's flags are in it");
+    // One page: it names no other page (clap_mangen's `tollgate-serve(1)`).
+    assert!(!page.contains("(1)"), "names a page that is not made");
+    assert!(page.contains(r"\fBtollgate serve\fR"), "the subcommand index");
+}
+
+#[test]
+fn the_manual_page_lists_the_readme_exit_codes() {
+    let (code, page, err) = run(&["man"]);
+    assert_eq!(code, Some(0), "{err}");
+    let section = page
+        .split(".SH \"EXIT STATUS\"")
+        .nth(1)
+        .expect("an EXIT STATUS section");
+    let section = &section[..section.find("\n.SH").unwrap_or(section.len())];
+    let listed: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix(r"\fB")?.strip_suffix(r"\fR"))
+        .collect();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md");
+    let table = &readme[readme
+        .find("| exit code | meaning |")
+        .expect("README's exit codes")..];
+    let mut documented = Vec::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cell = row.split('|').nth(1).expect("a cell").trim();
+        documented.extend(cell.split(" / ").filter(|c| c.parse::<i32>().is_ok()));
+    }
+    assert!(documented.len() >= 10, "README's table: {documented:?}");
+    for code in &documented {
+        assert!(
+            listed.contains(code),
+            "exit {code} is in README.md, not in the man page: {listed:?}"
+        );
+    }
+    for code in listed.iter().filter(|c| c.parse::<i32>().is_ok_and(|c| c != 0)) {
+        assert!(
+            documented.contains(code),
+            "exit {code} is in the man page, not in README.md"
+        );
+    }
+    assert!(listed.contains(&"the command's own"), "{listed:?}");
 }
 
 #[test]

@@ -17,13 +17,23 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> i32 {
     emit(&out)
 }
 
-/// Prints the manual page: `tollgate(1)`, with every subcommand's own
-/// section after it.
+/// Prints the manual page: `tollgate(1)`, its EXIT STATUS, and every
+/// subcommand's own section after it.
 pub(crate) fn man() -> i32 {
     let command = Cli::command();
     let mut out = Vec::new();
-    let rendered = clap_mangen::Man::new(command.clone())
-        .render(&mut out)
+    let page = clap_mangen::Man::new(command.clone());
+    // clap_mangen's SUBCOMMANDS section names a page per subcommand
+    // (`tollgate-serve(1)`); here they are sections of this one page.
+    let rendered = page
+        .render_title(&mut out)
+        .and_then(|()| page.render_name_section(&mut out))
+        .and_then(|()| page.render_synopsis_section(&mut out))
+        .and_then(|()| page.render_description_section(&mut out))
+        .and_then(|()| page.render_options_section(&mut out))
+        .and_then(|()| subcommand_index(&command, &mut out))
+        .and_then(|()| exit_status(&mut out))
+        .and_then(|()| page.render_version_section(&mut out))
         .and_then(|()| subcommands(&command, "tollgate", &mut out));
     match rendered {
         Ok(()) => emit(&out),
@@ -32,6 +42,34 @@ pub(crate) fn man() -> i32 {
             exit::SOFTWARE
         }
     }
+}
+
+/// Roff text: backslashes and hyphens escaped.
+fn roff(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('-', "\\-")
+}
+
+/// The SUBCOMMANDS section: each subcommand, with the section of this
+/// page that describes it.
+fn subcommand_index(command: &clap::Command, out: &mut Vec<u8>) -> std::io::Result<()> {
+    writeln!(out, ".SH SUBCOMMANDS")?;
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("tollgate {}", sub.get_name());
+        let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+        writeln!(out, ".TP\n\\fB{}\\fR\n{}", roff(&name), roff(&about))?;
+        writeln!(out, "(section {} below)", roff(&name.to_uppercase()))?;
+    }
+    Ok(())
+}
+
+/// The EXIT STATUS section, from [`exit::MEANINGS`].
+fn exit_status(out: &mut Vec<u8>) -> std::io::Result<()> {
+    writeln!(out, ".SH \"EXIT STATUS\"")?;
+    for (code, meaning) in exit::MEANINGS {
+        let code = code.map_or("the command's own".to_owned(), |c| c.to_string());
+        writeln!(out, ".TP\n\\fB{}\\fR\n{}", roff(&code), roff(meaning))?;
+    }
+    Ok(())
 }
 
 /// Each subcommand of `command` (named `path`), depth first, as a

@@ -5,7 +5,7 @@
 
 import {
   Live, READ_NOTE, action, announce, api, canChange, chart, duration, facts, fill, fmt, form, h, loadSession,
-  seg, session, table, time,
+  lastMinute, seg, session, table, time,
 } from './lib.js';
 
 const main = document.getElementById('main');
@@ -125,7 +125,7 @@ async function list(kind, params) {
     const rows = page[kind].map((item) =>
       cols.map(([, f], i) => {
         if (i === 0) return h('a', { href: `#/${kind}/${seg(item[f])}` }, item[f]);
-        return f.endsWith('_ms') ? time(item[f]) : fmt(item[f]);
+        return f.endsWith('_ms') ? time(item[f], item.zone) : fmt(item[f]);
       }),
     );
     const next = page.next
@@ -351,10 +351,10 @@ async function schedule(name) {
           }),
         ),
         h('h2', {}, 'Next runs'),
-        next.next_ms.length ? h('ol', {}, next.next_ms.map((t) => h('li', {}, time(t)))) : h('p', { class: 'empty' }, 'None (paused, or past its end).'),
+        next.next_ms.length ? h('ol', {}, next.next_ms.map((t) => h('li', {}, time(t, s.zone)))) : h('p', { class: 'empty' }, 'None (paused, or past its end).'),
         h('h2', {}, 'Last runs'),
         table('The last ticks fired, newest first', ['Time', 'Job', 'How'], [...s.recent].reverse().map((r) => [
-          time(r.at_ms),
+          time(r.at_ms, s.zone),
           h('a', { href: `#/queues/${seg(s.queue)}?job=${encodeURIComponent(r.job_id)}` }, r.job_id),
           r.manual ? 'triggered' : 'on time',
         ]), 'It has not fired yet.'),
@@ -376,9 +376,13 @@ async function room(name) {
     refreshFigures(main, l);
     c.draw();
   });
+  // One definition for the figure and its chart: admissions counted over
+  // the last 60 s (the series' per-minute rate of each 1 s sample, added
+  // up), so one admission reads 1, never "60.0" in one place and 0 in another.
+  l.derive('admitted_last_minute', lastMinute('admissions_per_minute'));
   const c = charts(l, [
     [['active', 'waiting'], 'Active and waiting visitors'],
-    [['admissions_per_minute'], 'Admissions per minute'],
+    [['admitted_last_minute'], 'Admitted in the minute up to each moment'],
     [['eta_error_s'], 'Mean error of the estimates of admitted visitors (s)'],
   ]);
   const control = h('div');
@@ -431,7 +435,7 @@ async function room(name) {
   fill(
     main,
     heading('Room ' + name, WINDOW_NOTE),
-    figures(l, ['active', 'waiting', 'capacity', 'paused', 'admissions_per_minute', 'eta_error_s'], ['Active', 'Waiting', 'Capacity', 'Paused', 'Admissions / min', 'Estimate error (s)']),
+    figures(l, ['active', 'waiting', 'capacity', 'paused', 'admitted_last_minute', 'eta_error_s'], ['Active', 'Waiting', 'Capacity', 'Paused', 'Admitted, last 60 s', 'Estimate error (s)']),
     c.box,
     h('section', { 'aria-labelledby': 'ctl-h' }, h('h2', { id: 'ctl-h' }, 'Control'), control),
     h('section', { 'aria-labelledby': 'head-h' }, h('h2', { id: 'head-h' }, 'Line'), h('p', {}, h('button', { type: 'button', onclick: drawHead }, 'Refresh the line')), head),

@@ -108,9 +108,22 @@ export function fmt(v) {
   return Number.isInteger(v) ? v.toLocaleString('en') : v.toFixed(1);
 }
 
-export function time(ms) {
+/** A moment as shown, always with its zone: in `zone` (an IANA name,
+ * e.g. a schedule's own) with its offset and name, else in the browser's
+ * zone with the zone's abbreviation or offset. */
+const CLOCK = { year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' };
+
+export function time(ms, zone) {
   if (ms === null || ms === undefined) return '–';
-  return new Date(ms).toLocaleString('en-GB', { hour12: false });
+  const at = new Date(ms);
+  if (zone) {
+    try {
+      return at.toLocaleString('en-GB', { ...CLOCK, timeZone: zone, timeZoneName: 'shortOffset' }) + ' ' + zone;
+    } catch {
+      // A zone this browser does not know: the browser's own, named.
+    }
+  }
+  return at.toLocaleString('en-GB', { ...CLOCK, timeZoneName: 'short' });
 }
 
 export function duration(ms) {
@@ -298,9 +311,16 @@ export class Live {
     };
   }
 
+  /** Adds a figure computed from the samples: `fn(live)` answers one
+   * value per sample. */
+  derive(field, fn) {
+    this.derived = { ...this.derived, [field]: fn };
+  }
+
   /** The last known value of `field` in the window, or null (a figure
    * measured only when something happens keeps its last measure). */
   last(field) {
+    if (this.derived?.[field]) return this.derived[field](this).findLast((v) => v !== null) ?? null;
     const i = this.fields.indexOf(field);
     if (i < 0) return null;
     for (let n = this.samples.length - 1; n >= 0; n--) {
@@ -312,6 +332,10 @@ export class Live {
 
   /** [t, value] pairs of `field`. */
   points(field) {
+    if (this.derived?.[field]) {
+      const vs = this.derived[field](this);
+      return this.samples.map((s, n) => [s[0], vs[n]]);
+    }
     const i = this.fields.indexOf(field);
     return this.samples.map((s) => [s[0], s[i + 1]]);
   }
@@ -321,6 +345,28 @@ export class Live {
     clearTimeout(this.retry);
     if (this.source) this.source.close();
   }
+}
+
+/** For `live.derive`: how many happened in the minute up to each sample,
+ * from `field`, a per-minute rate measured over each sample's interval
+ * (the rate times the interval, added up over the last 60 s, rounded:
+ * one admission is 1 for a minute, not 60 for one second). */
+export function lastMinute(field) {
+  return (live) => {
+    const i = live.fields.indexOf(field);
+    const counts = live.samples.map((s, n) => {
+      const v = s[i + 1];
+      const since = n > 0 ? s[0] - live.samples[n - 1][0] : 1000;
+      return v === null || v === undefined ? 0 : (v * since) / 60000;
+    });
+    let from = 0;
+    let sum = 0;
+    return live.samples.map((s, n) => {
+      sum += counts[n];
+      while (live.samples[from][0] <= s[0] - 60000) sum -= counts[from++];
+      return i < 0 ? null : Math.max(0, Math.round(sum));
+    });
+  };
 }
 
 // ---- charts ---------------------------------------------------------------
