@@ -54,18 +54,24 @@ async fn metrics_answer_within_the_deadline_with_redis_frozen() {
     let redis = RedisServer::start();
     let s = Server::start(Some(&redis.url()));
     let c = reqwest::Client::new();
-    // 1,000 tracked gates (a stats read tracks a gate) and a queue.
+    // 1,000 tracked gates (a capacity gives each state, which keeps it
+    // tracked: a gate the store has no state for frees its place) and a
+    // queue.
     let statuses: Vec<u16> = futures_util::stream::iter(0..1000)
         .map(|i| {
-            let req = c.get(s.url(&format!("/v1/gates/g{i}")));
+            let req = c
+                .put(s.url(&format!("/v1/gates/g{i}/capacity")))
+                .json(&serde_json::json!({"capacity": 2}));
             async move { send(req).await.0 }
         })
         .buffer_unordered(32)
         .collect()
         .await;
     assert!(statuses.iter().all(|&st| st == 200), "{statuses:?}");
-    // Nothing was pushed to it (404 queue_not_found), but it is tracked.
-    assert_eq!(send(c.get(s.url("/v1/queues/q"))).await.0, 404);
+    // A queue with a job (one the store has forgotten frees its place).
+    let pushed = send(c.post(s.url("/v1/queues/q/jobs")).json(&serde_json::json!({"payload": "x"}))).await;
+    assert_eq!(pushed.0, 201, "{}", pushed.1);
+    assert_eq!(send(c.get(s.url("/v1/queues/q"))).await.0, 200);
 
     let (took, text) = scrape(&s).await;
     assert!(text.contains(r#"tollgate_gate_capacity{gate="g999"}"#), "{text}");
