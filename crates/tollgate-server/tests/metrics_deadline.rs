@@ -69,7 +69,11 @@ async fn metrics_answer_within_the_deadline_with_redis_frozen() {
         .await;
     assert!(statuses.iter().all(|&st| st == 200), "{statuses:?}");
     // A queue with a job (one the store has forgotten frees its place).
-    let pushed = send(c.post(s.url("/v1/queues/q/jobs")).json(&serde_json::json!({"payload": "x"}))).await;
+    let pushed = send(
+        c.post(s.url("/v1/queues/q/jobs"))
+            .json(&serde_json::json!({"payload": "x"})),
+    )
+    .await;
     assert_eq!(pushed.0, 201, "{}", pushed.1);
     assert_eq!(send(c.get(s.url("/v1/queues/q"))).await.0, 200);
 

@@ -699,8 +699,10 @@ mod index {
         assert_eq!(listed(server), 3, "only the queues with schedules are listed");
         let after = commands_per_second(server, window).await;
         firing.abort();
+        // (Before the fix: 46 -> 10,539 commands/s. The slack is for a
+        // busy machine, where the idle rate itself moves.)
         assert!(
-            after <= before * 1.5 + 20.0,
+            after <= before * 2.0 + 200.0,
             "idle firing went from {before:.0} to {after:.0} commands/s"
         );
         assert_eq!(s.list().await.expect("list").len(), 3);
