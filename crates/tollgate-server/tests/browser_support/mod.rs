@@ -23,23 +23,56 @@ impl Drop for Driver {
 }
 
 impl Driver {
+    /// chromedriver, answering on its port. On a loaded machine the free
+    /// port picked here can be taken before chromedriver binds it, or
+    /// chromedriver can exit at start: then it is started again on another
+    /// port, and a failure says what chromedriver printed.
     pub fn start() -> Driver {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let child = std::process::Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect(
-                "chromedriver is installed (Debian: chromium chromium-driver; scripts/test installs them)",
-            );
-        Driver {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port();
+            let log =
+                std::env::temp_dir().join(format!("tollgate-chromedriver-{}-{port}.log", std::process::id()));
+            let mut child = std::process::Command::new("chromedriver")
+                .arg(format!("--port={port}"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("chromedriver log file"))
+                .spawn()
+                .expect(
+                    "chromedriver is installed (Debian: chromium chromium-driver; scripts/test installs them)",
+                );
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            loop {
+                if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                    let _ = std::fs::remove_file(&log);
+                    return Driver {
+                        child,
+                        base: format!("http://127.0.0.1:{port}"),
+                    };
+                }
+                let exited = child.try_wait().ok().flatten();
+                if exited.is_some() || Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    last = format!(
+                        "chromedriver on port {port} ({}): {}",
+                        exited.map_or("did not answer".to_owned(), |s| s.to_string()),
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
+                    let _ = std::fs::remove_file(&log);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
         }
+        panic!("chromedriver did not start: {last}");
     }
 
     pub async fn call(
@@ -94,9 +127,13 @@ impl Driver {
     }
 
     pub async fn session(&self, c: &reqwest::Client) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while c.get(format!("{}/status", self.base)).send().await.is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not start");
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver stopped answering on {}",
+                self.base
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let caps = serde_json::json!({"capabilities": {"alwaysMatch": {
