@@ -71,6 +71,10 @@ admit exactly yet); 78 the set-up is wrong (the server's TLS certificate is not 
 answered is not a tollgate serve)."
     )]
     Health(HealthArgs),
+    /// The embedded store's data directory: check it, or repair a damaged
+    /// one (docs/DURABILITY.md).
+    #[command(subcommand)]
+    Data(crate::commands::data::DataCommand),
     /// Print a shell completion script for SHELL on standard output, e.g.
     /// `tollgate completions bash > /etc/bash_completion.d/tollgate`.
     Completions {
@@ -754,7 +758,8 @@ pub(crate) struct ServeArgs {
     /// A TOML file; tollgate.example.toml has every key with its default:
     /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
     /// read_tokens, cors_origins, public_hosts, tls_cert, tls_key, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
-    /// max_event_subscribers, metrics_timeout, body_timeout, memory_idle, and the tables
+    /// max_event_subscribers, metrics_timeout, body_timeout, memory_idle,
+    /// data_dir, fsync, snapshot_after_mb, and the tables
     /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
     /// [rooms.NAME]. Flags and environment variables override it.
     #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
@@ -782,6 +787,25 @@ pub(crate) struct ServeArgs {
     /// use, 1s to 30 days [default: 10m].
     #[arg(long, env = "TOLLGATE_MEMORY_IDLE", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) memory_idle: Option<Duration>,
+    /// Without --redis: the directory the embedded store keeps its log and
+    /// snapshots in, so that jobs, schedules, leases, lines, fences, rate
+    /// limits and waiting rooms survive a restart or a crash (created if
+    /// missing; one server per directory). `none`: memory only, everything
+    /// is lost when the server stops [default: tollgate-data, in the
+    /// working directory].
+    #[arg(long, env = "TOLLGATE_DATA_DIR", value_name = "DIR")]
+    pub(crate) data_dir: Option<std::path::PathBuf>,
+    /// When the embedded store's log is synced to disk: `always` (before
+    /// each answer; a machine crash loses nothing answered), `everysec` (a
+    /// process crash loses nothing, a machine crash up to about a second),
+    /// `no` (the kernel decides) [default: everysec].
+    #[arg(long, env = "TOLLGATE_FSYNC", value_name = "POLICY")]
+    pub(crate) fsync: Option<String>,
+    /// The embedded store takes a snapshot (and drops the log it covers)
+    /// once the log since the last one is this many MiB and at least as
+    /// large as that snapshot, 1 to 65536 [default: 64].
+    #[arg(long, env = "TOLLGATE_SNAPSHOT_AFTER_MB", value_name = "MIB")]
+    pub(crate) snapshot_after_mb: Option<u64>,
     /// With --redis: how long to wait for Redis to answer at start. The
     /// server listens at once (/readyz answers 503 until Redis does) and
     /// retries; past this it exits 69 [default: wait forever].

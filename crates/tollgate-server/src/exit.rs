@@ -11,6 +11,9 @@ pub(crate) const NO_SUCH: i32 = 65;
 pub(crate) const UNAVAILABLE: i32 = 69;
 /// Something tollgate did not expect.
 pub(crate) const SOFTWARE: i32 = 70;
+/// (`data`, `serve` on the embedded store) A file of the data directory
+/// cannot be read or written (sysexits' EX_IOERR).
+pub(crate) const IO: i32 = 74;
 /// The lock or permits could not be had within `--wait`; a job to cancel
 /// or reschedule is being run.
 pub(crate) const BUSY: i32 = 75;
@@ -24,7 +27,9 @@ pub(crate) const REMOVED: i32 = 77;
 /// a queue's partition count differs from the stored one,
 /// (`serve`) Redis refused the connection's set-up (a DB index it does
 /// not have), a room's page template cannot be used, or (`serve`) a
-/// secret still holds the example config's `change-me` placeholder.
+/// secret still holds the example config's `change-me` placeholder, or
+/// (`serve`, `data`) the data directory is held by another server or is
+/// damaged other than by a torn last write.
 pub(crate) const CONFIG: i32 = 78;
 /// The command could not be started (not an executable file).
 pub(crate) const CANNOT_EXECUTE: i32 = 126;
@@ -52,6 +57,10 @@ pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
     ),
     (Some(SOFTWARE), "an internal error"),
     (
+        Some(IO),
+        "(data, serve) a file of the data directory cannot be read or written",
+    ),
+    (
         Some(BUSY),
         "the lock or permits could not be had within --wait, a job to cancel or reschedule is being run, or the server's rate limit refused this client",
     ),
@@ -65,7 +74,7 @@ pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
     ),
     (
         Some(CONFIG),
-        "the set-up is wrong: credentials, store version, URL, partitions, a room's template, a change-me secret, a server's token or certificate",
+        "the set-up is wrong: credentials, store version, URL, partitions, a room's template, a change-me secret, a server's token or certificate, a data directory another server holds or that is damaged",
     ),
     (
         Some(CANNOT_EXECUTE),
@@ -84,6 +93,7 @@ pub(crate) fn for_error(e: &tollgate::Error) -> i32 {
         ErrorKind::LeaseLost => LEASE_LOST,
         ErrorKind::Removed => REMOVED,
         ErrorKind::Misconfigured | ErrorKind::PartitionConflict => CONFIG,
+        ErrorKind::NotPersisted => IO,
         _ => SOFTWARE,
     }
 }

@@ -71,6 +71,7 @@ fn main() {
             Command::Schedule(command) => commands::schedule::run(command).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Health(args) => commands::health::run(args).await,
+            Command::Data(command) => commands::data::run(&command),
             Command::Completions { .. } | Command::Man => 0,
         }
     });

@@ -42,6 +42,12 @@ pub enum ErrorKind {
     /// Not a lost lease (nothing was held) and not a ticket dropped for
     /// missed heartbeats (which may queue again).
     Removed,
+    /// The durable embedded store could not write its log: the disk is
+    /// full or failing. Changes are refused (reads go on) until the disk
+    /// takes writes again; nothing already answered is lost. An answer
+    /// that waited for the disk too long gets this too: its change is
+    /// applied, and is written once the disk takes it.
+    NotPersisted,
 }
 
 impl fmt::Display for ErrorKind {
@@ -58,6 +64,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::PartitionConflict => "partition conflict",
             ErrorKind::Misconfigured => "store misconfigured",
             ErrorKind::Removed => "removed from the line",
+            ErrorKind::NotPersisted => "not persisted",
         })
     }
 }
@@ -88,6 +95,14 @@ impl Error {
 
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::InvalidInput, message)
+    }
+
+    pub(crate) fn misconfigured(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Misconfigured, message)
+    }
+
+    pub(crate) fn not_persisted(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::NotPersisted, message)
     }
 
     pub(crate) fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {

@@ -76,6 +76,10 @@ pub use schedule::{
 };
 pub use semaphore::Semaphore;
 pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
+pub use store::{
+    DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Fsync, JournalStats, Recovery,
+    SegmentCheck, check_data_dir, repair_data_dir,
+};
 pub use store::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
 pub use store::{
     GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, MemoryFootprint, MemoryOptions,

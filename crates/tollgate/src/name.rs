@@ -19,6 +19,21 @@ pub const MAX_NAME_LEN: usize = 128;
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Name(Arc<str>);
 
+/// A name is written as its text (the embedded store's snapshots and
+/// log); reading one checks it again.
+impl serde::Serialize for Name {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Name {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Name, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Name::new(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 impl Name {
     /// Checks `name` and wraps it.
     pub fn new(name: &str) -> Result<Name> {

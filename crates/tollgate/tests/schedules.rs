@@ -545,6 +545,7 @@ mod dst {
             server: None,
             cluster: None,
             sentinel: None,
+            dir: None,
         };
         let s = Schedules::new(&ts.store);
         for (name, when) in specs {

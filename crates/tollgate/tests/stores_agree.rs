@@ -389,3 +389,67 @@ async fn memory_and_redis_answer_alike() {
         }
     }
 }
+
+/// The durable embedded store against the memory store, the same random
+/// operations, the durable one closed and recovered from its log (and,
+/// now and then, a snapshot) at random steps: every answer must match,
+/// so a recovered store is the one that never stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovered_store_answers_as_one_that_never_stopped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let open = || {
+        Store::open(tollgate::DurableOptions {
+            fsync: tollgate::Fsync::No,
+            ..tollgate::DurableOptions::new(dir.path())
+        })
+        .expect("open")
+    };
+    let memory = Store::memory();
+    let mut durable = open();
+    let options = GateOptions {
+        ttl: LONG,
+        heartbeat: LONG,
+        auto_renew: false,
+        fair: true,
+    };
+    let mut restarts = 0;
+    for seed in 0..60u64 {
+        let mut rng = StdRng::seed_from_u64(1000 + seed);
+        let capacity = rng.random_range(1..=9);
+        let name = format!("recover-{seed}");
+        let named = (seed % 3 == 0).then_some(capacity);
+        let side = |store: &Store| Side {
+            gate: Gate::new(store, &name, named, options.clone()).expect("gate"),
+            tokens: vec![None; ACTORS],
+            fences: Vec::new(),
+            names: HashMap::new(),
+        };
+        let (mut m, mut d) = (side(&memory), side(&durable));
+        for s in [&m, &d] {
+            s.gate.set_capacity(capacity).await.expect("capacity");
+        }
+        let mut history = Vec::new();
+        for step in 0..60 {
+            if rng.random_range(0..12) == 0 {
+                if rng.random_bool(0.3) {
+                    durable.snapshot_now().expect("snapshot");
+                }
+                durable.close();
+                durable = open();
+                d.gate = Gate::new(&durable, &name, named, options.clone()).expect("gate");
+                restarts += 1;
+                history.push(format!("{step}: restart"));
+            }
+            let op = random_op(&mut rng, seed % 2 == 0);
+            let (a, b) = (m.apply(&op).await, d.apply(&op).await);
+            history.push(format!("{step}: {op:?} -> {a:?}"));
+            assert_eq!(
+                a,
+                b,
+                "seed {seed}: the memory store and the recovered one disagree at step {step} ({op:?});\nhistory:\n{}",
+                history.join("\n")
+            );
+        }
+    }
+    assert!(restarts > 100, "only {restarts} restarts");
+}

@@ -49,6 +49,8 @@ impl ApiError {
             ErrorKind::JobRunning => (StatusCode::CONFLICT, "job_running"),
             ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             ErrorKind::NotReplicated => (StatusCode::SERVICE_UNAVAILABLE, "not_replicated"),
+            // The embedded store's disk is full or failing: changes wait.
+            ErrorKind::NotPersisted => (StatusCode::INSUFFICIENT_STORAGE, "not_persisted"),
             ErrorKind::PartitionConflict => (StatusCode::CONFLICT, "partition_conflict"),
             // Not 404: the waiter must stop rather than queue again.
             ErrorKind::Removed => (StatusCode::GONE, "ticket_removed"),
@@ -77,6 +79,7 @@ impl From<tollgate::Error> for ApiError {
                 | ErrorKind::Store
                 | ErrorKind::Misconfigured
                 | ErrorKind::NotReplicated
+                | ErrorKind::NotPersisted
                 | ErrorKind::PartitionConflict
         ) {
             metrics::counter!("tollgate_store_errors_total", "code" => answer.code).increment(1);
@@ -91,7 +94,7 @@ impl IntoResponse for ApiError {
         let body = tollgate::error_body(self.code, &self.message);
         let json = [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))];
         let mut response = (self.status, json, body).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::INSUFFICIENT_STORAGE {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -2,6 +2,7 @@
 //! arguments, builds its store (or reaches a `tollgate serve`), and turns
 //! the outcome into output and an exit code.
 
+pub(crate) mod data;
 pub(crate) mod docs;
 pub(crate) mod gate_admin;
 pub(crate) mod health;

@@ -112,8 +112,16 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
         }
     }
     serving.await;
+    // A clean stop: what the embedded store logged is written and synced
+    // before the process goes (with `everysec`, the last second too).
+    if let Some(store) = DURABLE.get() {
+        store.close();
+    }
     Ok(())
 }
+
+/// The durable embedded store this server opened, closed at a clean stop.
+static DURABLE: std::sync::OnceLock<Store> = std::sync::OnceLock::new();
 
 /// Says why the rooms could not be built, and gives the exit code.
 fn room_failure(e: crate::room::RoomError) -> i32 {
@@ -261,14 +269,75 @@ async fn open_store(
     args: &Settings,
     failed: &tokio::sync::watch::Sender<Option<String>>,
 ) -> Result<Store, i32> {
-    match &args.redis {
-        None => Store::memory_with(tollgate::MemoryOptions {
-            idle: args.memory_idle,
-            ..tollgate::MemoryOptions::default()
-        })
-        .map_err(|e| usage(&format!("memory_idle: {e}"))),
-        Some(url) => wait_for_redis(args, url, failed).await,
+    let memory = tollgate::MemoryOptions {
+        idle: args.memory_idle,
+        ..tollgate::MemoryOptions::default()
+    };
+    match (&args.redis, &args.data_dir) {
+        (None, None) => {
+            tracing::warn!(
+                "memory-only store (data_dir = none): every job, schedule, lease, line and limit is lost when this server stops"
+            );
+            say::notice(
+                "the embedded store is memory only (--data-dir none): everything is lost when the server stops",
+            );
+            Store::memory_with(memory).map_err(|e| usage(&format!("memory_idle: {e}")))
+        }
+        (None, Some(dir)) => open_durable(args, memory, dir).await,
+        (Some(url), _) => wait_for_redis(args, url, failed).await,
     }
+}
+
+/// The durable embedded store in `dir`, recovered; a damaged directory or
+/// one another server holds exits 78 with what was found.
+async fn open_durable(
+    args: &Settings,
+    memory: tollgate::MemoryOptions,
+    dir: &std::path::Path,
+) -> Result<Store, i32> {
+    let options = tollgate::DurableOptions {
+        fsync: args.fsync,
+        snapshot_after: args.snapshot_after,
+        ..tollgate::DurableOptions::new(dir)
+    };
+    let opened = tokio::task::spawn_blocking(move || Store::open_with(memory, options)).await;
+    let (store, recovery) = match opened {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(e)) => {
+            say::failure(&e.to_string());
+            return Err(exit::CONFIG);
+        }
+        Err(e) => {
+            say::failure(&format!("recovery stopped: {e}"));
+            return Err(exit::SOFTWARE);
+        }
+    };
+    let shown = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+    tracing::info!(
+        data_dir = %shown.display(),
+        fsync = args.fsync.as_str(),
+        snapshot = ?recovery.snapshot,
+        snapshot_names = recovery.snapshot_names,
+        replayed = recovery.replayed,
+        took_ms = recovery.took.as_millis() as u64,
+        "embedded store recovered"
+    );
+    if let Some((file, bytes)) = &recovery.torn {
+        say::notice(&format!(
+            "the log ended in a torn write (a crash mid-write): cut {bytes} bytes off {}",
+            file.display()
+        ));
+    }
+    say::notice(&format!(
+        "embedded store in {} (fsync {}): {} names from the snapshot, {} log records replayed in {} ms",
+        shown.display(),
+        args.fsync.as_str(),
+        recovery.snapshot_names,
+        recovery.replayed,
+        recovery.took.as_millis()
+    ));
+    let _ = DURABLE.set(store.clone());
+    Ok(store)
 }
 
 /// Retries a Redis that does not answer (not started yet, restarting)

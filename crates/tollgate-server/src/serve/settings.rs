@@ -68,6 +68,12 @@ struct FileSettings {
     /// With Redis: how long to wait for it at start, e.g. "30s"; absent:
     /// forever.
     wait_for_store: Option<String>,
+    /// The embedded store's data directory; "none": memory only.
+    data_dir: Option<std::path::PathBuf>,
+    /// always, everysec or no.
+    fsync: Option<String>,
+    /// A snapshot once the log since the last is this many MiB.
+    snapshot_after_mb: Option<u64>,
 }
 
 /// The settings `serve` runs with.
@@ -102,7 +108,15 @@ pub(super) struct Settings {
     pub(super) memory_idle: Duration,
     /// How long to wait for Redis at start; `None`: forever.
     pub(super) wait_for_store: Option<Duration>,
+    /// Where the embedded store keeps its state; `None`: memory only.
+    pub(super) data_dir: Option<std::path::PathBuf>,
+    pub(super) fsync: tollgate::Fsync,
+    pub(super) snapshot_after: u64,
 }
+
+/// The embedded store's data directory when none is set: a folder in the
+/// working directory, as etcd's `default.etcd`.
+pub(crate) const DEFAULT_DATA_DIR: &str = "tollgate-data";
 
 /// A duration from a flag, else from the file's `key`, else `default`;
 /// `min` to `max`.
@@ -322,6 +336,25 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
                 (Duration::from_millis(100), Duration::from_secs(30 * 24 * 3600)),
             )?),
         },
+        data_dir: match args.data_dir.or(file.data_dir) {
+            Some(dir) if dir.as_os_str() == "none" => None,
+            Some(dir) if dir.as_os_str().is_empty() => {
+                return Err("data_dir must name a directory, or be none (memory only)".to_owned());
+            }
+            Some(dir) => Some(dir),
+            None => Some(DEFAULT_DATA_DIR.into()),
+        },
+        fsync: match args.fsync.or(file.fsync) {
+            Some(text) => text
+                .parse()
+                .map_err(|e: tollgate::Error| e.message().to_owned())?,
+            None => tollgate::Fsync::default(),
+        },
+        snapshot_after: match args.snapshot_after_mb.or(file.snapshot_after_mb) {
+            Some(mb @ 1..=65536) => mb << 20,
+            Some(mb) => return Err(format!("snapshot_after_mb must be 1 to 65536, not {mb}")),
+            None => tollgate::DEFAULT_SNAPSHOT_AFTER,
+        },
         durability: DurabilityArgs {
             durable_replicas: args.durability.durable_replicas.or(file.durable_replicas),
             durable_timeout: match (args.durability.durable_timeout, file.durable_timeout) {
@@ -455,7 +488,11 @@ mod tests {
             body_timeout,
             memory_idle,
             wait_for_store,
+            data_dir,
+            fsync,
+            snapshot_after_mb,
         } = file;
+        assert!(data_dir.is_some() && fsync.is_some() && snapshot_after_mb.is_some());
         assert!(listen.is_some() && redis.is_some() && prefix.is_some() && !tokens.is_empty());
         assert!(!read_tokens.is_empty() && api_session_ttl.is_some() && !cors_origins.is_empty());
         assert!(!public_hosts.is_empty());
@@ -498,6 +535,9 @@ mod tests {
             "body_timeout",
             "memory_idle",
             "wait_for_store",
+            "data_dir",
+            "fsync",
+            "snapshot_after_mb",
         ] {
             assert!(help.contains(key), "serve --help does not name {key}");
         }

@@ -37,6 +37,11 @@ pub use self::gate::{
 pub use self::gate::{MAX_LINE_LIMIT, Waiting};
 pub use self::jobs::events::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
 pub use self::memory::MemoryOptions;
+pub use self::memory::durable::{
+    DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Recovery, SegmentCheck, check_data_dir,
+    repair_data_dir,
+};
+pub use self::memory::journal::{Fsync, JournalStats};
 pub(crate) use self::passing::{Bargers, Taken};
 pub(crate) use self::redis::Listening;
 pub use self::redis::RedisConfig;
@@ -91,9 +96,59 @@ impl Store {
         Ok(Store::memory_store(options))
     }
 
+    /// The durable embedded store in `options.dir`: recovered from its
+    /// snapshot and log, then every change logged before it is answered
+    /// (see [`DurableOptions`] and docs/DURABILITY.md). Fails with
+    /// [`ErrorKind::Misconfigured`](crate::ErrorKind::Misconfigured) if
+    /// another process has the directory, or if its files are damaged
+    /// other than by a torn last write (which is cut off and reported).
+    pub fn open(options: DurableOptions) -> Result<Store> {
+        Store::open_with(MemoryOptions::default(), options).map(|(store, _)| store)
+    }
+
+    /// [`Store::open`] with the embedded store's own settings; also says
+    /// what recovery found.
+    pub fn open_with(memory: MemoryOptions, options: DurableOptions) -> Result<(Store, Recovery)> {
+        memory.check()?;
+        let inner = Arc::new(memory::MemoryStore::new(memory));
+        let recovery = memory::durable::open(&inner, &options)?;
+        let store = Store::memory_store_from(inner);
+        Ok((store, recovery))
+    }
+
+    /// The durable store's figures: its directory, policy, log, snapshots
+    /// and recovery (`None`: memory only, or Redis).
+    pub fn durable_stats(&self) -> Option<DurableStats> {
+        match &self.backend {
+            Backend::Memory(s) => s.durable_stats(),
+            Backend::Redis(_) => None,
+        }
+    }
+
+    /// Takes a snapshot of the durable store now (it takes them itself as
+    /// its log grows); a no-op on other stores. Blocks while it writes.
+    pub fn snapshot_now(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Memory(s) => memory::durable::take_snapshot(s),
+            Backend::Redis(_) => Ok(()),
+        }
+    }
+
+    /// Writes and syncs what the durable store logged, and stops its log:
+    /// for a clean stop (later changes fail). A no-op on other stores.
+    pub fn close(&self) {
+        if let Backend::Memory(s) = &self.backend {
+            s.close();
+        }
+    }
+
     fn memory_store(options: MemoryOptions) -> Store {
+        Store::memory_store_from(Arc::new(memory::MemoryStore::new(options)))
+    }
+
+    fn memory_store_from(inner: Arc<memory::MemoryStore>) -> Store {
         Store {
-            backend: Backend::Memory(Arc::new(memory::MemoryStore::new(options))),
+            backend: Backend::Memory(inner),
             registry: Arc::default(),
             job_events: Arc::default(),
             timers: Arc::default(),
@@ -211,7 +266,7 @@ impl Store {
 
     pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
         match &self.backend {
-            Backend::Memory(s) => s.enter(gate, req),
+            Backend::Memory(s) => s.write(|s| s.enter(gate, req)).await?,
             Backend::Redis(s) => Box::pin(s.enter(gate, req)).await,
         }
     }
@@ -220,7 +275,7 @@ impl Store {
     /// `check.cost` if it fits.
     pub(crate) async fn limit(&self, limiter: &Name, check: &Check<'_>) -> Result<Decision> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.limit(limiter, check)),
+            Backend::Memory(s) => s.write(|s| s.limit(limiter, check)).await,
             Backend::Redis(s) => Box::pin(s.limit(limiter, check)).await,
         }
     }
@@ -228,28 +283,28 @@ impl Store {
     /// Changes admission control (see [`Admission`]).
     pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
         match &self.backend {
-            Backend::Memory(s) => s.set_admission(gate, admission),
+            Backend::Memory(s) => s.write(|s| s.set_admission(gate, admission)).await?,
             Backend::Redis(s) => Box::pin(s.set_admission(gate, admission)).await,
         }
     }
 
     pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
         match &self.backend {
-            Backend::Memory(s) => s.poll(gate, id, ttl_ms, hb_ms),
+            Backend::Memory(s) => s.write(|s| s.poll(gate, id, ttl_ms, hb_ms)).await?,
             Backend::Redis(s) => Box::pin(s.poll(gate, id, ttl_ms, hb_ms)).await,
         }
     }
 
     pub(crate) async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
         match &self.backend {
-            Backend::Memory(s) => s.renew(gate, id, ttl_ms),
+            Backend::Memory(s) => s.write(|s| s.renew(gate, id, ttl_ms)).await?,
             Backend::Redis(s) => Box::pin(s.renew(gate, id, ttl_ms)).await,
         }
     }
 
     pub(crate) async fn leave(&self, gate: &GateName, id: &str) -> Result<Left> {
         match &self.backend {
-            Backend::Memory(s) => s.leave(gate, id, None),
+            Backend::Memory(s) => s.write(|s| s.leave(gate, id, None)).await?,
             Backend::Redis(s) => Box::pin(s.leave(gate, id, None)).await,
         }
     }
@@ -265,7 +320,7 @@ impl Store {
         to: &Pass<'_>,
     ) -> Result<(Left, Option<Grant>)> {
         match &self.backend {
-            Backend::Memory(s) => s.pass(gate, id, to),
+            Backend::Memory(s) => s.write(|s| s.pass(gate, id, to)).await?,
             Backend::Redis(s) => Box::pin(s.pass(gate, id, to)).await,
         }
     }
@@ -274,7 +329,7 @@ impl Store {
     /// gate's revocation log for `keep_ms`, in the same step.
     pub(crate) async fn end(&self, gate: &GateName, id: &str, keep_ms: u64) -> Result<Left> {
         match &self.backend {
-            Backend::Memory(s) => s.leave(gate, id, Some(keep_ms)),
+            Backend::Memory(s) => s.write(|s| s.leave(gate, id, Some(keep_ms))).await?,
             Backend::Redis(s) => Box::pin(s.leave(gate, id, Some(keep_ms))).await,
         }
     }
@@ -287,28 +342,31 @@ impl Store {
         // stay exact.
         let since = since.min(MAX_CURSOR);
         match &self.backend {
-            Backend::Memory(s) => Ok(s.watch_state(gate, since, MAX_REVOKED_PER_WATCH)),
+            Backend::Memory(s) => {
+                s.read(|s| s.watch_state(gate, since, MAX_REVOKED_PER_WATCH))
+                    .await
+            }
             Backend::Redis(s) => Box::pin(s.watch_state(gate, since, MAX_REVOKED_PER_WATCH)).await,
         }
     }
 
     pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
         match &self.backend {
-            Backend::Memory(s) => s.set_capacity(gate, capacity),
+            Backend::Memory(s) => s.write(|s| s.set_capacity(gate, capacity)).await?,
             Backend::Redis(s) => Box::pin(s.set_capacity(gate, capacity)).await,
         }
     }
 
     pub(crate) async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
         match &self.backend {
-            Backend::Memory(s) => s.holders(gate, limit),
+            Backend::Memory(s) => s.read(|s| s.holders(gate, limit)).await?,
             Backend::Redis(s) => Box::pin(s.holders(gate, limit)).await,
         }
     }
 
     pub(crate) async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
         match &self.backend {
-            Backend::Memory(s) => s.line(gate, limit),
+            Backend::Memory(s) => s.read(|s| s.line(gate, limit)).await?,
             Backend::Redis(s) => Box::pin(s.line(gate, limit)).await,
         }
     }
@@ -317,28 +375,28 @@ impl Store {
     /// revocation log for `keep_ms`.
     pub(crate) async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
         match &self.backend {
-            Backend::Memory(s) => s.revoke(gate, handle, keep_ms),
+            Backend::Memory(s) => s.write(|s| s.revoke(gate, handle, keep_ms)).await?,
             Backend::Redis(s) => Box::pin(s.revoke(gate, handle, keep_ms)).await,
         }
     }
 
     pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
         match &self.backend {
-            Backend::Memory(s) => s.remove_waiter(gate, number),
+            Backend::Memory(s) => s.write(|s| s.remove_waiter(gate, number)).await?,
             Backend::Redis(s) => Box::pin(s.remove_waiter(gate, number)).await,
         }
     }
 
     pub(crate) async fn clear_line(&self, gate: &GateName) -> Result<u64> {
         match &self.backend {
-            Backend::Memory(s) => s.clear_line(gate),
+            Backend::Memory(s) => s.write(|s| s.clear_line(gate)).await?,
             Backend::Redis(s) => Box::pin(s.clear_line(gate)).await,
         }
     }
 
     pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
         match &self.backend {
-            Backend::Memory(s) => s.stats(gate),
+            Backend::Memory(s) => s.read(|s| s.stats(gate)).await?,
             Backend::Redis(s) => Box::pin(s.stats(gate)).await,
         }
     }
@@ -387,7 +445,7 @@ impl Store {
     /// it is stored.
     pub(crate) async fn job_layout(&self, q: &Name, layout: &jobs::Layout) -> Result<(u32, bool)> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_layout(q, layout)),
+            Backend::Memory(s) => s.write(|s| s.job_layout(q, layout)).await,
             Backend::Redis(s) => Box::pin(s.job_layout(q, layout)).await,
         }
     }
@@ -399,7 +457,7 @@ impl Store {
         reqs: &[jobs::PushReq<'_>],
     ) -> Result<Vec<jobs::PushOutcome>> {
         match &self.backend {
-            Backend::Memory(s) => s.job_push(q, reqs),
+            Backend::Memory(s) => s.write(|s| s.job_push(q, reqs)).await?,
             Backend::Redis(s) => Box::pin(s.job_push(q, reqs)).await,
         }
     }
@@ -409,7 +467,7 @@ impl Store {
     /// ready, delayed, in-flight and dead counts.
     pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_retire(q, close)),
+            Backend::Memory(s) => s.write(|s| s.job_retire(q, close)).await,
             Backend::Redis(s) => Box::pin(s.job_retire(q, close)).await,
         }
     }
@@ -423,35 +481,35 @@ impl Store {
         claim: &jobs::Claim<'_>,
     ) -> Result<(Vec<bool>, jobs::ClaimOutcome)> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_claim(q, claim)),
+            Backend::Memory(s) => s.write(|s| s.job_claim(q, claim)).await,
             Backend::Redis(s) => Box::pin(s.job_claim(q, claim)).await,
         }
     }
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_done(q, limit)),
+            Backend::Memory(s) => s.read(|s| s.job_done(q, limit)).await,
             Backend::Redis(s) => Box::pin(s.job_done(q, limit)).await,
         }
     }
 
     pub(crate) async fn job_nack(&self, q: &Name, nack: &jobs::Nack<'_>) -> Result<jobs::NackOutcome> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_nack(q, nack)),
+            Backend::Memory(s) => s.write(|s| s.job_nack(q, nack)).await,
             Backend::Redis(s) => Box::pin(s.job_nack(q, nack)).await,
         }
     }
 
     pub(crate) async fn job_extend(&self, q: &Name, extend: &jobs::Extend<'_>) -> Result<Option<u64>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_extend(q, extend)),
+            Backend::Memory(s) => s.write(|s| s.job_extend(q, extend)).await,
             Backend::Redis(s) => Box::pin(s.job_extend(q, extend)).await,
         }
     }
 
     pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<jobs::CancelOutcome> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_cancel(q, id)),
+            Backend::Memory(s) => s.write(|s| s.job_cancel(q, id)).await,
             Backend::Redis(s) => Box::pin(s.job_cancel(q, id)).await,
         }
     }
@@ -463,14 +521,14 @@ impl Store {
         when: jobs::When,
     ) -> Result<jobs::RescheduleOutcome> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_reschedule(q, id, when)),
+            Backend::Memory(s) => s.write(|s| s.job_reschedule(q, id, when)).await,
             Backend::Redis(s) => Box::pin(s.job_reschedule(q, id, when)).await,
         }
     }
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_dead(q, limit)),
+            Backend::Memory(s) => s.read(|s| s.job_dead(q, limit)).await,
             Backend::Redis(s) => Box::pin(s.job_dead(q, limit)).await,
         }
     }
@@ -478,7 +536,7 @@ impl Store {
     /// Job `id` of queue `q` as it stands (read only).
     pub(crate) async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<jobs::RawInfo>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_get(q, id, whole)),
+            Backend::Memory(s) => s.read(|s| s.job_get(q, id, whole)).await,
             Backend::Redis(s) => Box::pin(s.job_get(q, id, whole)).await,
         }
     }
@@ -492,28 +550,28 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<jobs::RawInfo>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_list(q, state, from, limit)),
+            Backend::Memory(s) => s.read(|s| s.job_list(q, state, from, limit)).await,
             Backend::Redis(s) => Box::pin(s.job_list(q, state, from, limit)).await,
         }
     }
 
     pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_replay(q, id)),
+            Backend::Memory(s) => s.write(|s| s.job_replay(q, id)).await,
             Backend::Redis(s) => Box::pin(s.job_replay(q, id)).await,
         }
     }
 
     pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_purge(q, id)),
+            Backend::Memory(s) => s.write(|s| s.job_purge(q, id)).await,
             Backend::Redis(s) => Box::pin(s.job_purge(q, id)).await,
         }
     }
 
     pub(crate) async fn job_exists(&self, q: &Name) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_exists(q)),
+            Backend::Memory(s) => s.read(|s| s.job_exists(q)).await,
             Backend::Redis(s) => Box::pin(s.job_exists(q)).await,
         }
     }
@@ -536,14 +594,14 @@ impl Store {
 
     pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_pause(q, pause)),
+            Backend::Memory(s) => s.write(|s| s.job_pause(q, pause)).await,
             Backend::Redis(s) => Box::pin(s.job_pause(q, pause)).await,
         }
     }
 
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.job_stats(q)),
+            Backend::Memory(s) => s.read(|s| s.job_stats(q)).await,
             Backend::Redis(s) => Box::pin(s.job_stats(q)).await,
         }
     }
@@ -552,14 +610,14 @@ impl Store {
     /// queue it lived with before, if any.
     pub(crate) async fn schedule_index_set(&self, name: &str, q: &Name) -> Result<Option<String>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_index_set(name, q)),
+            Backend::Memory(s) => s.write(|s| s.schedule_index_set(name, q)).await,
             Backend::Redis(s) => Box::pin(s.schedule_index_set(name, q)).await,
         }
     }
 
     pub(crate) async fn schedule_index_get(&self, name: &str) -> Result<Option<String>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_index_get(name)),
+            Backend::Memory(s) => s.read(|s| s.schedule_index_get(name)).await,
             Backend::Redis(s) => Box::pin(s.schedule_index_get(name)).await,
         }
     }
@@ -567,7 +625,7 @@ impl Store {
     /// Forgets where schedule `name` lives if that is queue `q`.
     pub(crate) async fn schedule_index_drop(&self, name: &str, q: &Name) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_index_drop(name, q)),
+            Backend::Memory(s) => s.write(|s| s.schedule_index_drop(name, q)).await,
             Backend::Redis(s) => Box::pin(s.schedule_index_drop(name, q)).await,
         }
     }
@@ -575,7 +633,7 @@ impl Store {
     /// The queues that have schedules.
     pub(crate) async fn schedule_queues(&self) -> Result<Vec<String>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_queues()),
+            Backend::Memory(s) => s.read(|s| s.schedule_queues()).await,
             Backend::Redis(s) => Box::pin(s.schedule_queues()).await,
         }
     }
@@ -596,7 +654,7 @@ impl Store {
         put: &schedule::Put<'_>,
     ) -> Result<schedule::PutOutcome> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_put(q, put)),
+            Backend::Memory(s) => s.write(|s| s.schedule_put(q, put)).await,
             Backend::Redis(s) => Box::pin(s.schedule_put(q, put)).await,
         }
     }
@@ -604,7 +662,7 @@ impl Store {
     /// The store's now and up to `limit` schedules of queue `q` due by it.
     pub(crate) async fn schedule_due(&self, q: &Name, limit: usize) -> Result<schedule::Due> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_due(q, limit)),
+            Backend::Memory(s) => s.read(|s| s.schedule_due(q, limit)).await,
             Backend::Redis(s) => Box::pin(s.schedule_due(q, limit)).await,
         }
     }
@@ -617,7 +675,7 @@ impl Store {
         fires: &[schedule::Fire<'_>],
     ) -> Result<(u64, Vec<schedule::FireOutcome>)> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_fire(q, fires)),
+            Backend::Memory(s) => s.write(|s| s.schedule_fire(q, fires)).await,
             Backend::Redis(s) => Box::pin(s.schedule_fire(q, fires)).await,
         }
     }
@@ -630,35 +688,35 @@ impl Store {
         job: &schedule::JobSpec,
     ) -> Result<schedule::TriggerOutcome> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_trigger(q, name, rev, job)),
+            Backend::Memory(s) => s.write(|s| s.schedule_trigger(q, name, rev, job)).await,
             Backend::Redis(s) => Box::pin(s.schedule_trigger(q, name, rev, job)).await,
         }
     }
 
     pub(crate) async fn schedule_pause(&self, q: &Name, name: &str, pause: bool) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_pause(q, name, pause)),
+            Backend::Memory(s) => s.write(|s| s.schedule_pause(q, name, pause)).await,
             Backend::Redis(s) => Box::pin(s.schedule_pause(q, name, pause)).await,
         }
     }
 
     pub(crate) async fn schedule_delete(&self, q: &Name, name: &str) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_delete(q, name)),
+            Backend::Memory(s) => s.write(|s| s.schedule_delete(q, name)).await,
             Backend::Redis(s) => Box::pin(s.schedule_delete(q, name)).await,
         }
     }
 
     pub(crate) async fn schedule_get(&self, q: &Name, name: &str) -> Result<Option<schedule::RawSchedule>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_get(q, name)),
+            Backend::Memory(s) => s.read(|s| s.schedule_get(q, name)).await,
             Backend::Redis(s) => Box::pin(s.schedule_get(q, name)).await,
         }
     }
 
     pub(crate) async fn schedule_list(&self, q: &Name) -> Result<Vec<schedule::RawSchedule>> {
         match &self.backend {
-            Backend::Memory(s) => Ok(s.schedule_list(q)),
+            Backend::Memory(s) => s.read(|s| s.schedule_list(q)).await,
             Backend::Redis(s) => Box::pin(s.schedule_list(q)).await,
         }
     }

@@ -671,6 +671,8 @@ pub struct TestStore {
     pub server: Option<RedisServer>,
     pub cluster: Option<RedisCluster>,
     pub sentinel: Option<SentinelSet>,
+    /// The durable embedded store's data directory, removed on drop.
+    pub dir: Option<tempfile::TempDir>,
 }
 
 impl TestStore {
@@ -683,6 +685,7 @@ impl TestStore {
             server: None,
             cluster: None,
             sentinel: None,
+            dir: None,
         }
     }
 
@@ -694,6 +697,42 @@ impl TestStore {
             server: None,
             cluster: None,
             sentinel: None,
+            dir: None,
+        }
+    }
+
+    /// The durable embedded store in a temp dir, syncing before every
+    /// answer (group commit), on a hand-moved clock.
+    pub fn durable() -> TestStore {
+        let clock = ManualClock::default();
+        let mut ts = TestStore::durable_with(Arc::new(clock.clone()));
+        ts.clock = Some(clock);
+        ts
+    }
+
+    /// The durable embedded store on the system clock.
+    pub fn durable_realtime() -> TestStore {
+        TestStore::durable_with(Arc::new(tollgate::SystemClock))
+    }
+
+    fn durable_with(clock: Arc<dyn tollgate::Clock>) -> TestStore {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let memory = tollgate::MemoryOptions {
+            clock,
+            ..tollgate::MemoryOptions::default()
+        };
+        let durable = tollgate::DurableOptions {
+            fsync: tollgate::Fsync::Always,
+            ..tollgate::DurableOptions::new(dir.path())
+        };
+        let (store, _) = Store::open_with(memory, durable).expect("open the durable store");
+        TestStore {
+            store,
+            clock: None,
+            server: None,
+            cluster: None,
+            sentinel: None,
+            dir: Some(dir),
         }
     }
 
@@ -706,6 +745,7 @@ impl TestStore {
             server: Some(server),
             cluster: None,
             sentinel: None,
+            dir: None,
         }
     }
 
@@ -723,6 +763,7 @@ impl TestStore {
             server: None,
             cluster: Some(cluster),
             sentinel: None,
+            dir: None,
         }
     }
 
@@ -740,6 +781,7 @@ impl TestStore {
             server: None,
             cluster: None,
             sentinel: Some(set),
+            dir: None,
         }
     }
 
@@ -759,17 +801,25 @@ impl TestStore {
 #[macro_export]
 macro_rules! on_both_stores {
     (manual_clock: $($name:ident),* $(,)?) => {
-        $crate::on_both_stores!(@ memory, $($name),*);
+        $crate::on_both_stores!(@ memory, durable, $($name),*);
     };
     (realtime: $($name:ident),* $(,)?) => {
-        $crate::on_both_stores!(@ memory_realtime, $($name),*);
+        $crate::on_both_stores!(@ memory_realtime, durable_realtime, $($name),*);
     };
-    (@ $memory:ident, $($name:ident),*) => {
+    (@ $memory:ident, $durable:ident, $($name:ident),*) => {
         mod memory {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::support::TestStore::$memory()).await
+                }
+            )*
+        }
+        mod durable {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::support::TestStore::$durable()).await
                 }
             )*
         }

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct Line {
     /// Slot -> ticket id, in line order.
     order: BTreeMap<u64, String>,

@@ -9,7 +9,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 use crate::name::Name;
-use crate::store::memory::{MemoryStore, Shelved};
+use crate::store::memory::replay::{self, Code};
+use crate::store::memory::{Logged, MemoryStore, Shelved, put};
 
 use super::line::Line;
 use super::{
@@ -17,8 +18,11 @@ use super::{
     REMOVED_KEEP_MS, REMOVED_MAX, Waiting, capacity_conflict, handle_of, no_capacity, permits_exceed,
 };
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(in crate::store) struct GateState {
+    /// The log record that last changed it (0: none; the durable store
+    /// replays only records after it).
+    pub(in crate::store) lsn: u64,
     /// This incarnation of the state (see `GateWatch::epoch`).
     pub(super) epoch: u64,
     pub(super) capacity: Option<u32>,
@@ -74,6 +78,22 @@ pub(in crate::store) struct GateState {
     pub(super) removed_at: BTreeSet<(u64, String)>,
 }
 
+impl GateState {
+    /// What expiry and promotion change: compared before and after a read
+    /// to see whether it must be logged.
+    fn moved(&self) -> (u64, u64, u64, usize, usize, usize, usize) {
+        (
+            self.grants,
+            self.expiries,
+            self.used,
+            self.holders.len(),
+            self.tickets.len(),
+            self.revoked.len(),
+            self.removed.len(),
+        )
+    }
+}
+
 /// At most this many aged entries of the revocation log are pruned per
 /// end (as `PRUNE_STEP` in leave.lua).
 pub(super) const PRUNE_STEP: usize = 1000;
@@ -86,7 +106,7 @@ pub(super) const PRUNE_STEP: usize = 1000;
 /// released or picked up (`expire_one`).
 pub(super) const EXPIRE_STEP: usize = 1000;
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct Holder {
     pub(super) expires: u64,
     pub(super) permits: u32,
@@ -101,7 +121,7 @@ pub(super) struct Holder {
     pub(super) handed: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct Ticket {
     /// Its place in `line`.
     pub(super) slot: u64,
@@ -450,53 +470,65 @@ impl GateState {
 
 /// The gate operations of the embedded store.
 impl MemoryStore {
-    /// A fresh epoch: the clock in µs and three random digits, as the Lua
-    /// scripts make it (head.lua).
-    fn new_epoch(&self) -> u64 {
-        self.clock.now_us() * 1000 + rand::random_range(0..1000)
-    }
-
     /// Runs `op` on the gate's state after expiring what ended, then wakes
     /// the waiters that were handed a lease along the way. A gate without
     /// state gets a blank one, kept only if `op` wrote to it: a read (or a
     /// write that changed nothing) leaves no trace, as on Redis.
+    /// `log` writes the operation to the durable store's log (its code
+    /// and arguments), after it ran.
     fn with_gate<T>(
         &self,
         gate: &Name,
+        log: Logged<'_>,
         op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
     ) -> Result<T> {
-        self.on_gate(gate, true, op)
+        self.on_gate(gate, true, Some(log), op)
     }
 
-    /// `with_gate` for reads and heartbeats: they do not count as activity
-    /// (see `Shelf::with`).
+    /// `with_gate` for reads: they do not count as activity (see
+    /// `Shelf::with`), and are logged only if the expiry and promotion
+    /// before them changed the gate (as a `GateTouch`).
     fn read_gate<T>(
         &self,
         gate: &Name,
         op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
     ) -> Result<T> {
-        self.on_gate(gate, false, op)
+        self.on_gate(gate, false, None, op)
     }
 
-    fn on_gate<T>(
+    /// Runs one gate operation (see `with_gate`). A replayed operation
+    /// runs here too, at its recorded time and with its recorded draw.
+    pub(in crate::store) fn on_gate<T>(
         &self,
         gate: &Name,
         touch: bool,
+        log: Option<Logged<'_>>,
         op: impl FnOnce(&mut GateState, u64, &mut Vec<(String, u64)>) -> Result<T>,
     ) -> Result<T> {
-        let now = self.clock.now_ms();
+        let stamp = self.stamp();
+        let now = stamp.ms();
         let mut handed = Vec::new();
+        // A fresh epoch: the clock in µs and three random digits, as the
+        // Lua scripts make it (head.lua).
         let new = || GateState {
-            epoch: self.new_epoch(),
+            epoch: stamp.us * 1000 + u64::from(stamp.rnd % 1000),
             ..GateState::default()
         };
         let mut free = 0;
         let out = self.gates.with(gate, now, self.idle_ms, touch, new, |state| {
             let before = (state.used, state.capacity, state.paused, state.admit_every_ms);
+            let seen = log.is_none().then(|| state.moved());
             state.expire(now);
             state.promote(now, &mut handed);
             let out = op(state, now, &mut handed);
             free = state.freed_for_barging(before, now);
+            match log {
+                Some(log) => self.record(&mut state.lsn, stamp, gate, log),
+                None if seen != Some(state.moved()) => {
+                    self.record(&mut state.lsn, stamp, gate, (Code::GateTouch, &|_| {}));
+                }
+                None => {}
+            }
             out
         });
         for (id, fence) in &handed {
@@ -509,7 +541,8 @@ impl MemoryStore {
     }
 
     pub(crate) fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
-        self.with_gate(gate, |s, now, _| {
+        let args = |b: &mut Vec<u8>| put(b, &replay::enter_args(req));
+        self.with_gate(gate, (Code::GateEnter, &args), |s, now, _| {
             let capacity = s.resolve_capacity(req.capacity)?;
             if req.permits > capacity {
                 return Err(permits_exceed(req.permits, capacity));
@@ -556,7 +589,9 @@ impl MemoryStore {
     }
 
     pub(crate) fn poll(&self, gate: &Name, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
-        self.read_gate(gate, |s, now, handed| {
+        // A heartbeat: not activity, but it moves deadlines, so logged.
+        let args = |b: &mut Vec<u8>| put(b, &(id, ttl_ms, hb_ms));
+        self.on_gate(gate, false, Some((Code::GatePoll, &args)), |s, now, handed| {
             if s.expire_one(id, now) {
                 s.promote(now, handed);
                 return Ok(Poll::Unknown);
@@ -594,7 +629,8 @@ impl MemoryStore {
     }
 
     pub(crate) fn renew(&self, gate: &Name, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
-        self.with_gate(gate, |s, now, handed| {
+        let args = |b: &mut Vec<u8>| put(b, &(id, ttl_ms));
+        self.with_gate(gate, (Code::GateRenew, &args), |s, now, handed| {
             // An ended lease is never renewed, swept or not.
             if s.expire_one(id, now) {
                 s.promote(now, handed);
@@ -612,13 +648,17 @@ impl MemoryStore {
     /// Releases or cancels `id`; with `keep_ms` (an end), a released
     /// holder is recorded in the revocation log in the same step.
     pub(crate) fn leave(&self, gate: &Name, id: &str, keep_ms: Option<u64>) -> Result<Left> {
-        self.with_gate(gate, |s, now, handed| Ok(s.leave(id, keep_ms, now, handed)))
+        let args = |b: &mut Vec<u8>| put(b, &(id, keep_ms));
+        self.with_gate(gate, (Code::GateLeave, &args), |s, now, handed| {
+            Ok(s.leave(id, keep_ms, now, handed))
+        })
     }
 
     /// Releases `id` and passes its permits on to `to` in the same step if
     /// they are free for it then (as leave.lua with a pass).
     pub(crate) fn pass(&self, gate: &Name, id: &str, to: &Pass<'_>) -> Result<(Left, Option<Grant>)> {
-        self.with_gate(gate, |s, now, handed| {
+        let args = |b: &mut Vec<u8>| put(b, &(id, to.id, to.permits, to.ttl_ms));
+        self.with_gate(gate, (Code::GatePass, &args), |s, now, handed| {
             let left = s.leave(id, None, now, handed);
             let room = s
                 .capacity
@@ -648,7 +688,8 @@ impl MemoryStore {
     /// same step as an end (`leave` with `keep_ms`), as admin.lua runs
     /// leave.lua once it has found the token.
     pub(crate) fn revoke(&self, gate: &Name, handle: &str, keep_ms: u64) -> Result<Left> {
-        self.with_gate(gate, |s, now, handed| {
+        let args = |b: &mut Vec<u8>| put(b, &(handle, keep_ms));
+        self.with_gate(gate, (Code::GateRevoke, &args), |s, now, handed| {
             let id = s.holders.keys().find(|id| handle_of(id) == handle).cloned();
             Ok(match id {
                 Some(id) => s.leave(&id, Some(keep_ms), now, handed),
@@ -660,7 +701,8 @@ impl MemoryStore {
     /// Takes ticket number `number` out of the line: the same step as the
     /// ticket leaving, remembered so that its waiter learns it was removed.
     pub(crate) fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
-        self.with_gate(gate, |s, now, handed| {
+        let args = |b: &mut Vec<u8>| put(b, &number);
+        self.with_gate(gate, (Code::GateRemoveWaiter, &args), |s, now, handed| {
             let id = s
                 .tickets
                 .iter()
@@ -678,7 +720,9 @@ impl MemoryStore {
 
     /// Drops the whole line in one step (as admin.lua's reset).
     pub(crate) fn clear_line(&self, gate: &Name) -> Result<u64> {
-        self.with_gate(gate, |s, now, _| Ok(s.clear_line(now)))
+        self.with_gate(gate, (Code::GateClearLine, &|_| {}), |s, now, _| {
+            Ok(s.clear_line(now))
+        })
     }
 
     /// The first `limit` tickets of the line, head first (as line.lua).
@@ -700,7 +744,8 @@ impl MemoryStore {
     }
 
     pub(crate) fn set_capacity(&self, gate: &Name, capacity: u32) -> Result<()> {
-        self.with_gate(gate, |s, now, handed| {
+        let args = |b: &mut Vec<u8>| put(b, &capacity);
+        self.with_gate(gate, (Code::GateSetCapacity, &args), |s, now, handed| {
             s.capacity = Some(capacity);
             s.promote(now, handed);
             Ok(())
@@ -708,7 +753,8 @@ impl MemoryStore {
     }
 
     pub(crate) fn set_admission(&self, gate: &Name, admission: &Admission) -> Result<()> {
-        self.with_gate(gate, |s, now, handed| {
+        let args = |b: &mut Vec<u8>| put(b, admission);
+        self.with_gate(gate, (Code::GateSetAdmission, &args), |s, now, handed| {
             if let Some(p) = admission.paused {
                 s.paused = p;
             }
@@ -745,7 +791,7 @@ impl MemoryStore {
     /// watch.lua): reads only, creates nothing, expires nothing, and does
     /// not count as activity (as on Redis, where a watch writes nothing).
     pub(crate) fn watch_state(&self, gate: &Name, since: u64, max: usize) -> GateWatch {
-        let now = self.clock.now_ms();
+        let now = self.stamp().ms();
         self.gates.peek(gate, now, self.idle_ms, |s| {
             let Some(s) = s else {
                 return GateWatch {

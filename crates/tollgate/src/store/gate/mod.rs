@@ -133,7 +133,7 @@ pub(crate) struct Pass<'a> {
 }
 
 /// One `set_admission` call: `None` leaves a setting as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Admission {
     /// Pause (`true`) or resume (`false`) admissions.
     pub(crate) paused: Option<bool>,

@@ -6,7 +6,8 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::error::{Error, Result};
 use crate::name::Name;
-use crate::store::memory::{MemoryStore, Shelved};
+use crate::store::memory::replay::{self, Code};
+use crate::store::memory::{Logged, MemoryStore, Shelved, put};
 
 use super::events::{JobEvent, JobEventKind};
 use super::{
@@ -20,7 +21,7 @@ const LATENESS_KEPT: usize = 200;
 /// Dead letters kept per queue; the oldest beyond go.
 pub(crate) const DEAD_KEPT: usize = 10_000;
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct JobData {
     prio: u8,
     seq: u64,
@@ -33,7 +34,7 @@ struct JobData {
     error: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Place {
     Ready,
     Delayed(u64),
@@ -43,8 +44,10 @@ enum Place {
 }
 
 /// One queue's state in memory.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Queue {
+    /// The log record that last changed it (see `GateState::lsn`).
+    pub(in crate::store) lsn: u64,
     seq: u64,
     fence: u64,
     jobs: HashMap<String, (JobData, Place)>,
@@ -67,6 +70,7 @@ pub(crate) struct Queue {
     paused: bool,
     /// The events of the step under way, while someone watches (set by
     /// `on_queue`; jobs.lua: `emit`, written when m's field v is live).
+    #[serde(skip)]
     events: Option<Vec<JobEvent>>,
 }
 
@@ -749,29 +753,42 @@ pub(crate) fn backoff_delay(b: &BackoffSpec, attempts: u32, jitter: f64) -> u64 
 impl MemoryStore {
     /// Runs `op` on job queue `q` (now in store ms); wakes as many sleeping
     /// consumers as it says (`true` is one).
-    fn with_queue<T, W: Into<usize>>(&self, q: &Name, op: impl FnOnce(&mut Queue, u64) -> (T, W)) -> T {
-        self.on_queue(q, true, op)
+    /// `log` writes the operation to the durable store's log.
+    fn with_queue<T, W: Into<usize>>(
+        &self,
+        q: &Name,
+        log: Logged<'_>,
+        op: impl FnOnce(&mut Queue, u64) -> (T, W),
+    ) -> T {
+        self.on_queue(q, true, Some(log), op)
     }
 
     /// `with_queue` for an operation that only reads (it does not keep an
-    /// idle queue alive).
-    fn read_queue<T>(&self, q: &Name, op: impl FnOnce(&mut Queue, u64) -> T) -> T {
-        self.on_queue(q, false, |queue, now| (op(queue, now), false))
+    /// idle queue alive, and is not logged).
+    fn read_queue<T>(&self, q: &Name, op: impl FnOnce(&Queue, u64) -> T) -> T {
+        self.on_queue(q, false, None, |queue, now| (op(queue, now), false))
     }
 
+    /// Runs one queue operation (see `with_queue`); replayed operations
+    /// run here too, at their recorded time.
     pub(in crate::store) fn on_queue<T, W: Into<usize>>(
         &self,
         q: &Name,
         touch: bool,
+        log: Option<Logged<'_>>,
         op: impl FnOnce(&mut Queue, u64) -> (T, W),
     ) -> T {
-        let now = self.clock.now_ms();
+        let stamp = self.stamp();
+        let now = stamp.ms();
         let watched = self.job_events.watching(q.as_str());
         let (out, wake) = self
             .queues
             .with(q, now, self.idle_ms, touch, Queue::default, |queue| {
                 queue.events = watched.then(Vec::new);
                 let out = op(queue, now);
+                if let Some(log) = log {
+                    self.record(&mut queue.lsn, stamp, q, log);
+                }
                 // Published inside the critical section: in step order.
                 if let Some(events) = queue.events.take()
                     && !events.is_empty()
@@ -788,12 +805,17 @@ impl MemoryStore {
     }
 
     pub(crate) fn job_layout(&self, q: &Name, layout: &Layout) -> (u32, bool) {
-        self.on_queue(q, layout.store, |queue, _| (queue.layout(layout), false))
+        let args = |b: &mut Vec<u8>| put(b, layout);
+        let log = layout
+            .store
+            .then_some((Code::JobLayout, &args as &dyn Fn(&mut Vec<u8>)));
+        self.on_queue(q, layout.store, log, |queue, _| (queue.layout(layout), false))
     }
 
     /// Fails if the queue is retired (a partition of a replaced layout).
     pub(crate) fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
-        self.with_queue(q, |queue, now| {
+        let args = |b: &mut Vec<u8>| put(b, &replay::push_args(reqs));
+        self.with_queue(q, (Code::JobPush, &args), |queue, now| {
             if queue.retired {
                 return (Err(Error::retired(q.as_str())), 0);
             }
@@ -811,7 +833,10 @@ impl MemoryStore {
     }
 
     pub(crate) fn job_retire(&self, q: &Name, close: bool) -> (bool, [u64; 4]) {
-        self.with_queue(q, |queue, _| (queue.retire(close), false))
+        let args = |b: &mut Vec<u8>| put(b, &close);
+        self.with_queue(q, (Code::JobRetire, &args), |queue, _| {
+            (queue.retire(close), false)
+        })
     }
 
     /// Acks the deliveries `claim.acks` (whether each was that
@@ -824,7 +849,8 @@ impl MemoryStore {
             lease_ms,
             max,
         } = *claim;
-        self.with_queue(q, |queue, now| {
+        let args = |b: &mut Vec<u8>| put(b, &(acks, keep, lease_ms, max as u64));
+        self.with_queue(q, (Code::JobClaim, &args), |queue, now| {
             let acked = acks
                 .iter()
                 .map(|(id, fence)| queue.ack(id, *fence, keep, now))
@@ -846,19 +872,27 @@ impl MemoryStore {
     }
 
     pub(crate) fn job_nack(&self, q: &Name, nack: &Nack<'_>) -> NackOutcome {
-        self.with_queue(q, |queue, now| queue.nack(nack, now))
+        let args = |b: &mut Vec<u8>| put(b, &(nack.id, nack.fence, nack.delay_ms, nack.jitter, nack.error));
+        self.with_queue(q, (Code::JobNack, &args), |queue, now| queue.nack(nack, now))
     }
 
     pub(crate) fn job_extend(&self, q: &Name, extend: &Extend<'_>) -> Option<u64> {
-        self.with_queue(q, |queue, now| (queue.extend(extend, now), false))
+        let args = |b: &mut Vec<u8>| put(b, &(extend.id, extend.fence, extend.lease_ms));
+        self.with_queue(q, (Code::JobExtend, &args), |queue, now| {
+            (queue.extend(extend, now), false)
+        })
     }
 
     pub(crate) fn job_cancel(&self, q: &Name, id: &str) -> CancelOutcome {
-        self.with_queue(q, |queue, _| (queue.cancel(id), false))
+        let args = |b: &mut Vec<u8>| put(b, &id);
+        self.with_queue(q, (Code::JobCancel, &args), |queue, _| (queue.cancel(id), false))
     }
 
     pub(crate) fn job_reschedule(&self, q: &Name, id: &str, when: When) -> RescheduleOutcome {
-        self.with_queue(q, |queue, now| queue.reschedule(id, when, now))
+        let args = |b: &mut Vec<u8>| put(b, &(id, when));
+        self.with_queue(q, (Code::JobReschedule, &args), |queue, now| {
+            queue.reschedule(id, when, now)
+        })
     }
 
     pub(crate) fn job_dead(&self, q: &Name, limit: usize) -> Vec<RawDead> {
@@ -880,23 +914,30 @@ impl MemoryStore {
     }
 
     pub(crate) fn job_replay(&self, q: &Name, id: Option<&str>) -> u64 {
-        self.with_queue(q, |queue, _| {
+        let args = |b: &mut Vec<u8>| put(b, &id);
+        self.with_queue(q, (Code::JobReplay, &args), |queue, _| {
             let n = queue.replay(id);
             (n, n > 0)
         })
     }
 
     pub(crate) fn job_purge(&self, q: &Name, id: Option<&str>) -> u64 {
-        self.with_queue(q, |queue, _| (queue.purge(id), false))
+        let args = |b: &mut Vec<u8>| put(b, &id);
+        self.with_queue(q, (Code::JobPurge, &args), |queue, _| (queue.purge(id), false))
     }
 
     /// Pauses queue `q` (`pause`) or resumes it; whether that changed it.
     pub(crate) fn job_pause(&self, q: &Name, pause: bool) -> bool {
-        self.with_queue(q, |queue, _| queue.set_paused(pause))
+        let args = |b: &mut Vec<u8>| put(b, &pause);
+        self.with_queue(q, (Code::JobPause, &args), |queue, _| queue.set_paused(pause))
     }
 
+    /// Stats promote the delayed jobs that are due, so they are logged
+    /// (not counted as activity).
     pub(crate) fn job_stats(&self, q: &Name) -> RawStats {
-        self.read_queue(q, |queue, now| queue.stats(now))
+        self.on_queue(q, false, Some((Code::JobStats, &|_| {})), |queue, now| {
+            (queue.stats(now), false)
+        })
     }
 
     /// Whether anything was ever written to queue `q` (see `is_blank`;

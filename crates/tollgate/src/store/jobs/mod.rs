@@ -9,7 +9,7 @@ pub(crate) mod memory;
 pub(in crate::store) mod redis;
 
 /// When a pushed job becomes due.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum When {
     /// This long after the store's now (ms).
     Delay(u64),
@@ -18,7 +18,7 @@ pub(crate) enum When {
 }
 
 /// How a job waits between attempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct BackoffSpec {
     /// `f` fixed or `e` exponential (with jitter).
     pub(crate) kind: char,
@@ -95,7 +95,7 @@ pub(crate) struct RawDead {
     pub(crate) last_error: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct RawStats {
     pub(crate) ready: u64,
     pub(crate) delayed: u64,
@@ -127,14 +127,14 @@ pub(crate) struct RawDone {
 }
 
 /// How many acked jobs to keep, and for how long (ms).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Keep {
     pub(crate) count: u64,
     pub(crate) ms: u64,
 }
 
 /// One `job_layout` call on the base queue of a sharded queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Layout {
     /// The partition count this handle has.
     pub(crate) want: u32,

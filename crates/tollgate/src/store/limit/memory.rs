@@ -11,11 +11,12 @@ use super::{Algorithm, Check, Decision, Limit, decision};
 use std::sync::PoisonError;
 
 use crate::name::Name;
-use crate::store::memory::MemoryStore;
+use crate::store::memory::replay::{self, Code};
+use crate::store::memory::{MemoryStore, put};
 
 /// A key's state and when it expires (µs); an expired state is the same as
 /// none, as on Redis.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 enum KeyState {
     /// GCRA: the theoretical arrival time, ns since the epoch.
     Gcra { tat_ns: u64 },
@@ -48,8 +49,10 @@ impl KeyState {
 /// (when to look at it next), and each decision looks at up to
 /// `SWEEP_STEP` due keys, dropping the expired ones and giving the others
 /// their current expiry as the next due time.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Limits {
+    /// The log record that last changed it (see `GateState::lsn`).
+    pub(in crate::store) lsn: u64,
     /// Limiter, then (GCRA or window, key). GCRA and window state live
     /// apart, as they do on Redis.
     keys: HashMap<Name, [HashMap<String, KeyState>; 2]>,
@@ -255,9 +258,12 @@ fn windows(
 /// The rate-limit decision of the embedded store.
 impl MemoryStore {
     pub(crate) fn limit(&self, limiter: &Name, check: &Check<'_>) -> Decision {
-        let now = self.clock.now_us();
+        let stamp = self.stamp();
         let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
-        limits.check(limiter, check.key, check.limit, check.cost, now)
+        let decision = limits.check(limiter, check.key, check.limit, check.cost, stamp.us);
+        let args = |b: &mut Vec<u8>| put(b, &replay::limit_args(check));
+        self.record(&mut limits.lsn, stamp, limiter, (Code::Limit, &args));
+        decision
     }
 }
 

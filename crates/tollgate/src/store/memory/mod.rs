@@ -14,13 +14,19 @@
 //! map work. Wake-ups are sent after the lock is dropped so a woken waiter
 //! never contends with the waker.
 
+pub(crate) mod durable;
+pub(crate) mod journal;
+pub(crate) mod replay;
 mod shelf;
+mod snapshot;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
+use crate::name::Name;
 
 use super::jobs::memory::Queue;
 use super::limit::memory::Limits;
@@ -29,6 +35,27 @@ use self::shelf::Shelf;
 pub(crate) use self::shelf::Shelved;
 use super::gate::memory::GateState;
 use super::{MemoryFootprint, Wakers};
+use journal::Journal;
+pub(crate) use journal::put;
+use replay::Code;
+
+/// How an operation is logged: its code, and what writes its arguments.
+pub(crate) type Logged<'a> = (Code, &'a dyn Fn(&mut Vec<u8>));
+
+/// The store time an operation runs at and the random number it may draw
+/// (a new gate's epoch): read once per operation, recorded with it in the
+/// log, and given back when the record is replayed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stamp {
+    pub(crate) us: u64,
+    pub(crate) rnd: u16,
+}
+
+impl Stamp {
+    pub(crate) fn ms(self) -> u64 {
+        self.us / 1000
+    }
+}
 
 /// Settings of the embedded store ([`Store::memory_with`](crate::Store::memory_with)).
 /// Every field has a default.
@@ -79,6 +106,14 @@ pub(crate) struct MemoryStore {
     pub(in crate::store) schedule_index: Mutex<crate::store::schedule::memory::Index>,
     /// The watched job queues and their subscribers (store/jobs/events.rs).
     pub(in crate::store) job_events: Arc<crate::store::jobs::events::Hub>,
+    /// The durable store's log, once recovery is done (none: memory only,
+    /// or replaying).
+    pub(in crate::store) journal: OnceLock<Arc<Journal>>,
+    /// While a record is replayed, its time (µs) and draw; 0: live.
+    pinned_us: AtomicU64,
+    pinned_rnd: AtomicU16,
+    /// The durable store's snapshots (none: memory only).
+    pub(in crate::store) durable: OnceLock<durable::Durable>,
 }
 
 impl MemoryStore {
@@ -93,6 +128,86 @@ impl MemoryStore {
             wakers: Arc::default(),
             schedule_index: Mutex::default(),
             job_events: Arc::default(),
+            journal: OnceLock::new(),
+            pinned_us: AtomicU64::new(0),
+            pinned_rnd: AtomicU16::new(0),
+            durable: OnceLock::new(),
+        }
+    }
+
+    /// The time and draw of an operation starting now (see `Stamp`).
+    pub(in crate::store) fn stamp(&self) -> Stamp {
+        let pinned = self.pinned_us.load(Ordering::Relaxed);
+        if pinned != 0 {
+            return Stamp {
+                us: pinned,
+                rnd: self.pinned_rnd.load(Ordering::Relaxed),
+            };
+        }
+        Stamp {
+            us: self.clock.now_us(),
+            rnd: rand::random(),
+        }
+    }
+
+    /// Pins the store's time and draw to a record's while it is replayed
+    /// (`None`: back to the clock).
+    fn pin(&self, stamp: Option<Stamp>) {
+        let stamp = stamp.unwrap_or(Stamp { us: 0, rnd: 0 });
+        self.pinned_rnd.store(stamp.rnd, Ordering::Relaxed);
+        self.pinned_us.store(stamp.us, Ordering::Relaxed);
+    }
+
+    /// Writes an operation on `name` to the log, if this store has one,
+    /// and notes its LSN in the state it changed (`lsn`). Called with that
+    /// state's lock held, so one name's records keep their order.
+    pub(in crate::store) fn record(
+        &self,
+        lsn: &mut u64,
+        stamp: Stamp,
+        name: &Name,
+        (code, args): Logged<'_>,
+    ) {
+        if let Some(journal) = self.journal.get() {
+            *lsn = journal.append(stamp.us, stamp.rnd, |b| {
+                put(b, &(code.byte(), name.as_str()));
+                args(b);
+            });
+        }
+    }
+
+    /// Runs a change: refused up front while the disk refuses writes, and
+    /// answered once its record is as safe as the fsync policy makes it.
+    pub(crate) async fn write<T>(&self, op: impl FnOnce(&MemoryStore) -> T) -> Result<T> {
+        self.admit()?;
+        let out = op(self);
+        self.settle().await?;
+        Ok(out)
+    }
+
+    /// Runs a read, answered once what it may have seen is as safe as a
+    /// change's answer would be (a read can see a change whose writer is
+    /// still waiting for the disk).
+    pub(crate) async fn read<T>(&self, op: impl FnOnce(&MemoryStore) -> T) -> Result<T> {
+        let out = op(self);
+        self.settle().await?;
+        Ok(out)
+    }
+
+    /// Fails if changes are refused now (the disk refuses writes).
+    pub(crate) fn admit(&self) -> Result<()> {
+        match self.journal.get() {
+            Some(j) => j.refusing(),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until what was logged so far is as safe as the fsync policy
+    /// makes it, so an answer never reports a change a crash could undo.
+    pub(crate) async fn settle(&self) -> Result<()> {
+        match self.journal.get() {
+            Some(j) => j.settle().await,
+            None => Ok(()),
         }
     }
 
@@ -109,7 +224,7 @@ impl MemoryStore {
     /// of each kind (gates, queues, limit keys), and gives spare map room
     /// back.
     pub(crate) fn sweep_idle(&self, max: usize) {
-        let now = self.clock.now_ms();
+        let now = self.stamp().ms();
         self.gates.sweep_due(now, self.idle_ms, max);
         self.queues.sweep_due(now, self.idle_ms, max);
         let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);

@@ -17,7 +17,8 @@
 //! idle period.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::name::Name;
 
@@ -45,9 +46,22 @@ pub(crate) trait Shelved: Default {
     fn set_fence_floor(&mut self, floor: u64);
 }
 
-#[derive(Debug)]
+/// Told of each name the idle sweep drops, with its last fence and the
+/// time (ms), while its state's lock is held: the durable store logs it.
+pub(in crate::store) type OnDrop = Box<dyn Fn(&Name, u64, u64) + Send + Sync>;
+
 pub(in crate::store) struct Shelf<S> {
     inner: Mutex<Inner<S>>,
+    on_drop: OnceLock<OnDrop>,
+    /// Off while the durable store replays its log: a replayed store drops
+    /// names where the log says the live one did, never on its own.
+    sweeping: AtomicBool,
+}
+
+impl<S> std::fmt::Debug for Shelf<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shelf").finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -87,6 +101,8 @@ impl<S> Default for Shelf<S> {
                 floor: 0,
                 graveyard: Vec::new(),
             }),
+            on_drop: OnceLock::new(),
+            sweeping: AtomicBool::new(true),
         }
     }
 }
@@ -111,7 +127,7 @@ impl<S: Shelved> Shelf<S> {
         loop {
             let (held, dead) = {
                 let mut inner = self.lock();
-                inner.sweep(now, idle);
+                self.sweep(&mut inner, now, idle, SWEEP_STEP);
                 let held = match inner.states.get(name) {
                     Some(slot) => slot.held.clone(),
                     None => {
@@ -154,7 +170,7 @@ impl<S: Shelved> Shelf<S> {
     ) -> T {
         let held = {
             let mut inner = self.lock();
-            inner.sweep(now, idle);
+            self.sweep(&mut inner, now, idle, SWEEP_STEP);
             let held = inner.states.get(name).map(|slot| slot.held.clone());
             let dead = std::mem::take(&mut inner.graveyard);
             drop(inner);
@@ -172,7 +188,7 @@ impl<S: Shelved> Shelf<S> {
     /// store that gets no operations: what went idle still goes.
     pub(super) fn sweep_due(&self, now: u64, idle: u64, max: usize) {
         let mut inner = self.lock();
-        inner.sweep_steps(now, idle, max);
+        self.sweep(&mut inner, now, idle, max);
         if inner.states.capacity() > 64 && inner.states.len() * 4 < inner.states.capacity() {
             let len = inner.states.len();
             inner.states.shrink_to(len * 2);
@@ -222,6 +238,80 @@ impl<S: Shelved> Shelf<S> {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<S>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn sweep(&self, inner: &mut Inner<S>, now: u64, idle: u64, steps: usize) {
+        if self.sweeping.load(Ordering::Relaxed) {
+            inner.sweep_steps(now, idle, steps, self.on_drop.get());
+        }
+    }
+
+    /// Sets who is told of dropped names (once).
+    pub(in crate::store) fn on_drop(&self, hook: OnDrop) {
+        let _ = self.on_drop.set(hook);
+    }
+
+    /// Stops (`false`) or starts the idle sweep.
+    pub(in crate::store) fn set_sweeping(&self, on: bool) {
+        self.sweeping.store(on, Ordering::Relaxed);
+    }
+
+    /// A logged drop, replayed: `name` goes if it has state, and the floor
+    /// rises to its last fence.
+    pub(in crate::store) fn drop_logged(&self, name: &Name, fence: u64) {
+        let mut inner = self.lock();
+        inner.floor = inner.floor.max(fence);
+        if let Some(slot) = inner.states.remove(name) {
+            inner.due.remove(&(slot.due, name.clone()));
+            slot.held.lock().unwrap_or_else(PoisonError::into_inner).dropped = true;
+        }
+    }
+
+    /// The highest fence of any dropped state.
+    pub(in crate::store) fn floor(&self) -> u64 {
+        self.lock().floor
+    }
+
+    /// Raises the floor (a snapshot's, at recovery).
+    pub(in crate::store) fn raise_floor(&self, floor: u64) {
+        let mut inner = self.lock();
+        inner.floor = inner.floor.max(floor);
+    }
+
+    /// Calls `each` with every name's state and when it was last touched,
+    /// each under its own lock, one at a time: the map's lock is held only
+    /// to list them, so operations go on meanwhile.
+    pub(in crate::store) fn each(&self, mut each: impl FnMut(&Name, &S, u64)) {
+        let all: Vec<(Name, Arc<Mutex<Held<S>>>)> = {
+            let inner = self.lock();
+            inner
+                .states
+                .iter()
+                .map(|(name, slot)| (name.clone(), slot.held.clone()))
+                .collect()
+        };
+        for (name, held) in all {
+            let h = held.lock().unwrap_or_else(PoisonError::into_inner);
+            if !h.dropped {
+                each(&name, &h.state, h.touched);
+            }
+        }
+    }
+
+    /// Puts a recovered state on the shelf.
+    pub(in crate::store) fn restore(&self, name: &Name, state: S, touched: u64, idle: u64) {
+        let mut inner = self.lock();
+        if let Some(slot) = inner.states.remove(name) {
+            inner.due.remove(&(slot.due, name.clone()));
+        }
+        inner.insert(name, state, touched + idle, idle);
+    }
+
+    /// The LSN `lsn_of` reads from `name`'s state, if it has one.
+    pub(in crate::store) fn lsn(&self, name: &Name, lsn_of: impl FnOnce(&S) -> u64) -> Option<u64> {
+        let held = self.lock().states.get(name).map(|slot| slot.held.clone())?;
+        let h = held.lock().unwrap_or_else(PoisonError::into_inner);
+        (!h.dropped).then(|| lsn_of(&h.state))
+    }
 }
 
 impl<S: Shelved> Inner<S> {
@@ -253,13 +343,9 @@ impl<S: Shelved> Inner<S> {
         }
     }
 
-    /// Looks at up to `SWEEP_STEP` names that are due: drops those quiet
-    /// for `idle`, and sets the next look for the others.
-    fn sweep(&mut self, now: u64, idle: u64) {
-        self.sweep_steps(now, idle, SWEEP_STEP);
-    }
-
-    fn sweep_steps(&mut self, now: u64, idle: u64, steps: usize) {
+    /// Looks at up to `steps` names that are due: drops those quiet for
+    /// `idle` (telling `on_drop`), and sets the next look for the others.
+    fn sweep_steps(&mut self, now: u64, idle: u64, steps: usize, on_drop: Option<&OnDrop>) {
         for _ in 0..steps {
             let Some((_, name)) = self.due.first().filter(|(due, _)| *due <= now).cloned() else {
                 return;
@@ -276,6 +362,9 @@ impl<S: Shelved> Inner<S> {
                         // dropping it changes no answer but the epoch.
                         h.dropped = true;
                         self.floor = self.floor.max(h.state.fence());
+                        if let Some(hook) = on_drop {
+                            hook(&name, h.state.fence(), now);
+                        }
                         None
                     }
                     Some(until) => Some(until.max(h.touched) + idle),

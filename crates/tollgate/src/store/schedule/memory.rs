@@ -9,14 +9,15 @@ use std::sync::PoisonError;
 use crate::name::Name;
 use crate::store::jobs::memory::Queue;
 use crate::store::jobs::{PushOutcome, PushReq, When};
-use crate::store::memory::MemoryStore;
+use crate::store::memory::replay::{self, Code};
+use crate::store::memory::{MemoryStore, put as replay_put};
 
 use super::{
     Due, Fire, FireOutcome, HISTORY, JobSpec, LOOKAHEAD_MS, Next, Put, PutOutcome, RawSchedule, Refusal,
     TriggerOutcome, manual_entry,
 };
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Record {
     rev: u64,
     next: Next,
@@ -28,7 +29,7 @@ struct Record {
 }
 
 /// The schedules of one queue (schedule.lua's S, Z and H).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Schedules {
     records: HashMap<String, Record>,
     /// (next as stored, name) of every running schedule with a next tick.
@@ -315,8 +316,10 @@ impl Queue {
 /// Which queue each schedule lives with, and the queues that have
 /// schedules, with how many names point to each (index.lua): a queue is
 /// listed while one does.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Index {
+    /// The log record that last changed it (see `GateState::lsn`).
+    pub(in crate::store) lsn: u64,
     names: HashMap<String, String>,
     queues: BTreeMap<String, usize>,
 }
@@ -341,6 +344,8 @@ impl MemoryStore {
 
     pub(crate) fn schedule_index_set(&self, name: &str, queue: &Name) -> Option<String> {
         let mut index = self.index();
+        let args = |b: &mut Vec<u8>| replay_put(b, &name);
+        self.record(&mut index.lsn, self.stamp(), queue, (Code::IndexSet, &args));
         let old = index.names.insert(name.to_owned(), queue.as_str().to_owned());
         if old.as_deref() != Some(queue.as_str()) {
             *index.queues.entry(queue.as_str().to_owned()).or_default() += 1;
@@ -357,6 +362,8 @@ impl MemoryStore {
 
     pub(crate) fn schedule_index_drop(&self, name: &str, queue: &Name) -> bool {
         let mut index = self.index();
+        let args = |b: &mut Vec<u8>| replay_put(b, &name);
+        self.record(&mut index.lsn, self.stamp(), queue, (Code::IndexDrop, &args));
         if index.names.get(name).is_some_and(|q| q == queue.as_str()) {
             index.names.remove(name);
             index.unlisted(queue.as_str());
@@ -370,39 +377,64 @@ impl MemoryStore {
     }
 
     pub(crate) fn schedule_put(&self, q: &Name, put: &Put<'_>) -> PutOutcome {
-        self.on_queue(q, true, |queue, now| (queue.schedule_put(put, now), false))
+        let args = |b: &mut Vec<u8>| {
+            replay_put(
+                b,
+                &(
+                    put.name,
+                    put.timing,
+                    put.definition,
+                    put.payload,
+                    put.paused,
+                    put.start_ms,
+                ),
+            );
+        };
+        self.on_queue(q, true, Some((Code::SchedulePut, &args)), |queue, now| {
+            (queue.schedule_put(put, now), false)
+        })
     }
 
     pub(crate) fn schedule_due(&self, q: &Name, limit: usize) -> Due {
-        self.on_queue(q, false, |queue, now| (queue.schedule_due(limit, now), false))
+        self.on_queue(q, false, None, |queue, now| {
+            (queue.schedule_due(limit, now), false)
+        })
     }
 
     pub(crate) fn schedule_fire(&self, q: &Name, fires: &[Fire<'_>]) -> (u64, Vec<FireOutcome>) {
-        self.on_queue(q, true, |queue, now| {
+        let args = |b: &mut Vec<u8>| replay_put(b, &replay::fire_args(fires));
+        self.on_queue(q, true, Some((Code::ScheduleFire, &args)), |queue, now| {
             let (outcomes, woken) = queue.schedule_fire(fires, now);
             ((now, outcomes), woken)
         })
     }
 
     pub(crate) fn schedule_trigger(&self, q: &Name, name: &str, rev: u64, job: &JobSpec) -> TriggerOutcome {
-        self.on_queue(q, true, |queue, now| queue.schedule_trigger(name, rev, job, now))
+        let args = |b: &mut Vec<u8>| replay_put(b, &(name, rev, job));
+        self.on_queue(q, true, Some((Code::ScheduleTrigger, &args)), |queue, now| {
+            queue.schedule_trigger(name, rev, job, now)
+        })
     }
 
     pub(crate) fn schedule_pause(&self, q: &Name, name: &str, pause: bool) -> bool {
-        self.on_queue(q, true, |queue, now| {
+        let args = |b: &mut Vec<u8>| replay_put(b, &(name, pause));
+        self.on_queue(q, true, Some((Code::SchedulePause, &args)), |queue, now| {
             (queue.schedule_pause(name, pause, now), false)
         })
     }
 
     pub(crate) fn schedule_delete(&self, q: &Name, name: &str) -> bool {
-        self.on_queue(q, true, |queue, now| (queue.schedule_delete(name, now), false))
+        let args = |b: &mut Vec<u8>| replay_put(b, &name);
+        self.on_queue(q, true, Some((Code::ScheduleDelete, &args)), |queue, now| {
+            (queue.schedule_delete(name, now), false)
+        })
     }
 
     pub(crate) fn schedule_get(&self, q: &Name, name: &str) -> Option<RawSchedule> {
-        self.on_queue(q, false, |queue, _| (queue.schedule_get(name), false))
+        self.on_queue(q, false, None, |queue, _| (queue.schedule_get(name), false))
     }
 
     pub(crate) fn schedule_list(&self, q: &Name) -> Vec<RawSchedule> {
-        self.on_queue(q, false, |queue, _| (queue.schedule_list(), false))
+        self.on_queue(q, false, None, |queue, _| (queue.schedule_list(), false))
     }
 }

@@ -23,7 +23,7 @@ pub(crate) const LOOKAHEAD_MS: u64 = 1000;
 pub(crate) const HISTORY: usize = 10;
 
 /// A schedule's next tick as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Next {
     /// The first tick at or after the schedule's `from` (the client works
     /// it out; stored as 0).
@@ -126,7 +126,7 @@ pub(crate) struct Due {
 }
 
 /// The job a schedule pushes, as a push takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct JobSpec {
     pub(crate) priority: u8,
     pub(crate) max_attempts: u32,
