@@ -68,6 +68,9 @@ export async function startServer({ redis, port, args = [] } = {}) {
   const proxy = await freePort();
   const argv = ["serve", "--listen", `127.0.0.1:${port}`, "--proxy-listen", `127.0.0.1:${proxy}`, ...args];
   if (redis) argv.push("--redis", redis);
+  // The embedded store keeps its log in a directory of its own.
+  const data = mkdtempSync(join(tmpdir(), "tollgate-data-"));
+  if (!args.includes("--data-dir")) argv.push("--data-dir", data);
   const child = spawn(BIN, argv, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, TOLLGATE_LOG: "warn" } });
   children.add(child);
   let stderr = "";
@@ -85,11 +88,13 @@ export async function startServer({ redis, port, args = [] } = {}) {
     /** The waiting rooms' address. */
     proxyUrl: `http://127.0.0.1:${proxy}`,
     async stop() {
-      if (child.exitCode !== null) return;
-      const exited = new Promise((r) => child.once("exit", r));
-      child.kill("SIGKILL");
-      await exited;
+      if (child.exitCode === null) {
+        const exited = new Promise((r) => child.once("exit", r));
+        child.kill("SIGKILL");
+        await exited;
+      }
       children.delete(child);
+      rmSync(data, { recursive: true, force: true });
     },
   };
 }

@@ -71,6 +71,9 @@ class Server:
         if self.redis_url:
             # A unique prefix per server keeps tests on one Redis apart.
             args += ["--redis", self.redis_url, "--prefix", f"t{self.port}"]
+        else:
+            # The embedded store keeps its log in a directory of its own.
+            args += ["--data-dir", str(self.log.parent / f"tollgate-data-{self.port}")]
         if self.token:
             args += ["--token", self.token]
         if self.config:

@@ -600,7 +600,7 @@ impl Serve {
     fn start() -> Serve {
         use std::io::{BufRead, BufReader};
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", "none"])
             .env("TOLLGATE_LOG", "warn")
             .env_remove("TOLLGATE_REDIS_URL")
             .stdout(Stdio::piped())

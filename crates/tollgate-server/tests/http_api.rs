@@ -669,7 +669,7 @@ async fn config_file_with_environment_overrides() {
 
     // The environment overrides the file.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-    cmd.args(["serve", "--config", &path])
+    cmd.args(["serve", "--config", &path, "--data-dir", "none"])
         .env("TOLLGATE_TOKENS", "from-the-env-0123456789")
         .env("TOLLGATE_LOG", "warn")
         .env_remove("TOLLGATE_REDIS_URL");

@@ -300,6 +300,14 @@ async fn open_durable(
         snapshot_after: args.snapshot_after,
         ..tollgate::DurableOptions::new(dir)
     };
+    // A file-size limit (`ulimit -f`) reached by the log must fail its
+    // write (EFBIG: the store refuses changes until there is room), not
+    // end the process, as SIGXFSZ does by default. Once a listener is set
+    // for a signal, tokio keeps it for the life of the process.
+    let xfsz = tokio::signal::unix::SignalKind::from_raw(nix::sys::signal::Signal::SIGXFSZ as i32);
+    if let Err(e) = tokio::signal::unix::signal(xfsz) {
+        tracing::warn!(error = %e, "could not take SIGXFSZ: a file-size limit would end the server");
+    }
     let opened = tokio::task::spawn_blocking(move || Store::open_with(memory, options)).await;
     let (store, recovery) = match opened {
         Ok(Ok(opened)) => opened,

@@ -14,6 +14,16 @@ pub struct Server {
     pub proxy: Option<String>,
     /// The listening line as printed (text, or JSON with --log-format json).
     pub line: String,
+    /// The embedded store's data directory this server was given (a
+    /// fresh one under the target directory), removed on drop.
+    pub data_dir: Option<std::path::PathBuf>,
+}
+
+/// A fresh data directory for one server under the target directory.
+pub fn fresh_data_dir() -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("data-{}-{n}", std::process::id()))
 }
 
 impl Server {
@@ -68,6 +78,11 @@ impl Server {
         if !extra.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
+        if !extra.contains(&"--data-dir") {
+            // The embedded store on disk, as a user runs it, in a
+            // directory of its own (the default is the working directory's).
+            cmd.env("TOLLGATE_DATA_DIR", fresh_data_dir());
+        }
         cmd.args(extra)
             .env_remove("TOLLGATE_REDIS_URL")
             .env_remove("TOLLGATE_TOKENS")
@@ -114,11 +129,18 @@ impl Server {
             }
         };
         let base = base.unwrap_or_else(|| panic!("no address in {line:?}"));
+        let data_dir = cmd
+            .get_envs()
+            .find(|(k, _)| *k == "TOLLGATE_DATA_DIR")
+            .and_then(|(_, v)| v)
+            .map(std::path::PathBuf::from)
+            .filter(|p| p.starts_with(env!("CARGO_TARGET_TMPDIR")));
         Server {
             child,
             base,
             proxy,
             line,
+            data_dir,
         }
     }
 
@@ -145,6 +167,9 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.data_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

@@ -227,6 +227,11 @@ impl Journal {
         Ok(())
     }
 
+    /// Whether the disk refuses the log's writes now.
+    pub(crate) fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
     /// Appends one record: its header fields, then what `encode` writes.
     /// Returns its LSN. Call it while holding the changed name's lock.
     pub(crate) fn append(&self, time_us: u64, rnd: u16, encode: impl FnOnce(&mut Vec<u8>)) -> u64 {
