@@ -955,8 +955,8 @@ pub(crate) enum BenchTarget {
     /// A waiting line filled to each of --sizes waiters on --redis:
     /// join and status latency, and Redis memory per waiter (line_scaling).
     Line,
-    /// Job queues on --redis: push+claim+ack throughput, delayed-job
-    /// lateness, memory per queued job.
+    /// Job queues: push+claim+ack throughput, delayed-job lateness, and
+    /// (on --redis) memory per queued job.
     Jobs,
     /// A line of --line tickets on one gate, flooded with status requests
     /// by --workers tasks: an unrelated gate's enter/leave latency during
@@ -972,6 +972,12 @@ pub(crate) enum BenchTarget {
     /// the library and, with --server, through `GET /v1/gates`
     /// (list_gates).
     Listing,
+    /// The durable embedded store's recovery (--data-dir, empty): fills it
+    /// with --jobs queued jobs and --keys gates each holding a lease, and
+    /// prints the resident memory; with --reopen, recovers the directory
+    /// instead and prints how long that took and the resident memory then
+    /// (run it in a new process: scripts/bench-durable).
+    Recovery,
     /// --workers operator consoles against --server for --seconds, each
     /// following room --room live and loading the overview, room and
     /// queue (--queue) pages' data once a second: their latency
@@ -1040,6 +1046,14 @@ pub(crate) struct BenchArgs {
     /// Redis URL; without it the embedded memory store is measured.
     #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
     pub(crate) redis: Option<String>,
+    /// Without --redis: measure the durable embedded store in this data
+    /// directory (as `serve --data-dir`) instead of the memory-only one.
+    #[arg(long, value_name = "DIR", conflicts_with = "redis")]
+    pub(crate) data_dir: Option<std::path::PathBuf>,
+    /// With --data-dir: the log's fsync policy (always, everysec, no)
+    /// [default: everysec].
+    #[arg(long, value_name = "POLICY", requires = "data_dir")]
+    pub(crate) fsync: Option<String>,
     /// Concurrent workers.
     #[arg(long, default_value_t = 50)]
     pub(crate) workers: usize,
@@ -1068,7 +1082,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub(crate) limit: u32,
     /// `limit`: how many keys the decisions spread over; `listing`: how
-    /// many gates to page through.
+    /// many gates to page through; `recovery`: how many gates to fill.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) keys: usize,
     /// `upstream` only: where to listen.
@@ -1116,9 +1130,14 @@ pub(crate) struct BenchArgs {
     /// `console` only: the queue whose page the consoles show.
     #[arg(long, value_name = "NAME")]
     pub(crate) queue: Option<String>,
-    /// `console` only: how many ready jobs to fill --queue with.
+    /// `console`: how many ready jobs to fill --queue with; `recovery`:
+    /// how many jobs to queue.
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) jobs: u64,
+    /// `recovery`: recover --data-dir (filled by an earlier run) instead
+    /// of filling it.
+    #[arg(long)]
+    pub(crate) reopen: bool,
     /// `schedules` only: how many schedules.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) schedules: usize,

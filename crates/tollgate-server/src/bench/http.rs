@@ -273,7 +273,7 @@ async fn handoff(host: &Arc<str>, run_id: &str, args: &BenchArgs) -> Value {
     })
 }
 
-fn rss_mib(pid: u32) -> Option<f64> {
+pub(super) fn rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: f64 = status
         .lines()

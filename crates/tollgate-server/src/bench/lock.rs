@@ -16,7 +16,7 @@ use crate::exit;
 struct Report {
     peer: &'static str,
     case: &'static str,
-    store: &'static str,
+    store: String,
     workers: usize,
     seconds: f64,
     /// Acquire+release pairs (critical sections) per second.
@@ -48,6 +48,15 @@ struct Report {
     client_cpu_us_per_op: f64,
     /// The runtime the workers ran on (`--threads`, `--single-thread`).
     runtime: String,
+    /// The durable embedded store (--data-dir): log records and `write`
+    /// calls per critical section over the whole run (warm-up included),
+    /// and its syncs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_records_per_op: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_writes_per_op: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fsyncs: Option<u64>,
 }
 
 struct Worker {
@@ -192,10 +201,11 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         .iter()
         .flat_map(|w| w.acquire_us.iter().copied())
         .collect();
+    let durable = store.durable_stats();
     let report = Report {
         peer: "tollgate",
         case,
-        store: store.kind(),
+        store: super::store_label(&store),
         workers: args.workers,
         seconds: round3(elapsed),
         ops_per_s: round3(n as f64 / elapsed),
@@ -222,6 +232,9 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
             .and_then(|(a, b)| per_op(b.calls.saturating_sub(a.calls) as f64)),
         client_cpu_us_per_op: per_op(client_cpu * 1e6).unwrap_or(0.0),
         runtime: args.runtime().to_string(),
+        log_records_per_op: durable.as_ref().and_then(|d| per_op(d.log.records as f64)),
+        log_writes_per_op: durable.as_ref().and_then(|d| per_op(d.log.writes as f64)),
+        fsyncs: durable.as_ref().map(|d| d.log.fsyncs),
     };
     match serde_json::to_string(&report) {
         Ok(line) => {

@@ -11,6 +11,7 @@ mod jobs;
 mod limit;
 mod listing;
 mod lock;
+mod recovery;
 mod room;
 mod schedules;
 
@@ -49,6 +50,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         BenchTarget::Schedules => schedules::run(&args).await,
         BenchTarget::Listing => listing::run(&args).await,
         BenchTarget::Console => console::run(&args).await,
+        BenchTarget::Recovery => recovery::run(&args).await,
     }
 }
 
@@ -60,7 +62,35 @@ async fn store_for(args: &BenchArgs) -> Result<Store, i32> {
         Some(url) => {
             crate::commands::connect_redis(url, "tollgate", crate::cli::DurabilityArgs::default(), None).await
         }
-        None => Ok(Store::memory()),
+        None => match &args.data_dir {
+            None => Ok(Store::memory()),
+            Some(dir) => {
+                let fsync = match args.fsync.as_deref().map(str::parse).transpose() {
+                    Ok(f) => f.unwrap_or_default(),
+                    Err(e) => {
+                        eprintln!("tollgate: --fsync: {e}");
+                        return Err(exit::USAGE);
+                    }
+                };
+                let options = tollgate::DurableOptions {
+                    fsync,
+                    ..tollgate::DurableOptions::new(dir)
+                };
+                Store::open(options).map_err(|e| {
+                    eprintln!("tollgate: {e}");
+                    exit::for_error(&e)
+                })
+            }
+        },
+    }
+}
+
+/// The store a result names: `memory`, `redis`, or `durable-<fsync>` for
+/// the embedded store on disk.
+fn store_label(store: &Store) -> String {
+    match store.durable_stats().and_then(|d| d.fsync) {
+        Some(f) => format!("durable-{}", f.as_str()),
+        None => store.kind().to_owned(),
     }
 }
 

@@ -120,6 +120,21 @@ async fn start(args: ServeArgs) -> Result<(), i32> {
     Ok(())
 }
 
+/// The durable embedded store's figures as metrics (docs/METRICS.md).
+fn durable_metrics(d: &tollgate::DurableStats) {
+    metrics::gauge!("tollgate_store_log_bytes").set(d.log.log_bytes as f64);
+    metrics::counter!("tollgate_store_log_written_bytes_total").absolute(d.log.bytes_written);
+    metrics::counter!("tollgate_store_log_records_total").absolute(d.log.records);
+    metrics::gauge!("tollgate_store_snapshot_bytes").set(d.snapshot_bytes as f64);
+    metrics::counter!("tollgate_store_snapshots_total").absolute(d.snapshots);
+    let last = d
+        .last_snapshot
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0.0, |t| t.as_secs_f64());
+    metrics::gauge!("tollgate_store_last_snapshot_timestamp_seconds").set(last);
+    metrics::gauge!("tollgate_store_disk_failing").set(if d.log.failing { 1.0 } else { 0.0 });
+}
+
 /// The durable embedded store this server opened, closed at a clean stop.
 static DURABLE: std::sync::OnceLock<Store> = std::sync::OnceLock::new();
 
@@ -484,6 +499,9 @@ fn spawn_sweeper(
                 metrics::gauge!("tollgate_memory_gates").set(f.gates as f64);
                 metrics::gauge!("tollgate_memory_queues").set(f.queues as f64);
                 metrics::gauge!("tollgate_memory_limit_keys").set(f.limit_keys as f64);
+            }
+            if let Some(d) = store.durable_stats() {
+                durable_metrics(&d);
             }
         }
     });

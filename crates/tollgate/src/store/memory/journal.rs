@@ -7,14 +7,16 @@
 //! held, so one name's records are in the log in the order they were
 //! applied; names are independent, so that order is all replay needs.
 //!
-//! Appending only copies the record into a buffer under a short lock. One
-//! writer thread takes the whole buffer at a time, writes it to the
-//! current segment file and, with `fsync = always`, syncs it: every answer
-//! waiting for its record then goes together (group commit). An answer
-//! waits for the write (`everysec`, `no`: a crash of the process loses
-//! nothing, it is in the kernel) or for the sync (`always`: a crash of the
-//! machine loses nothing either). With `everysec` a second thread syncs
-//! once a second.
+//! Appending only copies the record into a buffer under a short lock.
+//! Whoever writes takes the whole buffer at a time and writes it to the
+//! current segment with one `write`: with `everysec` and `no`, the first
+//! answer that finds its record unwritten does it on its own task, for
+//! itself and every record appended meanwhile (a crash of the process
+//! then loses nothing: it is in the kernel); with `always`, the log's
+//! thread writes and syncs, and every answer waiting goes together (group
+//! commit: a crash of the machine loses nothing either). With `everysec`
+//! the thread syncs once a second, outside the writer's lock so writes go
+//! on meanwhile.
 //!
 //! An answer waits for every record appended before it, not just its own:
 //! what it saw may rest on them. So a recovered store is a prefix of the
@@ -43,6 +45,9 @@ pub(super) const MAX_RECORD: usize = 1 << 30;
 /// How long an answer waits for a disk that refuses writes before it is
 /// told its change is not on disk yet.
 const STALLED_ANSWER: Duration = Duration::from_secs(2);
+/// How many times an answer looks again, letting others run, for a write
+/// another task is making before it parks.
+const SPINS: usize = 64;
 /// How often the writer tries a refused write again.
 const RETRY: Duration = Duration::from_millis(100);
 
@@ -92,8 +97,11 @@ impl std::str::FromStr for Fsync {
 pub struct JournalStats {
     /// Bytes written to log segments since start.
     pub bytes_written: u64,
-    /// Records appended since start.
+    /// Records written since start (the last LSN written).
     pub records: u64,
+    /// `write` calls that carried them (each carries every record
+    /// appended since the one before).
+    pub writes: u64,
     /// Syncs of the log since start, and their total time (µs) and the
     /// longest (µs).
     pub fsyncs: u64,
@@ -111,9 +119,19 @@ struct Pending {
     next_lsn: u64,
     /// Bytes appended since the segment now being written began.
     segment_bytes: u64,
-    /// A rotation asked for: the segment after the next write starts
-    /// here, and the caller is told through this slot.
-    rotate: Option<Arc<(Mutex<Option<u64>>, Condvar)>>,
+}
+
+/// The segment being written and what is on its way into it. Whoever
+/// holds it writes: an answer's own task (`everysec`, `no`: one
+/// `write` carries every record appended meanwhile, so concurrent
+/// answers share it) or the log's thread (`always`, and retries).
+#[derive(Debug)]
+struct Writer {
+    file: Arc<File>,
+    /// Bytes taken from `Pending` and not yet in the file (kept while the
+    /// disk refuses them), and the last LSN among them.
+    out: Vec<u8>,
+    out_last: u64,
 }
 
 #[derive(Debug)]
@@ -121,8 +139,9 @@ pub(crate) struct Journal {
     dir: PathBuf,
     policy: Fsync,
     pending: Mutex<Pending>,
-    /// Wakes the writer.
-    work: Condvar,
+    writer: Mutex<Writer>,
+    /// Wakes the log's thread (`always`: records to sync; a retry).
+    kick: (Mutex<bool>, Condvar),
     /// The last record appended, written to the kernel, synced.
     appended: AtomicU64,
     written: AtomicU64,
@@ -131,10 +150,21 @@ pub(crate) struct Journal {
     moved: tokio::sync::Notify,
     failing: AtomicBool,
     stop: AtomicBool,
+    /// An answer's task is about to write for everyone (`Flushing`).
+    flushing: AtomicBool,
     stats: Mutex<JournalStats>,
-    /// The segment being written, for the `everysec` syncer.
-    current: Mutex<Option<Arc<File>>>,
-    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Held by the task that writes for everyone; let go (even if that task
+/// is dropped halfway), the next waiter takes over.
+struct Flushing<'a>(&'a Journal);
+
+impl Drop for Flushing<'_> {
+    fn drop(&mut self) {
+        self.0.flushing.store(false, Ordering::Release);
+        self.0.moved.notify_waiters();
+    }
 }
 
 /// A segment's file name: its first record's LSN, zero-padded so names
@@ -163,7 +193,7 @@ pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
 
 impl Journal {
     /// Starts a log in `dir` whose next record is `next_lsn`, in a new
-    /// segment, with its writer (and with `everysec` its syncer) thread.
+    /// segment, with its thread (syncs, retries).
     pub(crate) fn start(dir: &Path, policy: Fsync, next_lsn: u64, old_bytes: u64) -> Result<Arc<Journal>> {
         let file = new_segment(dir, next_lsn)?;
         let journal = Arc::new(Journal {
@@ -173,40 +203,32 @@ impl Journal {
                 buf: Vec::with_capacity(1 << 16),
                 next_lsn,
                 segment_bytes: 0,
-                rotate: None,
             }),
-            work: Condvar::new(),
+            writer: Mutex::new(Writer {
+                file: Arc::new(file),
+                out: Vec::with_capacity(1 << 16),
+                out_last: 0,
+            }),
+            kick: (Mutex::new(false), Condvar::new()),
             appended: AtomicU64::new(next_lsn - 1),
             written: AtomicU64::new(next_lsn - 1),
             synced: AtomicU64::new(next_lsn - 1),
             moved: tokio::sync::Notify::new(),
             failing: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            flushing: AtomicBool::new(false),
             stats: Mutex::new(JournalStats {
                 log_bytes: old_bytes,
                 ..JournalStats::default()
             }),
-            current: Mutex::new(Some(Arc::new(file.try_clone().map_err(|e| io_error(dir, &e))?))),
-            threads: Mutex::new(Vec::new()),
+            thread: Mutex::new(None),
         });
-        let writer = {
-            let j = journal.clone();
-            std::thread::Builder::new()
-                .name("tollgate-log".into())
-                .spawn(move || j.write_loop(file, next_lsn))
-                .map_err(|e| Error::unavailable(format!("could not start the log writer: {e}")))?
-        };
-        let mut threads = vec![writer];
-        if policy == Fsync::EverySec {
-            let j = journal.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("tollgate-fsync".into())
-                    .spawn(move || j.sync_loop())
-                    .map_err(|e| Error::unavailable(format!("could not start the log syncer: {e}")))?,
-            );
-        }
-        *journal.threads.lock().unwrap_or_else(PoisonError::into_inner) = threads;
+        let j = journal.clone();
+        let thread = std::thread::Builder::new()
+            .name("tollgate-log".into())
+            .spawn(move || j.run())
+            .map_err(|e| Error::unavailable(format!("could not start the log's thread: {e}")))?;
+        *journal.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
         Ok(journal)
     }
 
@@ -214,7 +236,8 @@ impl Journal {
         &self.dir
     }
 
-    /// Whether changes are refused now (the disk refuses writes).
+    /// Fails if changes are refused now: the store is closed, or the disk
+    /// refuses writes.
     pub(crate) fn refusing(&self) -> Result<()> {
         if self.stop.load(Ordering::Relaxed) {
             return Err(Error::unavailable("the embedded store is closed"));
@@ -238,7 +261,6 @@ impl Journal {
         let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let lsn = p.next_lsn;
         p.next_lsn += 1;
-        let was_empty = p.buf.is_empty();
         let start = p.buf.len();
         p.buf.extend_from_slice(&[0; HEADER]);
         put(&mut p.buf, &(lsn, time_us, rnd));
@@ -246,15 +268,12 @@ impl Journal {
         seal(&mut p.buf, start);
         p.segment_bytes += (p.buf.len() - start) as u64;
         self.appended.store(lsn, Ordering::Release);
-        drop(p);
-        if was_empty {
-            self.work.notify_one();
-        }
         lsn
     }
 
     /// Waits until every record appended so far is as safe as the policy
-    /// makes it: written to the kernel, or with `always`, synced.
+    /// makes it: written to the kernel (by this task if no one else is
+    /// writing), or with `always`, synced by the log's thread.
     pub(crate) async fn settle(&self) -> Result<()> {
         let target = self.appended.load(Ordering::Acquire);
         let mark = match self.policy {
@@ -264,7 +283,11 @@ impl Journal {
         if mark.load(Ordering::Acquire) >= target {
             return Ok(());
         }
+        if self.policy == Fsync::Always {
+            self.wake();
+        }
         let since = Instant::now();
+        let mut spins = 0;
         loop {
             let moved = self.moved.notified();
             tokio::pin!(moved);
@@ -275,38 +298,207 @@ impl Journal {
             if self.stop.load(Ordering::Relaxed) {
                 return Err(Error::unavailable("the embedded store is closing"));
             }
-            if self.failing.load(Ordering::Relaxed) && since.elapsed() >= STALLED_ANSWER {
+            let failing = self.failing.load(Ordering::Relaxed);
+            if failing && since.elapsed() >= STALLED_ANSWER {
                 return Err(Error::not_persisted(
                     "the embedded store's disk refuses writes: this change is applied but not yet on disk, and is lost if the server stops before the disk takes it",
                 ));
             }
-            // A failing disk moves nothing: look again now and then.
+            if self.policy != Fsync::Always && !failing && !self.flushing.swap(true, Ordering::AcqRel) {
+                // This task writes for everyone: first it lets the other
+                // tasks ready to run append theirs (they wait for it
+                // meanwhile), so one write carries them all.
+                let _flushing = Flushing(self);
+                tokio::task::yield_now().await;
+                if let Ok(mut w) = self.writer.try_lock() {
+                    self.flush(&mut w);
+                }
+                continue;
+            }
+            // Someone else writes: let it (and the tasks it waits for)
+            // run, and look again; parked only if that takes long (or the
+            // disk refuses, and the log's thread retries), so a write
+            // wakes no task on another thread.
+            if !failing && spins < SPINS {
+                spins += 1;
+                tokio::task::yield_now().await;
+                continue;
+            }
             let _ = tokio::time::timeout(RETRY, moved).await;
         }
     }
 
-    /// Starts a new segment after the records appended so far, and
-    /// returns its first LSN once every record before it is written and
-    /// synced: a snapshot taken from then on covers the old segments.
-    pub(crate) fn rotate(&self) -> Result<u64> {
-        let slot = Arc::new((Mutex::new(None), Condvar::new()));
-        {
+    /// Writes what is pending (after what the disk refused before, if
+    /// anything). Returns whether all of it is in the file now.
+    fn flush(&self, w: &mut Writer) -> bool {
+        if w.out.is_empty() {
             let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            p.rotate = Some(slot.clone());
-        }
-        self.work.notify_one();
-        let (m, cv) = &*slot;
-        let mut got = m.lock().unwrap_or_else(PoisonError::into_inner);
-        while got.is_none() {
-            if self.stop.load(Ordering::Relaxed) {
-                return Err(Error::unavailable("the store is closing"));
+            if p.buf.is_empty() {
+                return true;
             }
-            got = cv
-                .wait_timeout(got, Duration::from_millis(100))
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            std::mem::swap(&mut p.buf, &mut w.out);
+            w.out_last = p.next_lsn - 1;
         }
-        Ok(got.unwrap_or_default())
+        let mut done = 0;
+        while done < w.out.len() {
+            match (&*w.file).write(&w.out[done..]) {
+                Ok(0) => return self.refused(w, done, "the disk took no bytes"),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return self.refused(w, done, &e.to_string()),
+            }
+        }
+        let bytes = w.out.len() as u64;
+        w.out.clear();
+        self.written.store(w.out_last, Ordering::Release);
+        if self.failing.swap(false, Ordering::Relaxed) {
+            tracing::warn!("the disk takes the log's writes again; changes are accepted again");
+        }
+        let mut s = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        s.bytes_written += bytes;
+        s.log_bytes += bytes;
+        s.writes += 1;
+        s.records = w.out_last;
+        drop(s);
+        self.moved.notify_waiters();
+        true
+    }
+
+    /// The disk took `done` bytes of `w.out` and refused the rest: keep
+    /// the rest for a retry (a record cut short in the file stays torn
+    /// until the retry completes it).
+    fn refused(&self, w: &mut Writer, done: usize, why: &str) -> bool {
+        w.out.drain(..done);
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            tracing::error!(dir = %self.dir.display(), error = why,
+                "the disk refuses the log's writes; changes are refused until it takes them");
+            self.moved.notify_waiters();
+        }
+        self.wake();
+        false
+    }
+
+    /// Syncs what is written now; `synced` moves to it.
+    fn sync(&self) {
+        let (file, upto) = {
+            let w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            (w.file.clone(), self.written.load(Ordering::Acquire))
+        };
+        if self.synced.load(Ordering::Acquire) >= upto {
+            return;
+        }
+        // Not under the writer's lock: writes go on while the disk syncs.
+        let t = Instant::now();
+        if let Err(e) = file.sync_data() {
+            // A failed fsync may have dropped the dirty pages (Linux
+            // clears the error once reported): what it covered cannot be
+            // trusted to be on disk. Refuse changes, loudly.
+            tracing::error!(error = %e, "fsync of the log failed; changes are refused");
+            self.failing.store(true, Ordering::Relaxed);
+            self.moved.notify_waiters();
+            return;
+        }
+        let us = t.elapsed().as_micros() as u64;
+        metrics::histogram!("tollgate_store_fsync_seconds").record(us as f64 / 1e6);
+        let mut s = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        s.fsyncs += 1;
+        s.fsync_us_total += us;
+        s.fsync_us_max = s.fsync_us_max.max(us);
+        drop(s);
+        self.synced.fetch_max(upto, Ordering::AcqRel);
+        self.moved.notify_waiters();
+    }
+
+    fn wake(&self) {
+        let (m, cv) = &self.kick;
+        *m.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        cv.notify_one();
+    }
+
+    /// The log's thread: with `always`, writes and syncs whatever is
+    /// appended (one sync for all the answers waiting); with `everysec`,
+    /// syncs once a second; with any policy, tries a refused write again
+    /// every 100 ms. At the stop, writes and syncs the rest.
+    fn run(&self) {
+        let mut last_sync = Instant::now();
+        loop {
+            {
+                let (m, cv) = &self.kick;
+                let mut kicked = m.lock().unwrap_or_else(PoisonError::into_inner);
+                if !*kicked && !self.stop.load(Ordering::Relaxed) {
+                    kicked = cv
+                        .wait_timeout(kicked, RETRY)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+                *kicked = false;
+            }
+            let stopping = self.stop.load(Ordering::Relaxed);
+            let failing = self.failing.load(Ordering::Relaxed);
+            if self.policy == Fsync::Always || failing || stopping {
+                let all = {
+                    let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+                    self.flush(&mut w)
+                };
+                if all && (self.policy == Fsync::Always || stopping) {
+                    self.sync();
+                }
+                if self.policy == Fsync::Always && self.pending_len() > 0 {
+                    // More came while syncing: go again at once.
+                    self.wake();
+                }
+            }
+            if self.policy == Fsync::EverySec && last_sync.elapsed() >= Duration::from_secs(1) {
+                last_sync = Instant::now();
+                {
+                    let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+                    self.flush(&mut w);
+                }
+                self.sync();
+            }
+            if stopping {
+                let w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+                if !w.out.is_empty() || self.pending_len() > 0 {
+                    tracing::error!("stopping with log records the disk did not take: they are lost");
+                }
+                return;
+            }
+        }
+    }
+
+    fn pending_len(&self) -> usize {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .buf
+            .len()
+    }
+
+    /// Starts a new segment after the records appended so far, once they
+    /// are written and synced, and returns its first LSN: a snapshot taken
+    /// from then on covers the segments before it.
+    pub(crate) fn rotate(&self) -> Result<u64> {
+        let (old, last) = {
+            let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            if !self.flush(&mut w) {
+                return Err(Error::not_persisted(
+                    "the disk refuses the log's writes; no snapshot now",
+                ));
+            }
+            let last = self.written.load(Ordering::Acquire);
+            let file = new_segment(&self.dir, last + 1)?;
+            let old = std::mem::replace(&mut w.file, Arc::new(file));
+            self.pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .segment_bytes = 0;
+            (old, last)
+        };
+        // Outside the writer's lock: answers go on into the new segment.
+        sync_dir(&self.dir).map_err(|e| io_error(&self.dir, &e))?;
+        old.sync_data().map_err(|e| io_error(&self.dir, &e))?;
+        self.synced.fetch_max(last, Ordering::AcqRel);
+        Ok(last + 1)
     }
 
     /// Bytes appended to the current segment.
@@ -344,166 +536,15 @@ impl Journal {
         s.log_bytes = s.log_bytes.saturating_sub(freed);
     }
 
-    /// Writes what is left, syncs it and stops the threads.
+    /// Writes and syncs what is left and stops the thread.
     pub(crate) fn close(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        self.work.notify_all();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
-        for t in threads {
+        self.wake();
+        let thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(t) = thread {
             let _ = t.join();
         }
-    }
-
-    fn write_loop(&self, mut file: File, mut first_lsn: u64) {
-        let mut out = Vec::with_capacity(1 << 16);
-        loop {
-            let rotate;
-            let last;
-            {
-                let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-                while p.buf.is_empty() && p.rotate.is_none() && !self.stop.load(Ordering::Relaxed) {
-                    p = self.work.wait(p).unwrap_or_else(PoisonError::into_inner);
-                }
-                std::mem::swap(&mut p.buf, &mut out);
-                last = p.next_lsn - 1;
-                rotate = p.rotate.take();
-                if rotate.is_some() {
-                    p.segment_bytes = 0;
-                }
-            }
-            let stopping = self.stop.load(Ordering::Relaxed);
-            if !out.is_empty() {
-                self.write_all(&mut file, &out);
-                out.clear();
-                self.written.store(last, Ordering::Release);
-                if self.policy == Fsync::Always || stopping || rotate.is_some() {
-                    self.sync(&file, last);
-                }
-                self.moved.notify_waiters();
-            }
-            if let Some(slot) = rotate {
-                match new_segment(&self.dir, last + 1) {
-                    Ok(f) => {
-                        if let Err(e) = sync_dir(&self.dir) {
-                            tracing::error!(error = %e, "could not sync the data directory after a new segment");
-                        }
-                        first_lsn = last + 1;
-                        if let Ok(clone) = f.try_clone() {
-                            *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
-                                Some(Arc::new(clone));
-                        }
-                        file = f;
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "could not start a new log segment; keeping the current one")
-                    }
-                }
-                let (m, cv) = &*slot;
-                *m.lock().unwrap_or_else(PoisonError::into_inner) = Some(first_lsn);
-                cv.notify_all();
-            }
-            if stopping
-                && self
-                    .pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .buf
-                    .is_empty()
-            {
-                let written = self.written.load(Ordering::Acquire);
-                if self.synced.load(Ordering::Acquire) < written {
-                    self.sync(&file, written);
-                }
-                return;
-            }
-        }
-    }
-
-    /// Writes `bytes` to the end of `file`, trying again while the disk
-    /// refuses (full, failing). A short write leaves a torn record only
-    /// until the retry completes it: the file's end is where the write
-    /// began plus what it took, and the retry goes on from there.
-    fn write_all(&self, file: &mut File, bytes: &[u8]) {
-        let mut done = 0;
-        let mut warned = false;
-        while done < bytes.len() {
-            match file.write(&bytes[done..]) {
-                Ok(0) => self.refused(&mut warned, "the disk took no bytes"),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => self.refused(&mut warned, &e.to_string()),
-            }
-            if self.stop.load(Ordering::Relaxed) && self.failing.load(Ordering::Relaxed) {
-                tracing::error!(
-                    unwritten = bytes.len() - done,
-                    "stopping with log records the disk did not take: they are lost"
-                );
-                return;
-            }
-        }
-        if warned {
-            self.failing.store(false, Ordering::Relaxed);
-            tracing::warn!("the disk takes the log's writes again; changes are accepted again");
-        }
-        let mut s = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
-        s.bytes_written += bytes.len() as u64;
-        s.log_bytes += bytes.len() as u64;
-        s.records = self.written.load(Ordering::Relaxed);
-    }
-
-    fn refused(&self, warned: &mut bool, why: &str) {
-        if !*warned {
-            *warned = true;
-            self.failing.store(true, Ordering::Relaxed);
-            tracing::error!(dir = %self.dir.display(), error = why,
-                "the disk refuses the log's writes; changes are refused until it takes them");
-            self.moved.notify_waiters();
-        }
-        std::thread::sleep(RETRY);
-    }
-
-    fn sync(&self, file: &File, upto: u64) {
-        let t = Instant::now();
-        if let Err(e) = file.sync_data() {
-            // A failed fsync may have dropped the dirty pages (Linux
-            // clears the error once reported): what it covered cannot be
-            // trusted to be on disk. Stop accepting changes, loudly.
-            tracing::error!(error = %e, "fsync of the log failed; changes are refused");
-            self.failing.store(true, Ordering::Relaxed);
-            self.moved.notify_waiters();
-            return;
-        }
-        let us = t.elapsed().as_micros() as u64;
-        metrics::histogram!("tollgate_store_fsync_seconds").record(us as f64 / 1e6);
-        let mut s = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
-        s.fsyncs += 1;
-        s.fsync_us_total += us;
-        s.fsync_us_max = s.fsync_us_max.max(us);
-        drop(s);
-        self.synced.fetch_max(upto, Ordering::AcqRel);
-    }
-
-    fn sync_loop(&self) {
-        let mut last = Instant::now();
-        while !self.stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100));
-            if last.elapsed() < Duration::from_secs(1) {
-                continue;
-            }
-            last = Instant::now();
-            let written = self.written.load(Ordering::Acquire);
-            if self.synced.load(Ordering::Acquire) >= written {
-                continue;
-            }
-            let file = self
-                .current
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            if let Some(f) = file {
-                self.sync(&f, written);
-            }
-        }
+        self.moved.notify_waiters();
     }
 }
 
