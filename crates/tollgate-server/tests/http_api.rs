@@ -769,6 +769,7 @@ async fn the_openapi_document_is_served_and_covers_every_route() {
         "/v1/rooms/{room}/line/{number}",
         "/v1/session",
         "/v1/rooms/{room}/events",
+        "/v1/store",
     ] {
         assert!(served["paths"].get(path).is_some(), "{path} is not documented");
     }

@@ -21,6 +21,7 @@ pub(crate) mod metrics;
 pub(crate) mod origin;
 pub(crate) mod schedules;
 pub(crate) mod session;
+pub(crate) mod store;
 pub(crate) mod tickets;
 
 use std::time::Duration;
@@ -109,6 +110,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(events::routes())
         .merge(schedules::routes())
         .merge(listing::routes())
+        .merge(store::routes())
         .merge(crate::console::routes())
         .merge(crate::room::admin::routes());
     // Rate limiting runs after authentication: a caller without a token

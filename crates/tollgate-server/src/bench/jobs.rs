@@ -133,7 +133,7 @@ async fn throughput(store: &Store, run_id: &str, args: &BenchArgs, batch: usize)
     let (n, secs) = tally.total(started);
     json!({
         "peer": "tollgate", "case": if batch == 1 { "jobs_throughput".to_owned() } else { format!("jobs_throughput_batch{batch}") },
-        "store": super::store_label(&store), "workers": args.workers, "batch": batch,
+        "store": super::store_label(store), "workers": args.workers, "batch": batch,
         "jobs_per_s": (n as f64 / secs).round(),
         "store_ops_per_s": (calls.load(Ordering::Relaxed) as f64 / secs).round(),
         "acked": n, "errors": tally.errors.load(Ordering::Relaxed),
@@ -184,7 +184,7 @@ async fn sharded_throughput(store: &Store, run_id: &str, args: &BenchArgs, k: us
     .await;
     let (n, secs) = tally.total(started);
     json!({
-        "peer": "tollgate", "case": "jobs_sharded_throughput", "store": super::store_label(&store), "workers": args.workers,
+        "peer": "tollgate", "case": "jobs_sharded_throughput", "store": super::store_label(store), "workers": args.workers,
         "partitions": k, "batch": BATCH, "jobs_per_s": (n as f64 / secs).round(), "acked": n,
         "errors": tally.errors.load(Ordering::Relaxed),
     })
@@ -260,7 +260,7 @@ async fn lateness(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json::
     let mut v = std::mem::take(&mut *samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     let n = v.len();
     json!({
-        "peer": "tollgate", "case": "jobs_lateness", "store": super::store_label(&store), "consumers": args.workers,
+        "peer": "tollgate", "case": "jobs_lateness", "store": super::store_label(store), "consumers": args.workers,
         "pushed_per_s": rate, "pushed": pushed, "claimed": n,
         "lateness_p50_ms": pct(&mut v, 0.5), "lateness_p99_ms": pct(&mut v, 0.99), "lateness_max_ms": pct(&mut v, 1.0),
         "errors": errors,

@@ -290,9 +290,6 @@ async fn open_store(
     };
     match (&args.redis, &args.data_dir) {
         (None, None) => {
-            tracing::warn!(
-                "memory-only store (data_dir = none): every job, schedule, lease, line and limit is lost when this server stops"
-            );
             say::notice(
                 "the embedded store is memory only (--data-dir none): everything is lost when the server stops",
             );

@@ -64,7 +64,17 @@ const WINDOW_NOTE = 'Figures are sampled every second by this server; charts sho
 async function overview() {
   const cards = h('ul', { class: 'cards' });
   const rooms = h('div');
-  fill(main, heading('Overview', WINDOW_NOTE), h('section', { 'aria-labelledby': 'kinds' }, h('h2', { id: 'kinds' }, 'Everything'), cards), h('section', { 'aria-labelledby': 'rooms-h' }, h('h2', { id: 'rooms-h' }, 'Waiting rooms'), rooms));
+  const store = h('div');
+  fill(
+    main,
+    heading('Overview', WINDOW_NOTE),
+    h('section', { 'aria-labelledby': 'kinds' }, h('h2', { id: 'kinds' }, 'Everything'), cards),
+    h('section', { 'aria-labelledby': 'rooms-h' }, h('h2', { id: 'rooms-h' }, 'Waiting rooms'), rooms),
+    h('section', { 'aria-labelledby': 'store-h' }, h('h2', { id: 'store-h' }, 'Store'), store),
+  );
+  api('GET', '/v1/store')
+    .then((s) => fill(store, storeFacts(s)))
+    .catch((e) => fill(store, h('p', { class: 'error' }, e.message)));
   const draw = (l) => {
     fill(
       cards,
@@ -95,6 +105,25 @@ async function overview() {
     fill(rooms, h('p', { class: 'error' }, e.message));
   }
   return 'Overview';
+}
+
+/** The store this server runs on; for the embedded store on disk, where
+ * its data lives and how its log and snapshots stand (docs/DURABILITY.md). */
+function storeFacts(s) {
+  if (s.kind === 'redis') return facts([['Kind', 'Redis']]);
+  const d = s.durable;
+  if (!d) return facts([['Kind', 'embedded, memory only: everything is lost when the server stops']]);
+  const mib = (b) => fmt(Math.round((b / 1048576) * 10) / 10) + ' MiB';
+  return facts([
+    ['Kind', 'embedded, on disk'],
+    ['Data directory', d.data_dir],
+    ['fsync', d.fsync],
+    ['Disk', d.disk_failing ? 'refusing writes: changes are refused' : 'taking writes'],
+    ['Log on disk', mib(d.log_bytes)],
+    ['Last snapshot', d.last_snapshot_ms ? time(d.last_snapshot_ms) + ' (' + mib(d.snapshot_bytes) + ')' : 'none since start'],
+    ['Syncs', fmt(d.fsyncs) + ' (average ' + fmt(d.fsync_avg_ms) + ' ms, longest ' + fmt(d.fsync_max_ms) + ' ms)'],
+    ['Recovered at start', fmt(d.recovered.snapshot_names) + ' names from the snapshot, ' + fmt(d.recovered.replayed) + ' log records replayed in ' + fmt(d.recovered.took_ms) + ' ms' + (d.recovered.torn_bytes ? '; a torn last write of ' + fmt(d.recovered.torn_bytes) + ' bytes cut off' : '')],
+  ]);
 }
 
 // ---- lists ----------------------------------------------------------------

@@ -374,7 +374,8 @@ impl Journal {
                 "the disk refuses the log's writes; changes are refused until it takes them");
             self.moved.notify_waiters();
         }
-        self.wake();
+        // The log's thread tries again every RETRY (not at once: a disk
+        // that refuses would have it spin).
         false
     }
 
@@ -443,7 +444,10 @@ impl Journal {
                 if all && (self.policy == Fsync::Always || stopping) {
                     self.sync();
                 }
-                if self.policy == Fsync::Always && self.pending_len() > 0 {
+                if self.policy == Fsync::Always
+                    && !self.failing.load(Ordering::Relaxed)
+                    && self.pending_len() > 0
+                {
                     // More came while syncing: go again at once.
                     self.wake();
                 }
