@@ -92,6 +92,11 @@ pub use store::{MAX_LINE_LIMIT, Waiting};
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+// And the durability guide's.
+#[doc = include_str!("../../../docs/DURABILITY.md")]
+#[cfg(doctest)]
+pub struct DurabilityDoctests;
+
 // So do the rate-limit guide's.
 #[doc = include_str!("../../../docs/LIMITS.md")]
 #[cfg(doctest)]
