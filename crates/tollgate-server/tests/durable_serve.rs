@@ -24,17 +24,6 @@ fn readme_serve(cwd: &std::path::Path) -> Server {
     Server::spawn(cmd, Stdio::inherit())
 }
 
-fn stop(mut s: Server) {
-    let pid = s.child.id().to_string();
-    let status = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while s.child.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The README's first command, stopped and started again (an upgrade, a
 /// reboot, `systemctl restart`): the delayed job, the schedule made over
 /// the API, the held lease with its fence and the waiting ticket with its
@@ -61,7 +50,7 @@ async fn the_readme_command_restarted_keeps_everything() {
     assert_eq!((st, held["status"].as_str()), (200, Some("granted")), "{held}");
     let (_, waiting) = send(c.post(s.url("/v1/gates/printer/enter")).json(&enter)).await;
     assert_eq!(waiting["status"], "queued", "{waiting}");
-    stop(s);
+    s.terminate();
     assert!(
         cwd.path().join("tollgate-data").is_dir(),
         "the data lives in ./tollgate-data"
@@ -298,7 +287,7 @@ async fn a_held_or_damaged_directory_exits_78() {
         .await;
         assert_eq!(st, 201);
     }
-    stop(s);
+    s.terminate();
     let segment = std::fs::read_dir(dir.path())
         .expect("dir")
         .flatten()
@@ -398,7 +387,7 @@ async fn a_full_disk_refuses_changes_then_recovers() {
         assert!(Instant::now() < deadline, "changes are not taken again");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    stop(s);
+    s.terminate();
     let s = Server::start_with(None, &["--data-dir", &data]);
     for i in (0..5).chain([1000]) {
         let (st, _) = send(c.get(s.url(&format!("/v1/queues/q/jobs/j{i}")))).await;

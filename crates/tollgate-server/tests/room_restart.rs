@@ -7,27 +7,10 @@
 mod room_support;
 mod serve_support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use room_support::*;
 use serve_support::Server;
-
-fn stop(mut s: Server) {
-    let pid = s.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while s.child.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_who_is_in_and_who_waits() {
@@ -57,7 +40,7 @@ async fn a_restart_keeps_who_is_in_and_who_waits() {
     let mut second = Visitor::new("second");
     assert_eq!(first.get(&c, &proxy, "/page", true).await.json()["position"], 1);
     assert_eq!(second.get(&c, &proxy, "/page", true).await.json()["position"], 2);
-    stop(s);
+    s.terminate();
 
     let s = Server::start_with(None, &args);
     let proxy = s.proxy.clone().expect("proxy");

@@ -37,6 +37,21 @@ fn segments(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     found
 }
 
+/// A data directory whose log holds `n` pushes to queue `q`, closed.
+async fn pushed(clock: &ManualClock, n: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = open_at(dir.path(), clock);
+    let queue = JobQueue::new(&store, "q").expect("queue");
+    for i in 0..n {
+        queue
+            .push(format!("job {i}"), &PushOptions::default())
+            .await
+            .expect("push");
+    }
+    store.close();
+    dir
+}
+
 const LONG: Duration = Duration::from_secs(3600);
 
 fn long() -> GateOptions {
@@ -155,18 +170,8 @@ async fn a_restart_keeps_every_primitive() {
 /// off and reported; everything before it is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_last_record_is_cut_off_and_reported() {
-    let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::default();
-    let (store, _) = open_at(dir.path(), &clock);
-    let queue = JobQueue::new(&store, "q").expect("queue");
-    for i in 0..10 {
-        queue
-            .push(format!("job {i}"), &PushOptions::default())
-            .await
-            .expect("push");
-    }
-    store.close();
-    drop((queue, store));
+    let dir = pushed(&clock, 10).await;
     let last = segments(dir.path()).pop().expect("a segment");
     let len = std::fs::metadata(&last).expect("meta").len();
     // The last record loses its last 5 bytes.
@@ -191,18 +196,8 @@ async fn a_torn_last_record_is_cut_off_and_reported() {
 /// and `repair` keeps what reads whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_middle_is_refused_until_repaired() {
-    let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::default();
-    let (store, _) = open_at(dir.path(), &clock);
-    let queue = JobQueue::new(&store, "q").expect("queue");
-    for i in 0..20 {
-        queue
-            .push(format!("job {i}"), &PushOptions::default())
-            .await
-            .expect("push");
-    }
-    store.close();
-    drop((queue, store));
+    let dir = pushed(&clock, 20).await;
     let last = segments(dir.path()).pop().expect("a segment");
     let mut bytes = std::fs::read(&last).expect("read");
     let middle = bytes.len() / 2;

@@ -163,6 +163,24 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Stops the server as an operator does (SIGTERM) and waits for it to
+    /// exit; fails the test if it does not within 20 s.
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        assert!(sent.success());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.child.try_wait().expect("wait").is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "serve did not stop on SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

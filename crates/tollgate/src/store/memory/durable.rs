@@ -206,10 +206,9 @@ fn take_lock(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
-/// Replays the segments of `dir` from `from` on; the last LSN seen and the
-/// bytes of the segments kept.
-fn replay_log(store: &MemoryStore, dir: &Path, from: u64, recovery: &mut Recovery) -> Result<(u64, u64)> {
-    let mut segments: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+/// The log segments in `dir`, by their first LSN.
+fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
         .map_err(|e| io_error(dir, &e))?
         .flatten()
         .filter_map(|e| {
@@ -219,7 +218,14 @@ fn replay_log(store: &MemoryStore, dir: &Path, from: u64, recovery: &mut Recover
                 .map(|lsn| (lsn, e.path()))
         })
         .collect();
-    segments.sort();
+    found.sort();
+    Ok(found)
+}
+
+/// Replays the segments of `dir` from `from` on; the last LSN seen and the
+/// bytes of the segments kept.
+fn replay_log(store: &MemoryStore, dir: &Path, from: u64, recovery: &mut Recovery) -> Result<(u64, u64)> {
+    let segments = segments(dir)?;
     let mut last = 0;
     let mut bytes_kept = 0;
     let count = segments.len();
@@ -468,17 +474,7 @@ pub fn check_data_dir(dir: &Path) -> Result<DataCheck> {
             .map_err(|e| e.to_string());
         report.snapshot = Some((path, read));
     }
-    let mut segments: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
-        .map_err(|e| io_error(dir, &e))?
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(segment_lsn)
-                .map(|lsn| (lsn, e.path()))
-        })
-        .collect();
-    segments.sort();
+    let segments = segments(dir)?;
     let count = segments.len();
     let from = match &report.snapshot {
         Some((_, Ok(from))) => *from,
