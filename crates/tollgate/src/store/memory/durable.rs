@@ -228,11 +228,13 @@ fn replay_log(store: &MemoryStore, dir: &Path, from: u64, recovery: &mut Recover
     let segments = segments(dir)?;
     let mut last = 0;
     let mut bytes_kept = 0;
-    let count = segments.len();
+    // The newest segment holding records: only it can end torn (an empty
+    // one after it is a start or a rotation that wrote nothing yet).
+    let newest = newest_with_records(&segments);
     for (i, (first, path)) in segments.into_iter().enumerate() {
-        let is_last = i + 1 == count;
+        let is_last = Some(i) == newest;
         let bytes = std::fs::read(&path).map_err(|e| io_error(&path, &e))?;
-        if bytes.is_empty() && !is_last {
+        if bytes.is_empty() {
             let _ = std::fs::remove_file(&path);
             continue;
         }
@@ -289,6 +291,13 @@ fn replay_log(store: &MemoryStore, dir: &Path, from: u64, recovery: &mut Recover
         }
     }
     Ok((last, bytes_kept))
+}
+
+/// The index of the newest of `segments` that is not empty.
+fn newest_with_records(segments: &[(u64, PathBuf)]) -> Option<usize> {
+    segments
+        .iter()
+        .rposition(|(_, path)| std::fs::metadata(path).is_ok_and(|m| m.len() > 0))
 }
 
 /// The LSN the state a record changes holds (0: no state).
@@ -475,7 +484,7 @@ pub fn check_data_dir(dir: &Path) -> Result<DataCheck> {
         report.snapshot = Some((path, read));
     }
     let segments = segments(dir)?;
-    let count = segments.len();
+    let newest = newest_with_records(&segments);
     let from = match &report.snapshot {
         Some((_, Ok(from))) => *from,
         _ => 1,
@@ -502,7 +511,7 @@ pub fn check_data_dir(dir: &Path) -> Result<DataCheck> {
         let mut expect = first;
         while seg.bad.is_none() && at < bytes.len() {
             let Some((payload, next)) = frame(&bytes, at) else {
-                seg.torn = i + 1 == count && !valid_after(&bytes, at, expect);
+                seg.torn = Some(i) == newest && !valid_after(&bytes, at, expect);
                 seg.bad = Some((at as u64, "a record is cut short or fails its checksum".into()));
                 break;
             };

@@ -274,15 +274,29 @@ impl Journal {
     /// Waits until every record appended so far is as safe as the policy
     /// makes it: written to the kernel (by this task if no one else is
     /// writing), or with `always`, synced by the log's thread.
+    ///
+    /// The waiting is boxed: every store call's future holds this one, and
+    /// the wait's state (a notification, a timer) would make each of them,
+    /// on every store, that much larger for as long as it lives.
     pub(crate) async fn settle(&self) -> Result<()> {
         let target = self.appended.load(Ordering::Acquire);
-        let mark = match self.policy {
-            Fsync::Always => &self.synced,
-            Fsync::EverySec | Fsync::No => &self.written,
-        };
-        if mark.load(Ordering::Acquire) >= target {
+        if self.mark().load(Ordering::Acquire) >= target {
             return Ok(());
         }
+        Box::pin(self.wait_for(target)).await
+    }
+
+    /// What an answer waits for under this policy: the last record written
+    /// to the kernel, or synced.
+    fn mark(&self) -> &AtomicU64 {
+        match self.policy {
+            Fsync::Always => &self.synced,
+            Fsync::EverySec | Fsync::No => &self.written,
+        }
+    }
+
+    async fn wait_for(&self, target: u64) -> Result<()> {
+        let mark = self.mark();
         if self.policy == Fsync::Always {
             self.wake();
         }
@@ -319,7 +333,7 @@ impl Journal {
             // run, and look again; parked only if that takes long (or the
             // disk refuses, and the log's thread retries), so a write
             // wakes no task on another thread.
-            if !failing && spins < SPINS {
+            if self.policy != Fsync::Always && !failing && spins < SPINS {
                 spins += 1;
                 tokio::task::yield_now().await;
                 continue;
@@ -481,27 +495,28 @@ impl Journal {
     /// Starts a new segment after the records appended so far, once they
     /// are written and synced, and returns its first LSN: a snapshot taken
     /// from then on covers the segments before it.
+    ///
+    /// The old segment is synced before anything is written to the new
+    /// one (under the writer's lock: one sync's wait per snapshot), so a
+    /// crash of the machine can tear only the newest segment holding
+    /// records, which recovery cuts.
     pub(crate) fn rotate(&self) -> Result<u64> {
-        let (old, last) = {
-            let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            if !self.flush(&mut w) {
-                return Err(Error::not_persisted(
-                    "the disk refuses the log's writes; no snapshot now",
-                ));
-            }
-            let last = self.written.load(Ordering::Acquire);
-            let file = new_segment(&self.dir, last + 1)?;
-            let old = std::mem::replace(&mut w.file, Arc::new(file));
-            self.pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .segment_bytes = 0;
-            (old, last)
-        };
-        // Outside the writer's lock: answers go on into the new segment.
-        sync_dir(&self.dir).map_err(|e| io_error(&self.dir, &e))?;
-        old.sync_data().map_err(|e| io_error(&self.dir, &e))?;
+        let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        if !self.flush(&mut w) {
+            return Err(Error::not_persisted(
+                "the disk refuses the log's writes; no snapshot now",
+            ));
+        }
+        let last = self.written.load(Ordering::Acquire);
+        w.file.sync_data().map_err(|e| io_error(&self.dir, &e))?;
         self.synced.fetch_max(last, Ordering::AcqRel);
+        let file = new_segment(&self.dir, last + 1)?;
+        sync_dir(&self.dir).map_err(|e| io_error(&self.dir, &e))?;
+        w.file = Arc::new(file);
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .segment_bytes = 0;
         Ok(last + 1)
     }
 
