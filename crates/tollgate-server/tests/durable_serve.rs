@@ -2,15 +2,15 @@
 //! README's first command restarted keeps a delayed job, a schedule, a
 //! held lease and a waiting ticket; `kill -9` under load, many times,
 //! loses nothing that was answered; a second server on one directory and
-//! a damaged log exit 78; a disk that refuses writes refuses changes with
-//! 507 and takes them again once it has room.
+//! a damaged log exit 78. (A disk that refuses writes: tests/disk_full.rs
+//! in the library, where the test owns the process's file-size limit.)
 
 mod serve_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng;
 use serde_json::{Value, json};
@@ -112,6 +112,34 @@ async fn load(base: String, worker: usize, run: usize, told: Arc<Mutex<Told>>) {
         .timeout(Duration::from_secs(5))
         .build()
         .expect("client");
+    // Half the workers take and give back the gate's permits only. (A
+    // lease held when the server is killed stays held after the restart,
+    // as it must: the gate is wide enough for all of those.)
+    if worker % 2 == 1 {
+        loop {
+            let enter = c
+                .post(format!("{base}/v1/gates/pool/enter"))
+                .json(&json!({"capacity": 1000, "queue": false, "ttl_ms": 600_000}))
+                .send()
+                .await;
+            let Ok(r) = enter else { return };
+            let Ok(e) = r.json::<Value>().await else { return };
+            if e["status"] == "granted" {
+                told.lock()
+                    .expect("lock")
+                    .fences
+                    .push((run, e["fence"].as_u64().expect("fence")));
+                let token = e["token"].as_str().unwrap_or_default();
+                if c.delete(format!("{base}/v1/gates/pool/leases/{token}"))
+                    .send()
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
     for i in 0.. {
         let id = format!("r{run}-w{worker}-{i}");
         let push = c
@@ -152,7 +180,7 @@ async fn load(base: String, worker: usize, run: usize, told: Arc<Mutex<Told>>) {
         }
         let enter = c
             .post(format!("{base}/v1/gates/pool/enter"))
-            .json(&json!({"capacity": 3, "queue": false, "ttl_ms": 600_000}))
+            .json(&json!({"capacity": 1000, "queue": false, "ttl_ms": 600_000}))
             .send()
             .await;
         let Ok(r) = enter else { return };
@@ -186,6 +214,7 @@ async fn kill_9_under_load_loses_nothing_answered() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().to_str().expect("path").to_owned();
     let told = Arc::new(Mutex::new(Told::default()));
+    serve_support::install_tls_provider();
     let c = reqwest::Client::new();
     let mut rng = rand::rng();
     for run in 0..50 {
@@ -214,7 +243,7 @@ async fn kill_9_under_load_loses_nothing_answered() {
         "the load did little: {} pushes",
         told.pushed.len()
     );
-    assert!(told.fences.len() > 50, "few grants: {}", told.fences.len());
+    assert!(told.fences.len() > 500, "few grants: {}", told.fences.len());
 }
 
 async fn check(c: &reqwest::Client, s: &Server, told: &Told, run: usize) {
@@ -249,7 +278,7 @@ async fn check(c: &reqwest::Client, s: &Server, told: &Told, run: usize) {
     }
     let (st, e) = send(
         c.post(s.url("/v1/gates/pool/enter"))
-            .json(&json!({"capacity": 3, "queue": false, "ttl_ms": 600_000})),
+            .json(&json!({"capacity": 1000, "queue": false, "ttl_ms": 600_000})),
     )
     .await;
     assert_eq!(st, 200, "{e}");
@@ -335,62 +364,4 @@ async fn a_held_or_damaged_directory_exits_78() {
     let (_, stats) = send(c.get(s.url("/v1/queues/q"))).await;
     let ready = stats["ready"].as_u64().expect("ready");
     assert!(ready > 0 && ready < 30, "a prefix of the pushes is kept: {stats}");
-}
-
-/// A disk that refuses the log's writes (a file-size limit set on the
-/// running server with `prlimit`, so writes fail with EFBIG): changes
-/// are refused with 507 `not_persisted`, reads go on, nothing answered
-/// before is lost, and changes are taken again once the limit is lifted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_refuses_changes_then_recovers() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().to_str().expect("path").to_owned();
-    let s = Server::start_with(None, &["--data-dir", &data, "--fsync", "always"]);
-    let c = reqwest::Client::new();
-    let push = |i: usize| {
-        c.post(s.url("/v1/queues/q/jobs"))
-            .json(&json!({"payload": "x".repeat(200), "id": format!("j{i}")}))
-    };
-    for i in 0..5 {
-        assert_eq!(send(push(i)).await.0, 201);
-    }
-    let pid = s.child.id().to_string();
-    let limit = |bytes: &str| {
-        let out = Command::new("prlimit")
-            .args(["--pid", &pid, &format!("--fsize={bytes}")])
-            .output()
-            .expect("prlimit is installed (util-linux)");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    };
-    // No file may grow now (the soft limit; the hard one stays): the next
-    // log write fails.
-    limit("0:unlimited");
-    let mut refused = None;
-    for i in 5..40 {
-        let (st, body) = send(push(i)).await;
-        if st == 507 {
-            refused = Some(body);
-            break;
-        }
-    }
-    let body = refused.expect("a change is refused while the disk refuses writes");
-    assert_eq!(body["error"]["code"], "not_persisted", "{body}");
-    let (st, _) = send(c.get(s.url("/v1/queues/q"))).await;
-    assert_eq!(st, 200, "reads go on");
-    limit("unlimited:unlimited");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (st, _) = send(push(1000)).await;
-        if st == 201 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "changes are not taken again");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    s.terminate();
-    let s = Server::start_with(None, &["--data-dir", &data]);
-    for i in (0..5).chain([1000]) {
-        let (st, _) = send(c.get(s.url(&format!("/v1/queues/q/jobs/j{i}")))).await;
-        assert_eq!(st, 200, "j{i}");
-    }
 }
