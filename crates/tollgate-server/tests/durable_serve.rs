@@ -116,29 +116,8 @@ async fn load(base: String, worker: usize, run: usize, told: Arc<Mutex<Told>>) {
     // lease held when the server is killed stays held after the restart,
     // as it must: the gate is wide enough for all of those.)
     if worker % 2 == 1 {
-        loop {
-            let enter = c
-                .post(format!("{base}/v1/gates/pool/enter"))
-                .json(&json!({"capacity": 1000, "queue": false, "ttl_ms": 600_000}))
-                .send()
-                .await;
-            let Ok(r) = enter else { return };
-            let Ok(e) = r.json::<Value>().await else { return };
-            if e["status"] == "granted" {
-                told.lock()
-                    .expect("lock")
-                    .fences
-                    .push((run, e["fence"].as_u64().expect("fence")));
-                let token = e["token"].as_str().unwrap_or_default();
-                if c.delete(format!("{base}/v1/gates/pool/leases/{token}"))
-                    .send()
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-        }
+        while gate_round(&c, &base, run, &told).await {}
+        return;
     }
     for i in 0.. {
         let id = format!("r{run}-w{worker}-{i}");
@@ -178,28 +157,37 @@ async fn load(base: String, worker: usize, run: usize, told: Arc<Mutex<Told>>) {
                 Err(_) => return,
             }
         }
-        let enter = c
-            .post(format!("{base}/v1/gates/pool/enter"))
-            .json(&json!({"capacity": 1000, "queue": false, "ttl_ms": 600_000}))
-            .send()
-            .await;
-        let Ok(r) = enter else { return };
-        let Ok(e) = r.json::<Value>().await else { return };
-        if e["status"] == "granted" {
-            told.lock()
-                .expect("lock")
-                .fences
-                .push((run, e["fence"].as_u64().expect("fence")));
-            let token = e["token"].as_str().unwrap_or_default();
-            if c.delete(format!("{base}/v1/gates/pool/leases/{token}"))
-                .send()
-                .await
-                .is_err()
-            {
-                return;
-            }
+        if !gate_round(&c, &base, run, &told).await {
+            return;
         }
     }
+}
+
+/// Takes one of the gate's permits and gives it back, noting the fence
+/// of a grant; `false` once the server is gone.
+async fn gate_round(c: &reqwest::Client, base: &str, run: usize, told: &Mutex<Told>) -> bool {
+    let enter = c
+        .post(format!("{base}/v1/gates/pool/enter"))
+        .json(&json!({"capacity": 1000, "queue": false, "ttl_ms": 600_000}))
+        .send()
+        .await;
+    let Ok(r) = enter else { return false };
+    let Ok(e) = r.json::<Value>().await else {
+        return false;
+    };
+    if e["status"] == "granted" {
+        told.lock()
+            .expect("lock")
+            .fences
+            .push((run, e["fence"].as_u64().expect("fence")));
+        let token = e["token"].as_str().unwrap_or_default();
+        return c
+            .delete(format!("{base}/v1/gates/pool/leases/{token}"))
+            .send()
+            .await
+            .is_ok();
+    }
+    true
 }
 
 /// 50 times: start the server on one data directory (`always` and

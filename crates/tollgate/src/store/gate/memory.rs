@@ -511,20 +511,21 @@ impl MemoryStore {
         // A fresh epoch: the clock in µs and three random digits, as the
         // Lua scripts make it (head.lua).
         let new = || GateState {
-            epoch: stamp.us * 1000 + u64::from(stamp.rnd % 1000),
+            epoch: stamp.us * 1000 + u64::from(self.draw(stamp) % 1000),
             ..GateState::default()
         };
         let mut free = 0;
         let out = self.gates.with(gate, now, self.idle_ms, touch, new, |state| {
             let before = (state.used, state.capacity, state.paused, state.admit_every_ms);
-            let seen = log.is_none().then(|| state.moved());
+            // (Only a logged store needs to know what a read changed.)
+            let seen = (log.is_none() && self.logging()).then(|| state.moved());
             state.expire(now);
             state.promote(now, &mut handed);
             let out = op(state, now, &mut handed);
             free = state.freed_for_barging(before, now);
             match log {
                 Some(log) => self.record(&mut state.lsn, stamp, gate, log),
-                None if seen != Some(state.moved()) => {
+                None if seen.is_some_and(|seen| seen != state.moved()) => {
                     self.record(&mut state.lsn, stamp, gate, (Code::GateTouch, &|_| {}));
                 }
                 None => {}

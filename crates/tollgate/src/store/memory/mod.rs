@@ -144,10 +144,31 @@ impl MemoryStore {
                 rnd: self.pinned_rnd.load(Ordering::Relaxed),
             };
         }
+        // A draw only where the log records it: a memory-only store draws
+        // when it needs one (a new gate's epoch, `draw`).
         Stamp {
             us: self.clock.now_us(),
-            rnd: rand::random(),
+            rnd: if self.journal.get().is_some() {
+                rand::random()
+            } else {
+                0
+            },
         }
+    }
+
+    /// The random number an operation at `stamp` uses: the one recorded
+    /// with it when there is a log (or while replaying one), else a fresh
+    /// one.
+    pub(in crate::store) fn draw(&self, stamp: Stamp) -> u16 {
+        if self.journal.get().is_none() && self.pinned_us.load(Ordering::Relaxed) == 0 {
+            return rand::random();
+        }
+        stamp.rnd
+    }
+
+    /// Whether operations are logged (or replayed from a log).
+    pub(in crate::store) fn logging(&self) -> bool {
+        self.journal.get().is_some() || self.pinned_us.load(Ordering::Relaxed) != 0
     }
 
     /// Pins the store's time and draw to a record's while it is replayed
