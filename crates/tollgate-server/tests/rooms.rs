@@ -46,7 +46,7 @@ const ONE_SLOT: Overrides<'static> = Overrides {
 };
 
 /// Sessions that outlive the test, so only what a test does ends them.
-const LONG_SESSIONS: (&str, &str) = ("session_ttl", r#""60s""#);
+const LONG_SESSIONS: (&str, &str) = ("session_ttl", r#""600s""#);
 
 impl<'a> Overrides<'a> {
     fn capacity(self, capacity: u32) -> Self {

@@ -13,15 +13,18 @@ use crate::browser_support::{Driver, axe_check, axe_source};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_page_in_a_real_browser() {
     let axe = axe_source();
-    let (_room, proxy, c) = start_room(ONE_SLOT.set(&[LONG_SESSIONS, ("grace", r#""20s""#)])).await;
+    // The waiters are silent while the browser works (they never poll),
+    // so their grace outlasts the test, and the browser (slow to start on
+    // a loaded machine: CI once took over 20 s) is up before they join.
+    let (_room, proxy, c) = start_room(ONE_SLOT.set(&[LONG_SESSIONS, ("grace", r#""120s""#)])).await;
+    let driver = Driver::start();
+    let session = driver.session(&c).await;
     let mut holder = take_a_slot(&c, &proxy).await;
     let mut first = Visitor::new("first");
     assert_eq!(first.get(&c, &proxy, "/page", true).await.json()["position"], 1);
     let mut second = Visitor::new("second");
     assert_eq!(second.get(&c, &proxy, "/page", true).await.json()["position"], 2);
 
-    let driver = Driver::start();
-    let session = driver.session(&c).await;
     let at = |p: &str| format!("/session/{session}{p}");
     driver.go(&c, &session, &format!("{proxy}/page")).await;
     // Position, estimate text and its minutes, as the page shows them.
