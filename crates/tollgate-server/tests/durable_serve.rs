@@ -1,10 +1,12 @@
 //! `tollgate serve` on the durable embedded store, as users run it: the
 //! README's first command restarted keeps a delayed job, a schedule, a
-//! held lease and a waiting ticket; `kill -9` under load, many times,
-//! loses nothing that was answered; a second server on one directory and
-//! a damaged log exit 78. (A disk that refuses writes: tests/disk_full.rs
+//! held lease and a waiting ticket; `kill -9` under load (jobs pushed,
+//! claimed, acked and nacked, a gate's permits, a schedule firing, a
+//! waiting room's visitors), many times, loses nothing that was answered;
+//! a second server on one directory and a damaged log exit 78. (A disk that refuses writes: tests/disk_full.rs
 //! in the library, where the test owns the process's file-size limit.)
 
+mod room_support;
 mod serve_support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
+use room_support::{Visitor, is_admitted};
 use serde_json::{Value, json};
 use serve_support::{Server, send};
 
@@ -103,6 +106,48 @@ struct Told {
     acking: BTreeSet<String>,
     /// Every fence a grant answered, with the run it came in.
     fences: Vec<(usize, u64)>,
+    /// Nacks answered "retry": the job and the fence of the delivery.
+    nacked: BTreeMap<String, u64>,
+    /// The room's visitors it let in.
+    admitted: BTreeSet<String>,
+    /// The room's visitors told to wait: cookie, place, and the run.
+    waiting: BTreeMap<String, (String, u64, usize)>,
+    /// The schedule's tick jobs a restarted server had.
+    ticks: BTreeSet<String>,
+}
+
+/// The room's capacity in the kill test; its sessions and grace outlast
+/// the test, so nobody leaves and the line never moves.
+const ROOM_CAPACITY: usize = 3;
+
+/// A visitor after another arrives at the room until the server dies,
+/// noting who was let in and who was told to wait where.
+async fn visitors(proxy: String, run: usize, told: Arc<Mutex<Told>>) {
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    for i in 0.. {
+        let name = format!("v{run}-{i}");
+        let mut v = Visitor::new(&name);
+        let Some(a) = v.try_get(&c, &proxy, "/page", true).await else {
+            return;
+        };
+        if is_admitted(&a, &name) {
+            told.lock().expect("lock").admitted.insert(name);
+        } else {
+            let j = a.json();
+            assert_eq!(j["status"], "queued", "{name}: {} {}", a.status, a.text);
+            let place = j["position"].as_u64().expect("position");
+            let cookie = v.cookie.expect("a waiting visitor's cookie");
+            told.lock()
+                .expect("lock")
+                .waiting
+                .insert(name, (cookie, place, run));
+        }
+        // (A few a run: each is asked for its place at the end.)
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// One client's work until the server dies: push a job, claim one and
@@ -143,18 +188,35 @@ async fn load(base: String, worker: usize, run: usize, told: Arc<Mutex<Told>>) {
                 job["id"].as_str().unwrap_or_default().to_owned(),
                 job["fence"].clone(),
             );
-            told.lock().expect("lock").acking.insert(id.clone());
-            let ack = c
-                .post(format!("{base}/v1/queues/work/jobs/{id}/ack"))
-                .json(&json!({"fence": fence}))
-                .send()
-                .await;
-            match ack {
-                Ok(r) if r.status() == 200 => {
-                    told.lock().expect("lock").acked.insert(id);
+            // Every other delivery fails: nacked, to be run again.
+            if i % 2 == 1 {
+                let nack = c
+                    .post(format!("{base}/v1/queues/work/jobs/{id}/nack"))
+                    .json(&json!({"fence": fence, "delay_ms": 0}))
+                    .send()
+                    .await;
+                let Ok(r) = nack else { return };
+                let Ok(said) = r.json::<Value>().await else {
+                    return;
+                };
+                if said["result"] == "retry" {
+                    let fence = fence.as_u64().expect("fence");
+                    told.lock().expect("lock").nacked.insert(id, fence);
                 }
-                Ok(_) => {}
-                Err(_) => return,
+            } else {
+                told.lock().expect("lock").acking.insert(id.clone());
+                let ack = c
+                    .post(format!("{base}/v1/queues/work/jobs/{id}/ack"))
+                    .json(&json!({"fence": fence}))
+                    .send()
+                    .await;
+                match ack {
+                    Ok(r) if r.status() == 200 => {
+                        told.lock().expect("lock").acked.insert(id);
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
             }
         }
         if !gate_round(&c, &base, run, &told).await {
@@ -191,54 +253,152 @@ async fn gate_round(c: &reqwest::Client, base: &str, run: usize, told: &Mutex<To
 }
 
 /// 50 times: start the server on one data directory (`always` and
-/// `everysec` in turn, snapshots every MiB), put it under load from 8
-/// clients, `kill -9` it at a random moment, and check what a new server
-/// on the directory holds against what the clients were told: every
+/// `everysec` in turn, snapshots every MiB), put it under load (jobs
+/// pushed, claimed, acked and nacked, a gate's permits taken and given
+/// back, a schedule firing every second, visitors arriving at a waiting
+/// room), `kill -9` it at a random moment, and check what a new server on
+/// the directory holds against what the clients were told: every
 /// answered push is there unless it was acked, no acked job is back, no
-/// fence was handed out twice and the first fence after a restart is
-/// above every earlier one, and the gate holds at most its capacity.
+/// answered nack is undone, no fence was handed out twice and the first
+/// fence after a restart is above every earlier one, the gate holds at
+/// most its capacity, the schedule and every tick it pushed are there,
+/// the room never let in more than its capacity and every visitor told to
+/// wait still waits at the place it was told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_loses_nothing_answered() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().to_str().expect("path").to_owned();
+    let (_seen, up, dir) = room_support::site().await;
+    let config = room_support::room_config(up, ROOM_CAPACITY as u32, r#"arrival_rate = "off""#)
+        .replace("tokens = [\"admin-token-0123456789\"]\n", "")
+        .replace("session_ttl = \"1500ms\"", "session_ttl = \"600s\"")
+        .replace("grace = \"3s\"", "grace = \"600s\"");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, &config).expect("config");
+    let config = path.to_str().expect("path").to_owned();
+    let data = dir.path().join("data").to_str().expect("path").to_owned();
     let told = Arc::new(Mutex::new(Told::default()));
     serve_support::install_tls_provider();
     let c = reqwest::Client::new();
     let mut rng = rand::rng();
     for run in 0..50 {
         let fsync = if run % 2 == 0 { "always" } else { "everysec" };
-        let mut s = Server::start_with(
-            None,
-            &["--data-dir", &data, "--fsync", fsync, "--snapshot-after-mb", "1"],
-        );
+        let args = [
+            "--config",
+            &config,
+            "--data-dir",
+            &data,
+            "--fsync",
+            fsync,
+            "--snapshot-after-mb",
+            "1",
+        ];
+        let mut s = Server::start_with(None, &args);
         let so_far = told.lock().expect("lock").clone();
-        check(&c, &s, &so_far, run).await;
-        let workers: Vec<_> = (0..8)
+        check(&c, &s, &so_far, run, |r| r + 1 == run).await;
+        told.lock().expect("lock").ticks = so_far_ticks(&c, &s, so_far.ticks).await;
+        if run == 0 {
+            let (st, e) = send(
+                c.put(s.url("/v1/schedules/tick"))
+                    .json(&json!({"when": "every 1s", "queue": "ticks", "payload": 1})),
+            )
+            .await;
+            assert_eq!(st, 201, "{e}");
+        }
+        let mut workers: Vec<_> = (0..8)
             .map(|w| tokio::spawn(load(s.base.clone(), w, run, told.clone())))
             .collect();
-        tokio::time::sleep(Duration::from_millis(rng.random_range(20..300))).await;
+        let proxy = s.proxy.clone().expect("the room's address");
+        workers.push(tokio::spawn(visitors(proxy, run, told.clone())));
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..500))).await;
         s.child.kill().expect("kill -9");
         s.child.wait().expect("wait");
         for w in workers {
             w.await.expect("worker");
         }
     }
-    let s = Server::start_with(None, &["--data-dir", &data]);
+    let s = Server::start_with(None, &["--config", &config, "--data-dir", &data]);
     let told = told.lock().expect("lock").clone();
-    check(&c, &s, &told, 50).await;
+    check(&c, &s, &told, 50, |_| true).await;
+    let ticks = so_far_ticks(&c, &s, told.ticks.clone()).await;
+    eprintln!(
+        "kill -9 x50: {} pushes, {} acks, {} nacks, {} grants, {} visitors waiting, {} ticks",
+        told.pushed.len(),
+        told.acked.len(),
+        told.nacked.len(),
+        told.fences.len(),
+        told.waiting.len(),
+        ticks.len()
+    );
     assert!(
-        told.pushed.len() > 500,
+        told.pushed.len() > 300,
         "the load did little: {} pushes",
         told.pushed.len()
     );
-    assert!(told.fences.len() > 500, "few grants: {}", told.fences.len());
+    assert!(told.fences.len() > 300, "few grants: {}", told.fences.len());
+    assert!(told.nacked.len() > 50, "few nacks: {}", told.nacked.len());
+    assert!(
+        told.waiting.len() > 50,
+        "few waiting visitors: {}",
+        told.waiting.len()
+    );
+    // (A kill may eat the answer to an admission.)
+    assert!(!told.admitted.is_empty(), "nobody was let in");
+    assert!(ticks.len() > 5, "the schedule fired little: {ticks:?}");
+    // The schedule goes on firing after the last restart.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, tick) = send(c.get(s.url("/v1/schedules/tick"))).await;
+        let recent = tick["recent"].as_array().cloned().unwrap_or_default();
+        if recent
+            .iter()
+            .any(|t| !ticks.contains(t["job_id"].as_str().unwrap_or_default()))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the schedule stopped firing: {tick}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
-async fn check(c: &reqwest::Client, s: &Server, told: &Told, run: usize) {
+/// The schedule's tick jobs a (re)started server holds: every one a
+/// server held before (`before`) is still in its queue (nothing consumes
+/// it), plus the ticks the schedule says it fired last.
+async fn so_far_ticks(c: &reqwest::Client, s: &Server, before: BTreeSet<String>) -> BTreeSet<String> {
+    let (st, tick) = send(c.get(s.url("/v1/schedules/tick"))).await;
+    if before.is_empty() && st == 404 {
+        return before;
+    }
+    assert_eq!(st, 200, "the schedule is gone: {tick}");
+    let mut lost = Vec::new();
+    for id in &before {
+        let (st, _) = send(c.get(s.url(&format!("/v1/queues/ticks/jobs/{id}")))).await;
+        if st != 200 {
+            lost.push(id.clone());
+        }
+    }
+    assert!(lost.is_empty(), "ticks lost: {lost:?}");
+    let mut ticks = before;
+    for t in tick["recent"].as_array().expect("recent") {
+        ticks.insert(t["job_id"].as_str().expect("job_id").to_owned());
+    }
+    ticks
+}
+
+/// What a restarted server holds against what clients were told, for the
+/// jobs and waiting visitors of the runs `recheck` picks (the last one
+/// after each kill, to keep it quick; all of them at the end).
+async fn check(c: &reqwest::Client, s: &Server, told: &Told, run: usize, recheck: impl Fn(usize) -> bool) {
+    // Jobs are named `r<run>-…`.
+    let picked = |id: &&String| {
+        let of = id[1..].split('-').next().and_then(|r| r.parse().ok());
+        recheck(of.expect("a job of the load"))
+    };
     let mut missing = Vec::new();
     // (An ack sent but not answered may have happened: such a job may be
     // gone or not.)
-    for id in told.pushed.difference(&told.acking) {
+    for id in told.pushed.difference(&told.acking).filter(picked) {
         let (st, _) = send(c.get(s.url(&format!("/v1/queues/work/jobs/{id}")))).await;
         if st != 200 {
             missing.push(id.clone());
@@ -246,7 +406,7 @@ async fn check(c: &reqwest::Client, s: &Server, told: &Told, run: usize) {
     }
     // An answered ack's job is gone for good.
     let mut back = Vec::new();
-    for id in &told.acked {
+    for id in told.acked.iter().filter(picked) {
         let (st, _) = send(c.get(s.url(&format!("/v1/queues/work/jobs/{id}")))).await;
         if st == 200 {
             back.push(id.clone());
@@ -254,6 +414,17 @@ async fn check(c: &reqwest::Client, s: &Server, told: &Told, run: usize) {
     }
     assert!(missing.is_empty(), "run {run}: answered pushes lost: {missing:?}");
     assert!(back.is_empty(), "run {run}: acked jobs came back: {back:?}");
+    // An answered nack's delivery is over: the job waits to run again (or
+    // died of its attempts), or runs in a later delivery.
+    for (id, fence) in told.nacked.iter().filter(|(id, _)| picked(id)) {
+        let (_, job) = send(c.get(s.url(&format!("/v1/queues/work/jobs/{id}")))).await;
+        if job["state"] == "running" {
+            assert!(
+                job["fence"].as_u64() > Some(*fence),
+                "run {run}: a nack undone: {job}"
+            );
+        }
+    }
     let mut seen = BTreeMap::new();
     for (r, f) in &told.fences {
         if let Some(other) = seen.insert(*f, *r) {
@@ -276,6 +447,24 @@ async fn check(c: &reqwest::Client, s: &Server, told: &Told, run: usize) {
         assert!(f > top, "run {run}: fence {f} after a restart is not above {top}");
         let token = e["token"].as_str().expect("token");
         send(c.delete(s.url(&format!("/v1/gates/pool/leases/{token}")))).await;
+    }
+    // The room: never more let in than its capacity (nobody ever left),
+    // and a waiting visitor keeps its place (nobody ahead ever left).
+    assert!(
+        told.admitted.len() <= ROOM_CAPACITY,
+        "run {run}: let in: {:?}",
+        told.admitted
+    );
+    let proxy = s.proxy.clone().expect("the room's address");
+    for (name, (cookie, place, _)) in told.waiting.iter().filter(|(_, (_, _, r))| recheck(*r)) {
+        let mut v = Visitor::new(name);
+        v.cookie = Some(cookie.clone());
+        let a = v.get(c, &proxy, "/page", true).await.json();
+        assert_eq!(
+            (&a["status"], a["position"].as_u64()),
+            (&json!("queued"), Some(*place)),
+            "run {run}: {name} was told to wait at {place}: {a}"
+        );
     }
 }
 

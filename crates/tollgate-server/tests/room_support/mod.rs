@@ -193,6 +193,17 @@ impl Visitor {
     }
 
     pub async fn get(&mut self, c: &reqwest::Client, base: &str, path: &str, json: bool) -> Answer {
+        self.try_get(c, base, path, json).await.expect("request")
+    }
+
+    /// `get`, or `None` if the request got no answer (the server is gone).
+    pub async fn try_get(
+        &mut self,
+        c: &reqwest::Client,
+        base: &str,
+        path: &str,
+        json: bool,
+    ) -> Option<Answer> {
         let mut req = c.get(format!("{base}{path}")).header("x-visitor", &self.name);
         if json {
             req = req.header("accept", "application/json");
@@ -200,11 +211,15 @@ impl Visitor {
         if let Some(cookie) = &self.cookie {
             req = req.header("cookie", format!("tollgate_shop={cookie}"));
         }
-        self.send(req).await
+        self.try_send(req).await
     }
 
     pub async fn send(&mut self, req: reqwest::RequestBuilder) -> Answer {
-        let resp = req.send().await.expect("request");
+        self.try_send(req).await.expect("request")
+    }
+
+    pub async fn try_send(&mut self, req: reqwest::RequestBuilder) -> Option<Answer> {
+        let resp = req.send().await.ok()?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         for set in headers.get_all("set-cookie") {
@@ -217,11 +232,11 @@ impl Visitor {
                 self.cookie = if v.is_empty() { None } else { Some(v.to_owned()) };
             }
         }
-        Answer {
+        Some(Answer {
             status,
             headers,
-            text: resp.text().await.unwrap_or_default(),
-        }
+            text: resp.text().await.ok()?,
+        })
     }
 }
 
