@@ -978,6 +978,13 @@ pub(crate) enum BenchTarget {
     /// instead and prints how long that took and the resident memory then
     /// (run it in a new process: scripts/bench-durable).
     Recovery,
+    /// The durable embedded store's snapshots under load (--data-dir,
+    /// empty): fills it as `recovery` does, then --workers tasks take and
+    /// give back the gates' permits and push, claim and ack jobs of the
+    /// big queue for --seconds without snapshots and as long again with
+    /// snapshots back to back: each operation's latency, both phases
+    /// (snapshot_stall).
+    Snapshot,
     /// --workers operator consoles against --server for --seconds, each
     /// following room --room live and loading the overview, room and
     /// queue (--queue) pages' data once a second: their latency
@@ -1054,6 +1061,10 @@ pub(crate) struct BenchArgs {
     /// [default: everysec].
     #[arg(long, value_name = "POLICY", requires = "data_dir")]
     pub(crate) fsync: Option<String>,
+    /// With --data-dir: the log's size (MiB) that starts a snapshot, as
+    /// `serve --snapshot-after-mb`, 1 to 65536 [default: 64].
+    #[arg(long, value_name = "MIB", requires = "data_dir", value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub(crate) snapshot_after_mb: Option<u64>,
     /// Concurrent workers.
     #[arg(long, default_value_t = 50)]
     pub(crate) workers: usize,

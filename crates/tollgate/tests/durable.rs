@@ -480,8 +480,9 @@ async fn a_power_loss_keeps_a_prefix_with_every_answered_change() {
 }
 
 /// Many clients at once on a store syncing before every answer (group
-/// commit): after a restart, every answered push that was not acked is
-/// there, no acked job comes back, and every fence stays above.
+/// commit), snapshots taken back to back meanwhile: after a restart,
+/// every answered push that was not acked is there, no acked job comes
+/// back, and every fence stays above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_then_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -514,6 +515,20 @@ async fn concurrent_clients_then_a_restart() {
             (pushed, acked, fences)
         }));
     }
+    // Snapshots back to back meanwhile: each rebuilt from the log while
+    // the clients change the states it covers.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let snapshots = {
+        let (store, done) = (store.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut taken = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) || taken == 0 {
+                store.snapshot_now().expect("snapshot");
+                taken += 1;
+            }
+            taken
+        })
+    };
     let (mut pushed, mut acked, mut fences) = (Vec::new(), Vec::new(), Vec::new());
     for t in tasks {
         let (p, a, f) = t.await.expect("task");
@@ -521,6 +536,8 @@ async fn concurrent_clients_then_a_restart() {
         acked.extend(a);
         fences.extend(f);
     }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(snapshots.join().expect("snapshots") > 0);
     store.close();
     drop(store);
     let store = Store::open(options(dir.path(), Fsync::Always)).expect("reopen");

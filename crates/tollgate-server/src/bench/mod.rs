@@ -51,6 +51,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         BenchTarget::Listing => listing::run(&args).await,
         BenchTarget::Console => console::run(&args).await,
         BenchTarget::Recovery => recovery::run(&args).await,
+        BenchTarget::Snapshot => recovery::stall(&args).await,
     }
 }
 
@@ -72,9 +73,11 @@ async fn store_for(args: &BenchArgs) -> Result<Store, i32> {
                         return Err(exit::USAGE);
                     }
                 };
+                let defaults = tollgate::DurableOptions::new(dir);
                 let options = tollgate::DurableOptions {
                     fsync,
-                    ..tollgate::DurableOptions::new(dir)
+                    snapshot_after: args.snapshot_after_mb.map_or(defaults.snapshot_after, |mb| mb << 20),
+                    ..defaults
                 };
                 Store::open(options).map_err(|e| {
                     eprintln!("tollgate: {e}");

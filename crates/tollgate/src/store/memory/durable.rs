@@ -120,18 +120,7 @@ pub(crate) fn open(store: &Arc<MemoryStore>, options: &DurableOptions) -> Result
             let _ = std::fs::remove_file(e.path());
         }
     }
-    store.gates.set_sweeping(false);
-    store.queues.set_sweeping(false);
-    let mut from = 1;
-    if let Some((lsn, path)) = snapshot::list(dir)?.pop() {
-        let loaded = snapshot::load(store, &path)?;
-        debug_assert_eq!(loaded.from, lsn);
-        from = loaded.from;
-        recovery.snapshot = Some(path);
-        recovery.snapshot_names = loaded.names;
-    }
-    let (last, log_bytes) = replay_log(store, dir, from, &mut recovery)?;
-    store.pin(None);
+    let (from, last, log_bytes) = load(store, dir, None, &mut recovery)?;
     store.gates.set_sweeping(true);
     store.queues.set_sweeping(true);
 
@@ -206,6 +195,40 @@ fn take_lock(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
+/// Loads the newest snapshot of `dir` and replays the log after it into
+/// `store` (new, empty; its idle sweep is left off): up to the end, for
+/// recovery, or (`upto`) the records before that LSN only, from the
+/// segments wholly before it, which a rotation closed. The snapshot's
+/// `from`, the last LSN seen and the bytes of the segments kept.
+fn load(store: &MemoryStore, dir: &Path, upto: Option<u64>, recovery: &mut Recovery) -> Result<(u64, u64, u64)> {
+    store.gates.set_sweeping(false);
+    store.queues.set_sweeping(false);
+    let mut from = 1;
+    if let Some((lsn, path)) = snapshot::list(dir)?.pop() {
+        let loaded = snapshot::load(store, &path)?;
+        debug_assert_eq!(loaded.from, lsn);
+        from = loaded.from;
+        recovery.snapshot = Some(path);
+        recovery.snapshot_names = loaded.names;
+    }
+    let (last, log_bytes) = replay_log(store, dir, from, upto, recovery)?;
+    store.pin(None);
+    Ok((from, last, log_bytes))
+}
+
+/// The state the log of `dir` holds before record `upto` (a rotation's
+/// first), rebuilt in a store of its own from the newest snapshot and the
+/// closed segments: what a snapshot is written from, so the live store's
+/// states are never locked to be written out.
+fn rebuild(store: &MemoryStore, dir: &Path, upto: u64) -> Result<MemoryStore> {
+    let copy = MemoryStore::new(super::MemoryOptions {
+        idle: Duration::from_millis(store.idle_ms),
+        clock: store.clock.clone(),
+    });
+    load(&copy, dir, Some(upto), &mut Recovery::default())?;
+    Ok(copy)
+}
+
 /// The log segments in `dir`, by their first LSN.
 fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
@@ -222,19 +245,29 @@ fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// Replays the segments of `dir` from `from` on; the last LSN seen and the
-/// bytes of the segments kept.
-fn replay_log(store: &MemoryStore, dir: &Path, from: u64, recovery: &mut Recovery) -> Result<(u64, u64)> {
-    let segments = segments(dir)?;
+/// Replays the segments of `dir` from `from` on (before `upto`, if given:
+/// see `load`); the last LSN seen and the bytes of the segments kept.
+fn replay_log(
+    store: &MemoryStore,
+    dir: &Path,
+    from: u64,
+    upto: Option<u64>,
+    recovery: &mut Recovery,
+) -> Result<(u64, u64)> {
+    let mut segments = segments(dir)?;
+    if let Some(upto) = upto {
+        segments.retain(|(first, _)| *first < upto);
+    }
     let mut last = 0;
     let mut bytes_kept = 0;
     // The newest segment holding records: only it can end torn (an empty
-    // one after it is a start or a rotation that wrote nothing yet).
-    let newest = newest_with_records(&segments);
+    // one after it is a start or a rotation that wrote nothing yet). A
+    // rebuild reads closed segments only, which a rotation synced whole.
+    let newest = newest_with_records(&segments).filter(|_| upto.is_none());
     for (i, (first, path)) in segments.into_iter().enumerate() {
         let is_last = Some(i) == newest;
         let bytes = std::fs::read(&path).map_err(|e| io_error(&path, &e))?;
-        if bytes.is_empty() {
+        if bytes.is_empty() && upto.is_none() {
             let _ = std::fs::remove_file(&path);
             continue;
         }
@@ -270,6 +303,9 @@ fn replay_log(store: &MemoryStore, dir: &Path, from: u64, recovery: &mut Recover
                     &format!("record {} where {expect} was due", r.lsn),
                 ));
             }
+            if upto.is_some_and(|upto| r.lsn >= upto) {
+                break;
+            }
             expect += 1;
             last = r.lsn;
             if r.lsn >= from && r.lsn > state_lsn(store, &r) {
@@ -281,6 +317,9 @@ fn replay_log(store: &MemoryStore, dir: &Path, from: u64, recovery: &mut Recover
                 recovery.replayed += 1;
             }
             at = next;
+        }
+        if upto.is_some() {
+            continue;
         }
         if expect <= from && !is_last {
             // Wholly before the snapshot: a crash came between the
@@ -379,7 +418,9 @@ pub(crate) fn take_snapshot(store: &MemoryStore) -> Result<()> {
         .unwrap_or_else(PoisonError::into_inner);
     let started = Instant::now();
     let from = journal.rotate()?;
-    let written = snapshot::write(store, journal.dir(), from)?;
+    let copy = rebuild(store, journal.dir(), from)?;
+    let written = snapshot::write(&copy, journal.dir(), from)?;
+    drop(copy);
     for (lsn, path) in snapshot::list(journal.dir())? {
         if lsn < from {
             let _ = std::fs::remove_file(path);

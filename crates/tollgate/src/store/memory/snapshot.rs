@@ -1,11 +1,15 @@
-//! Snapshots of the embedded store: every name's state, written while
-//! operations go on, so the log before it can go.
+//! Snapshots of the embedded store: every name's state as of one point
+//! of the log, so the log before it can go.
 //!
-//! A snapshot starts right after the log moved to a new segment (its
-//! first LSN is the snapshot's `from`): every record before `from` is in
-//! the states it reads. Each name is read under its own lock, with the
-//! LSN of the last record applied to it, so records from `from` on that a
-//! state already holds are skipped at recovery and the others replayed.
+//! A snapshot starts with a rotation: the log moves to a new segment,
+//! whose first LSN is the snapshot's `from`. The state as of `from` is
+//! then rebuilt apart from the live store, in a store of its own, from the
+//! previous snapshot and the closed segments (recovery's code: see
+//! `durable::rebuild`), and written from there: no live name is locked
+//! while its state is written, however large it is. Each state keeps the
+//! LSN of the last record applied to it (a record at or below it is
+//! skipped at recovery; snapshots before this scheme read live states one
+//! by one and relied on it).
 //!
 //! The file is `snapshot-<from>.tgs`: a magic line, then records framed
 //! like the log's (length, CRC-32, postcard payload): the meta first, a
