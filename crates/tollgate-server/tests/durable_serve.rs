@@ -3,8 +3,12 @@
 //! held lease and a waiting ticket; `kill -9` under load (jobs pushed,
 //! claimed, acked and nacked, a gate's permits, a schedule firing, a
 //! waiting room's visitors), many times, loses nothing that was answered;
-//! a second server on one directory and a damaged log exit 78. (A disk that refuses writes: tests/disk_full.rs
-//! in the library, where the test owns the process's file-size limit.)
+//! a second server on one directory and a damaged log exit 78; a server
+//! whose disk refuses its log (a file-size limit set at its start) answers
+//! changes 507 `not_persisted`, goes on answering reads, and a restart
+//! finds every answered change. (The disk coming back while the store
+//! runs: tests/disk_full.rs in the library, which owns its process's
+//! limit.)
 
 mod room_support;
 mod serve_support;
@@ -541,4 +545,92 @@ async fn a_held_or_damaged_directory_exits_78() {
     let (_, stats) = send(c.get(s.url("/v1/queues/q"))).await;
     let ready = stats["ready"].as_u64().expect("ready");
     assert!(ready > 0 && ready < 30, "a prefix of the pushes is kept: {stats}");
+}
+
+/// A disk that refuses the log's writes, as a full one does: the server
+/// starts under a file-size limit (`prlimit --fsize`), and once its log
+/// reaches it a push is answered 507 `not_persisted` (and again on the
+/// next try) while reads go on and `/metrics` says the disk fails; a
+/// restart without the limit finds every push answered 201, and takes new
+/// ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_disk_answers_507_and_loses_nothing_answered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().to_str().expect("path").to_owned();
+    let args = ["--data-dir", data.as_str(), "--fsync", "always"];
+    let inner = Server::command(None, &args);
+    let mut cmd = Command::new("prlimit");
+    cmd.arg("--fsize=262144")
+        .arg("--")
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let s = Server::spawn(cmd, Stdio::inherit());
+    let c = reqwest::Client::new();
+    let payload = "x".repeat(1000);
+    let mut answered = Vec::new();
+    let refused = loop {
+        assert!(answered.len() < 1000, "256 KiB of log never filled");
+        let id = format!("p{}", answered.len());
+        let (st, body) = send(
+            c.post(s.url("/v1/queues/q/jobs"))
+                .json(&json!({"payload": payload, "id": id})),
+        )
+        .await;
+        match st {
+            201 => answered.push(id),
+            _ => break (st, body),
+        }
+    };
+    assert_eq!(refused.0, 507, "{}", refused.1);
+    assert_eq!(refused.1["error"]["code"], "not_persisted", "{}", refused.1);
+    assert!(answered.len() > 100, "only {} pushes fit", answered.len());
+    let (st, again) = send(
+        c.post(s.url("/v1/queues/q/jobs"))
+            .json(&json!({"payload": payload, "id": "late"})),
+    )
+    .await;
+    assert_eq!(
+        (st, &again["error"]["code"]),
+        (507, &json!("not_persisted")),
+        "{again}"
+    );
+    let (st, job) = send(c.get(s.url(&format!("/v1/queues/q/jobs/{}", answered[0])))).await;
+    assert_eq!(st, 200, "reads go on: {job}");
+    let metrics = c
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.lines().any(|l| l == "tollgate_store_disk_failing 1"),
+        "{metrics}"
+    );
+    drop(s);
+
+    let s = Server::start_with(None, &args);
+    let mut missing = Vec::new();
+    for id in &answered {
+        let (st, _) = send(c.get(s.url(&format!("/v1/queues/q/jobs/{id}")))).await;
+        if st != 200 {
+            missing.push(id.clone());
+        }
+    }
+    assert!(missing.is_empty(), "answered pushes lost: {missing:?}");
+    let (st, _) = send(c.get(s.url("/v1/queues/q/jobs/late"))).await;
+    assert_eq!(st, 404, "a push answered 507 was kept");
+    let (st, body) = send(
+        c.post(s.url("/v1/queues/q/jobs"))
+            .json(&json!({"payload": payload, "id": "after"})),
+    )
+    .await;
+    assert_eq!(st, 201, "{body}");
 }

@@ -76,7 +76,9 @@ async fn store_for(args: &BenchArgs) -> Result<Store, i32> {
                 let defaults = tollgate::DurableOptions::new(dir);
                 let options = tollgate::DurableOptions {
                     fsync,
-                    snapshot_after: args.snapshot_after_mb.map_or(defaults.snapshot_after, |mb| mb << 20),
+                    snapshot_after: args
+                        .snapshot_after_mb
+                        .map_or(defaults.snapshot_after, |mb| mb << 20),
                     ..defaults
                 };
                 Store::open(options).map_err(|e| {

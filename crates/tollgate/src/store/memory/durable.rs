@@ -200,7 +200,12 @@ fn take_lock(dir: &Path) -> Result<File> {
 /// recovery, or (`upto`) the records before that LSN only, from the
 /// segments wholly before it, which a rotation closed. The snapshot's
 /// `from`, the last LSN seen and the bytes of the segments kept.
-fn load(store: &MemoryStore, dir: &Path, upto: Option<u64>, recovery: &mut Recovery) -> Result<(u64, u64, u64)> {
+fn load(
+    store: &MemoryStore,
+    dir: &Path,
+    upto: Option<u64>,
+    recovery: &mut Recovery,
+) -> Result<(u64, u64, u64)> {
     store.gates.set_sweeping(false);
     store.queues.set_sweeping(false);
     let mut from = 1;
