@@ -375,19 +375,30 @@ async fn so_far_ticks(c: &reqwest::Client, s: &Server, before: BTreeSet<String>)
         return before;
     }
     assert_eq!(st, 200, "the schedule is gone: {tick}");
-    let mut lost = Vec::new();
-    for id in &before {
-        let (st, _) = send(c.get(s.url(&format!("/v1/queues/ticks/jobs/{id}")))).await;
-        if st != 200 {
-            lost.push(id.clone());
-        }
-    }
+    let lost = absent(c, s, "ticks", &before).await;
     assert!(lost.is_empty(), "ticks lost: {lost:?}");
     let mut ticks = before;
     for t in tick["recent"].as_array().expect("recent") {
         ticks.insert(t["job_id"].as_str().expect("job_id").to_owned());
     }
     ticks
+}
+
+/// Which of the jobs `ids` queue `queue` of `s` does not have.
+async fn absent<'a>(
+    c: &reqwest::Client,
+    s: &Server,
+    queue: &str,
+    ids: impl IntoIterator<Item = &'a String>,
+) -> Vec<String> {
+    let mut missing = Vec::new();
+    for id in ids {
+        let (st, _) = send(c.get(s.url(&format!("/v1/queues/{queue}/jobs/{id}")))).await;
+        if st != 200 {
+            missing.push(id.clone());
+        }
+    }
+    missing
 }
 
 /// What a restarted server holds against what clients were told, for the
@@ -399,15 +410,10 @@ async fn check(c: &reqwest::Client, s: &Server, told: &Told, run: usize, recheck
         let of = id[1..].split('-').next().and_then(|r| r.parse().ok());
         recheck(of.expect("a job of the load"))
     };
-    let mut missing = Vec::new();
     // (An ack sent but not answered may have happened: such a job may be
     // gone or not.)
-    for id in told.pushed.difference(&told.acking).filter(picked) {
-        let (st, _) = send(c.get(s.url(&format!("/v1/queues/work/jobs/{id}")))).await;
-        if st != 200 {
-            missing.push(id.clone());
-        }
-    }
+    let unacked: Vec<_> = told.pushed.difference(&told.acking).filter(picked).collect();
+    let missing = absent(c, s, "work", unacked).await;
     // An answered ack's job is gone for good.
     let mut back = Vec::new();
     for id in told.acked.iter().filter(picked) {
@@ -602,14 +608,7 @@ async fn a_refusing_disk_answers_507_and_loses_nothing_answered() {
     );
     let (st, job) = send(c.get(s.url(&format!("/v1/queues/q/jobs/{}", answered[0])))).await;
     assert_eq!(st, 200, "reads go on: {job}");
-    let metrics = c
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = s.metrics(None).await;
     assert!(
         metrics.lines().any(|l| l == "tollgate_store_disk_failing 1"),
         "{metrics}"
@@ -617,13 +616,7 @@ async fn a_refusing_disk_answers_507_and_loses_nothing_answered() {
     drop(s);
 
     let s = Server::start_with(None, &args);
-    let mut missing = Vec::new();
-    for id in &answered {
-        let (st, _) = send(c.get(s.url(&format!("/v1/queues/q/jobs/{id}")))).await;
-        if st != 200 {
-            missing.push(id.clone());
-        }
-    }
+    let missing = absent(&c, &s, "q", &answered).await;
     assert!(missing.is_empty(), "answered pushes lost: {missing:?}");
     let (st, _) = send(c.get(s.url("/v1/queues/q/jobs/late"))).await;
     assert_eq!(st, 404, "a push answered 507 was kept");

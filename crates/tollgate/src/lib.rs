@@ -77,8 +77,8 @@ pub use schedule::{
 pub use semaphore::Semaphore;
 pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
 pub use store::{
-    DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Fsync, JournalStats, Recovery,
-    SegmentCheck, check_data_dir, repair_data_dir,
+    DEFAULT_REBUILD_ABOVE, DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Fsync,
+    JournalStats, Recovery, SegmentCheck, check_data_dir, repair_data_dir,
 };
 pub use store::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
 pub use store::{

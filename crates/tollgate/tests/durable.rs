@@ -11,9 +11,12 @@ use tollgate::{
     PushOptions, Rate, RateLimiter, Retry, ScheduleSpec, Schedules, Semaphore, Store, TicketStatus, When,
 };
 
+/// Every snapshot rebuilt from the log (the way of heavy states; the
+/// on_both_stores suites' durable store writes its small ones live).
 fn options(dir: &std::path::Path, fsync: Fsync) -> DurableOptions {
     DurableOptions {
         fsync,
+        rebuild_above: 0,
         ..DurableOptions::new(dir)
     }
 }
@@ -480,13 +483,24 @@ async fn a_power_loss_keeps_a_prefix_with_every_answered_change() {
 }
 
 /// Many clients at once on a store syncing before every answer (group
-/// commit), snapshots taken back to back meanwhile: after a restart,
-/// every answered push that was not acked is there, no acked job comes
-/// back, and every fence stays above.
+/// commit), snapshots taken back to back meanwhile (written live, and
+/// rebuilt from the log): after a restart, every answered push that was
+/// not acked is there, no acked job comes back, and every fence stays
+/// above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_then_a_restart() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(options(dir.path(), Fsync::Always)).expect("open");
+    for rebuild_above in [usize::MAX, 0] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = DurableOptions {
+            rebuild_above,
+            ..options(dir.path(), Fsync::Always)
+        };
+        concurrent_clients_then_a_restart_with(options).await;
+    }
+}
+
+async fn concurrent_clients_then_a_restart_with(options: DurableOptions) {
+    let store = Store::open(options.clone()).expect("open");
     let mut tasks = Vec::new();
     for w in 0..16 {
         let store = store.clone();
@@ -540,7 +554,7 @@ async fn concurrent_clients_then_a_restart() {
     assert!(snapshots.join().expect("snapshots") > 0);
     store.close();
     drop(store);
-    let store = Store::open(options(dir.path(), Fsync::Always)).expect("reopen");
+    let store = Store::open(options).expect("reopen");
     let queue = JobQueue::new(&store, "work").expect("queue");
     let mut left: Vec<_> = queue
         .list(tollgate::JobState::Ready, None, 1000)

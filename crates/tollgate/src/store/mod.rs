@@ -38,8 +38,8 @@ pub use self::gate::{MAX_LINE_LIMIT, Waiting};
 pub use self::jobs::events::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
 pub use self::memory::MemoryOptions;
 pub use self::memory::durable::{
-    DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Recovery, SegmentCheck, check_data_dir,
-    repair_data_dir,
+    DEFAULT_REBUILD_ABOVE, DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Recovery,
+    SegmentCheck, check_data_dir, repair_data_dir,
 };
 pub use self::memory::journal::{Fsync, JournalStats};
 pub(crate) use self::passing::{Bargers, Taken};

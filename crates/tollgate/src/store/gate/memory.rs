@@ -167,6 +167,10 @@ impl Shelved for GateState {
     fn set_fence_floor(&mut self, floor: u64) {
         self.fence_floor = floor;
     }
+
+    fn weight(&self) -> usize {
+        self.holders.len() + self.tickets.len() + self.revoked.len() + self.removed.len()
+    }
 }
 
 impl GateState {

@@ -122,6 +122,10 @@ impl Shelved for Queue {
     fn set_fence_floor(&mut self, floor: u64) {
         self.fence_floor = floor;
     }
+
+    fn weight(&self) -> usize {
+        self.jobs.len()
+    }
 }
 
 /// Takes the entries of `set` (time, id) due by `until` out of it, first

@@ -303,9 +303,6 @@ impl Journal {
         let since = Instant::now();
         let mut spins = 0;
         loop {
-            let moved = self.moved.notified();
-            tokio::pin!(moved);
-            moved.as_mut().enable();
             if mark.load(Ordering::Acquire) >= target {
                 return Ok(());
             }
@@ -337,6 +334,15 @@ impl Journal {
                 spins += 1;
                 tokio::task::yield_now().await;
                 continue;
+            }
+            // Parked: registered for the next move before looking again,
+            // so a move in between is not missed. (Only here: registering
+            // takes the notifier's lock, which the spins above avoid.)
+            let moved = self.moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            if mark.load(Ordering::Acquire) >= target {
+                return Ok(());
             }
             let _ = tokio::time::timeout(RETRY, moved).await;
         }

@@ -44,6 +44,11 @@ pub(crate) trait Shelved: Default {
 
     /// Fences it hands out from now on are above `floor`.
     fn set_fence_floor(&mut self, floor: u64);
+
+    /// How many entries it holds (jobs; holders, tickets and kept ends):
+    /// what writing it out under its lock would take time in proportion
+    /// to (see `durable::take_snapshot`).
+    fn weight(&self) -> usize;
 }
 
 /// Told of each name the idle sweep drops, with its last fence and the
@@ -295,6 +300,21 @@ impl<S: Shelved> Shelf<S> {
                 each(&name, &h.state, h.touched);
             }
         }
+    }
+
+    /// The largest `weight` of the states, each read under its own lock
+    /// in turn (none held for longer).
+    pub(in crate::store) fn heaviest(&self) -> usize {
+        let all: Vec<Arc<Mutex<Held<S>>>> = self
+            .lock()
+            .states
+            .values()
+            .map(|slot| slot.held.clone())
+            .collect();
+        all.iter()
+            .map(|held| held.lock().unwrap_or_else(PoisonError::into_inner).state.weight())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Puts a recovered state on the shelf.

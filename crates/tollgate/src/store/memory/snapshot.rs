@@ -2,14 +2,14 @@
 //! of the log, so the log before it can go.
 //!
 //! A snapshot starts with a rotation: the log moves to a new segment,
-//! whose first LSN is the snapshot's `from`. The state as of `from` is
-//! then rebuilt apart from the live store, in a store of its own, from the
-//! previous snapshot and the closed segments (recovery's code: see
-//! `durable::rebuild`), and written from there: no live name is locked
-//! while its state is written, however large it is. Each state keeps the
-//! LSN of the last record applied to it (a record at or below it is
-//! skipped at recovery; snapshots before this scheme read live states one
-//! by one and relied on it).
+//! whose first LSN is the snapshot's `from`; every record before `from`
+//! is in the states it then reads. Those are either the live store's,
+//! each name read under its own lock in turn, with the LSN of the last
+//! record applied to it, so records from `from` on that a state already
+//! holds are skipped at recovery and the others replayed; or, when a name
+//! is too heavy to hold its lock that long, a copy of the state as of
+//! `from` rebuilt in a store of its own from the previous snapshot and
+//! the closed segments (`durable::rebuild`). `write` takes either.
 //!
 //! The file is `snapshot-<from>.tgs`: a magic line, then records framed
 //! like the log's (length, CRC-32, postcard payload): the meta first, a
