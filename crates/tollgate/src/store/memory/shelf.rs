@@ -303,18 +303,11 @@ impl<S: Shelved> Shelf<S> {
     }
 
     /// The largest `weight` of the states, each read under its own lock
-    /// in turn (none held for longer).
+    /// in turn (`each`: none held for longer).
     pub(in crate::store) fn heaviest(&self) -> usize {
-        let all: Vec<Arc<Mutex<Held<S>>>> = self
-            .lock()
-            .states
-            .values()
-            .map(|slot| slot.held.clone())
-            .collect();
-        all.iter()
-            .map(|held| held.lock().unwrap_or_else(PoisonError::into_inner).state.weight())
-            .max()
-            .unwrap_or(0)
+        let mut heaviest = 0;
+        self.each(|_, state, _| heaviest = heaviest.max(state.weight()));
+        heaviest
     }
 
     /// Puts a recovered state on the shelf.
