@@ -43,49 +43,41 @@ mod error;
 mod gate;
 mod jobs;
 mod limit;
-mod limit_layer;
 mod listing;
-mod lock;
 mod name;
 pub mod schedule;
-mod semaphore;
-mod sharded;
 mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result, error_body};
-pub use gate::{Entered, Gate, GateOptions, Granted, Lease, MAX_PASSES, REVOKE_KEEP, TicketStatus};
+pub use gate::{
+    Entered, Gate, GateOptions, GateStats, GateWatch, Granted, Holding, Lease, Left, Lock, MAX_CAPACITY,
+    MAX_LINE_LIMIT, MAX_PASSES, MAX_REVOKED_PER_WATCH, Occupancy, Place, REVOKE_KEEP, Semaphore,
+    TicketStatus, Waiting,
+};
 pub use jobs::{
-    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, JOB_LISTING_BYTES, JOB_PREVIEW_BYTES,
-    Job, JobInfo, JobPage, JobQueue, JobState, LATENESS_BOUNDS_MS, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY,
-    MAX_JOB_ID_LEN, MAX_JOB_LIST, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry,
+    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, EVENTS_BUFFER, EventId,
+    JOB_LISTING_BYTES, JOB_PREVIEW_BYTES, Job, JobEvent, JobEventKind, JobEvents, JobInfo, JobPage, JobQueue,
+    JobState, LATENESS_BOUNDS_MS, Lagged, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN,
+    MAX_JOB_LIST, MAX_PARTITIONS, Nacked, OnDuplicate, PushFailed, PushOptions, PushResult, Pushed,
+    QueueStats, Retry, ShardedJobQueue,
 };
 pub use limit::{
-    Algorithm, DEFAULT_TIMEOUT, Decision, Limit, MAX_KEY_LEN, MAX_LIMIT, MAX_PERIOD, MAX_REFILL, MIN_PERIOD,
-    OnStoreError, Rate, RateLimiter,
-};
-pub use limit_layer::{
-    KeyBy, KeyFn, PeerAddr, RateLimit, RateLimitLayer, RequestInfo, client_ip, ip_key, set_rate_limit_headers,
+    Algorithm, DEFAULT_TIMEOUT, Decision, KeyBy, KeyFn, Limit, MAX_KEY_LEN, MAX_LIMIT, MAX_PERIOD,
+    MAX_REFILL, MIN_PERIOD, OnStoreError, PeerAddr, Rate, RateLimit, RateLimitLayer, RateLimiter,
+    RequestInfo, client_ip, ip_key, set_rate_limit_headers,
 };
 pub use listing::{GateItem, MAX_PAGE, Page, QueueItem};
-pub use lock::Lock;
 pub use name::{MAX_NAME_LEN, MAX_TTL, MIN_TTL, Name};
 pub use schedule::{
     Cron, Every, FireReport, FiredJob, FiredTick, Misfire, ScheduleInfo, ScheduleSpec, Schedules, Upserted,
     When, WhenPart,
 };
-pub use semaphore::Semaphore;
-pub use sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
 pub use store::{
     DEFAULT_REBUILD_ABOVE, DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Fsync,
-    JournalStats, Recovery, SegmentCheck, check_data_dir, repair_data_dir,
+    JournalStats, MemoryFootprint, MemoryOptions, Recovery, RedisConfig, SegmentCheck, Store, check_data_dir,
+    repair_data_dir,
 };
-pub use store::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
-pub use store::{
-    GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, MemoryFootprint, MemoryOptions,
-    Occupancy, Place, RedisConfig, Store,
-};
-pub use store::{MAX_LINE_LIMIT, Waiting};
 
 // The README's examples compile and run as doctests.
 #[doc = include_str!("../../../README.md")]

@@ -7,12 +7,13 @@
 use futures_util::future::join_all;
 
 use crate::error::{Error, Result};
+use crate::gate::types::{GateName, GateStats};
 use crate::jobs::QueueStats;
+use crate::jobs::sharded::ShardedJobQueue;
+use crate::jobs::types::Layout;
 use crate::name::{MAX_NAME_LEN, Name};
-use crate::sharded::ShardedJobQueue;
-use crate::store::jobs::Layout;
+use crate::store::Store;
 use crate::store::registry::Kind;
-use crate::store::{GateName, GateStats, Store};
 
 /// The most items one page may ask for.
 pub const MAX_PAGE: usize = 1000;

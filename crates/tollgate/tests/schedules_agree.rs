@@ -1,6 +1,6 @@
 //! Random sequences of schedule operations, run step by step on the memory
 //! store and on a real redis-server: every answer must match. The memory
-//! model (`store/schedule/memory.rs`) is the reference; this holds
+//! model (`schedule/memory.rs`) is the reference; this holds
 //! `schedule.lua` and `index.lua` to it. The schedules tick hourly or less
 //! often, so no tick comes due while a sequence runs and every answer is
 //! exact; firing itself is covered by `schedules.rs` on every store.

@@ -178,7 +178,7 @@ async fn main() {
     let lua_dir = args
         .get(4)
         .cloned()
-        .unwrap_or_else(|| "crates/tollgate/src/store/gate/lua".into());
+        .unwrap_or_else(|| "crates/tollgate/src/gate/lua".into());
     let con = redis::Client::open(url)
         .expect("url")
         .get_multiplexed_async_connection()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::name::Name;
-use crate::store::schedule::{Due, Fire, FireOutcome, LOOKAHEAD_MS, Next, RawSchedule};
+use crate::schedule::types::{Due, Fire, FireOutcome, LOOKAHEAD_MS, Next, RawSchedule};
 
 use super::schedules::{Parsed, ScheduleSpec, Schedules, ms, refusal_error};
 use super::{MAX_CATCH_UP, Misfire};

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::jobs::{Backoff, JobQueue, MAX_JOB_DELAY, PushOptions};
 use crate::name::Name;
+use crate::schedule::types::{JobSpec, Next, Put, PutOutcome, RawSchedule, Refusal, TriggerOutcome};
 use crate::store::Store;
-use crate::store::schedule::{JobSpec, Next, Put, PutOutcome, RawSchedule, Refusal, TriggerOutcome};
 
 use super::{MAX_CATCH_UP, Misfire, When};
 

@@ -1,48 +1,36 @@
-//! The two stores and the one set of operations they both implement.
+//! Where state lives: the `Store` handle and its backends, the embedded
+//! store (`memory/`) and Redis (`redis/`), with what every primitive shares
+//! on them: `wakers.rs` (the per-process wake-up table), `timers.rs` (the
+//! one task that renews a store's leases), `registry/` (the names listings
+//! page through).
 //!
-//! Every method here is one atomic step: one critical section in memory, one
-//! Lua script on Redis. Callers never combine reads and writes themselves.
-//!
-//! This file is the `Store` handle and the dispatch to its backend only.
-//! Each primitive's operation types and its two implementations sit in
-//! its own folder (`gate/`, `jobs/`, `limit/`); `memory/` and `redis/` hold
-//! what a backend shares across primitives; `wakers.rs` is the per-process
-//! wake-up table both use, `timers.rs` the one task that renews a store's
-//! leases.
+//! Each primitive's operations are `impl Store` blocks in its own folder
+//! (`gate/dispatch.rs`, `jobs/dispatch.rs`, `schedule/dispatch.rs`,
+//! `limit/dispatch.rs`): every one is one atomic step, one critical
+//! section in memory or one Lua script on Redis; callers never combine
+//! reads and writes themselves.
 
-pub(crate) mod gate;
-pub(crate) mod jobs;
-pub(crate) mod limit;
 pub(crate) mod memory;
-mod passing;
 pub(crate) mod redis;
 pub(crate) mod registry;
-pub(crate) mod schedule;
 pub(crate) mod timers;
 mod wakers;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::limit::{Check, Decision};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::gate::passing::Bargers;
+use crate::jobs::events::Hub;
 use crate::name::Name;
 
-use self::gate::MAX_CURSOR;
-pub(crate) use self::gate::{Admission, EnterRequest, Entry, GateName, Grant, Pass, Poll, check_capacity};
-pub use self::gate::{
-    GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_REVOKED_PER_WATCH, Occupancy, Place,
-};
-pub use self::gate::{MAX_LINE_LIMIT, Waiting};
-pub use self::jobs::events::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
 pub use self::memory::MemoryOptions;
 pub use self::memory::durable::{
     DEFAULT_REBUILD_ABOVE, DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Recovery,
     SegmentCheck, check_data_dir, repair_data_dir,
 };
 pub use self::memory::journal::{Fsync, JournalStats};
-pub(crate) use self::passing::{Bargers, Taken};
 pub(crate) use self::redis::Listening;
 pub use self::redis::RedisConfig;
 pub(crate) use self::wakers::{Wakers, Watch};
@@ -50,16 +38,16 @@ pub(crate) use self::wakers::{Wakers, Watch};
 /// Where gate state lives. Cheap to clone; clones share connections.
 #[derive(Debug, Clone)]
 pub struct Store {
-    backend: Backend,
+    pub(crate) backend: Backend,
     /// The names registered lately (and on the memory store, the registry).
     registry: Arc<registry::Registry>,
     /// Redis: the job queues this process watches (the memory store keeps
     /// its own, published from its critical sections).
-    job_events: Arc<jobs::events::Hub>,
+    pub(crate) job_events: Arc<Hub>,
     /// The one task that renews this store's leases (`timers.rs`).
     timers: Arc<timers::Timers>,
     /// Non-fair acquires waiting in this process (`passing.rs`).
-    bargers: Arc<passing::Bargers>,
+    bargers: Arc<Bargers>,
 }
 
 /// The Redis arms of the dispatch below box their futures: a Redis call's
@@ -68,7 +56,7 @@ pub struct Store {
 /// keep it that large while it waits (a long-poll parks for a minute). The
 /// box is one allocation per network round trip.
 #[derive(Debug, Clone)]
-enum Backend {
+pub(crate) enum Backend {
     Memory(Arc<memory::MemoryStore>),
     Redis(Arc<redis::RedisStore>),
 }
@@ -219,7 +207,7 @@ impl Store {
     }
 
     /// This store's non-fair acquires waiting in this process.
-    pub(crate) fn bargers(&self) -> &Arc<passing::Bargers> {
+    pub(crate) fn bargers(&self) -> &Arc<Bargers> {
         &self.bargers
     }
 
@@ -264,143 +252,6 @@ impl Store {
         }
     }
 
-    pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.enter(gate, req)).await?,
-            Backend::Redis(s) => Box::pin(s.enter(gate, req)).await,
-        }
-    }
-
-    /// One rate-limit decision for `check.key` of `limiter`: spends
-    /// `check.cost` if it fits.
-    pub(crate) async fn limit(&self, limiter: &Name, check: &Check<'_>) -> Result<Decision> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.limit(limiter, check)).await,
-            Backend::Redis(s) => Box::pin(s.limit(limiter, check)).await,
-        }
-    }
-
-    /// Changes admission control (see [`Admission`]).
-    pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.set_admission(gate, admission)).await?,
-            Backend::Redis(s) => Box::pin(s.set_admission(gate, admission)).await,
-        }
-    }
-
-    pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.poll(gate, id, ttl_ms, hb_ms)).await?,
-            Backend::Redis(s) => Box::pin(s.poll(gate, id, ttl_ms, hb_ms)).await,
-        }
-    }
-
-    pub(crate) async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.renew(gate, id, ttl_ms)).await?,
-            Backend::Redis(s) => Box::pin(s.renew(gate, id, ttl_ms)).await,
-        }
-    }
-
-    pub(crate) async fn leave(&self, gate: &GateName, id: &str) -> Result<Left> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.leave(gate, id, None)).await?,
-            Backend::Redis(s) => Box::pin(s.leave(gate, id, None)).await,
-        }
-    }
-
-    /// `leave` of a held lease that passes its permits on to `to`, an
-    /// acquire waiting in this process, in the same step if they are free
-    /// for it then (no line left, room, admission control letting one in):
-    /// the outcome, and `to`'s grant if it got one.
-    pub(crate) async fn pass(
-        &self,
-        gate: &GateName,
-        id: &str,
-        to: &Pass<'_>,
-    ) -> Result<(Left, Option<Grant>)> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.pass(gate, id, to)).await?,
-            Backend::Redis(s) => Box::pin(s.pass(gate, id, to)).await,
-        }
-    }
-
-    /// `leave`, and if a holder was released, its token recorded in the
-    /// gate's revocation log for `keep_ms`, in the same step.
-    pub(crate) async fn end(&self, gate: &GateName, id: &str, keep_ms: u64) -> Result<Left> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.leave(gate, id, Some(keep_ms))).await?,
-            Backend::Redis(s) => Box::pin(s.leave(gate, id, Some(keep_ms))).await,
-        }
-    }
-
-    /// The gate's epoch, stored settings and revocation log from `since`
-    /// on; reads only.
-    pub(crate) async fn watch_state(&self, gate: &GateName, since: u64) -> Result<GateWatch> {
-        // Cursors are store time in ms × 1024, far below 2^53; a larger
-        // `since` (never handed out) is cut there so the script's numbers
-        // stay exact.
-        let since = since.min(MAX_CURSOR);
-        match &self.backend {
-            Backend::Memory(s) => {
-                s.read(|s| s.watch_state(gate, since, MAX_REVOKED_PER_WATCH))
-                    .await
-            }
-            Backend::Redis(s) => Box::pin(s.watch_state(gate, since, MAX_REVOKED_PER_WATCH)).await,
-        }
-    }
-
-    pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.set_capacity(gate, capacity)).await?,
-            Backend::Redis(s) => Box::pin(s.set_capacity(gate, capacity)).await,
-        }
-    }
-
-    pub(crate) async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.holders(gate, limit)).await?,
-            Backend::Redis(s) => Box::pin(s.holders(gate, limit)).await,
-        }
-    }
-
-    pub(crate) async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.line(gate, limit)).await?,
-            Backend::Redis(s) => Box::pin(s.line(gate, limit)).await,
-        }
-    }
-
-    /// Ends the holder named by `handle` as `end` would, recorded in the
-    /// revocation log for `keep_ms`.
-    pub(crate) async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.revoke(gate, handle, keep_ms)).await?,
-            Backend::Redis(s) => Box::pin(s.revoke(gate, handle, keep_ms)).await,
-        }
-    }
-
-    pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.remove_waiter(gate, number)).await?,
-            Backend::Redis(s) => Box::pin(s.remove_waiter(gate, number)).await,
-        }
-    }
-
-    pub(crate) async fn clear_line(&self, gate: &GateName) -> Result<u64> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.clear_line(gate)).await?,
-            Backend::Redis(s) => Box::pin(s.clear_line(gate)).await,
-        }
-    }
-
-    pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.stats(gate)).await?,
-            Backend::Redis(s) => Box::pin(s.stats(gate)).await,
-        }
-    }
-
     /// Checks that the store answers (Redis: `PING`).
     pub async fn ping(&self) -> Result<()> {
         match &self.backend {
@@ -411,314 +262,12 @@ impl Store {
 
     /// Registers interest in `id` being granted. Registered before `enter`,
     /// so a hand-off can never be announced before anyone listens for it.
-    /// Watches for permits freed on `gate` (a non-fair acquire waiting to
-    /// barge in).
-    pub(crate) fn watch_freed(&self, gate: &GateName) -> Watch {
-        match &self.backend {
-            Backend::Memory(s) => s.wakers().register(&memory_barge_key(gate)),
-            Backend::Redis(s) => s.wakers().register(&s.barge_key(gate)),
-        }
-    }
-
     pub(crate) fn watch(&self, id: &str) -> Watch {
         let wakers = match &self.backend {
             Backend::Memory(s) => s.wakers(),
             Backend::Redis(s) => s.wakers(),
         };
         wakers.register(id)
-    }
-
-    /// Makes sure pushes to job queue `queue` wake consumers in this
-    /// process (Redis: subscribes to the queue's channel).
-    pub(crate) async fn listen_jobs(&self, queue: &Name) -> Result<Option<Listening>> {
-        match &self.backend {
-            Backend::Memory(_) => Ok(None),
-            Backend::Redis(s) => Box::pin(s.listen_jobs(queue)).await.map(Some),
-        }
-    }
-
-    /// The partition count in force for the sharded queue whose base name
-    /// is `q`: stored with `q`, or 1 if `q` holds jobs, or none. With
-    /// `store`, stores `want` in the same step if the count in force is
-    /// `expect`, or there is none, or the jobs in `q` imply `want` (1).
-    /// Answers the count in force afterwards (`want` if none) and whether
-    /// it is stored.
-    pub(crate) async fn job_layout(&self, q: &Name, layout: &jobs::Layout) -> Result<(u32, bool)> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_layout(q, layout)).await,
-            Backend::Redis(s) => Box::pin(s.job_layout(q, layout)).await,
-        }
-    }
-
-    /// Pushes a batch of jobs in one step.
-    pub(crate) async fn job_push(
-        &self,
-        q: &Name,
-        reqs: &[jobs::PushReq<'_>],
-    ) -> Result<Vec<jobs::PushOutcome>> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_push(q, reqs)).await?,
-            Backend::Redis(s) => Box::pin(s.job_push(q, reqs)).await,
-        }
-    }
-
-    /// Closes queue `q` to pushes while it holds nothing (`close`), or
-    /// opens it again, in one step. Answers whether that was done, and the
-    /// ready, delayed, in-flight and dead counts.
-    pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_retire(q, close)).await,
-            Backend::Redis(s) => Box::pin(s.job_retire(q, close)).await,
-        }
-    }
-
-    /// Acks the deliveries `claim.acks` (whether each was that
-    /// delivery's), then claims up to `claim.max` jobs (none with 0), in
-    /// one step.
-    pub(crate) async fn job_claim(
-        &self,
-        q: &Name,
-        claim: &jobs::Claim<'_>,
-    ) -> Result<(Vec<bool>, jobs::ClaimOutcome)> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_claim(q, claim)).await,
-            Backend::Redis(s) => Box::pin(s.job_claim(q, claim)).await,
-        }
-    }
-
-    pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_done(q, limit)).await,
-            Backend::Redis(s) => Box::pin(s.job_done(q, limit)).await,
-        }
-    }
-
-    pub(crate) async fn job_nack(&self, q: &Name, nack: &jobs::Nack<'_>) -> Result<jobs::NackOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_nack(q, nack)).await,
-            Backend::Redis(s) => Box::pin(s.job_nack(q, nack)).await,
-        }
-    }
-
-    pub(crate) async fn job_extend(&self, q: &Name, extend: &jobs::Extend<'_>) -> Result<Option<u64>> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_extend(q, extend)).await,
-            Backend::Redis(s) => Box::pin(s.job_extend(q, extend)).await,
-        }
-    }
-
-    pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<jobs::CancelOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_cancel(q, id)).await,
-            Backend::Redis(s) => Box::pin(s.job_cancel(q, id)).await,
-        }
-    }
-
-    pub(crate) async fn job_reschedule(
-        &self,
-        q: &Name,
-        id: &str,
-        when: jobs::When,
-    ) -> Result<jobs::RescheduleOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_reschedule(q, id, when)).await,
-            Backend::Redis(s) => Box::pin(s.job_reschedule(q, id, when)).await,
-        }
-    }
-
-    pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_dead(q, limit)).await,
-            Backend::Redis(s) => Box::pin(s.job_dead(q, limit)).await,
-        }
-    }
-
-    /// Job `id` of queue `q` as it stands (read only).
-    pub(crate) async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<jobs::RawInfo>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_get(q, id, whole)).await,
-            Backend::Redis(s) => Box::pin(s.job_get(q, id, whole)).await,
-        }
-    }
-
-    /// Up to `limit` jobs of queue `q` in `state`, from `from` (read only).
-    pub(crate) async fn job_list(
-        &self,
-        q: &Name,
-        state: jobs::RawState,
-        from: Option<&jobs::ListFrom<'_>>,
-        limit: usize,
-    ) -> Result<Vec<jobs::RawInfo>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_list(q, state, from, limit)).await,
-            Backend::Redis(s) => Box::pin(s.job_list(q, state, from, limit)).await,
-        }
-    }
-
-    pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_replay(q, id)).await,
-            Backend::Redis(s) => Box::pin(s.job_replay(q, id)).await,
-        }
-    }
-
-    pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_purge(q, id)).await,
-            Backend::Redis(s) => Box::pin(s.job_purge(q, id)).await,
-        }
-    }
-
-    pub(crate) async fn job_exists(&self, q: &Name) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_exists(q)).await,
-            Backend::Redis(s) => Box::pin(s.job_exists(q)).await,
-        }
-    }
-
-    /// Pauses queue `q` (`pause`: it takes pushes, claims get nothing) or
-    /// resumes it, waking its sleeping consumers. Answers whether that
-    /// changed it.
-    /// A live feed of queue `q`'s events, first replaying those the store
-    /// still holds after `since` (store/jobs/events.rs).
-    pub(crate) async fn job_events(
-        &self,
-        q: &Name,
-        since: Option<jobs::events::EventId>,
-    ) -> Result<jobs::events::JobEvents> {
-        match &self.backend {
-            Backend::Memory(s) => Ok(s.job_events.subscribe_memory(q, since)),
-            Backend::Redis(s) => Box::pin(self.job_events.subscribe_redis(s, q, since)).await,
-        }
-    }
-
-    pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_pause(q, pause)).await,
-            Backend::Redis(s) => Box::pin(s.job_pause(q, pause)).await,
-        }
-    }
-
-    pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_stats(q)).await,
-            Backend::Redis(s) => Box::pin(s.job_stats(q)).await,
-        }
-    }
-
-    /// Records that schedule `name` lives with queue `q`; answers the
-    /// queue it lived with before, if any.
-    pub(crate) async fn schedule_index_set(&self, name: &str, q: &Name) -> Result<Option<String>> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_index_set(name, q)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_index_set(name, q)).await,
-        }
-    }
-
-    pub(crate) async fn schedule_index_get(&self, name: &str) -> Result<Option<String>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_index_get(name)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_index_get(name)).await,
-        }
-    }
-
-    /// Forgets where schedule `name` lives if that is queue `q`.
-    pub(crate) async fn schedule_index_drop(&self, name: &str, q: &Name) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_index_drop(name, q)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_index_drop(name, q)).await,
-        }
-    }
-
-    /// The queues that have schedules.
-    pub(crate) async fn schedule_queues(&self) -> Result<Vec<String>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_queues()).await,
-            Backend::Redis(s) => Box::pin(s.schedule_queues()).await,
-        }
-    }
-
-    /// Takes `q`, found to hold no schedule, off the list of queues with
-    /// schedules if no name points to it (a Redis index from before it
-    /// counted them; the embedded store's never lists such a queue).
-    pub(crate) async fn schedule_index_prune(&self, q: &Name) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(_) => Ok(false),
-            Backend::Redis(s) => Box::pin(s.schedule_index_prune(q)).await,
-        }
-    }
-
-    pub(crate) async fn schedule_put(
-        &self,
-        q: &Name,
-        put: &schedule::Put<'_>,
-    ) -> Result<schedule::PutOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_put(q, put)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_put(q, put)).await,
-        }
-    }
-
-    /// The store's now and up to `limit` schedules of queue `q` due by it.
-    pub(crate) async fn schedule_due(&self, q: &Name, limit: usize) -> Result<schedule::Due> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_due(q, limit)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_due(q, limit)).await,
-        }
-    }
-
-    /// Fires ticks of schedules of queue `q`, each only if unchanged since
-    /// read; answers the store's now and one outcome per schedule.
-    pub(crate) async fn schedule_fire(
-        &self,
-        q: &Name,
-        fires: &[schedule::Fire<'_>],
-    ) -> Result<(u64, Vec<schedule::FireOutcome>)> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_fire(q, fires)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_fire(q, fires)).await,
-        }
-    }
-
-    pub(crate) async fn schedule_trigger(
-        &self,
-        q: &Name,
-        name: &str,
-        rev: u64,
-        job: &schedule::JobSpec,
-    ) -> Result<schedule::TriggerOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_trigger(q, name, rev, job)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_trigger(q, name, rev, job)).await,
-        }
-    }
-
-    pub(crate) async fn schedule_pause(&self, q: &Name, name: &str, pause: bool) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_pause(q, name, pause)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_pause(q, name, pause)).await,
-        }
-    }
-
-    pub(crate) async fn schedule_delete(&self, q: &Name, name: &str) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_delete(q, name)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_delete(q, name)).await,
-        }
-    }
-
-    pub(crate) async fn schedule_get(&self, q: &Name, name: &str) -> Result<Option<schedule::RawSchedule>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_get(q, name)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_get(q, name)).await,
-        }
-    }
-
-    pub(crate) async fn schedule_list(&self, q: &Name) -> Result<Vec<schedule::RawSchedule>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_list(q)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_list(q)).await,
-        }
     }
 
     /// Adds `name` to the registry of `kind` unless this process did so
@@ -781,22 +330,6 @@ impl Store {
             Backend::Redis(s) => Box::pin(s.registry_range(kind, prefix, after, limit)).await,
         }
     }
-
-    /// Makes sure hand-offs on `gate` reach this process. `asked` is when
-    /// the caller sent the request it waits on; [`Listening::fresh`] is
-    /// `true` when this process may not have been listening since then,
-    /// in which case a hand-off may have been announced unheard and the
-    /// caller should poll once.
-    pub(crate) async fn listen(
-        &self,
-        gate: &GateName,
-        asked: tokio::time::Instant,
-    ) -> Result<Option<Listening>> {
-        match &self.backend {
-            Backend::Memory(_) => Ok(None),
-            Backend::Redis(s) => Box::pin(s.listen(gate, asked)).await.map(Some),
-        }
-    }
 }
 
 /// How many names the embedded store holds state for
@@ -811,10 +344,4 @@ pub struct MemoryFootprint {
     /// Rate-limit keys stored (those whose budget is fully restored go at
     /// the next sweep).
     pub limit_keys: usize,
-}
-
-/// The key barging waiters of a gate on the memory store watch (ticket ids
-/// are letters and digits, so it names no ticket).
-pub(crate) fn memory_barge_key(gate: &Name) -> String {
-    format!("gate {gate}")
 }

@@ -5,8 +5,8 @@
 //! This module owns what the primitives share: `MemoryStore` (the clock,
 //! the shelves of gates and queues, the rate-limit keys, the wakers), its
 //! options, the footprint and the idle sweep. Each primitive's state and
-//! operations sit beside its Lua: `store/gate/memory.rs`,
-//! `store/jobs/memory.rs`, `store/limit/memory.rs`.
+//! operations sit beside its Lua: `gate/memory.rs`, `jobs/memory.rs`,
+//! `schedule/memory.rs`, `limit/memory.rs`.
 //!
 //! Each gate and each job queue has a lock of its own (see `shelf`), so a
 //! flood on one never holds up another. A std `Mutex` (not tokio's) is
@@ -28,13 +28,13 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::name::Name;
 
-use super::jobs::memory::Queue;
-use super::limit::memory::Limits;
+use crate::jobs::memory::Queue;
+use crate::limit::memory::Limits;
 
 use self::shelf::Shelf;
 pub(crate) use self::shelf::Shelved;
-use super::gate::memory::GateState;
 use super::{MemoryFootprint, Wakers};
+use crate::gate::memory::GateState;
 use journal::Journal;
 pub(crate) use journal::put;
 use replay::Code;
@@ -96,24 +96,24 @@ impl MemoryOptions {
 
 #[derive(Debug)]
 pub(crate) struct MemoryStore {
-    pub(in crate::store) clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     /// `MemoryOptions::idle` in ms.
-    pub(in crate::store) idle_ms: u64,
-    pub(in crate::store) gates: Shelf<GateState>,
-    pub(in crate::store) limits: Mutex<Limits>,
-    pub(in crate::store) queues: Shelf<Queue>,
-    pub(in crate::store) wakers: Arc<Wakers>,
-    pub(in crate::store) schedule_index: Mutex<crate::store::schedule::memory::Index>,
-    /// The watched job queues and their subscribers (store/jobs/events.rs).
-    pub(in crate::store) job_events: Arc<crate::store::jobs::events::Hub>,
+    pub(crate) idle_ms: u64,
+    pub(crate) gates: Shelf<GateState>,
+    pub(crate) limits: Mutex<Limits>,
+    pub(crate) queues: Shelf<Queue>,
+    pub(crate) wakers: Arc<Wakers>,
+    pub(crate) schedule_index: Mutex<crate::schedule::memory::Index>,
+    /// The watched job queues and their subscribers (jobs/events.rs).
+    pub(crate) job_events: Arc<crate::jobs::events::Hub>,
     /// The durable store's log, once recovery is done (none: memory only,
     /// or replaying).
-    pub(in crate::store) journal: OnceLock<Arc<Journal>>,
+    pub(crate) journal: OnceLock<Arc<Journal>>,
     /// While a record is replayed, its time (µs) and draw; 0: live.
     pinned_us: AtomicU64,
     pinned_rnd: AtomicU16,
     /// The durable store's snapshots (none: memory only).
-    pub(in crate::store) durable: OnceLock<durable::Durable>,
+    pub(crate) durable: OnceLock<durable::Durable>,
 }
 
 impl MemoryStore {
@@ -136,7 +136,7 @@ impl MemoryStore {
     }
 
     /// The time and draw of an operation starting now (see `Stamp`).
-    pub(in crate::store) fn stamp(&self) -> Stamp {
+    pub(crate) fn stamp(&self) -> Stamp {
         let pinned = self.pinned_us.load(Ordering::Relaxed);
         if pinned != 0 {
             return Stamp {
@@ -159,7 +159,7 @@ impl MemoryStore {
     /// The random number an operation at `stamp` uses: the one recorded
     /// with it when there is a log (or while replaying one), else a fresh
     /// one.
-    pub(in crate::store) fn draw(&self, stamp: Stamp) -> u16 {
+    pub(crate) fn draw(&self, stamp: Stamp) -> u16 {
         if self.journal.get().is_none() && self.pinned_us.load(Ordering::Relaxed) == 0 {
             return rand::random();
         }
@@ -167,7 +167,7 @@ impl MemoryStore {
     }
 
     /// Whether operations are logged (or replayed from a log).
-    pub(in crate::store) fn logging(&self) -> bool {
+    pub(crate) fn logging(&self) -> bool {
         self.journal.get().is_some() || self.pinned_us.load(Ordering::Relaxed) != 0
     }
 
@@ -182,13 +182,7 @@ impl MemoryStore {
     /// Writes an operation on `name` to the log, if this store has one,
     /// and notes its LSN in the state it changed (`lsn`). Called with that
     /// state's lock held, so one name's records keep their order.
-    pub(in crate::store) fn record(
-        &self,
-        lsn: &mut u64,
-        stamp: Stamp,
-        name: &Name,
-        (code, args): Logged<'_>,
-    ) {
+    pub(crate) fn record(&self, lsn: &mut u64, stamp: Stamp, name: &Name, (code, args): Logged<'_>) {
         if let Some(journal) = self.journal.get() {
             *lsn = journal.append(stamp.us, stamp.rnd, |b| {
                 put(b, &(code.byte(), name.as_str()));

@@ -14,11 +14,11 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::gate::types::{Admission, EnterRequest, Pass};
+use crate::jobs::types::{BackoffSpec, Claim, Extend, Keep, Layout, Nack, PushReq, When};
+use crate::limit::types::{Algorithm, Check, Limit, Rate};
 use crate::name::Name;
-use crate::store::gate::{Admission, EnterRequest, Pass};
-use crate::store::jobs::{BackoffSpec, Claim, Extend, Keep, Layout, Nack, PushReq, When};
-use crate::store::limit::{Algorithm, Check, Limit, Rate};
-use crate::store::schedule::{Fire, JobSpec, Next, Put};
+use crate::schedule::types::{Fire, JobSpec, Next, Put};
 
 use super::MemoryStore;
 

@@ -53,9 +53,9 @@ pub(crate) trait Shelved: Default {
 
 /// Told of each name the idle sweep drops, with its last fence and the
 /// time (ms), while its state's lock is held: the durable store logs it.
-pub(in crate::store) type OnDrop = Box<dyn Fn(&Name, u64, u64) + Send + Sync>;
+pub(crate) type OnDrop = Box<dyn Fn(&Name, u64, u64) + Send + Sync>;
 
-pub(in crate::store) struct Shelf<S> {
+pub(crate) struct Shelf<S> {
     inner: Mutex<Inner<S>>,
     on_drop: OnceLock<OnDrop>,
     /// Off while the durable store replays its log: a replayed store drops
@@ -119,7 +119,7 @@ impl<S: Shelved> Shelf<S> {
     /// reads and heartbeats do not, so a reader polling a gate (metrics)
     /// does not keep it forever (what they hold is counted by its
     /// deadlines).
-    pub(in crate::store) fn with<T>(
+    pub(crate) fn with<T>(
         &self,
         name: &Name,
         now: u64,
@@ -166,13 +166,7 @@ impl<S: Shelved> Shelf<S> {
 
     /// Runs `read` on `name`'s state, if it has one, without creating it
     /// or counting as activity.
-    pub(in crate::store) fn peek<T>(
-        &self,
-        name: &Name,
-        now: u64,
-        idle: u64,
-        read: impl FnOnce(Option<&S>) -> T,
-    ) -> T {
+    pub(crate) fn peek<T>(&self, name: &Name, now: u64, idle: u64, read: impl FnOnce(Option<&S>) -> T) -> T {
         let held = {
             let mut inner = self.lock();
             self.sweep(&mut inner, now, idle, SWEEP_STEP);
@@ -212,7 +206,7 @@ impl<S: Shelved> Shelf<S> {
     /// `after`, pass `keep`, in byte order: for listing (the embedded
     /// store lists what it holds, with no registry to keep). One pass over
     /// the map under its lock, keeping the `limit` smallest.
-    pub(in crate::store) fn names(
+    pub(crate) fn names(
         &self,
         prefix: &str,
         after: Option<&str>,
@@ -251,18 +245,18 @@ impl<S: Shelved> Shelf<S> {
     }
 
     /// Sets who is told of dropped names (once).
-    pub(in crate::store) fn on_drop(&self, hook: OnDrop) {
+    pub(crate) fn on_drop(&self, hook: OnDrop) {
         let _ = self.on_drop.set(hook);
     }
 
     /// Stops (`false`) or starts the idle sweep.
-    pub(in crate::store) fn set_sweeping(&self, on: bool) {
+    pub(crate) fn set_sweeping(&self, on: bool) {
         self.sweeping.store(on, Ordering::Relaxed);
     }
 
     /// A logged drop, replayed: `name` goes if it has state, and the floor
     /// rises to its last fence.
-    pub(in crate::store) fn drop_logged(&self, name: &Name, fence: u64) {
+    pub(crate) fn drop_logged(&self, name: &Name, fence: u64) {
         let mut inner = self.lock();
         inner.floor = inner.floor.max(fence);
         if let Some(slot) = inner.states.remove(name) {
@@ -272,12 +266,12 @@ impl<S: Shelved> Shelf<S> {
     }
 
     /// The highest fence of any dropped state.
-    pub(in crate::store) fn floor(&self) -> u64 {
+    pub(crate) fn floor(&self) -> u64 {
         self.lock().floor
     }
 
     /// Raises the floor (a snapshot's, at recovery).
-    pub(in crate::store) fn raise_floor(&self, floor: u64) {
+    pub(crate) fn raise_floor(&self, floor: u64) {
         let mut inner = self.lock();
         inner.floor = inner.floor.max(floor);
     }
@@ -285,7 +279,7 @@ impl<S: Shelved> Shelf<S> {
     /// Calls `each` with every name's state and when it was last touched,
     /// each under its own lock, one at a time: the map's lock is held only
     /// to list them, so operations go on meanwhile.
-    pub(in crate::store) fn each(&self, mut each: impl FnMut(&Name, &S, u64)) {
+    pub(crate) fn each(&self, mut each: impl FnMut(&Name, &S, u64)) {
         let all: Vec<(Name, Arc<Mutex<Held<S>>>)> = {
             let inner = self.lock();
             inner
@@ -304,14 +298,14 @@ impl<S: Shelved> Shelf<S> {
 
     /// The largest `weight` of the states, each read under its own lock
     /// in turn (`each`: none held for longer).
-    pub(in crate::store) fn heaviest(&self) -> usize {
+    pub(crate) fn heaviest(&self) -> usize {
         let mut heaviest = 0;
         self.each(|_, state, _| heaviest = heaviest.max(state.weight()));
         heaviest
     }
 
     /// Puts a recovered state on the shelf.
-    pub(in crate::store) fn restore(&self, name: &Name, state: S, touched: u64, idle: u64) {
+    pub(crate) fn restore(&self, name: &Name, state: S, touched: u64, idle: u64) {
         let mut inner = self.lock();
         if let Some(slot) = inner.states.remove(name) {
             inner.due.remove(&(slot.due, name.clone()));
@@ -320,7 +314,7 @@ impl<S: Shelved> Shelf<S> {
     }
 
     /// The LSN `lsn_of` reads from `name`'s state, if it has one.
-    pub(in crate::store) fn lsn(&self, name: &Name, lsn_of: impl FnOnce(&S) -> u64) -> Option<u64> {
+    pub(crate) fn lsn(&self, name: &Name, lsn_of: impl FnOnce(&S) -> u64) -> Option<u64> {
         let held = self.lock().states.get(name).map(|slot| slot.held.clone())?;
         let h = held.lock().unwrap_or_else(PoisonError::into_inner);
         (!h.dropped).then(|| lsn_of(&h.state))

@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 
 use crate::error::{Error, Result};
+use crate::gate::memory::GateState;
+use crate::jobs::memory::Queue;
+use crate::limit::memory::Limits;
 use crate::name::Name;
-use crate::store::gate::memory::GateState;
-use crate::store::jobs::memory::Queue;
-use crate::store::limit::memory::Limits;
-use crate::store::schedule::memory::Index;
+use crate::schedule::memory::Index;
 
 use super::MemoryStore;
 use super::journal::{HEADER, MAX_RECORD, io_error, put, seal, sync_dir};

@@ -16,8 +16,8 @@
 //! URLs), `sentinel.rs` (a Sentinel-named master), `script.rs` (the scripts,
 //! EVALSHA, NOSCRIPT, the durable WAIT pipeline), `pubsub.rs` (the
 //! listener). Each primitive's arguments and replies are encoded and decoded
-//! beside its Lua: `store/gate/redis.rs`, `store/jobs/redis.rs`,
-//! `store/limit/redis.rs`.
+//! beside its Lua: `gate/redis.rs`, `jobs/redis.rs`, `schedule/redis.rs`,
+//! `limit/redis.rs`.
 
 mod batch;
 mod conn;
@@ -52,15 +52,15 @@ pub(crate) struct RedisStore {
     batch: Option<Arc<batch::Batcher>>,
     /// `RedisConfig::response_timeout`: no operation takes longer (a
     /// durable one: plus its WAIT's timeout).
-    pub(in crate::store) timeout: Duration,
+    pub(crate) timeout: Duration,
     /// `RedisConfig::idle`: how long the registry of names outlives its
     /// last registration.
-    pub(in crate::store) idle: Duration,
-    pub(in crate::store) prefix: String,
-    pub(in crate::store) scripts: Arc<Scripts>,
+    pub(crate) idle: Duration,
+    pub(crate) prefix: String,
+    pub(crate) scripts: Arc<Scripts>,
     wakers: Arc<Wakers>,
     /// Passes of a gate waiting to go out together (gate/redis.rs, `pass`).
-    pub(in crate::store) passes: Arc<crate::store::gate::PassGroups>,
+    pub(crate) passes: Arc<crate::gate::redis::PassGroups>,
     subs: Arc<Subscriptions>,
     /// How to open another command connection (for durable handles).
     target: Arc<Target>,
@@ -174,7 +174,7 @@ impl RedisStore {
     }
 
     /// Runs one plain command (no script) within the response timeout.
-    pub(in crate::store) async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T> {
+    pub(crate) async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T> {
         let mut conn = self.conn.clone();
         self.within(self.timeout, async move { Ok(cmd.query_async(&mut conn).await?) })
             .await
@@ -182,6 +182,6 @@ impl RedisStore {
 }
 
 /// The error for a script reply of a shape the caller does not know.
-pub(in crate::store) fn unexpected(op: &str, reply: &(impl std::fmt::Debug + ?Sized)) -> Error {
+pub(crate) fn unexpected(op: &str, reply: &(impl std::fmt::Debug + ?Sized)) -> Error {
     Error::new(ErrorKind::Store, format!("unexpected reply to {op}: {reply:?}"))
 }

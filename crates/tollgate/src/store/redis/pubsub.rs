@@ -36,7 +36,7 @@ impl RedisStore {
     /// guard lives. `asked` is when the caller sent the request whose
     /// outcome it will wait for: [`Listening::fresh`] says whether the
     /// channel may have been deaf to a message published since.
-    pub(in crate::store) async fn subscribe(&self, channel: &str, asked: Instant) -> Result<Listening> {
+    pub(crate) async fn subscribe(&self, channel: &str, asked: Instant) -> Result<Listening> {
         let (channel, live_since) = self.subs.acquire(channel).await?;
         Ok(Listening {
             fresh: live_since > asked,

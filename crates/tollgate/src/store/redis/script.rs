@@ -27,38 +27,38 @@ macro_rules! gate_script {
     };
     (@ $lone:expr, $fast:expr, $body:literal) => {
         concat!(
-            include_str!("../gate/lua/keys.lua"),
+            include_str!("../../gate/lua/keys.lua"),
             "\n",
             $lone,
             "\n",
-            include_str!("../gate/lua/head.lua"),
+            include_str!("../../gate/lua/head.lua"),
             "\n",
             $fast,
             "\n",
-            include_str!("../gate/lua/prelude.lua"),
+            include_str!("../../gate/lua/prelude.lua"),
             "\n",
             include_str!($body)
         )
     };
 }
 
-pub(in crate::store) struct Scripts {
-    pub(in crate::store) enter: Script,
-    pub(in crate::store) poll: Script,
-    pub(in crate::store) renew: Script,
-    pub(in crate::store) leave: Script,
-    pub(in crate::store) pass_many: Script,
-    pub(in crate::store) set_capacity: Script,
-    pub(in crate::store) stats: Script,
-    pub(in crate::store) holders: Script,
-    pub(in crate::store) line: Script,
-    pub(in crate::store) admin: Script,
-    pub(in crate::store) limit: Script,
-    pub(in crate::store) set_admission: Script,
-    pub(in crate::store) watch: Script,
-    pub(in crate::store) jobs: Script,
-    pub(in crate::store) schedules: Script,
-    pub(in crate::store) schedule_index: Script,
+pub(crate) struct Scripts {
+    pub(crate) enter: Script,
+    pub(crate) poll: Script,
+    pub(crate) renew: Script,
+    pub(crate) leave: Script,
+    pub(crate) pass_many: Script,
+    pub(crate) set_capacity: Script,
+    pub(crate) stats: Script,
+    pub(crate) holders: Script,
+    pub(crate) line: Script,
+    pub(crate) admin: Script,
+    pub(crate) limit: Script,
+    pub(crate) set_admission: Script,
+    pub(crate) watch: Script,
+    pub(crate) jobs: Script,
+    pub(crate) schedules: Script,
+    pub(crate) schedule_index: Script,
 }
 
 impl Scripts {
@@ -102,80 +102,83 @@ impl Scripts {
             // the lone lease's.
             enter: script(gate_script!(@
                 concat!(
-                    include_str!("../gate/lua/line_write.lua"),
+                    include_str!("../../gate/lua/line_write.lua"),
                     "\n",
-                    include_str!("../gate/lua/enter_line.lua"),
+                    include_str!("../../gate/lua/enter_line.lua"),
                     "\n",
-                    include_str!("../gate/lua/lone_enter.lua")
+                    include_str!("../../gate/lua/lone_enter.lua")
                 ),
-                include_str!("../gate/lua/enter_fast.lua"),
-                "../gate/lua/enter.lua"
+                include_str!("../../gate/lua/enter_fast.lua"),
+                "../../gate/lua/enter.lua"
             )),
-            poll: script(gate_script!("../gate/lua/held_fast.lua", "../gate/lua/poll.lua")),
+            poll: script(gate_script!(
+                "../../gate/lua/held_fast.lua",
+                "../../gate/lua/poll.lua"
+            )),
             renew: script(gate_script!(
-                "../gate/lua/lone_renew.lua",
-                "../gate/lua/held_fast.lua",
-                "../gate/lua/renew.lua"
+                "../../gate/lua/lone_renew.lua",
+                "../../gate/lua/held_fast.lua",
+                "../../gate/lua/renew.lua"
             )),
             // pass_on.lua: the passes' code, shared with pass_many.
             leave: script(gate_script!(@
                 concat!(
-                    include_str!("../gate/lua/line_write.lua"),
+                    include_str!("../../gate/lua/line_write.lua"),
                     "\n",
-                    include_str!("../gate/lua/leave_line.lua"),
+                    include_str!("../../gate/lua/leave_line.lua"),
                     "\n",
-                    include_str!("../gate/lua/lone_leave.lua")
+                    include_str!("../../gate/lua/lone_leave.lua")
                 ),
                 concat!(
-                    include_str!("../gate/lua/pass_on.lua"),
+                    include_str!("../../gate/lua/pass_on.lua"),
                     "\n",
-                    include_str!("../gate/lua/leave_fast.lua")
+                    include_str!("../../gate/lua/leave_fast.lua")
                 ),
-                "../gate/lua/leave.lua"
+                "../../gate/lua/leave.lua"
             )),
             // head.lua's functions and pass_on.lua's, none of prelude.lua:
             // it answers alone or not at all.
             pass_many: script(concat!(
-                include_str!("../gate/lua/keys.lua"),
+                include_str!("../../gate/lua/keys.lua"),
                 "\n",
-                include_str!("../gate/lua/head.lua"),
+                include_str!("../../gate/lua/head.lua"),
                 "\n",
-                include_str!("../gate/lua/pass_on.lua"),
+                include_str!("../../gate/lua/pass_on.lua"),
                 "\n",
-                include_str!("../gate/lua/pass_many.lua")
+                include_str!("../../gate/lua/pass_many.lua")
             )),
-            set_capacity: script(gate_script!("../gate/lua/set_capacity.lua")),
-            stats: script(gate_script!("../gate/lua/stats.lua")),
-            holders: script(gate_script!("../gate/lua/holders.lua")),
-            line: script(gate_script!("../gate/lua/line.lua")),
+            set_capacity: script(gate_script!("../../gate/lua/set_capacity.lua")),
+            stats: script(gate_script!("../../gate/lua/stats.lua")),
+            holders: script(gate_script!("../../gate/lua/holders.lua")),
+            line: script(gate_script!("../../gate/lua/line.lua")),
             // admin.lua finds the token, then leave.lua's body releases
             // or cancels it: one path for a leave and an admin's removal.
             admin: script(concat!(
-                include_str!("../gate/lua/keys.lua"),
+                include_str!("../../gate/lua/keys.lua"),
                 "\n",
-                include_str!("../gate/lua/head.lua"),
+                include_str!("../../gate/lua/head.lua"),
                 "\n",
-                include_str!("../gate/lua/prelude.lua"),
+                include_str!("../../gate/lua/prelude.lua"),
                 "\n",
-                include_str!("../gate/lua/admin.lua"),
+                include_str!("../../gate/lua/admin.lua"),
                 "\n",
-                include_str!("../gate/lua/leave.lua")
+                include_str!("../../gate/lua/leave.lua")
             )),
-            limit: script(include_str!("../limit/limit.lua")),
-            set_admission: script(gate_script!("../gate/lua/set_admission.lua")),
+            limit: script(include_str!("../../limit/limit.lua")),
+            set_admission: script(gate_script!("../../gate/lua/set_admission.lua")),
             // Alone: no prelude, since a watch must not expire or write.
-            watch: script(include_str!("../gate/lua/watch.lua")),
+            watch: script(include_str!("../../gate/lua/watch.lua")),
             jobs: script(concat!(
-                include_str!("../jobs/queue.lua"),
+                include_str!("../../jobs/lua/queue.lua"),
                 "\n",
-                include_str!("../jobs/jobs.lua")
+                include_str!("../../jobs/lua/jobs.lua")
             )),
             schedules: script(concat!(
-                include_str!("../jobs/queue.lua"),
+                include_str!("../../jobs/lua/queue.lua"),
                 "\n",
-                include_str!("../schedule/schedule.lua")
+                include_str!("../../schedule/lua/schedule.lua")
             )),
-            schedule_index: script(include_str!("../schedule/index.lua")),
+            schedule_index: script(include_str!("../../schedule/lua/index.lua")),
         }
     }
 }
@@ -217,11 +220,7 @@ impl RedisStore {
     /// (the connection manager's retries) or sends a second request
     /// (NOSCRIPT): against a frozen server such a call took two timeouts.
     /// This is the one deadline of the whole call.
-    pub(in crate::store) async fn within<T>(
-        &self,
-        limit: Duration,
-        op: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
+    pub(crate) async fn within<T>(&self, limit: Duration, op: impl Future<Output = Result<T>>) -> Result<T> {
         match tokio::time::timeout(limit, op).await {
             Ok(out) => out,
             Err(_) => Err(Error::new(
@@ -234,7 +233,7 @@ impl RedisStore {
     /// Runs `script` on `keys` (which share `tagged`'s hash tag) with
     /// `args`, on the plain command connection even on a durable handle:
     /// for scripts that write nothing, for which a WAIT would be waste.
-    pub(in crate::store) async fn invoke_plain<T: redis::FromRedisValue>(
+    pub(crate) async fn invoke_plain<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         keys: &[String],
@@ -274,7 +273,7 @@ impl RedisStore {
     /// `args`. On a durable handle, the script and a `WAIT` go together as
     /// one pipeline on the durable connection (on a cluster, to the slot's
     /// master), so the WAIT counts exactly the script's writes.
-    pub(in crate::store) async fn invoke<T: redis::FromRedisValue>(
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         keys: &[String],

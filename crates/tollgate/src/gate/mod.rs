@@ -1,0 +1,27 @@
+//! The gate: a capacity, leased holders and a FIFO line of waiters, the
+//! one primitive behind [`Lock`], [`Semaphore`], the server's per-resource
+//! queues and its waiting rooms.
+//!
+//! The facade (`handle.rs`: `Gate`, `Lease`, the waiting loops; `lock.rs`,
+//! `semaphore.rs`) stands on the operations in `dispatch.rs`, whose types
+//! are `types.rs`. `memory.rs` (with `line.rs`) is the reference model;
+//! `redis.rs` and the scripts in `lua/` are the same steps on Redis;
+//! `tests/stores_agree.rs` holds one to the other.
+
+mod dispatch;
+mod handle;
+mod line;
+mod lock;
+pub(crate) mod memory;
+pub(crate) mod passing;
+pub(crate) mod redis;
+mod semaphore;
+pub(crate) mod types;
+
+pub use self::handle::{Entered, Gate, GateOptions, Granted, Lease, MAX_PASSES, REVOKE_KEEP, TicketStatus};
+pub use self::lock::Lock;
+pub use self::semaphore::Semaphore;
+pub use self::types::{
+    GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_LINE_LIMIT, MAX_REVOKED_PER_WATCH, Occupancy,
+    Place, Waiting,
+};

@@ -1,0 +1,187 @@
+//! The job queue's operations of a [`Store`]: each one atomic step, one
+//! critical section on the embedded store and one script on Redis, sent to
+//! the backend the store has (the Redis arms box their futures: see
+//! `store::Backend`).
+
+use crate::error::Result;
+use crate::name::Name;
+use crate::store::{Backend, Listening, Store};
+
+use super::events::{EventId, JobEvents};
+use super::types as jobs;
+
+impl Store {
+    /// Makes sure pushes to job queue `queue` wake consumers in this
+    /// process (Redis: subscribes to the queue's channel).
+    pub(crate) async fn listen_jobs(&self, queue: &Name) -> Result<Option<Listening>> {
+        match &self.backend {
+            Backend::Memory(_) => Ok(None),
+            Backend::Redis(s) => Box::pin(s.listen_jobs(queue)).await.map(Some),
+        }
+    }
+
+    /// The partition count in force for the sharded queue whose base name
+    /// is `q`: stored with `q`, or 1 if `q` holds jobs, or none. With
+    /// `store`, stores `want` in the same step if the count in force is
+    /// `expect`, or there is none, or the jobs in `q` imply `want` (1).
+    /// Answers the count in force afterwards (`want` if none) and whether
+    /// it is stored.
+    pub(crate) async fn job_layout(&self, q: &Name, layout: &jobs::Layout) -> Result<(u32, bool)> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_layout(q, layout)).await,
+            Backend::Redis(s) => Box::pin(s.job_layout(q, layout)).await,
+        }
+    }
+
+    /// Pushes a batch of jobs in one step.
+    pub(crate) async fn job_push(
+        &self,
+        q: &Name,
+        reqs: &[jobs::PushReq<'_>],
+    ) -> Result<Vec<jobs::PushOutcome>> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_push(q, reqs)).await?,
+            Backend::Redis(s) => Box::pin(s.job_push(q, reqs)).await,
+        }
+    }
+
+    /// Closes queue `q` to pushes while it holds nothing (`close`), or
+    /// opens it again, in one step. Answers whether that was done, and the
+    /// ready, delayed, in-flight and dead counts.
+    pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_retire(q, close)).await,
+            Backend::Redis(s) => Box::pin(s.job_retire(q, close)).await,
+        }
+    }
+
+    /// Acks the deliveries `claim.acks` (whether each was that
+    /// delivery's), then claims up to `claim.max` jobs (none with 0), in
+    /// one step.
+    pub(crate) async fn job_claim(
+        &self,
+        q: &Name,
+        claim: &jobs::Claim<'_>,
+    ) -> Result<(Vec<bool>, jobs::ClaimOutcome)> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_claim(q, claim)).await,
+            Backend::Redis(s) => Box::pin(s.job_claim(q, claim)).await,
+        }
+    }
+
+    pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
+        match &self.backend {
+            Backend::Memory(s) => s.read(|s| s.job_done(q, limit)).await,
+            Backend::Redis(s) => Box::pin(s.job_done(q, limit)).await,
+        }
+    }
+
+    pub(crate) async fn job_nack(&self, q: &Name, nack: &jobs::Nack<'_>) -> Result<jobs::NackOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_nack(q, nack)).await,
+            Backend::Redis(s) => Box::pin(s.job_nack(q, nack)).await,
+        }
+    }
+
+    pub(crate) async fn job_extend(&self, q: &Name, extend: &jobs::Extend<'_>) -> Result<Option<u64>> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_extend(q, extend)).await,
+            Backend::Redis(s) => Box::pin(s.job_extend(q, extend)).await,
+        }
+    }
+
+    pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<jobs::CancelOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_cancel(q, id)).await,
+            Backend::Redis(s) => Box::pin(s.job_cancel(q, id)).await,
+        }
+    }
+
+    pub(crate) async fn job_reschedule(
+        &self,
+        q: &Name,
+        id: &str,
+        when: jobs::When,
+    ) -> Result<jobs::RescheduleOutcome> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_reschedule(q, id, when)).await,
+            Backend::Redis(s) => Box::pin(s.job_reschedule(q, id, when)).await,
+        }
+    }
+
+    pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
+        match &self.backend {
+            Backend::Memory(s) => s.read(|s| s.job_dead(q, limit)).await,
+            Backend::Redis(s) => Box::pin(s.job_dead(q, limit)).await,
+        }
+    }
+
+    /// Job `id` of queue `q` as it stands (read only).
+    pub(crate) async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<jobs::RawInfo>> {
+        match &self.backend {
+            Backend::Memory(s) => s.read(|s| s.job_get(q, id, whole)).await,
+            Backend::Redis(s) => Box::pin(s.job_get(q, id, whole)).await,
+        }
+    }
+
+    /// Up to `limit` jobs of queue `q` in `state`, from `from` (read only).
+    pub(crate) async fn job_list(
+        &self,
+        q: &Name,
+        state: jobs::RawState,
+        from: Option<&jobs::ListFrom<'_>>,
+        limit: usize,
+    ) -> Result<Vec<jobs::RawInfo>> {
+        match &self.backend {
+            Backend::Memory(s) => s.read(|s| s.job_list(q, state, from, limit)).await,
+            Backend::Redis(s) => Box::pin(s.job_list(q, state, from, limit)).await,
+        }
+    }
+
+    pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_replay(q, id)).await,
+            Backend::Redis(s) => Box::pin(s.job_replay(q, id)).await,
+        }
+    }
+
+    pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_purge(q, id)).await,
+            Backend::Redis(s) => Box::pin(s.job_purge(q, id)).await,
+        }
+    }
+
+    pub(crate) async fn job_exists(&self, q: &Name) -> Result<bool> {
+        match &self.backend {
+            Backend::Memory(s) => s.read(|s| s.job_exists(q)).await,
+            Backend::Redis(s) => Box::pin(s.job_exists(q)).await,
+        }
+    }
+
+    /// A live feed of queue `q`'s events, first replaying those the store
+    /// still holds after `since` (jobs/events.rs).
+    pub(crate) async fn job_events(&self, q: &Name, since: Option<EventId>) -> Result<JobEvents> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(s.job_events.subscribe_memory(q, since)),
+            Backend::Redis(s) => Box::pin(self.job_events.subscribe_redis(s, q, since)).await,
+        }
+    }
+
+    /// Pauses queue `q` (`pause`: it takes pushes, claims get nothing) or
+    /// resumes it, waking its sleeping consumers. Answers whether that
+    /// changed it.
+    pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
+        match &self.backend {
+            Backend::Memory(s) => s.write(|s| s.job_pause(q, pause)).await,
+            Backend::Redis(s) => Box::pin(s.job_pause(q, pause)).await,
+        }
+    }
+
+    pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
+        match &self.backend {
+            Backend::Memory(s) => s.read(|s| s.job_stats(q)).await,
+            Backend::Redis(s) => Box::pin(s.job_stats(q)).await,
+        }
+    }
+}

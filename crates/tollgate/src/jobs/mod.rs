@@ -1,0 +1,28 @@
+//! Job queues: delayed and reliable jobs, each delivered to one consumer at
+//! a time, redelivered when its lease runs out, retried with backoff, dead
+//! letters kept (docs/JOBS.md).
+//!
+//! The facade is `queue.rs` (`JobQueue`) and `sharded.rs` (one queue over
+//! K partitions, which the server and CLI use for every queue); both stand
+//! on the operations in `dispatch.rs`, whose types are `types.rs`.
+//! `memory.rs` is the reference model; `lua/jobs.lua` (after
+//! `lua/queue.lua`, driven by `redis.rs`) is the same steps on Redis, one
+//! script, the operation in ARGV[1]; the conformance suite
+//! `tests/job_queue.rs`, run on every store, holds one to the other.
+//! `events.rs` is the live feed of a queue's events.
+
+mod dispatch;
+pub(crate) mod events;
+pub(crate) mod memory;
+pub(crate) mod queue;
+pub(crate) mod redis;
+pub(crate) mod sharded;
+pub(crate) mod types;
+
+pub use self::events::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
+pub use self::queue::{
+    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, JOB_LISTING_BYTES, JOB_PREVIEW_BYTES,
+    Job, JobInfo, JobPage, JobQueue, JobState, LATENESS_BOUNDS_MS, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY,
+    MAX_JOB_ID_LEN, MAX_JOB_LIST, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry,
+};
+pub use self::sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
