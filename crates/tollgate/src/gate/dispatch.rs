@@ -4,9 +4,9 @@
 //! `store::Backend`).
 
 use crate::error::Result;
-use crate::name::Name;
 use crate::store::{Backend, Listening, Store, Watch};
 
+use super::memory::memory_barge_key;
 use super::types::{
     Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, MAX_CURSOR,
     MAX_REVOKED_PER_WATCH, Pass, Poll, Waiting,
@@ -165,10 +165,4 @@ impl Store {
             Backend::Redis(s) => Box::pin(s.listen(gate, asked)).await.map(Some),
         }
     }
-}
-
-/// The key barging waiters of a gate on the memory store watch (ticket ids
-/// are letters and digits, so it names no ticket).
-pub(crate) fn memory_barge_key(gate: &Name) -> String {
-    format!("gate {gate}")
 }

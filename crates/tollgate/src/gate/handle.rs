@@ -1,22 +1,15 @@
 //! The Gate: a capacity, leased holders and a FIFO line of waiters. Locks and
 //! semaphores are thin facades over it.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::Store;
 use crate::store::registry::Kind;
-use crate::store::timers::Timed;
 
-use super::passing::{Bargers, Taken};
 use super::types::{
     Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, MAX_LINE_LIMIT,
     Occupancy, Pass, Place, Poll, Waiting, check_capacity,
@@ -109,13 +102,13 @@ pub enum TicketStatus {
 /// belong to the head of the line, which gets them handed over directly.
 #[derive(Debug, Clone)]
 pub struct Gate {
-    store: Store,
-    name: GateName,
-    capacity: Option<u32>,
-    ttl_ms: u64,
-    heartbeat_ms: u64,
-    auto_renew: bool,
-    fair: bool,
+    pub(super) store: Store,
+    pub(super) name: GateName,
+    pub(super) capacity: Option<u32>,
+    pub(super) ttl_ms: u64,
+    pub(super) heartbeat_ms: u64,
+    pub(super) auto_renew: bool,
+    pub(super) fair: bool,
 }
 
 impl Gate {
@@ -143,7 +136,7 @@ impl Gate {
         &self.name
     }
 
-    fn check_permits(&self, permits: u32) -> Result<()> {
+    pub(super) fn check_permits(&self, permits: u32) -> Result<()> {
         if permits == 0 {
             return Err(Error::invalid("permits must be at least 1"));
         }
@@ -157,7 +150,7 @@ impl Gate {
         Ok(())
     }
 
-    fn request<'a>(&self, id: &'a str, permits: u32, queue: bool) -> EnterRequest<'a> {
+    pub(super) fn request<'a>(&self, id: &'a str, permits: u32, queue: bool) -> EnterRequest<'a> {
         EnterRequest {
             id,
             permits,
@@ -197,7 +190,7 @@ impl Gate {
     /// Enters through the store. A grant that the replicas did not confirm
     /// (durable handles) is given back at once, so it cannot linger as a
     /// holder nobody knows.
-    async fn enter_store(&self, id: &str, req: &EnterRequest<'_>) -> Result<Entry> {
+    pub(super) async fn enter_store(&self, id: &str, req: &EnterRequest<'_>) -> Result<Entry> {
         let out = self.store.enter(&self.name, req).await;
         self.store.register_after(Kind::Gates, &self.name, &out).await;
         match out {
@@ -451,256 +444,6 @@ impl Gate {
     pub async fn stats(&self) -> Result<GateStats> {
         self.store.stats(&self.name).await
     }
-
-    /// Takes `permits` if they are free and nobody waits; `None` otherwise.
-    pub async fn try_acquire(&self, permits: u32) -> Result<Option<Lease>> {
-        self.acquire(permits, Duration::ZERO).await
-    }
-
-    /// Takes `permits`, waiting in line up to `wait`; `None` if the wait ran
-    /// out. Dropping the future leaves the line.
-    pub async fn acquire(&self, permits: u32, wait: Duration) -> Result<Option<Lease>> {
-        self.acquire_as(permits, wait, None).await
-    }
-
-    /// [`Gate::acquire`] with a label saying who holds (or waits), shown by
-    /// [`Gate::holders`]: 1 to 64 printable ASCII characters.
-    pub async fn acquire_as(
-        &self,
-        permits: u32,
-        wait: Duration,
-        label: Option<&str>,
-    ) -> Result<Option<Lease>> {
-        self.check_permits(permits)?;
-        if let Some(label) = label {
-            check_label(label)?;
-        }
-
-        if !self.fair && !wait.is_zero() {
-            // Boxed: a waiting future stays small (tests/future_sizes.rs).
-            return Box::pin(self.barge(permits, wait, label)).await;
-        }
-        let deadline = Instant::now() + wait;
-        let id = new_id();
-        // Registered before entering, so a hand-off cannot slip past us.
-        let watch = self.store.watch(&id);
-        let queue = !wait.is_zero();
-        let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
-
-        let mut sent = Instant::now();
-        // Armed before the call: a future dropped while the store is already
-        // queueing (or granting) it must still leave, or the place (or the
-        // permits) would stay taken until the heartbeat (or TTL) ran out.
-        // The leave goes out after the enter, on the same connection.
-        let mut ticket = InLine {
-            gate: Some(self.clone()),
-            id: id.clone(),
-        };
-        match self
-            .enter_store(
-                &id,
-                &EnterRequest {
-                    label,
-                    ..self.request(&id, permits, queue)
-                },
-            )
-            .await?
-        {
-            Entry::Granted(g) => {
-                ticket.gate = None;
-                return Ok(Some(self.lease(id, permits, g, sent, 0)));
-            }
-            Entry::Busy(_) => {
-                ticket.gate = None;
-                return Ok(None);
-            }
-            Entry::Queued(_) => {}
-        }
-        let heartbeat = Duration::from_millis(self.heartbeat_ms);
-        let listening = self.store.listen(&self.name, sent).await?;
-        let mut look_now = listening.as_ref().is_some_and(|l| l.fresh);
-        loop {
-            if !look_now {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let handed = watch.wait(recheck.min(left)).await;
-                // A hand-off names the fence; the lease lives until our
-                // heartbeat deadline, and renewal extends it to a full TTL.
-                // Leases that are not renewed pick up the full TTL by polling.
-                let until = sent + heartbeat;
-                // (Not on a durable store: the poll below makes this grant
-                // wait for the replicas too.)
-                if let Some(fence) = handed
-                    && self.auto_renew
-                    && !self.store.is_durable()
-                    && until > Instant::now() + heartbeat / 4
-                {
-                    ticket.gate = None;
-                    return Ok(Some(Lease::start(
-                        self.clone(),
-                        id,
-                        permits,
-                        fence,
-                        sent,
-                        until,
-                        0,
-                    )));
-                }
-            }
-            look_now = false;
-            sent = Instant::now();
-            let polled = match self
-                .store
-                .poll(&self.name, &id, self.ttl_ms, self.heartbeat_ms)
-                .await
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    // Leave the line now, not in a task that a process
-                    // exiting on this error would never run: a ticket left
-                    // behind blocks the line until its heartbeat runs out.
-                    // (The guard stays armed while the leave runs, in case
-                    // this future is dropped meanwhile.)
-                    let _ = self.store.leave(&self.name, &id).await;
-                    ticket.gate = None;
-                    return Err(e);
-                }
-            };
-            match polled {
-                Poll::Granted(g) => {
-                    // Without a notification first, this is the fallback
-                    // re-check doing its job: a hand-off message was lost
-                    // (or this lease is not renewed, so it polls on purpose).
-                    tracing::debug!(gate = %self.name, fence = g.fence, "granted found by polling");
-                    ticket.gate = None;
-                    return Ok(Some(self.lease(id, permits, g, sent, 0)));
-                }
-                Poll::Queued(_) => {}
-                Poll::Removed => {
-                    // Taken out by an admin: stop, told why (nothing to
-                    // leave).
-                    ticket.gate = None;
-                    return Err(removed());
-                }
-                Poll::Unknown => {
-                    // Dropped from the line (this process stalled past its
-                    // heartbeat, or the store lost its data): queue again.
-                    sent = Instant::now();
-                    if let Entry::Granted(g) = self
-                        .store
-                        .enter(
-                            &self.name,
-                            &EnterRequest {
-                                label,
-                                ..self.request(&id, permits, true)
-                            },
-                        )
-                        .await?
-                    {
-                        ticket.gate = None;
-                        return Ok(Some(self.lease(id, permits, g, sent, 0)));
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
-        }
-        ticket.gate = None;
-        // A hand-off racing with the deadline is released here, not leaked.
-        self.store.leave(&self.name, &id).await?;
-        Ok(None)
-    }
-
-    /// A non-fair acquire ([`GateOptions::fair`] false): takes free permits
-    /// even while others wait; when there are none, waits outside the line
-    /// until permits are freed (or a recheck) and tries again. Meanwhile it
-    /// waits in this process's queue of such acquires on the gate, so a
-    /// release here can pass its permits straight on to it (see
-    /// [`Lease::release`]); while that queue holds one asking for no more
-    /// than it does, a newcomer joins it rather than trying first (it would
-    /// lose to the permits' pass).
-    async fn barge(&self, permits: u32, wait: Duration, label: Option<&str>) -> Result<Option<Lease>> {
-        let deadline = Instant::now() + wait;
-        let recheck = Duration::from_millis((self.heartbeat_ms / 3).min(1000));
-        // Listening and watching before the first try, so permits freed
-        // after it cannot go unnoticed.
-        let _listening = self.store.listen(&self.name, Instant::now()).await?;
-        let freed = self.store.watch_freed(&self.name);
-        // A labelled acquire is never passed to (a pass takes no label),
-        // nor is one on a durable handle (see `Store::durable`).
-        let passable = label.is_none() && !self.store.is_durable();
-        // A newcomer joins others of this process already waiting (for as
-        // few permits or fewer) rather than trying first; once woken, it
-        // tries.
-        let mut join_first = passable && self.store.bargers().any(self.name.as_str(), permits);
-        loop {
-            let id = new_id();
-            if !std::mem::take(&mut join_first) {
-                let sent = Instant::now();
-                // A future dropped while its grant is on the way still
-                // gives the permits back.
-                let mut attempt = InLine {
-                    gate: Some(self.clone()),
-                    id: id.clone(),
-                };
-                let entry = self
-                    .enter_store(
-                        &id,
-                        &EnterRequest {
-                            label,
-                            barge: true,
-                            ..self.request(&id, permits, false)
-                        },
-                    )
-                    .await?;
-                attempt.gate = None;
-                match entry {
-                    Entry::Granted(g) => return Ok(Some(self.lease(id, permits, g, sent, 0))),
-                    Entry::Busy(_) => {}
-                    Entry::Queued(_) => {
-                        // Not asked to queue: give the place back, and say so.
-                        self.store.leave(&self.name, &id).await?;
-                        return Err(Error::new(
-                            ErrorKind::Store,
-                            "the store queued a request that did not ask to",
-                        ));
-                    }
-                }
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            if !passable {
-                freed.wait(recheck.min(left)).await;
-                continue;
-            }
-            let mut place = Bargers::join(&self.store, &self.name, &id, permits, self.ttl_ms);
-            let woken = tokio::select! {
-                passed = place.passed() => Some(passed),
-                _ = freed.wait(recheck.min(left)) => None,
-            };
-            let passed = match woken {
-                Some(passed) => passed,
-                // A release that took this place is answering; not waited
-                // for past the deadline (its grant, if any, comes back).
-                None => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    tokio::time::timeout(left, place.leave()).await.ok().flatten()
-                }
-            };
-            if let Some((grant, sent, passes)) = passed {
-                return Ok(Some(self.lease(id, permits, grant, sent, passes)));
-            }
-        }
-    }
-
-    /// The lease of a grant; `passes`: how many releases in a row passed
-    /// their permits on to reach it (see [`Lease::release`]).
-    fn lease(&self, token: String, permits: u32, grant: Grant, sent: Instant, passes: u32) -> Lease {
-        let until = sent + Duration::from_millis(grant.ttl_ms);
-        Lease::start(self.clone(), token, permits, grant.fence, sent, until, passes)
-    }
 }
 
 /// At most this many releases in a row on a non-fair handle pass their
@@ -719,7 +462,7 @@ pub const REVOKE_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest a revocation is kept ([`Gate::end`]).
 const MAX_KEEP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
-fn granted(token: String, g: Grant) -> Granted {
+pub(super) fn granted(token: String, g: Grant) -> Granted {
     Granted {
         token,
         fence: g.fence,
@@ -727,19 +470,19 @@ fn granted(token: String, g: Grant) -> Granted {
     }
 }
 
-fn lost() -> Error {
-    Error::new(ErrorKind::LeaseLost, "the lease had already ended")
+pub(super) fn removed() -> Error {
+    Error::new(ErrorKind::Removed, "an admin removed this ticket from the line")
 }
 
-fn removed() -> Error {
-    Error::new(ErrorKind::Removed, "an admin removed this ticket from the line")
+pub(super) fn lost() -> Error {
+    Error::new(ErrorKind::LeaseLost, "the lease had already ended")
 }
 
 /// A ticket in line, or a grant on its way (an enter or a pass whose answer
 /// is not in yet): given back if the future is dropped.
-struct InLine {
-    gate: Option<Gate>,
-    id: String,
+pub(super) struct InLine {
+    pub(super) gate: Option<Gate>,
+    pub(super) id: String,
 }
 
 impl Drop for InLine {
@@ -750,380 +493,5 @@ impl Drop for InLine {
                 let _ = gate.store.leave(&gate.name, &id).await;
             });
         }
-    }
-}
-
-/// A held lease: some permits of a gate, until released or expired.
-///
-/// Release it with [`Lease::release`]. If dropped instead, it is released
-/// in a spawned best-effort task. Its loss (expiry, or renewal failing until
-/// the lease ran out) is never silent: [`Lease::lost`] resolves.
-#[derive(Debug)]
-pub struct Lease {
-    shared: Arc<Shared>,
-    /// Released (or known lost): nothing left for `Drop` to do.
-    done: bool,
-}
-
-#[derive(Debug)]
-struct Shared {
-    gate: Gate,
-    token: String,
-    fence: u64,
-    permits: u32,
-    clock: Mutex<LeaseClock>,
-    /// The generation of the lease's one live entry in the store's timers
-    /// (`store/timers.rs`); 0 once the lease is released or dropped, so no
-    /// entry of it fires again. Changed only under `clock`'s lock, so a
-    /// renewal's answer never overwrites a newer `extend`.
-    timer: AtomicU64,
-    lost: watch::Sender<bool>,
-    /// How many releases in a row passed their permits on to reach this
-    /// lease (0: granted by the store on its own).
-    passes: u32,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct LeaseClock {
-    /// When the request that granted or last renewed the lease was sent:
-    /// the store's deadline is at least the granted TTL after this.
-    sent: Instant,
-    /// The lease's end by this process's clock (a safe underestimate).
-    deadline: Instant,
-    /// TTL to renew with.
-    ttl_ms: u64,
-}
-
-impl Lease {
-    fn start(
-        gate: Gate,
-        token: String,
-        permits: u32,
-        fence: u64,
-        sent: Instant,
-        deadline: Instant,
-        passes: u32,
-    ) -> Lease {
-        let clock = LeaseClock {
-            sent,
-            deadline,
-            ttl_ms: gate.ttl_ms,
-        };
-        let shared = Arc::new(Shared {
-            token,
-            fence,
-            permits,
-            clock: Mutex::new(clock),
-            timer: AtomicU64::new(1),
-            lost: watch::Sender::new(false),
-            passes,
-            gate,
-        });
-        shared.schedule(1, shared.next_look(&clock));
-        Lease { shared, done: false }
-    }
-
-    /// The fencing token: pass it to the resource you protect and have it
-    /// reject writes with a smaller one than it has seen.
-    pub fn fence(&self) -> u64 {
-        self.shared.fence
-    }
-
-    /// The owner token.
-    pub fn token(&self) -> &str {
-        &self.shared.token
-    }
-
-    /// Permits this lease holds.
-    pub fn permits(&self) -> u32 {
-        self.shared.permits
-    }
-
-    /// The gate's name.
-    pub fn gate(&self) -> &Name {
-        &self.shared.gate.name
-    }
-
-    /// When the lease ends unless renewed, by this process's clock (a safe
-    /// underestimate of the store's).
-    pub fn expires_at(&self) -> Instant {
-        self.shared.clock().deadline
-    }
-
-    /// Whether the lease is known to be lost.
-    pub fn is_lost(&self) -> bool {
-        *self.shared.lost.borrow()
-    }
-
-    /// Resolves when the lease is lost: it expired, renewal was refused, or
-    /// renewal kept failing until the lease ran out. Never resolves for a
-    /// lease that is released in time.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut rx = self.shared.lost.subscribe();
-        async move {
-            if rx.wait_for(|lost| *lost).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-
-    /// Extends the lease to `ttl` from now (and uses `ttl` for automatic
-    /// renewals from then on). Fails with [`ErrorKind::LeaseLost`] if it had
-    /// already ended.
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        let ttl_ms = check_ttl("ttl", ttl)?;
-        let s = &self.shared;
-        let sent = Instant::now();
-        match s.gate.store.renew(&s.gate.name, &s.token, ttl_ms).await? {
-            Some(g) => {
-                let clock = LeaseClock {
-                    sent,
-                    deadline: sent + Duration::from_millis(g.ttl_ms),
-                    ttl_ms,
-                };
-                // The next renewal (or expiry check) moves with the new
-                // span; whatever was scheduled before is superseded.
-                let mut c = s.clock.lock().unwrap_or_else(PoisonError::into_inner);
-                let current = s.timer.load(AtomicOrdering::SeqCst);
-                let next = current + 1;
-                let moved = current != 0
-                    && s.timer
-                        .compare_exchange(current, next, AtomicOrdering::SeqCst, AtomicOrdering::SeqCst)
-                        .is_ok();
-                *c = clock;
-                drop(c);
-                if moved {
-                    s.schedule(next, s.next_look(&clock));
-                }
-                Ok(())
-            }
-            None => {
-                s.mark_lost();
-                Err(lost())
-            }
-        }
-    }
-
-    /// Releases the lease; its permits go to the head of the line at once.
-    /// Fails with [`ErrorKind::LeaseLost`] if it had already ended, since the
-    /// work done under it may not have been exclusive.
-    ///
-    /// On a non-fair handle ([`GateOptions::fair`] false) whose gate has
-    /// acquires waiting in this process, the release passes its permits
-    /// straight on to the first of them that fits, in the same step, if
-    /// nobody waits in the gate's line (they come first). At most
-    /// [`MAX_PASSES`] releases in a row pass; the next one frees its
-    /// permits for every waiter, in every process, to race for.
-    pub async fn release(mut self) -> Result<()> {
-        self.shared.stop();
-        let s = &self.shared;
-        let taken = if s.gate.fair || s.passes >= MAX_PASSES {
-            None
-        } else {
-            s.gate.store.bargers().take(s.gate.name.as_str(), s.permits)
-        };
-        let left = match taken {
-            None => s.gate.store.leave(&s.gate.name, &s.token).await,
-            Some(to) => s.pass(to).await,
-        };
-        // On a store error `done` stays false and Drop tries once more.
-        let left = left?;
-        self.done = true;
-        if left == Left::Unknown {
-            s.mark_lost();
-            return Err(lost());
-        }
-        Ok(())
-    }
-}
-
-impl Lease {
-    /// Stops renewing and lets the lease end `hold` from now by the store's
-    /// clock, with no release call and nothing left running: the permits
-    /// stay taken until then even if this process exits at once. A hold
-    /// under 10 ms releases now. This is how a job that finished early
-    /// keeps a lock for a minimum time (`lock run --min-hold`), so that
-    /// late starters on other machines find it taken. Fails with
-    /// [`ErrorKind::LeaseLost`] if the lease had already ended.
-    pub async fn release_after(mut self, hold: Duration) -> Result<()> {
-        if hold < crate::MIN_TTL {
-            return self.release().await;
-        }
-        let ttl_ms = check_ttl("hold", hold)?;
-        self.shared.stop();
-        let s = &self.shared;
-        // Never released from here on, not even by Drop: if the store
-        // cannot be told, the lease ends at its current deadline.
-        self.done = true;
-        // The renewal sets the lease's end to now + hold on the store's
-        // clock: it shortens a longer lease as well as it extends one.
-        let renewed = s.gate.store.renew(&s.gate.name, &s.token, ttl_ms).await?;
-        if renewed.is_none() {
-            s.mark_lost();
-            return Err(lost());
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.shared.stop();
-        if self.done {
-            return;
-        }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let s = self.shared.clone();
-            rt.spawn(async move {
-                let _ = s.gate.store.leave(&s.gate.name, &s.token).await;
-            });
-        }
-    }
-}
-
-impl Shared {
-    /// Releases the lease and passes its permits on to `to`, a waiting
-    /// acquire of this process, if they are free for it, and tells it.
-    async fn pass(&self, to: Taken) -> Result<Left> {
-        let sent = Instant::now();
-        let pass = Pass {
-            id: &to.id,
-            permits: to.permits,
-            ttl_ms: to.ttl_ms,
-        };
-        // If this future is dropped, or the store's answer lost, while the
-        // pass is on its way, whatever it granted goes back (as for an
-        // enter, see `InLine`).
-        let mut on_the_way = InLine {
-            gate: Some(self.gate.clone()),
-            id: to.id.clone(),
-        };
-        let passed = self.gate.store.pass(&self.gate.name, &self.token, &pass).await;
-        let (left, grant) = match passed {
-            Ok(r) => r,
-            Err(e) => {
-                // It tries on its own.
-                to.deliver(None);
-                return Err(e);
-            }
-        };
-        let handed = grant.map(|g| (g, sent, self.passes + 1));
-        if to.deliver(handed) || grant.is_none() {
-            on_the_way.gate = None;
-        }
-        // Otherwise its acquire was given up meanwhile: the guard gives
-        // the permits back (in a task of its own, so neither a failure nor
-        // this future's drop can keep them, and this release's outcome is
-        // its own).
-        Ok(left)
-    }
-
-    fn clock(&self) -> LeaseClock {
-        *self.clock.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn mark_lost(&self) {
-        self.lost.send_replace(true);
-    }
-
-    /// No more renewals or expiry checks: released, or left to end.
-    fn stop(&self) {
-        self.timer.store(0, AtomicOrdering::SeqCst);
-    }
-
-    /// When to look at the lease next: a third of its current span in (if
-    /// it is renewed), else at its end.
-    fn next_look(&self, c: &LeaseClock) -> Instant {
-        if self.gate.auto_renew {
-            c.sent + (c.deadline - c.sent) / 3
-        } else {
-            c.deadline
-        }
-    }
-
-    fn schedule(self: &Arc<Self>, generation: u64, at: Instant) {
-        let timers = self.gate.store.timers().clone();
-        let me: Weak<dyn Timed> = Arc::downgrade(self) as Weak<dyn Timed>;
-        timers.insert(at, generation, me);
-    }
-
-    /// Moves the lease's timer on from `generation` (if it is still the
-    /// current one) to run again at `at`, setting the clock to `clock`
-    /// first if given.
-    fn reschedule(self: &Arc<Self>, generation: u64, clock: Option<LeaseClock>, at: Instant) {
-        let mut c = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
-        let next = generation + 1;
-        if self
-            .timer
-            .compare_exchange(generation, next, AtomicOrdering::SeqCst, AtomicOrdering::SeqCst)
-            .is_err()
-        {
-            // Released, or `extend` moved the lease on meanwhile.
-            return;
-        }
-        if let Some(clock) = clock {
-            *c = clock;
-        }
-        drop(c);
-        self.schedule(next, at);
-    }
-
-    /// Declares the lease lost unless it was released meanwhile (a renewal
-    /// racing a release is refused, and that is no loss).
-    fn lost_at(&self, generation: u64) {
-        if self.is_current(generation) {
-            self.mark_lost();
-            self.stop();
-        }
-    }
-
-    /// One look at the lease, due for timer entry `generation`: renews it
-    /// (if asked to) and declares it lost when the store refuses, or when
-    /// its deadline passes without a successful renewal.
-    async fn look(self: Arc<Self>, generation: u64) {
-        let c = self.clock();
-        let now = Instant::now();
-        if now >= c.deadline {
-            self.lost_at(generation);
-            return;
-        }
-        if !self.gate.auto_renew {
-            self.reschedule(generation, None, c.deadline);
-            return;
-        }
-        let left = c.deadline.saturating_duration_since(now);
-        let renewal = self.gate.store.renew(&self.gate.name, &self.token, c.ttl_ms);
-        match tokio::time::timeout(left, renewal).await {
-            Ok(Ok(Some(g))) => {
-                let clock = LeaseClock {
-                    sent: now,
-                    deadline: now + Duration::from_millis(g.ttl_ms),
-                    ttl_ms: c.ttl_ms,
-                };
-                self.reschedule(generation, Some(clock), self.next_look(&clock));
-            }
-            Ok(Ok(None)) => self.lost_at(generation),
-            Ok(Err(e)) => {
-                if !self.is_current(generation) {
-                    return;
-                }
-                tracing::warn!(gate = %self.gate.name, error = %e, "lease renewal failed; retrying");
-                let ttl = Duration::from_millis(c.ttl_ms);
-                let retry = Instant::now() + (ttl / 10).min(Duration::from_millis(250));
-                self.reschedule(generation, None, retry.min(c.deadline));
-            }
-            // The store did not answer before the lease ran out.
-            Err(_) => self.lost_at(generation),
-        }
-    }
-}
-
-impl Timed for Shared {
-    fn is_current(&self, generation: u64) -> bool {
-        self.timer.load(AtomicOrdering::SeqCst) == generation
-    }
-
-    fn fire(self: Arc<Self>, generation: u64) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        Box::pin(self.look(generation))
     }
 }

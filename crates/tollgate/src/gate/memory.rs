@@ -540,7 +540,7 @@ impl MemoryStore {
             self.wakers.hand_off(id, *fence);
         }
         if free > 0 {
-            self.wakers.wake(&super::dispatch::memory_barge_key(gate), free);
+            self.wakers.wake(&memory_barge_key(gate), free);
         }
         out
     }
@@ -840,4 +840,10 @@ impl MemoryStore {
             })
         })
     }
+}
+
+/// The key barging waiters of a gate on the memory store watch (ticket ids
+/// are letters and digits, so it names no ticket).
+pub(crate) fn memory_barge_key(gate: &Name) -> String {
+    format!("gate {gate}")
 }

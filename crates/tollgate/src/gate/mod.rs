@@ -8,17 +8,23 @@
 //! `redis.rs` and the scripts in `lua/` are the same steps on Redis;
 //! `tests/stores_agree.rs` holds one to the other.
 
+mod acquire;
+pub(crate) mod bargers;
 mod dispatch;
 mod handle;
+mod keys;
+mod lease;
 mod line;
 mod lock;
 pub(crate) mod memory;
-pub(crate) mod passing;
+pub(crate) mod pass_groups;
+mod passing;
 pub(crate) mod redis;
 mod semaphore;
 pub(crate) mod types;
 
-pub use self::handle::{Entered, Gate, GateOptions, Granted, Lease, MAX_PASSES, REVOKE_KEEP, TicketStatus};
+pub use self::handle::{Entered, Gate, GateOptions, Granted, MAX_PASSES, REVOKE_KEEP, TicketStatus};
+pub use self::lease::Lease;
 pub use self::lock::Lock;
 pub use self::semaphore::Semaphore;
 pub use self::types::{

@@ -2,8 +2,7 @@
 //! script's reply (scripts in `lua/`: `head.lua` and `prelude.lua` are
 //! prepended to each, see `store/redis/script.rs`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use redis::{Script, Value};
@@ -11,25 +10,13 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, ready_ones_first, unexpected};
 
+use super::pass_groups::{GroupedPass, PassGroups};
 use super::types::{
     Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Pass,
     Place, Poll, Waiting, capacity_conflict, no_capacity, permits_exceed,
 };
-
-/// A gate's key on Redis as the scripts take it (the meta hash m: they
-/// derive the others from its name, see head.lua, since each key argument
-/// costs Redis time on every call), its pub/sub channel, and the base they
-/// start with, for the key prefix `prefix`.
-#[derive(Debug, Clone)]
-pub(crate) struct GateKeys {
-    pub(super) prefix: String,
-    base: String,
-    keys: [String; 1],
-    channel: String,
-}
 
 /// Whether `req` is a Lock's (one permit of a gate of one, no label, not
 /// barging), which goes in the short form lone_enter.lua reads.
@@ -45,37 +32,6 @@ fn lone(req: &EnterRequest<'_>) -> bool {
 /// docs/BENCHMARKS.md.)
 fn line_hint(gate: &GateName, req: &EnterRequest<'_>) -> bool {
     lone(req) && req.queue && gate.lined() && gate.one_permit()
-}
-
-/// keys.lua's INLINE: a gate of at most this capacity keeps its holders
-/// inline in its meta hash, where pass_many.lua can make passes.
-pub(super) const INLINE: u32 = 8;
-
-/// Passes waiting to go out together, per gate (its meta key): see
-/// `RedisStore::pass`.
-#[derive(Debug, Default)]
-pub(crate) struct PassGroups(Mutex<HashMap<String, Vec<GroupedPass>>>);
-
-#[derive(Debug)]
-pub(crate) struct GroupedPass {
-    from: String,
-    to: String,
-    permits: u32,
-    ttl_ms: u64,
-    tx: oneshot::Sender<Result<(Left, Option<Grant>)>>,
-}
-
-impl GateKeys {
-    pub(super) fn new(prefix: &str, gate: &Name) -> GateKeys {
-        let base = format!("{prefix}:gate:{{{}}}", gate.as_str());
-        let key = |suffix: &str| format!("{base}{suffix}");
-        GateKeys {
-            prefix: prefix.to_owned(),
-            keys: [key(":m")],
-            channel: key(":n"),
-            base,
-        }
-    }
 }
 
 impl RedisStore {
@@ -546,7 +502,7 @@ mod tests {
     use crate::name::Name;
     use crate::store::Store;
 
-    use super::INLINE;
+    use crate::gate::keys::INLINE;
 
     /// A redis-server of this test's own on a free port, killed on drop.
     struct Server(Child);

@@ -21,7 +21,7 @@ use crate::name::Name;
 #[derive(Debug, Clone)]
 pub(crate) struct GateName {
     name: Name,
-    redis: Arc<OnceLock<super::redis::GateKeys>>,
+    redis: Arc<OnceLock<super::keys::GateKeys>>,
     /// The capacity the handle names, if any: one permit (a mutex) is a
     /// hint the Redis store passes to its release script, which checks it
     /// against the stored capacity before taking its one-permit path; up
@@ -65,23 +65,23 @@ impl GateName {
     }
 
     /// The handle names a capacity of more than one permit whose holders a
-    /// Redis gate keeps inline (see `super::redis::INLINE`).
+    /// Redis gate keeps inline (see `super::keys::INLINE`).
     pub(crate) fn inline_sized(&self) -> bool {
         self.capacity
-            .is_some_and(|c| (2..=super::redis::INLINE).contains(&c))
+            .is_some_and(|c| (2..=super::keys::INLINE).contains(&c))
     }
 
     /// The keys on a Redis store whose key prefix is `prefix`.
-    pub(crate) fn redis_keys(&self, prefix: &str) -> Cow<'_, super::redis::GateKeys> {
+    pub(crate) fn redis_keys(&self, prefix: &str) -> Cow<'_, super::keys::GateKeys> {
         let keys = self
             .redis
-            .get_or_init(|| super::redis::GateKeys::new(prefix, &self.name));
+            .get_or_init(|| super::keys::GateKeys::new(prefix, &self.name));
         if keys.prefix == prefix {
             Cow::Borrowed(keys)
         } else {
             // A handle used with a second store (another prefix): correct,
             // just not cached.
-            Cow::Owned(super::redis::GateKeys::new(prefix, &self.name))
+            Cow::Owned(super::keys::GateKeys::new(prefix, &self.name))
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::name::Name;
 use crate::schedule::types::{Due, Fire, FireOutcome, LOOKAHEAD_MS, Next, RawSchedule};
 
-use super::schedules::{Parsed, ScheduleSpec, Schedules, ms, refusal_error};
+use super::schedules::{Parsed, Schedules, refusal_error};
 use super::{MAX_CATCH_UP, Misfire};
 
 /// How many due schedules one store read answers.
@@ -59,21 +59,6 @@ pub struct FiredJob {
     pub lag: Duration,
 }
 
-/// The first tick of `spec` at or after `from_ms` (and its start), if
-/// any before its end.
-pub(crate) fn first_tick(spec: &ScheduleSpec, from_ms: u64) -> Option<u64> {
-    let start = spec.start.map_or(0, ms).max(from_ms);
-    let tick = spec.when.next_after(start.saturating_sub(1))?;
-    within_end(spec, tick)
-}
-
-fn within_end(spec: &ScheduleSpec, tick: u64) -> Option<u64> {
-    match spec.end {
-        Some(end) if tick > ms(end) => None,
-        _ => Some(tick),
-    }
-}
-
 /// A fixed spread in `[0, jitter)` for job `id`: FNV-1a of the id, so
 /// every process agrees.
 fn spread(id: &str, jitter: Duration) -> u64 {
@@ -102,7 +87,7 @@ fn plan(name: &str, raw: &RawSchedule, parsed: &Parsed, now: u64) -> Option<Plan
     let spec = &parsed.spec;
     let base = match raw.next {
         Next::At(t) => t,
-        Next::FromStart => match first_tick(spec, raw.from_ms) {
+        Next::FromStart => match spec.first_tick(raw.from_ms) {
             Some(t) => t,
             None => {
                 return Some(Plan {
@@ -121,10 +106,10 @@ fn plan(name: &str, raw: &RawSchedule, parsed: &Parsed, now: u64) -> Option<Plan
         if spec.misfire == Misfire::All && fire.len() > spec.max_catch_up.min(MAX_CATCH_UP) {
             fire.drain(..fire.len() - spec.max_catch_up);
         }
-        fire.retain(|t| within_end(spec, *t).is_some());
+        fire.retain(|t| spec.within_end(*t).is_some());
         let mut came_due = 0;
         let mut tick = Some(base);
-        while let Some(t) = tick.filter(|t| *t <= now && within_end(spec, *t).is_some()) {
+        while let Some(t) = tick.filter(|t| *t <= now && spec.within_end(*t).is_some()) {
             came_due += 1;
             if came_due >= MISSED_COUNTED {
                 break;
@@ -135,11 +120,11 @@ fn plan(name: &str, raw: &RawSchedule, parsed: &Parsed, now: u64) -> Option<Plan
         next = (after != u64::MAX).then_some(after);
     }
     // Ahead: the ticks of the lookahead, pushed now, due at their time.
-    while let Some(t) = next.filter(|t| *t <= now + LOOKAHEAD_MS && within_end(spec, *t).is_some()) {
+    while let Some(t) = next.filter(|t| *t <= now + LOOKAHEAD_MS && spec.within_end(*t).is_some()) {
         fire.push(t);
         next = spec.when.next_after(t);
     }
-    let next = match next.and_then(|t| within_end(spec, t)) {
+    let next = match next.and_then(|t| spec.within_end(t)) {
         Some(t) => Next::At(t),
         None => Next::Never,
     };

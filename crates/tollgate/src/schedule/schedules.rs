@@ -79,6 +79,22 @@ impl ScheduleSpec {
             paused: false,
         }
     }
+
+    /// The first tick at or after `from_ms` (and the start), if any
+    /// before the end.
+    pub(crate) fn first_tick(&self, from_ms: u64) -> Option<u64> {
+        let start = self.start.map_or(0, ms).max(from_ms);
+        let tick = self.when.next_after(start.saturating_sub(1))?;
+        self.within_end(tick)
+    }
+
+    /// `tick`, if it is not after the end.
+    pub(crate) fn within_end(&self, tick: u64) -> Option<u64> {
+        match self.end {
+            Some(end) if tick > ms(end) => None,
+            _ => Some(tick),
+        }
+    }
 }
 
 /// A schedule as stored, with its state.
@@ -480,7 +496,7 @@ fn info(queue: &Name, raw: &RawSchedule) -> Result<ScheduleInfo> {
         _ if raw.paused => None,
         Next::Never => None,
         Next::At(t) => Some(time(t)),
-        Next::FromStart => super::fire::first_tick(&parsed.spec, raw.from_ms).map(time),
+        Next::FromStart => parsed.spec.first_tick(raw.from_ms).map(time),
     };
     let recent = raw
         .history

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::gate::passing::Bargers;
+use crate::gate::bargers::Bargers;
 use crate::jobs::events::Hub;
 use crate::name::Name;
 

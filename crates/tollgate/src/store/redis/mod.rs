@@ -60,7 +60,7 @@ pub(crate) struct RedisStore {
     pub(crate) scripts: Arc<Scripts>,
     wakers: Arc<Wakers>,
     /// Passes of a gate waiting to go out together (gate/redis.rs, `pass`).
-    pub(crate) passes: Arc<crate::gate::redis::PassGroups>,
+    pub(crate) passes: Arc<crate::gate::pass_groups::PassGroups>,
     subs: Arc<Subscriptions>,
     /// How to open another command connection (for durable handles).
     target: Arc<Target>,
