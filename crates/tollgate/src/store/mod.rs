@@ -25,12 +25,12 @@ use crate::gate::bargers::Bargers;
 use crate::jobs::events::Hub;
 use crate::name::Name;
 
-pub use self::memory::MemoryOptions;
 pub use self::memory::durable::{
     DEFAULT_REBUILD_ABOVE, DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Recovery,
     SegmentCheck, check_data_dir, repair_data_dir,
 };
 pub use self::memory::journal::{Fsync, JournalStats};
+pub use self::memory::{MemoryFootprint, MemoryOptions};
 pub(crate) use self::redis::Listening;
 pub use self::redis::RedisConfig;
 pub(crate) use self::wakers::{Wakers, Watch};
@@ -330,18 +330,4 @@ impl Store {
             Backend::Redis(s) => Box::pin(s.registry_range(kind, prefix, after, limit)).await,
         }
     }
-}
-
-/// How many names the embedded store holds state for
-/// ([`Store::memory_footprint`]). Reads never add to these; idle names
-/// leave them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MemoryFootprint {
-    /// Gates with state (holders, waiters, settings or a revocation log).
-    pub gates: usize,
-    /// Job queues with state.
-    pub queues: usize,
-    /// Rate-limit keys stored (those whose budget is fully restored go at
-    /// the next sweep).
-    pub limit_keys: usize,
 }

@@ -33,7 +33,7 @@ use crate::limit::memory::Limits;
 
 use self::shelf::Shelf;
 pub(crate) use self::shelf::Shelved;
-use super::{MemoryFootprint, Wakers};
+use super::Wakers;
 use crate::gate::memory::GateState;
 use journal::Journal;
 pub(crate) use journal::put;
@@ -92,6 +92,20 @@ impl MemoryOptions {
         }
         Ok(())
     }
+}
+
+/// How many names the embedded store holds state for
+/// ([`Store::memory_footprint`](crate::Store::memory_footprint)). Reads never add to these; idle names
+/// leave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryFootprint {
+    /// Gates with state (holders, waiters, settings or a revocation log).
+    pub gates: usize,
+    /// Job queues with state.
+    pub queues: usize,
+    /// Rate-limit keys stored (those whose budget is fully restored go at
+    /// the next sweep).
+    pub limit_keys: usize,
 }
 
 #[derive(Debug)]

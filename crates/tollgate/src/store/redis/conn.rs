@@ -10,8 +10,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 use std::sync::Arc;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 
+use super::report::redacted;
 use super::sentinel::SentinelMaster;
 
 /// The command connection: one server (reconnecting by itself) or a
@@ -326,19 +327,6 @@ pub(super) fn check_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// Why connecting to `what` at `url` failed: a refused set-up as it is
-/// (`Misconfigured`), anything else as unreachable.
-pub(super) fn connect_error(e: impl Into<Error>, what: &str, url: &str) -> Error {
-    match e.into() {
-        e if e.kind() == ErrorKind::Misconfigured => e,
-        e => Error::new(
-            ErrorKind::Unavailable,
-            format!("cannot reach {what} at {}", redacted(url)),
-        )
-        .with_source(e),
-    }
-}
-
 impl RedisConfig {
     /// Checks what can be checked without connecting: the prefix, the
     /// idle period and the URL's form (a server's, a Cluster's seed nodes,
@@ -365,153 +353,10 @@ impl RedisConfig {
     }
 }
 
-/// `url` with its password, if any, shown as `***` (for messages): the
-/// part of the user info after its first `:` (up to the last `@`, so a
-/// password holding `/` is hidden too), and `pass=` / `password=` query
-/// values (unix sockets).
-pub(crate) fn redacted(url: &str) -> String {
-    let mut out = match url.find("://").map(|i| i + 3) {
-        Some(start) => match url[start..].rfind('@').map(|i| start + i) {
-            Some(at) => match url[start..at].find(':').map(|i| start + i) {
-                Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
-                None => url.to_owned(),
-            },
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    };
-    for key in ["pass=", "password="] {
-        let mut from = 0;
-        while let Some(i) = out[from..].find(key).map(|i| from + i) {
-            let value = i + key.len();
-            // Only a query parameter: right after `?` or `&`.
-            if i > 0 && matches!(out.as_bytes()[i - 1], b'?' | b'&') {
-                let end = out[value..].find(['&', '#']).map_or(out.len(), |e| value + e);
-                out.replace_range(value..end, "***");
-            }
-            from = value;
-        }
-    }
-    out
-}
-
-/// The oldest Redis the scripts run on: they use commands and flags that
-/// came with 7.0 (`PEXPIRETIME`, `EXPIRE … NX`, sharded pub/sub). On
-/// 6.2 a script fails mid-way ("Wrong number of args calling Redis
-/// command"), so an older server is refused when connecting instead.
-const MIN_REDIS: (u32, u32) = (7, 0);
-/// The oldest Valkey supported: its first release (a fork of Redis 7.2.4).
-const MIN_VALKEY: (u32, u32) = (7, 2);
-
-/// What a server says it is in its INFO `server` section: `server_name`
-/// (Valkey) and `valkey_version`, else Redis and `redis_version`. `None`
-/// when it names no version.
-fn server_version(info: &str) -> Option<(&'static str, &str)> {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
-    };
-    match (field("server_name"), field("valkey_version")) {
-        (Some(n), Some(v)) if n.eq_ignore_ascii_case("valkey") => Some(("Valkey", v)),
-        (Some(n), None) if n.eq_ignore_ascii_case("valkey") => Some(("Valkey", field("redis_version")?)),
-        _ => Some(("Redis", field("redis_version")?)),
-    }
-}
-
-/// Refuses a server older than tollgate supports (Redis 7.0, Valkey 7.2),
-/// naming the version found and the one needed; `node` says which server
-/// (a URL or a cluster node's address). A version it cannot read is taken
-/// as it is.
-pub(super) fn check_version(info: &str, node: &str) -> Result<()> {
-    let Some((name, version)) = server_version(info) else {
-        return Ok(());
-    };
-    let (need, other) = match name {
-        "Valkey" => (MIN_VALKEY, "Redis 7.0 or later"),
-        _ => (MIN_REDIS, "Valkey 7.2 or later"),
-    };
-    let mut parts = version.split('.').map(|p| p.parse::<u32>());
-    let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
-        return Ok(());
-    };
-    if (major, minor) >= need {
-        return Ok(());
-    }
-    Err(Error::new(
-        ErrorKind::Misconfigured,
-        format!(
-            "{node} runs {name} {version}, which tollgate does not support: it needs {name} {}.{} or later (or {other})",
-            need.0, need.1
-        ),
-    ))
-}
-
-/// Checks the server a plain URL reaches, with one INFO (its default
-/// sections hold both `server` and `cluster`, on every version): refuses
-/// a version tollgate does not support ([`check_version`]) and a Redis
-/// Cluster node (keys of other slots would answer MOVED on every call).
-/// A server that will not say (INFO disallowed) is taken as it is.
-pub(super) async fn check_server(conn: &mut impl redis::aio::ConnectionLike, url: &str) -> Result<()> {
-    let Some(info) = info(conn, url).await? else {
-        return Ok(());
-    };
-    check_version(&info, &redacted(url))?;
-    if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
-        return Err(Error::new(
-            ErrorKind::Misconfigured,
-            format!(
-                "{} is a Redis Cluster node: use redis+cluster://host:port[,host:port…] so calls reach each slot's master",
-                redacted(url)
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The server's INFO (default sections), or `None` when its ACL forbids
-/// INFO or it answers INFO with an error: no verdict then.
-pub(super) async fn info(conn: &mut impl redis::aio::ConnectionLike, url: &str) -> Result<Option<String>> {
-    match redis::cmd("INFO").query_async(conn).await {
-        Ok(info) => Ok(Some(info)),
-        // A user whose ACL forbids INFO (say `-@dangerous`): no verdict.
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => Ok(None),
-        Err(e) => match Error::from(e) {
-            // Unreachable, or a password needed and not given (NOAUTH).
-            e if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Misconfigured) => {
-                Err(connect_error(e, "Redis", url))
-            }
-            _ => Ok(None),
-        },
-    }
-}
-
-/// Checks the version of every node of a cluster (masters and replicas:
-/// a replica may be promoted), with one INFO sent to each.
-pub(super) async fn check_cluster_versions(conn: &mut ClusterConnection, url: &str) -> Result<()> {
-    use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-    let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, Some(ResponsePolicy::Special)));
-    let answers = match conn.route_command(redis::cmd("INFO"), routing).await {
-        Ok(Value::Map(answers)) => answers,
-        Ok(_) => return Ok(()),
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => return Ok(()),
-        Err(e) => return Err(connect_error(e, "the Redis Cluster", url)),
-    };
-    for (node, answer) in answers {
-        // A node that answered with an error (INFO disallowed) says nothing.
-        let (Ok(node), Ok(info)) = (
-            redis::from_redis_value::<String>(node),
-            redis::from_redis_value::<String>(answer),
-        ) else {
-            continue;
-        };
-        check_version(&info, &format!("cluster node {node} of {}", redacted(url)))?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{check_version, cluster_nodes};
+    use super::cluster_nodes;
+    use crate::store::redis::version::check_version;
 
     #[test]
     pub(super) fn servers_older_than_supported_are_refused() {

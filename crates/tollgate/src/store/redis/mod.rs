@@ -22,8 +22,10 @@
 mod batch;
 mod conn;
 mod pubsub;
+mod report;
 mod script;
 mod sentinel;
+mod version;
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,14 +38,13 @@ use crate::store::wakers::Wakers;
 
 pub(crate) use self::batch::ready_ones_first;
 pub use self::conn::RedisConfig;
-use self::conn::{
-    Conn, Target, check_cluster_versions, check_server, check_url, cluster_builder, cluster_nodes,
-    connect_error, manager_config, sentinel_parts,
-};
+use self::conn::{Conn, Target, check_url, cluster_builder, cluster_nodes, manager_config, sentinel_parts};
 pub(crate) use self::pubsub::Listening;
 use self::pubsub::Subscriptions;
+use self::report::connect_error;
 use self::script::{Durable, Scripts};
 use self::sentinel::SentinelMaster;
+use self::version::{check_cluster_versions, check_server};
 
 pub(crate) struct RedisStore {
     conn: Conn,
@@ -76,6 +77,11 @@ impl fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
+    /// Counts one more listener on `channel` for as long as the returned
+    /// guard lives (see `Subscriptions::listen`).
+    pub(crate) async fn subscribe(&self, channel: &str, asked: tokio::time::Instant) -> Result<Listening> {
+        self.subs.listen(channel, asked).await
+    }
     pub(crate) async fn connect(config: RedisConfig) -> Result<Self> {
         config.check()?;
         if let Some(nodes) = cluster_nodes(&config.url) {

@@ -18,7 +18,6 @@ use tokio::sync::Mutex as AsyncMutex;
 use crate::error::{Error, Result};
 use crate::store::wakers::Wakers;
 
-use super::RedisStore;
 use super::conn::{Target, cluster_builder};
 
 /// Keeps this process subscribed to one gate's or queue's channel.
@@ -29,23 +28,6 @@ pub(crate) struct Listening {
     /// unheard, so the caller should poll once.
     pub(crate) fresh: bool,
     _guard: SubscriptionGuard,
-}
-
-impl RedisStore {
-    /// Counts one more listener on `channel` for as long as the returned
-    /// guard lives. `asked` is when the caller sent the request whose
-    /// outcome it will wait for: [`Listening::fresh`] says whether the
-    /// channel may have been deaf to a message published since.
-    pub(crate) async fn subscribe(&self, channel: &str, asked: Instant) -> Result<Listening> {
-        let (channel, live_since) = self.subs.acquire(channel).await?;
-        Ok(Listening {
-            fresh: live_since > asked,
-            _guard: SubscriptionGuard {
-                subs: Arc::downgrade(&self.subs),
-                channel,
-            },
-        })
-    }
 }
 
 /// How long a channel nobody here listens on any more stays subscribed: a
@@ -126,6 +108,21 @@ impl SubConn {
 }
 
 impl Subscriptions {
+    /// Counts one more listener on `channel` for as long as the returned
+    /// guard lives. `asked` is when the caller sent the request whose
+    /// outcome it will wait for: [`Listening::fresh`] says whether the
+    /// channel may have been deaf to a message published since.
+    pub(super) async fn listen(self: &Arc<Self>, channel: &str, asked: Instant) -> Result<Listening> {
+        let (channel, live_since) = self.acquire(channel).await?;
+        Ok(Listening {
+            fresh: live_since > asked,
+            _guard: SubscriptionGuard {
+                subs: Arc::downgrade(self),
+                channel,
+            },
+        })
+    }
+
     /// The subscriptions of a store on `target`, waking `wakers`; through
     /// Sentinel they follow the master when it moves.
     pub(super) fn start(target: Arc<Target>, wakers: Arc<Wakers>) -> Arc<Subscriptions> {

@@ -98,8 +98,8 @@ impl SentinelMaster {
         // store is refused; a later one: calls fail as unreachable, with
         // this error's message, until the Sentinels name another).
         let shown = format!("the master {:?} at {addr}", self.name);
-        if let Some(info) = super::conn::info(&mut conn, &shown).await? {
-            super::conn::check_version(&info, &shown)?;
+        if let Some(info) = super::version::info(&mut conn, &shown).await? {
+            super::version::check_version(&info, &shown)?;
         }
         let moved = self
             .current
