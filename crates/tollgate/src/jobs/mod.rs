@@ -13,6 +13,8 @@
 
 mod dispatch;
 pub(crate) mod events;
+pub(crate) mod job;
+mod lookup;
 pub(crate) mod memory;
 pub(crate) mod queue;
 pub(crate) mod redis;
@@ -20,9 +22,11 @@ pub(crate) mod sharded;
 pub(crate) mod types;
 
 pub use self::events::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
-pub use self::queue::{
-    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, JOB_LISTING_BYTES, JOB_PREVIEW_BYTES,
-    Job, JobInfo, JobPage, JobQueue, JobState, LATENESS_BOUNDS_MS, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY,
-    MAX_JOB_ID_LEN, MAX_JOB_LIST, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry,
+pub use self::job::{
+    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, Job, LATENESS_BOUNDS_MS, MAX_BATCH,
+    MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN, Nacked, OnDuplicate, PushOptions, PushResult, Pushed,
+    QueueStats, Retry,
 };
+pub use self::lookup::{JOB_LISTING_BYTES, JOB_PREVIEW_BYTES, JobInfo, JobPage, JobState, MAX_JOB_LIST};
+pub use self::queue::JobQueue;
 pub use self::sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};

@@ -16,10 +16,12 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::future::{join_all, select_all};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::jobs::queue::{
-    Cancelled, CompletedJob, DeadJob, Job, JobInfo, JobPage, JobQueue, JobState, MAX_JOB_LIST, Nacked,
-    PushOptions, Pushed, QueueStats, Retry, check_max, sleep_until,
+use crate::jobs::job::{
+    Cancelled, CompletedJob, DeadJob, Job, Nacked, PushOptions, Pushed, QueueStats, Retry, check_job_id,
+    check_max, sleep_until,
 };
+use crate::jobs::lookup::{JobInfo, JobPage, JobState, MAX_JOB_LIST};
+use crate::jobs::queue::JobQueue;
 use crate::jobs::types::{ClaimOutcome, Layout};
 use crate::name::{Name, new_id};
 use crate::store::Store;
@@ -569,7 +571,7 @@ impl ShardedJobQueue {
             )));
         }
         for (id, _) in deliveries {
-            crate::jobs::queue::check_job_id(id)?;
+            check_job_id(id)?;
         }
         if deliveries.is_empty() {
             return Ok(Vec::new());
