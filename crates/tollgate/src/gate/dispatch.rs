@@ -15,7 +15,7 @@ use super::types::{
 impl Store {
     pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.enter(gate, req)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().enter(gate, req)).await?,
             Backend::Redis(s) => Box::pin(s.enter(gate, req)).await,
         }
     }
@@ -23,28 +23,28 @@ impl Store {
     /// Changes admission control (see [`Admission`]).
     pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.set_admission(gate, admission)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().set_admission(gate, admission)).await?,
             Backend::Redis(s) => Box::pin(s.set_admission(gate, admission)).await,
         }
     }
 
     pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.poll(gate, id, ttl_ms, hb_ms)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().poll(gate, id, ttl_ms, hb_ms)).await?,
             Backend::Redis(s) => Box::pin(s.poll(gate, id, ttl_ms, hb_ms)).await,
         }
     }
 
     pub(crate) async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.renew(gate, id, ttl_ms)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().renew(gate, id, ttl_ms)).await?,
             Backend::Redis(s) => Box::pin(s.renew(gate, id, ttl_ms)).await,
         }
     }
 
     pub(crate) async fn leave(&self, gate: &GateName, id: &str) -> Result<Left> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.leave(gate, id, None)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().leave(gate, id, None)).await?,
             Backend::Redis(s) => Box::pin(s.leave(gate, id, None)).await,
         }
     }
@@ -60,7 +60,7 @@ impl Store {
         to: &Pass<'_>,
     ) -> Result<(Left, Option<Grant>)> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.pass(gate, id, to)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().pass(gate, id, to)).await?,
             Backend::Redis(s) => Box::pin(s.pass(gate, id, to)).await,
         }
     }
@@ -69,7 +69,7 @@ impl Store {
     /// gate's revocation log for `keep_ms`, in the same step.
     pub(crate) async fn end(&self, gate: &GateName, id: &str, keep_ms: u64) -> Result<Left> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.leave(gate, id, Some(keep_ms))).await?,
+            Backend::Memory(s) => s.write(|| s.gates().leave(gate, id, Some(keep_ms))).await?,
             Backend::Redis(s) => Box::pin(s.leave(gate, id, Some(keep_ms))).await,
         }
     }
@@ -83,7 +83,7 @@ impl Store {
         let since = since.min(MAX_CURSOR);
         match &self.backend {
             Backend::Memory(s) => {
-                s.read(|s| s.watch_state(gate, since, MAX_REVOKED_PER_WATCH))
+                s.read(|| s.gates().watch_state(gate, since, MAX_REVOKED_PER_WATCH))
                     .await
             }
             Backend::Redis(s) => Box::pin(s.watch_state(gate, since, MAX_REVOKED_PER_WATCH)).await,
@@ -92,21 +92,21 @@ impl Store {
 
     pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.set_capacity(gate, capacity)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().set_capacity(gate, capacity)).await?,
             Backend::Redis(s) => Box::pin(s.set_capacity(gate, capacity)).await,
         }
     }
 
     pub(crate) async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.holders(gate, limit)).await?,
+            Backend::Memory(s) => s.read(|| s.gates().holders(gate, limit)).await?,
             Backend::Redis(s) => Box::pin(s.holders(gate, limit)).await,
         }
     }
 
     pub(crate) async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.line(gate, limit)).await?,
+            Backend::Memory(s) => s.read(|| s.gates().line(gate, limit)).await?,
             Backend::Redis(s) => Box::pin(s.line(gate, limit)).await,
         }
     }
@@ -115,28 +115,28 @@ impl Store {
     /// revocation log for `keep_ms`.
     pub(crate) async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.revoke(gate, handle, keep_ms)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().revoke(gate, handle, keep_ms)).await?,
             Backend::Redis(s) => Box::pin(s.revoke(gate, handle, keep_ms)).await,
         }
     }
 
     pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.remove_waiter(gate, number)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().remove_waiter(gate, number)).await?,
             Backend::Redis(s) => Box::pin(s.remove_waiter(gate, number)).await,
         }
     }
 
     pub(crate) async fn clear_line(&self, gate: &GateName) -> Result<u64> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.clear_line(gate)).await?,
+            Backend::Memory(s) => s.write(|| s.gates().clear_line(gate)).await?,
             Backend::Redis(s) => Box::pin(s.clear_line(gate)).await,
         }
     }
 
     pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.stats(gate)).await?,
+            Backend::Memory(s) => s.read(|| s.gates().stats(gate)).await?,
             Backend::Redis(s) => Box::pin(s.stats(gate)).await,
         }
     }

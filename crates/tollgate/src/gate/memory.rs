@@ -4,13 +4,15 @@
 //! each operation as one critical section over that state.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Deref;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 
 use crate::name::Name;
 use crate::store::memory::replay::{self, Code};
-use crate::store::memory::{Logged, MemoryStore, Shelved, put};
+use crate::store::memory::shelf::Shelf;
+use crate::store::memory::{Logged, MemoryCore, Shelved, put};
 
 use super::line::Line;
 use super::types::{
@@ -473,7 +475,7 @@ impl GateState {
 }
 
 /// The gate operations of the embedded store.
-impl MemoryStore {
+impl GateMemory<'_> {
     /// Runs `op` on the gate's state after expiring what ended, then wakes
     /// the waiters that were handed a lease along the way. A gate without
     /// state gets a blank one, kept only if `op` wrote to it: a read (or a
@@ -546,7 +548,7 @@ impl MemoryStore {
     }
 
     pub(crate) fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
-        let args = |b: &mut Vec<u8>| put(b, &replay::enter_args(req));
+        let args = |b: &mut Vec<u8>| put(b, &enter_args(req));
         self.with_gate(gate, (Code::GateEnter, &args), |s, now, _| {
             let capacity = s.resolve_capacity(req.capacity)?;
             if req.permits > capacity {
@@ -846,4 +848,105 @@ impl MemoryStore {
 /// are letters and digits, so it names no ticket).
 pub(crate) fn memory_barge_key(gate: &Name) -> String {
     format!("gate {gate}")
+}
+
+/// The embedded store as the gate's operations see it: the shared core
+/// and the gates' shelf (`store/embedded/` holds them).
+#[derive(Clone, Copy)]
+pub(crate) struct GateMemory<'a> {
+    pub(crate) core: &'a MemoryCore,
+    pub(crate) gates: &'a Shelf<GateState>,
+}
+
+impl<'a> Deref for GateMemory<'a> {
+    type Target = MemoryCore;
+
+    fn deref(&self) -> &MemoryCore {
+        self.core
+    }
+}
+
+type EnterArgs<'a> = (&'a str, u32, Option<u32>, u64, u64, bool, bool, Option<&'a str>);
+
+fn enter_args<'a>(r: &EnterRequest<'a>) -> EnterArgs<'a> {
+    (
+        r.id,
+        r.permits,
+        r.capacity,
+        r.ttl_ms,
+        r.heartbeat_ms,
+        r.queue,
+        r.barge,
+        r.label,
+    )
+}
+
+/// Runs record `r` of this primitive again on `m`, whose time is pinned
+/// to the record's (see `store/embedded/replay.rs`). Answers are dropped:
+/// the state is what replay is for.
+pub(crate) fn replay(m: &GateMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
+    let g = &r.name;
+    match r.code {
+        Code::GateEnter => {
+            let (id, permits, capacity, ttl_ms, heartbeat_ms, queue, barge, label): EnterArgs<'_> =
+                replay::args(r.args)?;
+            let req = EnterRequest {
+                id,
+                permits,
+                capacity,
+                ttl_ms,
+                heartbeat_ms,
+                queue,
+                barge,
+                label,
+            };
+            let _ = m.enter(g, &req);
+        }
+        Code::GatePoll => {
+            let (id, ttl_ms, hb_ms): (&str, u64, u64) = replay::args(r.args)?;
+            let _ = m.poll(g, id, ttl_ms, hb_ms);
+        }
+        Code::GateRenew => {
+            let (id, ttl_ms): (&str, u64) = replay::args(r.args)?;
+            let _ = m.renew(g, id, ttl_ms);
+        }
+        Code::GateLeave => {
+            let (id, keep_ms): (&str, Option<u64>) = replay::args(r.args)?;
+            let _ = m.leave(g, id, keep_ms);
+        }
+        Code::GatePass => {
+            let (id, to, permits, ttl_ms): (&str, &str, u32, u64) = replay::args(r.args)?;
+            let _ = m.pass(
+                g,
+                id,
+                &Pass {
+                    id: to,
+                    permits,
+                    ttl_ms,
+                },
+            );
+        }
+        Code::GateRevoke => {
+            let (handle, keep_ms): (&str, u64) = replay::args(r.args)?;
+            let _ = m.revoke(g, handle, keep_ms);
+        }
+        Code::GateRemoveWaiter => {
+            let _ = m.remove_waiter(g, replay::args(r.args)?);
+        }
+        Code::GateClearLine => {
+            let _ = m.clear_line(g);
+        }
+        Code::GateSetCapacity => {
+            let _ = m.set_capacity(g, replay::args(r.args)?);
+        }
+        Code::GateSetAdmission => {
+            let a: Admission = replay::args(r.args)?;
+            let _ = m.set_admission(g, &a);
+        }
+        Code::GateTouch => {
+            let _ = m.on_gate(g, false, None, |_, _, _| Ok(()));
+        }
+        other => return Err(replay::misrouted(other)),
+    }
+    Ok(())
 }

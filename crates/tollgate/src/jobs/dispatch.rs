@@ -28,7 +28,7 @@ impl Store {
     /// it is stored.
     pub(crate) async fn job_layout(&self, q: &Name, layout: &jobs::Layout) -> Result<(u32, bool)> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_layout(q, layout)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_layout(q, layout)).await,
             Backend::Redis(s) => Box::pin(s.job_layout(q, layout)).await,
         }
     }
@@ -40,7 +40,7 @@ impl Store {
         reqs: &[jobs::PushReq<'_>],
     ) -> Result<Vec<jobs::PushOutcome>> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_push(q, reqs)).await?,
+            Backend::Memory(s) => s.write(|| s.jobs().job_push(q, reqs)).await?,
             Backend::Redis(s) => Box::pin(s.job_push(q, reqs)).await,
         }
     }
@@ -50,7 +50,7 @@ impl Store {
     /// ready, delayed, in-flight and dead counts.
     pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_retire(q, close)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_retire(q, close)).await,
             Backend::Redis(s) => Box::pin(s.job_retire(q, close)).await,
         }
     }
@@ -64,35 +64,35 @@ impl Store {
         claim: &jobs::Claim<'_>,
     ) -> Result<(Vec<bool>, jobs::ClaimOutcome)> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_claim(q, claim)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_claim(q, claim)).await,
             Backend::Redis(s) => Box::pin(s.job_claim(q, claim)).await,
         }
     }
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_done(q, limit)).await,
+            Backend::Memory(s) => s.read(|| s.jobs().job_done(q, limit)).await,
             Backend::Redis(s) => Box::pin(s.job_done(q, limit)).await,
         }
     }
 
     pub(crate) async fn job_nack(&self, q: &Name, nack: &jobs::Nack<'_>) -> Result<jobs::NackOutcome> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_nack(q, nack)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_nack(q, nack)).await,
             Backend::Redis(s) => Box::pin(s.job_nack(q, nack)).await,
         }
     }
 
     pub(crate) async fn job_extend(&self, q: &Name, extend: &jobs::Extend<'_>) -> Result<Option<u64>> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_extend(q, extend)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_extend(q, extend)).await,
             Backend::Redis(s) => Box::pin(s.job_extend(q, extend)).await,
         }
     }
 
     pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<jobs::CancelOutcome> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_cancel(q, id)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_cancel(q, id)).await,
             Backend::Redis(s) => Box::pin(s.job_cancel(q, id)).await,
         }
     }
@@ -104,14 +104,14 @@ impl Store {
         when: jobs::When,
     ) -> Result<jobs::RescheduleOutcome> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_reschedule(q, id, when)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_reschedule(q, id, when)).await,
             Backend::Redis(s) => Box::pin(s.job_reschedule(q, id, when)).await,
         }
     }
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_dead(q, limit)).await,
+            Backend::Memory(s) => s.read(|| s.jobs().job_dead(q, limit)).await,
             Backend::Redis(s) => Box::pin(s.job_dead(q, limit)).await,
         }
     }
@@ -119,7 +119,7 @@ impl Store {
     /// Job `id` of queue `q` as it stands (read only).
     pub(crate) async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<jobs::RawInfo>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_get(q, id, whole)).await,
+            Backend::Memory(s) => s.read(|| s.jobs().job_get(q, id, whole)).await,
             Backend::Redis(s) => Box::pin(s.job_get(q, id, whole)).await,
         }
     }
@@ -133,28 +133,28 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<jobs::RawInfo>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_list(q, state, from, limit)).await,
+            Backend::Memory(s) => s.read(|| s.jobs().job_list(q, state, from, limit)).await,
             Backend::Redis(s) => Box::pin(s.job_list(q, state, from, limit)).await,
         }
     }
 
     pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_replay(q, id)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_replay(q, id)).await,
             Backend::Redis(s) => Box::pin(s.job_replay(q, id)).await,
         }
     }
 
     pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_purge(q, id)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_purge(q, id)).await,
             Backend::Redis(s) => Box::pin(s.job_purge(q, id)).await,
         }
     }
 
     pub(crate) async fn job_exists(&self, q: &Name) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_exists(q)).await,
+            Backend::Memory(s) => s.read(|| s.jobs().job_exists(q)).await,
             Backend::Redis(s) => Box::pin(s.job_exists(q)).await,
         }
     }
@@ -173,14 +173,14 @@ impl Store {
     /// changed it.
     pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.job_pause(q, pause)).await,
+            Backend::Memory(s) => s.write(|| s.jobs().job_pause(q, pause)).await,
             Backend::Redis(s) => Box::pin(s.job_pause(q, pause)).await,
         }
     }
 
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.job_stats(q)).await,
+            Backend::Memory(s) => s.read(|| s.jobs().job_stats(q)).await,
             Backend::Redis(s) => Box::pin(s.job_stats(q)).await,
         }
     }

@@ -3,13 +3,15 @@
 //! section over it.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ops::Deref;
 
 use crate::error::{Error, Result};
 use crate::name::Name;
 use crate::store::memory::replay::{self, Code};
-use crate::store::memory::{Logged, MemoryStore, Shelved, put};
+use crate::store::memory::shelf::Shelf;
+use crate::store::memory::{Logged, MemoryCore, Shelved, put};
 
-use super::events::{JobEvent, JobEventKind};
+use super::events::{Hub, JobEvent, JobEventKind};
 use super::types::{
     BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, LATENESS_BOUNDS_MS, Layout, ListFrom,
     Nack, NackOutcome, PREVIEW_BYTES, PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState,
@@ -65,7 +67,7 @@ pub(crate) struct Queue {
     /// The first fence is above this (see `Shelved`).
     fence_floor: u64,
     /// The schedules that push to this queue (kept with it, as on Redis).
-    pub(crate) schedules: crate::schedule::memory::Schedules,
+    pub(crate) schedules: crate::schedule::state::Schedules,
     /// Paused: takes pushes, hands out no jobs (jobs.lua: `paused` in m).
     paused: bool,
     /// The events of the step under way, while someone watches (set by
@@ -754,7 +756,7 @@ pub(crate) fn backoff_delay(b: &BackoffSpec, attempts: u32, jitter: f64) -> u64 
 }
 
 /// The job-queue operations of the embedded store.
-impl MemoryStore {
+impl JobMemory<'_> {
     /// Runs `op` on job queue `q` (now in store ms); wakes as many sleeping
     /// consumers as it says (`true` is one).
     /// `log` writes the operation to the durable store's log.
@@ -818,7 +820,7 @@ impl MemoryStore {
 
     /// Fails if the queue is retired (a partition of a replaced layout).
     pub(crate) fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
-        let args = |b: &mut Vec<u8>| put(b, &replay::push_args(reqs));
+        let args = |b: &mut Vec<u8>| put(b, &push_args(reqs));
         self.with_queue(q, (Code::JobPush, &args), |queue, now| {
             if queue.retired {
                 return (Err(Error::retired(q.as_str())), 0);
@@ -950,6 +952,125 @@ impl MemoryStore {
     pub(crate) fn job_exists(&self, q: &Name) -> bool {
         self.read_queue(q, |queue, _| !queue.is_blank())
     }
+}
+
+/// The embedded store as a queue's operations see it: the shared core,
+/// the queues' shelf and the event hub (`store/embedded/` holds them).
+#[derive(Clone, Copy)]
+pub(crate) struct JobMemory<'a> {
+    pub(crate) core: &'a MemoryCore,
+    pub(crate) queues: &'a Shelf<Queue>,
+    pub(crate) job_events: &'a Hub,
+}
+
+impl<'a> Deref for JobMemory<'a> {
+    type Target = MemoryCore;
+
+    fn deref(&self) -> &MemoryCore {
+        self.core
+    }
+}
+
+type PushArgs<'a> = (&'a str, &'a [u8], When, u8, u32, BackoffSpec, bool);
+
+fn push_args<'a>(reqs: &'a [PushReq<'a>]) -> Vec<PushArgs<'a>> {
+    reqs.iter()
+        .map(|r| {
+            (
+                r.id,
+                r.payload,
+                r.when,
+                r.priority,
+                r.max_attempts,
+                r.backoff,
+                r.replace,
+            )
+        })
+        .collect()
+}
+
+/// Runs record `r` of this primitive again on `m`, whose time is pinned
+/// to the record's (see `store/embedded/replay.rs`). Answers are dropped:
+/// the state is what replay is for.
+pub(crate) fn replay(m: &JobMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
+    let g = &r.name;
+    match r.code {
+        Code::JobLayout => {
+            let l: Layout = replay::args(r.args)?;
+            m.job_layout(g, &l);
+        }
+        Code::JobPush => {
+            let reqs: Vec<PushArgs<'_>> = replay::args(r.args)?;
+            let reqs: Vec<PushReq<'_>> = reqs
+                .into_iter()
+                .map(
+                    |(id, payload, when, priority, max_attempts, backoff, replace)| PushReq {
+                        id,
+                        payload,
+                        when,
+                        priority,
+                        max_attempts,
+                        backoff,
+                        replace,
+                    },
+                )
+                .collect();
+            let _ = m.job_push(g, &reqs);
+        }
+        Code::JobRetire => {
+            m.job_retire(g, replay::args(r.args)?);
+        }
+        Code::JobClaim => {
+            let (acks, keep, lease_ms, max): (Vec<(&str, u64)>, Option<Keep>, u64, u64) =
+                replay::args(r.args)?;
+            let claim = Claim {
+                acks: &acks,
+                keep,
+                lease_ms,
+                max: max as usize,
+            };
+            m.job_claim(g, &claim);
+        }
+        Code::JobNack => {
+            let (id, fence, delay_ms, jitter, error): (&str, u64, Option<u64>, f64, Option<&str>) =
+                replay::args(r.args)?;
+            m.job_nack(
+                g,
+                &Nack {
+                    id,
+                    fence,
+                    delay_ms,
+                    jitter,
+                    error,
+                },
+            );
+        }
+        Code::JobExtend => {
+            let (id, fence, lease_ms): (&str, u64, u64) = replay::args(r.args)?;
+            m.job_extend(g, &Extend { id, fence, lease_ms });
+        }
+        Code::JobCancel => {
+            m.job_cancel(g, replay::args(r.args)?);
+        }
+        Code::JobReschedule => {
+            let (id, when): (&str, When) = replay::args(r.args)?;
+            m.job_reschedule(g, id, when);
+        }
+        Code::JobReplay => {
+            m.job_replay(g, replay::args(r.args)?);
+        }
+        Code::JobPurge => {
+            m.job_purge(g, replay::args(r.args)?);
+        }
+        Code::JobPause => {
+            m.job_pause(g, replay::args(r.args)?);
+        }
+        Code::JobStats => {
+            m.job_stats(g);
+        }
+        other => return Err(replay::misrouted(other)),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ impl Store {
     /// `check.cost` if it fits.
     pub(crate) async fn limit(&self, limiter: &Name, check: &Check<'_>) -> Result<Decision> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.limit(limiter, check)).await,
+            Backend::Memory(s) => s.write(|| s.limits().limit(limiter, check)).await,
             Backend::Redis(s) => Box::pin(s.limit(limiter, check)).await,
         }
     }

@@ -6,13 +6,16 @@
 //! windows in microseconds (the resolution of Redis's `TIME`).
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Deref;
+use std::sync::Mutex;
 
-use super::types::{Algorithm, Check, Decision, Limit, decision};
+use super::types::{Algorithm, Check, Decision, Limit, Rate, decision};
 use std::sync::PoisonError;
 
+use crate::error::Result;
 use crate::name::Name;
 use crate::store::memory::replay::{self, Code};
-use crate::store::memory::{MemoryStore, put};
+use crate::store::memory::{MemoryCore, put};
 
 /// A key's state and when it expires (µs); an expired state is the same as
 /// none, as on Redis.
@@ -256,15 +259,80 @@ fn windows(
 }
 
 /// The rate-limit decision of the embedded store.
-impl MemoryStore {
+impl LimitMemory<'_> {
     pub(crate) fn limit(&self, limiter: &Name, check: &Check<'_>) -> Decision {
         let stamp = self.stamp();
         let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
         let decision = limits.check(limiter, check.key, check.limit, check.cost, stamp.us);
-        let args = |b: &mut Vec<u8>| put(b, &replay::limit_args(check));
+        let args = |b: &mut Vec<u8>| put(b, &limit_args(check));
         self.record(&mut limits.lsn, stamp, limiter, (Code::Limit, &args));
         decision
     }
+}
+
+/// The embedded store as a limiter's decisions see it: the shared core
+/// and the keys (`store/embedded/` holds them).
+#[derive(Clone, Copy)]
+pub(crate) struct LimitMemory<'a> {
+    pub(crate) core: &'a MemoryCore,
+    pub(crate) limits: &'a Mutex<Limits>,
+}
+
+impl<'a> Deref for LimitMemory<'a> {
+    type Target = MemoryCore;
+
+    fn deref(&self) -> &MemoryCore {
+        self.core
+    }
+}
+
+/// (key, cost, algorithm, count, period ms, burst).
+type LimitArgs<'a> = (&'a str, u64, u8, u64, u64, u64);
+
+fn limit_args<'a>(c: &Check<'a>) -> LimitArgs<'a> {
+    let algorithm = match c.limit.algorithm() {
+        Algorithm::Gcra => 0,
+        Algorithm::FixedWindow => 1,
+        Algorithm::SlidingWindow => 2,
+    };
+    let rate = c.limit.rate();
+    (
+        c.key,
+        c.cost,
+        algorithm,
+        rate.count(),
+        rate.period().as_millis() as u64,
+        c.limit.burst(),
+    )
+}
+
+/// Runs record `r` of this primitive again on `m`, whose time is pinned
+/// to the record's (see `store/embedded/replay.rs`). Answers are dropped:
+/// the state is what replay is for.
+pub(crate) fn replay(m: &LimitMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
+    let g = &r.name;
+    match r.code {
+        Code::Limit => {
+            let (key, cost, algorithm, count, period_ms, burst): LimitArgs<'_> = replay::args(r.args)?;
+            let algorithm = match algorithm {
+                0 => Algorithm::Gcra,
+                1 => Algorithm::FixedWindow,
+                _ => Algorithm::SlidingWindow,
+            };
+            let rate = Rate::new(count, std::time::Duration::from_millis(period_ms))?;
+            let limit = Limit::new(algorithm, rate, (algorithm == Algorithm::Gcra).then_some(burst))?;
+            m.limit(
+                g,
+                &Check {
+                    key,
+                    limit: &limit,
+                    cost,
+                },
+            );
+        }
+        other => return Err(replay::misrouted(other)),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

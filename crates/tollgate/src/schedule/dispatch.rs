@@ -14,14 +14,14 @@ impl Store {
     /// queue it lived with before, if any.
     pub(crate) async fn schedule_index_set(&self, name: &str, q: &Name) -> Result<Option<String>> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_index_set(name, q)).await,
+            Backend::Memory(s) => s.write(|| s.schedules().schedule_index_set(name, q)).await,
             Backend::Redis(s) => Box::pin(s.schedule_index_set(name, q)).await,
         }
     }
 
     pub(crate) async fn schedule_index_get(&self, name: &str) -> Result<Option<String>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_index_get(name)).await,
+            Backend::Memory(s) => s.read(|| s.schedules().schedule_index_get(name)).await,
             Backend::Redis(s) => Box::pin(s.schedule_index_get(name)).await,
         }
     }
@@ -29,7 +29,7 @@ impl Store {
     /// Forgets where schedule `name` lives if that is queue `q`.
     pub(crate) async fn schedule_index_drop(&self, name: &str, q: &Name) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_index_drop(name, q)).await,
+            Backend::Memory(s) => s.write(|| s.schedules().schedule_index_drop(name, q)).await,
             Backend::Redis(s) => Box::pin(s.schedule_index_drop(name, q)).await,
         }
     }
@@ -37,7 +37,7 @@ impl Store {
     /// The queues that have schedules.
     pub(crate) async fn schedule_queues(&self) -> Result<Vec<String>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_queues()).await,
+            Backend::Memory(s) => s.read(|| s.schedules().schedule_queues()).await,
             Backend::Redis(s) => Box::pin(s.schedule_queues()).await,
         }
     }
@@ -58,7 +58,7 @@ impl Store {
         put: &schedule::Put<'_>,
     ) -> Result<schedule::PutOutcome> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_put(q, put)).await,
+            Backend::Memory(s) => s.write(|| s.schedules().schedule_put(q, put)).await,
             Backend::Redis(s) => Box::pin(s.schedule_put(q, put)).await,
         }
     }
@@ -66,7 +66,7 @@ impl Store {
     /// The store's now and up to `limit` schedules of queue `q` due by it.
     pub(crate) async fn schedule_due(&self, q: &Name, limit: usize) -> Result<schedule::Due> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_due(q, limit)).await,
+            Backend::Memory(s) => s.read(|| s.schedules().schedule_due(q, limit)).await,
             Backend::Redis(s) => Box::pin(s.schedule_due(q, limit)).await,
         }
     }
@@ -79,7 +79,7 @@ impl Store {
         fires: &[schedule::Fire<'_>],
     ) -> Result<(u64, Vec<schedule::FireOutcome>)> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_fire(q, fires)).await,
+            Backend::Memory(s) => s.write(|| s.schedules().schedule_fire(q, fires)).await,
             Backend::Redis(s) => Box::pin(s.schedule_fire(q, fires)).await,
         }
     }
@@ -92,35 +92,38 @@ impl Store {
         job: &schedule::JobSpec,
     ) -> Result<schedule::TriggerOutcome> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_trigger(q, name, rev, job)).await,
+            Backend::Memory(s) => {
+                s.write(|| s.schedules().schedule_trigger(q, name, rev, job))
+                    .await
+            }
             Backend::Redis(s) => Box::pin(s.schedule_trigger(q, name, rev, job)).await,
         }
     }
 
     pub(crate) async fn schedule_pause(&self, q: &Name, name: &str, pause: bool) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_pause(q, name, pause)).await,
+            Backend::Memory(s) => s.write(|| s.schedules().schedule_pause(q, name, pause)).await,
             Backend::Redis(s) => Box::pin(s.schedule_pause(q, name, pause)).await,
         }
     }
 
     pub(crate) async fn schedule_delete(&self, q: &Name, name: &str) -> Result<bool> {
         match &self.backend {
-            Backend::Memory(s) => s.write(|s| s.schedule_delete(q, name)).await,
+            Backend::Memory(s) => s.write(|| s.schedules().schedule_delete(q, name)).await,
             Backend::Redis(s) => Box::pin(s.schedule_delete(q, name)).await,
         }
     }
 
     pub(crate) async fn schedule_get(&self, q: &Name, name: &str) -> Result<Option<schedule::RawSchedule>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_get(q, name)).await,
+            Backend::Memory(s) => s.read(|| s.schedules().schedule_get(q, name)).await,
             Backend::Redis(s) => Box::pin(s.schedule_get(q, name)).await,
         }
     }
 
     pub(crate) async fn schedule_list(&self, q: &Name) -> Result<Vec<schedule::RawSchedule>> {
         match &self.backend {
-            Backend::Memory(s) => s.read(|s| s.schedule_list(q)).await,
+            Backend::Memory(s) => s.read(|| s.schedules().schedule_list(q)).await,
             Backend::Redis(s) => Box::pin(s.schedule_list(q)).await,
         }
     }

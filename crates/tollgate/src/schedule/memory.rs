@@ -3,80 +3,23 @@
 //! fire is one critical section over the queue, as it is one script on
 //! Redis.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::borrow::Cow;
+use std::ops::Deref;
+use std::sync::Mutex;
 use std::sync::PoisonError;
 
-use crate::jobs::memory::Queue;
+use crate::error::Result;
+use crate::jobs::memory::{JobMemory, Queue};
 use crate::jobs::types::{PushOutcome, PushReq, When};
 use crate::name::Name;
+use crate::store::memory::put as replay_put;
 use crate::store::memory::replay::{self, Code};
-use crate::store::memory::{MemoryStore, put as replay_put};
 
+use super::state::{Index, Record};
 use super::types::{
-    Due, Fire, FireOutcome, HISTORY, JobSpec, LOOKAHEAD_MS, Next, Put, PutOutcome, RawSchedule, Refusal,
+    Due, Fire, FireOutcome, JobSpec, LOOKAHEAD_MS, Next, Put, PutOutcome, RawSchedule, Refusal,
     TriggerOutcome, manual_entry,
 };
-
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct Record {
-    rev: u64,
-    next: Next,
-    from: u64,
-    paused: bool,
-    timing: String,
-    definition: String,
-    payload: Vec<u8>,
-}
-
-/// The schedules of one queue (schedule.lua's S, Z and H).
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Schedules {
-    records: HashMap<String, Record>,
-    /// (next as stored, name) of every running schedule with a next tick.
-    by_next: BTreeSet<(i64, String)>,
-    history: HashMap<String, VecDeque<String>>,
-}
-
-impl Schedules {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
-
-    fn write(&mut self, name: &str, r: Record) {
-        if let Some(old) = self.records.get(name) {
-            self.by_next.remove(&(old.next.encode(), name.to_owned()));
-        }
-        if !r.paused && r.next != Next::Never {
-            self.by_next.insert((r.next.encode(), name.to_owned()));
-        }
-        self.records.insert(name.to_owned(), r);
-    }
-
-    fn remember(&mut self, name: &str, entries: impl IntoIterator<Item = String>) {
-        let list = self.history.entry(name.to_owned()).or_default();
-        list.extend(entries);
-        while list.len() > HISTORY {
-            list.pop_front();
-        }
-    }
-
-    fn raw(&self, name: &str, r: &Record, with_history: bool) -> RawSchedule {
-        RawSchedule {
-            name: name.to_owned(),
-            rev: r.rev,
-            next: r.next,
-            from_ms: r.from,
-            paused: r.paused,
-            timing: r.timing.clone(),
-            definition: r.definition.clone(),
-            payload: r.payload.clone(),
-            history: match self.history.get(name) {
-                Some(h) if with_history => h.iter().cloned().collect(),
-                _ => Vec::new(),
-            },
-        }
-    }
-}
 
 /// Why `queue` takes no job (schedule.lua's `refused`).
 fn refused(queue: &Queue) -> Option<Refusal> {
@@ -313,31 +256,8 @@ impl Queue {
     }
 }
 
-/// Which queue each schedule lives with, and the queues that have
-/// schedules, with how many names point to each (index.lua): a queue is
-/// listed while one does.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Index {
-    /// The log record that last changed it (see `GateState::lsn`).
-    pub(crate) lsn: u64,
-    names: HashMap<String, String>,
-    queues: BTreeMap<String, usize>,
-}
-
-impl Index {
-    /// One name fewer points to `queue`: the last unlists it.
-    fn unlisted(&mut self, queue: &str) {
-        if let Some(n) = self.queues.get_mut(queue) {
-            *n -= 1;
-            if *n == 0 {
-                self.queues.remove(queue);
-            }
-        }
-    }
-}
-
 /// The schedule operations of the embedded store.
-impl MemoryStore {
+impl ScheduleMemory<'_> {
     fn index(&self) -> std::sync::MutexGuard<'_, Index> {
         self.schedule_index.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -402,7 +322,7 @@ impl MemoryStore {
     }
 
     pub(crate) fn schedule_fire(&self, q: &Name, fires: &[Fire<'_>]) -> (u64, Vec<FireOutcome>) {
-        let args = |b: &mut Vec<u8>| replay_put(b, &replay::fire_args(fires));
+        let args = |b: &mut Vec<u8>| replay_put(b, &fire_args(fires));
         self.on_queue(q, true, Some((Code::ScheduleFire, &args)), |queue, now| {
             let (outcomes, woken) = queue.schedule_fire(fires, now);
             ((now, outcomes), woken)
@@ -437,4 +357,94 @@ impl MemoryStore {
     pub(crate) fn schedule_list(&self, q: &Name) -> Vec<RawSchedule> {
         self.on_queue(q, false, None, |queue, _| (queue.schedule_list(), false))
     }
+}
+
+/// The embedded store as the schedules' operations see it: a queue's
+/// view (schedules live in their queue's state) and the index of names.
+#[derive(Clone, Copy)]
+pub(crate) struct ScheduleMemory<'a> {
+    pub(crate) jobs: JobMemory<'a>,
+    pub(crate) schedule_index: &'a Mutex<Index>,
+}
+
+impl<'a> Deref for ScheduleMemory<'a> {
+    type Target = JobMemory<'a>;
+
+    fn deref(&self) -> &JobMemory<'a> {
+        &self.jobs
+    }
+}
+
+type FireArgs<'a> = (&'a str, u64, Next, Next, JobSpec, Cow<'a, [(u64, u64)]>);
+
+fn fire_args<'a>(fires: &'a [Fire<'a>]) -> Vec<FireArgs<'a>> {
+    fires
+        .iter()
+        .map(|f| {
+            (
+                f.name,
+                f.rev,
+                f.expect,
+                f.next,
+                f.job,
+                Cow::Borrowed(&f.ticks[..]),
+            )
+        })
+        .collect()
+}
+
+/// Runs record `r` of this primitive again on `m`, whose time is pinned
+/// to the record's (see `store/embedded/replay.rs`). Answers are dropped:
+/// the state is what replay is for.
+pub(crate) fn replay(m: &ScheduleMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
+    let g = &r.name;
+    match r.code {
+        Code::SchedulePut => {
+            let (name, timing, definition, payload, paused, start_ms): (&str, &str, &str, &[u8], bool, u64) =
+                replay::args(r.args)?;
+            let put = Put {
+                name,
+                timing,
+                definition,
+                payload,
+                paused,
+                start_ms,
+            };
+            m.schedule_put(g, &put);
+        }
+        Code::ScheduleFire => {
+            let fires: Vec<FireArgs<'_>> = replay::args(r.args)?;
+            let fires: Vec<Fire<'_>> = fires
+                .into_iter()
+                .map(|(name, rev, expect, next, job, ticks)| Fire {
+                    name,
+                    rev,
+                    expect,
+                    next,
+                    job,
+                    ticks: ticks.into_owned(),
+                })
+                .collect();
+            m.schedule_fire(g, &fires);
+        }
+        Code::ScheduleTrigger => {
+            let (name, rev, job): (&str, u64, JobSpec) = replay::args(r.args)?;
+            m.schedule_trigger(g, name, rev, &job);
+        }
+        Code::SchedulePause => {
+            let (name, pause): (&str, bool) = replay::args(r.args)?;
+            m.schedule_pause(g, name, pause);
+        }
+        Code::ScheduleDelete => {
+            m.schedule_delete(g, replay::args(r.args)?);
+        }
+        Code::IndexSet => {
+            m.schedule_index_set(replay::args(r.args)?, g);
+        }
+        Code::IndexDrop => {
+            m.schedule_index_drop(replay::args(r.args)?, g);
+        }
+        other => return Err(replay::misrouted(other)),
+    }
+    Ok(())
 }

@@ -20,6 +20,7 @@ mod fire;
 pub(crate) mod memory;
 mod redis;
 mod schedules;
+pub(crate) mod state;
 pub(crate) mod types;
 mod when;
 

@@ -10,6 +10,7 @@
 //! section in memory or one Lua script on Redis; callers never combine
 //! reads and writes themselves.
 
+pub(crate) mod embedded;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod registry;
@@ -25,9 +26,10 @@ use crate::gate::bargers::Bargers;
 use crate::jobs::events::Hub;
 use crate::name::Name;
 
+pub use self::embedded::recovery::{check_data_dir, repair_data_dir};
 pub use self::memory::durable::{
     DEFAULT_REBUILD_ABOVE, DEFAULT_SNAPSHOT_AFTER, DataCheck, DurableOptions, DurableStats, Recovery,
-    SegmentCheck, check_data_dir, repair_data_dir,
+    SegmentCheck,
 };
 pub use self::memory::journal::{Fsync, JournalStats};
 pub use self::memory::{MemoryFootprint, MemoryOptions};
@@ -57,7 +59,7 @@ pub struct Store {
 /// box is one allocation per network round trip.
 #[derive(Debug, Clone)]
 pub(crate) enum Backend {
-    Memory(Arc<memory::MemoryStore>),
+    Memory(Arc<embedded::state::MemoryStore>),
     Redis(Arc<redis::RedisStore>),
 }
 
@@ -98,8 +100,8 @@ impl Store {
     /// what recovery found.
     pub fn open_with(memory: MemoryOptions, options: DurableOptions) -> Result<(Store, Recovery)> {
         memory.check()?;
-        let inner = Arc::new(memory::MemoryStore::new(memory));
-        let recovery = memory::durable::open(&inner, &options)?;
+        let inner = Arc::new(embedded::state::MemoryStore::new(memory));
+        let recovery = embedded::recovery::open(&inner, &options)?;
         let store = Store::memory_store_from(inner);
         Ok((store, recovery))
     }
@@ -117,7 +119,7 @@ impl Store {
     /// its log grows); a no-op on other stores. Blocks while it writes.
     pub fn snapshot_now(&self) -> Result<()> {
         match &self.backend {
-            Backend::Memory(s) => memory::durable::take_snapshot(s),
+            Backend::Memory(s) => embedded::recovery::take_snapshot(s),
             Backend::Redis(_) => Ok(()),
         }
     }
@@ -131,10 +133,10 @@ impl Store {
     }
 
     fn memory_store(options: MemoryOptions) -> Store {
-        Store::memory_store_from(Arc::new(memory::MemoryStore::new(options)))
+        Store::memory_store_from(Arc::new(embedded::state::MemoryStore::new(options)))
     }
 
-    fn memory_store_from(inner: Arc<memory::MemoryStore>) -> Store {
+    fn memory_store_from(inner: Arc<embedded::state::MemoryStore>) -> Store {
         Store {
             backend: Backend::Memory(inner),
             registry: Arc::default(),

@@ -38,10 +38,10 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 
 /// A record's header: length and checksum of its payload.
-pub(super) const HEADER: usize = 8;
+pub(crate) const HEADER: usize = 8;
 /// The largest payload a record may have (a batch of 1,000 pushes of
 /// 1 MiB payloads is far below).
-pub(super) const MAX_RECORD: usize = 1 << 30;
+pub(crate) const MAX_RECORD: usize = 1 << 30;
 /// How long an answer waits for a disk that refuses writes before it is
 /// told its change is not on disk yet.
 const STALLED_ANSWER: Duration = Duration::from_secs(2);
@@ -174,12 +174,12 @@ pub(super) fn segment_name(first_lsn: u64) -> String {
 }
 
 /// The first LSN of a segment named `name`, if it is one.
-pub(super) fn segment_lsn(name: &str) -> Option<u64> {
+pub(crate) fn segment_lsn(name: &str) -> Option<u64> {
     name.strip_prefix("log-")?.strip_suffix(".tgl")?.parse().ok()
 }
 
 /// Frames `payload` (already written after `start + HEADER`) in place.
-pub(super) fn seal(buf: &mut [u8], start: usize) {
+pub(crate) fn seal(buf: &mut [u8], start: usize) {
     let len = (buf.len() - start - HEADER) as u32;
     let crc = crc32fast::hash(&buf[start + HEADER..]);
     buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
@@ -187,7 +187,7 @@ pub(super) fn seal(buf: &mut [u8], start: usize) {
 }
 
 /// Syncs directory `dir`, so a file created or renamed in it stays.
-pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
@@ -584,7 +584,7 @@ fn new_segment(dir: &Path, first_lsn: u64) -> Result<File> {
     Ok(file)
 }
 
-pub(super) fn io_error(path: &Path, e: &std::io::Error) -> Error {
+pub(crate) fn io_error(path: &Path, e: &std::io::Error) -> Error {
     Error::not_persisted(format!("{}: {e}", path.display()))
 }
 

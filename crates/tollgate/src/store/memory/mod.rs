@@ -1,12 +1,11 @@
-//! The embedded store: every operation is one critical section over one
-//! name's state. It is also the reference model the Redis scripts are
-//! tested against, so it is written for clarity first.
-//!
-//! This module owns what the primitives share: `MemoryStore` (the clock,
-//! the shelves of gates and queues, the rate-limit keys, the wakers), its
-//! options, the footprint and the idle sweep. Each primitive's state and
-//! operations sit beside its Lua: `gate/memory.rs`, `jobs/memory.rs`,
-//! `schedule/memory.rs`, `limit/memory.rs`.
+//! The embedded store's core, shared by every primitive's memory model:
+//! the clock, the idle period, the wakers, the log (`journal.rs`), the
+//! time and draw an operation runs at (`Stamp`, pinned while a record is
+//! replayed), and how a change is answered (`write`: refused while the
+//! disk refuses, answered once its record is safe). It names no
+//! primitive: each one keeps its state on a `Shelf` (`shelf.rs`) and runs
+//! its operations on a view of this core and its own state; the store
+//! that holds them all is `store/embedded/`.
 //!
 //! Each gate and each job queue has a lock of its own (see `shelf`), so a
 //! flood on one never holds up another. A std `Mutex` (not tokio's) is
@@ -17,24 +16,18 @@
 pub(crate) mod durable;
 pub(crate) mod journal;
 pub(crate) mod replay;
-mod shelf;
-mod snapshot;
+pub(crate) mod shelf;
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::name::Name;
 
-use crate::jobs::memory::Queue;
-use crate::limit::memory::Limits;
-
-use self::shelf::Shelf;
 pub(crate) use self::shelf::Shelved;
 use super::Wakers;
-use crate::gate::memory::GateState;
 use journal::Journal;
 pub(crate) use journal::put;
 use replay::Code;
@@ -109,43 +102,29 @@ pub struct MemoryFootprint {
 }
 
 #[derive(Debug)]
-pub(crate) struct MemoryStore {
+pub(crate) struct MemoryCore {
     pub(crate) clock: Arc<dyn Clock>,
     /// `MemoryOptions::idle` in ms.
     pub(crate) idle_ms: u64,
-    pub(crate) gates: Shelf<GateState>,
-    pub(crate) limits: Mutex<Limits>,
-    pub(crate) queues: Shelf<Queue>,
     pub(crate) wakers: Arc<Wakers>,
-    pub(crate) schedule_index: Mutex<crate::schedule::memory::Index>,
-    /// The watched job queues and their subscribers (jobs/events.rs).
-    pub(crate) job_events: Arc<crate::jobs::events::Hub>,
     /// The durable store's log, once recovery is done (none: memory only,
     /// or replaying).
     pub(crate) journal: OnceLock<Arc<Journal>>,
     /// While a record is replayed, its time (µs) and draw; 0: live.
     pinned_us: AtomicU64,
     pinned_rnd: AtomicU16,
-    /// The durable store's snapshots (none: memory only).
-    pub(crate) durable: OnceLock<durable::Durable>,
 }
 
-impl MemoryStore {
-    /// A store with `options` (checked by the caller).
+impl MemoryCore {
+    /// A core with `options` (checked by the caller).
     pub(crate) fn new(options: MemoryOptions) -> Self {
-        MemoryStore {
+        MemoryCore {
             clock: options.clock,
             idle_ms: options.idle.as_millis() as u64,
-            gates: Shelf::default(),
-            limits: Mutex::default(),
-            queues: Shelf::default(),
             wakers: Arc::default(),
-            schedule_index: Mutex::default(),
-            job_events: Arc::default(),
             journal: OnceLock::new(),
             pinned_us: AtomicU64::new(0),
             pinned_rnd: AtomicU16::new(0),
-            durable: OnceLock::new(),
         }
     }
 
@@ -187,7 +166,7 @@ impl MemoryStore {
 
     /// Pins the store's time and draw to a record's while it is replayed
     /// (`None`: back to the clock).
-    fn pin(&self, stamp: Option<Stamp>) {
+    pub(crate) fn pin(&self, stamp: Option<Stamp>) {
         let stamp = stamp.unwrap_or(Stamp { us: 0, rnd: 0 });
         self.pinned_rnd.store(stamp.rnd, Ordering::Relaxed);
         self.pinned_us.store(stamp.us, Ordering::Relaxed);
@@ -207,9 +186,9 @@ impl MemoryStore {
 
     /// Runs a change: refused up front while the disk refuses writes, and
     /// answered once its record is as safe as the fsync policy makes it.
-    pub(crate) async fn write<T>(&self, op: impl FnOnce(&MemoryStore) -> T) -> Result<T> {
+    pub(crate) async fn write<T>(&self, op: impl FnOnce() -> T) -> Result<T> {
         self.admit()?;
-        let out = op(self);
+        let out = op();
         self.settle().await?;
         Ok(out)
     }
@@ -220,8 +199,8 @@ impl MemoryStore {
     /// While the disk refuses writes, reads answer at once: what they may
     /// show that is not on disk yet was refused to its writer (or is
     /// still waiting), and the store stays readable.
-    pub(crate) async fn read<T>(&self, op: impl FnOnce(&MemoryStore) -> T) -> Result<T> {
-        let out = op(self);
+    pub(crate) async fn read<T>(&self, op: impl FnOnce() -> T) -> Result<T> {
+        let out = op();
         match self.journal.get() {
             Some(j) if !j.is_failing() => j.settle().await?,
             _ => {}
@@ -244,27 +223,6 @@ impl MemoryStore {
             Some(j) => j.settle().await,
             None => Ok(()),
         }
-    }
-
-    /// How many names hold state now.
-    pub(crate) fn footprint(&self) -> MemoryFootprint {
-        MemoryFootprint {
-            gates: self.gates.len(),
-            queues: self.queues.len(),
-            limit_keys: self.limits.lock().unwrap_or_else(PoisonError::into_inner).len(),
-        }
-    }
-
-    /// Drops what has been idle long enough, looking at up to `max` names
-    /// of each kind (gates, queues, limit keys), and gives spare map room
-    /// back.
-    pub(crate) fn sweep_idle(&self, max: usize) {
-        let now = self.stamp().ms();
-        self.gates.sweep_due(now, self.idle_ms, max);
-        self.queues.sweep_due(now, self.idle_ms, max);
-        let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
-        limits.sweep(self.clock.now_us(), max);
-        limits.shrink();
     }
 
     pub(crate) fn wakers(&self) -> Arc<Wakers> {

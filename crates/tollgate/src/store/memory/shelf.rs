@@ -185,7 +185,7 @@ impl<S: Shelved> Shelf<S> {
     /// Looks at up to `max` due names (as operations do a few at a time),
     /// then gives the map's spare room back if most of it is empty. For a
     /// store that gets no operations: what went idle still goes.
-    pub(super) fn sweep_due(&self, now: u64, idle: u64, max: usize) {
+    pub(crate) fn sweep_due(&self, now: u64, idle: u64, max: usize) {
         let mut inner = self.lock();
         self.sweep(&mut inner, now, idle, max);
         if inner.states.capacity() > 64 && inner.states.len() * 4 < inner.states.capacity() {
@@ -198,7 +198,7 @@ impl<S: Shelved> Shelf<S> {
     }
 
     /// How many names hold state.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().states.len()
     }
 

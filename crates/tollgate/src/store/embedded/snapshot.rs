@@ -27,11 +27,12 @@ use crate::gate::memory::GateState;
 use crate::jobs::memory::Queue;
 use crate::limit::memory::Limits;
 use crate::name::Name;
-use crate::schedule::memory::Index;
+use crate::schedule::state::Index;
 
-use super::MemoryStore;
-use super::journal::{HEADER, MAX_RECORD, io_error, put, seal, sync_dir};
-use super::replay::corrupt;
+use crate::store::memory::journal::{HEADER, MAX_RECORD, io_error, put, seal, sync_dir};
+use crate::store::memory::replay::corrupt;
+
+use super::state::MemoryStore;
 
 const MAGIC: &[u8; 8] = b"TGSNAP1\n";
 
