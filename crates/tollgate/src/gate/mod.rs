@@ -17,6 +17,7 @@ mod lease;
 mod line;
 mod lock;
 pub(crate) mod memory;
+pub(crate) mod model;
 pub(crate) mod pass_groups;
 mod passing;
 pub(crate) mod redis;

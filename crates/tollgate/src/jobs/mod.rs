@@ -16,6 +16,7 @@ pub(crate) mod events;
 pub(crate) mod job;
 mod lookup;
 pub(crate) mod memory;
+pub(crate) mod model;
 pub(crate) mod queue;
 pub(crate) mod redis;
 pub(crate) mod sharded;

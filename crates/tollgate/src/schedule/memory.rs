@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use std::sync::PoisonError;
 
 use crate::error::Result;
-use crate::jobs::memory::{JobMemory, Queue};
+use crate::jobs::memory::JobMemory;
+use crate::jobs::model::Queue;
 use crate::jobs::types::{PushOutcome, PushReq, When};
 use crate::name::Name;
 use crate::store::memory::put as replay_put;

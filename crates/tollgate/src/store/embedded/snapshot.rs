@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 
 use crate::error::{Error, Result};
-use crate::gate::memory::GateState;
-use crate::jobs::memory::Queue;
+use crate::gate::model::GateState;
+use crate::jobs::model::Queue;
 use crate::limit::memory::Limits;
 use crate::name::Name;
 use crate::schedule::state::Index;

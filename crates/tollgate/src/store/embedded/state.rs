@@ -6,9 +6,11 @@
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use crate::gate::memory::{GateMemory, GateState};
+use crate::gate::memory::GateMemory;
+use crate::gate::model::GateState;
 use crate::jobs::events::Hub;
-use crate::jobs::memory::{JobMemory, Queue};
+use crate::jobs::memory::JobMemory;
+use crate::jobs::model::Queue;
 use crate::limit::memory::{LimitMemory, Limits};
 use crate::schedule::memory::ScheduleMemory;
 use crate::schedule::state::Index;

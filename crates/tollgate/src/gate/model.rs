@@ -1,0 +1,470 @@
+//! The gate's reference model: one gate's state and the steps every
+//! operation is made of (expiry, promotion, grants, departures, the
+//! line's pace), each naming its twin in the Lua. Pure: a step is a
+//! function of the state, the arguments and the store's now; the
+//! embedded store runs them in critical sections (`memory.rs`) and the
+//! scripts in `lua/` are the same steps on Redis.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use crate::error::Result;
+
+use crate::store::memory::Shelved;
+
+use super::line::Line;
+use super::types::{Left, REMOVED_KEEP_MS, REMOVED_MAX, capacity_conflict, no_capacity};
+
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct GateState {
+    /// The log record that last changed it (0: none; the durable store
+    /// replays only records after it).
+    pub(crate) lsn: u64,
+    /// This incarnation of the state (see `GateWatch::epoch`).
+    pub(super) epoch: u64,
+    pub(super) capacity: Option<u32>,
+    /// Last fencing token; 0 until the first grant.
+    pub(super) fence: u64,
+    /// The first fence is above this: the highest fence of any gate
+    /// state this store dropped (see `Shelved`).
+    pub(super) fence_floor: u64,
+    /// Tickets ever queued (as Redis's s; the line orders by its own
+    /// slots, never by time).
+    pub(super) seq: u64,
+    pub(super) grants: u64,
+    pub(super) expiries: u64,
+    pub(super) used: u64,
+    /// Moving average of the gap between grants from the line (ms), once
+    /// measured: the line's pace, for the estimated wait.
+    pub(super) gap_ms: Option<u64>,
+    /// When the line last moved: its last grant, or when it formed (ms;
+    /// 0: never).
+    pub(super) line_moved_at: u64,
+    /// Admission control: no new grants while paused; at most one grant
+    /// per `admit_every_ms` (0: no limit), the next allowed at `admit_at`.
+    pub(super) paused: bool,
+    pub(super) admit_every_ms: u64,
+    pub(super) admit_at: u64,
+    /// When the line was last reset (ms; 0: never), as Redis's C.
+    pub(super) line_reset: u64,
+    /// Until when a non-fair acquire may be waiting to barge in (ms), as
+    /// Redis's N: permits freed before then wake such waiters.
+    pub(super) barging_until: u64,
+    pub(super) holders: HashMap<String, Holder>,
+    pub(super) holder_expiry: BTreeSet<(u64, String)>,
+    pub(super) line: Line,
+    pub(super) tickets: HashMap<String, Ticket>,
+    pub(super) ticket_deadline: BTreeSet<(u64, String)>,
+    /// The revocation log: score -> token of a holder that ended, and the
+    /// way back (as Redis's sorted set r: one entry per token). A score is
+    /// the end's time in ms × 1024, or one more than the last if that is
+    /// more, so scores strictly increase and serve as readers' cursors.
+    pub(super) revoked: BTreeMap<u64, String>,
+    pub(super) revoked_score: HashMap<String, u64>,
+    /// The last score handed out (0: none), kept while the log empties
+    /// and refills: scores never go back within an epoch, whatever the
+    /// clock does, so a reader's cursor never skips a later end.
+    pub(super) revoke_last: u64,
+    /// The longest keep (ms) of the log's entries: nothing younger is
+    /// pruned, nothing older is read.
+    pub(super) revoke_keep_ms: u64,
+    /// Tickets an admin took out of the line (`remove_waiter`): id -> when
+    /// (ms), and the same in time order, for pruning (as Redis's sorted
+    /// set x). Kept `REMOVED_KEEP_MS`, at most `REMOVED_MAX` of them.
+    pub(super) removed: HashMap<String, u64>,
+    pub(super) removed_at: BTreeSet<(u64, String)>,
+}
+
+impl GateState {
+    /// What expiry and promotion change: compared before and after a read
+    /// to see whether it must be logged.
+    pub(super) fn moved(&self) -> (u64, u64, u64, usize, usize, usize, usize) {
+        (
+            self.grants,
+            self.expiries,
+            self.used,
+            self.holders.len(),
+            self.tickets.len(),
+            self.revoked.len(),
+            self.removed.len(),
+        )
+    }
+}
+
+/// At most this many aged entries of the revocation log are pruned per
+/// end (as `PRUNE_STEP` in leave.lua).
+pub(super) const PRUNE_STEP: usize = 1000;
+
+/// At most this many ended leases, and as many stale tickets, are removed
+/// per operation (as `EXPIRE_STEP` in prelude.lua): a gate where a huge
+/// number ended at once sheds them over several operations, none of which
+/// does much. Until then an ended lease still counts as held (its permits
+/// are not granted again), which is safe; it can no longer be renewed,
+/// released or picked up (`expire_one`).
+pub(super) const EXPIRE_STEP: usize = 1000;
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(super) struct Holder {
+    pub(super) expires: u64,
+    pub(super) permits: u32,
+    pub(super) fence: u64,
+    /// Handed off to a waiter that has not picked it up yet; it lives only
+    /// until the waiter's heartbeat deadline.
+    pub(super) pending: bool,
+    pub(super) label: Option<String>,
+    /// Came through the line. `status` reports the fence only for these,
+    /// as the Redis store does (an immediate grant's fence was in the
+    /// answer to `enter`).
+    pub(super) handed: bool,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(super) struct Ticket {
+    /// Its place in `line`.
+    pub(super) slot: u64,
+    /// Its number: `seq` when it joined (as its score in Redis's q).
+    pub(super) number: u64,
+    pub(super) permits: u32,
+    pub(super) deadline: u64,
+    pub(super) label: Option<String>,
+}
+
+impl Shelved for GateState {
+    fn is_blank(&self) -> bool {
+        self.capacity.is_none()
+            && self.fence == 0
+            && self.seq == 0
+            && !self.paused
+            && self.admit_every_ms == 0
+            && self.line_reset == 0
+            && self.holders.is_empty()
+            && self.tickets.is_empty()
+            && self.revoked.is_empty()
+            && self.removed.is_empty()
+    }
+
+    /// The last lease end, ticket deadline, revocation or removal kept, or
+    /// admission slot: once all have passed, nothing the gate holds is of
+    /// use.
+    fn busy_until(&self) -> Option<u64> {
+        let lease = self.holder_expiry.last().map_or(0, |(at, _)| *at);
+        let ticket = self.ticket_deadline.last().map_or(0, |(at, _)| *at);
+        let revoked = self
+            .revoked
+            .last_key_value()
+            .map_or(0, |(score, _)| score / 1024 + self.revoke_keep_ms);
+        let removed = self.removed_at.last().map_or(0, |(at, _)| at + REMOVED_KEEP_MS);
+        Some(lease.max(ticket).max(revoked).max(removed).max(self.admit_at))
+    }
+
+    fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    fn set_fence_floor(&mut self, floor: u64) {
+        self.fence_floor = floor;
+    }
+
+    fn weight(&self) -> usize {
+        self.holders.len() + self.tickets.len() + self.revoked.len() + self.removed.len()
+    }
+}
+
+impl GateState {
+    pub(super) fn resolve_capacity(&mut self, asked: Option<u32>) -> Result<u32> {
+        match (self.capacity, asked) {
+            (Some(have), Some(want)) if have != want => Err(capacity_conflict(have, want)),
+            (Some(have), _) => Ok(have),
+            (None, Some(want)) => {
+                self.capacity = Some(want);
+                Ok(want)
+            }
+            (None, None) => Err(no_capacity()),
+        }
+    }
+
+    /// Drops leases whose time is up and tickets whose owner stopped
+    /// asking, the earliest first, at most `EXPIRE_STEP` of each.
+    pub(super) fn expire(&mut self, now: u64) {
+        for _ in 0..EXPIRE_STEP {
+            let Some((_, id)) = self.holder_expiry.first().filter(|(at, _)| *at <= now).cloned() else {
+                break;
+            };
+            self.expire_one(&id, now);
+        }
+        for _ in 0..EXPIRE_STEP {
+            let Some((_, id)) = self.ticket_deadline.first().filter(|(at, _)| *at <= now).cloned() else {
+                break;
+            };
+            self.drop_ticket(&id);
+        }
+    }
+
+    /// Removes holder `id` if its lease has ended (an expiry); returns
+    /// whether it did. Operations on one lease call this first, so a lease
+    /// that ended but is not swept yet is gone for them.
+    pub(super) fn expire_one(&mut self, id: &str, now: u64) -> bool {
+        let Some(h) = self.holders.get(id).filter(|h| h.expires <= now) else {
+            return false;
+        };
+        self.holder_expiry.remove(&(h.expires, id.to_owned()));
+        if let Some(h) = self.holders.remove(id) {
+            self.used -= u64::from(h.permits);
+        }
+        self.expiries += 1;
+        true
+    }
+
+    /// Whether admission control lets one more in now.
+    pub(super) fn may_admit(&self, now: u64) -> bool {
+        !self.paused && (self.admit_every_ms == 0 || self.admit_at <= now)
+    }
+
+    /// How many barging waiters to wake after an operation that started
+    /// from `before` (used, capacity, paused, admission interval): the
+    /// permits it freed (a departure, a larger capacity, admission control
+    /// let go) and left free with nobody in line, while someone may be
+    /// waiting to barge in (as the scripts' `wake_barging`).
+    pub(super) fn freed_for_barging(&self, before: (u64, Option<u32>, bool, u64), now: u64) -> usize {
+        let (used, capacity, paused, every) = before;
+        let freed = self.used < used
+            || self.capacity > capacity
+            || (paused && !self.paused)
+            || self.admit_every_ms < every;
+        let Some(cap) = self.capacity else { return 0 };
+        if !freed || self.barging_until <= now || !self.line.is_empty() || !self.may_admit(now) {
+            return 0;
+        }
+        usize::try_from(u64::from(cap).saturating_sub(self.used)).unwrap_or(usize::MAX)
+    }
+
+    /// Spends one admission of the admission rate.
+    pub(super) fn admitted(&mut self, now: u64) {
+        if self.admit_every_ms > 0 {
+            self.admit_at = self.admit_at.max(now) + self.admit_every_ms;
+        }
+    }
+
+    /// Hands free permits to the head of the line, in order, while the head
+    /// fits: a large request at the head is never overtaken by small ones.
+    pub(super) fn promote(&mut self, now: u64, handed: &mut Vec<(String, u64)>) {
+        let Some(capacity) = self.capacity else { return };
+        while let Some((_, id)) = self.line.head() {
+            let id = id.clone();
+            let Some(t) = self.tickets.get(&id) else { break };
+            let (permits, deadline) = (t.permits, t.deadline);
+            if permits > capacity {
+                // Capacity was lowered below what this ticket needs: it can
+                // never be served, and must not block everyone behind it.
+                self.drop_ticket(&id);
+                continue;
+            }
+            if self.used + u64::from(permits) > u64::from(capacity) || !self.may_admit(now) {
+                break;
+            }
+            self.admitted(now);
+            let label = self.take_ticket(&id).and_then(|t| t.label);
+            let fence = self.grant(&id, permits, deadline, now, true, label);
+            self.line_moved(now);
+            handed.push((id, fence));
+        }
+    }
+
+    pub(super) fn grant(
+        &mut self,
+        id: &str,
+        permits: u32,
+        expires: u64,
+        now: u64,
+        pending: bool,
+        label: Option<String>,
+    ) -> u64 {
+        // Every fence is above the last one, the clock (ms x 1000) and
+        // every fence of a dropped state (which may have run ahead of the
+        // clock: more than 1,000 grants a millisecond), so fences keep
+        // growing whatever the store forgot or took back, as long as the
+        // clock goes forward. The same rule as `next_fence` in
+        // lua/prelude.lua.
+        self.fence = self.fence.max(now * 1000).max(self.fence_floor) + 1;
+        self.grants += 1;
+        self.used += u64::from(permits);
+        self.holders.insert(
+            id.to_owned(),
+            Holder {
+                expires,
+                permits,
+                fence: self.fence,
+                pending,
+                label,
+                handed: pending,
+            },
+        );
+        self.holder_expiry.insert((expires, id.to_owned()));
+        self.fence
+    }
+
+    /// Records a grant from the line now, for the estimated wait (as
+    /// `line_moved` in lua/prelude.lua). Departures with nobody in line
+    /// do not count: an idle gate's gaps say nothing of a line's pace.
+    pub(super) fn line_moved(&mut self, now: u64) {
+        if self.line_moved_at > 0 {
+            let gap = now.saturating_sub(self.line_moved_at);
+            self.gap_ms = Some(match self.gap_ms {
+                None => gap,
+                Some(avg) => (avg * 8 + gap * 2 + 5) / 10,
+            });
+        }
+        self.line_moved_at = now;
+    }
+
+    /// A waiter's estimated wait, as `eta` in lua/prelude.lua.
+    pub(super) fn eta(&self, position: u64) -> Option<Duration> {
+        self.gap_ms.map(|gap| Duration::from_millis(position * gap))
+    }
+
+    pub(super) fn set_expiry(&mut self, id: &str, expires: u64) {
+        if let Some(h) = self.holders.get_mut(id) {
+            self.holder_expiry.remove(&(h.expires, id.to_owned()));
+            h.expires = expires;
+            h.pending = false;
+            self.holder_expiry.insert((expires, id.to_owned()));
+        }
+    }
+
+    /// Records the end of `id`'s lease in the revocation log, kept at least
+    /// `keep` ms; prunes a bounded number of aged entries first.
+    pub(super) fn record_end(&mut self, id: &str, now: u64, keep: u64) {
+        let floor = now.saturating_sub(self.revoke_keep_ms) * 1024;
+        for _ in 0..PRUNE_STEP {
+            let Some(aged) = self.revoked.first_entry().filter(|e| *e.key() < floor) else {
+                break;
+            };
+            self.revoked_score.remove(&aged.remove());
+        }
+        // An empty log starts the keep afresh; otherwise it covers every
+        // entry still kept.
+        let top = self.revoked.last_key_value().map(|(score, _)| *score);
+        self.revoke_keep_ms = match top {
+            None => keep,
+            Some(_) => self.revoke_keep_ms.max(keep),
+        };
+        let score = (self.revoke_last + 1).max(now * 1024);
+        self.revoke_last = score;
+        if let Some(old) = self.revoked_score.insert(id.to_owned(), score) {
+            self.revoked.remove(&old);
+        }
+        self.revoked.insert(score, id.to_owned());
+    }
+
+    /// Releases or cancels `id` (as leave.lua): freed permits go to the
+    /// head of the line in the same step; with `keep_ms`, a released
+    /// holder is recorded in the revocation log.
+    pub(super) fn leave(
+        &mut self,
+        id: &str,
+        keep_ms: Option<u64>,
+        now: u64,
+        handed: &mut Vec<(String, u64)>,
+    ) -> Left {
+        if self.expire_one(id, now) {
+            // It ended before this call: an expiry, not a release.
+            self.promote(now, handed);
+            return Left::Unknown;
+        }
+        if let Some(h) = self.holders.remove(id) {
+            self.holder_expiry.remove(&(h.expires, id.to_owned()));
+            self.used -= u64::from(h.permits);
+            if let Some(keep) = keep_ms {
+                self.record_end(id, now, keep);
+            }
+            self.promote(now, handed);
+            return Left::Released;
+        }
+        if self.drop_ticket(id) {
+            // The head leaving may let the next one in.
+            self.promote(now, handed);
+            return Left::Cancelled;
+        }
+        Left::Unknown
+    }
+
+    pub(super) fn drop_ticket(&mut self, id: &str) -> bool {
+        self.take_ticket(id).is_some()
+    }
+
+    pub(super) fn take_ticket(&mut self, id: &str) -> Option<Ticket> {
+        let t = self.tickets.remove(id)?;
+        self.line.remove(t.slot);
+        self.ticket_deadline.remove(&(t.deadline, id.to_owned()));
+        if self.line.sparse() {
+            for (slot, id) in self.line.renumber() {
+                if let Some(t) = self.tickets.get_mut(&id) {
+                    t.slot = slot;
+                }
+            }
+        }
+        Some(t)
+    }
+
+    /// Remembers that an admin took ticket `id` out of the line now (as
+    /// admin.lua's removal): aged records go first, then the oldest past
+    /// `REMOVED_MAX`.
+    pub(super) fn note_removed(&mut self, id: &str, now: u64) {
+        while let Some((at, _)) = self.removed_at.first()
+            && at + REMOVED_KEEP_MS <= now
+        {
+            self.forget_first_removed();
+        }
+        if let Some(at) = self.removed.insert(id.to_owned(), now) {
+            self.removed_at.remove(&(at, id.to_owned()));
+        }
+        self.removed_at.insert((now, id.to_owned()));
+        while self.removed_at.len() > REMOVED_MAX {
+            self.forget_first_removed();
+        }
+    }
+
+    fn forget_first_removed(&mut self) {
+        if let Some((_, id)) = self.removed_at.pop_first() {
+            self.removed.remove(&id);
+        }
+    }
+
+    /// Whether an admin took ticket `id` out of the line within the last
+    /// `REMOVED_KEEP_MS` (as poll.lua's look at x).
+    pub(super) fn was_removed(&self, id: &str, now: u64) -> bool {
+        self.removed.get(id).is_some_and(|at| at + REMOVED_KEEP_MS > now)
+    }
+
+    /// Drops every ticket in line, holders untouched, and notes when
+    /// (as admin.lua's reset); returns how many were dropped.
+    pub(super) fn clear_line(&mut self, now: u64) -> u64 {
+        let dropped = self.tickets.len() as u64;
+        self.tickets.clear();
+        self.ticket_deadline.clear();
+        self.line = Line::default();
+        self.line_reset = now;
+        dropped
+    }
+
+    /// Puts ticket `id` at the end of the line.
+    /// A line that forms starts the clock of its pace (`line_moved`).
+    pub(super) fn queue(&mut self, id: &str, permits: u32, deadline: u64, label: Option<String>, now: u64) {
+        if self.line.is_empty() {
+            self.line_moved_at = now;
+        }
+        self.seq += 1;
+        let slot = self.line.push(id);
+        self.ticket_deadline.insert((deadline, id.to_owned()));
+        self.tickets.insert(
+            id.to_owned(),
+            Ticket {
+                slot,
+                number: self.seq,
+                permits,
+                deadline,
+                label,
+            },
+        );
+    }
+}
