@@ -10,6 +10,7 @@ mod console;
 mod exit;
 mod room;
 mod serve;
+mod state;
 
 use clap::Parser;
 

@@ -8,7 +8,8 @@ use serde::Deserialize;
 use tollgate::RateLimiter;
 
 use super::connect_redis;
-use crate::api::limits::{DecisionBody, LimitSpec};
+use crate::api::limiters::LimitSpec;
+use crate::api::limits::DecisionBody;
 use crate::cli::{DurabilityArgs, LimitCheckArgs};
 use crate::client::{Server, Timeout, segment};
 use crate::exit;

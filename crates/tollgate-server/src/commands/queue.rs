@@ -413,7 +413,7 @@ impl Queue {
     pub(crate) async fn show(&self, id: &str) -> Result<Value, Failure> {
         match self {
             Queue::Local(q) => match q.get_with_payload(id).await? {
-                Some((j, payload)) => Ok(json!(crate::api::jobs::shown(&j, &payload))),
+                Some((j, payload)) => Ok(json!(crate::api::jobs::reads::shown(&j, &payload))),
                 None => Err(no_such(format!("no job {id:?} in queue {:?}", q.name()))),
             },
             Queue::Remote(r) => Ok(r.call(r.request(Method::GET, &r.job_path(id, ""))).await?.1),
@@ -433,7 +433,11 @@ impl Queue {
                 if page.jobs.is_empty() && cursor.is_none() {
                     known(q).await?;
                 }
-                let jobs = page.jobs.iter().map(crate::api::jobs::job_info_json).collect();
+                let jobs = page
+                    .jobs
+                    .iter()
+                    .map(crate::api::jobs::reads::job_info_json)
+                    .collect();
                 Ok((jobs, page.next))
             }
             Queue::Remote(r) => {

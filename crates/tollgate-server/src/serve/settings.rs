@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::api::jobs::QueueSettings;
-use crate::api::limits::{LimitSettings, ProtectSettings};
+use crate::api::jobs::queues::QueueSettings;
+use crate::api::limiters::{LimitSettings, ProtectSettings};
 use crate::api::schedules::ScheduleSettings;
 use crate::cli::{DurabilityArgs, ServeArgs};
 use crate::room::RoomSettings;
@@ -304,7 +304,7 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         max_event_subscribers: args
             .max_event_subscribers
             .or(file.max_event_subscribers)
-            .unwrap_or(crate::api::events::DEFAULT_MAX_SUBSCRIBERS),
+            .unwrap_or(crate::api::streams::DEFAULT_MAX_SUBSCRIBERS),
         metrics_timeout: duration_setting(
             "metrics_timeout",
             args.metrics_timeout,
@@ -375,7 +375,7 @@ mod example_support;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::limits::LimitSpec;
+    use crate::api::limiters::LimitSpec;
     use crate::room::RoomSettings;
 
     #[test]
