@@ -448,7 +448,7 @@ impl ScheduleSettings {
             end_ms: instant("end", &self.end)?,
             jitter: match &self.jitter {
                 None => None,
-                Some(text) => Some(crate::cli::duration(text).map_err(|e| at("jitter", e))?),
+                Some(text) => Some(crate::args::duration(text).map_err(|e| at("jitter", e))?),
             },
             paused: self.paused.unwrap_or(false),
         };

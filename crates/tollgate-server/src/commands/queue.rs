@@ -7,15 +7,30 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use clap::Args;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
 use tollgate::{
     Backoff, Cancelled, Job, Nacked, OnDuplicate, PushOptions, PushResult, Retry, ShardedJobQueue,
 };
 
-use crate::cli::QueueTarget;
+use super::StoreArgs;
 use crate::client::{Failure, Server, Timeout, segment, usage};
 use crate::exit;
+
+/// Which queue, and where.
+#[derive(Debug, Args)]
+pub(crate) struct QueueTarget {
+    /// The queue's name.
+    pub(crate) queue: String,
+    /// The queue is spread over this many partitions (1 to 256): every
+    /// producer and worker must give the same number. Not with --server,
+    /// whose [queues.NAME] decides.
+    #[arg(long, value_name = "K")]
+    pub(crate) partitions: Option<usize>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
 
 /// Longest one claim long-poll asks the server to wait (its limit is 60 s).
 const POLL_SLICE: Duration = Duration::from_secs(25);

@@ -7,7 +7,7 @@
 mod firing;
 mod listener;
 mod say;
-mod settings;
+pub(crate) mod settings;
 mod tls;
 
 use std::sync::Arc;
@@ -17,19 +17,18 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tollgate::Store;
 
 use self::listener::{App, Listeners};
-use self::settings::{Settings, settings};
+use self::settings::{LogFormat, ServeArgs, Settings, settings};
 use crate::api::auth::Tokens;
 use crate::api::jobs::queues::Queues;
 use crate::api::limiters::Limiters;
 use crate::api::router;
 use crate::api::tickets::TicketCaps;
-use crate::cli::ServeArgs;
 use crate::exit;
 use crate::room::Rooms;
 use crate::state::AppState;
 
 pub(crate) async fn run(args: ServeArgs) -> i32 {
-    say::use_json(args.log_format == crate::cli::LogFormat::Json);
+    say::use_json(args.log_format == LogFormat::Json);
     match start(args).await {
         Ok(()) => 0,
         Err(code) => code,
