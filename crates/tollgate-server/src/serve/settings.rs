@@ -1,5 +1,6 @@
-//! `tollgate serve`'s settings: the flags and the environment (merged by
-//! clap) win over the TOML config file, which wins over the defaults.
+//! `tollgate serve`'s settings: its flags ([`ServeArgs`]) and the
+//! environment (merged by clap) win over the TOML config file, which wins
+//! over the defaults.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use crate::args::{duration, port_number};
 use crate::commands::DurabilityArgs;
 use crate::room::RoomSettings;
 
+/// `tollgate serve`'s flags (each also an environment variable).
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// Address to listen on, HOST:PORT; a host name is resolved and the
