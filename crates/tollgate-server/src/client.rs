@@ -31,6 +31,14 @@ impl From<tollgate::Error> for Failure {
     }
 }
 
+/// A failure with exit code `code`.
+pub(crate) fn failure(code: i32, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+    }
+}
+
 /// A usage failure (exit 64).
 pub(crate) fn usage(message: impl Into<String>) -> Failure {
     Failure {

@@ -2,6 +2,7 @@
 //! under a distributed lock or semaphore, and benchmarks.
 
 mod api;
+mod args;
 mod bench;
 mod cli;
 mod client;
@@ -10,6 +11,7 @@ mod console;
 mod exit;
 mod room;
 mod serve;
+mod state;
 
 use clap::Parser;
 
@@ -23,7 +25,9 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use crate::cli::{BenchRuntime, Cli, Command, LimitCommand, LockCommand, LogFormat, SemaphoreCommand};
+use crate::bench::args::BenchRuntime;
+use crate::cli::{Cli, Command, LimitCommand, LockCommand, SemaphoreCommand};
+use crate::serve::settings::LogFormat;
 
 fn main() {
     // The one TLS provider (ring) for every rustls user in the process:

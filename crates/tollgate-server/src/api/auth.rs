@@ -11,11 +11,11 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -23,8 +23,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::AppState;
+use super::caller::{Caller, Role};
 use super::error::ApiError;
+use super::tickets::TicketCaps;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -41,38 +42,6 @@ pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 /// A cookie value longer than this is not ours (ours are about 80 bytes);
 /// it is not even parsed.
 const MAX_COOKIE_LEN: usize = 256;
-
-/// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// Everything.
-    Admin,
-    /// GET and HEAD only: look, never change.
-    Read,
-}
-
-impl Role {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Read => "read",
-        }
-    }
-
-    /// Whether this role may send `method`. Every GET/HEAD route only
-    /// reads (docs/HTTP.md, "Roles"), and no POST, PUT or DELETE route
-    /// does, so the method alone decides.
-    pub(crate) fn allows(self, method: &Method) -> bool {
-        self == Role::Admin || method == Method::GET || method == Method::HEAD
-    }
-}
-
-/// Which of the server's tokens a request presented (its place in the
-/// list, admin tokens first, then read tokens) and so its role, set by
-/// authentication: the client a ticket is counted against. Absent when
-/// the server has no tokens: then every caller is an admin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Caller(pub(crate) usize, pub(crate) Role);
 
 /// The server's tokens, kept as SHA-256 digests. A presented token is
 /// hashed and its digest compared with every one, each comparison running
@@ -393,29 +362,31 @@ fn too_many_tries(retry_after: Duration) -> Response {
 
 /// The client's address, believing the `X-Forwarded-For` of the proxies
 /// `[protect]` trusts.
-pub(crate) fn client_ip(state: &AppState, req: &Request) -> IpAddr {
+pub(crate) fn client_ip(tickets: &TicketCaps, req: &Request) -> IpAddr {
     let peer = req
         .extensions()
         .get::<tollgate::PeerAddr>()
         .map_or(IpAddr::from([0, 0, 0, 0]), |p| p.0.ip());
-    state.tickets.client_ip(peer, req.headers())
+    tickets.client_ip(peer, req.headers())
 }
 
 /// Checks the caller when tokens are configured: a bearer token (its
 /// tries limited per address: [`Tries`]), else a session cookie (whose
 /// changes must carry its CSRF value); then the role. Notes the caller
 /// ([`Caller`]) for the handlers.
-pub(crate) async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn authenticate(
+    State(tokens): State<Arc<Tokens>>,
+    State(tries): State<Arc<Tries>>,
+    State(tickets): State<Arc<TicketCaps>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let caller = match presented_bearer(req.headers()) {
-        Some(token) => match state
-            .tries
-            .bearer(&state.tokens, client_ip(&state, &req), token)
-            .await
-        {
+        Some(token) => match tries.bearer(&tokens, client_ip(&tickets, &req), token).await {
             Ok(caller) => Some(caller),
             Err(answer) => return answer,
         },
-        None => match state.tokens.session_of(req.headers(), now_ms()) {
+        None => match tokens.session_of(req.headers(), now_ms()) {
             Some(session) => {
                 if !Role::Read.allows(req.method()) {
                     let sent = req

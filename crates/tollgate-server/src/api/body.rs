@@ -301,4 +301,21 @@ mod tests {
         assert_eq!(with("text/json"), Some(false));
         assert_eq!(with("text/plain"), Some(false));
     }
+
+    #[test]
+    fn compact_drops_whitespace_between_tokens_only() {
+        let cases = [
+            ("1", "1"),
+            (r#"{"a":[1,2]}"#, r#"{"a":[1,2]}"#),
+            ("{ \"a\" : [ 1 ,\n\t2 ] }", r#"{"a":[1,2]}"#),
+            (
+                r#"{"s": "x y \" z\\", "t" : "\\"}"#,
+                r#"{"s":"x y \" z\\","t":"\\"}"#,
+            ),
+        ];
+        for (json, want) in cases {
+            assert_eq!(&*compact(json), want.as_bytes(), "{json}");
+        }
+        assert!(matches!(compact(r#"{"a":1}"#), std::borrow::Cow::Borrowed(_)));
+    }
 }

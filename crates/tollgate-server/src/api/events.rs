@@ -1,97 +1,29 @@
-//! Live event streams (Server-Sent Events, issue 18):
-//! `GET /v1/queues/{queue}/events` (docs/HTTP.md, "Event streams"), and
-//! what every stream shares (the limit, the forwarding, `dropped`); the
-//! rooms' stream (room/events.rs) uses the same.
+//! `GET /v1/queues/{queue}/events` (Server-Sent Events, issue 18;
+//! docs/HTTP.md, "Event streams"): a queue's events, through the stream
+//! every route shares (streams.rs: the limit, the forwarding, `dropped`).
 //!
 //! The events come from the library's feed (`ShardedJobQueue::events`),
 //! which the store writes inside the step that makes each change, so a
-//! stream shows what every server and worker on the same Redis did. Here
-//! each stream gets a forwarding task with a bounded buffer between the
-//! feed and the HTTP body: a client that does not read fills it, then its
-//! feed falls behind (`lagged`) or its buffer stays full for SLOW_READER
-//! (`slow_reader`), and it is dropped: a final `dropped` event, its slot
-//! and its feed freed at once. It never slows the store or the other
-//! streams: the feed's buffer is a ring the store writes over.
-
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+//! stream shows what every server and worker on the same Redis did. The
+//! feed's buffer is a ring the store writes over: a reader that falls
+//! behind is dropped (`lagged`), never waited for.
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::response::sse::Event;
 use axum::routing::get;
 use futures_util::StreamExt;
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
-use tollgate::{EventId, JobEvent, Lagged};
+use tollgate::{EventId, JobEvent};
 
-use super::AppState;
 use super::error::ApiError;
-
-/// Event streams served at once by default (`max_event_subscribers`).
-pub(crate) const DEFAULT_MAX_SUBSCRIBERS: usize = 1000;
-/// Events waiting for one client's connection.
-const CLIENT_BUFFER: usize = 256;
-/// A client whose buffer stays full this long is dropped. (Bursts are
-/// absorbed first by the feed's own buffer of 4,096 events: a batch push
-/// of 1,000 jobs is one burst.)
-const SLOW_READER: Duration = Duration::from_secs(10);
-/// A comment line this often keeps idle proxies from closing a stream.
-const HEARTBEAT: Duration = Duration::from_secs(15);
+use super::streams::{Stopping, stream};
+use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new().route("/v1/queues/{queue}/events", get(queue_events))
-}
-
-/// The event streams open on this server, against their limit.
-#[derive(Debug)]
-pub(crate) struct Subscribers {
-    open: AtomicUsize,
-    max: usize,
-}
-
-/// One open stream's place; freed on drop.
-#[derive(Debug)]
-pub(crate) struct Slot(Arc<Subscribers>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let left = self.0.open.fetch_sub(1, Ordering::Relaxed) - 1;
-        metrics::gauge!("tollgate_event_subscribers").set(left as f64);
-    }
-}
-
-impl Subscribers {
-    pub(crate) fn new(max: usize) -> Subscribers {
-        Subscribers {
-            open: AtomicUsize::new(0),
-            max,
-        }
-    }
-
-    /// A place for one more stream, or 503 `too_many_subscribers`.
-    pub(crate) fn take(self: &Arc<Self>) -> Result<Slot, ApiError> {
-        let taken = self.open.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < self.max).then_some(n + 1)
-        });
-        match taken {
-            Ok(n) => {
-                metrics::gauge!("tollgate_event_subscribers").set((n + 1) as f64);
-                Ok(Slot(self.clone()))
-            }
-            Err(n) => Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too_many_subscribers",
-                format!(
-                    "this server already serves {n} event streams (max_event_subscribers); try again later"
-                ),
-            )),
-        }
-    }
 }
 
 /// `Last-Event-ID`, if sent: an event id (`<ms>-<seq>`), else 400.
@@ -124,14 +56,7 @@ pub(crate) async fn queue_events(
         "resumed": since.is_some(), "gap": feed.gap(),
     });
     let feed = feed.map(|next| next.map(|e| event_of(&e)));
-    Ok(stream(hello, feed, slot, state.stopping.clone()))
-}
-
-/// Why a stream was dropped: the `dropped` event's data.
-fn dropped(reason: &str, missed: Option<u64>) -> Event {
-    metrics::counter!("tollgate_event_subscribers_dropped_total", "reason" => reason.to_owned()).increment(1);
-    let data = json!({"reason": reason, "missed": missed});
-    Event::default().event("dropped").data(data.to_string())
+    Ok(stream(hello, feed, slot, Stopping(state.stopping.clone())))
 }
 
 fn event_of(e: &JobEvent) -> Event {
@@ -140,49 +65,4 @@ fn event_of(e: &JobEvent) -> Event {
         .event(e.kind.as_str())
         .id(e.id.to_string())
         .data(data)
-}
-
-/// The response: `hello`, then what the forwarding task passes on from
-/// `feed`, then `dropped` if it gave up on this client. Ends when the
-/// server stops or `feed` ends.
-pub(crate) fn stream(
-    hello: serde_json::Value,
-    feed: impl futures_util::Stream<Item = Result<Event, Lagged>> + Send + 'static,
-    slot: Slot,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
-) -> Response {
-    let (tx, rx) = mpsc::channel::<Event>(CLIENT_BUFFER);
-    let (why_tx, why_rx) = oneshot::channel::<Event>();
-    tokio::spawn(async move {
-        let _slot = slot;
-        let mut feed = std::pin::pin!(feed);
-        let why = loop {
-            let next = tokio::select! {
-                _ = stopping.wait_for(|s| *s) => None,
-                () = tx.closed() => None,
-                next = feed.next() => next,
-            };
-            match next {
-                Some(Ok(e)) => match tokio::time::timeout(SLOW_READER, tx.send(e)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => break None,
-                    Err(_) => break Some(dropped("slow_reader", None)),
-                },
-                Some(Err(Lagged { missed })) => break Some(dropped("lagged", Some(missed))),
-                None => break None,
-            }
-        };
-        if let Some(why) = why {
-            let _ = why_tx.send(why);
-        }
-        // Dropping the feed here unsubscribes at once, whatever the
-        // client does with its connection.
-    });
-    let first = futures_util::stream::iter([Event::default().event("hello").data(hello.to_string())]);
-    let events = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
-    let last = futures_util::stream::once(why_rx).filter_map(|why| async move { why.ok() });
-    let body = first.chain(events).chain(last).map(Ok::<_, Infallible>);
-    Sse::new(body)
-        .keep_alive(KeepAlive::new().interval(HEARTBEAT))
-        .into_response()
 }

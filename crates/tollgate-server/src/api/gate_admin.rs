@@ -15,7 +15,8 @@ use serde_json::json;
 use tollgate::{Gate, GateOptions, Left};
 
 use super::error::{ApiError, Query};
-use super::{AppState, track};
+use super::tracked::track;
+use crate::state::AppState;
 
 /// The gate admin routes.
 pub(crate) fn routes() -> Router<AppState> {

@@ -19,7 +19,8 @@ use tollgate::{Entered, Gate, GateOptions, GateStats, Left, TicketStatus};
 
 use super::body::Json;
 use super::error::{ApiError, Query};
-use super::{AppState, track};
+use super::tracked::track;
+use crate::state::AppState;
 
 /// Longest a long-poll may wait.
 const MAX_WAIT: Duration = Duration::from_secs(60);

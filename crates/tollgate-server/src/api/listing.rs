@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::AppState;
 use super::error::{ApiError, ListQuery, Query};
+use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -80,7 +80,7 @@ async fn rooms(
     let mut items = Vec::with_capacity(page.len());
     for name in page {
         if let Some(room) = state.rooms.get(name) {
-            items.push(crate::room::admin::stats_of(room).await?);
+            items.push(room.figures().await?);
         }
     }
     Ok(axum::Json(json!({"rooms": items, "next": next})))

@@ -1,12 +1,13 @@
-//! The HTTP/JSON API: the shared state, the router that merges every
-//! feature's `routes()`, the one front layer every request goes through,
-//! and the probes; who may call it lives in [`auth`], [`session`] and
-//! [`origin`]. Each feature (gates, jobs, limits, room admin) owns its
-//! handlers and routes and depends only on this module's [`AppState`]
-//! and on [`error`], never on a sibling.
+//! The HTTP/JSON API: the router that merges every feature's `routes()`,
+//! the one front layer every request goes through, and the probes; who
+//! may call it lives in [`auth`], [`session`] and [`origin`]. Each feature
+//! (gates, jobs, limits, room admin) owns its handlers and routes and
+//! depends on the shared state (crate::state) and on [`error`], never on
+//! this module.
 
 pub(crate) mod auth;
 pub(crate) mod body;
+pub(crate) mod caller;
 pub(crate) mod conn;
 pub(crate) mod cors;
 pub(crate) mod error;
@@ -15,6 +16,8 @@ pub(crate) mod families;
 pub(crate) mod gate_admin;
 pub(crate) mod gates;
 pub(crate) mod jobs;
+pub(crate) mod lateness;
+pub(crate) mod limiters;
 pub(crate) mod limits;
 pub(crate) mod listing;
 pub(crate) mod metrics;
@@ -22,9 +25,9 @@ pub(crate) mod origin;
 pub(crate) mod schedules;
 pub(crate) mod session;
 pub(crate) mod store;
+pub(crate) mod streams;
 pub(crate) mod tickets;
-
-use std::time::Duration;
+pub(crate) mod tracked;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
@@ -33,69 +36,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
-use tollgate::Store;
 
-pub(crate) use self::auth::{Caller, Tokens};
 use self::body::BODY_LIMIT;
 use self::error::ApiError;
-
-#[derive(Clone)]
-pub(crate) struct AppState {
-    pub(crate) store: Store,
-    /// Renders the Prometheus text format for /metrics.
-    pub(crate) metrics: metrics_exporter_prometheus::PrometheusHandle,
-    /// The queues' lateness histograms, as last read (see metrics.rs).
-    pub(crate) lateness: metrics::LatenessByQueue,
-    /// Gates this server has served, for the per-gate series (bounded).
-    pub(crate) gates: Tracked,
-    /// Job queues this server has served, for the per-queue series.
-    pub(crate) queues: Tracked,
-    /// Schedules this server has configured, served or fired, for the
-    /// per-schedule series.
-    pub(crate) schedules: Tracked,
-    /// Partition counts of the configured queues, and handles.
-    pub(crate) queue_set: std::sync::Arc<jobs::Queues>,
-    /// Configured and ad-hoc rate limiters.
-    pub(crate) limits: std::sync::Arc<limits::Limiters>,
-    /// The console's series and live streams (crate::console).
-    pub(crate) console: std::sync::Arc<crate::console::Console>,
-    /// The waiting rooms, for their admin routes.
-    pub(crate) rooms: std::sync::Arc<crate::room::Rooms>,
-    /// Rate-limits the /v1 routes when `[protect]` is configured.
-    pub(crate) protect: Option<tollgate::RateLimitLayer>,
-    /// Tokens (with their roles) accepted on /v1 routes, as bearer or
-    /// through a session cookie; empty: no authentication.
-    pub(crate) tokens: std::sync::Arc<Tokens>,
-    /// Origins whose browser apps may call the API (`cors_origins`).
-    pub(crate) cors: std::sync::Arc<cors::Cors>,
-    /// Tries at a token per client address: logins and wrong bearers.
-    pub(crate) tries: std::sync::Arc<auth::Tries>,
-    /// The names the API answers to (`public_hosts`, DNS rebinding).
-    pub(crate) hosts: std::sync::Arc<origin::PublicHosts>,
-    /// Waiting tickets per client (`max_tickets_per_client`).
-    pub(crate) tickets: std::sync::Arc<tickets::TicketCaps>,
-    /// Event streams (SSE) open now, and the most at once.
-    pub(crate) subscribers: std::sync::Arc<events::Subscribers>,
-    /// How long /metrics may spend gathering figures from the store.
-    pub(crate) metrics_timeout: Duration,
-    /// How long a request body may take to arrive.
-    pub(crate) body_timeout: Duration,
-    /// Turns true when the server shuts down: pending long-polls answer at
-    /// once with the ticket's current status.
-    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
-}
-
-impl std::fmt::Debug for AppState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
-            .field("store", &self.store)
-            .finish_non_exhaustive()
-    }
-}
-
-/// At most this many gates (and as many queues, and schedules) get their
-/// own series in /metrics.
-const TRACKED: usize = 1000;
+use crate::state::AppState;
 
 /// The router: every feature's routes, merged, behind the tokens and
 /// `[protect]` when configured, plus the open probes.
@@ -111,8 +55,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(schedules::routes())
         .merge(listing::routes())
         .merge(store::routes())
-        .merge(crate::console::routes())
-        .merge(crate::room::admin::routes());
+        .merge(crate::console::sample::routes())
+        .merge(crate::room::admin::routes())
+        .merge(crate::room::events::routes());
     // Rate limiting runs after authentication: a caller without a token
     // is turned away without spending anyone's allowance.
     let api = match &state.protect {
@@ -236,44 +181,6 @@ async fn front(State(state): State<AppState>, req: Request, next: Next) -> Respo
     );
     response
 }
-/// cannot blow up the /metrics series count with made-up names.
-pub(crate) type Tracked = std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>;
-
-/// The names tracked so far.
-pub(crate) fn tracked(set: &Tracked) -> Vec<String> {
-    set.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .cloned()
-        .collect()
-}
-
-/// How many names are tracked.
-pub(crate) fn tracked_len(set: &Tracked) -> usize {
-    set.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .len()
-}
-
-/// Remembers `name` for the per-name series, up to TRACKED names each;
-/// whether it is tracked.
-pub(crate) fn track(set: &Tracked, name: &str) -> bool {
-    let mut names = set.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if names.len() < TRACKED && !names.contains(name) {
-        names.insert(name.to_owned());
-    }
-    names.contains(name)
-}
-
-/// Frees `name`'s place among the per-name series: it is gone from the
-/// store (a deleted schedule, a gate or queue the store forgot), so that
-/// a new name can have its series. It is tracked again if it comes back.
-pub(crate) fn untrack(set: &Tracked, name: &str) {
-    set.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .remove(name);
-}
-
 /// The API's OpenAPI 3 document, kept in docs/openapi.json.
 const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
 

@@ -18,9 +18,10 @@ use serde_json::{Value, json};
 use tollgate::schedule::MAX_CATCH_UP;
 use tollgate::{ScheduleInfo, ScheduleSpec, Schedules, Upserted, When, WhenPart};
 
-use super::AppState;
 use super::body::{BackoffBody, JsonBody, compact, limited, parse};
 use super::error::{ApiError, ListQuery, Query};
+use super::tracked::{track, untrack};
+use crate::state::AppState;
 
 /// Largest upsert body: a 1 MiB payload, base64-encoded, plus the rest
 /// (as a push).
@@ -272,7 +273,7 @@ async fn found(state: &AppState, name: &str) -> Result<ScheduleInfo, ApiError> {
         .ok_or_else(|| not_found(name))?;
     // Only a schedule that exists: made-up names must not take the
     // series' places.
-    super::track(&state.schedules, name);
+    track(&state.schedules, name);
     Ok(info)
 }
 
@@ -325,7 +326,7 @@ async fn remove(
     Path(name): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
     if Schedules::new(&state.store).delete(&name).await? {
-        super::untrack(&state.schedules, &name);
+        untrack(&state.schedules, &name);
         Ok(axum::Json(json!({"deleted": true})))
     } else {
         Err(not_found(&name))
@@ -447,7 +448,7 @@ impl ScheduleSettings {
             end_ms: instant("end", &self.end)?,
             jitter: match &self.jitter {
                 None => None,
-                Some(text) => Some(crate::cli::duration(text).map_err(|e| at("jitter", e))?),
+                Some(text) => Some(crate::args::duration(text).map_err(|e| at("jitter", e))?),
             },
             paused: self.paused.unwrap_or(false),
         };

@@ -14,10 +14,10 @@ use axum::routing::get;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::AppState;
 use super::auth::{self, COOKIE, Session};
 use super::body::Json;
 use super::error::ApiError;
+use crate::state::AppState;
 
 /// The session routes.
 pub(crate) fn routes() -> Router<AppState> {
@@ -36,7 +36,7 @@ async fn login(State(state): State<AppState>, req: Request) -> Result<Response, 
     }
     // Counted before the body is read or the token checked: every try
     // costs the same allowance, right or wrong.
-    if let Err(refused) = state.tries.spend(auth::client_ip(&state, &req)).await? {
+    if let Err(refused) = state.tries.spend(auth::client_ip(&state.tickets, &req)).await? {
         return Ok(refused);
     }
     let secure = forwarded_https(req.headers());
@@ -64,7 +64,7 @@ async fn show(State(state): State<AppState>, req: Request) -> Response {
         return no_auth();
     }
     if let Some(token) = auth::presented_bearer(req.headers()) {
-        let ip = auth::client_ip(&state, &req);
+        let ip = auth::client_ip(&state.tickets, &req);
         return match state.tries.bearer(&state.tokens, ip, token).await {
             Ok(caller) => axum::Json(json!({
                 "auth": true,

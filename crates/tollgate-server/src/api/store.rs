@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::AppState;
+use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new().route("/v1/store", get(show))

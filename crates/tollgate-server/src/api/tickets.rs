@@ -16,13 +16,13 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use ipnet::IpNet;
 
+use super::caller::Caller;
 use super::error::ApiError;
-use super::{AppState, Caller};
 
 /// Waiting tickets one client may hold at once, by default.
 pub(crate) const DEFAULT_PER_CLIENT: usize = 1000;
@@ -88,10 +88,13 @@ impl Refused {
 #[derive(Debug, Clone)]
 pub(crate) struct Client(Arc<str>);
 
-impl FromRequestParts<AppState> for Client {
+impl<S: Send + Sync> FromRequestParts<S> for Client
+where
+    Arc<TicketCaps>: FromRef<S>,
+{
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         if let Some(Caller(i, _)) = parts.extensions.get::<Caller>() {
             return Ok(Client(format!("token:{i}").into()));
         }
@@ -99,7 +102,7 @@ impl FromRequestParts<AppState> for Client {
             .extensions
             .get::<tollgate::PeerAddr>()
             .map_or(IpAddr::from([0, 0, 0, 0]), |p| p.0.ip());
-        let ip = state.tickets.client_ip(peer, &parts.headers);
+        let ip = Arc::<TicketCaps>::from_ref(state).client_ip(peer, &parts.headers);
         // IPv6 by its /64: rotating addresses within one subscriber's
         // allocation buys no fresh cap.
         Ok(Client(format!("ip:{}", tollgate::ip_key(ip)).into()))

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tollgate::{Entered, Gate, GateOptions, JobQueue, PushOptions, Store};
 
-use super::{each_worker, micros, percentile_ms, store_for};
-use crate::cli::BenchArgs;
+use super::args::BenchArgs;
+use super::support::{each_worker, micros, percentile_ms, store_for};
 use crate::exit;
 
 /// Jobs per `push_many` while filling.

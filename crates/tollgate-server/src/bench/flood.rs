@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Entered, Gate, GateOptions, Store};
 
-use super::{micros, percentile_ms, store_for};
-use crate::cli::BenchArgs;
+use super::args::BenchArgs;
+use super::support::{micros, percentile_ms, store_for};
 use crate::exit;
 
 /// Enter and leave latencies (µs) on the quiet gate for `seconds`, one pair

@@ -13,8 +13,8 @@ use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-use super::quantile;
-use crate::cli::BenchArgs;
+use super::args::BenchArgs;
+use super::support::quantile;
 use crate::exit;
 
 /// One HTTP/1.1 keep-alive connection driven by hyper's client directly: a

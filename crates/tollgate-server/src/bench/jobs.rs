@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use serde_json::json;
 use tollgate::{JobQueue, PushOptions, Store};
 
-use super::{each_worker, memory_usage, now_ms, quantile, round3};
-use crate::cli::BenchArgs;
+use super::args::BenchArgs;
+use super::support::{each_worker, memory_usage, now_ms, quantile, round3};
 use crate::exit;
 
 /// Quantile `q` of lateness samples (ms), to three decimals; 0 without
@@ -55,7 +55,7 @@ impl Tally {
 pub(super) async fn run(args: &BenchArgs) -> i32 {
     // Without --redis: the embedded store (memory only, or on disk with
     // --data-dir); its memory per job is not measured.
-    let store = match super::store_for(args).await {
+    let store = match super::support::store_for(args).await {
         Ok(found) => found,
         Err(code) => return code,
     };
@@ -133,7 +133,7 @@ async fn throughput(store: &Store, run_id: &str, args: &BenchArgs, batch: usize)
     let (n, secs) = tally.total(started);
     json!({
         "peer": "tollgate", "case": if batch == 1 { "jobs_throughput".to_owned() } else { format!("jobs_throughput_batch{batch}") },
-        "store": super::store_label(store), "workers": args.workers, "batch": batch,
+        "store": super::support::store_label(store), "workers": args.workers, "batch": batch,
         "jobs_per_s": (n as f64 / secs).round(),
         "store_ops_per_s": (calls.load(Ordering::Relaxed) as f64 / secs).round(),
         "acked": n, "errors": tally.errors.load(Ordering::Relaxed),
@@ -184,7 +184,7 @@ async fn sharded_throughput(store: &Store, run_id: &str, args: &BenchArgs, k: us
     .await;
     let (n, secs) = tally.total(started);
     json!({
-        "peer": "tollgate", "case": "jobs_sharded_throughput", "store": super::store_label(store), "workers": args.workers,
+        "peer": "tollgate", "case": "jobs_sharded_throughput", "store": super::support::store_label(store), "workers": args.workers,
         "partitions": k, "batch": BATCH, "jobs_per_s": (n as f64 / secs).round(), "acked": n,
         "errors": tally.errors.load(Ordering::Relaxed),
     })
@@ -260,7 +260,7 @@ async fn lateness(store: &Store, run_id: &str, args: &BenchArgs) -> serde_json::
     let mut v = std::mem::take(&mut *samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     let n = v.len();
     json!({
-        "peer": "tollgate", "case": "jobs_lateness", "store": super::store_label(store), "consumers": args.workers,
+        "peer": "tollgate", "case": "jobs_lateness", "store": super::support::store_label(store), "consumers": args.workers,
         "pushed_per_s": rate, "pushed": pushed, "claimed": n,
         "lateness_p50_ms": pct(&mut v, 0.5), "lateness_p99_ms": pct(&mut v, 0.99), "lateness_max_ms": pct(&mut v, 1.0),
         "errors": errors,

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tollgate::{Limit, Rate, RateLimiter};
 
-use super::{each_worker, round3, store_for};
-use crate::cli::BenchArgs;
+use super::args::BenchArgs;
+use super::support::{each_worker, round3, store_for};
 use crate::exit;
 
 pub(super) async fn run(args: &BenchArgs) -> i32 {

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tollgate::{Gate, GateOptions, Lease, Store};
 
-use super::{each_worker, micros, percentile_ms, redis_store};
-use crate::cli::BenchArgs;
+use super::args::BenchArgs;
+use super::support::{each_worker, micros, percentile_ms, redis_store};
 use crate::exit;
 
 /// Names per page: the console's page size.

@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tollgate::{Gate, GateOptions};
 
-use super::{RedisUsage, cpu_seconds, each_worker, micros, percentile_ms, redis_usage, round3, store_for};
-use crate::cli::{BenchArgs, BenchTarget};
+use super::args::{BenchArgs, BenchTarget};
+use super::support::{
+    RedisUsage, cpu_seconds, each_worker, micros, percentile_ms, redis_usage, round3, store_for,
+};
 use crate::exit;
 
 #[derive(Debug, Serialize)]
@@ -205,7 +207,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
     let report = Report {
         peer: "tollgate",
         case,
-        store: super::store_label(&store),
+        store: super::support::store_label(&store),
         workers: args.workers,
         seconds: round3(elapsed),
         ops_per_s: round3(n as f64 / elapsed),

@@ -18,8 +18,8 @@ use rand::Rng;
 use serde_json::json;
 use tollgate::{Entered, Gate, GateOptions, JobQueue, PushOptions, Store};
 
-use super::{each_worker, micros, percentile_ms};
-use crate::cli::BenchArgs;
+use super::args::BenchArgs;
+use super::support::{each_worker, micros, percentile_ms};
 use crate::exit;
 
 pub(super) async fn run(args: &BenchArgs) -> i32 {
@@ -29,7 +29,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
     }
     if args.reopen {
         let started = Instant::now();
-        let store = match super::store_for(args).await {
+        let store = match super::support::store_for(args).await {
             Ok(s) => s,
             Err(code) => return code,
         };
@@ -38,7 +38,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         let queue = JobQueue::new(&store, "recovery").expect("a valid name");
         let stats = queue.stats().await.ok();
         let out = json!({
-            "peer": "tollgate", "case": "recovery_open", "store": super::store_label(&store),
+            "peer": "tollgate", "case": "recovery_open", "store": super::support::store_label(&store),
             "ready_ms": took.as_millis() as u64,
             "snapshot_names": recovery.snapshot_names,
             "replayed_records": recovery.replayed,
@@ -49,7 +49,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         store.close();
         return 0;
     }
-    let store = match super::store_for(args).await {
+    let store = match super::support::store_for(args).await {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -59,7 +59,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
     }
     let filled = started.elapsed();
     let out = json!({
-        "peer": "tollgate", "case": "recovery_fill", "store": super::store_label(&store),
+        "peer": "tollgate", "case": "recovery_fill", "store": super::support::store_label(&store),
         "jobs": args.jobs, "gates": args.keys, "fill_ms": filled.as_millis() as u64,
         "rss_mib": super::http::rss_mib(std::process::id()),
         "log_bytes": store.durable_stats().map(|d| d.log.log_bytes),
@@ -112,7 +112,7 @@ pub(super) async fn stall(args: &BenchArgs) -> i32 {
         eprintln!("tollgate: `bench snapshot` needs --data-dir DIR and --keys N (at least 1)");
         return exit::USAGE;
     }
-    let store = match super::store_for(args).await {
+    let store = match super::support::store_for(args).await {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -214,7 +214,7 @@ async fn operations(store: &Store, args: &BenchArgs, snapshots: bool) -> serde_j
     let mut all = [gates.as_slice(), jobs.as_slice()].concat();
     let mut took_sorted = took.clone();
     json!({
-        "peer": "tollgate", "case": "snapshot_stall", "store": super::store_label(store),
+        "peer": "tollgate", "case": "snapshot_stall", "store": super::support::store_label(store),
         "snapshots": took.len(),
         "snapshot_p50_ms": percentile_ms(&mut took_sorted, 0.50),
         "snapshot_max_ms": percentile_ms(&mut took_sorted, 1.0),

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tollgate::{Entered, Gate, GateOptions, TicketStatus};
 
-use super::{memory_usage, quantile, redis_store};
-use crate::cli::BenchArgs;
+use super::args::BenchArgs;
+use super::support::{memory_usage, quantile, redis_store};
 use crate::exit;
 
 /// Answers every request with 200 "ok" until --seconds have passed.

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tollgate::{JobQueue, ScheduleSpec, Schedules, When};
 
-use super::{cpu_seconds, memory_usage, now_ms, quantile, redis_cpu_seconds, redis_store, round3};
-use crate::cli::BenchArgs;
+use super::args::BenchArgs;
+use super::support::{cpu_seconds, memory_usage, now_ms, quantile, redis_cpu_seconds, redis_store, round3};
 use crate::exit;
 
 pub(super) async fn run(args: &BenchArgs) -> i32 {

@@ -2,13 +2,39 @@
 //! handle) or of a ticket in line (by number), on the store or through
 //! `tollgate serve` (`--server`).
 
+use clap::Args;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tollgate::{Gate, GateOptions, Left, Waiting};
 
-use crate::cli::{RemoveArgs, RevokeArgs, StoreArgs};
+use super::StoreArgs;
 use crate::client::{Failure, Server, Timeout, segment, usage};
 use crate::exit;
+
+pub(crate) const ADMIN_EXIT_CODES: &str = "Exit codes: 0 done; 64 bad arguments; 65 no such holder or ticket; \
+69 the store or server is unreachable; 78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index).";
+
+/// `lock revoke`.
+#[derive(Debug, Args)]
+pub(crate) struct RevokeArgs {
+    /// Name of the lock or semaphore.
+    pub(crate) name: String,
+    /// The holder's handle: 16 hex digits, from `status`'s `leases`.
+    pub(crate) handle: String,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// `lock remove`.
+#[derive(Debug, Args)]
+pub(crate) struct RemoveArgs {
+    /// Name of the lock or semaphore.
+    pub(crate) name: String,
+    /// The ticket's number, from `status --line N`'s `line`.
+    pub(crate) number: u64,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
 
 /// The line as `GET /v1/gates/{name}/line` shows it.
 pub(crate) fn line_json(line: Vec<Waiting>) -> Value {

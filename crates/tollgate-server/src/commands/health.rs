@@ -3,11 +3,39 @@
 //! HEALTHCHECK or a deploy script that waits for the server. The image
 //! has no shell or curl, so the probe is the binary itself.
 
+use std::time::Duration;
+
+use clap::Args;
 use reqwest::Method;
 
-use crate::cli::HealthArgs;
+use crate::args::duration;
 use crate::client::{Failure, Server, Timeout, usage};
 use crate::exit;
+
+#[derive(Debug, Args)]
+pub(crate) struct HealthArgs {
+    /// The server's http:// or https:// URL. Falls back to
+    /// TOLLGATE_SERVER; without either, 127.0.0.1 at the port of
+    /// TOLLGATE_LISTEN (the variable `serve` listens by), else 7700, over
+    /// https if TOLLGATE_TLS_CERT is set (its certificate not checked:
+    /// the probe sends nothing secret to this machine's own port).
+    #[arg(long, env = "TOLLGATE_SERVER", value_name = "URL")]
+    pub(crate) server: Option<String>,
+    /// Ask whether the server is ready (its store answers and every room
+    /// can admit exactly), not only alive.
+    #[arg(long)]
+    pub(crate) ready: bool,
+    /// Give up after this long.
+    #[arg(long, default_value = "5s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) timeout: Duration,
+    /// `serve`'s listen address, read from the environment only.
+    #[arg(skip = std::env::var("TOLLGATE_LISTEN").ok())]
+    pub(crate) listen: Option<String>,
+    /// Whether `serve` is told to serve TLS (TOLLGATE_TLS_CERT set): the
+    /// probe of TOLLGATE_LISTEN's port is then https://.
+    #[arg(skip = std::env::var_os("TOLLGATE_TLS_CERT").is_some_and(|v| !v.is_empty()))]
+    pub(crate) tls: bool,
+}
 
 /// Where `serve` listens when TOLLGATE_LISTEN is not set.
 const DEFAULT_PORT: &str = "7700";
@@ -80,7 +108,7 @@ fn local_url(listen: Option<&str>, tls: bool) -> Result<String, Failure> {
         ))
     };
     let (host, port) = listen.rsplit_once(':').ok_or_else(bad)?;
-    let port_ok = crate::cli::port_number(port).is_some_and(|p| p > 0);
+    let port_ok = crate::args::port_number(port).is_some_and(|p| p > 0);
     let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
         Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
         // An IPv4 address or a host name.

@@ -3,15 +3,44 @@
 
 use std::time::Duration;
 
+use clap::Args;
 use reqwest::Method;
 use serde::Deserialize;
 use tollgate::RateLimiter;
 
 use super::connect_redis;
-use crate::api::limits::{DecisionBody, LimitSpec};
-use crate::cli::{DurabilityArgs, LimitCheckArgs};
+use super::{DurabilityArgs, StoreArgs};
+use crate::api::limiters::LimitSpec;
+use crate::api::limits::DecisionBody;
+use crate::args::duration;
 use crate::client::{Server, Timeout, segment};
 use crate::exit;
+
+#[derive(Debug, Args)]
+pub(crate) struct LimitCheckArgs {
+    /// Name of the limiter (letters, digits, _ - . : / @).
+    pub(crate) name: String,
+    /// Whose allowance: a user, an IP, a job name.
+    pub(crate) key: String,
+    /// N/s, N/min, N/h or N/<duration> (e.g. 5/250ms). Optional with
+    /// --server when the server configures NAME.
+    #[arg(long, value_name = "RATE")]
+    pub(crate) rate: Option<String>,
+    /// GCRA burst: how many at once [default: the rate's N].
+    #[arg(long, value_name = "B")]
+    pub(crate) burst: Option<u64>,
+    /// gcra (default), fixed_window or sliding_window.
+    #[arg(long, value_name = "ALGORITHM")]
+    pub(crate) algorithm: Option<String>,
+    /// What this check spends.
+    #[arg(long, default_value_t = 1, value_name = "C")]
+    pub(crate) cost: u64,
+    /// Longest wait for Redis per decision.
+    #[arg(long, default_value = "100ms", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) timeout: Duration,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
 
 /// `tollgate limit check NAME KEY`: prints the decision as JSON; exit 0
 /// when allowed, 1 when refused.

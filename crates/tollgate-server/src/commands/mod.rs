@@ -8,18 +8,73 @@ pub(crate) mod gate_admin;
 pub(crate) mod health;
 pub(crate) mod jobs;
 pub(crate) mod limit;
-mod queue;
+pub(crate) mod queue;
 mod remote_lease;
 pub(crate) mod run;
 pub(crate) mod schedule;
+mod schedule_view;
 pub(crate) mod status;
+mod work;
 
 use std::time::Duration;
 
+use clap::Args;
 use tollgate::{RedisConfig, Store};
 
-use crate::cli::{DurabilityArgs, StoreArgs};
+use crate::args::duration;
 use crate::exit;
+
+/// Waiting for Redis replicas after each change (`WAIT`); the default:
+/// none.
+#[derive(Debug, Default, Args, Clone, Copy)]
+pub(crate) struct DurabilityArgs {
+    /// After each change, wait until this many replicas have it (Redis
+    /// WAIT); a change they do not confirm in time fails as not replicated.
+    #[arg(long, env = "TOLLGATE_DURABLE_REPLICAS", value_name = "N")]
+    pub(crate) durable_replicas: Option<u32>,
+    /// How long to wait for the replicas [default: 500ms].
+    #[arg(long, env = "TOLLGATE_DURABLE_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) durable_timeout: Option<Duration>,
+}
+
+impl DurabilityArgs {
+    /// The store as asked: `store` itself, or a durable handle on it.
+    pub(crate) async fn apply(&self, store: tollgate::Store) -> tollgate::Result<tollgate::Store> {
+        match self.durable_replicas {
+            None | Some(0) => Ok(store),
+            Some(n) => {
+                store
+                    .durable(n, self.durable_timeout.unwrap_or(Duration::from_millis(500)))
+                    .await
+            }
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    /// Redis URL (redis://, rediss://, unix://, redis+cluster://,
+    /// redis+sentinel://). Falls back to TOLLGATE_REDIS_URL.
+    #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
+    pub(crate) redis: Option<String>,
+    /// Work through a `tollgate serve` at this http:// or https:// URL instead of
+    /// Redis (it wins if both are given). Falls back to TOLLGATE_SERVER.
+    #[arg(long, env = "TOLLGATE_SERVER", value_name = "URL")]
+    pub(crate) server: Option<String>,
+    /// Bearer token for --server. Falls back to TOLLGATE_SERVER_TOKEN.
+    #[arg(
+        long,
+        env = "TOLLGATE_SERVER_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub(crate) server_token: Option<String>,
+    /// Prefix of every Redis key.
+    #[arg(long, default_value = "tollgate", value_name = "PREFIX")]
+    pub(crate) prefix: String,
+    #[command(flatten)]
+    pub(crate) durability: DurabilityArgs,
+}
 
 impl StoreArgs {
     /// The store the command's arguments name: Redis at --redis (with

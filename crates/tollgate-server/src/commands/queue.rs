@@ -7,15 +7,30 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use clap::Args;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
 use tollgate::{
     Backoff, Cancelled, Job, Nacked, OnDuplicate, PushOptions, PushResult, Retry, ShardedJobQueue,
 };
 
-use crate::cli::QueueTarget;
+use super::StoreArgs;
 use crate::client::{Failure, Server, Timeout, segment, usage};
 use crate::exit;
+
+/// Which queue, and where.
+#[derive(Debug, Args)]
+pub(crate) struct QueueTarget {
+    /// The queue's name.
+    pub(crate) queue: String,
+    /// The queue is spread over this many partitions (1 to 256): every
+    /// producer and worker must give the same number. Not with --server,
+    /// whose [queues.NAME] decides.
+    #[arg(long, value_name = "K")]
+    pub(crate) partitions: Option<usize>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
 
 /// Longest one claim long-poll asks the server to wait (its limit is 60 s).
 const POLL_SLICE: Duration = Duration::from_secs(25);
@@ -413,7 +428,7 @@ impl Queue {
     pub(crate) async fn show(&self, id: &str) -> Result<Value, Failure> {
         match self {
             Queue::Local(q) => match q.get_with_payload(id).await? {
-                Some((j, payload)) => Ok(json!(crate::api::jobs::shown(&j, &payload))),
+                Some((j, payload)) => Ok(json!(crate::api::jobs::reads::shown(&j, &payload))),
                 None => Err(no_such(format!("no job {id:?} in queue {:?}", q.name()))),
             },
             Queue::Remote(r) => Ok(r.call(r.request(Method::GET, &r.job_path(id, ""))).await?.1),
@@ -433,7 +448,11 @@ impl Queue {
                 if page.jobs.is_empty() && cursor.is_none() {
                     known(q).await?;
                 }
-                let jobs = page.jobs.iter().map(crate::api::jobs::job_info_json).collect();
+                let jobs = page
+                    .jobs
+                    .iter()
+                    .map(crate::api::jobs::reads::job_info_json)
+                    .collect();
                 Ok((jobs, page.next))
             }
             Queue::Remote(r) => {

@@ -1,18 +1,86 @@
 //! `tollgate lock run` and `tollgate semaphore run`: hold a lease while a
 //! child command runs.
 
+use std::ffi::OsString;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use clap::{Args, ValueEnum};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{Gate, GateOptions, Lease};
 
+use super::StoreArgs;
 use super::remote_lease::{Remote, RemoteLease};
-use crate::cli::{IfBusy, RunArgs, SemaphoreRunArgs};
+use crate::args::duration;
 use crate::exit;
+
+/// What `lock run` does when the lock is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum IfBusy {
+    /// Exit 75 with a message.
+    Fail,
+    /// Exit 0, silently.
+    Skip,
+}
+
+/// `semaphore run`: `lock run`'s arguments and the permits.
+#[derive(Debug, Args)]
+pub(crate) struct SemaphoreRunArgs {
+    /// Number of permits of the semaphore. Without it, the capacity
+    /// already stored is used (a semaphore that has none needs it). A
+    /// different number than the stored one is refused (exit 64) unless
+    /// --resize is given.
+    #[arg(long, value_name = "N")]
+    pub(crate) limit: Option<u32>,
+    /// Permits to take.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub(crate) permits: u32,
+    /// With --limit: store N as the semaphore's capacity first (raising
+    /// admits waiters at once; lowering takes effect as holders leave).
+    #[arg(long, requires = "limit")]
+    pub(crate) resize: bool,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Name of the lock or semaphore (letters, digits, _ - . : / @).
+    pub(crate) name: String,
+    /// Lease length; renewed every third of it while the command runs.
+    #[arg(long, default_value = "30s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) ttl: Duration,
+    /// How long a waiter may go without a heartbeat (it sends one at least
+    /// every second) before it loses its place in line.
+    #[arg(long, default_value = "10s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) heartbeat: Duration,
+    /// How long to wait in line; 0 means try once.
+    #[arg(long, default_value = "0s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) wait: Duration,
+    /// Keep the lock at least this long after the grant, even when the
+    /// command exits sooner: a runner that finishes early shortens its
+    /// lease to end at grant + D (by the store's clock) and exits at once,
+    /// so machines whose cron fired a little later find it taken. Make it
+    /// longer than the fleet's clock skew plus cron start jitter.
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) min_hold: Option<Duration>,
+    /// When the lock is taken (or was taken within --min-hold): `fail`
+    /// exits 75 with a message; `skip` exits 0 and prints nothing (-v says
+    /// why), so skipping machines stay silent in cron mail.
+    #[arg(long, value_enum, default_value_t = IfBusy::Fail, value_name = "WHAT")]
+    pub(crate) if_busy: IfBusy,
+    /// Say more: with --if-busy skip, why it skipped.
+    #[arg(short, long)]
+    pub(crate) verbose: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
 
 /// How long a child gets after SIGTERM (lease lost) before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(10);

@@ -3,23 +3,193 @@
 //! HTTP (--server). Either way a schedule comes back as the HTTP API's view
 //! of it (one JSON object), so both print the same way.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use chrono::DateTime;
-use chrono_tz::Tz;
+use clap::{Args, Subcommand};
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
 use tollgate::schedule::{MAX_CATCH_UP, check_schedule_name};
-use tollgate::{Backoff, ScheduleInfo, ScheduleSpec, Schedules, Store, Upserted, When, WhenPart};
+use tollgate::{ScheduleSpec, Schedules, Store, Upserted};
 
+use super::StoreArgs;
+use super::jobs::BackoffArgs;
 use super::jobs::{backoff, read_payload};
-use crate::cli::{
-    ScheduleAddArgs, ScheduleCommand, ScheduleListArgs, ScheduleNameArgs, ScheduleNextArgs, StoreArgs,
+use super::schedule_view::{
+    describe, local, ms, next_text, parse_time, spec_json, table, utc, view, view_when, view_zone, when_of,
+    zone_of,
 };
+use crate::args::duration;
 use crate::client::{Failure, Server, Timeout, segment, usage};
 use crate::exit;
+
+/// The exit codes every `schedule` command shares, after its own.
+macro_rules! schedule_exit_codes {
+    ($own:literal) => {
+        concat!(
+            "Exit codes: ",
+            $own,
+            "64 bad arguments (the message names the field and what is allowed); \
+             69 the store or server is unreachable; 70 an internal error; \
+             78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index)."
+        )
+    };
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// Create schedule NAME, or change it to exactly these settings
+    /// (unnamed ones take their defaults). Prints created, changed or
+    /// unchanged and the next tick. A changed timing (--when, --zone,
+    /// --start, --end) fires from its first tick after now; --paused only
+    /// applies to a new schedule (`pause` and `resume` change it).
+    #[command(after_help = schedule_exit_codes!("0 created, changed or unchanged; "))]
+    Add(ScheduleAddArgs),
+    /// Every schedule: name, when, zone, queue, next tick, paused, last
+    /// fired (a table; --json: one JSON object per line).
+    #[command(after_help = schedule_exit_codes!("0 printed (none: an empty table); "))]
+    List(ScheduleListArgs),
+    /// Every setting of schedule NAME, its next tick and its recent ticks
+    /// with their job ids.
+    #[command(after_help = schedule_exit_codes!("0 printed; 65 no such schedule; "))]
+    Show(ScheduleNameArgs),
+    /// Delete schedule NAME; the jobs it pushed stay.
+    #[command(after_help = schedule_exit_codes!("0 deleted; 65 no such schedule; "))]
+    Rm(ScheduleNameArgs),
+    /// Stop NAME firing until `resume`.
+    #[command(after_help = schedule_exit_codes!("0 paused (or already paused); 65 no such schedule; "))]
+    Pause(ScheduleNameArgs),
+    /// Fire NAME again, from its first tick after now (the ticks of the
+    /// pause are not fired later).
+    #[command(after_help = schedule_exit_codes!("0 resumed (or not paused); 65 no such schedule; "))]
+    Resume(ScheduleNameArgs),
+    /// Push one extra job of NAME now (id NAME@manual-<ms>), paused or
+    /// not; its ticks do not move. Prints the job id.
+    #[command(after_help = schedule_exit_codes!("0 pushed; 65 no such schedule; "))]
+    Trigger(ScheduleNameArgs),
+    /// The next ticks of an expression, in its zone and in UTC, worked
+    /// out here with no store (to check a DST day: --after); or, with
+    /// --name, of a stored schedule (within its --start and --end).
+    #[command(after_help = schedule_exit_codes!("0 printed; 65 no such schedule (--name); "))]
+    Next(ScheduleNextArgs),
+}
+
+/// A schedule by name, on the store (--redis) or a `tollgate serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleNameArgs {
+    /// The schedule's name (letters, digits, _ - . : / @; at most 100 bytes).
+    pub(crate) name: String,
+    /// Print the schedule (or the answer) as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleListArgs {
+    /// One JSON object per schedule and line instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleAddArgs {
+    /// The schedule's name (letters, digits, _ - . : / @; at most 100 bytes).
+    pub(crate) name: String,
+    /// When it fires: cron with 5 fields (minute hour day-of-month month
+    /// day-of-week) or 6 (seconds first), `TZ=Zone` before the fields, a
+    /// macro (@hourly, @daily, @weekly, @monthly, @yearly), or an interval
+    /// `every 30s` [`from <unix ms>`]. A time that a spring-forward skips
+    /// fires when the gap ends; a repeated hour fires once (docs/JOBS.md).
+    #[arg(long, value_name = "EXPR")]
+    pub(crate) when: String,
+    /// The IANA zone of a cron expression (e.g. Europe/Berlin) [default:
+    /// UTC]; the same as `TZ=Zone` before the fields.
+    #[arg(long, value_name = "ZONE")]
+    pub(crate) zone: Option<String>,
+    /// The queue each tick's job goes to (an unpartitioned one).
+    #[arg(long, value_name = "QUEUE")]
+    pub(crate) queue: String,
+    /// Each job's payload [default: empty].
+    #[arg(long, value_name = "TEXT", conflicts_with = "payload_file")]
+    pub(crate) payload: Option<String>,
+    /// Read the payload from this file (`-`: standard input).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) payload_file: Option<std::path::PathBuf>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) priority: u8,
+    /// Deliveries of each job before it goes to the dead letters.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub(crate) max_attempts: u32,
+    #[command(flatten)]
+    pub(crate) backoff: BackoffArgs,
+    /// Ticks missed while nothing fired (downtime): skip (fire only a tick
+    /// less than 60 s late), once (one job for all of them) or all (each,
+    /// up to --max-catch-up, the newest).
+    #[arg(long, value_parser = misfire, default_value = "skip", value_name = "POLICY")]
+    pub(crate) misfire: tollgate::Misfire,
+    /// With --misfire all: at most this many missed ticks (1 to 1000).
+    #[arg(long, default_value_t = tollgate::schedule::MAX_CATCH_UP, value_name = "N")]
+    pub(crate) max_catch_up: usize,
+    /// No tick before this time (RFC 3339, e.g. 2026-12-01T00:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) start: Option<String>,
+    /// No tick after this time (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) end: Option<String>,
+    /// Each job is due up to this long after its tick (a fixed spread per
+    /// tick), so schedules sharing a tick do not all start at once.
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) jitter: Option<Duration>,
+    /// A new schedule starts paused.
+    #[arg(long)]
+    pub(crate) paused: bool,
+    /// Print the schedule as JSON, with "result".
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleNextArgs {
+    /// The expression, as `add --when` takes it.
+    #[arg(
+        value_name = "EXPR",
+        required_unless_present = "name",
+        conflicts_with = "name"
+    )]
+    pub(crate) when: Option<String>,
+    /// The zone of the expression, as `add --zone`.
+    #[arg(long, value_name = "ZONE", conflicts_with = "name")]
+    pub(crate) zone: Option<String>,
+    /// A stored schedule instead of an expression (needs --redis or
+    /// --server).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) name: Option<String>,
+    /// How many ticks (1 to 1000).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub(crate) count: usize,
+    /// Ticks after this time (RFC 3339, e.g. 2026-03-28T00:00:00Z)
+    /// [default: now].
+    #[arg(long, value_name = "TIME")]
+    pub(crate) after: Option<String>,
+    /// JSON: {"zone", "ticks": [{"at_ms", "local", "utc"}]}.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// `--misfire`: the library's words and message.
+fn misfire(s: &str) -> Result<tollgate::Misfire, String> {
+    s.parse().map_err(|e: tollgate::Error| e.message().to_owned())
+}
 
 pub(crate) async fn run(command: ScheduleCommand) -> i32 {
     let done = match command {
@@ -55,10 +225,6 @@ fn no_such(name: &str) -> Failure {
         code: exit::NO_SUCH,
         message: format!("no such schedule {name:?}"),
     }
-}
-
-fn ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Place {
@@ -221,158 +387,6 @@ impl Place {
     }
 }
 
-/// The API's `when` (without `TZ=`) and `zone` (none for an interval).
-fn when_and_zone(when: &When) -> (String, Option<String>) {
-    match when {
-        When::Cron(c) => (c.fields().to_owned(), Some(c.zone().to_owned())),
-        When::Every(_) => (when.to_string(), None),
-    }
-}
-
-fn backoff_json(b: &Backoff) -> Value {
-    match b {
-        Backoff::Fixed(d) => json!({"kind": "fixed", "base_ms": d.as_millis() as u64}),
-        Backoff::Exponential { base, max } => json!({"kind": "exponential",
-            "base_ms": base.as_millis() as u64, "max_ms": max.as_millis() as u64}),
-    }
-}
-
-/// A spec's fields as the HTTP API takes and shows them (no payload).
-fn spec_json(spec: &ScheduleSpec) -> Value {
-    let (when, zone) = when_and_zone(&spec.when);
-    json!({
-        "when": when,
-        "zone": zone,
-        "queue": spec.queue,
-        "priority": spec.priority,
-        "max_attempts": spec.max_attempts,
-        "backoff": backoff_json(&spec.backoff),
-        "misfire": spec.misfire.to_string(),
-        "max_catch_up": spec.max_catch_up,
-        "start_ms": spec.start.map(ms),
-        "end_ms": spec.end.map(ms),
-        "jitter_ms": spec.jitter.as_millis() as u64,
-        "paused": spec.paused,
-    })
-}
-
-/// A stored schedule as the HTTP API shows it.
-fn view(info: &ScheduleInfo) -> Value {
-    let spec = &info.spec;
-    let mut v = spec_json(spec);
-    v["name"] = json!(info.name);
-    v["paused"] = json!(info.paused);
-    v["next_ms"] = json!(info.next.map(ms));
-    v["recent"] = info
-        .recent
-        .iter()
-        .map(|t| json!({"job_id": t.job_id, "at_ms": ms(t.at), "manual": t.manual}))
-        .collect();
-    // The payload as JSON when it is JSON, else its bytes in base64 (the
-    // API's two forms).
-    match serde_json::from_slice::<Value>(&spec.payload) {
-        Ok(p) => v["payload"] = p,
-        Err(_) => v["payload_base64"] = json!(STANDARD.encode(&spec.payload)),
-    }
-    v
-}
-
-/// An expression (`add --when`, or `next`'s EXPR: `what` names it) and
-/// `--zone` as one `When`; bad input names the argument and what is
-/// allowed.
-fn when_of(what: &str, expr: &str, zone: Option<&str>) -> Result<When, Failure> {
-    When::parse_in(expr, zone).map_err(|(part, e)| {
-        let flag = match part {
-            WhenPart::When => what,
-            WhenPart::Zone => "--zone",
-        };
-        usage(format!("{flag}: {}", e.message()))
-    })
-}
-
-/// The `When` of a view: its `when` in its `zone` (a cron expression's;
-/// an interval's zone, if a server names one, is UTC whatever it says).
-fn view_when(name: &str, v: &Value) -> Result<When, Failure> {
-    let expr = v["when"].as_str().unwrap_or_default().trim();
-    let zone = v["zone"].as_str();
-    let is_cron = !expr.get(..6).is_some_and(|w| w.eq_ignore_ascii_case("every "))
-        && !expr.split_whitespace().next().is_some_and(|w| w.contains('='));
-    let parsed = match zone {
-        Some(zone) if is_cron => When::cron(expr, zone),
-        _ => When::parse(expr),
-    };
-    parsed.map_err(|e| Failure {
-        code: exit::SOFTWARE,
-        message: format!(
-            "schedule {name:?} has a `when` this version cannot read ({expr:?}, zone {zone:?}): {}",
-            e.message()
-        ),
-    })
-}
-
-/// An RFC 3339 time given to `flag`.
-fn parse_time(flag: &str, t: &str) -> Result<SystemTime, Failure> {
-    let bad = |why: String| {
-        usage(format!(
-            "{flag} {t:?}: {why}; allowed is an RFC 3339 time after 1970, e.g. 2026-12-01T00:00:00Z or 2026-12-01T01:00:00+01:00"
-        ))
-    };
-    let parsed = DateTime::parse_from_rfc3339(t.trim()).map_err(|e| bad(e.to_string()))?;
-    let ms = u64::try_from(parsed.timestamp_millis()).map_err(|_| bad("before 1970".to_owned()))?;
-    Ok(UNIX_EPOCH + Duration::from_millis(ms))
-}
-
-/// The zone ticks are shown in: a cron expression's, else UTC.
-fn zone_of(when: &When) -> Tz {
-    match when {
-        When::Cron(c) => c.zone().parse().unwrap_or(Tz::UTC),
-        When::Every(_) => Tz::UTC,
-    }
-}
-
-/// `ms` as wall-clock time in `zone`, with its offset and abbreviation:
-/// `2026-03-29T03:00:00+02:00 CEST`.
-fn local(ms: u64, zone: Tz) -> String {
-    match DateTime::from_timestamp_millis(ms as i64) {
-        Some(t) => t
-            .with_timezone(&zone)
-            .format("%Y-%m-%dT%H:%M:%S%:z %Z")
-            .to_string(),
-        None => format!("{ms} ms"),
-    }
-}
-
-/// `ms` in UTC: `2026-03-29T01:00:00Z`.
-fn utc(ms: u64) -> String {
-    match DateTime::from_timestamp_millis(ms as i64) {
-        Some(t) => t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        None => format!("{ms} ms"),
-    }
-}
-
-/// The zone of a view (`null` for an interval: UTC).
-fn view_zone(v: &Value) -> Tz {
-    v["zone"].as_str().and_then(|z| z.parse().ok()).unwrap_or(Tz::UTC)
-}
-
-/// A tick of a view, in its zone and in UTC; `none` when there is none.
-fn tick_text(ms: Option<u64>, zone: Tz, none: &str) -> String {
-    match ms {
-        Some(ms) => format!("{} ({})", local(ms, zone), utc(ms)),
-        None => none.to_owned(),
-    }
-}
-
-/// What the next tick of a view is, in words.
-fn next_text(v: &Value) -> String {
-    let none = if v["paused"].as_bool() == Some(true) {
-        "none (paused)"
-    } else {
-        "none (no tick left)"
-    };
-    tick_text(v["next_ms"].as_u64(), view_zone(v), none)
-}
-
 async fn add(args: ScheduleAddArgs) -> Result<(), Failure> {
     // Bad input is refused before any connection, with the flag's name.
     check_schedule_name(&args.name).map_err(|e| usage(e.message().to_owned()))?;
@@ -522,104 +536,6 @@ async fn list(args: ScheduleListArgs) -> Result<(), Failure> {
     }
     print!("{}", table(&rows));
     Ok(())
-}
-
-/// Rows as columns padded to their widest cell, two spaces apart.
-fn table(rows: &[[String; 7]]) -> String {
-    let mut widths = [0; 7];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// A duration in ms, as `30s` or `1h 30m`.
-fn span(ms: u64) -> String {
-    humantime::format_duration(Duration::from_millis(ms)).to_string()
-}
-
-/// Every field of a view, one per line, and its recent ticks.
-fn describe(v: &Value) -> String {
-    let zone = view_zone(v);
-    let num = |key: &str| v[key].as_u64().map_or("-".to_owned(), |n| n.to_string());
-    let at = |key: &str| tick_text(v[key].as_u64(), zone, "-");
-    let payload = match (&v["payload"], v["payload_base64"].as_str()) {
-        (Value::Null, Some(b)) => match STANDARD.decode(b) {
-            Ok(bytes) if bytes.is_empty() => "(empty)".to_owned(),
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(text) => format!("{text:?} (text)"),
-                Err(e) => format!("{} bytes, not UTF-8", e.as_bytes().len()),
-            },
-            Err(_) => format!("base64 {b}"),
-        },
-        (p, _) => format!("{p} (JSON)"),
-    };
-    let b = &v["backoff"];
-    let backoff = match (b["kind"].as_str(), b["base_ms"].as_u64(), b["max_ms"].as_u64()) {
-        (Some("fixed"), Some(base), _) => format!("fixed {}", span(base)),
-        (Some(kind), Some(base), Some(max)) => format!("{kind} {} to {}", span(base), span(max)),
-        _ => b.to_string(),
-    };
-    let fields = [
-        ("name", v["name"].as_str().unwrap_or("-").to_owned()),
-        ("when", v["when"].as_str().unwrap_or("-").to_owned()),
-        ("zone", zone.name().to_owned()),
-        ("queue", v["queue"].as_str().unwrap_or("-").to_owned()),
-        ("payload", payload),
-        ("priority", num("priority")),
-        ("max attempts", num("max_attempts")),
-        ("backoff", backoff),
-        ("misfire", v["misfire"].as_str().unwrap_or("-").to_owned()),
-        ("max catch-up", num("max_catch_up")),
-        ("start", at("start_ms")),
-        ("end", at("end_ms")),
-        ("jitter", v["jitter_ms"].as_u64().map_or("-".to_owned(), span)),
-        (
-            "paused",
-            if v["paused"].as_bool() == Some(true) {
-                "yes"
-            } else {
-                "no"
-            }
-            .to_owned(),
-        ),
-        ("next tick", next_text(v)),
-    ];
-    let mut out = String::new();
-    for (label, value) in fields {
-        out.push_str(&format!("{:<14}{value}\n", format!("{label}:")));
-    }
-    let recent = v["recent"].as_array().cloned().unwrap_or_default();
-    if recent.is_empty() {
-        out.push_str("recent ticks: none\n");
-    } else {
-        out.push_str("recent ticks (oldest first):\n");
-        for t in recent {
-            let manual = if t["manual"].as_bool() == Some(true) {
-                "  (trigger)"
-            } else {
-                ""
-            };
-            out.push_str(&format!(
-                "  {}  {}{manual}\n",
-                tick_text(t["at_ms"].as_u64(), zone, "-"),
-                t["job_id"].as_str().unwrap_or("-"),
-            ));
-        }
-    }
-    out
 }
 
 async fn next(args: ScheduleNextArgs) -> Result<(), Failure> {

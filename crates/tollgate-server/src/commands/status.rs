@@ -3,13 +3,30 @@
 //! (label, time left and handle, soonest to end first), and with
 //! `--line N` the first N tickets of the line.
 
+use clap::Args;
 use reqwest::Method;
 use serde_json::Value;
 use tollgate::{Gate, GateOptions};
 
+use super::StoreArgs;
 use crate::api::gates::{holding_json, stats_answer};
-use crate::cli::StatusArgs;
 use crate::client::{Failure, Server, Timeout, segment, usage};
+
+pub(crate) const STATUS_EXIT_CODES: &str = "Exit codes: 0 printed; 64 bad arguments; \
+69 the store or server is unreachable; 78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index).";
+
+/// `lock status` / `semaphore status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Name of the lock or semaphore.
+    pub(crate) name: String,
+    /// Also list the first N tickets of the line (`line`: number,
+    /// position, permits, label), 1 to 1000.
+    #[arg(long, value_name = "N")]
+    pub(crate) line: Option<u32>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
 
 /// Holders listed at most.
 const HOLDERS: u32 = 100;

@@ -17,7 +17,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::api::AppState;
 use crate::api::error::ApiError;
 
 /// At most this many live streams at once, over all consoles.
@@ -97,11 +96,6 @@ pub(crate) fn pages<S: Clone + Send + Sync + 'static>() -> Router<S> {
             "/ui/{file}",
             get(|Path(f): Path<String>, h: HeaderMap| async move { file(&f, &h) }),
         )
-}
-
-/// The console's data routes, behind the API's authentication.
-pub(crate) fn routes() -> Router<AppState> {
-    sample::routes()
 }
 
 /// An embedded file, revalidated on every load (`no-cache` with an ETag

@@ -19,8 +19,8 @@ use tokio::sync::broadcast;
 
 use super::series::{INTERVAL_MS, Key, Kind, Sample, WINDOW};
 use super::{Console, MAX_STREAMS, Tick};
-use crate::api::AppState;
 use crate::api::error::{ApiError, Query};
+use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -134,8 +134,8 @@ async fn read(state: &AppState, key: &Key) -> Option<Figures> {
             let (gates, queues) = match state.store.memory_footprint() {
                 Some(f) => (f.gates, f.queues),
                 None => (
-                    crate::api::tracked_len(&state.gates),
-                    crate::api::tracked_len(&state.queues),
+                    crate::api::tracked::tracked_len(&state.gates),
+                    crate::api::tracked::tracked_len(&state.queues),
                 ),
             };
             Some(Figures {
@@ -144,7 +144,7 @@ async fn read(state: &AppState, key: &Key) -> Option<Figures> {
                     queues as f64,
                     state.rooms.all().len() as f64,
                     state.limits.configured_count() as f64,
-                    crate::api::tracked_len(&state.schedules) as f64,
+                    crate::api::tracked::tracked_len(&state.schedules) as f64,
                 ],
                 counters: None,
             })

@@ -6,40 +6,47 @@
 //! ticket's number, never its ticket: whoever has a ticket can act as it.
 
 use axum::Router;
-use axum::extract::{Path, State};
+use std::sync::Arc;
+
+use axum::extract::{FromRef, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Room;
-use crate::api::AppState;
+use super::config::admission_interval;
+use super::rooms::{Room, Rooms};
+use super::store_call::now_ms;
 use crate::api::body::Json;
 use crate::api::error::{ApiError, Query};
 
-/// The rooms' admin routes.
-pub(crate) fn routes() -> Router<AppState> {
+/// The rooms' admin routes, on any state that holds the rooms.
+pub(crate) fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<Rooms>: FromRef<S>,
+{
     Router::new()
         .route("/v1/rooms/{room}", get(stats))
         .route("/v1/rooms/{room}/capacity", put(set_capacity))
         .route("/v1/rooms/{room}/admission_rate", put(set_admission_rate))
         .route(
             "/v1/rooms/{room}/pause",
-            post(|State(s): State<AppState>, Path(n): Path<String>| set_paused(s, n, true)),
+            post(|State(r): State<Arc<Rooms>>, Path(n): Path<String>| set_paused(r, n, true)),
         )
         .route(
             "/v1/rooms/{room}/resume",
-            post(|State(s): State<AppState>, Path(n): Path<String>| set_paused(s, n, false)),
+            post(|State(r): State<Arc<Rooms>>, Path(n): Path<String>| set_paused(r, n, false)),
         )
         .route("/v1/rooms/{room}/sessions/{session}", delete(end_session))
         .route("/v1/rooms/{room}/reset", post(reset))
         .route("/v1/rooms/{room}/line", get(line))
         .route("/v1/rooms/{room}/line/{number}", delete(remove_waiter))
-        .route("/v1/rooms/{room}/events", get(super::events::room_events))
 }
 
-pub(crate) fn room(state: &AppState, name: &str) -> Result<std::sync::Arc<Room>, ApiError> {
-    state.rooms.get(name).cloned().ok_or_else(|| {
+/// The room `name`, or 404 `room_not_found`.
+pub(crate) fn room(rooms: &Rooms, name: &str) -> Result<Arc<Room>, ApiError> {
+    rooms.get(name).cloned().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "room_not_found",
@@ -48,27 +55,13 @@ pub(crate) fn room(state: &AppState, name: &str) -> Result<std::sync::Arc<Room>,
     })
 }
 
-pub(crate) async fn stats_of(room: &Room) -> Result<Value, ApiError> {
-    let s = room.gate().stats().await?;
-    Ok(json!({
-        "room": room.name(),
-        "capacity": s.capacity,
-        "active": s.holders,
-        "waiting": s.waiting,
-        "admitted": s.grants,
-        "expired": s.expiries,
-        "paused": s.paused,
-        "admissions_per_minute": s.admission_interval.map(|d| (60_000.0 / d.as_millis() as f64).round() as u64),
-    }))
-}
-
 /// `GET /v1/rooms/{room}`.
 pub(crate) async fn stats(
-    State(state): State<AppState>,
+    State(rooms): State<Arc<Rooms>>,
     Path(name): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let room = room(&state, &name)?;
-    Ok(axum::Json(stats_of(&room).await?))
+    let room = room(&rooms, &name)?;
+    Ok(axum::Json(room.figures().await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -80,22 +73,22 @@ pub(crate) struct CapacityBody {
 /// `PUT /v1/rooms/{room}/capacity`: lowering drains (nobody is evicted),
 /// raising admits the line at once.
 pub(crate) async fn set_capacity(
-    State(state): State<AppState>,
+    State(rooms): State<Arc<Rooms>>,
     Path(name): Path<String>,
     Json(body): Json<CapacityBody>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let room = room(&state, &name)?;
+    let room = room(&rooms, &name)?;
     room.gate().set_capacity(body.capacity).await?;
-    Ok(axum::Json(stats_of(&room).await?))
+    Ok(axum::Json(room.figures().await?))
 }
 
 /// `DELETE /v1/rooms/{room}/sessions/{session}`: ends an admitted
 /// visitor's session (the `Tollgate-Visitor` header the upstream sees).
 pub(crate) async fn end_session(
-    State(state): State<AppState>,
+    State(rooms): State<Arc<Rooms>>,
     Path((name, session)): Path<(String, String)>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let room = room(&state, &name)?;
+    let room = room(&rooms, &name)?;
     match room.end_session(&session).await? {
         tollgate::Left::Released => Ok(axum::Json(json!({"ended": true, "was": "active"}))),
         tollgate::Left::Cancelled => Ok(axum::Json(json!({"ended": true, "was": "waiting"}))),
@@ -110,14 +103,14 @@ pub(crate) async fn end_session(
 /// `POST /v1/rooms/{room}/pause` (`paused`: everyone new queues; nobody
 /// is evicted) and `POST /v1/rooms/{room}/resume` (free slots go to the
 /// line at once).
-async fn set_paused(state: AppState, name: String, paused: bool) -> Result<axum::Json<Value>, ApiError> {
-    let room = room(&state, &name)?;
+async fn set_paused(rooms: Arc<Rooms>, name: String, paused: bool) -> Result<axum::Json<Value>, ApiError> {
+    let room = room(&rooms, &name)?;
     if paused {
         room.gate().pause().await?;
     } else {
         room.gate().resume().await?;
     }
-    Ok(axum::Json(stats_of(&room).await?))
+    Ok(axum::Json(room.figures().await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,11 +129,11 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>
 
 /// `PUT /v1/rooms/{room}/admission_rate`.
 pub(crate) async fn set_admission_rate(
-    State(state): State<AppState>,
+    State(rooms): State<Arc<Rooms>>,
     Path(name): Path<String>,
     Json(body): Json<RateBody>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let room = room(&state, &name)?;
+    let room = room(&rooms, &name)?;
     let interval = match body.per_minute {
         None => {
             return Err(ApiError::bad_request(
@@ -148,21 +141,21 @@ pub(crate) async fn set_admission_rate(
             ));
         }
         Some(None) => None,
-        Some(Some(n)) => Some(super::admission_interval(n).map_err(ApiError::bad_request)?),
+        Some(Some(n)) => Some(admission_interval(n).map_err(ApiError::bad_request)?),
     };
     room.gate().set_admission_interval(interval).await?;
-    Ok(axum::Json(stats_of(&room).await?))
+    Ok(axum::Json(room.figures().await?))
 }
 
 /// `POST /v1/rooms/{room}/reset`: everyone waiting is dropped at once and
 /// told so on their next request; active sessions are untouched.
 pub(crate) async fn reset(
-    State(state): State<AppState>,
+    State(rooms): State<Arc<Rooms>>,
     Path(name): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let room = room(&state, &name)?;
+    let room = room(&rooms, &name)?;
     let dropped = room.reset_line().await?;
-    let mut answer = stats_of(&room).await?;
+    let mut answer = room.figures().await?;
     answer["dropped"] = dropped.into();
     Ok(axum::Json(answer))
 }
@@ -186,12 +179,12 @@ fn twenty() -> u32 {
 /// ticket with no such label, such as one joined by a server from before
 /// labels).
 pub(crate) async fn line(
-    State(state): State<AppState>,
+    State(rooms): State<Arc<Rooms>>,
     Path(name): Path<String>,
     Query(q): Query<LineQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let room = room(&state, &name)?;
-    let now = super::now_ms();
+    let room = room(&rooms, &name)?;
+    let now = now_ms();
     let line: Vec<Value> = room
         .gate()
         .line(q.limit)
@@ -212,10 +205,10 @@ pub(crate) async fn line(
 /// `DELETE /v1/rooms/{room}/line/{number}`: takes one waiter out of the
 /// line, as if they had left (their next request is a new arrival).
 pub(crate) async fn remove_waiter(
-    State(state): State<AppState>,
+    State(rooms): State<Arc<Rooms>>,
     Path((name, number)): Path<(String, String)>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let room = room(&state, &name)?;
+    let room = room(&rooms, &name)?;
     let number: u64 = number
         .parse()
         .map_err(|_| ApiError::bad_request(format!("{number:?} is not a ticket number")))?;

@@ -13,16 +13,30 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Path, State};
+use axum::Router;
+use axum::extract::{FromRef, Path, State};
 use axum::response::Response;
 use axum::response::sse::Event;
+use axum::routing::get;
 use serde_json::json;
 use tollgate::{GateStats, Lagged};
 
-use super::Room;
-use crate::api::AppState;
+use super::admin::room;
+use super::rooms::{Room, Rooms};
 use crate::api::error::ApiError;
-use crate::api::events::stream;
+use crate::api::streams::{Stopping, Subscribers, stream};
+
+/// The room's event stream, on any state that holds the rooms, the count
+/// of streams and the stop signal.
+pub(crate) fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<Rooms>: FromRef<S>,
+    Arc<Subscribers>: FromRef<S>,
+    Stopping: FromRef<S>,
+{
+    Router::new().route("/v1/rooms/{room}/events", get(room_events))
+}
 
 /// How often a stream reads the room's figures.
 const POLL: Duration = Duration::from_millis(500);
@@ -98,13 +112,15 @@ fn changes(was: Seen, now: &GateStats, out: &mut VecDeque<Event>) {
 /// `GET /v1/rooms/{room}/events`: `hello` with the room's figures, then its
 /// changes every POLL. 404 `room_not_found` for a room not configured.
 pub(crate) async fn room_events(
-    State(state): State<AppState>,
+    State(rooms): State<Arc<Rooms>>,
+    State(subscribers): State<Arc<Subscribers>>,
+    State(stopping): State<Stopping>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let room: Arc<Room> = super::admin::room(&state, &name)?;
-    let slot = state.subscribers.take()?;
+    let room: Arc<Room> = room(&rooms, &name)?;
+    let slot = subscribers.take()?;
     let first = room.gate().stats().await?;
-    let hello = super::admin::stats_of(&room).await?;
+    let hello = room.figures().await?;
     struct Watch {
         room: Arc<Room>,
         seen: Seen,
@@ -128,5 +144,5 @@ pub(crate) async fn room_events(
             }
         }
     });
-    Ok(stream(hello, feed, slot, state.stopping.clone()))
+    Ok(stream(hello, feed, slot, stopping))
 }

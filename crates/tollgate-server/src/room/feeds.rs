@@ -24,8 +24,10 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use tokio::sync::watch;
 use tollgate::{Gate, TicketStatus};
 
-use super::{Room, Shown, ticket_status};
-use crate::api::events::Slot;
+use super::answers::JSON;
+use super::page::Shown;
+use super::store_call::ticket_status;
+use crate::api::streams::{Slot, Subscribers};
 
 /// Event streams one ticket may have open on one server: a visitor with a
 /// few tabs, not a flood.
@@ -188,7 +190,7 @@ fn refused(status: StatusCode, code: &str, message: &str) -> Response<Body> {
     let mut r = Response::new(Body::from(tollgate::error_body(code, message)));
     *r.status_mut() = status;
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(super::JSON));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_SECONDS));
     r
@@ -198,8 +200,14 @@ fn refused(status: StatusCode, code: &str, message: &str) -> Response<Body> {
 /// counted against `status_rate`), or 429 `too_many_streams` when the
 /// ticket has [`MAX_STREAMS_PER_TICKET`] open here, 503
 /// `too_many_subscribers` past the server's `max_event_subscribers`.
-pub(super) fn events(room: &Room, ticket: &str) -> Response<Body> {
-    let Some((place, look)) = room.feeds.join(&room.gate, ticket, room.store_timeout) else {
+pub(super) fn events(
+    feeds: &Arc<Feeds>,
+    gate: &Gate,
+    timeout: Duration,
+    subscribers: &Arc<Subscribers>,
+    ticket: &str,
+) -> Response<Body> {
+    let Some((place, look)) = feeds.join(gate, ticket, timeout) else {
         return refused(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_streams",
@@ -208,7 +216,7 @@ pub(super) fn events(room: &Room, ticket: &str) -> Response<Body> {
             ),
         );
     };
-    let slot = match room.subscribers.take() {
+    let slot = match subscribers.take() {
         Ok(slot) => slot,
         Err(e) => {
             let mut r = e.into_response();

@@ -8,7 +8,6 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use serde_json::json;
 
-use super::Shown;
 use super::lang::{Lang, LangSetting, Text};
 
 /// The frame of every built-in page: its head, the style (light and
@@ -337,6 +336,35 @@ fn escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+/// A visitor's place, as shown on the page and in JSON.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Shown {
+    pub(super) position: u64,
+    pub(super) waiting: u64,
+    /// The estimate as a range: from the line's measured pace, widened
+    /// because the pace is irregular; `None` before there is data.
+    pub(super) eta: Option<(Duration, Duration)>,
+}
+
+impl Shown {
+    pub(super) fn of(place: &tollgate::Place) -> Shown {
+        Shown {
+            position: place.position,
+            waiting: place.waiting,
+            eta: place.eta.map(|e| (e.mul_f64(0.75), e.mul_f64(1.5))),
+        }
+    }
+
+    pub(super) fn json(&self) -> serde_json::Value {
+        let (low, high) = match self.eta {
+            Some((l, h)) => (Some(l.as_millis() as u64), Some(h.as_millis() as u64)),
+            None => (None, None),
+        };
+        json!({"status": "queued", "position": self.position, "waiting": self.waiting,
+               "eta_low_ms": low, "eta_high_ms": high})
+    }
 }
 
 #[cfg(test)]

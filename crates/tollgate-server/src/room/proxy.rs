@@ -20,8 +20,15 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
+use super::counters::RoomMetrics;
 use super::page::Pages;
-use super::{RoomMetrics, TOKEN_HEADER, VISITOR_HEADER};
+use super::token::TOKEN_HEADER;
+
+/// Response header an upstream sets to end the visitor's session at once.
+pub(crate) const SESSION_HEADER: &str = "tollgate-session";
+/// Request header the upstream gets: the admitted visitor's session id, to
+/// end it through the admin API.
+pub(crate) const VISITOR_HEADER: &str = "tollgate-visitor";
 
 /// Connection-level headers a proxy must not pass on (RFC 9110 7.6.1).
 const HOP_BY_HOP: [&str; 8] = [

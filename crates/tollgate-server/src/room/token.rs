@@ -13,6 +13,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+/// The request header (and response header) that carries a visitor's token
+/// for API and mobile clients.
+pub(crate) const TOKEN_HEADER: &str = "tollgate-token";
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// What a visitor is, as far as a verified token says.

@@ -3,8 +3,27 @@
 //! being admitted and forwarded while active, the room's own endpoints
 //! (status, events, leave), and what a visitor sees while the store is down.
 
-use super::page::Figures;
-use super::*;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::header::{self, HeaderMap, HeaderValue};
+use axum::http::{Method, Request, Response, StatusCode};
+use futures_util::future::BoxFuture;
+use serde_json::json;
+use tollgate::{Entered, ErrorKind, TicketStatus, client_ip};
+
+use super::answers::{HTML, JSON, TRY_AGAIN_SECONDS, closed, plain, typed, wants_json};
+use super::feeds;
+use super::page::{Figures, Shown};
+use super::proxy::{Hop, SESSION_HEADER, VISITOR_HEADER, ViaTls};
+use super::rooms::{Bypass, OnStoreError, Room};
+use super::store_call::{bounded, is_store_error, now_ms, ticket_status};
+use super::token::{TOKEN_HEADER, Visitor};
+use super::{path, proxy, watch};
+
+/// What a waiter asking too often is told.
+const KEPT: &str = "asking too often; your place in line is kept";
 
 impl Room {
     /// The room's cookie; Secure when `secure_cookie` says so or the
@@ -152,7 +171,7 @@ impl Room {
             peer: peer.ip(),
             trusted_peer: self.trusted_proxies.iter().any(|n| n.contains(&peer.ip())),
             may_upgrade,
-            tls: req.extensions().get::<super::proxy::ViaTls>().is_some(),
+            tls: req.extensions().get::<ViaTls>().is_some(),
         };
         if bypass.is_some() {
             self.metrics.bypassed.increment(1);
@@ -615,7 +634,13 @@ impl Room {
                 if let Some(refused) = self.asks_too_often(&req, &ticket).await {
                     return refused;
                 }
-                feeds::events(self, &ticket)
+                feeds::events(
+                    &self.feeds,
+                    &self.gate,
+                    self.store_timeout,
+                    &self.subscribers,
+                    &ticket,
+                )
             }
             (&Method::GET, "events", _) => {
                 json_error(StatusCode::NOT_FOUND, "not_waiting", "no place in line")

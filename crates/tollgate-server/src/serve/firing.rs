@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{FireReport, ScheduleSpec, Schedules, Store};
 
-use crate::api::{Tracked, track};
+use crate::api::tracked::{Tracked, track};
 
 /// The same warning (same kind, same schedule) is logged at most once
 /// this often; the ones held back are counted in the next.

@@ -7,7 +7,7 @@
 mod firing;
 mod listener;
 mod say;
-mod settings;
+pub(crate) mod settings;
 mod tls;
 
 use std::sync::Arc;
@@ -17,17 +17,18 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tollgate::Store;
 
 use self::listener::{App, Listeners};
-use self::settings::{Settings, settings};
-use crate::api::jobs::Queues;
-use crate::api::limits::Limiters;
+use self::settings::{LogFormat, ServeArgs, Settings, settings};
+use crate::api::auth::Tokens;
+use crate::api::jobs::queues::Queues;
+use crate::api::limiters::Limiters;
+use crate::api::router;
 use crate::api::tickets::TicketCaps;
-use crate::api::{AppState, Tokens, router};
-use crate::cli::ServeArgs;
 use crate::exit;
 use crate::room::Rooms;
+use crate::state::AppState;
 
 pub(crate) async fn run(args: ServeArgs) -> i32 {
-    say::use_json(args.log_format == crate::cli::LogFormat::Json);
+    say::use_json(args.log_format == LogFormat::Json);
     match start(args).await {
         Ok(()) => 0,
         Err(code) => code,
@@ -151,12 +152,12 @@ fn room_failure(e: crate::room::RoomError) -> i32 {
 /// matching order, for the listening line.
 fn check_config(args: &Settings) -> Result<Vec<String>, i32> {
     let scratch = Store::memory();
-    let subscribers = Arc::new(crate::api::events::Subscribers::new(0));
+    let subscribers = Arc::new(crate::api::streams::Subscribers::new(0));
     let rooms = Rooms::new(&args.rooms, &scratch, &subscribers).map_err(room_failure)?;
     let limits = Limiters::configure(&scratch, &args.limits).map_err(|msg| usage(&msg))?;
     if let Some(p) = &args.protect {
         limits.layer(p).map_err(|msg| usage(&msg))?;
-        crate::api::limits::trusted_proxies(p).map_err(|msg| usage(&msg))?;
+        crate::api::limiters::trusted_proxies(p).map_err(|msg| usage(&msg))?;
     }
     Ok(rooms.all().iter().map(|r| r.name().to_owned()).collect())
 }
@@ -176,10 +177,14 @@ async fn check_schedules(args: &Settings) -> Result<(), i32> {
 /// Creates or changes the configured schedules. One the config no longer
 /// names is left alone: servers of several config versions may share a
 /// store, and an older one must not delete what a newer one added.
-async fn apply_schedules(args: &Settings, store: &Store, tracked: &crate::api::Tracked) -> Result<(), i32> {
+async fn apply_schedules(
+    args: &Settings,
+    store: &Store,
+    tracked: &crate::api::tracked::Tracked,
+) -> Result<(), i32> {
     let schedules = tollgate::Schedules::new(store);
     for (name, spec) in &args.schedules {
-        crate::api::track(tracked, name);
+        crate::api::tracked::track(tracked, name);
         match schedules.upsert(name, spec).await {
             Ok(done) => tracing::info!(schedule = name, result = ?done, "configured schedule applied"),
             // The store refused it: a partitioned queue, say.
@@ -212,10 +217,10 @@ async fn open(
 ) -> Result<(axum::Router, Arc<Rooms>), i32> {
     let store = open_store(&args, &failed).await?;
     check_queues(&queue_set, &store).await?;
-    let scheduled = crate::api::Tracked::default();
+    let scheduled = crate::api::tracked::Tracked::default();
     apply_schedules(&args, &store, &scheduled).await?;
     // One count of event streams: the API's and the waiting visitors'.
-    let subscribers = Arc::new(crate::api::events::Subscribers::new(args.max_event_subscribers));
+    let subscribers = Arc::new(crate::api::streams::Subscribers::new(args.max_event_subscribers));
     let rooms = Arc::new(Rooms::new(&args.rooms, &store, &subscribers).map_err(room_failure)?);
     for room in rooms.all() {
         if let Err(e) = room.apply_config().await {
@@ -235,7 +240,7 @@ async fn open(
     // A ticket's client is its IP unless tokens are configured: believe
     // the X-Forwarded-For of the proxies [protect] trusts.
     let trusted = match &args.protect {
-        Some(p) => crate::api::limits::trusted_proxies(p).map_err(|msg| usage(&msg))?,
+        Some(p) => crate::api::limiters::trusted_proxies(p).map_err(|msg| usage(&msg))?,
         None => Vec::new(),
     };
     // Per room, this server's view of the store: ended sessions (so the

@@ -1,14 +1,166 @@
-//! `tollgate serve`'s settings: the flags and the environment (merged by
-//! clap) win over the TOML config file, which wins over the defaults.
+//! `tollgate serve`'s settings: its flags ([`ServeArgs`]) and the
+//! environment (merged by clap) win over the TOML config file, which wins
+//! over the defaults.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::api::jobs::QueueSettings;
-use crate::api::limits::{LimitSettings, ProtectSettings};
+use clap::{Args, ValueEnum};
+
+use crate::api::jobs::queues::QueueSettings;
+use crate::api::limiters::{LimitSettings, ProtectSettings};
 use crate::api::schedules::ScheduleSettings;
-use crate::cli::{DurabilityArgs, ServeArgs};
+use crate::args::{duration, port_number};
+use crate::commands::DurabilityArgs;
 use crate::room::RoomSettings;
+
+/// `tollgate serve`'s flags (each also an environment variable).
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on, HOST:PORT; a host name is resolved and the
+    /// first of its addresses that can be bound is used
+    /// [default: 127.0.0.1:7700].
+    #[arg(long, env = "TOLLGATE_LISTEN", value_name = "ADDR")]
+    pub(crate) listen: Option<String>,
+    /// Address the waiting rooms ([rooms.NAME] in the config) listen on,
+    /// resolved like --listen [default: 127.0.0.1:7780].
+    #[arg(long, env = "TOLLGATE_PROXY_LISTEN", value_name = "ADDR")]
+    pub(crate) proxy_listen: Option<String>,
+    /// Redis URL; without it the embedded in-memory store is used, and this
+    /// one process is the whole server.
+    #[arg(long, env = "TOLLGATE_REDIS_URL", value_name = "URL")]
+    pub(crate) redis: Option<String>,
+    /// Prefix of every Redis key [default: tollgate].
+    #[arg(long, env = "TOLLGATE_PREFIX", value_name = "PREFIX")]
+    pub(crate) prefix: Option<String>,
+    /// Require `Authorization: Bearer <TOKEN>` (or a session cookie from
+    /// POST /v1/session) on /v1 routes and /metrics; an admin token, it may
+    /// do everything. Repeat for several accepted tokens (rotation).
+    /// TOLLGATE_TOKENS takes a comma-separated list.
+    #[arg(
+        long = "token",
+        env = "TOLLGATE_TOKENS",
+        value_delimiter = ',',
+        value_name = "TOKEN"
+    )]
+    pub(crate) tokens: Vec<String>,
+    /// Like --token, but the token may only read (GET and HEAD); other
+    /// methods answer 403 `forbidden`. TOLLGATE_READ_TOKENS takes a
+    /// comma-separated list.
+    #[arg(
+        long = "read-token",
+        env = "TOLLGATE_READ_TOKENS",
+        value_delimiter = ',',
+        value_name = "TOKEN"
+    )]
+    pub(crate) read_tokens: Vec<String>,
+    /// Let a browser app on ORIGIN (scheme://host[:port], e.g.
+    /// https://app.example.com) call the API directly (CORS), with a bearer
+    /// token; repeat for several. Off by default; no wildcard.
+    /// TOLLGATE_CORS_ORIGINS takes a comma-separated list.
+    #[arg(
+        long = "cors-origin",
+        env = "TOLLGATE_CORS_ORIGINS",
+        value_delimiter = ',',
+        value_name = "ORIGIN"
+    )]
+    pub(crate) cors_origins: Vec<String>,
+    /// A name the API answers to, besides IP addresses, localhost and
+    /// --listen's host (no port: every port is); repeat for several.
+    /// Without tokens a request naming another host in `Host` is refused
+    /// (421 unknown_host: a page of another site reaching this server by
+    /// DNS rebinding); with tokens the check runs only when names are
+    /// given. TOLLGATE_PUBLIC_HOSTS takes a comma-separated list.
+    #[arg(
+        long = "public-host",
+        env = "TOLLGATE_PUBLIC_HOSTS",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub(crate) public_hosts: Vec<String>,
+    /// Serve HTTPS on both listeners (the API's and the waiting rooms')
+    /// with this PEM certificate chain (the server's certificate first);
+    /// with --tls-key. Both are read again on SIGHUP.
+    #[arg(long, env = "TOLLGATE_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key (PKCS #8, PKCS #1 or SEC1) of --tls-cert.
+    #[arg(long, env = "TOLLGATE_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
+    /// How long a console session (POST /v1/session) lasts [default: 12h].
+    #[arg(long, env = "TOLLGATE_API_SESSION_TTL", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) api_session_ttl: Option<Duration>,
+    /// A TOML file; tollgate.example.toml has every key with its default:
+    /// listen, proxy_listen, redis, wait_for_store, prefix, tokens,
+    /// read_tokens, cors_origins, public_hosts, tls_cert, tls_key, api_session_ttl, durable_replicas, durable_timeout, max_tickets_per_client,
+    /// max_event_subscribers, metrics_timeout, body_timeout, memory_idle,
+    /// data_dir, fsync, snapshot_after_mb, and the tables
+    /// [limits.NAME], [protect], [queues.NAME], [schedules.NAME],
+    /// [rooms.NAME]. Flags and environment variables override it.
+    #[arg(long, env = "TOLLGATE_CONFIG", value_name = "FILE")]
+    pub(crate) config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) durability: DurabilityArgs,
+    /// Waiting tickets one client (bearer token, else IP address) may hold
+    /// at once through the API; 0: no cap [default: 1000].
+    #[arg(long, env = "TOLLGATE_MAX_TICKETS_PER_CLIENT", value_name = "N")]
+    pub(crate) max_tickets_per_client: Option<usize>,
+    /// Event streams (SSE: the API's and the waiting visitors') this server
+    /// serves at once; past it, 503 too_many_subscribers [default: 1000].
+    #[arg(long, env = "TOLLGATE_MAX_EVENT_SUBSCRIBERS", value_name = "N")]
+    pub(crate) max_event_subscribers: Option<usize>,
+    /// How long /metrics may spend reading figures from the store; what is
+    /// not in by then is counted as a scrape error [default: 1s].
+    #[arg(long, env = "TOLLGATE_METRICS_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) metrics_timeout: Option<Duration>,
+    /// How long a request body may take to arrive; after that, 408
+    /// [default: 30s].
+    #[arg(long, env = "TOLLGATE_BODY_TIMEOUT", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) body_timeout: Option<Duration>,
+    /// Without --redis: how long the embedded store keeps a name nothing
+    /// holds or waits for (its capacity, fence, counters) after its last
+    /// use, 1s to 30 days [default: 10m].
+    #[arg(long, env = "TOLLGATE_MEMORY_IDLE", value_name = "DURATION", value_parser = duration, allow_hyphen_values = true)]
+    pub(crate) memory_idle: Option<Duration>,
+    /// Without --redis: the directory the embedded store keeps its log and
+    /// snapshots in, so that jobs, schedules, leases, lines, fences, rate
+    /// limits and waiting rooms survive a restart or a crash (created if
+    /// missing; one server per directory). `none`: memory only, everything
+    /// is lost when the server stops [default: tollgate-data, in the
+    /// working directory].
+    #[arg(long, env = "TOLLGATE_DATA_DIR", value_name = "DIR")]
+    pub(crate) data_dir: Option<std::path::PathBuf>,
+    /// When the embedded store's log is synced to disk: `always` (before
+    /// each answer; a machine crash loses nothing answered), `everysec` (a
+    /// process crash loses nothing, a machine crash up to about a second),
+    /// `no` (the kernel decides) [default: everysec].
+    #[arg(long, env = "TOLLGATE_FSYNC", value_name = "POLICY")]
+    pub(crate) fsync: Option<String>,
+    /// The embedded store takes a snapshot (and drops the log it covers)
+    /// once the log since the last one is this many MiB and at least as
+    /// large as that snapshot, 1 to 65536 [default: 64].
+    #[arg(long, env = "TOLLGATE_SNAPSHOT_AFTER_MB", value_name = "MIB")]
+    pub(crate) snapshot_after_mb: Option<u64>,
+    /// With --redis: how long to wait for Redis to answer at start. The
+    /// server listens at once (/readyz answers 503 until Redis does) and
+    /// retries; past this it exits 69 [default: wait forever].
+    #[arg(long, env = "TOLLGATE_WAIT_FOR_STORE", value_name = "DURATION", value_parser = duration)]
+    pub(crate) wait_for_store: Option<Duration>,
+    /// Log lines on standard error as text or as one JSON object each
+    /// (levels and targets: TOLLGATE_LOG, e.g. `info` or
+    /// `warn,tollgate::access=info`).
+    #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+}
+
+/// How `serve` writes its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line: timestamp, level, target, message and
+    /// the event's fields.
+    Json,
+}
 
 /// What a TOML config file may set.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -129,7 +281,7 @@ fn duration_setting(
 ) -> Result<Duration, String> {
     let d = match (flag, file) {
         (Some(d), _) => d,
-        (None, Some(text)) => crate::cli::duration(text).map_err(|e| format!("{key}: {e}"))?,
+        (None, Some(text)) => duration(text).map_err(|e| format!("{key}: {e}"))?,
         (None, None) => default,
     };
     if d < min || d > max {
@@ -145,7 +297,7 @@ fn address(key: &str, given: Option<String>, default: &str) -> Result<String, St
         return Ok(default.to_owned());
     };
     match text.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && crate::cli::port_number(port).is_some() => Ok(text),
+        Some((host, port)) if !host.is_empty() && port_number(port).is_some() => Ok(text),
         _ => Err(format!(
             "{key} = {text:?}: write HOST:PORT, e.g. 127.0.0.1:7700 or localhost:7700"
         )),
@@ -304,7 +456,7 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
         max_event_subscribers: args
             .max_event_subscribers
             .or(file.max_event_subscribers)
-            .unwrap_or(crate::api::events::DEFAULT_MAX_SUBSCRIBERS),
+            .unwrap_or(crate::api::streams::DEFAULT_MAX_SUBSCRIBERS),
         metrics_timeout: duration_setting(
             "metrics_timeout",
             args.metrics_timeout,
@@ -359,9 +511,7 @@ fn merge(args: ServeArgs) -> Result<Settings, String> {
             durable_replicas: args.durability.durable_replicas.or(file.durable_replicas),
             durable_timeout: match (args.durability.durable_timeout, file.durable_timeout) {
                 (Some(t), _) => Some(t),
-                (None, Some(text)) => {
-                    Some(crate::cli::duration(&text).map_err(|e| format!("durable_timeout: {e}"))?)
-                }
+                (None, Some(text)) => Some(duration(&text).map_err(|e| format!("durable_timeout: {e}"))?),
                 (None, None) => None,
             },
         },
@@ -375,7 +525,7 @@ mod example_support;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::limits::LimitSpec;
+    use crate::api::limiters::LimitSpec;
     use crate::room::RoomSettings;
 
     #[test]

@@ -1,0 +1,363 @@
+//! A room's configuration: `[rooms.NAME]` ([`RoomSettings`]) checked and
+//! turned into a [`Room`] (or the reason it cannot be, [`RoomError`]),
+//! and the rooms of a config into [`Rooms`].
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::http::header::{HeaderName, HeaderValue};
+use ipnet::IpNet;
+use serde::Deserialize;
+use tollgate::{Gate, GateOptions, Limit, RateLimiter, Store};
+
+use super::counters::RoomMetrics;
+use super::lang::LangSetting;
+use super::page::{Kind, Pages};
+use super::path;
+use super::proxy::Upstream;
+use super::rooms::{OnStoreError, Room, Rooms};
+use super::store_call::now_ms;
+use super::token::Keys;
+use super::watch::{self, View};
+use crate::api::streams::Subscribers;
+
+/// `[rooms.NAME]` in the config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RoomSettings {
+    /// `http://host:port` of the site behind the room.
+    pub(crate) upstream: String,
+    /// Requests for these hosts (the `Host` header, without port) go to
+    /// this room; empty: any host.
+    #[serde(default)]
+    pub(crate) hosts: Vec<String>,
+    /// Requests whose path starts with this go to this room. Default `/`.
+    pub(crate) path_prefix: Option<String>,
+    /// Most visitors active at once.
+    pub(crate) capacity: u32,
+    /// At most this many new admissions a minute, whatever the free
+    /// capacity (for a site that cannot tell when a visitor has left).
+    pub(crate) admissions_per_minute: Option<u32>,
+    /// How long an admitted visitor stays active without a request.
+    /// Default 5m.
+    pub(crate) session_ttl: Option<String>,
+    /// How long a waiter may go without asking before losing its place.
+    /// Default 30s.
+    pub(crate) grace: Option<String>,
+    /// HMAC keys for visitor tokens, 32+ characters each: the first signs,
+    /// all verify.
+    pub(crate) cookie_keys: Vec<String>,
+    /// How often one waiting visitor may ask for its status, per server.
+    /// Default 5/s.
+    pub(crate) status_rate: Option<String>,
+    /// How often one client address may arrive without a valid token
+    /// (each arrival may take a place in line), per server. Default 20/s,
+    /// with bursts of as many. `"off"`: no cap.
+    pub(crate) arrival_rate: Option<String>,
+    /// `closed` (default: a "try again" page, 503) or `open` (let
+    /// visitors through) while the store is unreachable.
+    pub(crate) on_store_error: Option<String>,
+    /// Longest wait for the store per request. Default 500.
+    pub(crate) store_timeout_ms: Option<u64>,
+    /// Longest wait for the upstream's response head. Default 30000.
+    pub(crate) upstream_timeout_ms: Option<u64>,
+    /// An HTML file replacing the default waiting page.
+    pub(crate) page: Option<std::path::PathBuf>,
+    /// An HTML file replacing the "try again" page (a closed room that
+    /// cannot reach its store).
+    pub(crate) try_again_page: Option<std::path::PathBuf>,
+    /// An HTML file replacing the 502 page (the upstream cannot be reached).
+    pub(crate) upstream_down_page: Option<std::path::PathBuf>,
+    /// An HTML file replacing the 504 page (the upstream did not answer in
+    /// time).
+    pub(crate) upstream_timeout_page: Option<std::path::PathBuf>,
+    /// The built-in pages' language: `en` (default), `es`, `zh`, or `auto`
+    /// (from each request's `Accept-Language`, English if none fits).
+    pub(crate) lang: Option<String>,
+    /// Status of the waiting page: 503 (default; crawlers do not index it)
+    /// or 200.
+    pub(crate) queued_status: Option<u16>,
+    /// Paths (prefixes) that pass without queueing: health checks, assets.
+    #[serde(default)]
+    pub(crate) bypass_paths: Vec<String>,
+    /// Client addresses or networks that pass without queueing.
+    #[serde(default)]
+    pub(crate) bypass_ips: Vec<String>,
+    /// `Name: value`: requests with this header pass without queueing.
+    pub(crate) bypass_header: Option<String>,
+    /// Proxies in front of tollgate whose `X-Forwarded-For` is believed.
+    #[serde(default)]
+    pub(crate) trusted_proxies: Vec<String>,
+    /// Protocols a request may upgrade to (the `Upgrade` header), lower
+    /// case. Default `["websocket"]`; anything else is refused with a 400.
+    pub(crate) upgrades: Option<Vec<String>>,
+    /// Mark the cookie `Secure` (set when visitors reach tollgate over
+    /// HTTPS through a proxy). Default false.
+    pub(crate) secure_cookie: Option<bool>,
+    /// Label each place in line with its arrival time, so the admin API's
+    /// view of the line shows ages. Default true; false saves the label's
+    /// memory in the store (about 85 bytes a visitor on Redis).
+    pub(crate) line_ages: Option<bool>,
+}
+
+fn duration(field: &str, text: Option<&str>, default: Duration) -> Result<Duration, String> {
+    match text {
+        None => Ok(default),
+        Some(t) => humantime::parse_duration(t).map_err(|e| format!("{field} = {t:?}: {e}")),
+    }
+}
+
+fn nets(field: &str, list: &[String]) -> Result<Vec<IpNet>, String> {
+    list.iter()
+        .map(|p| {
+            p.parse::<IpNet>()
+                .or_else(|_| p.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("{field}: {p:?} is not an address or network"))
+        })
+        .collect()
+}
+
+/// Most admissions a minute a cap may name: one per 10 ms. For more,
+/// remove the cap.
+pub(crate) const MAX_ADMISSIONS_PER_MINUTE: u32 = 6_000;
+
+/// The least interval between admissions for `per_minute` of them.
+pub(crate) fn admission_interval(per_minute: u32) -> Result<Duration, String> {
+    if per_minute == 0 || per_minute > MAX_ADMISSIONS_PER_MINUTE {
+        return Err(format!(
+            "admissions per minute must be 1 to {MAX_ADMISSIONS_PER_MINUTE} (got {per_minute}); \
+             for more, remove the cap"
+        ));
+    }
+    Ok(Duration::from_millis(60_000u64.div_ceil(u64::from(per_minute))))
+}
+
+/// A GCRA limiter of `rate` (bursts of as many) on this server's own
+/// embedded store, letting requests through if it ever fails.
+fn per_server_limiter(room: &str, what: &str, rate: tollgate::Rate) -> Result<RateLimiter, String> {
+    let limit = Limit::gcra(rate, rate.count()).map_err(|e| e.to_string())?;
+    Ok(
+        RateLimiter::new(&Store::memory(), &format!("room:{room}:{what}"), limit)
+            .map_err(|e| e.to_string())?
+            .on_store_error(tollgate::OnStoreError::Open),
+    )
+}
+
+fn check_room_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!("room name {name:?}: use 1 to 64 letters, digits, - or _"));
+    }
+    Ok(())
+}
+
+/// Why a room could not be set up.
+#[derive(Debug)]
+pub(crate) enum RoomError {
+    /// A bad setting (exit 64, as any bad argument).
+    Setting(String),
+    /// A page template that cannot be used: unreadable, or naming a
+    /// placeholder its page does not fill (exit 78).
+    Page(String),
+}
+
+impl From<String> for RoomError {
+    fn from(message: String) -> RoomError {
+        RoomError::Setting(message)
+    }
+}
+
+impl std::fmt::Display for RoomError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RoomError::Setting(m) | RoomError::Page(m) => f.write_str(m),
+        }
+    }
+}
+
+impl RoomError {
+    pub(crate) fn exit_code(&self) -> i32 {
+        match self {
+            RoomError::Setting(_) => crate::exit::USAGE,
+            RoomError::Page(_) => crate::exit::CONFIG,
+        }
+    }
+}
+
+impl Room {
+    pub(crate) fn new(
+        name: &str,
+        s: &RoomSettings,
+        store: &Store,
+        subscribers: &Arc<Subscribers>,
+    ) -> Result<Room, RoomError> {
+        check_room_name(name)?;
+        let at = |e: String| format!("[rooms.{name}] {e}");
+        let session_ttl =
+            duration("session_ttl", s.session_ttl.as_deref(), Duration::from_secs(300)).map_err(at)?;
+        let grace = duration("grace", s.grace.as_deref(), Duration::from_secs(30)).map_err(at)?;
+        if s.capacity == 0 || s.capacity > tollgate::MAX_CAPACITY {
+            return Err(at(format!("capacity must be 1 to {}", tollgate::MAX_CAPACITY)).into());
+        }
+        let options = GateOptions {
+            ttl: session_ttl,
+            heartbeat: grace,
+            auto_renew: false,
+            fair: true,
+        };
+        // The stored capacity is the room's: set from the config at start,
+        // changed at runtime through the admin API.
+        let gate = Gate::new(store, &format!("room:{name}"), None, options).map_err(|e| at(e.to_string()))?;
+        let status_rate: tollgate::Rate = s
+            .status_rate
+            .as_deref()
+            .unwrap_or("5/s")
+            .parse()
+            .map_err(|e: tollgate::Error| at(format!("status_rate: {e}")))?;
+        // Per server, in memory: slowing down an anxious refresher needs no
+        // agreement between servers, and it saves a store round trip on
+        // every status request.
+        let status_limit = per_server_limiter(name, "status", status_rate).map_err(at)?;
+        // Per server too: a client without a token cannot hold more than
+        // this many new places a second, whichever server it asks.
+        let arrival_limit = match s.arrival_rate.as_deref().unwrap_or("20/s") {
+            "off" => None,
+            text => {
+                let rate: tollgate::Rate = text
+                    .parse()
+                    .map_err(|e: tollgate::Error| at(format!("arrival_rate: {e}")))?;
+                Some(per_server_limiter(name, "arrivals", rate).map_err(at)?)
+            }
+        };
+        let on_store_error = match s.on_store_error.as_deref().unwrap_or("closed") {
+            "open" => OnStoreError::Open,
+            "closed" => OnStoreError::Closed,
+            other => return Err(at(format!("on_store_error = {other:?}: use open or closed")).into()),
+        };
+        let queued_status = match s.queued_status.unwrap_or(503) {
+            200 => StatusCode::OK,
+            503 => StatusCode::SERVICE_UNAVAILABLE,
+            other => return Err(at(format!("queued_status = {other}: use 503 or 200")).into()),
+        };
+        let bypass_header = match &s.bypass_header {
+            None => None,
+            Some(h) => {
+                let (n, v) = h
+                    .split_once(':')
+                    .ok_or_else(|| at(format!("bypass_header = {h:?}: write it as \"Name: value\"")))?;
+                let name = HeaderName::try_from(n.trim())
+                    .map_err(|_| at(format!("bypass_header: bad name {n:?}")))?;
+                let value = HeaderValue::try_from(v.trim())
+                    .map_err(|_| at(format!("bypass_header: bad value {v:?}")))?;
+                Some((name, value))
+            }
+        };
+        let path_prefix = s.path_prefix.as_deref().unwrap_or("/");
+        if !path_prefix.starts_with('/') {
+            return Err(at(format!("path_prefix = {path_prefix:?} must start with /")).into());
+        }
+        let path_prefix = path::prefix(path_prefix).map_err(|e| at(format!("path_prefix = {e}")))?;
+        let bypass_paths = s
+            .bypass_paths
+            .iter()
+            .map(|p| path::prefix(p).map_err(|e| at(format!("bypass_paths: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let lang = LangSetting::parse(s.lang.as_deref()).map_err(at)?;
+        let pages = Pages::load(lang, |kind| {
+            match kind {
+                Kind::Waiting => &s.page,
+                Kind::TryAgain => &s.try_again_page,
+                Kind::UpstreamDown => &s.upstream_down_page,
+                Kind::UpstreamTimeout => &s.upstream_timeout_page,
+            }
+            .clone()
+        })
+        .map_err(|e| RoomError::Page(at(e)))?;
+        let pages = Arc::new(pages);
+        let admission_interval = s
+            .admissions_per_minute
+            .map(|n| admission_interval(n).map_err(|e| at(format!("admissions_per_minute: {e}"))))
+            .transpose()?;
+        Ok(Room {
+            name: name.to_owned(),
+            gate,
+            keys: Keys::new(&s.cookie_keys).map_err(at)?,
+            upstream: Upstream::new(
+                &s.upstream,
+                Duration::from_millis(s.upstream_timeout_ms.unwrap_or(30_000)),
+                pages.clone(),
+            )
+            .map_err(at)?,
+            session_ttl,
+            renew_every: session_ttl / 4,
+            status_limit,
+            arrival_limit,
+            on_store_error,
+            store_timeout: Duration::from_millis(s.store_timeout_ms.unwrap_or(500).clamp(1, 60_000)),
+            pages,
+            queued_status,
+            hosts: s
+                .hosts
+                .iter()
+                .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+                .collect(),
+            path_prefix,
+            bypass_paths,
+            bypass_ips: nets("bypass_ips", &s.bypass_ips).map_err(at)?,
+            bypass_header,
+            trusted_proxies: nets("trusted_proxies", &s.trusted_proxies).map_err(at)?,
+            upgrades: s.upgrades.as_ref().map_or_else(
+                || vec!["websocket".to_owned()],
+                |list| list.iter().map(|p| p.trim().to_ascii_lowercase()).collect(),
+            ),
+            cookie_name: format!("tollgate_{name}"),
+            secure_cookie: s.secure_cookie.unwrap_or(false),
+            line_ages: s.line_ages.unwrap_or(true),
+            metrics: RoomMetrics::new(name),
+            view: Arc::new(View::new(
+                watch::Settings {
+                    capacity: s.capacity,
+                    paused: false,
+                    admission_interval,
+                },
+                // A token older than renew_every is checked with the store
+                // anyway: an end needs remembering only that long (and the
+                // clock skew, and a margin).
+                (session_ttl / 4 + watch::SKEW + Duration::from_secs(1)).min(session_ttl),
+                now_ms(),
+            )),
+            restoring: tokio::sync::Mutex::new(()),
+            feeds: Arc::default(),
+            subscribers: subscribers.clone(),
+        })
+    }
+}
+
+impl Rooms {
+    /// The configured rooms on `store`; their visitors' event streams
+    /// count in `subscribers`.
+    pub(crate) fn new(
+        settings: &HashMap<String, RoomSettings>,
+        store: &Store,
+        subscribers: &Arc<Subscribers>,
+    ) -> Result<Rooms, RoomError> {
+        let mut rooms = settings
+            .iter()
+            .map(|(name, s)| Room::new(name, s, store, subscribers).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        rooms.sort_by(|a, b| {
+            b.path_prefix
+                .len()
+                .cmp(&a.path_prefix.len())
+                .then(a.name.cmp(&b.name))
+        });
+        Ok(Rooms { rooms })
+    }
+}
