@@ -418,7 +418,7 @@ async fn partitioned_queues_over_http() {
     assert_eq!(claimed.len(), 20);
     // The queue's first partition (named as the library names it).
     let store = tollgate::Store::redis(&cluster.url()).await.expect("store");
-    let part0 = tollgate::ShardedJobQueue::new(&store, "orders", 6).expect("queue");
+    let part0 = tollgate::JobQueue::partitioned(&store, "orders", 6).expect("queue");
     let part0 = part0.partition_name(0).expect("partition 0");
     let doomed = cluster.master_of(&format!("tollgate:jobs:{{{part0}}}"));
     cluster.nodes[doomed].kill();

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use support::RedisCluster;
-use tollgate::{ErrorKind, Gate, GateOptions, Lock, PushOptions, Semaphore, ShardedJobQueue, Store};
+use tollgate::{ErrorKind, Gate, GateOptions, JobQueue, Lock, PushOptions, Semaphore, Store};
 
 /// A resource that takes writes only with a fence at least as large as the
 /// largest it has seen (what a fenced database row or file does).
@@ -293,7 +293,7 @@ async fn cluster_soak() {
     // an unconfirmed push with the same id, which dedupes); consumers ack
     // through the durable handle too. Consumer tasks are killed now and
     // then (their jobs come back after the lease).
-    let queue = ShardedJobQueue::new(&durable, "soak-jobs", 6)
+    let queue = JobQueue::partitioned(&durable, "soak-jobs", 6)
         .expect("queue")
         .lease(Duration::from_secs(2))
         .expect("lease");
@@ -328,27 +328,26 @@ async fn cluster_soak() {
             }
         })
     };
-    let consumer =
-        |queue: ShardedJobQueue, acked: Arc<Mutex<HashMap<String, u32>>>, stop: Arc<AtomicBool>| {
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok(jobs) = queue.next_many(5, Duration::from_millis(300)).await else {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    };
-                    for job in jobs {
-                        // Not confirmed by a replica is still acked on the
-                        // master (a failover now may bring the job back).
-                        match queue.ack(&job.id, job.fence).await {
-                            Ok(()) => {}
-                            Err(e) if e.kind() == ErrorKind::NotReplicated => {}
-                            Err(_) => continue,
-                        }
-                        *acked.lock().unwrap().entry(job.id).or_default() += 1;
+    let consumer = |queue: JobQueue, acked: Arc<Mutex<HashMap<String, u32>>>, stop: Arc<AtomicBool>| {
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(jobs) = queue.next_many(5, Duration::from_millis(300)).await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                for job in jobs {
+                    // Not confirmed by a replica is still acked on the
+                    // master (a failover now may bring the job back).
+                    match queue.ack(&job.id, job.fence).await {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == ErrorKind::NotReplicated => {}
+                        Err(_) => continue,
                     }
+                    *acked.lock().unwrap().entry(job.id).or_default() += 1;
                 }
-            })
-        };
+            }
+        })
+    };
     let mut consumers: Vec<_> = (0..4)
         .map(|_| consumer(kept.clone(), acked.clone(), stop.clone()))
         .collect();
@@ -524,7 +523,7 @@ async fn cluster_soak() {
         .map(|_| consumer(kept.clone(), acked.clone(), drain.clone()))
         .collect();
     // Until nothing is left to deliver (or 30 s).
-    let plain_queue = ShardedJobQueue::new(&plain, "soak-jobs", 6).expect("queue");
+    let plain_queue = JobQueue::partitioned(&plain, "soak-jobs", 6).expect("queue");
     loop {
         let left = match plain_queue.stats().await {
             Ok(s) => s.ready + s.delayed + s.in_flight,

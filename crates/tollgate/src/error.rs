@@ -29,7 +29,7 @@ pub enum ErrorKind {
     /// A sharded job queue's handle names a different number of partitions
     /// than the store has in force for that queue. Every producer and
     /// consumer must use the same number; change it with
-    /// `ShardedJobQueue::repartition` once the queue is empty.
+    /// `JobQueue::repartition` once the queue is empty.
     PartitionConflict,
     /// The store refused this client's set-up, not one request: a wrong
     /// password or user, a cluster reached through a plain URL, an ACL

@@ -60,7 +60,7 @@ pub use jobs::{
     JOB_LISTING_BYTES, JOB_PREVIEW_BYTES, Job, JobEvent, JobEventKind, JobEvents, JobInfo, JobPage, JobQueue,
     JobState, LATENESS_BOUNDS_MS, Lagged, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN,
     MAX_JOB_LIST, MAX_PARTITIONS, Nacked, OnDuplicate, PushFailed, PushOptions, PushResult, Pushed,
-    QueueStats, Retry, ShardedJobQueue,
+    QueueStats, Retry,
 };
 pub use limit::{
     Algorithm, DEFAULT_TIMEOUT, Decision, KeyBy, KeyFn, Limit, MAX_KEY_LEN, MAX_LIMIT, MAX_PERIOD,

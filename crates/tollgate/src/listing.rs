@@ -8,8 +8,8 @@ use futures_util::future::join_all;
 
 use crate::error::{Error, Result};
 use crate::gate::types::{GateName, GateStats};
+use crate::jobs::JobQueue;
 use crate::jobs::QueueStats;
-use crate::jobs::sharded::ShardedJobQueue;
 use crate::jobs::types::Layout;
 use crate::name::{MAX_NAME_LEN, Name};
 use crate::store::Store;
@@ -132,7 +132,7 @@ impl Store {
         if !stored && !self.job_exists(&q).await? {
             return Ok(None);
         }
-        let stats = ShardedJobQueue::new(self, name, partitions as usize)?
+        let stats = JobQueue::partitioned(self, name, partitions as usize)?
             .stats()
             .await?;
         Ok(Some(QueueItem {

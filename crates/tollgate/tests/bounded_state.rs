@@ -10,7 +10,7 @@ use futures_util::future::join_all;
 use support::{RedisServer, TestStore};
 use tollgate::{
     Entered, ErrorKind, Gate, GateOptions, JobQueue, Left, Limit, ManualClock, MemoryFootprint,
-    MemoryOptions, PushOptions, Rate, RateLimiter, RedisConfig, ShardedJobQueue, Store,
+    MemoryOptions, PushOptions, Rate, RateLimiter, RedisConfig, Store,
 };
 
 fn opts() -> GateOptions {
@@ -58,7 +58,7 @@ async fn read_everything(store: &Store, name: &str) {
     assert!(q.claim().await.unwrap().is_none());
     assert!(q.ack("nosuchjob", 7).await.is_err());
     q.cancel("nosuchjob").await.unwrap();
-    let sharded = ShardedJobQueue::new(store, &format!("{name}-s"), 4).unwrap();
+    let sharded = JobQueue::partitioned(store, &format!("{name}-s"), 4).unwrap();
     assert_eq!(sharded.stats().await.unwrap().ready, 0);
 }
 
@@ -416,7 +416,7 @@ async fn a_drained_queue_leaves_no_key_on_redis() {
     }
     // Through a sharded handle of one partition, as the server pushes:
     // its layout of one does not keep the queue.
-    let sharded = ShardedJobQueue::new(&store, "sharded", 1).unwrap();
+    let sharded = JobQueue::partitioned(&store, "sharded", 1).unwrap();
     sharded.push("x", &PushOptions::default()).await.unwrap();
     let job = sharded.claim().await.unwrap().unwrap();
     sharded.ack(&job.id, job.fence).await.unwrap();

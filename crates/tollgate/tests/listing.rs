@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use support::TestStore;
-use tollgate::{ErrorKind, Gate, GateOptions, JobQueue, PushOptions, RedisConfig, ShardedJobQueue, Store};
+use tollgate::{ErrorKind, Gate, GateOptions, JobQueue, PushOptions, RedisConfig, Store};
 
 /// Every gate name under `prefix`, a page of `limit` at a time.
 async fn all_gates(store: &Store, prefix: &str, limit: usize) -> Vec<String> {
@@ -151,12 +151,12 @@ async fn queues_are_listed_with_their_figures(ts: TestStore) {
         .await
         .expect("push");
     // A batch alone lists a sharded queue (and a single push does too).
-    let batched = ShardedJobQueue::new(store, "lq-batched", 2).expect("queue");
+    let batched = JobQueue::partitioned(store, "lq-batched", 2).expect("queue");
     batched
         .push_many(&[(b"y", PushOptions::default()), (b"z", PushOptions::default())])
         .await
         .expect("push");
-    let sharded = ShardedJobQueue::new(store, "lq-sharded", 4).expect("queue");
+    let sharded = JobQueue::partitioned(store, "lq-sharded", 4).expect("queue");
     for _ in 0..5 {
         sharded.push(b"x", &PushOptions::default()).await.expect("push");
     }

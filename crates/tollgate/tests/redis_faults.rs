@@ -6,9 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{RedisCluster, RedisServer, SentinelSet};
-use tollgate::{
-    ErrorKind, Gate, GateOptions, JobQueue, Lock, PushOptions, RedisConfig, ShardedJobQueue, Store,
-};
+use tollgate::{ErrorKind, Gate, GateOptions, JobQueue, Lock, PushOptions, RedisConfig, Store};
 
 /// A store on `server` whose calls fail after `timeout`.
 async fn store_answering_within(server: &RedisServer, timeout: Duration) -> Store {
@@ -48,7 +46,7 @@ async fn a_frozen_redis_fails_each_call_within_the_timeout() {
     let store = store_answering_within(&server, timeout).await;
     let gate = Gate::new(&store, "frozen", Some(1), GateOptions::default()).expect("gate");
     let queue = JobQueue::new(&store, "frozen").expect("queue");
-    let sharded = ShardedJobQueue::new(&store, "frozen-sharded", 2)
+    let sharded = JobQueue::partitioned(&store, "frozen-sharded", 2)
         .expect("queue")
         .recheck_every(Duration::from_millis(100))
         .expect("recheck");
@@ -474,7 +472,7 @@ async fn sharded_batches_report_each_partition_when_a_master_is_down() {
         node.command(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
     }
     let store = Store::redis(&cluster.url()).await.expect("cluster store");
-    let q = tollgate::ShardedJobQueue::new(&store, "pf", 6).expect("queue");
+    let q = tollgate::JobQueue::partitioned(&store, "pf", 6).expect("queue");
     q.verify().await.expect("layout");
     // Which master holds each partition's slot.
     let masters: Vec<usize> = (0..6)

@@ -12,8 +12,7 @@ use support::TestStore;
 use tollgate::Clock;
 use tollgate::schedule::MAX_FIRE_SLEEP;
 use tollgate::{
-    Backoff, ErrorKind, FireReport, JobQueue, Misfire, PushOptions, ScheduleSpec, Schedules, ShardedJobQueue,
-    Upserted, When,
+    Backoff, ErrorKind, FireReport, JobQueue, Misfire, PushOptions, ScheduleSpec, Schedules, Upserted, When,
 };
 
 fn every_second(queue: &str) -> ScheduleSpec {
@@ -505,7 +504,7 @@ async fn bad_input_is_refused_with_the_field(ts: TestStore) {
 
     // A partitioned queue's jobs live in its partitions: refused, and
     // nothing is left behind.
-    let sharded = ShardedJobQueue::new(&ts.store, "wide", 4).expect("sharded");
+    let sharded = JobQueue::partitioned(&ts.store, "wide", 4).expect("sharded");
     sharded.push(b"x", &PushOptions::default()).await.expect("push");
     let e = s
         .upsert("to-wide", &every_second("wide"))

@@ -12,9 +12,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::RedisServer;
-use tollgate::{
-    Backoff, Misfire, ScheduleInfo, ScheduleSpec, Schedules, ShardedJobQueue, Store, Upserted, When,
-};
+use tollgate::{Backoff, JobQueue, Misfire, ScheduleInfo, ScheduleSpec, Schedules, Store, Upserted, When};
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 const QUEUES: [&str; 3] = ["q1", "q2", "wide"];
@@ -142,7 +140,7 @@ async fn memory_and_redis_answer_alike() {
         // The queue "wide" is partitioned on both: a schedule to it is
         // refused the same way.
         for store in [&memory, &redis] {
-            let wide = ShardedJobQueue::new(store, "wide", 4).expect("sharded");
+            let wide = JobQueue::partitioned(store, "wide", 4).expect("sharded");
             wide.push(b"x", &Default::default()).await.expect("push");
         }
         let (m, r) = (Schedules::new(&memory), Schedules::new(&redis));

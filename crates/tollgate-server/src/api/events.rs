@@ -2,7 +2,7 @@
 //! docs/HTTP.md, "Event streams"): a queue's events, through the stream
 //! every route shares (streams.rs: the limit, the forwarding, `dropped`).
 //!
-//! The events come from the library's feed (`ShardedJobQueue::events`),
+//! The events come from the library's feed (`JobQueue::events`),
 //! which the store writes inside the step that makes each change, so a
 //! stream shows what every server and worker on the same Redis did. The
 //! feed's buffer is a ring the store writes over: a reader that falls

@@ -151,7 +151,7 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) non_fair: bool,
     /// `jobs` only: measure only push+claim+ack throughput in batches of
-    /// 10 on a queue of this many partitions (`ShardedJobQueue`; 1 is one
+    /// 10 on a queue of this many partitions (`JobQueue`; 1 is one
     /// plain queue driven the same way).
     #[arg(long, value_name = "K")]
     pub(crate) partitions: Option<usize>,

@@ -146,7 +146,7 @@ async fn throughput(store: &Store, run_id: &str, args: &BenchArgs, batch: usize)
 /// the case that can grow with the cluster.
 async fn sharded_throughput(store: &Store, run_id: &str, args: &BenchArgs, k: usize) -> serde_json::Value {
     const BATCH: usize = 10;
-    let Ok(q) = tollgate::ShardedJobQueue::new(store, &format!("bench:sharded:{run_id}"), k) else {
+    let Ok(q) = tollgate::JobQueue::partitioned(store, &format!("bench:sharded:{run_id}"), k) else {
         return json!({"case": "jobs_sharded_throughput", "errors": 1});
     };
     let end = Instant::now() + args.seconds;

@@ -264,7 +264,7 @@ async fn repartition(args: JobsRepartitionArgs) -> Result<i32, Failure> {
         ));
     }
     let store = args.store.connect().await.map_err(|code| failure(code, ""))?;
-    tollgate::ShardedJobQueue::repartition(&store, &args.queue, args.partitions).await?;
+    tollgate::JobQueue::repartition(&store, &args.queue, args.partitions).await?;
     println!("{}", json!({"queue": args.queue, "partitions": args.partitions}));
     Ok(0)
 }

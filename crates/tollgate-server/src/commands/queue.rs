@@ -10,9 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use clap::Args;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
-use tollgate::{
-    Backoff, Cancelled, Job, Nacked, OnDuplicate, PushOptions, PushResult, Retry, ShardedJobQueue,
-};
+use tollgate::{Backoff, Cancelled, Job, JobQueue, Nacked, OnDuplicate, PushOptions, PushResult, Retry};
 
 use super::StoreArgs;
 use crate::client::{Failure, Server, Timeout, segment, usage};
@@ -49,7 +47,7 @@ pub(crate) struct RemoteQueue {
 /// A job queue, local (library on a store) or remote (HTTP).
 #[derive(Debug, Clone)]
 pub(crate) enum Queue {
-    Local(ShardedJobQueue),
+    Local(JobQueue),
     Remote(RemoteQueue),
 }
 
@@ -67,7 +65,7 @@ impl Queue {
         // never waits on the network.
         tollgate::Name::new(name).map_err(|e| usage(e.to_string()))?;
         if let Some(k) = target.partitions {
-            ShardedJobQueue::check_partitions(k).map_err(|e| usage(format!("--partitions {k}: {e}")))?;
+            JobQueue::check_partitions(k).map_err(|e| usage(format!("--partitions {k}: {e}")))?;
         }
         let Some(server) = &store.server else {
             let store = store.connect().await.map_err(|code| Failure {
@@ -75,7 +73,7 @@ impl Queue {
                 message: String::new(),
             })?;
             let partitions = target.partitions.unwrap_or(1);
-            let q = ShardedJobQueue::new(&store, name, partitions)?;
+            let q = JobQueue::partitioned(&store, name, partitions)?;
             // A count the store does not have fails here, at once, rather
             // than in a worker's loop.
             if writes {
@@ -488,7 +486,7 @@ fn listed(v: &Value, fields: impl Fn(&Value) -> Value) -> Vec<Value> {
 /// Called when `q` answered as an empty queue does: exit 65 if it never
 /// held anything. (No "did you mean" here: on Redis that would take a
 /// scan of the keyspace; a `tollgate serve` names the queues it knows.)
-async fn known(q: &ShardedJobQueue) -> Result<(), Failure> {
+async fn known(q: &JobQueue) -> Result<(), Failure> {
     if q.exists().await? {
         return Ok(());
     }

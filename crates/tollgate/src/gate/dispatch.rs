@@ -4,8 +4,9 @@
 //! `store::Backend`).
 
 use crate::error::Result;
-use crate::store::{Backend, Listening, Store, Watch};
+use crate::store::{Backend, Listening, Store, Watch, on_backend};
 
+use super::backend::GateBackend;
 use super::memory::memory_barge_key;
 use super::types::{
     Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, MAX_CURSOR,
@@ -14,39 +15,24 @@ use super::types::{
 
 impl Store {
     pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().enter(gate, req)).await?,
-            Backend::Redis(s) => Box::pin(s.enter(gate, req)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::enter(b, gate, req))
     }
 
     /// Changes admission control (see [`Admission`]).
     pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().set_admission(gate, admission)).await?,
-            Backend::Redis(s) => Box::pin(s.set_admission(gate, admission)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::set_admission(b, gate, admission))
     }
 
     pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().poll(gate, id, ttl_ms, hb_ms)).await?,
-            Backend::Redis(s) => Box::pin(s.poll(gate, id, ttl_ms, hb_ms)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::poll(b, gate, id, ttl_ms, hb_ms))
     }
 
     pub(crate) async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().renew(gate, id, ttl_ms)).await?,
-            Backend::Redis(s) => Box::pin(s.renew(gate, id, ttl_ms)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::renew(b, gate, id, ttl_ms))
     }
 
     pub(crate) async fn leave(&self, gate: &GateName, id: &str) -> Result<Left> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().leave(gate, id, None)).await?,
-            Backend::Redis(s) => Box::pin(s.leave(gate, id, None)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::leave(b, gate, id, None))
     }
 
     /// `leave` of a held lease that passes its permits on to `to`, an
@@ -59,19 +45,13 @@ impl Store {
         id: &str,
         to: &Pass<'_>,
     ) -> Result<(Left, Option<Grant>)> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().pass(gate, id, to)).await?,
-            Backend::Redis(s) => Box::pin(s.pass(gate, id, to)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::pass(b, gate, id, to))
     }
 
     /// `leave`, and if a holder was released, its token recorded in the
     /// gate's revocation log for `keep_ms`, in the same step.
     pub(crate) async fn end(&self, gate: &GateName, id: &str, keep_ms: u64) -> Result<Left> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().leave(gate, id, Some(keep_ms))).await?,
-            Backend::Redis(s) => Box::pin(s.leave(gate, id, Some(keep_ms))).await,
-        }
+        on_backend!(self, gates, b => GateBackend::leave(b, gate, id, Some(keep_ms)))
     }
 
     /// The gate's epoch, stored settings and revocation log from `since`
@@ -81,64 +61,37 @@ impl Store {
         // `since` (never handed out) is cut there so the script's numbers
         // stay exact.
         let since = since.min(MAX_CURSOR);
-        match &self.backend {
-            Backend::Memory(s) => {
-                s.read(|| s.gates().watch_state(gate, since, MAX_REVOKED_PER_WATCH))
-                    .await
-            }
-            Backend::Redis(s) => Box::pin(s.watch_state(gate, since, MAX_REVOKED_PER_WATCH)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::watch_state(b, gate, since, MAX_REVOKED_PER_WATCH))
     }
 
     pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().set_capacity(gate, capacity)).await?,
-            Backend::Redis(s) => Box::pin(s.set_capacity(gate, capacity)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::set_capacity(b, gate, capacity))
     }
 
     pub(crate) async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.gates().holders(gate, limit)).await?,
-            Backend::Redis(s) => Box::pin(s.holders(gate, limit)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::holders(b, gate, limit))
     }
 
     pub(crate) async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.gates().line(gate, limit)).await?,
-            Backend::Redis(s) => Box::pin(s.line(gate, limit)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::line(b, gate, limit))
     }
 
     /// Ends the holder named by `handle` as `end` would, recorded in the
     /// revocation log for `keep_ms`.
     pub(crate) async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().revoke(gate, handle, keep_ms)).await?,
-            Backend::Redis(s) => Box::pin(s.revoke(gate, handle, keep_ms)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::revoke(b, gate, handle, keep_ms))
     }
 
     pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().remove_waiter(gate, number)).await?,
-            Backend::Redis(s) => Box::pin(s.remove_waiter(gate, number)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::remove_waiter(b, gate, number))
     }
 
     pub(crate) async fn clear_line(&self, gate: &GateName) -> Result<u64> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.gates().clear_line(gate)).await?,
-            Backend::Redis(s) => Box::pin(s.clear_line(gate)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::clear_line(b, gate))
     }
 
     pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.gates().stats(gate)).await?,
-            Backend::Redis(s) => Box::pin(s.stats(gate)).await,
-        }
+        on_backend!(self, gates, b => GateBackend::stats(b, gate))
     }
 
     /// Watches for permits freed on `gate` (a non-fair acquire waiting to

@@ -13,10 +13,11 @@ use crate::store::memory::replay::{self, Code};
 use crate::store::memory::shelf::Shelf;
 use crate::store::memory::{Logged, MemoryCore, put};
 
+use super::backend::GateBackend;
 use super::model::GateState;
 use super::types::{
-    Admission, EnterRequest, Entry, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Pass, Place, Poll,
-    Waiting, handle_of, permits_exceed,
+    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Pass,
+    Place, Poll, Waiting, handle_of, permits_exceed,
 };
 
 /// The gate operations of the embedded store.
@@ -494,4 +495,62 @@ pub(crate) fn replay(m: &GateMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
         other => return Err(replay::misrouted(other)),
     }
     Ok(())
+}
+
+impl GateBackend for GateMemory<'_> {
+    async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
+        self.write(|| self.enter(gate, req)).await?
+    }
+
+    async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
+        self.write(|| self.set_admission(gate, admission)).await?
+    }
+
+    async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+        self.write(|| self.poll(gate, id, ttl_ms, hb_ms)).await?
+    }
+
+    async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+        self.write(|| self.renew(gate, id, ttl_ms)).await?
+    }
+
+    async fn pass(&self, gate: &GateName, id: &str, to: &Pass<'_>) -> Result<(Left, Option<Grant>)> {
+        self.write(|| self.pass(gate, id, to)).await?
+    }
+
+    async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
+        self.write(|| self.set_capacity(gate, capacity)).await?
+    }
+
+    async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
+        self.read(|| self.holders(gate, limit)).await?
+    }
+
+    async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
+        self.read(|| self.line(gate, limit)).await?
+    }
+
+    async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
+        self.write(|| self.revoke(gate, handle, keep_ms)).await?
+    }
+
+    async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
+        self.write(|| self.remove_waiter(gate, number)).await?
+    }
+
+    async fn clear_line(&self, gate: &GateName) -> Result<u64> {
+        self.write(|| self.clear_line(gate)).await?
+    }
+
+    async fn stats(&self, gate: &GateName) -> Result<GateStats> {
+        self.read(|| self.stats(gate)).await?
+    }
+
+    async fn leave(&self, gate: &GateName, id: &str, keep_ms: Option<u64>) -> Result<Left> {
+        self.write(|| self.leave(gate, id, keep_ms)).await?
+    }
+
+    async fn watch_state(&self, gate: &GateName, since: u64, max: usize) -> Result<GateWatch> {
+        self.read(|| self.watch_state(gate, since, max)).await
+    }
 }

@@ -9,6 +9,7 @@
 //! `tests/stores_agree.rs` holds one to the other.
 
 mod acquire;
+pub(crate) mod backend;
 pub(crate) mod bargers;
 mod dispatch;
 mod handle;

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::redis::{Listening, RedisStore, ready_ones_first, unexpected};
 
+use super::backend::GateBackend;
 use super::pass_groups::{GroupedPass, PassGroups};
 use super::types::{
     Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Pass,
@@ -47,142 +48,6 @@ impl RedisStore {
     ) -> Result<T> {
         let k = gate.redis_keys(&self.prefix);
         self.invoke(script, &k.keys, args, &k.base).await
-    }
-
-    pub(crate) async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
-        // A Lock's request in the short form, with 'L' when its handle saw
-        // a line; any other in enter.lua's.
-        let r = if line_hint(gate, req) {
-            let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue), "L");
-            self.run(&self.scripts.enter, gate, args).await?
-        } else if lone(req) {
-            let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue));
-            self.run(&self.scripts.enter, gate, args).await?
-        } else {
-            self.run(
-                &self.scripts.enter,
-                gate,
-                (
-                    req.id,
-                    req.permits,
-                    req.capacity.unwrap_or(0),
-                    req.ttl_ms,
-                    req.heartbeat_ms,
-                    u8::from(req.queue),
-                    req.label.unwrap_or(""),
-                    u8::from(req.barge),
-                ),
-            )
-            .await?
-        };
-        match r.as_slice() {
-            [1, fence, ttl] => {
-                gate.set_lined(false);
-                Ok(Entry::Granted(grant(*fence, *ttl)))
-            }
-            [2, position, waiting, eta] => {
-                gate.set_lined(true);
-                Ok(Entry::Queued(place(*position, *waiting, *eta)))
-            }
-            [3, used, capacity, waiting] => Ok(Entry::Busy(Occupancy {
-                used: *used as u64,
-                capacity: *capacity as u32,
-                waiting: *waiting as u64,
-            })),
-            [-1, have] => Err(capacity_conflict(have, req.capacity.unwrap_or(0))),
-            [-2, capacity] => Err(permits_exceed(req.permits, capacity)),
-            [-3] => Err(no_capacity()),
-            other => Err(unexpected("enter", other)),
-        }
-    }
-
-    pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
-        let r = self.run(&self.scripts.poll, gate, (id, ttl_ms, hb_ms)).await?;
-        match r.as_slice() {
-            [1, fence, ttl] => Ok(Poll::Granted(grant(*fence, *ttl))),
-            [2, position, waiting, eta] => Ok(Poll::Queued(place(*position, *waiting, *eta))),
-            [0] => Ok(Poll::Unknown),
-            [3] => Ok(Poll::Removed),
-            other => Err(unexpected("poll", other)),
-        }
-    }
-
-    pub(crate) async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
-        let r = self.run(&self.scripts.renew, gate, (id, ttl_ms)).await?;
-        match r.as_slice() {
-            [1, ttl] => Ok(Some(grant(0, *ttl))),
-            [0] => Ok(None),
-            other => Err(unexpected("renew", other)),
-        }
-    }
-
-    /// Releases or cancels `id`; with `keep_ms` (an end), a released
-    /// holder is recorded in the revocation log in the same script.
-    pub(crate) async fn leave(&self, gate: &GateName, id: &str, keep_ms: Option<u64>) -> Result<Left> {
-        let r: Vec<Value> = match keep_ms {
-            // (No keep: a Lock's handle that saw a line tries leave_line.lua,
-            // any other the one-permit hint, see leave_fast.lua.)
-            None if gate.one_permit() && gate.lined() => {
-                self.run_as(&self.scripts.leave, gate, (id, "", "L")).await?
-            }
-            None if gate.one_permit() => self.run_as(&self.scripts.leave, gate, (id, "", 1)).await?,
-            None => self.run_as(&self.scripts.leave, gate, id).await?,
-            Some(keep) => self.run_as(&self.scripts.leave, gate, (id, keep)).await?,
-        };
-        // A release: after the outcome, the hand-offs it made, if any.
-        if matches!(r.first(), Some(Value::Int(1))) {
-            gate.set_lined(r.len() > 1);
-        }
-        self.left("leave", &r).map(|(left, _)| left)
-    }
-
-    /// A plain release of `id` that passes its permits on to `to`, an
-    /// acquire waiting in this process, in the same step if they are free
-    /// for it then (leave.lua). On a gate whose handle names a capacity of
-    /// 2 to `INLINE` (a semaphore's, its holders inline), the passes of the
-    /// gate that are ready together go out as one call (pass_many.lua): the
-    /// first joins a group and sends it from a task of its own once the
-    /// tasks ready now have run (and added theirs); a pass the group's
-    /// script did not make (it left it to the general path) is then sent
-    /// alone. Five holders passing on in turn came to Redis ~3.7 at a time,
-    /// each waiting for the others' scripts before its reply was written.
-    pub(crate) async fn pass(
-        self: &Arc<Self>,
-        gate: &GateName,
-        id: &str,
-        to: &Pass<'_>,
-    ) -> Result<(Left, Option<Grant>)> {
-        if !gate.inline_sized() || self.is_durable() {
-            return self.pass_alone(gate, id, to).await;
-        }
-        let key = gate.redis_keys(&self.prefix).keys[0].clone();
-        let (tx, rx) = oneshot::channel();
-        let grouped = GroupedPass {
-            from: id.to_owned(),
-            to: to.id.to_owned(),
-            permits: to.permits,
-            ttl_ms: to.ttl_ms,
-            tx,
-        };
-        let lead = {
-            let mut groups = self.passes.0.lock().unwrap_or_else(PoisonError::into_inner);
-            let group = groups.entry(key.clone()).or_default();
-            group.push(grouped);
-            group.len() == 1
-        };
-        if lead {
-            let store = Arc::clone(self);
-            let gate = gate.clone();
-            tokio::spawn(async move { store.send_passes(&gate, &key).await });
-        }
-        // The task answers every pass of its group, or drops it (and so
-        // this sender) if it is dropped itself (its runtime shut down).
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::new(
-                ErrorKind::Unavailable,
-                "a pass was dropped before it was sent",
-            ))
-        })
     }
 
     /// Sends the passes grouped under `key` (see `pass`) and answers each,
@@ -304,7 +169,162 @@ impl RedisStore {
         Ok((left, passed))
     }
 
-    pub(crate) async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
+    /// The key barging waiters of `gate` watch: the wake-up the scripts
+    /// publish names the gate's meta hash (head.lua, `wake_barging`).
+    pub(crate) fn barge_key(&self, gate: &GateName) -> String {
+        gate.redis_keys(&self.prefix).keys[0].clone()
+    }
+
+    pub(crate) async fn listen(&self, gate: &GateName, asked: Instant) -> Result<Listening> {
+        self.subscribe(&gate.redis_keys(&self.prefix).channel, asked)
+            .await
+    }
+}
+
+fn grant(fence: i64, ttl: i64) -> Grant {
+    Grant {
+        fence: fence.max(0) as u64,
+        ttl_ms: ttl.max(0) as u64,
+    }
+}
+
+fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
+    Place {
+        position: position.max(0) as u64,
+        waiting: waiting.max(0) as u64,
+        eta: u64::try_from(eta_ms).ok().map(Duration::from_millis),
+    }
+}
+
+impl GateBackend for Arc<RedisStore> {
+    async fn enter(&self, gate: &GateName, req: &EnterRequest<'_>) -> Result<Entry> {
+        // A Lock's request in the short form, with 'L' when its handle saw
+        // a line; any other in enter.lua's.
+        let r = if line_hint(gate, req) {
+            let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue), "L");
+            self.run(&self.scripts.enter, gate, args).await?
+        } else if lone(req) {
+            let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue));
+            self.run(&self.scripts.enter, gate, args).await?
+        } else {
+            self.run(
+                &self.scripts.enter,
+                gate,
+                (
+                    req.id,
+                    req.permits,
+                    req.capacity.unwrap_or(0),
+                    req.ttl_ms,
+                    req.heartbeat_ms,
+                    u8::from(req.queue),
+                    req.label.unwrap_or(""),
+                    u8::from(req.barge),
+                ),
+            )
+            .await?
+        };
+        match r.as_slice() {
+            [1, fence, ttl] => {
+                gate.set_lined(false);
+                Ok(Entry::Granted(grant(*fence, *ttl)))
+            }
+            [2, position, waiting, eta] => {
+                gate.set_lined(true);
+                Ok(Entry::Queued(place(*position, *waiting, *eta)))
+            }
+            [3, used, capacity, waiting] => Ok(Entry::Busy(Occupancy {
+                used: *used as u64,
+                capacity: *capacity as u32,
+                waiting: *waiting as u64,
+            })),
+            [-1, have] => Err(capacity_conflict(have, req.capacity.unwrap_or(0))),
+            [-2, capacity] => Err(permits_exceed(req.permits, capacity)),
+            [-3] => Err(no_capacity()),
+            other => Err(unexpected("enter", other)),
+        }
+    }
+
+    async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
+        let paused = match admission.paused {
+            Some(true) => "1".to_owned(),
+            Some(false) => "0".to_owned(),
+            None => String::new(),
+        };
+        let every = admission.every_ms.map(|e| e.to_string()).unwrap_or_default();
+        let r = self
+            .run(&self.scripts.set_admission, gate, (paused, every))
+            .await?;
+        match r.as_slice() {
+            [1] => Ok(()),
+            other => Err(unexpected("set_admission", other)),
+        }
+    }
+
+    async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
+        let r = self.run(&self.scripts.poll, gate, (id, ttl_ms, hb_ms)).await?;
+        match r.as_slice() {
+            [1, fence, ttl] => Ok(Poll::Granted(grant(*fence, *ttl))),
+            [2, position, waiting, eta] => Ok(Poll::Queued(place(*position, *waiting, *eta))),
+            [0] => Ok(Poll::Unknown),
+            [3] => Ok(Poll::Removed),
+            other => Err(unexpected("poll", other)),
+        }
+    }
+
+    async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
+        let r = self.run(&self.scripts.renew, gate, (id, ttl_ms)).await?;
+        match r.as_slice() {
+            [1, ttl] => Ok(Some(grant(0, *ttl))),
+            [0] => Ok(None),
+            other => Err(unexpected("renew", other)),
+        }
+    }
+
+    /// A plain release of `id` that passes its permits on to `to`, an
+    /// acquire waiting in this process, in the same step if they are free
+    /// for it then (leave.lua). On a gate whose handle names a capacity of
+    /// 2 to `INLINE` (a semaphore's, its holders inline), the passes of the
+    /// gate that are ready together go out as one call (pass_many.lua): the
+    /// first joins a group and sends it from a task of its own once the
+    /// tasks ready now have run (and added theirs); a pass the group's
+    /// script did not make (it left it to the general path) is then sent
+    /// alone. Five holders passing on in turn came to Redis ~3.7 at a time,
+    /// each waiting for the others' scripts before its reply was written.
+    async fn pass(&self, gate: &GateName, id: &str, to: &Pass<'_>) -> Result<(Left, Option<Grant>)> {
+        if !gate.inline_sized() || self.is_durable() {
+            return self.pass_alone(gate, id, to).await;
+        }
+        let key = gate.redis_keys(&self.prefix).keys[0].clone();
+        let (tx, rx) = oneshot::channel();
+        let grouped = GroupedPass {
+            from: id.to_owned(),
+            to: to.id.to_owned(),
+            permits: to.permits,
+            ttl_ms: to.ttl_ms,
+            tx,
+        };
+        let lead = {
+            let mut groups = self.passes.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let group = groups.entry(key.clone()).or_default();
+            group.push(grouped);
+            group.len() == 1
+        };
+        if lead {
+            let store = Arc::clone(self);
+            let gate = gate.clone();
+            tokio::spawn(async move { store.send_passes(&gate, &key).await });
+        }
+        // The task answers every pass of its group, or drops it (and so
+        // this sender) if it is dropped itself (its runtime shut down).
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::Unavailable,
+                "a pass was dropped before it was sent",
+            ))
+        })
+    }
+
+    async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
         let r = self.run(&self.scripts.set_capacity, gate, capacity).await?;
         match r.as_slice() {
             [1] => Ok(()),
@@ -312,7 +332,7 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
+    async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
         let r: Vec<redis::Value> = self.run_as(&self.scripts.holders, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 2);
         for pair in r.chunks(4) {
@@ -340,7 +360,7 @@ impl RedisStore {
     }
 
     /// The first `limit` tickets of the line (line.lua).
-    pub(crate) async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
+    async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
         let r: Vec<redis::Value> = self.run_as(&self.scripts.line, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 3);
         for (i, t) in r.chunks(3).enumerate() {
@@ -363,16 +383,22 @@ impl RedisStore {
 
     /// Revokes the holder named by `handle` (admin.lua, then leave.lua's
     /// end).
-    pub(crate) async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
+    async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
         let r: Vec<Value> = self
             .run_as(&self.scripts.admin, gate, (handle, keep_ms, "h"))
             .await?;
         self.left("revoke", &r).map(|(left, _)| left)
     }
 
+    /// Takes ticket `number` out of the line (admin.lua, then leave.lua).
+    async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
+        let r: Vec<Value> = self.run_as(&self.scripts.admin, gate, (number, "", "q")).await?;
+        self.left("remove_waiter", &r).map(|(left, _)| left)
+    }
+
     /// Drops every ticket in line (admin.lua alone: it answers before
     /// leave.lua's part).
-    pub(crate) async fn clear_line(&self, gate: &GateName) -> Result<u64> {
+    async fn clear_line(&self, gate: &GateName) -> Result<u64> {
         let r = self.run(&self.scripts.admin, gate, ("", "", "c")).await?;
         match r.as_slice() {
             [3, n] => Ok((*n).max(0) as u64),
@@ -380,13 +406,7 @@ impl RedisStore {
         }
     }
 
-    /// Takes ticket `number` out of the line (admin.lua, then leave.lua).
-    pub(crate) async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
-        let r: Vec<Value> = self.run_as(&self.scripts.admin, gate, (number, "", "q")).await?;
-        self.left("remove_waiter", &r).map(|(left, _)| left)
-    }
-
-    pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
+    async fn stats(&self, gate: &GateName) -> Result<GateStats> {
         let r = self.run(&self.scripts.stats, gate, Vec::<String>::new()).await?;
         match r.as_slice() {
             [
@@ -416,9 +436,29 @@ impl RedisStore {
         }
     }
 
+    /// Releases or cancels `id`; with `keep_ms` (an end), a released
+    /// holder is recorded in the revocation log in the same script.
+    async fn leave(&self, gate: &GateName, id: &str, keep_ms: Option<u64>) -> Result<Left> {
+        let r: Vec<Value> = match keep_ms {
+            // (No keep: a Lock's handle that saw a line tries leave_line.lua,
+            // any other the one-permit hint, see leave_fast.lua.)
+            None if gate.one_permit() && gate.lined() => {
+                self.run_as(&self.scripts.leave, gate, (id, "", "L")).await?
+            }
+            None if gate.one_permit() => self.run_as(&self.scripts.leave, gate, (id, "", 1)).await?,
+            None => self.run_as(&self.scripts.leave, gate, id).await?,
+            Some(keep) => self.run_as(&self.scripts.leave, gate, (id, keep)).await?,
+        };
+        // A release: after the outcome, the hand-offs it made, if any.
+        if matches!(r.first(), Some(Value::Int(1))) {
+            gate.set_lined(r.len() > 1);
+        }
+        self.left("leave", &r).map(|(left, _)| left)
+    }
+
     /// The gate's epoch, stored settings and the revocation log from
     /// `since` on, read without writing (a no-writes script).
-    pub(crate) async fn watch_state(&self, gate: &GateName, since: u64, max: usize) -> Result<GateWatch> {
+    async fn watch_state(&self, gate: &GateName, since: u64, max: usize) -> Result<GateWatch> {
         let k = gate.redis_keys(&self.prefix);
         let v: Vec<Value> = self
             .invoke_plain(&self.scripts.watch, &k.keys, (since, max))
@@ -447,48 +487,6 @@ impl RedisStore {
                 .map(|id| redis::from_redis_value_ref(id).map_err(|_| bad()))
                 .collect::<Result<_>>()?,
         })
-    }
-
-    pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
-        let paused = match admission.paused {
-            Some(true) => "1".to_owned(),
-            Some(false) => "0".to_owned(),
-            None => String::new(),
-        };
-        let every = admission.every_ms.map(|e| e.to_string()).unwrap_or_default();
-        let r = self
-            .run(&self.scripts.set_admission, gate, (paused, every))
-            .await?;
-        match r.as_slice() {
-            [1] => Ok(()),
-            other => Err(unexpected("set_admission", other)),
-        }
-    }
-
-    /// The key barging waiters of `gate` watch: the wake-up the scripts
-    /// publish names the gate's meta hash (head.lua, `wake_barging`).
-    pub(crate) fn barge_key(&self, gate: &GateName) -> String {
-        gate.redis_keys(&self.prefix).keys[0].clone()
-    }
-
-    pub(crate) async fn listen(&self, gate: &GateName, asked: Instant) -> Result<Listening> {
-        self.subscribe(&gate.redis_keys(&self.prefix).channel, asked)
-            .await
-    }
-}
-
-fn grant(fence: i64, ttl: i64) -> Grant {
-    Grant {
-        fence: fence.max(0) as u64,
-        ttl_ms: ttl.max(0) as u64,
-    }
-}
-
-fn place(position: i64, waiting: i64, eta_ms: i64) -> Place {
-    Place {
-        position: position.max(0) as u64,
-        waiting: waiting.max(0) as u64,
-        eta: u64::try_from(eta_ms).ok().map(Duration::from_millis),
     }
 }
 

@@ -5,8 +5,9 @@
 
 use crate::error::Result;
 use crate::name::Name;
-use crate::store::{Backend, Listening, Store};
+use crate::store::{Backend, Listening, Store, on_backend};
 
+use super::backend::JobBackend;
 use super::events::{EventId, JobEvents};
 use super::types as jobs;
 
@@ -27,10 +28,7 @@ impl Store {
     /// Answers the count in force afterwards (`want` if none) and whether
     /// it is stored.
     pub(crate) async fn job_layout(&self, q: &Name, layout: &jobs::Layout) -> Result<(u32, bool)> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_layout(q, layout)).await,
-            Backend::Redis(s) => Box::pin(s.job_layout(q, layout)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_layout(b, q, layout))
     }
 
     /// Pushes a batch of jobs in one step.
@@ -39,20 +37,14 @@ impl Store {
         q: &Name,
         reqs: &[jobs::PushReq<'_>],
     ) -> Result<Vec<jobs::PushOutcome>> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_push(q, reqs)).await?,
-            Backend::Redis(s) => Box::pin(s.job_push(q, reqs)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_push(b, q, reqs))
     }
 
     /// Closes queue `q` to pushes while it holds nothing (`close`), or
     /// opens it again, in one step. Answers whether that was done, and the
     /// ready, delayed, in-flight and dead counts.
     pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_retire(q, close)).await,
-            Backend::Redis(s) => Box::pin(s.job_retire(q, close)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_retire(b, q, close))
     }
 
     /// Acks the deliveries `claim.acks` (whether each was that
@@ -63,38 +55,23 @@ impl Store {
         q: &Name,
         claim: &jobs::Claim<'_>,
     ) -> Result<(Vec<bool>, jobs::ClaimOutcome)> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_claim(q, claim)).await,
-            Backend::Redis(s) => Box::pin(s.job_claim(q, claim)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_claim(b, q, claim))
     }
 
     pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.jobs().job_done(q, limit)).await,
-            Backend::Redis(s) => Box::pin(s.job_done(q, limit)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_done(b, q, limit))
     }
 
     pub(crate) async fn job_nack(&self, q: &Name, nack: &jobs::Nack<'_>) -> Result<jobs::NackOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_nack(q, nack)).await,
-            Backend::Redis(s) => Box::pin(s.job_nack(q, nack)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_nack(b, q, nack))
     }
 
     pub(crate) async fn job_extend(&self, q: &Name, extend: &jobs::Extend<'_>) -> Result<Option<u64>> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_extend(q, extend)).await,
-            Backend::Redis(s) => Box::pin(s.job_extend(q, extend)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_extend(b, q, extend))
     }
 
     pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<jobs::CancelOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_cancel(q, id)).await,
-            Backend::Redis(s) => Box::pin(s.job_cancel(q, id)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_cancel(b, q, id))
     }
 
     pub(crate) async fn job_reschedule(
@@ -103,25 +80,16 @@ impl Store {
         id: &str,
         when: jobs::When,
     ) -> Result<jobs::RescheduleOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_reschedule(q, id, when)).await,
-            Backend::Redis(s) => Box::pin(s.job_reschedule(q, id, when)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_reschedule(b, q, id, when))
     }
 
     pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.jobs().job_dead(q, limit)).await,
-            Backend::Redis(s) => Box::pin(s.job_dead(q, limit)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_dead(b, q, limit))
     }
 
     /// Job `id` of queue `q` as it stands (read only).
     pub(crate) async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<jobs::RawInfo>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.jobs().job_get(q, id, whole)).await,
-            Backend::Redis(s) => Box::pin(s.job_get(q, id, whole)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_get(b, q, id, whole))
     }
 
     /// Up to `limit` jobs of queue `q` in `state`, from `from` (read only).
@@ -132,31 +100,19 @@ impl Store {
         from: Option<&jobs::ListFrom<'_>>,
         limit: usize,
     ) -> Result<Vec<jobs::RawInfo>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.jobs().job_list(q, state, from, limit)).await,
-            Backend::Redis(s) => Box::pin(s.job_list(q, state, from, limit)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_list(b, q, state, from, limit))
     }
 
     pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_replay(q, id)).await,
-            Backend::Redis(s) => Box::pin(s.job_replay(q, id)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_replay(b, q, id))
     }
 
     pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_purge(q, id)).await,
-            Backend::Redis(s) => Box::pin(s.job_purge(q, id)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_purge(b, q, id))
     }
 
     pub(crate) async fn job_exists(&self, q: &Name) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.jobs().job_exists(q)).await,
-            Backend::Redis(s) => Box::pin(s.job_exists(q)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_exists(b, q))
     }
 
     /// A live feed of queue `q`'s events, first replaying those the store
@@ -172,16 +128,10 @@ impl Store {
     /// resumes it, waking its sleeping consumers. Answers whether that
     /// changed it.
     pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.jobs().job_pause(q, pause)).await,
-            Backend::Redis(s) => Box::pin(s.job_pause(q, pause)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_pause(b, q, pause))
     }
 
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.jobs().job_stats(q)).await,
-            Backend::Redis(s) => Box::pin(s.job_stats(q)).await,
-        }
+        on_backend!(self, jobs, b => JobBackend::job_stats(b, q))
     }
 }

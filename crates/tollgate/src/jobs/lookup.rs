@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::jobs::types::{ListFrom, RawInfo, RawState};
 
 use super::job::{check_job_id, to_time};
+use super::partition::Partition;
 use super::queue::JobQueue;
 /// Where a job is, as [`JobQueue::get`] and [`JobQueue::list`] see it. A
 /// cancelled job is gone: it reads as unknown (`None`), like one that never
@@ -157,17 +158,17 @@ pub(crate) fn parse_cursor(cursor: &str) -> Result<ListFrom<'_>> {
 
 /// Looking jobs up: read only, nothing is moved (a delayed job past its
 /// due time reads as delayed until a claim or stats promotes it).
-impl JobQueue {
+impl Partition {
     /// Job `id` as it stands, or `None` if unknown (never pushed, acked
     /// without being kept, cancelled or purged). O(1) on both stores.
-    pub async fn get(&self, id: &str) -> Result<Option<JobInfo>> {
+    pub(crate) async fn get(&self, id: &str) -> Result<Option<JobInfo>> {
         check_job_id(id)?;
         Ok(self.store.job_get(&self.name, id, false).await?.map(JobInfo::of))
     }
 
     /// Job `id` as [`JobQueue::get`] reads it, and its whole payload, in
     /// the same read; `None` if unknown.
-    pub async fn get_with_payload(&self, id: &str) -> Result<Option<(JobInfo, Vec<u8>)>> {
+    pub(crate) async fn get_with_payload(&self, id: &str) -> Result<Option<(JobInfo, Vec<u8>)>> {
         check_job_id(id)?;
         let Some(mut raw) = self.store.job_get(&self.name, id, true).await? else {
             return Ok(None);
@@ -186,7 +187,7 @@ impl JobQueue {
     /// once; one that moves may be missed or listed twice; if the last job
     /// of a page left, the next page starts at the first job with its
     /// score or more, so jobs sharing that score may be listed again.
-    pub async fn list(&self, state: JobState, cursor: Option<&str>, limit: usize) -> Result<JobPage> {
+    pub(crate) async fn list(&self, state: JobState, cursor: Option<&str>, limit: usize) -> Result<JobPage> {
         if limit == 0 || limit > MAX_JOB_LIST {
             return Err(Error::invalid(format!(
                 "a listing takes 1 to {MAX_JOB_LIST} jobs"
@@ -204,5 +205,75 @@ impl JobQueue {
             jobs: rows.into_iter().map(JobInfo::of).collect(),
             next,
         })
+    }
+}
+
+/// Looking jobs up (see [`JobQueue::get`] and [`JobQueue::list`]).
+impl JobQueue {
+    /// Job `id` as it stands, or `None` if unknown (never pushed, acked
+    /// without being kept, cancelled or purged). O(1) on both stores.
+    pub async fn get(&self, id: &str) -> Result<Option<JobInfo>> {
+        self.checked(false).await?;
+        self.part(id).get(id).await
+    }
+
+    /// Job `id` as [`JobQueue::get`] reads it, and its whole payload, in
+    /// the same read; `None` if unknown.
+    pub async fn get_with_payload(&self, id: &str) -> Result<Option<(JobInfo, Vec<u8>)>> {
+        self.checked(false).await?;
+        self.part(id).get_with_payload(id).await
+    }
+
+    /// Up to `limit` (1 to [`MAX_JOB_LIST`]) jobs in `state`, in the state's
+    /// order (ready: the claim order; delayed: due time; running: lease
+    /// end; dead: death; completed: ack, oldest first), from `cursor` (a
+    /// page's `next`; `None`: the start). Each page is one atomic read,
+    /// O(log n + limit). Under changes between pages: a job that stays in
+    /// the state at the same place for the whole walk is listed exactly
+    /// once; one that moves may be missed or listed twice; if the last job
+    /// of a page left, the next page starts at the first job with its
+    /// score or more, so jobs sharing that score may be listed again.
+    ///
+    /// On a partitioned queue: partition 0's jobs in their order, then
+    /// partition 1's, and so on (one atomic read per partition a page
+    /// touches; no order across partitions). The cursor is
+    /// `<partition>.<the partition's cursor>`, and gives the same
+    /// guarantee as one queue's within each partition.
+    pub async fn list(&self, state: JobState, cursor: Option<&str>, limit: usize) -> Result<JobPage> {
+        if let Some(only) = self.plain() {
+            return only.list(state, cursor, limit).await;
+        }
+        if limit == 0 || limit > MAX_JOB_LIST {
+            return Err(Error::invalid(format!(
+                "a listing takes 1 to {MAX_JOB_LIST} jobs"
+            )));
+        }
+        let (mut i, mut inner) = match cursor {
+            None => (0, None),
+            Some(c) => {
+                let bad = || Error::invalid(format!("bad cursor {c:?}: pass the `next` of a listing"));
+                let (i, rest) = c.split_once('.').ok_or_else(bad)?;
+                let i: usize = i.parse().map_err(|_| bad())?;
+                if i >= self.parts.len() {
+                    return Err(bad());
+                }
+                (i, Some(rest).filter(|r| !r.is_empty()))
+            }
+        };
+        self.checked(false).await?;
+        let mut jobs = Vec::new();
+        while i < self.parts.len() {
+            let page = self.parts[i].list(state, inner, limit - jobs.len()).await?;
+            jobs.extend(page.jobs);
+            if let Some(next) = page.next {
+                return Ok(JobPage {
+                    jobs,
+                    next: Some(format!("{i}.{next}")),
+                });
+            }
+            i += 1;
+            inner = None;
+        }
+        Ok(JobPage { jobs, next: None })
     }
 }

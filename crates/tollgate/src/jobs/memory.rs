@@ -11,8 +11,10 @@ use crate::store::memory::replay::{self, Code};
 use crate::store::memory::shelf::Shelf;
 use crate::store::memory::{Logged, MemoryCore, Shelved, put};
 
+use super::backend::JobBackend;
 use super::events::Hub;
 use super::model::Queue;
+use super::types as jobs;
 use super::types::{
     BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, Layout, ListFrom, Nack, NackOutcome,
     PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawState, RawStats, RescheduleOutcome, When, wake_key,
@@ -334,4 +336,80 @@ pub(crate) fn replay(m: &JobMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
         other => return Err(replay::misrouted(other)),
     }
     Ok(())
+}
+
+impl JobBackend for JobMemory<'_> {
+    async fn job_layout(&self, q: &Name, layout: &jobs::Layout) -> Result<(u32, bool)> {
+        self.write(|| self.job_layout(q, layout)).await
+    }
+
+    async fn job_push(&self, q: &Name, reqs: &[jobs::PushReq<'_>]) -> Result<Vec<jobs::PushOutcome>> {
+        self.write(|| self.job_push(q, reqs)).await?
+    }
+
+    async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
+        self.write(|| self.job_retire(q, close)).await
+    }
+
+    async fn job_claim(&self, q: &Name, claim: &jobs::Claim<'_>) -> Result<(Vec<bool>, jobs::ClaimOutcome)> {
+        self.write(|| self.job_claim(q, claim)).await
+    }
+
+    async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDone>> {
+        self.read(|| self.job_done(q, limit)).await
+    }
+
+    async fn job_nack(&self, q: &Name, nack: &jobs::Nack<'_>) -> Result<jobs::NackOutcome> {
+        self.write(|| self.job_nack(q, nack)).await
+    }
+
+    async fn job_extend(&self, q: &Name, extend: &jobs::Extend<'_>) -> Result<Option<u64>> {
+        self.write(|| self.job_extend(q, extend)).await
+    }
+
+    async fn job_cancel(&self, q: &Name, id: &str) -> Result<jobs::CancelOutcome> {
+        self.write(|| self.job_cancel(q, id)).await
+    }
+
+    async fn job_reschedule(&self, q: &Name, id: &str, when: jobs::When) -> Result<jobs::RescheduleOutcome> {
+        self.write(|| self.job_reschedule(q, id, when)).await
+    }
+
+    async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<jobs::RawDead>> {
+        self.read(|| self.job_dead(q, limit)).await
+    }
+
+    async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<jobs::RawInfo>> {
+        self.read(|| self.job_get(q, id, whole)).await
+    }
+
+    async fn job_list(
+        &self,
+        q: &Name,
+        state: jobs::RawState,
+        from: Option<&jobs::ListFrom<'_>>,
+        limit: usize,
+    ) -> Result<Vec<jobs::RawInfo>> {
+        self.read(|| self.job_list(q, state, from, limit)).await
+    }
+
+    async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        self.write(|| self.job_replay(q, id)).await
+    }
+
+    async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        self.write(|| self.job_purge(q, id)).await
+    }
+
+    async fn job_exists(&self, q: &Name) -> Result<bool> {
+        self.read(|| self.job_exists(q)).await
+    }
+
+    async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
+        self.write(|| self.job_pause(q, pause)).await
+    }
+
+    async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
+        self.read(|| self.job_stats(q)).await
+    }
 }

@@ -2,24 +2,29 @@
 //! a time, redelivered when its lease runs out, retried with backoff, dead
 //! letters kept (docs/JOBS.md).
 //!
-//! The facade is `queue.rs` (`JobQueue`) and `sharded.rs` (one queue over
-//! K partitions, which the server and CLI use for every queue); both stand
-//! on the operations in `dispatch.rs`, whose types are `types.rs`.
+//! The facade is `queue.rs` (`JobQueue`: one queue over one partition or
+//! K), routing each call to `partition.rs` (one partition's operations,
+//! with `lookup.rs`); they stand on the operations in `dispatch.rs`,
+//! whose types are `types.rs`; `job.rs` is what callers hand in and get
+//! back.
 //! `memory.rs` is the reference model; `lua/jobs.lua` (after
 //! `lua/queue.lua`, driven by `redis.rs`) is the same steps on Redis, one
 //! script, the operation in ARGV[1]; the conformance suite
 //! `tests/job_queue.rs`, run on every store, holds one to the other.
 //! `events.rs` is the live feed of a queue's events.
 
+pub(crate) mod backend;
+mod dead_letters;
 mod dispatch;
 pub(crate) mod events;
 pub(crate) mod job;
+mod layout;
 mod lookup;
 pub(crate) mod memory;
 pub(crate) mod model;
+pub(crate) mod partition;
 pub(crate) mod queue;
 pub(crate) mod redis;
-pub(crate) mod sharded;
 pub(crate) mod types;
 
 pub use self::events::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
@@ -29,5 +34,4 @@ pub use self::job::{
     QueueStats, Retry,
 };
 pub use self::lookup::{JOB_LISTING_BYTES, JOB_PREVIEW_BYTES, JobInfo, JobPage, JobState, MAX_JOB_LIST};
-pub use self::queue::JobQueue;
-pub use self::sharded::{MAX_PARTITIONS, PushFailed, ShardedJobQueue};
+pub use self::queue::{JobQueue, MAX_PARTITIONS, PushFailed};

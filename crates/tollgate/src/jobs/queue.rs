@@ -1,112 +1,247 @@
 //! Job queues: delayed and reliable delivery. Exactly one consumer gets a
 //! due job, under a visibility lease with a fencing token; a job whose
 //! lease ends without an ack is delivered again; after its last attempt it
-//! goes to the dead letters.
+//! goes to the dead letters. Every operation is one atomic step in the
+//! store (one script on Redis); due jobs are promoted inside `claim`
+//! itself, so there is no scheduler, leader or mover that can stall.
 //!
-//! Every operation is one atomic step in the store (one script on Redis).
-//! Due jobs are promoted inside `claim` itself, in bounded batches: there
-//! is no scheduler, leader or mover that can stall. A waiting consumer
-//! sleeps until the next due time or a push, whichever comes first.
+//! One API whether a queue is partitioned or not: [`JobQueue::new`] is one
+//! partition, the queue itself; [`JobQueue::partitioned`] spreads it over
+//! K partitions (`partition.rs`), each under its own hash tag, so on Redis
+//! Cluster they live in different slots (and, with enough of them, on
+//! every master) and one queue's throughput grows with the cluster.
+//!
+//! A job's partition follows from its id, so dedupe, cancel, reschedule
+//! and every fenced call find it again. Consumers take from the partitions
+//! in turn, starting each call where the last one stopped, so every
+//! partition is drained. Order (priority, then push order) holds within a
+//! partition; across partitions it is only approximate.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::future::{join_all, select_all};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::jobs::types::{
-    BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, MAX_ERROR_BYTES, Nack, NackOutcome,
-    PushOutcome, PushReq, RawJob, RescheduleOutcome, When,
+use crate::jobs::job::{
+    Cancelled, Job, Nacked, PushOptions, Pushed, QueueStats, Retry, check_job_id, check_max, sleep_until,
 };
+use crate::jobs::partition::Partition;
+use crate::jobs::types::{ClaimOutcome, Layout};
 use crate::name::{Name, new_id};
 use crate::store::Store;
 use crate::store::registry::Kind;
 
 use super::events::{EventId, JobEvents};
-use super::job::{
-    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, Job, MAX_BATCH, MAX_BATCH_BYTES,
-    MAX_JOB_DELAY, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry, check_job_id,
-    check_max, lost, ms_of, sleep_until, to_time, truncated,
-};
+pub use super::layout::MAX_PARTITIONS;
+use super::layout::{LayoutCheck, RECHECK, check_partitions, conflict};
 
-/// A named job queue over a store. Cheap to clone.
+/// A job of a batch push that did not go through: its id (the one given,
+/// or the fresh one it was given) and why.
+#[derive(Debug)]
+pub struct PushFailed {
+    pub id: String,
+    pub error: Error,
+}
+
+/// A named job queue over a store, in one partition ([`JobQueue::new`]) or
+/// several ([`JobQueue::partitioned`]). Cheap to clone; clones share the
+/// turn in which partitions are taken.
 #[derive(Debug, Clone)]
 pub struct JobQueue {
-    pub(super) store: Store,
-    pub(super) name: Name,
-    lease: Duration,
-    max_payload: usize,
-    keep: Option<Keep>,
-    /// Whether pushes add the name to the registry of queues (not a
-    /// sharded queue's partitions: the sharded queue adds its own name).
-    pub(crate) listed: bool,
+    store: Store,
+    name: Name,
+    pub(super) parts: Arc<[Partition]>,
+    cursor: Arc<AtomicUsize>,
+    /// When the store last agreed to this handle's partition count (none:
+    /// a queue made by `new`, which does not ask).
+    layout: Option<Arc<LayoutCheck>>,
+    /// How often to ask the store again.
+    recheck: Duration,
 }
 
 impl JobQueue {
-    /// The queue `name` (same rules as gate names) with a 30 s lease and a
-    /// 1 MiB payload limit.
+    /// Checks a partition count (1 to [`MAX_PARTITIONS`]) without making a
+    /// queue: for settings read before a store is at hand.
+    pub fn check_partitions(partitions: usize) -> Result<u32> {
+        check_partitions(partitions)
+    }
+
+    /// The queue `name` over `partitions` (1 to 256) partitions, named
+    /// `<name>:p0of<K>` … `<name>:p<K-1>of<K>` (so two layouts never share
+    /// a partition). With one partition it is the queue `name`, as
+    /// [`JobQueue::new`] makes it, but checked against the store's count. Every producer and consumer of the queue must use the same
+    /// number: a job's partition follows from its id and that number. The
+    /// store keeps the number in force (the first handle to change the
+    /// queue stores it; a queue already holding jobs as a plain queue has
+    /// one), and a handle that names another gets
+    /// [`ErrorKind::PartitionConflict`] on its first call, or at its next
+    /// re-check (every 10 s, see [`JobQueue::recheck_every`]).
+    pub fn partitioned(store: &Store, name: &str, partitions: usize) -> Result<JobQueue> {
+        JobQueue::check_partitions(partitions)?;
+        let base = Name::new(name)?;
+        let parts = if partitions == 1 {
+            vec![Partition::new(store, name)?]
+        } else {
+            (0..partitions)
+                .map(|i| {
+                    Partition::new(store, &format!("{name}:p{i}of{partitions}")).map(Partition::unlisted)
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        Ok(JobQueue {
+            store: store.clone(),
+            name: base,
+            parts: parts.into(),
+            cursor: Arc::new(AtomicUsize::new(rand::random::<u32>() as usize)),
+            layout: Some(Arc::new(LayoutCheck::new())),
+            recheck: RECHECK,
+        })
+    }
+
+    /// The job queue `name`, in one partition (its keys under the name's
+    /// own hash tag on Redis). The store's partition count is not asked:
+    /// use [`JobQueue::partitioned`] with 1 to have it checked. Fails if
+    /// the name is not valid.
     pub fn new(store: &Store, name: &str) -> Result<JobQueue> {
         Ok(JobQueue {
             store: store.clone(),
             name: Name::new(name)?,
-            lease: Duration::from_secs(30),
-            max_payload: DEFAULT_MAX_PAYLOAD,
-            keep: None,
-            listed: true,
+            parts: Arc::new([Partition::new(store, name)?]),
+            cursor: Arc::new(AtomicUsize::new(0)),
+            layout: None,
+            recheck: RECHECK,
         })
     }
 
-    /// This handle's pushes leave the registry of queues alone (a sharded
-    /// queue's partition).
-    pub(crate) fn unlisted(mut self) -> Self {
-        self.listed = false;
-        self
+    /// Changes the number of partitions of the queue `name` to
+    /// `partitions`. Only an empty queue may change: nothing ready,
+    /// delayed, running or dead in any partition of the count in force
+    /// (kept completed jobs stay behind and stop counting for dedupe).
+    ///
+    /// Each old partition is closed to pushes in one step that also checks
+    /// it holds nothing, so no job can be stranded in the old layout: a
+    /// producer still running with the old count gets
+    /// [`ErrorKind::PartitionConflict`] from then on (and its consumers at
+    /// their next re-check). If a partition still holds jobs, the ones
+    /// closed so far are opened again and the call fails with the counts.
+    /// Running it again finishes a change that was interrupted; running it
+    /// with the old count undoes one.
+    pub async fn repartition(store: &Store, name: &str, partitions: usize) -> Result<()> {
+        let want = JobQueue::check_partitions(partitions)?;
+        let base = Name::new(name)?;
+        let new = JobQueue::partitioned(store, name, partitions)?;
+        let store_want = |expect| Layout {
+            want,
+            expect,
+            store: true,
+        };
+        let (current, _) = store.job_layout(&base, &store_want(None)).await?;
+        if current != want {
+            let old = JobQueue::partitioned(store, name, current as usize)?;
+            let mut closed = Vec::new();
+            for part in old.parts.iter() {
+                match store.job_retire(part.queue_name(), true).await {
+                    Ok((true, _)) => closed.push(part.queue_name()),
+                    refused => {
+                        for q in closed {
+                            if let Err(e) = store.job_retire(q, false).await {
+                                tracing::warn!(queue = %q, error = %e, "could not open a partition again");
+                            }
+                        }
+                        refused?;
+                        let s = old.totals().await?;
+                        return Err(Error::invalid(format!(
+                            "queue {name} still holds {} job(s) in its {current} partition(s) ({} ready, {} \
+                             delayed, {} running, {} dead): drain it (and replay or purge its dead letters) first",
+                            s.ready + s.delayed + s.in_flight + s.dead,
+                            s.ready,
+                            s.delayed,
+                            s.in_flight,
+                            s.dead
+                        )));
+                    }
+                }
+            }
+        }
+        // Open the new layout (again, after an interrupted change).
+        for part in new.parts.iter() {
+            store.job_retire(part.queue_name(), false).await?;
+        }
+        if current == want {
+            return Ok(());
+        }
+        match store.job_layout(&base, &store_want(Some(current))).await? {
+            (n, _) if n == want => Ok(()),
+            (n, _) => Err(conflict(&base, n, partitions)),
+        }
+    }
+
+    /// Checks now that the store has this handle's partition count in
+    /// force (storing it if the queue has none yet):
+    /// [`ErrorKind::PartitionConflict`] if not. Calls make the same check
+    /// on a handle's first use and every 10 s after; this is for failing
+    /// fast at start-up.
+    pub async fn verify(&self) -> Result<()> {
+        if let Some(layout) = &self.layout {
+            layout.forget();
+        }
+        self.checked(true).await
+    }
+
+    /// Makes sure the store has this handle's partition count in force
+    /// (see `LayoutCheck::check`); a queue made by `new` does not ask.
+    pub(super) async fn checked(&self, write: bool) -> Result<()> {
+        match &self.layout {
+            None => Ok(()),
+            Some(layout) => {
+                layout
+                    .check(&self.store, &self.name, self.parts.len(), self.recheck, write)
+                    .await
+            }
+        }
+    }
+
+    /// How often the handle asks the store again whether its partition
+    /// count is still the one in force (after a repartition it is not):
+    /// 100 ms to an hour, 10 s by default. Each time costs a round trip.
+    pub fn recheck_every(mut self, every: Duration) -> Result<JobQueue> {
+        if every < Duration::from_millis(100) || every > Duration::from_secs(3600) {
+            return Err(Error::invalid("recheck_every must be 100 ms to an hour"));
+        }
+        self.recheck = every;
+        Ok(self)
+    }
+
+    fn each(self, f: impl Fn(Partition) -> Result<Partition>) -> Result<JobQueue> {
+        let parts = self.parts.iter().cloned().map(f).collect::<Result<Vec<_>>>()?;
+        Ok(JobQueue {
+            parts: parts.into(),
+            ..self
+        })
     }
 
     /// How long a claimed job is a consumer's before it is delivered again
     /// (extend it for long jobs).
-    pub fn lease(mut self, lease: Duration) -> Result<Self> {
-        if lease < Duration::from_millis(10) || lease > MAX_JOB_DELAY {
-            return Err(Error::invalid("a lease must be 10 ms to a year"));
-        }
-        self.lease = lease;
-        Ok(self)
+    pub fn lease(self, lease: Duration) -> Result<JobQueue> {
+        self.each(|q| q.lease(lease))
     }
 
     /// Keeps acked jobs instead of deleting them: the last `count` (1 to
     /// 1,000,000), none for longer than `max_age`, applied as jobs are
     /// acked through this handle. A kept job still counts for dedupe: a
     /// push with its id is `Kept` (or `Busy` with `Replace`) until it goes.
-    pub fn keep_completed(mut self, count: usize, max_age: Duration) -> Result<Self> {
-        if count == 0 || count > 1_000_000 {
-            return Err(Error::invalid("keep_completed: count must be 1 to 1000000"));
-        }
-        self.keep = Some(Keep {
-            count: count as u64,
-            ms: ms_of(max_age, "a retention")?,
-        });
-        Ok(self)
-    }
-
-    /// Kept completed jobs, most recent first: up to `limit` (1 to
-    /// 10,000), and fewer once their bytes reach
-    /// [`JOB_LISTING_BYTES`] (the first always comes): page through the
-    /// rest with [`JobQueue::list`] and read one by [`JobQueue::get_with_payload`].
-    pub async fn completed(&self, limit: usize) -> Result<Vec<CompletedJob>> {
-        Ok(self
-            .store
-            .job_done(&self.name, limit.clamp(1, 10_000))
-            .await?
-            .into_iter()
-            .map(|d| CompletedJob {
-                id: d.id,
-                acked: to_time(d.acked_ms),
-                payload: d.payload,
-            })
-            .collect())
+    ///
+    /// On a partitioned queue (per partition).
+    pub fn keep_completed(self, count: usize, max_age: Duration) -> Result<JobQueue> {
+        self.each(|q| q.keep_completed(count, max_age))
     }
 
     /// The largest payload accepted.
-    pub fn max_payload(mut self, bytes: usize) -> Self {
-        self.max_payload = bytes;
-        self
+    pub fn max_payload(self, bytes: usize) -> JobQueue {
+        self.each(|q| Ok(q.max_payload(bytes)))
+            .unwrap_or_else(|_| unreachable!("max_payload cannot fail"))
     }
 
     /// The queue's name.
@@ -114,142 +249,56 @@ impl JobQueue {
         self.name.as_str()
     }
 
-    pub(crate) fn queue_name(&self) -> &Name {
-        &self.name
+    /// How many partitions it has.
+    pub fn partitions(&self) -> usize {
+        self.parts.len()
     }
 
-    /// Checks one job of a push and works out its id, due time and backoff.
-    pub(crate) fn prepare(
-        &self,
-        payload: &[u8],
-        options: &PushOptions,
-    ) -> Result<(String, When, BackoffSpec)> {
-        if payload.len() > self.max_payload {
-            return Err(Error::invalid(format!(
-                "payload of {} bytes is over this queue's limit of {}",
-                payload.len(),
-                self.max_payload
-            )));
-        }
-        if options.max_attempts == 0 || options.max_attempts > 1000 {
-            return Err(Error::invalid("max_attempts must be 1 to 1000"));
-        }
-        let backoff = match options.backoff {
-            Backoff::Fixed(d) => BackoffSpec {
-                kind: 'f',
-                base_ms: ms_of(d, "a backoff")?,
-                max_ms: ms_of(d, "a backoff")?,
-            },
-            Backoff::Exponential { base, max } => {
-                if base.is_zero() || max < base {
-                    return Err(Error::invalid("exponential backoff needs 0 < base <= max"));
-                }
-                BackoffSpec {
-                    kind: 'e',
-                    base_ms: ms_of(base, "a backoff")?.max(1),
-                    max_ms: ms_of(max, "a backoff")?,
-                }
-            }
-        };
-        let when = match (options.at, options.delay) {
-            (Some(at), _) => {
-                // As far ahead as a delay may be (this process's clock; the
-                // store's decides when it is due). A time past that would
-                // also overflow the store's signed scores.
-                if at
-                    .duration_since(SystemTime::now())
-                    .is_ok_and(|ahead| ahead > MAX_JOB_DELAY)
-                {
-                    return Err(Error::invalid("a run-at time more than a year ahead"));
-                }
-                When::At(
-                    at.duration_since(UNIX_EPOCH)
-                        .map_err(|_| Error::invalid("run-at time is before 1970"))?
-                        .as_millis() as u64,
-                )
-            }
-            (None, Some(d)) => When::Delay(ms_of(d, "a delay")?),
-            (None, None) => When::Delay(0),
-        };
-        let id = match &options.id {
-            Some(id) => {
-                check_job_id(id)?;
-                id.clone()
-            }
-            None => new_id(),
-        };
-        Ok((id, when, backoff))
+    /// The partition that holds the job `id`: CRC-16 of the id, modulo the
+    /// number of partitions.
+    pub fn partition_of(&self, id: &str) -> usize {
+        usize::from(crc16::State::<crc16::XMODEM>::calculate(id.as_bytes())) % self.parts.len()
     }
 
-    /// Pushes jobs in one atomic step; nothing is pushed if any is invalid.
-    async fn push_all(&self, jobs: &[(&[u8], &PushOptions)]) -> Result<Vec<Pushed>> {
-        if jobs.is_empty() || jobs.len() > MAX_BATCH {
-            return Err(Error::invalid(format!("a push carries 1 to {MAX_BATCH} jobs")));
-        }
-        if jobs.iter().map(|(p, _)| p.len()).sum::<usize>() > MAX_BATCH_BYTES {
-            return Err(Error::invalid(format!(
-                "the payloads of one push must total at most {MAX_BATCH_BYTES} bytes"
-            )));
-        }
-        let prepared = jobs
-            .iter()
-            .map(|(payload, options)| self.prepare(payload, options))
-            .collect::<Result<Vec<_>>>()?;
-        let reqs: Vec<PushReq<'_>> = prepared
-            .iter()
-            .zip(jobs)
-            .map(|((id, when, backoff), (payload, options))| PushReq {
-                id,
-                payload,
-                when: *when,
-                priority: options.priority,
-                max_attempts: options.max_attempts,
-                backoff: *backoff,
-                replace: options.on_duplicate == OnDuplicate::Replace,
-            })
-            .collect();
-        let outcomes = self.store.job_push(&self.name, &reqs).await;
-        if self.listed {
-            self.store
-                .register_after(Kind::Queues, &self.name, &outcomes)
-                .await;
-        }
-        let outcomes = outcomes?;
-        if outcomes.len() != jobs.len() {
-            return Err(Error::new(
-                ErrorKind::Store,
-                "the store answered for the wrong number of jobs",
-            ));
-        }
-        Ok(prepared
-            .into_iter()
-            .zip(outcomes)
-            .map(|((id, _, _), outcome)| {
-                let (result, due) = match outcome {
-                    PushOutcome::New { run_at_ms } => (PushResult::Created, Some(to_time(run_at_ms))),
-                    PushOutcome::Kept => (PushResult::Kept, None),
-                    PushOutcome::Replaced { run_at_ms } => (PushResult::Replaced, Some(to_time(run_at_ms))),
-                    PushOutcome::Busy => (PushResult::Busy, None),
-                };
-                Pushed { id, result, due }
-            })
-            .collect())
+    /// The name of partition `i` (0 to K-1), the queue under which its
+    /// keys live (`<prefix>:jobs:{<that name>}:…` on Redis).
+    pub fn partition_name(&self, i: usize) -> Option<&str> {
+        self.parts.get(i).map(Partition::name)
     }
 
-    /// Pushes a job.
+    /// Adds the queue's name to the registry of queues (with one
+    /// partition, the plain queue's push does).
+    async fn register<T>(&self, out: &Result<T>) {
+        if self.parts.len() > 1 {
+            self.store.register_after(Kind::Queues, &self.name, out).await;
+        }
+    }
+
+    /// The one partition of a queue made by [`JobQueue::new`]: its calls
+    /// go straight to it, answering exactly as one partition does (a
+    /// queue made by `partitioned`, even of one partition, answers as
+    /// partitions do: per-partition batch answers, `<partition>.`
+    /// cursors).
+    pub(super) fn plain(&self) -> Option<&Partition> {
+        match (&self.layout, &*self.parts) {
+            (None, [only]) => Some(only),
+            _ => None,
+        }
+    }
+
+    pub(super) fn part(&self, id: &str) -> &Partition {
+        &self.parts[self.partition_of(id)]
+    }
+
+    /// Pushes a job to the partition of its id (a fresh one if it has
+    /// none).
     pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
-        let mut pushed = self.push_all(&[(payload.as_ref(), options)]).await?;
-        pushed
-            .pop()
-            .ok_or_else(|| Error::new(ErrorKind::Store, "no answer for the push"))
-    }
-
-    /// Pushes up to [`MAX_BATCH`] jobs in one atomic step (one round trip):
-    /// all of them or, if any is invalid, none. Answers in the same order.
-    /// Duplicate ids within the batch behave as if pushed one after another.
-    pub async fn push_many<P: AsRef<[u8]>>(&self, jobs: &[(P, PushOptions)]) -> Result<Vec<Pushed>> {
-        let jobs: Vec<(&[u8], &PushOptions)> = jobs.iter().map(|(p, o)| (p.as_ref(), o)).collect();
-        self.push_all(&jobs).await
+        self.checked(true).await?;
+        let mut options = options.clone();
+        let id = options.id.get_or_insert_with(new_id).clone();
+        let out = self.part(&id).push(payload, &options).await;
+        self.register(&out).await;
+        out
     }
 
     /// Pushes `value` as JSON.
@@ -259,145 +308,315 @@ impl JobQueue {
         self.push(payload, options).await
     }
 
-    fn job(raw: RawJob) -> Job {
-        Job {
-            id: raw.id,
-            payload: raw.payload,
-            attempt: raw.attempt,
-            fence: raw.fence,
-            lease_until: to_time(raw.deadline_ms),
+    /// Pushes up to [`MAX_BATCH`](crate::MAX_BATCH) jobs: one atomic step
+    /// per partition, the partitions at once. Answers in the same order.
+    /// Nothing is pushed if any job is invalid. If a partition's step
+    /// fails, the call fails although other partitions may have taken
+    /// their jobs: [`JobQueue::push_each`] tells which.
+    pub async fn push_many<P: AsRef<[u8]>>(&self, jobs: &[(P, PushOptions)]) -> Result<Vec<Pushed>> {
+        if let Some(only) = self.plain() {
+            return only.push_many(jobs).await;
         }
+        self.push_each(jobs)
+            .await?
+            .into_iter()
+            .map(|r| r.map_err(|f| f.error))
+            .collect()
     }
 
-    /// Acks `done` (whether each was that delivery's), then claims up to
-    /// `max` due jobs, in one step.
-    pub(crate) async fn settle(&self, done: &[(&str, u64)], max: usize) -> Result<(Vec<bool>, ClaimOutcome)> {
-        if done.len() > MAX_BATCH || max > MAX_BATCH {
+    /// As [`JobQueue::push_many`], with an answer per job: `Ok` for
+    /// a job its partition took, else the id it was given and why its
+    /// partition failed (on `Unavailable` the push may still have been
+    /// made: push again with the same id, and a duplicate is `Kept`). The
+    /// call itself fails, pushing nothing, if any job is invalid.
+    pub async fn push_each<P: AsRef<[u8]>>(
+        &self,
+        jobs: &[(P, PushOptions)],
+    ) -> Result<Vec<Result<Pushed, PushFailed>>> {
+        if jobs.is_empty() || jobs.len() > crate::MAX_BATCH {
             return Err(Error::invalid(format!(
-                "a claim or ack covers at most {MAX_BATCH} jobs"
+                "a push carries 1 to {} jobs",
+                crate::MAX_BATCH
             )));
         }
-        for (id, _) in done {
-            check_job_id(id)?;
+        if jobs.iter().map(|(p, _)| p.as_ref().len()).sum::<usize>() > crate::MAX_BATCH_BYTES {
+            return Err(Error::invalid(format!(
+                "the payloads of one push must total at most {} bytes",
+                crate::MAX_BATCH_BYTES
+            )));
         }
-        let claim = Claim {
-            acks: done,
-            keep: self.keep,
-            lease_ms: self.lease.as_millis() as u64,
-            max,
+        let mut routed = Vec::with_capacity(jobs.len());
+        let mut ids = Vec::with_capacity(jobs.len());
+        for (payload, options) in jobs {
+            let mut options = options.clone();
+            let id = options.id.get_or_insert_with(new_id).clone();
+            // Every job is checked before any partition takes one.
+            self.parts[0].prepare(payload.as_ref(), &options)?;
+            routed.push((self.partition_of(&id), (payload.as_ref(), options)));
+            ids.push(id);
+        }
+        self.checked(true).await?;
+        let out = self
+            .per_partition(
+                routed,
+                |part, batch| async move { part.push_many(&batch).await },
+                |i, e| PushFailed {
+                    id: ids[i].clone(),
+                    error: e.duplicate(),
+                },
+            )
+            .await;
+        // Listed if any partition's step reached the store.
+        let reached = match &out {
+            Ok(each) if each.iter().any(Result::is_ok) => Ok(()),
+            Ok(each) => match each.first() {
+                Some(Err(f)) => Err(f.error.duplicate()),
+                _ => Ok(()),
+            },
+            Err(e) => Err(e.duplicate()),
         };
-        let (acked, claimed) = self.store.job_claim(&self.name, &claim).await?;
-        if acked.len() != done.len() {
-            return Err(Error::new(
-                ErrorKind::Store,
-                "the store answered for the wrong number of acks",
-            ));
+        self.register(&reached).await;
+        out
+    }
+
+    /// Runs `step` once per partition on that partition's share of `items`
+    /// (each given with its partition), the partitions at once. Answers
+    /// per item, in order; the items of a partition whose step failed get
+    /// `failed(index of the item, error)`.
+    async fn per_partition<'a, T, R, E, Step>(
+        &'a self,
+        items: Vec<(usize, T)>,
+        step: impl Fn(&'a Partition, Vec<T>) -> Step,
+        failed: impl Fn(usize, &Error) -> E,
+    ) -> Result<Vec<Result<R, E>>>
+    where
+        Step: std::future::Future<Output = Result<Vec<R>>>,
+    {
+        let count = items.len();
+        let mut groups: Vec<(Vec<usize>, Vec<T>)> =
+            (0..self.parts.len()).map(|_| Default::default()).collect();
+        for (i, (p, item)) in items.into_iter().enumerate() {
+            groups[p].0.push(i);
+            groups[p].1.push(item);
         }
-        Ok((acked, claimed))
-    }
-
-    pub(crate) fn jobs(claimed: ClaimOutcome) -> Vec<Job> {
-        match claimed {
-            ClaimOutcome::Jobs(raw) => raw.into_iter().map(JobQueue::job).collect(),
-            ClaimOutcome::Empty { .. } => Vec::new(),
+        let mut at_each = Vec::new();
+        let mut steps = Vec::new();
+        for (p, (at, batch)) in groups.into_iter().enumerate() {
+            if !at.is_empty() {
+                at_each.push(at);
+                steps.push(step(&self.parts[p], batch));
+            }
         }
+        let mut answers: Vec<Option<Result<R, E>>> = (0..count).map(|_| None).collect();
+        for (at, answer) in at_each.into_iter().zip(join_all(steps).await) {
+            match answer {
+                Ok(results) if results.len() == at.len() => {
+                    for (i, r) in at.into_iter().zip(results) {
+                        answers[i] = Some(Ok(r));
+                    }
+                }
+                Ok(_) => {
+                    return Err(Error::new(
+                        ErrorKind::Store,
+                        "a partition answered for the wrong number of items",
+                    ));
+                }
+                Err(e) => {
+                    for i in at {
+                        answers[i] = Some(Err(failed(i, &e)));
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| a.ok_or_else(|| Error::new(ErrorKind::Store, "an item of the batch got no answer")))
+            .collect()
     }
 
-    /// Makes pushes to this queue wake consumers in this process.
-    pub(crate) async fn listen(&self) -> Result<Option<crate::store::Listening>> {
-        self.store.listen_jobs(&self.name).await
+    /// The partitions in the order this call takes them: each call starts
+    /// one further on, so all are drained.
+    fn turn(&self) -> impl Iterator<Item = &Partition> {
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+        let n = self.parts.len();
+        (0..n).map(move |i| &self.parts[start.wrapping_add(i) % n])
     }
 
-    /// A registration for this queue's next wake-up.
-    pub(crate) fn watch(&self) -> crate::store::Watch {
-        self.store.watch(&crate::jobs::types::wake_key(&self.name))
+    /// Claims up to `max` due jobs without waiting, from the partitions in
+    /// turn; also returns how soon something may be due (store ms from
+    /// now) when it found nothing.
+    async fn take(&self, max: usize) -> Result<(Vec<Job>, Option<Duration>)> {
+        let mut got = Vec::new();
+        let mut soonest: Option<Duration> = None;
+        for part in self.turn() {
+            let claimed = match part.settle(&[], max - got.len()).await {
+                Ok((_, claimed)) => claimed,
+                // Jobs already claimed from other partitions are handed
+                // out, not dropped (their leases would run out unused).
+                Err(e) if !got.is_empty() => {
+                    tracing::warn!(error = %e, "a partition failed; returning the jobs claimed so far");
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            match claimed {
+                ClaimOutcome::Jobs(raw) => {
+                    got.extend(Partition::jobs(ClaimOutcome::Jobs(raw)));
+                    if got.len() >= max {
+                        break;
+                    }
+                }
+                ClaimOutcome::Empty { next_due_ms, now_ms } => {
+                    if let Some(due) = next_due_ms {
+                        let wait = Duration::from_millis(due.saturating_sub(now_ms));
+                        soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
+                    }
+                }
+            }
+        }
+        Ok((got, soonest))
     }
 
-    /// Claims the first due job, if any, without waiting.
+    /// Claims one due job, if any, without waiting.
     pub async fn claim(&self) -> Result<Option<Job>> {
         Ok(self.claim_many(1).await?.pop())
     }
 
-    /// Claims up to `max` (1 to [`MAX_BATCH`]) due jobs in one step, first
-    /// due first, without waiting. Each has its own lease and fence.
+    /// Claims up to `max` due jobs without waiting, from the partitions in
+    /// turn.
     pub async fn claim_many(&self, max: usize) -> Result<Vec<Job>> {
         check_max(max)?;
-        Ok(JobQueue::jobs(self.settle(&[], max).await?.1))
+        self.checked(true).await?;
+        if let [only] = &*self.parts {
+            return only.claim_many(max).await;
+        }
+        Ok(self.take(max).await?.0)
     }
 
-    /// Claims the first due job, waiting up to `wait` for one: until the
-    /// next due time or a push, whichever is first, with a re-check at
-    /// least every second in case a wake-up was lost.
+    /// Claims one due job, waiting up to `wait` (see [`JobQueue::next`]):
+    /// until the soonest due time of any partition or a push to any,
+    /// re-checking at least once a second.
     pub async fn next(&self, wait: Duration) -> Result<Option<Job>> {
         Ok(self.next_many(1, wait).await?.pop())
     }
 
-    /// Claims up to `max` due jobs, waiting up to `wait` for at least one
-    /// (as [`JobQueue::next`] does). Empty if none came in time.
+    /// Claims up to `max` due jobs, waiting up to `wait` for at least one.
     pub async fn next_many(&self, max: usize, wait: Duration) -> Result<Vec<Job>> {
         check_max(max)?;
-        let _listening = self.store.listen_jobs(&self.name).await?;
-        let key = crate::jobs::types::wake_key(&self.name);
+        self.checked(true).await?;
+        if let [only] = &*self.parts {
+            return only.next_many(max, wait).await;
+        }
+        let mut listening = Vec::with_capacity(self.parts.len());
+        for part in self.parts.iter() {
+            listening.push(part.listen().await?);
+        }
         let deadline = Instant::now() + wait;
         loop {
-            // Registered before the claim, so a push in between wakes us.
-            let watch = self.store.watch(&key);
-            let next_due = match self.settle(&[], max).await?.1 {
-                ClaimOutcome::Jobs(raw) => return Ok(raw.into_iter().map(JobQueue::job).collect()),
-                ClaimOutcome::Empty { next_due_ms, now_ms } => {
-                    next_due_ms.map(|due| Duration::from_millis(due.saturating_sub(now_ms)))
-                }
-            };
-            let Some(sleep) = sleep_until(deadline, next_due) else {
+            // Registered before the claims, so a push in between wakes us.
+            let watches: Vec<_> = self.parts.iter().map(Partition::watch).collect();
+            let (got, soonest) = self.take(max).await?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+            let Some(sleep) = sleep_until(deadline, soonest) else {
                 return Ok(Vec::new());
             };
-            watch.wait(sleep).await;
+            select_all(watches.iter().map(|w| Box::pin(w.wait(sleep)))).await;
         }
     }
 
     /// Acknowledges job `id`'s delivery `fence`: it is done and deleted.
     /// `Err(LeaseLost)` if that delivery's lease had ended.
     pub async fn ack(&self, id: &str, fence: u64) -> Result<()> {
-        match self.settle(&[(id, fence)], 0).await?.0.as_slice() {
-            [true] => Ok(()),
-            _ => Err(lost("ack")),
-        }
-    }
-
-    /// Acks up to [`MAX_BATCH`] deliveries `(id, fence)` in one step.
-    /// Returns, in the same order, whether each was acked (`false`: that
-    /// delivery's lease had ended, or it was named twice).
-    pub async fn ack_many(&self, deliveries: &[(&str, u64)]) -> Result<Vec<bool>> {
-        if deliveries.is_empty() {
-            return Ok(Vec::new());
-        }
-        Ok(self.settle(deliveries, 0).await?.0)
+        self.checked(true).await?;
+        self.part(id).ack(id, fence).await
     }
 
     /// Acks job `id`'s delivery `fence` and claims the next due job in the
     /// same atomic step (one round trip for a busy consumer). Returns
     /// whether the ack happened (`false`: that delivery's lease had ended)
-    /// and the next job, if one is due.
+    /// and the next job, if one is due. On a partitioned queue the job
+    /// comes from the acked job's partition.
     pub async fn ack_and_claim(&self, id: &str, fence: u64) -> Result<(bool, Option<Job>)> {
-        let (acked, claimed) = self.settle(&[(id, fence)], 1).await?;
-        Ok((acked.first() == Some(&true), JobQueue::jobs(claimed).pop()))
+        self.checked(true).await?;
+        self.part(id).ack_and_claim(id, fence).await
     }
 
     /// Acks `deliveries` and claims up to `max` due jobs (0: none) in one
-    /// atomic step: the batch form of [`JobQueue::ack_and_claim`].
+    /// atomic step: the batch form of [`JobQueue::ack_and_claim`]. On a
+    /// partitioned queue that is one step when the deliveries are all of
+    /// one partition (the jobs then come from it); otherwise the acks
+    /// ([`JobQueue::ack_many`]), then the claim ([`JobQueue::claim_many`]).
     pub async fn ack_and_claim_many(
         &self,
         deliveries: &[(&str, u64)],
         max: usize,
     ) -> Result<(Vec<bool>, Vec<Job>)> {
-        let (acked, claimed) = self.settle(deliveries, max).await?;
-        Ok((acked, JobQueue::jobs(claimed)))
+        self.checked(true).await?;
+        let first = deliveries.first().map_or(0, |(id, _)| self.partition_of(id));
+        if deliveries.iter().all(|(id, _)| self.partition_of(id) == first) {
+            return self.parts[first].ack_and_claim_many(deliveries, max).await;
+        }
+        let acked = self.ack_many(deliveries).await?;
+        let claimed = if max == 0 {
+            Vec::new()
+        } else {
+            self.claim_many(max).await?
+        };
+        Ok((acked, claimed))
+    }
+
+    /// Acks up to [`MAX_BATCH`] deliveries `(id, fence)` in one step.
+    /// Returns, in the same order, whether each was acked (`false`: that
+    /// delivery's lease had ended, or it was named twice).
+    ///
+    /// On a partitioned queue: one step per partition, at once. If a
+    /// partition's step fails, the call fails although the acks of other
+    /// partitions may have been made: [`JobQueue::ack_each`] tells
+    /// which.
+    pub async fn ack_many(&self, deliveries: &[(&str, u64)]) -> Result<Vec<bool>> {
+        if let Some(only) = self.plain() {
+            return only.ack_many(deliveries).await;
+        }
+        self.ack_each(deliveries).await?.into_iter().collect()
+    }
+
+    /// As [`JobQueue::ack_many`], with an answer per delivery:
+    /// whether it was acked, or why its partition failed (on `Unavailable`
+    /// the ack may still have been made: acking again then answers
+    /// `false`, and the job is not delivered again).
+    pub async fn ack_each(&self, deliveries: &[(&str, u64)]) -> Result<Vec<Result<bool>>> {
+        if deliveries.len() > crate::MAX_BATCH {
+            return Err(Error::invalid(format!(
+                "an ack covers at most {} jobs",
+                crate::MAX_BATCH
+            )));
+        }
+        for (id, _) in deliveries {
+            check_job_id(id)?;
+        }
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.checked(true).await?;
+        let routed = deliveries
+            .iter()
+            .map(|(id, fence)| (self.partition_of(id), (*id, *fence)))
+            .collect();
+        self.per_partition(
+            routed,
+            |part, batch| async move { part.ack_many(&batch).await },
+            |_, e| e.duplicate(),
+        )
+        .await
     }
 
     /// Gives job `id`'s delivery `fence` back for a retry (or to the dead
     /// letters after its last attempt).
     pub async fn nack(&self, id: &str, fence: u64, retry: Retry) -> Result<Nacked> {
-        self.nack_inner(id, fence, retry, None).await
+        self.checked(true).await?;
+        self.part(id).nack(id, fence, retry).await
     }
 
     /// [`JobQueue::nack`], saying why the job failed: if this was its last
@@ -405,166 +624,127 @@ impl JobQueue {
     /// a character boundary) and shown by [`JobQueue::dead`] as
     /// `last_error`.
     pub async fn nack_with_error(&self, id: &str, fence: u64, retry: Retry, error: &str) -> Result<Nacked> {
-        self.nack_inner(id, fence, retry, Some(error)).await
-    }
-
-    async fn nack_inner(&self, id: &str, fence: u64, retry: Retry, error: Option<&str>) -> Result<Nacked> {
-        check_job_id(id)?;
-        let delay = match retry {
-            Retry::Backoff => None,
-            Retry::After(d) => Some(ms_of(d, "a retry delay")?),
-        };
-        let nack = Nack {
-            id,
-            fence,
-            delay_ms: delay,
-            jitter: rand::random::<f64>(),
-            error: error.map(|e| truncated(e, MAX_ERROR_BYTES)),
-        };
-        match self.store.job_nack(&self.name, &nack).await? {
-            NackOutcome::Retry { run_at_ms } => Ok(Nacked::RetryAt(to_time(run_at_ms))),
-            NackOutcome::Dead => Ok(Nacked::Dead),
-            NackOutcome::NotHeld => Err(lost("nack")),
-        }
+        self.checked(true).await?;
+        self.part(id).nack_with_error(id, fence, retry, error).await
     }
 
     /// Extends job `id`'s delivery `fence` to `lease` from now.
     pub async fn extend(&self, id: &str, fence: u64, lease: Duration) -> Result<SystemTime> {
-        check_job_id(id)?;
-        let extend = Extend {
-            id,
-            fence,
-            lease_ms: ms_of(lease, "a lease")?,
-        };
-        match self.store.job_extend(&self.name, &extend).await? {
-            Some(deadline) => Ok(to_time(deadline)),
-            None => Err(lost("extend")),
-        }
+        self.checked(true).await?;
+        self.part(id).extend(id, fence, lease).await
     }
 
     /// Cancels a waiting job (O(log n)). A running job is not cancelled.
     pub async fn cancel(&self, id: &str) -> Result<Cancelled> {
-        check_job_id(id)?;
-        Ok(match self.store.job_cancel(&self.name, id).await? {
-            CancelOutcome::Cancelled => Cancelled::Cancelled,
-            CancelOutcome::Running => Cancelled::Running,
-            CancelOutcome::Purged => Cancelled::Purged,
-            CancelOutcome::Unknown => Cancelled::Unknown,
-        })
+        self.checked(true).await?;
+        self.part(id).cancel(id).await
     }
 
     /// Moves a waiting job to be due `delay` from now. `Ok(None)` if it is
     /// unknown or dead; `Err(JobRunning)` if it is running.
     pub async fn reschedule(&self, id: &str, delay: Duration) -> Result<Option<SystemTime>> {
-        check_job_id(id)?;
-        let when = When::Delay(ms_of(delay, "a delay")?);
-        match self.store.job_reschedule(&self.name, id, when).await? {
-            RescheduleOutcome::Moved { run_at_ms } => Ok(Some(to_time(run_at_ms))),
-            RescheduleOutcome::Running => Err(Error::new(
-                ErrorKind::JobRunning,
-                "the job is being run; it cannot be rescheduled",
-            )),
-            RescheduleOutcome::Unknown => Ok(None),
-        }
+        self.checked(true).await?;
+        self.part(id).reschedule(id, delay).await
     }
 
-    /// Up to `limit` (1 to 10,000) dead jobs, oldest first, and fewer once
-    /// their bytes (ids, errors, payloads) reach [`JOB_LISTING_BYTES`] (the first always
-    /// comes), so a listing's memory stays bounded: page through the rest
-    /// with [`JobQueue::list`] and read one by [`JobQueue::get_with_payload`].
-    pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>> {
-        Ok(self
-            .store
-            .job_dead(&self.name, limit.clamp(1, 10_000))
-            .await?
-            .into_iter()
-            .map(|d| DeadJob {
-                id: d.id,
-                died: to_time(d.died_ms),
-                attempts: d.attempts,
-                payload: d.payload,
-                last_error: d.last_error,
-            })
-            .collect())
-    }
-
-    /// Makes a dead job (or all, with `None`) ready again with fresh
-    /// attempts. Returns how many.
-    pub async fn replay(&self, id: Option<&str>) -> Result<u64> {
-        if let Some(id) = id {
-            check_job_id(id)?;
-        }
-        self.store.job_replay(&self.name, id).await
-    }
-
-    /// Deletes a dead job (or all, with `None`). Returns how many.
-    pub async fn purge(&self, id: Option<&str>) -> Result<u64> {
-        if let Some(id) = id {
-            check_job_id(id)?;
-        }
-        self.store.job_purge(&self.name, id).await
-    }
-
-    /// Whether the queue ever held anything: a push was made to it (it
-    /// stays so after it is drained). Its stats and listings read the
-    /// same (zeros, nothing) either way; this tells a misspelt name from
-    /// an idle queue. The embedded store forgets a queue that held
-    /// nothing for its idle time.
+    /// Whether any partition ever held anything ([`JobQueue::exists`]),
+    /// or the queue has a partition count stored (a repartitioned queue's
+    /// new partitions may not have held anything yet).
     pub async fn exists(&self) -> Result<bool> {
-        self.store.job_exists(&self.name).await
+        if self.parts.len() > 1 && self.store.job_exists(&self.name).await? {
+            return Ok(true);
+        }
+        for e in join_all(self.parts.iter().map(Partition::exists)).await {
+            if e? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
-    /// Counts and recent lateness.
+    /// The partitions' stats, added up (recent lateness: all their samples).
     pub async fn stats(&self) -> Result<QueueStats> {
-        let s = self.store.job_stats(&self.name).await?;
-        Ok(QueueStats {
-            ready: s.ready,
-            delayed: s.delayed,
-            in_flight: s.in_flight,
-            dead: s.dead,
-            completed: s.completed,
-            pushed: s.pushed,
-            claimed: s.claimed,
-            acked: s.acked,
-            retried: s.retried,
-            dead_total: s.dead_total,
-            redelivered: s.redelivered,
-            recent_lateness: s.lateness_ms.into_iter().map(Duration::from_millis).collect(),
-            lateness_buckets: s.lateness_buckets,
-            lateness_sum: Duration::from_millis(s.lateness_sum_ms),
-            paused: s.paused,
-        })
+        if let Some(only) = self.plain() {
+            return only.stats().await;
+        }
+        self.checked(false).await?;
+        self.totals().await
     }
 
-    /// Pauses the queue: it still takes pushes, and its jobs still come
-    /// due, but claims get nothing (consumers waiting in
-    /// [`JobQueue::next`] keep waiting) until [`JobQueue::resume`]. Jobs
-    /// already claimed run on: they can be acked, nacked and extended.
-    /// Answers whether it was running (false: already paused).
+    async fn totals(&self) -> Result<QueueStats> {
+        let mut total = QueueStats::default();
+        for s in join_all(self.parts.iter().map(Partition::stats)).await {
+            let s = s?;
+            total.ready += s.ready;
+            total.delayed += s.delayed;
+            total.in_flight += s.in_flight;
+            total.dead += s.dead;
+            total.completed += s.completed;
+            total.pushed += s.pushed;
+            total.claimed += s.claimed;
+            total.acked += s.acked;
+            total.retried += s.retried;
+            total.dead_total += s.dead_total;
+            total.redelivered += s.redelivered;
+            total.recent_lateness.extend(s.recent_lateness);
+            if total.lateness_buckets.len() < s.lateness_buckets.len() {
+                total.lateness_buckets.resize(s.lateness_buckets.len(), 0);
+            }
+            for (t, n) in total.lateness_buckets.iter_mut().zip(&s.lateness_buckets) {
+                *t += n;
+            }
+            total.lateness_sum += s.lateness_sum;
+            total.paused |= s.paused;
+        }
+        Ok(total)
+    }
+
+    /// Pauses every partition ([`JobQueue::pause`]), one step per
+    /// partition (all at once, not atomically together: a consumer may
+    /// claim from a partition not yet paused). Answers whether any was
+    /// running. The stats read paused while any partition is.
     pub async fn pause(&self) -> Result<bool> {
-        self.store.job_pause(&self.name, true).await
+        self.set_paused(true).await
     }
 
-    /// Resumes a paused queue, waking the consumers waiting for its jobs.
-    /// Answers whether it was paused (false: it was running).
+    /// Resumes every partition ([`JobQueue::resume`]), one step per
+    /// partition. Answers whether any was paused.
     pub async fn resume(&self) -> Result<bool> {
-        self.store.job_pause(&self.name, false).await
+        self.set_paused(false).await
     }
 
-    /// A live feed of this queue's events (pushed, claimed, acked, nacked,
-    /// dead, expired, replayed, ...: [`JobEventKind`](crate::JobEventKind)), whoever caused them:
-    /// on Redis every process and server using the queue, found also
-    /// inside the steps (a lease that ran out), in the order the store
-    /// made them. With `since` (an event's id), first the events the store
-    /// still holds after it ([`JobEvents::gap`] says if some were lost).
-    ///
-    /// The store writes events only while someone watches, so a feed
-    /// starts with what happens after it opened. A feed more than
-    /// [`EVENTS_BUFFER`](crate::EVENTS_BUFFER) events behind ends with
-    /// `Err(Lagged)`. On Redis each process reads a watched queue's
-    /// stream once for all its feeds, every 100 ms (docs/JOBS.md,
-    /// "Events").
+    /// A live feed of the queue's events ([`JobQueue::events`]): with one
+    /// partition, that queue's; with several, their feeds merged in
+    /// arrival order. A resume (`since`) needs one partition: event ids of
+    /// different partitions are not in one order.
     pub async fn events(&self, since: Option<EventId>) -> Result<JobEvents> {
-        self.store.job_events(&self.name, since).await
+        if since.is_some() && self.parts.len() > 1 {
+            return Err(Error::invalid(
+                "resuming the events of a partitioned queue is not supported: ids are per partition",
+            ));
+        }
+        let mut feeds = Vec::with_capacity(self.parts.len());
+        for part in self.parts.iter() {
+            feeds.push(part.events(since).await?);
+        }
+        if feeds.len() == 1 {
+            return Ok(feeds.pop().expect("one feed"));
+        }
+        Ok(JobEvents::merge(feeds))
+    }
+
+    async fn set_paused(&self, pause: bool) -> Result<bool> {
+        self.checked(true).await?;
+        let mut changed = false;
+        let parts = self.parts.iter();
+        let all = if pause {
+            join_all(parts.map(Partition::pause)).await
+        } else {
+            join_all(parts.map(Partition::resume)).await
+        };
+        for r in all {
+            changed |= r?;
+        }
+        Ok(changed)
     }
 }

@@ -1,10 +1,13 @@
 //! Job queues on Redis: each operation's arguments and the decoding of
 //! its reply; one script (`jobs.lua`), the operation in ARGV[1].
 
+use std::sync::Arc;
+
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::Name;
 use crate::store::redis::{Listening, RedisStore, unexpected};
 
+use super::backend::JobBackend;
 use super::events::{EventId, StreamRead};
 use super::types::{
     CancelOutcome, Claim, ClaimOutcome, Extend, LATENESS_BOUNDS_MS, LISTING_BYTES, Layout, ListFrom, Nack,
@@ -54,250 +57,6 @@ impl RedisStore {
             .await
     }
 
-    pub(crate) async fn job_layout(&self, q: &Name, layout: &Layout) -> Result<(u32, bool)> {
-        let expect = layout.expect.map_or_else(String::new, |e| e.to_string());
-        let store = if layout.store { "1" } else { "0" };
-        let r: Vec<i64> = self.run_jobs(q, "layout", (layout.want, expect, store)).await?;
-        match r.as_slice() {
-            [n, stored] if *n > 0 => Ok((*n as u32, *stored == 1)),
-            _ => Err(unexpected("layout", &r)),
-        }
-    }
-
-    pub(crate) async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
-        let r: Vec<i64> = self.run_jobs(q, "retire", if close { "1" } else { "0" }).await?;
-        match r.as_slice() {
-            [done, counts @ ..] if counts.len() == 4 => {
-                Ok((*done == 1, [0, 1, 2, 3].map(|i| counts[i].max(0) as u64)))
-            }
-            _ => Err(unexpected("retire", &r)),
-        }
-    }
-
-    /// Pushes a batch of jobs in one script call.
-    pub(crate) async fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + 10 * reqs.len());
-        args.push(int_arg(reqs.len() as i64));
-        for req in reqs {
-            let (delay, at) = when_args(req.when);
-            args.extend([
-                req.id.as_bytes().to_vec(),
-                req.payload.to_vec(),
-                int_arg(delay),
-                int_arg(at),
-                int_arg(i64::from(req.priority)),
-                int_arg(i64::from(req.max_attempts)),
-                req.backoff.kind.to_string().into_bytes(),
-                int_arg(req.backoff.base_ms as i64),
-                int_arg(req.backoff.max_ms as i64),
-                if req.replace {
-                    b"replace".to_vec()
-                } else {
-                    b"keep".to_vec()
-                },
-            ]);
-        }
-        let r: Vec<i64> = self.run_jobs(q, "push", args).await?;
-        if r.len() != 2 * reqs.len() {
-            return Err(unexpected("push", &r));
-        }
-        r.chunks(2)
-            .map(|pair| match pair {
-                [1, at] => Ok(PushOutcome::New {
-                    run_at_ms: *at as u64,
-                }),
-                [2, _] => Ok(PushOutcome::Kept),
-                [3, at] => Ok(PushOutcome::Replaced {
-                    run_at_ms: *at as u64,
-                }),
-                [4, _] => Ok(PushOutcome::Busy),
-                other => Err(unexpected("push", other)),
-            })
-            .collect()
-    }
-
-    /// Acks the deliveries `claim.acks` (whether each was that delivery's)
-    /// and claims up to `claim.max` jobs (none with 0), in one script call.
-    pub(crate) async fn job_claim(&self, q: &Name, claim: &Claim<'_>) -> Result<(Vec<bool>, ClaimOutcome)> {
-        let (n, ms) = claim.keep.map_or((0, 0), |k| (k.count, k.ms));
-        let mut args: Vec<Vec<u8>> = vec![
-            int_arg(claim.lease_ms as i64),
-            int_arg(claim.max as i64),
-            int_arg(n as i64),
-            int_arg(ms as i64),
-        ];
-        for (id, fence) in claim.acks {
-            args.push(id.as_bytes().to_vec());
-            args.push(int_arg(*fence as i64));
-        }
-        let v: redis::Value = self.run_jobs(q, "claim", args).await?;
-        let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
-        let redis::Value::Array(items) = v else {
-            return Err(bad());
-        };
-        let int = value::<i64>;
-        let k = items.first().and_then(int).ok_or_else(bad)? as usize;
-        let flags = items.get(1..1 + k).ok_or_else(bad)?;
-        let acked = flags.iter().map(|f| int(f) == Some(1)).collect();
-        Ok((acked, claim_reply(&items[1 + k..])?))
-    }
-
-    pub(crate) async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<RawDone>> {
-        let v: Vec<redis::Value> = self.run_jobs(q, "done", (limit.max(1), LISTING_BYTES)).await?;
-        listing("done", &v, 3, |row| {
-            let [id, at, payload] = row else { return None };
-            Some(RawDone {
-                id: value(id)?,
-                acked_ms: score_ms(at)?,
-                payload: value(payload)?,
-            })
-        })
-    }
-
-    pub(crate) async fn job_nack(&self, q: &Name, nack: &Nack<'_>) -> Result<NackOutcome> {
-        let delay = nack.delay_ms.map_or(-1, |d| d as i64);
-        let jitter = format!("{:.6}", nack.jitter);
-        let r: Vec<i64> = self
-            .run_jobs(
-                q,
-                "nack",
-                (
-                    nack.id,
-                    nack.fence.to_string(),
-                    delay,
-                    jitter,
-                    nack.error.unwrap_or(""),
-                ),
-            )
-            .await?;
-        match r.as_slice() {
-            [1, at] => Ok(NackOutcome::Retry {
-                run_at_ms: *at as u64,
-            }),
-            [2] => Ok(NackOutcome::Dead),
-            [0] => Ok(NackOutcome::NotHeld),
-            other => Err(unexpected("nack", other)),
-        }
-    }
-
-    pub(crate) async fn job_extend(&self, q: &Name, extend: &Extend<'_>) -> Result<Option<u64>> {
-        let args = (extend.id, extend.fence.to_string(), extend.lease_ms);
-        let r: Vec<i64> = self.run_jobs(q, "extend", args).await?;
-        match r.as_slice() {
-            [1, deadline] => Ok(Some(*deadline as u64)),
-            [0] => Ok(None),
-            other => Err(unexpected("extend", other)),
-        }
-    }
-
-    pub(crate) async fn job_cancel(&self, q: &Name, id: &str) -> Result<CancelOutcome> {
-        let r: Vec<i64> = self.run_jobs(q, "cancel", id).await?;
-        match r.as_slice() {
-            [1] => Ok(CancelOutcome::Cancelled),
-            [2] => Ok(CancelOutcome::Running),
-            [3] => Ok(CancelOutcome::Purged),
-            [0] => Ok(CancelOutcome::Unknown),
-            other => Err(unexpected("cancel", other)),
-        }
-    }
-
-    pub(crate) async fn job_reschedule(&self, q: &Name, id: &str, when: When) -> Result<RescheduleOutcome> {
-        let (delay, at) = when_args(when);
-        let r: Vec<i64> = self.run_jobs(q, "reschedule", (id, delay, at)).await?;
-        match r.as_slice() {
-            [1, at] => Ok(RescheduleOutcome::Moved {
-                run_at_ms: *at as u64,
-            }),
-            [2] => Ok(RescheduleOutcome::Running),
-            [0] => Ok(RescheduleOutcome::Unknown),
-            other => Err(unexpected("reschedule", other)),
-        }
-    }
-
-    pub(crate) async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<RawDead>> {
-        let v: Vec<redis::Value> = self.run_jobs(q, "dead", (limit.max(1), LISTING_BYTES)).await?;
-        listing("dead", &v, 5, |row| {
-            let [id, died, attempts, error, payload] = row else {
-                return None;
-            };
-            Some(RawDead {
-                id: value(id)?,
-                died_ms: score_ms(died)?,
-                attempts: value::<i64>(attempts)? as u32,
-                payload: value(payload)?,
-                last_error: Some(value::<String>(error)?).filter(|e| !e.is_empty()),
-            })
-        })
-    }
-
-    /// Job `id` as it stands (`get` in jobs.lua: read only), with its
-    /// preview, or its whole payload if `whole`.
-    pub(crate) async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<RawInfo>> {
-        let v: Vec<redis::Value> = self
-            .run_jobs(q, "get", (id, if whole { "1" } else { "0" }))
-            .await?;
-        if v.is_empty() {
-            return Ok(None);
-        }
-        listing("get", &v, INFO_WIDTH, info_row).map(|mut rows| rows.pop())
-    }
-
-    /// Up to `limit` jobs in `state`, in its sorted set's order, from
-    /// `from` (`list` in jobs.lua: read only).
-    pub(crate) async fn job_list(
-        &self,
-        q: &Name,
-        state: RawState,
-        from: Option<&ListFrom<'_>>,
-        limit: usize,
-    ) -> Result<Vec<RawInfo>> {
-        let (score, id) = from.map_or((String::new(), ""), |f| (f.score.to_string(), f.id));
-        let args = (state_code(state), limit.max(1), score, id);
-        let v: Vec<redis::Value> = self.run_jobs(q, "list", args).await?;
-        listing("list", &v, INFO_WIDTH, info_row)
-    }
-
-    pub(crate) async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
-        let r: Vec<i64> = self.run_jobs(q, "replay", id.unwrap_or("")).await?;
-        Ok(r.first().copied().unwrap_or(0).max(0) as u64)
-    }
-
-    pub(crate) async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
-        let r: Vec<i64> = self.run_jobs(q, "purge", id.unwrap_or("")).await?;
-        Ok(r.first().copied().unwrap_or(0).max(0) as u64)
-    }
-
-    pub(crate) async fn job_exists(&self, q: &Name) -> Result<bool> {
-        let r: i64 = self.run_jobs(q, "exists", Vec::<String>::new()).await?;
-        Ok(r == 1)
-    }
-
-    pub(crate) async fn job_stats(&self, q: &Name) -> Result<RawStats> {
-        let r: Vec<i64> = self.run_jobs(q, "stats", Vec::<String>::new()).await?;
-        let buckets = LATENESS_BOUNDS_MS.len() + 1;
-        if r.len() < 13 + buckets {
-            return Err(unexpected("stats", &r));
-        }
-        let u = |i: usize| r[i].max(0) as u64;
-        Ok(RawStats {
-            ready: u(0),
-            delayed: u(1),
-            in_flight: u(2),
-            dead: u(3),
-            pushed: u(4),
-            claimed: u(5),
-            acked: u(6),
-            retried: u(7),
-            dead_total: u(8),
-            redelivered: u(9),
-            completed: u(10),
-            paused: r[11] == 1,
-            lateness_sum_ms: u(12),
-            lateness_buckets: r[13..13 + buckets].iter().map(|v| (*v).max(0) as u64).collect(),
-            lateness_ms: r[13 + buckets..].iter().map(|v| (*v).max(0) as u64).collect(),
-        })
-    }
-
     /// Pauses queue `q` (`pause`) or resumes it; whether that changed it.
     /// Reads queue `q`'s event stream: the entries after `after` (at most
     /// `count`), or with no `after` only its last id; marks the queue
@@ -312,11 +71,6 @@ impl RedisStore {
         let after = after.map_or_else(String::new, |a| a.to_string());
         let r: redis::Value = self.run_jobs(q, "events", (watch_ms, after, count)).await?;
         StreamRead::decode(r).ok_or_else(|| Error::new(ErrorKind::Store, "unexpected reply to events"))
-    }
-
-    pub(crate) async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
-        let r: i64 = self.run_jobs(q, "pause", if pause { "1" } else { "0" }).await?;
-        Ok(r == 1)
     }
 }
 
@@ -438,4 +192,255 @@ fn info_row(row: &[redis::Value]) -> Option<RawInfo> {
         payload_size: u64::try_from(value::<i64>(size)?).ok()?,
         preview: value(preview)?,
     })
+}
+
+impl JobBackend for Arc<RedisStore> {
+    async fn job_layout(&self, q: &Name, layout: &Layout) -> Result<(u32, bool)> {
+        let expect = layout.expect.map_or_else(String::new, |e| e.to_string());
+        let store = if layout.store { "1" } else { "0" };
+        let r: Vec<i64> = self.run_jobs(q, "layout", (layout.want, expect, store)).await?;
+        match r.as_slice() {
+            [n, stored] if *n > 0 => Ok((*n as u32, *stored == 1)),
+            _ => Err(unexpected("layout", &r)),
+        }
+    }
+
+    /// Pushes a batch of jobs in one script call.
+    async fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + 10 * reqs.len());
+        args.push(int_arg(reqs.len() as i64));
+        for req in reqs {
+            let (delay, at) = when_args(req.when);
+            args.extend([
+                req.id.as_bytes().to_vec(),
+                req.payload.to_vec(),
+                int_arg(delay),
+                int_arg(at),
+                int_arg(i64::from(req.priority)),
+                int_arg(i64::from(req.max_attempts)),
+                req.backoff.kind.to_string().into_bytes(),
+                int_arg(req.backoff.base_ms as i64),
+                int_arg(req.backoff.max_ms as i64),
+                if req.replace {
+                    b"replace".to_vec()
+                } else {
+                    b"keep".to_vec()
+                },
+            ]);
+        }
+        let r: Vec<i64> = self.run_jobs(q, "push", args).await?;
+        if r.len() != 2 * reqs.len() {
+            return Err(unexpected("push", &r));
+        }
+        r.chunks(2)
+            .map(|pair| match pair {
+                [1, at] => Ok(PushOutcome::New {
+                    run_at_ms: *at as u64,
+                }),
+                [2, _] => Ok(PushOutcome::Kept),
+                [3, at] => Ok(PushOutcome::Replaced {
+                    run_at_ms: *at as u64,
+                }),
+                [4, _] => Ok(PushOutcome::Busy),
+                other => Err(unexpected("push", other)),
+            })
+            .collect()
+    }
+
+    async fn job_retire(&self, q: &Name, close: bool) -> Result<(bool, [u64; 4])> {
+        let r: Vec<i64> = self.run_jobs(q, "retire", if close { "1" } else { "0" }).await?;
+        match r.as_slice() {
+            [done, counts @ ..] if counts.len() == 4 => {
+                Ok((*done == 1, [0, 1, 2, 3].map(|i| counts[i].max(0) as u64)))
+            }
+            _ => Err(unexpected("retire", &r)),
+        }
+    }
+
+    /// Acks the deliveries `claim.acks` (whether each was that delivery's)
+    /// and claims up to `claim.max` jobs (none with 0), in one script call.
+    async fn job_claim(&self, q: &Name, claim: &Claim<'_>) -> Result<(Vec<bool>, ClaimOutcome)> {
+        let (n, ms) = claim.keep.map_or((0, 0), |k| (k.count, k.ms));
+        let mut args: Vec<Vec<u8>> = vec![
+            int_arg(claim.lease_ms as i64),
+            int_arg(claim.max as i64),
+            int_arg(n as i64),
+            int_arg(ms as i64),
+        ];
+        for (id, fence) in claim.acks {
+            args.push(id.as_bytes().to_vec());
+            args.push(int_arg(*fence as i64));
+        }
+        let v: redis::Value = self.run_jobs(q, "claim", args).await?;
+        let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
+        let redis::Value::Array(items) = v else {
+            return Err(bad());
+        };
+        let int = value::<i64>;
+        let k = items.first().and_then(int).ok_or_else(bad)? as usize;
+        let flags = items.get(1..1 + k).ok_or_else(bad)?;
+        let acked = flags.iter().map(|f| int(f) == Some(1)).collect();
+        Ok((acked, claim_reply(&items[1 + k..])?))
+    }
+
+    async fn job_done(&self, q: &Name, limit: usize) -> Result<Vec<RawDone>> {
+        let v: Vec<redis::Value> = self.run_jobs(q, "done", (limit.max(1), LISTING_BYTES)).await?;
+        listing("done", &v, 3, |row| {
+            let [id, at, payload] = row else { return None };
+            Some(RawDone {
+                id: value(id)?,
+                acked_ms: score_ms(at)?,
+                payload: value(payload)?,
+            })
+        })
+    }
+
+    async fn job_nack(&self, q: &Name, nack: &Nack<'_>) -> Result<NackOutcome> {
+        let delay = nack.delay_ms.map_or(-1, |d| d as i64);
+        let jitter = format!("{:.6}", nack.jitter);
+        let r: Vec<i64> = self
+            .run_jobs(
+                q,
+                "nack",
+                (
+                    nack.id,
+                    nack.fence.to_string(),
+                    delay,
+                    jitter,
+                    nack.error.unwrap_or(""),
+                ),
+            )
+            .await?;
+        match r.as_slice() {
+            [1, at] => Ok(NackOutcome::Retry {
+                run_at_ms: *at as u64,
+            }),
+            [2] => Ok(NackOutcome::Dead),
+            [0] => Ok(NackOutcome::NotHeld),
+            other => Err(unexpected("nack", other)),
+        }
+    }
+
+    async fn job_extend(&self, q: &Name, extend: &Extend<'_>) -> Result<Option<u64>> {
+        let args = (extend.id, extend.fence.to_string(), extend.lease_ms);
+        let r: Vec<i64> = self.run_jobs(q, "extend", args).await?;
+        match r.as_slice() {
+            [1, deadline] => Ok(Some(*deadline as u64)),
+            [0] => Ok(None),
+            other => Err(unexpected("extend", other)),
+        }
+    }
+
+    async fn job_cancel(&self, q: &Name, id: &str) -> Result<CancelOutcome> {
+        let r: Vec<i64> = self.run_jobs(q, "cancel", id).await?;
+        match r.as_slice() {
+            [1] => Ok(CancelOutcome::Cancelled),
+            [2] => Ok(CancelOutcome::Running),
+            [3] => Ok(CancelOutcome::Purged),
+            [0] => Ok(CancelOutcome::Unknown),
+            other => Err(unexpected("cancel", other)),
+        }
+    }
+
+    async fn job_reschedule(&self, q: &Name, id: &str, when: When) -> Result<RescheduleOutcome> {
+        let (delay, at) = when_args(when);
+        let r: Vec<i64> = self.run_jobs(q, "reschedule", (id, delay, at)).await?;
+        match r.as_slice() {
+            [1, at] => Ok(RescheduleOutcome::Moved {
+                run_at_ms: *at as u64,
+            }),
+            [2] => Ok(RescheduleOutcome::Running),
+            [0] => Ok(RescheduleOutcome::Unknown),
+            other => Err(unexpected("reschedule", other)),
+        }
+    }
+
+    async fn job_dead(&self, q: &Name, limit: usize) -> Result<Vec<RawDead>> {
+        let v: Vec<redis::Value> = self.run_jobs(q, "dead", (limit.max(1), LISTING_BYTES)).await?;
+        listing("dead", &v, 5, |row| {
+            let [id, died, attempts, error, payload] = row else {
+                return None;
+            };
+            Some(RawDead {
+                id: value(id)?,
+                died_ms: score_ms(died)?,
+                attempts: value::<i64>(attempts)? as u32,
+                payload: value(payload)?,
+                last_error: Some(value::<String>(error)?).filter(|e| !e.is_empty()),
+            })
+        })
+    }
+
+    /// Job `id` as it stands (`get` in jobs.lua: read only), with its
+    /// preview, or its whole payload if `whole`.
+    async fn job_get(&self, q: &Name, id: &str, whole: bool) -> Result<Option<RawInfo>> {
+        let v: Vec<redis::Value> = self
+            .run_jobs(q, "get", (id, if whole { "1" } else { "0" }))
+            .await?;
+        if v.is_empty() {
+            return Ok(None);
+        }
+        listing("get", &v, INFO_WIDTH, info_row).map(|mut rows| rows.pop())
+    }
+
+    /// Up to `limit` jobs in `state`, in its sorted set's order, from
+    /// `from` (`list` in jobs.lua: read only).
+    async fn job_list(
+        &self,
+        q: &Name,
+        state: RawState,
+        from: Option<&ListFrom<'_>>,
+        limit: usize,
+    ) -> Result<Vec<RawInfo>> {
+        let (score, id) = from.map_or((String::new(), ""), |f| (f.score.to_string(), f.id));
+        let args = (state_code(state), limit.max(1), score, id);
+        let v: Vec<redis::Value> = self.run_jobs(q, "list", args).await?;
+        listing("list", &v, INFO_WIDTH, info_row)
+    }
+
+    async fn job_replay(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        let r: Vec<i64> = self.run_jobs(q, "replay", id.unwrap_or("")).await?;
+        Ok(r.first().copied().unwrap_or(0).max(0) as u64)
+    }
+
+    async fn job_purge(&self, q: &Name, id: Option<&str>) -> Result<u64> {
+        let r: Vec<i64> = self.run_jobs(q, "purge", id.unwrap_or("")).await?;
+        Ok(r.first().copied().unwrap_or(0).max(0) as u64)
+    }
+
+    async fn job_exists(&self, q: &Name) -> Result<bool> {
+        let r: i64 = self.run_jobs(q, "exists", Vec::<String>::new()).await?;
+        Ok(r == 1)
+    }
+
+    async fn job_pause(&self, q: &Name, pause: bool) -> Result<bool> {
+        let r: i64 = self.run_jobs(q, "pause", if pause { "1" } else { "0" }).await?;
+        Ok(r == 1)
+    }
+
+    async fn job_stats(&self, q: &Name) -> Result<RawStats> {
+        let r: Vec<i64> = self.run_jobs(q, "stats", Vec::<String>::new()).await?;
+        let buckets = LATENESS_BOUNDS_MS.len() + 1;
+        if r.len() < 13 + buckets {
+            return Err(unexpected("stats", &r));
+        }
+        let u = |i: usize| r[i].max(0) as u64;
+        Ok(RawStats {
+            ready: u(0),
+            delayed: u(1),
+            in_flight: u(2),
+            dead: u(3),
+            pushed: u(4),
+            claimed: u(5),
+            acked: u(6),
+            retried: u(7),
+            dead_total: u(8),
+            redelivered: u(9),
+            completed: u(10),
+            paused: r[11] == 1,
+            lateness_sum_ms: u(12),
+            lateness_buckets: r[13..13 + buckets].iter().map(|v| (*v).max(0) as u64).collect(),
+            lateness_ms: r[13 + buckets..].iter().map(|v| (*v).max(0) as u64).collect(),
+        })
+    }
 }

@@ -5,17 +5,15 @@
 
 use crate::error::Result;
 use crate::name::Name;
-use crate::store::{Backend, Store};
+use crate::store::{Store, on_backend};
 
+use super::backend::LimitBackend;
 use super::types::{Check, Decision};
 
 impl Store {
     /// One rate-limit decision for `check.key` of `limiter`: spends
     /// `check.cost` if it fits.
     pub(crate) async fn limit(&self, limiter: &Name, check: &Check<'_>) -> Result<Decision> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.limits().limit(limiter, check)).await,
-            Backend::Redis(s) => Box::pin(s.limit(limiter, check)).await,
-        }
+        on_backend!(self, limits, b => LimitBackend::limit(b, limiter, check))
     }
 }

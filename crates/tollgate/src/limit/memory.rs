@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Deref;
 use std::sync::Mutex;
 
+use super::backend::LimitBackend;
 use super::types::{Algorithm, Check, Decision, Limit, Rate, decision};
 use std::sync::PoisonError;
 
@@ -333,6 +334,12 @@ pub(crate) fn replay(m: &LimitMemory<'_>, r: &replay::Record<'_>) -> Result<()> 
         other => return Err(replay::misrouted(other)),
     }
     Ok(())
+}
+
+impl LimitBackend for LimitMemory<'_> {
+    async fn limit(&self, limiter: &Name, check: &Check<'_>) -> Result<Decision> {
+        self.write(|| self.limit(limiter, check)).await
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! answers; `memory.rs` is the arithmetic, `limit.lua` (driven by
 //! `redis.rs`) the same steps on Redis.
 
+pub(crate) mod backend;
 mod dispatch;
 mod layer;
 mod limiter;

@@ -1,15 +1,18 @@
 //! Rate limits on Redis: one script (`limit.lua`), one key per limited
 //! key.
 
+use std::sync::Arc;
+
+use super::backend::LimitBackend;
 use super::types::{Algorithm, Check, Decision, decision};
 use crate::error::Result;
 use crate::name::Name;
 use crate::store::redis::{RedisStore, unexpected};
 
-impl RedisStore {
+impl LimitBackend for Arc<RedisStore> {
     /// One rate-limit decision. GCRA keys are strings and window keys
     /// hashes, so they live under different names.
-    pub(crate) async fn limit(&self, limiter: &Name, check: &Check<'_>) -> Result<Decision> {
+    async fn limit(&self, limiter: &Name, check: &Check<'_>) -> Result<Decision> {
         let Check { key, limit, cost } = *check;
         let (space, algo, a, b) = match limit.algorithm() {
             Algorithm::Gcra => ("g", "g", limit.interval_ns(), limit.burst()),

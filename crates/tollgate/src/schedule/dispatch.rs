@@ -5,51 +5,37 @@
 
 use crate::error::Result;
 use crate::name::Name;
-use crate::store::{Backend, Store};
+use crate::store::{Store, on_backend};
 
+use super::backend::ScheduleBackend;
 use super::types as schedule;
 
 impl Store {
     /// Records that schedule `name` lives with queue `q`; answers the
     /// queue it lived with before, if any.
     pub(crate) async fn schedule_index_set(&self, name: &str, q: &Name) -> Result<Option<String>> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.schedules().schedule_index_set(name, q)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_index_set(name, q)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_index_set(b, name, q))
     }
 
     pub(crate) async fn schedule_index_get(&self, name: &str) -> Result<Option<String>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.schedules().schedule_index_get(name)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_index_get(name)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_index_get(b, name))
     }
 
     /// Forgets where schedule `name` lives if that is queue `q`.
     pub(crate) async fn schedule_index_drop(&self, name: &str, q: &Name) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.schedules().schedule_index_drop(name, q)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_index_drop(name, q)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_index_drop(b, name, q))
     }
 
     /// The queues that have schedules.
     pub(crate) async fn schedule_queues(&self) -> Result<Vec<String>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.schedules().schedule_queues()).await,
-            Backend::Redis(s) => Box::pin(s.schedule_queues()).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_queues(b, ))
     }
 
     /// Takes `q`, found to hold no schedule, off the list of queues with
     /// schedules if no name points to it (a Redis index from before it
     /// counted them; the embedded store's never lists such a queue).
     pub(crate) async fn schedule_index_prune(&self, q: &Name) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(_) => Ok(false),
-            Backend::Redis(s) => Box::pin(s.schedule_index_prune(q)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_index_prune(b, q))
     }
 
     pub(crate) async fn schedule_put(
@@ -57,18 +43,12 @@ impl Store {
         q: &Name,
         put: &schedule::Put<'_>,
     ) -> Result<schedule::PutOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.schedules().schedule_put(q, put)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_put(q, put)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_put(b, q, put))
     }
 
     /// The store's now and up to `limit` schedules of queue `q` due by it.
     pub(crate) async fn schedule_due(&self, q: &Name, limit: usize) -> Result<schedule::Due> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.schedules().schedule_due(q, limit)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_due(q, limit)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_due(b, q, limit))
     }
 
     /// Fires ticks of schedules of queue `q`, each only if unchanged since
@@ -78,10 +58,7 @@ impl Store {
         q: &Name,
         fires: &[schedule::Fire<'_>],
     ) -> Result<(u64, Vec<schedule::FireOutcome>)> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.schedules().schedule_fire(q, fires)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_fire(q, fires)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_fire(b, q, fires))
     }
 
     pub(crate) async fn schedule_trigger(
@@ -91,40 +68,22 @@ impl Store {
         rev: u64,
         job: &schedule::JobSpec,
     ) -> Result<schedule::TriggerOutcome> {
-        match &self.backend {
-            Backend::Memory(s) => {
-                s.write(|| s.schedules().schedule_trigger(q, name, rev, job))
-                    .await
-            }
-            Backend::Redis(s) => Box::pin(s.schedule_trigger(q, name, rev, job)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_trigger(b, q, name, rev, job))
     }
 
     pub(crate) async fn schedule_pause(&self, q: &Name, name: &str, pause: bool) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.schedules().schedule_pause(q, name, pause)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_pause(q, name, pause)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_pause(b, q, name, pause))
     }
 
     pub(crate) async fn schedule_delete(&self, q: &Name, name: &str) -> Result<bool> {
-        match &self.backend {
-            Backend::Memory(s) => s.write(|| s.schedules().schedule_delete(q, name)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_delete(q, name)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_delete(b, q, name))
     }
 
     pub(crate) async fn schedule_get(&self, q: &Name, name: &str) -> Result<Option<schedule::RawSchedule>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.schedules().schedule_get(q, name)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_get(q, name)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_get(b, q, name))
     }
 
     pub(crate) async fn schedule_list(&self, q: &Name) -> Result<Vec<schedule::RawSchedule>> {
-        match &self.backend {
-            Backend::Memory(s) => s.read(|| s.schedules().schedule_list(q)).await,
-            Backend::Redis(s) => Box::pin(s.schedule_list(q)).await,
-        }
+        on_backend!(self, schedules, b => ScheduleBackend::schedule_list(b, q))
     }
 }

@@ -16,7 +16,9 @@ use crate::name::Name;
 use crate::store::memory::put as replay_put;
 use crate::store::memory::replay::{self, Code};
 
+use super::backend::ScheduleBackend;
 use super::state::{Index, Record};
+use super::types as schedule;
 use super::types::{
     Due, Fire, FireOutcome, JobSpec, LOOKAHEAD_MS, Next, Put, PutOutcome, RawSchedule, Refusal,
     TriggerOutcome, manual_entry,
@@ -448,4 +450,69 @@ pub(crate) fn replay(m: &ScheduleMemory<'_>, r: &replay::Record<'_>) -> Result<(
         other => return Err(replay::misrouted(other)),
     }
     Ok(())
+}
+
+impl ScheduleBackend for ScheduleMemory<'_> {
+    async fn schedule_index_set(&self, name: &str, q: &Name) -> Result<Option<String>> {
+        self.write(|| self.schedule_index_set(name, q)).await
+    }
+
+    async fn schedule_index_get(&self, name: &str) -> Result<Option<String>> {
+        self.read(|| self.schedule_index_get(name)).await
+    }
+
+    async fn schedule_index_drop(&self, name: &str, q: &Name) -> Result<bool> {
+        self.write(|| self.schedule_index_drop(name, q)).await
+    }
+
+    async fn schedule_queues(&self) -> Result<Vec<String>> {
+        self.read(|| self.schedule_queues()).await
+    }
+
+    async fn schedule_index_prune(&self, _q: &Name) -> Result<bool> {
+        // The embedded store's index never lists a queue without names.
+        Ok(false)
+    }
+
+    async fn schedule_put(&self, q: &Name, put: &schedule::Put<'_>) -> Result<schedule::PutOutcome> {
+        self.write(|| self.schedule_put(q, put)).await
+    }
+
+    async fn schedule_due(&self, q: &Name, limit: usize) -> Result<schedule::Due> {
+        self.read(|| self.schedule_due(q, limit)).await
+    }
+
+    async fn schedule_fire(
+        &self,
+        q: &Name,
+        fires: &[schedule::Fire<'_>],
+    ) -> Result<(u64, Vec<schedule::FireOutcome>)> {
+        self.write(|| self.schedule_fire(q, fires)).await
+    }
+
+    async fn schedule_pause(&self, q: &Name, name: &str, pause: bool) -> Result<bool> {
+        self.write(|| self.schedule_pause(q, name, pause)).await
+    }
+
+    async fn schedule_delete(&self, q: &Name, name: &str) -> Result<bool> {
+        self.write(|| self.schedule_delete(q, name)).await
+    }
+
+    async fn schedule_get(&self, q: &Name, name: &str) -> Result<Option<schedule::RawSchedule>> {
+        self.read(|| self.schedule_get(q, name)).await
+    }
+
+    async fn schedule_list(&self, q: &Name) -> Result<Vec<schedule::RawSchedule>> {
+        self.read(|| self.schedule_list(q)).await
+    }
+
+    async fn schedule_trigger(
+        &self,
+        q: &Name,
+        name: &str,
+        rev: u64,
+        job: &schedule::JobSpec,
+    ) -> Result<schedule::TriggerOutcome> {
+        self.write(|| self.schedule_trigger(q, name, rev, job)).await
+    }
 }

@@ -15,6 +15,7 @@
 //! `lua/queue.lua`, driven by `redis.rs`) the same steps on Redis, and
 //! `lua/index.lua` the index of which queue each schedule lives with.
 
+pub(crate) mod backend;
 mod dispatch;
 mod fire;
 pub(crate) mod memory;

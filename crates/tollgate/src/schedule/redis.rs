@@ -1,6 +1,8 @@
 //! Schedules on Redis: each operation's arguments and the decoding of its
 //! reply; `schedule.lua` on the queue's keys, `index.lua` on the index.
 
+use std::sync::Arc;
+
 use redis::Value;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -8,6 +10,7 @@ use crate::jobs::redis::{int_arg, value};
 use crate::name::Name;
 use crate::store::redis::{RedisStore, unexpected};
 
+use super::backend::ScheduleBackend;
 use super::types::{
     Due, Fire, FireOutcome, JobSpec, Next, Put, PutOutcome, RawSchedule, Refusal, TriggerOutcome,
 };
@@ -87,30 +90,32 @@ impl RedisStore {
         self.invoke(&self.scripts.schedule_index, &keys, args, &base)
             .await
     }
+}
 
-    pub(crate) async fn schedule_index_set(&self, name: &str, queue: &Name) -> Result<Option<String>> {
+impl ScheduleBackend for Arc<RedisStore> {
+    async fn schedule_index_set(&self, name: &str, queue: &Name) -> Result<Option<String>> {
         self.run_index(name, ("set", name, queue.as_str())).await
     }
 
-    pub(crate) async fn schedule_index_get(&self, name: &str) -> Result<Option<String>> {
+    async fn schedule_index_get(&self, name: &str) -> Result<Option<String>> {
         self.run_index(name, ("get", name)).await
     }
 
-    pub(crate) async fn schedule_index_drop(&self, name: &str, queue: &Name) -> Result<bool> {
+    async fn schedule_index_drop(&self, name: &str, queue: &Name) -> Result<bool> {
         let n: i64 = self.run_index(name, ("drop", name, queue.as_str())).await?;
         Ok(n == 1)
     }
 
-    pub(crate) async fn schedule_queues(&self) -> Result<Vec<String>> {
+    async fn schedule_queues(&self) -> Result<Vec<String>> {
         self.run_index("", "queues").await
     }
 
-    pub(crate) async fn schedule_index_prune(&self, queue: &Name) -> Result<bool> {
+    async fn schedule_index_prune(&self, queue: &Name) -> Result<bool> {
         let n: i64 = self.run_index("", ("prune", queue.as_str())).await?;
         Ok(n == 1)
     }
 
-    pub(crate) async fn schedule_put(&self, q: &Name, put: &Put<'_>) -> Result<PutOutcome> {
+    async fn schedule_put(&self, q: &Name, put: &Put<'_>) -> Result<PutOutcome> {
         let args = (
             put.name,
             put.timing,
@@ -131,7 +136,7 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn schedule_due(&self, q: &Name, limit: usize) -> Result<Due> {
+    async fn schedule_due(&self, q: &Name, limit: usize) -> Result<Due> {
         let v: Vec<Value> = self.run_schedule(q, "due", limit.max(1)).await?;
         let [now, soonest, rows @ ..] = v.as_slice() else {
             return Err(bad("due"));
@@ -154,11 +159,7 @@ impl RedisStore {
         })
     }
 
-    pub(crate) async fn schedule_fire(
-        &self,
-        q: &Name,
-        fires: &[Fire<'_>],
-    ) -> Result<(u64, Vec<FireOutcome>)> {
+    async fn schedule_fire(&self, q: &Name, fires: &[Fire<'_>]) -> Result<(u64, Vec<FireOutcome>)> {
         let mut args: Vec<Vec<u8>> = vec![int_arg(fires.len() as i64)];
         for fire in fires {
             args.extend([
@@ -197,44 +198,19 @@ impl RedisStore {
         Ok((*now as u64, outcomes))
     }
 
-    pub(crate) async fn schedule_trigger(
-        &self,
-        q: &Name,
-        name: &str,
-        rev: u64,
-        job: &JobSpec,
-    ) -> Result<TriggerOutcome> {
-        let mut args = vec![name.as_bytes().to_vec(), int_arg(rev as i64)];
-        args.extend(job_args(job));
-        let v: Vec<Value> = self.run_schedule(q, "trigger", args).await?;
-        match v.as_slice() {
-            [code, id] if value::<i64>(code) == Some(1) => {
-                Ok(TriggerOutcome::Pushed(value(id).ok_or_else(|| bad("trigger"))?))
-            }
-            [code] => match value::<i64>(code) {
-                Some(0) => Ok(TriggerOutcome::Stale),
-                Some(c) => Refusal::from_code(c)
-                    .map(TriggerOutcome::Refused)
-                    .ok_or_else(|| bad("trigger")),
-                None => Err(bad("trigger")),
-            },
-            _ => Err(bad("trigger")),
-        }
-    }
-
-    pub(crate) async fn schedule_pause(&self, q: &Name, name: &str, pause: bool) -> Result<bool> {
+    async fn schedule_pause(&self, q: &Name, name: &str, pause: bool) -> Result<bool> {
         let r: Vec<i64> = self
             .run_schedule(q, if pause { "pause" } else { "resume" }, name)
             .await?;
         Ok(r.first() == Some(&1))
     }
 
-    pub(crate) async fn schedule_delete(&self, q: &Name, name: &str) -> Result<bool> {
+    async fn schedule_delete(&self, q: &Name, name: &str) -> Result<bool> {
         let n: i64 = self.run_schedule(q, "delete", name).await?;
         Ok(n == 1)
     }
 
-    pub(crate) async fn schedule_get(&self, q: &Name, name: &str) -> Result<Option<RawSchedule>> {
+    async fn schedule_get(&self, q: &Name, name: &str) -> Result<Option<RawSchedule>> {
         let v: Vec<Value> = self.run_schedule(q, "get", name).await?;
         match v.as_slice() {
             [] => Ok(None),
@@ -251,7 +227,7 @@ impl RedisStore {
     }
 
     /// Every schedule of queue `q` (HSCAN pages, all of them).
-    pub(crate) async fn schedule_list(&self, q: &Name) -> Result<Vec<RawSchedule>> {
+    async fn schedule_list(&self, q: &Name) -> Result<Vec<RawSchedule>> {
         let mut cursor = "0".to_owned();
         let mut out = Vec::new();
         loop {
@@ -276,6 +252,31 @@ impl RedisStore {
             if cursor == "0" {
                 return Ok(out);
             }
+        }
+    }
+
+    async fn schedule_trigger(
+        &self,
+        q: &Name,
+        name: &str,
+        rev: u64,
+        job: &JobSpec,
+    ) -> Result<TriggerOutcome> {
+        let mut args = vec![name.as_bytes().to_vec(), int_arg(rev as i64)];
+        args.extend(job_args(job));
+        let v: Vec<Value> = self.run_schedule(q, "trigger", args).await?;
+        match v.as_slice() {
+            [code, id] if value::<i64>(code) == Some(1) => {
+                Ok(TriggerOutcome::Pushed(value(id).ok_or_else(|| bad("trigger"))?))
+            }
+            [code] => match value::<i64>(code) {
+                Some(0) => Ok(TriggerOutcome::Stale),
+                Some(c) => Refusal::from_code(c)
+                    .map(TriggerOutcome::Refused)
+                    .ok_or_else(|| bad("trigger")),
+                None => Err(bad("trigger")),
+            },
+            _ => Err(bad("trigger")),
         }
     }
 }

@@ -13,7 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::jobs::{Backoff, JobQueue, MAX_JOB_DELAY, PushOptions};
+use crate::jobs::partition::Partition;
+use crate::jobs::{Backoff, MAX_JOB_DELAY, PushOptions};
 use crate::name::Name;
 use crate::schedule::types::{JobSpec, Next, Put, PutOutcome, RawSchedule, Refusal, TriggerOutcome};
 use crate::store::Store;
@@ -248,7 +249,7 @@ pub(super) fn parse(queue: &Name, raw: &RawSchedule) -> Result<Parsed> {
 /// Checks the job part of `spec` as a push would, and returns it as the
 /// store takes it.
 fn job_of(spec: &ScheduleSpec) -> Result<JobSpec> {
-    let queue = JobQueue::new(&Store::memory(), &spec.queue)
+    let queue = Partition::new(&Store::memory(), &spec.queue)
         .map_err(|e| Error::invalid(format!("schedule queue: {}", e.message())))?;
     let options = PushOptions {
         priority: spec.priority,

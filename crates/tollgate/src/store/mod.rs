@@ -63,6 +63,25 @@ pub(crate) enum Backend {
     Redis(Arc<redis::RedisStore>),
 }
 
+/// The one list of backends, for the primitives' dispatch: runs `$call`
+/// with `$b` bound to the backend this store has, the embedded store's
+/// view of one primitive's state (`$view`: `gates`, `jobs`, `schedules`,
+/// `limits`) or Redis, whose futures are boxed (see [`Backend`]). A new
+/// backend is a variant of `Backend`, an arm here, and an implementation
+/// of each primitive's backend trait (`<primitive>/backend.rs`).
+macro_rules! on_backend {
+    ($store:expr, $view:ident, $b:ident => $call:expr) => {
+        match &$store.backend {
+            $crate::store::Backend::Memory(s) => {
+                let $b = &s.$view();
+                $call.await
+            }
+            $crate::store::Backend::Redis($b) => Box::pin($call).await,
+        }
+    };
+}
+pub(crate) use on_backend;
+
 impl Store {
     /// An embedded in-process store with the default settings
     /// ([`MemoryOptions`]: the system clock, idle state dropped after 10

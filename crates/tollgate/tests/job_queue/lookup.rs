@@ -3,7 +3,7 @@
 
 use super::*;
 use std::collections::HashSet;
-use tollgate::{JobInfo, JobQueue, JobState, ShardedJobQueue};
+use tollgate::{JobInfo, JobQueue, JobState};
 
 fn prio(priority: u8, id: &str) -> PushOptions {
     PushOptions {
@@ -215,7 +215,7 @@ async fn bad_lookups_are_refused(ts: TestStore) {
         );
     }
     assert!(invalid(q.get("").await.map(|_| ())));
-    let s = ShardedJobQueue::new(&ts.store, "sq", 3).unwrap();
+    let s = JobQueue::partitioned(&ts.store, "sq", 3).unwrap();
     for cursor in ["", "3.", "x.1.id", "0.x"] {
         assert!(
             invalid(s.list(JobState::Dead, Some(cursor), 10).await.map(|_| ())),
@@ -227,7 +227,7 @@ async fn bad_lookups_are_refused(ts: TestStore) {
 /// Through a sharded queue: a job is found in its partition, and pages
 /// go through every partition, each job once.
 async fn sharded_lookups_cover_every_partition(ts: TestStore) {
-    let q = ShardedJobQueue::new(&ts.store, "sq", 4).unwrap();
+    let q = JobQueue::partitioned(&ts.store, "sq", 4).unwrap();
     let jobs: Vec<(String, PushOptions)> = (0..30)
         .map(|i| (format!("{i}"), with_id(&format!("j{i}"))))
         .collect();
@@ -357,7 +357,7 @@ async fn listings_are_bounded_in_bytes(ts: TestStore) {
     assert_eq!((info, payload), (last.clone(), large(n)));
     assert!(q.get_with_payload("nobody").await.unwrap().is_none());
 
-    let s = ShardedJobQueue::new(&ts.store, "sq", 3).unwrap();
+    let s = JobQueue::partitioned(&ts.store, "sq", 3).unwrap();
     for i in 0..12 {
         s.push(large(i), &dies).await.unwrap();
     }

@@ -1,16 +1,16 @@
 //! One queue over several partitions (on a cluster: several slots).
 
 use super::*;
-use tollgate::ShardedJobQueue;
+use tollgate::JobQueue;
 
-fn sharded(ts: &TestStore, partitions: usize) -> ShardedJobQueue {
-    ShardedJobQueue::new(&ts.store, "sq", partitions).expect("sharded queue")
+fn sharded(ts: &TestStore, partitions: usize) -> JobQueue {
+    JobQueue::partitioned(&ts.store, "sq", partitions).expect("sharded queue")
 }
 
 /// Pushes a job through a new handle on `name` with `partitions`: its
 /// first use, where the handle checks the store's partition count.
 async fn push_one(ts: &TestStore, name: &str, partitions: usize) {
-    let q = ShardedJobQueue::new(&ts.store, name, partitions).unwrap();
+    let q = JobQueue::partitioned(&ts.store, name, partitions).unwrap();
     q.push("x", &PushOptions::default()).await.unwrap();
 }
 
@@ -89,7 +89,7 @@ async fn routes_by_id_and_drains_every_partition(ts: TestStore) {
     assert_eq!(q.claim().await.unwrap().expect("replayed").id, "doomed");
 
     for bad in [0, tollgate::MAX_PARTITIONS + 1] {
-        let err = ShardedJobQueue::new(&ts.store, "sq", bad).unwrap_err();
+        let err = JobQueue::partitioned(&ts.store, "sq", bad).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput);
     }
 }
@@ -129,17 +129,17 @@ async fn partition_counts_are_kept_and_changed_only_when_empty(ts: TestStore) {
     // A plain queue holding a job has one partition: itself.
     let plain = JobQueue::new(&ts.store, "pq").unwrap();
     plain.push("old", &with_id("old-1")).await.unwrap();
-    let four = ShardedJobQueue::new(&ts.store, "pq", 4).unwrap();
+    let four = JobQueue::partitioned(&ts.store, "pq", 4).unwrap();
     let err = four.push("x", &PushOptions::default()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
     assert!(err.message().contains("1 partition(s)"), "{err}");
-    let one = ShardedJobQueue::new(&ts.store, "pq", 1).unwrap();
+    let one = JobQueue::partitioned(&ts.store, "pq", 1).unwrap();
     let job = one.claim().await.unwrap().expect("the plain queue's job");
     assert_eq!(job.id, "old-1");
     // The count the jobs implied is stored now: once the queue is
     // empty, another count is still refused (until a repartition).
     one.ack(&job.id, job.fence).await.unwrap();
-    let err = ShardedJobQueue::new(&ts.store, "pq", 4)
+    let err = JobQueue::partitioned(&ts.store, "pq", 4)
         .unwrap()
         .verify()
         .await
@@ -149,9 +149,7 @@ async fn partition_counts_are_kept_and_changed_only_when_empty(ts: TestStore) {
     let job = one.claim().await.unwrap().expect("again");
 
     // Not while a job runs, nor while one is dead.
-    let err = ShardedJobQueue::repartition(&ts.store, "pq", 4)
-        .await
-        .unwrap_err();
+    let err = JobQueue::repartition(&ts.store, "pq", 4).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     assert!(err.message().contains("1 running"), "{err}");
     let opts = PushOptions {
@@ -165,34 +163,30 @@ async fn partition_counts_are_kept_and_changed_only_when_empty(ts: TestStore) {
         one.nack(&job.id, job.fence, Retry::Backoff).await.unwrap(),
         Nacked::Dead
     );
-    let err = ShardedJobQueue::repartition(&ts.store, "pq", 4)
-        .await
-        .unwrap_err();
+    let err = JobQueue::repartition(&ts.store, "pq", 4).await.unwrap_err();
     assert!(err.message().contains("1 dead"), "{err}");
     assert_eq!(one.purge(None).await.unwrap(), 1);
 
-    ShardedJobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
-    let err = ShardedJobQueue::new(&ts.store, "pq", 1)
+    JobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
+    let err = JobQueue::partitioned(&ts.store, "pq", 1)
         .unwrap()
         .stats()
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::PartitionConflict);
-    let four = ShardedJobQueue::new(&ts.store, "pq", 4).unwrap();
+    let four = JobQueue::partitioned(&ts.store, "pq", 4).unwrap();
     four.verify().await.unwrap();
     let jobs: Vec<(String, PushOptions)> = (0..20)
         .map(|i| (format!("{i}"), with_id(&format!("j{i}"))))
         .collect();
     four.push_many(&jobs).await.unwrap();
     assert_eq!(four.stats().await.unwrap().ready, 20);
-    let err = ShardedJobQueue::repartition(&ts.store, "pq", 8)
-        .await
-        .unwrap_err();
+    let err = JobQueue::repartition(&ts.store, "pq", 8).await.unwrap_err();
     assert!(err.message().contains("20 ready"), "{err}");
     // A refused change leaves the layout as it was: open to pushes.
     four.push("more", &with_id("j20")).await.unwrap();
     // Asking for the count in force is no change, and always allowed.
-    ShardedJobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
+    JobQueue::repartition(&ts.store, "pq", 4).await.unwrap();
     // Partitioned, the queue's own name takes no jobs: a plain
     // producer's push would never reach a consumer.
     let err = JobQueue::new(&ts.store, "pq")
@@ -203,7 +197,7 @@ async fn partition_counts_are_kept_and_changed_only_when_empty(ts: TestStore) {
     assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
 
     // Reads store nothing: looking at a name leaves it free.
-    let looked = ShardedJobQueue::new(&ts.store, "looked-at", 3).unwrap();
+    let looked = JobQueue::partitioned(&ts.store, "looked-at", 3).unwrap();
     looked.stats().await.unwrap();
     looked.dead(10).await.unwrap();
     push_one(&ts, "looked-at", 2).await;
@@ -213,14 +207,12 @@ async fn partition_counts_are_kept_and_changed_only_when_empty(ts: TestStore) {
     );
 
     // A running handle notices a repartition at its next re-check.
-    let before = ShardedJobQueue::new(&ts.store, "moving", 2)
+    let before = JobQueue::partitioned(&ts.store, "moving", 2)
         .unwrap()
         .recheck_every(Duration::from_millis(200))
         .unwrap();
     before.verify().await.unwrap();
-    ShardedJobQueue::repartition(&ts.store, "moving", 5)
-        .await
-        .unwrap();
+    JobQueue::repartition(&ts.store, "moving", 5).await.unwrap();
     // Its pushes are refused at once: the old partitions are closed.
     let err = before.push("x", &PushOptions::default()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
@@ -229,43 +221,39 @@ async fn partition_counts_are_kept_and_changed_only_when_empty(ts: TestStore) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let err = before.stats().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{err}");
-    let five = ShardedJobQueue::new(&ts.store, "moving", 5).unwrap();
+    let five = JobQueue::partitioned(&ts.store, "moving", 5).unwrap();
     five.push("x", &PushOptions::default()).await.unwrap();
     // Back to 2 once empty: the layout of 2 is opened again.
     let job = five.claim().await.unwrap().expect("the job");
     five.ack(&job.id, job.fence).await.unwrap();
-    ShardedJobQueue::repartition(&ts.store, "moving", 2)
-        .await
-        .unwrap();
+    JobQueue::repartition(&ts.store, "moving", 2).await.unwrap();
     push_one(&ts, "moving", 2).await;
     assert_eq!(
         five.push("y", &PushOptions::default()).await.unwrap_err().kind(),
         ErrorKind::PartitionConflict
     );
     assert!(
-        ShardedJobQueue::new(&ts.store, "moving", 2)
+        JobQueue::partitioned(&ts.store, "moving", 2)
             .unwrap()
             .recheck_every(Duration::ZERO)
             .is_err()
     );
 
     // The first handle to change a fresh queue sets its count.
-    ShardedJobQueue::new(&ts.store, "fresh", 3)
+    JobQueue::partitioned(&ts.store, "fresh", 3)
         .unwrap()
         .verify()
         .await
         .unwrap();
     for k in [1, 2, 4] {
-        let err = ShardedJobQueue::new(&ts.store, "fresh", k)
+        let err = JobQueue::partitioned(&ts.store, "fresh", k)
             .unwrap()
             .claim()
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::PartitionConflict, "{k}: {err}");
     }
-    let err = ShardedJobQueue::repartition(&ts.store, "fresh", 0)
-        .await
-        .unwrap_err();
+    let err = JobQueue::repartition(&ts.store, "fresh", 0).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
 }
 

@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tollgate::{Nacked, Retry, ShardedJobQueue};
+use tollgate::{JobQueue, Nacked, Retry};
 
 use super::lookup::{lease_lost, ms, queue};
 use super::reads::{WithPayload, job_json};
@@ -100,7 +100,7 @@ pub(crate) struct KeepBody {
     max_age_ms: u64,
 }
 
-fn keeping(q: ShardedJobQueue, keep: Option<KeepBody>) -> Result<ShardedJobQueue, ApiError> {
+fn keeping(q: JobQueue, keep: Option<KeepBody>) -> Result<JobQueue, ApiError> {
     match keep {
         None => Ok(q),
         Some(k) => Ok(q.keep_completed(k.count, Duration::from_millis(k.max_age_ms))?),

@@ -6,17 +6,13 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::http::StatusCode;
-use tollgate::{ErrorKind, ShardedJobQueue};
+use tollgate::{ErrorKind, JobQueue};
 
 use crate::api::error::ApiError;
 use crate::api::tracked::track;
 use crate::state::AppState;
 
-pub(super) fn queue(
-    state: &AppState,
-    name: &str,
-    lease_ms: Option<u64>,
-) -> Result<ShardedJobQueue, ApiError> {
+pub(super) fn queue(state: &AppState, name: &str, lease_ms: Option<u64>) -> Result<JobQueue, ApiError> {
     let mut q = state.queue_set.open(&state.store, name)?;
     if let Some(ms) = lease_ms {
         q = q.lease(Duration::from_millis(ms))?;
@@ -31,7 +27,7 @@ const SUGGESTIONS_CHECKED: usize = 3;
 /// Called when `q` answered as an empty queue does: 404
 /// `queue_not_found` if it never held anything (naming close names of
 /// queues that did), else nothing.
-pub(super) async fn known(state: &AppState, name: &str, q: &ShardedJobQueue) -> Result<(), ApiError> {
+pub(super) async fn known(state: &AppState, name: &str, q: &JobQueue) -> Result<(), ApiError> {
     if q.exists().await? {
         return Ok(());
     }

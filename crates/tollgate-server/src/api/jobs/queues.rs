@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tollgate::{ShardedJobQueue, Store};
+use tollgate::{JobQueue, Store};
 
 /// A queue's settings in the config file: `[queues.NAME]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -38,7 +38,7 @@ pub(crate) struct Queues {
     /// Each handle and when it was last used: unused ones are dropped
     /// ([`Queues::forget_idle`]), so a flood of made-up queue names leaves
     /// nothing behind.
-    handles: Mutex<HashMap<String, (ShardedJobQueue, std::time::Instant)>>,
+    handles: Mutex<HashMap<String, (JobQueue, std::time::Instant)>>,
 }
 
 impl Queues {
@@ -47,7 +47,7 @@ impl Queues {
         let mut partitions = HashMap::new();
         for (name, s) in settings {
             tollgate::Name::new(name).map_err(|e| format!("[queues.{name}]: {e}"))?;
-            ShardedJobQueue::check_partitions(s.partitions)
+            JobQueue::check_partitions(s.partitions)
                 .map_err(|e| format!("[queues.{name}] partitions = {}: {e}", s.partitions))?;
             partitions.insert(name.clone(), s.partitions);
         }
@@ -64,7 +64,7 @@ impl Queues {
 
     /// The queue `name`: its configured partitions, else one (the plain
     /// queue).
-    pub(crate) fn open(&self, store: &Store, name: &str) -> tollgate::Result<ShardedJobQueue> {
+    pub(crate) fn open(&self, store: &Store, name: &str) -> tollgate::Result<JobQueue> {
         let mut handles = self
             .handles
             .lock()
@@ -77,8 +77,8 @@ impl Queues {
             // The store keeps the count; if it loses it (a restart without
             // persistence, FLUSHALL, a failover to an empty replica), the
             // next re-check stores it again: make that within a second.
-            Some(&k) => ShardedJobQueue::new(store, name, k)?.recheck_every(CONFIGURED_RECHECK)?,
-            None => ShardedJobQueue::new(store, name, 1)?,
+            Some(&k) => JobQueue::partitioned(store, name, k)?.recheck_every(CONFIGURED_RECHECK)?,
+            None => JobQueue::partitioned(store, name, 1)?,
         };
         if handles.len() >= HANDLES_KEPT {
             // Bounded: start again (each handle checks with the store once).
