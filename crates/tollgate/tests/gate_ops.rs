@@ -193,7 +193,7 @@ async fn renewal_extends_a_held_lease(ts: TestStore) {
 }
 
 /// On Redis, a free gate of capacity 1 with a grant behind it gives a
-/// one-permit request a lone lease (its own key, head.lua): every promise
+/// one-permit request a lone lease (its own key, lone_absorb.lua): every promise
 /// of an inline one must hold for it too. Renewed, seen by another
 /// caller, expired, released late: the same answers on both stores.
 async fn a_lone_lease_keeps_every_promise(ts: TestStore) {

@@ -178,7 +178,7 @@ async fn a_crowd_of_calls_is_answered_call_by_call() {
     }
 }
 
-/// A mutex's lone lease (its own key, gate/lua/head.lua) keeps its end in
+/// A mutex's lone lease (its own key, gate/lua/lone_absorb.lua) keeps its end in
 /// its value, so stores configured with different idle periods (a rolling
 /// change of the setting) agree on when it ends: held is held for all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@
 //!             scripts/bench-redis-floor's `minimal`: TIME, HMGET, HSET in
 //!             each script)
 //!   tollgate  this tree's gate scripts on a mutex (enter and leave, put
-//!             together as store/redis/script.rs does), without the
+//!             composed as store/lua.rs does), without the
 //!             library around them
 //!   pass      a non-fair semaphore's chain without the library: one gate
 //!             of capacity 5, five tasks (FLOOR_WORKERS), each holding a
@@ -64,20 +64,18 @@ struct Scripts {
 }
 
 fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
-    // As store/redis/script.rs puts a gate script together.
-    let gate = |lone: &str, fast: &str, body: &str| {
-        let read = |f: &str| {
-            std::fs::read_to_string(format!("{lua_dir}/{f}")).unwrap_or_else(|e| panic!("{lua_dir}/{f}: {e}"))
-        };
-        [
-            read("keys.lua"),
-            read(lone),
-            read("head.lua"),
-            fast.split(',').map(read).collect::<Vec<_>>().join("\n"),
-            read("prelude.lua"),
-            read(body),
-        ]
-        .join("\n")
+    // As store/lua.rs composes a script (scripts/lua-compose).
+    let gate = |entry: &str| {
+        let out = std::process::Command::new("scripts/lua-compose")
+            .args([lua_dir, entry])
+            .output()
+            .unwrap_or_else(|e| panic!("scripts/lua-compose (run from the repository's root): {e}"));
+        assert!(
+            out.status.success(),
+            "scripts/lua-compose {lua_dir} {entry}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("a script is text")
     };
     match shape {
         Shape::Peer => Scripts {
@@ -89,8 +87,8 @@ fn scripts(shape: Shape, lua_dir: &str) -> Scripts {
             release: redis::Script::new(MINIMAL_RELEASE),
         },
         Shape::Tollgate | Shape::Pass => Scripts {
-            acquire: redis::Script::new(&gate("lone_enter.lua", "enter_fast.lua", "enter.lua")),
-            release: redis::Script::new(&gate("lone_leave.lua", "pass_on.lua,leave_fast.lua", "leave.lua")),
+            acquire: redis::Script::new(&gate("enter.lua")),
+            release: redis::Script::new(&gate("leave.lua")),
         },
     }
 }

@@ -8,7 +8,7 @@ use crate::name::Name;
 pub(super) const INLINE: u32 = 8;
 
 /// A gate's key on Redis as the scripts take it (the meta hash m: they
-/// derive the others from its name, see head.lua, since each key argument
+/// derive the others from its name, see keys.lua, since each key argument
 /// costs Redis time on every call), its pub/sub channel, and the base they
 /// start with, for the key prefix `prefix`.
 #[derive(Debug, Clone)]

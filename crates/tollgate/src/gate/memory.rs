@@ -61,7 +61,7 @@ impl GateMemory<'_> {
         let now = stamp.ms();
         let mut handed = Vec::new();
         // A fresh epoch: the clock in µs and three random digits, as the
-        // Lua scripts make it (head.lua).
+        // Lua scripts make it (meta.lua).
         let new = || GateState {
             epoch: stamp.us * 1000 + u64::from(self.draw(stamp) % 1000),
             ..GateState::default()

@@ -22,6 +22,7 @@ pub(crate) mod model;
 pub(crate) mod pass_groups;
 mod passing;
 pub(crate) mod redis;
+pub(crate) mod scripts;
 mod semaphore;
 pub(crate) mod types;
 

@@ -96,7 +96,7 @@ impl GateState {
 pub(super) const PRUNE_STEP: usize = 1000;
 
 /// At most this many ended leases, and as many stale tickets, are removed
-/// per operation (as `EXPIRE_STEP` in prelude.lua): a gate where a huge
+/// per operation (as `EXPIRE_STEP` in general_expire.lua): a gate where a huge
 /// number ended at once sheds them over several operations, none of which
 /// does much. Until then an ended lease still counts as held (its permits
 /// are not granted again), which is safe; it can no longer be renewed,
@@ -284,7 +284,7 @@ impl GateState {
         // clock: more than 1,000 grants a millisecond), so fences keep
         // growing whatever the store forgot or took back, as long as the
         // clock goes forward. The same rule as `next_fence` in
-        // lua/prelude.lua.
+        // lua/general_grant.lua.
         self.fence = self.fence.max(now * 1000).max(self.fence_floor) + 1;
         self.grants += 1;
         self.used += u64::from(permits);
@@ -304,8 +304,9 @@ impl GateState {
     }
 
     /// Records a grant from the line now, for the estimated wait (as
-    /// `line_moved` in lua/prelude.lua). Departures with nobody in line
-    /// do not count: an idle gate's gaps say nothing of a line's pace.
+    /// `line_moved` in lua/general_line.lua, with lua/line_pace.lua's
+    /// formula). Departures with nobody in line do not count: an idle
+    /// gate's gaps say nothing of a line's pace.
     pub(super) fn line_moved(&mut self, now: u64) {
         if self.line_moved_at > 0 {
             let gap = now.saturating_sub(self.line_moved_at);
@@ -317,7 +318,7 @@ impl GateState {
         self.line_moved_at = now;
     }
 
-    /// A waiter's estimated wait, as `eta` in lua/prelude.lua.
+    /// A waiter's estimated wait, as `eta` in lua/general_line.lua.
     pub(super) fn eta(&self, position: u64) -> Option<Duration> {
         self.gap_ms.map(|gap| Duration::from_millis(position * gap))
     }

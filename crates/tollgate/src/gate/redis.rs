@@ -1,6 +1,6 @@
 //! Gates on Redis: each operation's arguments and the decoding of its
-//! script's reply (scripts in `lua/`: `head.lua` and `prelude.lua` are
-//! prepended to each, see `store/redis/script.rs`).
+//! script's reply (scripts in `lua/`, each composed from the fragments
+//! its entry file includes: see `scripts.rs`).
 
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
@@ -97,7 +97,7 @@ impl RedisStore {
                         p.ttl_ms.to_string(),
                     ]);
                 }
-                self.run(&self.scripts.pass_many, gate, args).await
+                self.run(&self.scripts.gate.pass_many, gate, args).await
             }
         };
         let made = match made {
@@ -134,7 +134,7 @@ impl RedisStore {
         let hint = if gate.one_permit() { "1" } else { "" };
         let r: Vec<Value> = self
             .run_as(
-                &self.scripts.leave,
+                &self.scripts.gate.leave,
                 gate,
                 (id, "", hint, to.id, to.permits, to.ttl_ms),
             )
@@ -170,7 +170,7 @@ impl RedisStore {
     }
 
     /// The key barging waiters of `gate` watch: the wake-up the scripts
-    /// publish names the gate's meta hash (head.lua, `wake_barging`).
+    /// publish names the gate's meta hash (meta.lua, `wake_barging`).
     pub(crate) fn barge_key(&self, gate: &GateName) -> String {
         gate.redis_keys(&self.prefix).keys[0].clone()
     }
@@ -202,13 +202,13 @@ impl GateBackend for Arc<RedisStore> {
         // a line; any other in enter.lua's.
         let r = if line_hint(gate, req) {
             let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue), "L");
-            self.run(&self.scripts.enter, gate, args).await?
+            self.run(&self.scripts.gate.enter, gate, args).await?
         } else if lone(req) {
             let args = (req.id, req.ttl_ms, req.heartbeat_ms, u8::from(req.queue));
-            self.run(&self.scripts.enter, gate, args).await?
+            self.run(&self.scripts.gate.enter, gate, args).await?
         } else {
             self.run(
-                &self.scripts.enter,
+                &self.scripts.gate.enter,
                 gate,
                 (
                     req.id,
@@ -252,7 +252,7 @@ impl GateBackend for Arc<RedisStore> {
         };
         let every = admission.every_ms.map(|e| e.to_string()).unwrap_or_default();
         let r = self
-            .run(&self.scripts.set_admission, gate, (paused, every))
+            .run(&self.scripts.gate.set_admission, gate, (paused, every))
             .await?;
         match r.as_slice() {
             [1] => Ok(()),
@@ -261,7 +261,9 @@ impl GateBackend for Arc<RedisStore> {
     }
 
     async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
-        let r = self.run(&self.scripts.poll, gate, (id, ttl_ms, hb_ms)).await?;
+        let r = self
+            .run(&self.scripts.gate.poll, gate, (id, ttl_ms, hb_ms))
+            .await?;
         match r.as_slice() {
             [1, fence, ttl] => Ok(Poll::Granted(grant(*fence, *ttl))),
             [2, position, waiting, eta] => Ok(Poll::Queued(place(*position, *waiting, *eta))),
@@ -272,7 +274,7 @@ impl GateBackend for Arc<RedisStore> {
     }
 
     async fn renew(&self, gate: &GateName, id: &str, ttl_ms: u64) -> Result<Option<Grant>> {
-        let r = self.run(&self.scripts.renew, gate, (id, ttl_ms)).await?;
+        let r = self.run(&self.scripts.gate.renew, gate, (id, ttl_ms)).await?;
         match r.as_slice() {
             [1, ttl] => Ok(Some(grant(0, *ttl))),
             [0] => Ok(None),
@@ -325,7 +327,7 @@ impl GateBackend for Arc<RedisStore> {
     }
 
     async fn set_capacity(&self, gate: &GateName, capacity: u32) -> Result<()> {
-        let r = self.run(&self.scripts.set_capacity, gate, capacity).await?;
+        let r = self.run(&self.scripts.gate.set_capacity, gate, capacity).await?;
         match r.as_slice() {
             [1] => Ok(()),
             other => Err(unexpected("set_capacity", other)),
@@ -333,7 +335,7 @@ impl GateBackend for Arc<RedisStore> {
     }
 
     async fn holders(&self, gate: &GateName, limit: u32) -> Result<Vec<Holding>> {
-        let r: Vec<redis::Value> = self.run_as(&self.scripts.holders, gate, limit).await?;
+        let r: Vec<redis::Value> = self.run_as(&self.scripts.gate.holders, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 2);
         for pair in r.chunks(4) {
             let [
@@ -361,7 +363,7 @@ impl GateBackend for Arc<RedisStore> {
 
     /// The first `limit` tickets of the line (line.lua).
     async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
-        let r: Vec<redis::Value> = self.run_as(&self.scripts.line, gate, limit).await?;
+        let r: Vec<redis::Value> = self.run_as(&self.scripts.gate.line, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 3);
         for (i, t) in r.chunks(3).enumerate() {
             let [redis::Value::Int(number), redis::Value::Int(permits), label] = t else {
@@ -385,21 +387,23 @@ impl GateBackend for Arc<RedisStore> {
     /// end).
     async fn revoke(&self, gate: &GateName, handle: &str, keep_ms: u64) -> Result<Left> {
         let r: Vec<Value> = self
-            .run_as(&self.scripts.admin, gate, (handle, keep_ms, "h"))
+            .run_as(&self.scripts.gate.admin, gate, (handle, keep_ms, "h"))
             .await?;
         self.left("revoke", &r).map(|(left, _)| left)
     }
 
     /// Takes ticket `number` out of the line (admin.lua, then leave.lua).
     async fn remove_waiter(&self, gate: &GateName, number: u64) -> Result<Left> {
-        let r: Vec<Value> = self.run_as(&self.scripts.admin, gate, (number, "", "q")).await?;
+        let r: Vec<Value> = self
+            .run_as(&self.scripts.gate.admin, gate, (number, "", "q"))
+            .await?;
         self.left("remove_waiter", &r).map(|(left, _)| left)
     }
 
     /// Drops every ticket in line (admin.lua alone: it answers before
     /// leave.lua's part).
     async fn clear_line(&self, gate: &GateName) -> Result<u64> {
-        let r = self.run(&self.scripts.admin, gate, ("", "", "c")).await?;
+        let r = self.run(&self.scripts.gate.admin, gate, ("", "", "c")).await?;
         match r.as_slice() {
             [3, n] => Ok((*n).max(0) as u64),
             other => Err(unexpected("clear_line", other)),
@@ -407,7 +411,9 @@ impl GateBackend for Arc<RedisStore> {
     }
 
     async fn stats(&self, gate: &GateName) -> Result<GateStats> {
-        let r = self.run(&self.scripts.stats, gate, Vec::<String>::new()).await?;
+        let r = self
+            .run(&self.scripts.gate.stats, gate, Vec::<String>::new())
+            .await?;
         match r.as_slice() {
             [
                 capacity,
@@ -443,11 +449,11 @@ impl GateBackend for Arc<RedisStore> {
             // (No keep: a Lock's handle that saw a line tries leave_line.lua,
             // any other the one-permit hint, see leave_fast.lua.)
             None if gate.one_permit() && gate.lined() => {
-                self.run_as(&self.scripts.leave, gate, (id, "", "L")).await?
+                self.run_as(&self.scripts.gate.leave, gate, (id, "", "L")).await?
             }
-            None if gate.one_permit() => self.run_as(&self.scripts.leave, gate, (id, "", 1)).await?,
-            None => self.run_as(&self.scripts.leave, gate, id).await?,
-            Some(keep) => self.run_as(&self.scripts.leave, gate, (id, keep)).await?,
+            None if gate.one_permit() => self.run_as(&self.scripts.gate.leave, gate, (id, "", 1)).await?,
+            None => self.run_as(&self.scripts.gate.leave, gate, id).await?,
+            Some(keep) => self.run_as(&self.scripts.gate.leave, gate, (id, keep)).await?,
         };
         // A release: after the outcome, the hand-offs it made, if any.
         if matches!(r.first(), Some(Value::Int(1))) {
@@ -461,7 +467,7 @@ impl GateBackend for Arc<RedisStore> {
     async fn watch_state(&self, gate: &GateName, since: u64, max: usize) -> Result<GateWatch> {
         let k = gate.redis_keys(&self.prefix);
         let v: Vec<Value> = self
-            .invoke_plain(&self.scripts.watch, &k.keys, (since, max))
+            .invoke_plain(&self.scripts.gate.watch, &k.keys, (since, max))
             .await?;
         let bad = || Error::new(ErrorKind::Store, "unexpected reply to watch_state");
         let int = |v: &Value| -> Result<i64> { redis::from_redis_value_ref(v).map_err(|_| bad()) };

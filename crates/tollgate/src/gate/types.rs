@@ -192,11 +192,11 @@ pub(crate) enum Poll {
 /// (`Gate::remove_waiter`), so that its waiter's next poll learns it was
 /// removed rather than that its ticket is unknown (and queues again): an
 /// hour, far past any waiter's next poll. As `REMOVED_KEEP` in
-/// lua/prelude.lua.
+/// lua/general_state.lua.
 pub(crate) const REMOVED_KEEP_MS: u64 = 60 * 60 * 1000;
 
 /// At most this many removed tickets are remembered per gate, the latest
-/// ones (as `REMOVED_MAX` in lua/prelude.lua): the record stays bounded
+/// ones (as `REMOVED_MAX` in lua/general_state.lua): the record stays bounded
 /// whatever an admin does.
 pub(crate) const REMOVED_MAX: usize = 1000;
 

@@ -11,6 +11,7 @@
 //! reads and writes themselves.
 
 pub(crate) mod embedded;
+pub(crate) mod lua;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod registry;

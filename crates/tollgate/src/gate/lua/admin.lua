@@ -1,6 +1,8 @@
+--- @include "general.lua"
+--- @needs KM, KP, KQ, base, MARGIN, now, S, F, REMOVED_KEEP, REMOVED_MAX, done, note_side_data
 -- admin.lua: an admin's revoke of a holder, removal of a ticket from the
 -- line, or reset of the whole line. For the first two it finds the token
--- and hands over to leave.lua, which script.rs puts right after this file:
+-- and hands over to leave_general.lua, included at the end of this file:
 -- the same step as the holder ending its lease (with a keep: into the
 -- revocation log) or the ticket leaving the line (recorded in x first, so
 -- its waiter's next poll learns it was removed). A reset ends here.
@@ -9,7 +11,7 @@
 --       q, as line.lua lists it), 2 keep ms for a revoke ('' for a
 --       removal), 3 'h' (revoke a holder), 'q' (remove a ticket) or 'c'
 --       (clear the line: ARGV 1 and 2 unused)
--- Reply: leave.lua's (with its hand-offs): {1} revoked; {2} removed from
+-- Reply: leave_general.lua's (with its hand-offs): {1} revoked; {2} removed from
 --        the line; {0} no such holder or ticket (ARGV[1] named none, or it
 --        ended already);
 --        for a reset {3, tickets dropped}
@@ -17,7 +19,7 @@
 -- writes its time to m's C, so a waiter told its ticket is gone can learn
 -- whether a reset took it. It costs O(line) in this one step, in chunks of
 -- CLEAR_STEP so no call carries more than that many arguments.
--- Invariant: as leave.lua: freed permits go to the head of the line in the
+-- Invariant: as leave_general.lua: freed permits go to the head of the line in the
 -- same step, and a revoked token is in r when this returns. A handle
 -- never reveals a token; finding one reads every holder (at most the
 -- capacity), a ticket number is one lookup in q.
@@ -69,5 +71,7 @@ if ARGV[3] == 'q' then
   redis.call('PEXPIREAT', KX, keep_until + MARGIN)
   S.r_top = math.max(S.r_top, keep_until + MARGIN)
 end
--- leave.lua reads the token from ARGV[1].
+-- leave_general.lua reads the token from ARGV[1].
 ARGV[1] = found
+--- @include "leave_general.lua"
+--- @needs F.holder_list

@@ -1,8 +1,13 @@
+--- @include "enter_line.lua"
+--- @include "lone_enter.lua"
+--- @include "enter_fast.lua"
+--- @include "general.lua"
+--- @needs KM, KP, KQ, now, A, S, done, used, may_admit, admitted, next_fence, add_holder, set_deadline, eta
 -- enter.lua: take permits now, or join the line.
 -- ARGV: 1 id (lease token, and ticket id if queued), 2 permits, 3 capacity
 --       (0: use the stored one), 4 ttl ms, 5 heartbeat ms, 6 queue (1/0),
 --       7 label ('' for none), 8 '1' if a busy caller waits to barge in
---       (a non-fair acquire: see N in prelude.lua); read as A, since a
+--       (a non-fair acquire: see N in keys.lua); read as A, since a
 --       Lock's request comes in a short form (see lone_enter.lua)
 -- Reply: {1, fence, ttl_ms}           granted
 --        {2, position, waiting, eta}  queued (position 1 is the head;

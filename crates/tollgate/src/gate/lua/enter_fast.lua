@@ -1,16 +1,19 @@
+--- @include "lone_enter.lua"
+--- @include "meta.lua"
+--- @needs KM, base, MARGIN, CHUNK, INLINE, now, A, lone_read, lone_tried, clock, raw, read_meta, new_epoch, meta_expiry
 -- enter_fast.lua: a gate whose holders are inline (capacity up to INLINE)
 -- and that needs nothing of the general path (no k: no admission control,
 -- labels, multi-permit waiter or sweep under way; and no stale ticket due
 -- to be swept) grants a plain request, or queues a single-permit one:
--- TIME, the head's read and one write of m (plus ZADD q and HSET p when
+-- TIME, read_meta()'s read and one write of m (plus ZADD q and HSET p when
 -- queueing).
 -- A request that is not queued gets its busy answer here too.
 -- ARGV as enter.lua. Reply as enter.lua, or falls through.
 -- Invariant: identical outcome to enter.lua for the same state.
 -- After lone_enter.lua: a gate that looked free may hold a lone lease,
 -- which becomes an inline holder first; a gate of one permit that did
--- not look free holds none, and only the rest of the head's fields are
--- read (raw's order, see head.lua), rather than all 13 again.
+-- not look free holds none, and only the rest of read_meta()'s fields are
+-- read (raw's order, see meta.lua), rather than all 13 again.
 clock()
 if lone_tried then
   -- (read_meta() moves a lone lease into h: the gate has capacity 1.)
@@ -42,7 +45,7 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
   if live and permits <= fast_cap and waiting == 0 and used + permits <= fast_cap then
     local f, b, floor = tonumber(raw[2]) or 0, tonumber(raw[14]) or 0, now * 1000
     local ends = now + ttl
-    -- (As next_fence() in the prelude.)
+    -- (As next_fence() in general_grant.lua.)
     if f < floor then f, b = floor, b + floor - f end
     f = f + 1
     local entry = string.format('%s %d 0 %d', A[1], ends, permits)
@@ -83,42 +86,12 @@ if fast_cap > 0 and fast_cap <= INLINE and (fast_asked == 0 or fast_asked == fas
   end
   if live and A[6] == '1' and permits == 1 and used >= fast_cap and (z == 0 or z > now) then
     -- Full: into the line (as enter.lua's queueing and set_deadline()).
-    -- (The line's fields, which only queueing needs: read with the head's
+    -- (The line's fields, which only queueing needs: read with read_meta()'s
     -- when the request may queue, see read_meta().)
     local cold = {raw[15], raw[16], raw[17]}
     if raw[15] == nil then cold = redis.call('HMGET', KM, 's', 'U', 'V') end
     local KQ, KP = base .. 'q', base .. 'p'
-    local s, deadline = (tonumber(cold[1]) or 0) + 1, now + tonumber(A[5])
-    -- (Numbers as text made here, as for a grant.)
-    local ds = string.format('%d', deadline)
-    redis.call('ZADD', KQ, s, A[1])
-    redis.call('HSET', KP, 'd:' .. A[1], ds)
-    local fields = {'s', s, 'W', waiting + 1}
-    if z == 0 or deadline < z then fields[5], fields[6] = 'z', ds end
-    -- q and p live past every deadline in them (as keep_until() in the
-    -- prelude); with nobody waiting before, they may lack a TTL (inline
-    -- holders keep no side data in p, and there are no labels).
-    local U, V, keep = tonumber(cold[2]) or 0, tonumber(cold[3]) or 0, deadline + MARGIN + CHUNK
-    if waiting == 0 then
-      redis.call('PEXPIREAT', KQ, keep)
-      redis.call('PEXPIREAT', KP, keep)
-      U, V = keep, keep
-      local ks = string.format('%d', keep)
-      fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'U', ks, 'V', ks
-      -- A line that forms starts the clock of its pace (as enter.lua).
-      fields[#fields + 1], fields[#fields + 2] = 'l', string.format('%d', now)
-    else
-      if deadline + MARGIN > U then
-        redis.call('PEXPIREAT', KQ, keep, 'GT')
-        U = keep
-        fields[#fields + 1], fields[#fields + 2] = 'U', U
-      end
-      if deadline + MARGIN > V then
-        redis.call('PEXPIREAT', KP, keep, 'GT')
-        V = keep
-        fields[#fields + 1], fields[#fields + 2] = 'V', V
-      end
-    end
+    --- @inline "line_join.lua" id=A[1], hb=A[5], s0=cold[1], U0=cold[2], V0=cold[3], waiting=waiting, z=z, first=waiting == 0, kq=KQ, kp=KP
     if not raw[9] then fields[#fields + 1], fields[#fields + 2] = 'E', new_epoch() end
     local meta_until = meta_expiry(math.max(U, V), raw[10])
     if meta_until then fields[#fields + 1], fields[#fields + 2] = 'G', meta_until end

@@ -1,9 +1,12 @@
+--- @include "meta.lua"
+--- @include "inline.lua"
+--- @needs KM, now, clock, raw, read_meta, new_epoch, meta_expiry, inline_entry, inline_find
 -- held_fast.lua: a holder of an inline lease (capacity up to INLINE) asks
 -- about it, when no lease has ended and the gate needs nothing of the
 -- general path (no k, see enter_fast.lua; no stale ticket due to be
 -- swept; no free permits a waiter could take). Used by poll.lua (ARGV id,
 -- ttl, heartbeat: a waiter picking up the lease handed to it, the end of
--- every hand-off) and renew.lua (ARGV id, ttl): TIME, the head's read,
+-- every hand-off) and renew.lua (ARGV id, ttl): TIME, read_meta()'s read,
 -- and for a pick-up or a renewal one write of m.
 -- Reply as the body's, or falls through (a ticket still in line, an
 -- unknown id, an ended lease: the general path answers those).

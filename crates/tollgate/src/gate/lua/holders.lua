@@ -1,3 +1,6 @@
+--- @include "general.lua"
+--- @needs KP, now, S, F, done
+--- @needs F.holder_list
 -- holders.lua: the current holders, soonest to end first (after expiring
 -- what ended).
 -- ARGV: 1 limit
@@ -5,7 +8,7 @@
 --        lease granted at once, whose fence is not kept)
 --        (handle: the first 16 hex digits of the SHA-1 of the token, which
 --        names the lease to admin.lua without giving its token away)
--- Invariant: reads only; the prelude's expiry is its only write.
+-- Invariant: reads only; the general path's expiry is its only write.
 local limit = tonumber(ARGV[1])
 local reply = {}
 for _, x in ipairs(F.holder_list(limit)) do

@@ -1,11 +1,111 @@
--- keys.lua: the start of every gate script: the keys, the constants,
--- and the clock's two locals. Then, for enter, leave and renew, the lone
--- lease's path (lone_*.lua), before head.lua so that a call it answers
--- builds none of head.lua's functions (each closure Lua makes costs
--- Redis time on every call: head.lua's cost ~0.9 µs a call, measured).
+--- @defines KM, base, MARGIN, SMALL, CHUNK, INLINE, IDLE, KK, LONE, t, now
+-- keys.lua: the start of every gate script (but watch.lua): the keys,
+-- their layout, the constants, and the clock's two locals. Then, for
+-- enter, leave and renew, the lone lease's path (lone_*.lua), before
+-- meta.lua so that a call it answers builds none of the functions of
+-- meta.lua, inline.lua and lone_absorb.lua (each closure Lua makes costs
+-- Redis time on every call: those files' cost ~0.9 µs a call, measured).
 -- Only m is passed (every key argument costs Redis time); the others
 -- share its name up to the last letter (base), and so its hash tag; a fast
--- path names the ones it uses, prelude.lua all of them.
+-- path names the ones it uses, general_state.lua all of them.
+--
+-- Keys of one gate, all under one hash tag so the scripts run on Cluster
+-- (only m is passed; the others are derived from its name, below):
+--   m  HASH  c capacity, f last fence, b what f has more than its
+--                    grants (the first fence minus one, plus every jump
+--                    to the clock's floor: grants = f - b), x expiries, s line seq, e extra
+--                    permits held (sum of permits-1 over holders), n waiters
+--                    asking for more than one permit, o holders that came by
+--                    hand-off, H and W upper bounds of the holder and waiter
+--                    counts (0: that key is surely empty, so the common path
+--                    skips reading it), z no waiter's heartbeat deadline is
+--                    earlier than this, T, U and V the TTLs last set on h,
+--                    q and p (set a CHUNK beyond what is needed, so most
+--                    calls need not extend them), X no lease ends before this
+--                    (so until then nothing needs expiring and H is exact
+--                    without reading h), r the average gap between
+--                    grants from the line (ms, a moving average: the
+--                    line's pace) and l when the line last moved (its
+--                    last grant, or when it formed): a waiter's estimated
+--                    wait is its position times r; P 1 while admissions
+--                    are paused, R the least interval between admissions
+--                    (ms) and A when the next one may happen (absent: no
+--                    admission control); E the epoch of this incarnation of
+--                    the gate's state (see new_epoch in meta.lua), written
+--                    by whichever script first writes m, so a gate whose
+--                    state was lost (FLUSHALL, a restart without
+--                    persistence, a failover to an empty replica) shows a
+--                    new one; K the longest keep (ms) of the revocation
+--                    log's live entries; Z the last score handed out in
+--                    the log (kept while the log empties, so scores never
+--                    go back within an epoch); G the expiry last set on m
+--                    (ms); C the last reset of the line (ms, admin.lua);
+--                    h the holders, inline, of a gate of capacity up to
+--                    INLINE ("<id> <expires> <fence> <permits>" joined by
+--                    ',', see inline.lua): while H is 0 they are here, and
+--                    e, o, X and T are derived from them, not stored;
+--                    k 1 while the gate has state only the general path
+--                    handles (holders on h, labels, a multi-permit
+--                    waiter, admission control, a sweep under way), so
+--                    the fast paths need not read those fields; N until
+--                    when a barging (non-fair) acquire may be waiting
+--                    outside the line: permits freed and left free before
+--                    then are announced (wake_barging in meta.lua).
+--                    m lives IDLE (the store's idle period) past the last
+--                    deadline any key holds (the TTLs set on h, q, p and
+--                    r, the next admission) and the last write, so an
+--                    idle gate leaves no key behind; the cost is one
+--                    PEXPIREAT per IDLE / 4 of activity. Its settings
+--                    (capacity, pause, admission interval) go with it:
+--                    whoever configures a gate watches its epoch and sets
+--                    them again. Fences need no key to survive: each is
+--                    above server time x 1000 (next_fence) and a gate
+--                    cannot grant 1,000 leases a millisecond, so a fence
+--                    is above every one handed out before, whatever m
+--                    held when it was made.
+--   h  ZSET  holders of a gate of capacity above INLINE: lease id -> expiry
+--            (ms, server time). A gate picks its layout when it has no
+--            holder; a capacity raised past INLINE moves inline holders
+--            here, one lowered leaves them here until none is left.
+--   p  HASH  d:<id> heartbeat deadline of a waiting ticket (ms);
+--            L:<id> label given at entry (counted in m's a);
+--            k:<id> permits (only when > 1; of holders on h only);
+--            f:<id> fence of a lease on h handed to a waiter, negative
+--            until the waiter picks it up
+--   q  ZSET  the line: ticket id -> seq (a counter, never time)
+--   H  STRING the lone lease of a free gate of capacity 1 (see lone_absorb.lua):
+--            "<id> <gap>", expiring with m, the lease gap ms before; moved
+--            into h (read_meta) before any other call reads the holders
+--   r  ZSET  the revocation log: token of a holder that ended
+--            (leave.lua with a keep) -> now * 1024 at the end, or one more
+--            than the last score (Z) if that is more, so scores strictly
+--            increase and are a reader's cursor; entries older than K are
+--            pruned by later ends and never read (watch.lua); the key
+--            lives K past the last end.
+--   x  ZSET  tickets an admin took out of the line (admin.lua) -> when (ms),
+--            so their waiters' next poll answers that they were removed
+--            rather than unknown (poll.lua looks only for a ticket it
+--            finds nowhere else); kept REMOVED_KEEP, at most REMOVED_MAX
+--            (the latest), the key living REMOVED_KEEP past the last.
+-- Deadlines sit in a hash rather than a second sorted set to keep a waiting
+-- ticket under 200 bytes; finding stale tickets then takes a scan of p, done
+-- only once the earliest possible deadline (z) has passed. A short line is
+-- scanned whole at once; a long one in steps of SWEEP_STEP entries, one step
+-- per operation, resuming from the cursor Y, with Q the earliest deadline
+-- seen (or set) during the pass, which becomes z when the pass ends. So no
+-- operation touches more than a bounded slice of a line of any length.
+-- Hand-offs are published on the channel named like m with the final "m"
+-- replaced by "n"; the message is space-separated "<ticket id>:<fence>".
+-- Permits freed for barging waiters: "!<name of m> <free permits>" on the
+-- same channel.
+--
+-- Invariants: permits held (holders + e) never exceed c, except after c was
+-- lowered (holders are never evicted); nobody is granted while a ticket ahead
+-- of them waits; fences strictly increase per gate; every key but m carries
+-- a TTL beyond the last deadline it holds, and m one IDLE beyond theirs
+-- (H expires with m: up to the time between the two calls of its SET
+-- later, a millisecond as measured, after the lease ended by IDLE; a call
+-- in that moment finds the ended lease on fresh state and counts it).
 local KM = KEYS[1]
 local base = string.sub(KM, 1, -2)
 local MARGIN, SMALL, CHUNK = 1000, 16, 10000
@@ -16,8 +116,8 @@ local INLINE = 8
 -- here (RedisConfig::idle) before loading the scripts.
 local IDLE = 600000
 -- The lone lease's key and its value's pattern (id, then how long H
--- outlives the lease, ms: see head.lua).
+-- outlives the lease, ms: see lone_absorb.lua).
 local KK, LONE = base .. 'H', '^(%w+) (%d+)$'
--- Server time (ms), read by clock() (head.lua) where a path first needs
+-- Server time (ms), read by clock() (meta.lua) where a path first needs
 -- it: TIME costs ~0.7 µs, and a lone lease's grant and renewal need none.
 local t, now

@@ -1,3 +1,6 @@
+--- @include "lone_leave.lua"
+--- @include "pass_on.lua"
+--- @needs KM, base, now, lone_entry, absorb, clock, raw, read_meta, new_epoch, meta_expiry, wake_barging, inline_entry, inline_find, pass_on
 -- leave_fast.lua: releasing a live inline lease (capacity up to INLINE)
 -- without the general path, when no lease has ended and the gate needs
 -- nothing of it (no k, see enter_fast.lua); with a line, the freed permits
@@ -11,20 +14,20 @@
 -- Invariant: identical outcome to leave.lua for the same state.
 -- A gate of one permit (the caller's hint ARGV[3], checked against c)
 -- whose only holder leaves with no line, no barging waiter and nothing
--- for the general path: 6 fields read instead of the head's 13, the
+-- for the general path: 6 fields read instead of read_meta()'s 13, the
 -- writes of the release below.
 local plain = (ARGV[2] or '') == ''
-local pass = ARGV[4]
-if pass == '' then pass = nil end
+local fast_pass = ARGV[4]
+if fast_pass == '' then fast_pass = nil end
 -- After lone_leave.lua: a lone lease it did not release becomes an
 -- inline holder first.
 if lone_entry then absorb(lone_entry) end
 clock()
-if plain and pass then
+if plain and fast_pass then
   -- A pass alone (pass_on.lua): a chain of passes on a gate of 5, piped,
   -- 10.6 µs of Redis CPU each (10.1 with this code inline here, before
   -- pass_many.lua shared it: one code path for both is worth 0.5 µs).
-  local made = pass_on({ARGV[1], pass, ARGV[5], ARGV[6]})
+  local made = pass_on({ARGV[1], fast_pass, ARGV[5], ARGV[6]})
   if made[1] then return {3, made[1], made[2]} end
   read_meta()
 elseif plain and (ARGV[3] == '1' or ARGV[3] == 'L') then
@@ -37,7 +40,7 @@ elseif plain and (ARGV[3] == '1' or ARGV[3] == 'L') then
       return {1}
     end
   end
-  -- The rest of the head's fields (raw's order, see head.lua).
+  -- The rest of read_meta()'s fields (raw's order, see meta.lua).
   local more = redis.call('HMGET', KM, 'f', 'z', 'r', 'l', 'G', 'u', 'X', 'b')
   raw = {one[1], more[1], one[2], one[3], one[4], more[2], more[3], more[4], one[6], more[5], one[5], more[6], more[7],
     more[8]}
@@ -45,7 +48,7 @@ else
   read_meta()
 end
 local fast_h = raw[3] or ''
-if plain and not pass and not raw[4] and fast_h ~= '' then
+if plain and not fast_pass and not raw[4] and fast_h ~= '' then
   local used, X = tonumber(raw[12]) or 0, tonumber(raw[13]) or 0
   local i, j = inline_find(fast_h, ARGV[1])
   local waiting, z = tonumber(raw[5]) or 0, tonumber(raw[6]) or 0
@@ -61,8 +64,8 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
     if waiting > 0 then
       local KQ, KP = base .. 'q', base .. 'p'
       local handed, last, fs = {}, 0, nil
-      -- The line's pace, for the estimated wait (as line_moved() in the
-      -- prelude, once per grant from the line).
+      -- The line's pace, for the estimated wait (as line_moved() in
+      -- general_line.lua, once per grant from the line).
       local r, l = tonumber(raw[7]), tonumber(raw[8]) or 0
       while waiting > 0 and used < cap do
         local head = redis.call('ZPOPMIN', KQ)[1]
@@ -70,7 +73,7 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
         -- The hand-off lives until the waiter's heartbeat deadline.
         local deadline = tonumber(redis.call('HGET', KP, 'd:' .. head)) or now
         redis.call('HDEL', KP, 'd:' .. head)
-        -- (As next_fence() in the prelude.)
+        -- (As next_fence() in general_grant.lua.)
         if f < now * 1000 then f, b = now * 1000, b + now * 1000 - f end
         f = f + 1
         local entry = inline_entry(head, deadline, -f, 1)
@@ -81,10 +84,7 @@ if plain and not pass and not raw[4] and fast_h ~= '' then
         fs = string.format('%d', f)
         handed[#handed + 1] = head .. ':' .. fs
         reply[#reply + 1] = handed[#handed]
-        if l > 0 then
-          local gap = math.max(0, now - l)
-          if r == nil then r = gap else r = math.floor(r * 0.8 + gap * 0.2 + 0.5) end
-        end
+        --- @inline "line_pace.lua" r=r, l=l, now=now
         l = now
       end
       if #handed > 0 then

@@ -1,5 +1,8 @@
+--- @include "keys.lua"
+--- @include "line_write.lua"
+--- @needs KM, base, t, now, line_write
 -- leave_line.lua: a plain release by a Lock whose handle saw a line last
--- (ARGV[3] 'L', see GateName::lined), before lone_leave.lua and head.lua:
+-- (ARGV[3] 'L', see GateName::lined), before lone_leave.lua and meta.lua:
 -- the only holder of a gate of one permit hands it to the line's head.
 -- As leave_fast.lua's hand-over, with nothing else built or read: TIME,
 -- one HMGET of 13 fields, ZPOPMIN, HGET and HDEL of the head's deadline,
@@ -12,7 +15,7 @@
 -- ARGV as leave.lua. Reply as leave.lua, or falls through.
 -- Invariant: identical outcome to leave.lua for the same state.
 if ARGV[3] == 'L' and (ARGV[2] or '') == '' and (ARGV[4] or '') == '' then
-  -- (The clock as head.lua's clock() reads it, which then reads no more.)
+  -- (The clock as meta.lua's clock() reads it, which then reads no more.)
   t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local m = redis.call('HMGET', KM, 'c', 'f', 'h', 'k', 'W', 'z', 'r', 'l', 'E', 'G', 'u', 'X', 'b')
@@ -27,7 +30,7 @@ if ARGV[3] == 'L' and (ARGV[2] or '') == '' and (ARGV[4] or '') == '' then
       -- The hand-off lives until the waiter's heartbeat deadline.
       local deadline = tonumber(redis.call('HGET', KP, dk)) or now
       redis.call('HDEL', KP, dk)
-      -- (As next_fence() in the prelude.)
+      -- (As next_fence() in general_grant.lua.)
       local b = tonumber(m[13]) or 0
       if f < now * 1000 then f, b = now * 1000, b + now * 1000 - f end
       f = f + 1
@@ -37,12 +40,9 @@ if ARGV[3] == 'L' and (ARGV[2] or '') == '' and (ARGV[4] or '') == '' then
       redis.call('PUBLISH', base .. 'n', handed)
       local fields = {'f', fs, 'b', string.format('%d', b), 'W', waiting - 1, 'l', string.format('%d', now),
         'h', head .. ' ' .. ds .. ' -' .. fs .. ' 1', 'u', 1, 'X', string.format('%d', X)}
-      -- The line's pace (as line_moved() in the prelude).
+      -- The line's pace (as line_moved() in general_line.lua).
       local r, l = tonumber(m[7]), tonumber(m[8]) or 0
-      if l > 0 then
-        local gap = math.max(0, now - l)
-        if r == nil then r = gap else r = math.floor(r * 0.8 + gap * 0.2 + 0.5) end
-      end
+      --- @inline "line_pace.lua" r=r, l=l, now=now
       if r ~= nil then fields[#fields + 1], fields[#fields + 2] = 'r', r end
       -- m outlives the hand-off by IDLE.
       line_write(fields, deadline, m[10])

@@ -1,10 +1,12 @@
+--- @include "general.lua"
+--- @needs KP, KQ, S, done, permits_of
 -- line.lua: the first tickets of the line, head first (after expiring
 -- what ended).
 -- ARGV: 1 limit
 -- Reply: {number, permits, label or '', number, permits, label or '', ...}
 --        (a ticket's number is its score in q; its position is its place
 --        in the reply)
--- Invariant: reads only; the prelude's expiry is its only write. Ticket
+-- Invariant: reads only; the general path's expiry is its only write. Ticket
 -- ids never leave the script: an id lets whoever has it act as the
 -- waiter, a number does not.
 local limit = tonumber(ARGV[1])

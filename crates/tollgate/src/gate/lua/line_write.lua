@@ -1,6 +1,9 @@
+--- @include "keys.lua"
+--- @needs KM, IDLE
+--- @defines line_write
 -- line_write.lua: before enter_line.lua and leave_line.lua, which build
--- none of head.lua's functions: writes m's `fields` and keeps m alive
--- until IDLE past `last` (ms), as meta_expiry() in head.lua does from
+-- none of meta.lua's functions: writes m's `fields` and keeps m alive
+-- until IDLE past `last` (ms), as meta_expiry() in meta.lua does from
 -- m's G as read. Built only for a call with 'L' (ARGV[3] of a leave,
 -- ARGV[5] of an enter; neither is ever 'L' in the other's arguments): the
 -- lone lease's paths, next, build no function.

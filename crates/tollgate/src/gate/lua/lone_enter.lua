@@ -1,9 +1,12 @@
+--- @include "keys.lua"
+--- @needs KM, IDLE, KK
+--- @defines A, lone_read, lone_tried
 -- lone_enter.lua: a Lock's request (one permit of a gate it names with
 -- capacity 1, no label, not barging: a barging holder's release passes
 -- the lease on, and a pass needs it in h) on a free gate of capacity 1
 -- with an epoch, no line, no barging waiter and nothing for the general
 -- path, whose m outlives the lease by IDLE, is granted as a lone lease
--- (see head.lua): HMGET of 9 fields and PTTL of m (server time is m's
+-- (see lone_absorb.lua): HMGET of 9 fields and PTTL of m (server time is m's
 -- expiry, G, less its TTL, without TIME), SET NX PX of H
 -- (expiring with m) and HSET of the fence. H's value keeps the lease's
 -- end as its distance from H's expiry (m's TTL less the lease's).
@@ -33,7 +36,7 @@ if #ARGV == 4 or ARGV[5] == 'L' then
       if not one[6] or tonumber(one[6]) <= at then
         local entry = ARGV[1] .. ' ' .. string.format('%d', left - ttl)
         if redis.call('SET', KK, entry, 'NX', 'PX', string.format('%d', left)) then
-          -- The fence as next_fence() in the prelude makes it.
+          -- The fence as next_fence() in general_grant.lua makes it.
           local f, b, floor = tonumber(one[7]) or 0, tonumber(one[8]) or 0, at * 1000
           if f < floor then f, b = floor, b + floor - f end
           f = f + 1

@@ -1,6 +1,9 @@
+--- @include "keys.lua"
+--- @needs KK, LONE
+--- @defines lone_entry
 -- lone_leave.lua: a plain release by a one-permit handle (ARGV[3] '1',
 -- or 'L': the same hint from a handle that saw a line, after leave_line.lua)
--- of a live lone lease (see head.lua): GET, PTTL and DEL of H. Nothing
+-- of a live lone lease (see lone_absorb.lua): GET, PTTL and DEL of H. Nothing
 -- else to do: no line (the line's pace counts grants from it only) and no
 -- barging waiter to wake (none waited at the grant, and one that came
 -- since moved the lease into h). Anything else falls through, where the

@@ -1,4 +1,6 @@
--- lone_renew.lua: renewing a live lone lease (see head.lua) whose m
+--- @include "keys.lua"
+--- @needs KM, IDLE, KK, LONE
+-- lone_renew.lua: renewing a live lone lease (see lone_absorb.lua) whose m
 -- outlives the renewed lease by IDLE: GET and PTTL of H, PTTL of m, SET
 -- of H with the new end, expiring with m. Anything else falls through
 -- (held_fast.lua's read_meta() moves the lease into h, and the inline

@@ -1,4 +1,6 @@
--- pass_many.lua (after keys.lua, head.lua and pass_on.lua): the passes
+--- @include "pass_on.lua"
+--- @needs pass_on
+-- pass_many.lua (after keys.lua, meta.lua and pass_on.lua): the passes
 -- of one gate that were ready together, in one call (gate/redis.rs,
 -- `pass`), each made as it would be alone (pass_on, the code the pass
 -- alone runs in leave_fast.lua), stopping at the first that path would

@@ -1,4 +1,8 @@
--- pass_on.lua: after head.lua, before leave_fast.lua (a pass alone) and
+--- @include "meta.lua"
+--- @include "inline.lua"
+--- @needs KM, INLINE, now, clock, meta_expiry, inline_find
+--- @defines pass_on
+-- pass_on.lua: after meta.lua, before leave_fast.lua (a pass alone) and
 -- pass_many.lua (the passes of a gate that were ready together): passes
 -- of as many permits as each releaser holds (nothing freed, so no barging
 -- waiter to wake) on an inline gate with nothing for the general path and
@@ -28,7 +32,7 @@ local function pass_on(list)
     local pp, ttl = tonumber(list[a + 2]), tonumber(list[a + 3])
     if tonumber(string.match(string.sub(h, i, j), '(%d+)$')) ~= pp then break end
     local ends = now + ttl
-    -- (As next_fence() in the prelude.)
+    -- (As next_fence() in general_grant.lua.)
     if f < now * 1000 then f, b = now * 1000, b + now * 1000 - f end
     f = f + 1
     if i == 1 then h = string.sub(h, j + 2) else h = string.sub(h, 1, i - 2) .. string.sub(h, j + 1) end

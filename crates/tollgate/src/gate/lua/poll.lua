@@ -1,3 +1,6 @@
+--- @include "held_fast.lua"
+--- @include "general.lua"
+--- @needs base, now, S, KQ, REMOVED_KEEP, done, promote, lookup, set_fence, set_expiry, set_deadline, eta
 -- poll.lua: a waiter asks about its ticket; this is also its heartbeat, and
 -- how it picks up a lease that was handed to it.
 -- ARGV: 1 id, 2 ttl ms (the lease length once picked up), 3 heartbeat ms

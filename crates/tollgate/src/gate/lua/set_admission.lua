@@ -1,3 +1,5 @@
+--- @include "general.lua"
+--- @needs KM, S, was, done, promote
 -- set_admission.lua: admission control. Paused, nobody new is granted
 -- (everyone queues; holders are not touched); with an interval, at most one
 -- grant per interval. Resuming or loosening admits the line at once.

@@ -1,3 +1,6 @@
+--- @include "general.lua"
+--- @needs KM, INLINE, S, F, done, promote
+--- @needs F.holders_to_set
 -- set_capacity.lua: change the gate's capacity at runtime.
 -- ARGV: 1 capacity
 -- Reply: {1}

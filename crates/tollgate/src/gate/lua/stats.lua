@@ -1,3 +1,5 @@
+--- @include "general.lua"
+--- @needs KM, S, done, used
 -- stats.lua: a snapshot of the gate (after expiring what ended).
 -- ARGV: none
 -- Reply: {capacity or -1, used, holders, waiting, grants, expiries, fence,

@@ -2,7 +2,7 @@
 -- watch.lua: what a server keeping a local view of a gate needs, read in
 -- one step without changing anything (the no-writes flag makes Redis
 -- refuse any write, so a read can never create a gate's state).
--- KEYS: as the gate scripts (m only, see prelude.lua); reads m and r.
+-- KEYS: as the gate scripts (m only, see keys.lua); reads m and r.
 -- ARGV: 1 since (a cursor from an earlier reply; 0: everything kept),
 --       2 the most ids to answer
 -- Reply: {epoch ('' if the gate has no state), capacity or -1, paused

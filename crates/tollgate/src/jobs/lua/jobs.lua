@@ -1,6 +1,7 @@
+--- @include "queue.lua"
 -- jobs.lua: every job-queue operation, chosen by ARGV[1]. Runs after
 -- queue.lua (the keys, their layout and the steps every operation on a
--- queue shares), which script.rs puts in front of it.
+-- queue shares), which its first line includes.
 
 -- An error text in an event is cut to this many bytes.
 local EVENT_ERROR_BYTES = 200
@@ -114,7 +115,7 @@ local function claim(lease, max, mv)
   -- 1000, so fences keep growing whatever Redis forgot or took back (the
   -- queue lost, or an older f reloaded), as long as time goes forward;
   -- b moves with a jump, so claims = f - b. (As next_fence() in the
-  -- gates' prelude.lua and Queue::claim in memory.rs.)
+  -- gates' general_grant.lua and Queue::claim in memory.rs.)
   -- (A busy queue claims many times a millisecond: only the first of
   -- them jumps, so the counter's HINCRBY alone is the common case.)
   local f, floor = redis.call('HINCRBY', KM, 'f', n), now * 1000

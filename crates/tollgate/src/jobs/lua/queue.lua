@@ -1,5 +1,5 @@
 -- queue.lua: the keys of one job queue and the steps its operations share;
--- script.rs puts it in front of jobs.lua (the queue operations) and of
+-- included first by jobs.lua (the queue operations) and by
 -- schedule.lua (the schedules stored with the queue). The same steps as
 -- src/jobs/memory.rs (`Queue`, the memory store's reference
 -- model); both pass one conformance suite (tests/job_queue.rs, run on

@@ -1,3 +1,4 @@
+--- @include "queue.lua"
 -- schedule.lua: the schedules that push to one job queue, kept with the
 -- queue (same hash tag) so that claiming a tick and pushing its job are
 -- one step. Runs after queue.lua (the queue's keys and shared steps), the

@@ -1,6 +1,7 @@
-//! Script invocation: the scripts (each Lua file and the parts it is built
-//! from), EVALSHA with a reload on NOSCRIPT, one deadline per call, and the
-//! durable handle's script + `WAIT` pipeline.
+//! Script invocation: the scripts (each primitive's, composed by
+//! store/lua.rs; the gate's in gate/scripts.rs), EVALSHA with a reload on
+//! NOSCRIPT, one deadline per call, and the durable handle's script +
+//! `WAIT` pipeline.
 
 use std::future::Future;
 use std::time::Duration;
@@ -8,83 +9,39 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::gate::scripts::GateScripts;
+use crate::store::lua::{LuaFile, compose};
 
 use super::RedisStore;
 use super::conn::Conn;
 
-/// A gate script: keys and constants, the lone lease's path (for enter,
-/// leave and renew), head (time, meta), an optional fast path, the
-/// general path's prelude, and the operation's body.
-macro_rules! gate_script {
-    ($body:literal) => {
-        gate_script!(@ "", "", $body)
-    };
-    ($fast:literal, $body:literal) => {
-        gate_script!(@ "", include_str!($fast), $body)
-    };
-    ($lone:literal, $fast:literal, $body:literal) => {
-        gate_script!(@ include_str!($lone), include_str!($fast), $body)
-    };
-    (@ $lone:expr, $fast:expr, $body:literal) => {
-        concat!(
-            include_str!("../../gate/lua/keys.lua"),
-            "\n",
-            $lone,
-            "\n",
-            include_str!("../../gate/lua/head.lua"),
-            "\n",
-            $fast,
-            "\n",
-            include_str!("../../gate/lua/prelude.lua"),
-            "\n",
-            include_str!($body)
-        )
-    };
-}
+/// The Lua files of a job queue's scripts: queue.lua (its keys and shared
+/// steps) starts both jobs.lua and schedule.lua.
+const QUEUE_FILES: &[LuaFile] = &[
+    ("queue.lua", include_str!("../../jobs/lua/queue.lua")),
+    ("jobs.lua", include_str!("../../jobs/lua/jobs.lua")),
+    ("schedule.lua", include_str!("../../schedule/lua/schedule.lua")),
+];
 
 pub(crate) struct Scripts {
-    pub(crate) enter: Script,
-    pub(crate) poll: Script,
-    pub(crate) renew: Script,
-    pub(crate) leave: Script,
-    pub(crate) pass_many: Script,
-    pub(crate) set_capacity: Script,
-    pub(crate) stats: Script,
-    pub(crate) holders: Script,
-    pub(crate) line: Script,
-    pub(crate) admin: Script,
+    /// The gate's (gate/scripts.rs).
+    pub(crate) gate: GateScripts,
     pub(crate) limit: Script,
-    pub(crate) set_admission: Script,
-    pub(crate) watch: Script,
     pub(crate) jobs: Script,
     pub(crate) schedules: Script,
     pub(crate) schedule_index: Script,
 }
 
 impl Scripts {
-    pub(super) fn all(&self) -> [&Script; 16] {
-        [
-            &self.enter,
-            &self.poll,
-            &self.renew,
-            &self.leave,
-            &self.pass_many,
-            &self.set_capacity,
-            &self.stats,
-            &self.holders,
-            &self.line,
-            &self.admin,
-            &self.limit,
-            &self.set_admission,
-            &self.watch,
-            &self.jobs,
-            &self.schedules,
-            &self.schedule_index,
-        ]
+    pub(super) fn all(&self) -> impl Iterator<Item = &Script> {
+        self.gate
+            .all()
+            .chain([&self.limit, &self.jobs, &self.schedules, &self.schedule_index])
     }
 
-    /// The scripts; on a cluster they publish with `SPUBLISH` (sharded);
-    /// a gate's meta hash outlives its last deadline by `idle`.
+    /// The scripts, composed once (store/lua.rs); on a cluster they
+    /// publish with `SPUBLISH` (sharded); a gate's meta hash outlives its
+    /// last deadline by `idle`.
     pub(super) fn new(cluster: bool, idle: Duration) -> Self {
         let script = |text: &str| {
             let text = text.replace(
@@ -97,87 +54,13 @@ impl Scripts {
                 Script::new(&text)
             }
         };
+        // The files are built in; the unit tests compose every script.
+        let queue = |entry| script(&compose(QUEUE_FILES, entry).expect("the queue's scripts compose"));
         Scripts {
-            // The line's paths (a Lock whose handle saw a line) first, then
-            // the lone lease's.
-            enter: script(gate_script!(@
-                concat!(
-                    include_str!("../../gate/lua/line_write.lua"),
-                    "\n",
-                    include_str!("../../gate/lua/enter_line.lua"),
-                    "\n",
-                    include_str!("../../gate/lua/lone_enter.lua")
-                ),
-                include_str!("../../gate/lua/enter_fast.lua"),
-                "../../gate/lua/enter.lua"
-            )),
-            poll: script(gate_script!(
-                "../../gate/lua/held_fast.lua",
-                "../../gate/lua/poll.lua"
-            )),
-            renew: script(gate_script!(
-                "../../gate/lua/lone_renew.lua",
-                "../../gate/lua/held_fast.lua",
-                "../../gate/lua/renew.lua"
-            )),
-            // pass_on.lua: the passes' code, shared with pass_many.
-            leave: script(gate_script!(@
-                concat!(
-                    include_str!("../../gate/lua/line_write.lua"),
-                    "\n",
-                    include_str!("../../gate/lua/leave_line.lua"),
-                    "\n",
-                    include_str!("../../gate/lua/lone_leave.lua")
-                ),
-                concat!(
-                    include_str!("../../gate/lua/pass_on.lua"),
-                    "\n",
-                    include_str!("../../gate/lua/leave_fast.lua")
-                ),
-                "../../gate/lua/leave.lua"
-            )),
-            // head.lua's functions and pass_on.lua's, none of prelude.lua:
-            // it answers alone or not at all.
-            pass_many: script(concat!(
-                include_str!("../../gate/lua/keys.lua"),
-                "\n",
-                include_str!("../../gate/lua/head.lua"),
-                "\n",
-                include_str!("../../gate/lua/pass_on.lua"),
-                "\n",
-                include_str!("../../gate/lua/pass_many.lua")
-            )),
-            set_capacity: script(gate_script!("../../gate/lua/set_capacity.lua")),
-            stats: script(gate_script!("../../gate/lua/stats.lua")),
-            holders: script(gate_script!("../../gate/lua/holders.lua")),
-            line: script(gate_script!("../../gate/lua/line.lua")),
-            // admin.lua finds the token, then leave.lua's body releases
-            // or cancels it: one path for a leave and an admin's removal.
-            admin: script(concat!(
-                include_str!("../../gate/lua/keys.lua"),
-                "\n",
-                include_str!("../../gate/lua/head.lua"),
-                "\n",
-                include_str!("../../gate/lua/prelude.lua"),
-                "\n",
-                include_str!("../../gate/lua/admin.lua"),
-                "\n",
-                include_str!("../../gate/lua/leave.lua")
-            )),
+            gate: GateScripts::new(script),
             limit: script(include_str!("../../limit/limit.lua")),
-            set_admission: script(gate_script!("../../gate/lua/set_admission.lua")),
-            // Alone: no prelude, since a watch must not expire or write.
-            watch: script(include_str!("../../gate/lua/watch.lua")),
-            jobs: script(concat!(
-                include_str!("../../jobs/lua/queue.lua"),
-                "\n",
-                include_str!("../../jobs/lua/jobs.lua")
-            )),
-            schedules: script(concat!(
-                include_str!("../../jobs/lua/queue.lua"),
-                "\n",
-                include_str!("../../schedule/lua/schedule.lua")
-            )),
+            jobs: queue("jobs.lua"),
+            schedules: queue("schedule.lua"),
             schedule_index: script(include_str!("../../schedule/lua/index.lua")),
         }
     }
@@ -405,5 +288,24 @@ impl RedisStore {
                 loaded: std::sync::atomic::AtomicU64::new(0),
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_composes_with_the_store_settings() {
+        let plain = Scripts::new(false, Duration::from_secs(600));
+        let hashes: std::collections::BTreeSet<_> = plain.all().map(|s| s.get_hash().to_string()).collect();
+        assert_eq!(hashes.len(), 16, "16 distinct scripts");
+        // The idle period and the cluster's SPUBLISH reach the gate's
+        // composed texts (keys.lua's IDLE, meta.lua's PUBLISH).
+        let idle = Scripts::new(false, Duration::from_secs(5));
+        assert_ne!(plain.gate.poll.get_hash(), idle.gate.poll.get_hash());
+        let cluster = Scripts::new(true, Duration::from_secs(600));
+        assert_ne!(plain.gate.leave.get_hash(), cluster.gate.leave.get_hash());
+        assert_eq!(plain.gate.watch.get_hash(), cluster.gate.watch.get_hash());
     }
 }
