@@ -20,6 +20,7 @@
 //! `limit/redis.rs`.
 
 mod batch;
+mod call;
 mod conn;
 mod pubsub;
 mod report;
