@@ -37,7 +37,7 @@ pub struct GateOptions {
     /// handed to the head of the line before anyone can barge. A release
     /// on such a handle passes its permits straight on to an acquire
     /// waiting in the same process, in the same step (see
-    /// [`Lease::release`]): on Redis, one script per critical section.
+    /// [`Lease::release`](crate::Lease::release)): on Redis, one script per critical section.
     pub fair: bool,
 }
 
@@ -396,7 +396,7 @@ impl Gate {
     /// holder has that handle.
     ///
     /// **Fencing**: the revoked holder is not told. Until it next renews
-    /// (which fails: [`Lease::lost`] fires, `extend` and `release` answer
+    /// (which fails: [`Lease::lost`](crate::Lease::lost) fires, `extend` and `release` answer
     /// `LeaseLost`) it may still believe it holds, and the lease's fence is
     /// now stale: the next grant's fence is higher. A resource that
     /// refuses writes with a fence lower than the highest it has seen
@@ -448,7 +448,7 @@ impl Gate {
 
 /// At most this many releases in a row on a non-fair handle pass their
 /// permits straight on to an acquire waiting in the same process (see
-/// [`Lease::release`]); the next frees them for every waiter, in every
+/// [`Lease::release`](crate::Lease::release)); the next frees them for every waiter, in every
 /// process, to race for, so one busy process cannot keep a gate's permits
 /// from the others for longer than that.
 pub const MAX_PASSES: u32 = 16;

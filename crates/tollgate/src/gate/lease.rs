@@ -135,7 +135,7 @@ impl Lease {
     }
 
     /// Extends the lease to `ttl` from now (and uses `ttl` for automatic
-    /// renewals from then on). Fails with [`ErrorKind::LeaseLost`] if it had
+    /// renewals from then on). Fails with [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) if it had
     /// already ended.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         let ttl_ms = check_ttl("ttl", ttl)?;
@@ -172,10 +172,10 @@ impl Lease {
     }
 
     /// Releases the lease; its permits go to the head of the line at once.
-    /// Fails with [`ErrorKind::LeaseLost`] if it had already ended, since the
+    /// Fails with [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) if it had already ended, since the
     /// work done under it may not have been exclusive.
     ///
-    /// On a non-fair handle ([`GateOptions::fair`] false) whose gate has
+    /// On a non-fair handle ([`GateOptions::fair`](crate::GateOptions::fair) false) whose gate has
     /// acquires waiting in this process, the release passes its permits
     /// straight on to the first of them that fits, in the same step, if
     /// nobody waits in the gate's line (they come first). At most
@@ -211,7 +211,7 @@ impl Lease {
     /// under 10 ms releases now. This is how a job that finished early
     /// keeps a lock for a minimum time (`lock run --min-hold`), so that
     /// late starters on other machines find it taken. Fails with
-    /// [`ErrorKind::LeaseLost`] if the lease had already ended.
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) if the lease had already ended.
     pub async fn release_after(mut self, hold: Duration) -> Result<()> {
         if hold < crate::MIN_TTL {
             return self.release().await;

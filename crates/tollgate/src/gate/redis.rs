@@ -1,6 +1,72 @@
 //! Gates on Redis: each operation's arguments and the decoding of its
 //! script's reply (scripts in `lua/`, each composed from the fragments
 //! its entry file includes: see `scripts.rs`).
+//!
+//! How a gate lives on Redis:
+//!
+//! - **Holders on Redis.** A gate of capacity up to 8 keeps its holders inline
+//!   in the meta hash (field `h`), so acquire and release are each one script
+//!   of three Redis calls (`TIME`, `HMGET`, `HSET`) on one key; a larger gate
+//!   keeps them in a sorted set. The layout is picked when a gate has no
+//!   holder; raising the capacity past 8 moves the (at most 8) inline holders.
+//!   The memory store has one layout; `stores_agree.rs` checks both Redis
+//!   layouts and the switch against it.
+//! - **The lone lease (Redis).** A free gate of capacity 1 (an epoch
+//!   already, no line, no barging waiter, nothing for the general path, m
+//!   outliving the lease by `idle`) grants a one-permit, non-barging request
+//!   in its own key `H` (`SET NX PX`: `"<id> <gap>"`, expiring with m, where
+//!   `gap` is how long `H` outlives the lease) plus an `HSET` of the fence
+//!   (and `b`), after an `HMGET` and a `PTTL` of m; the
+//!   holder's plain release is
+//!   `GET`, `PTTL` and `DEL` of `H` (live while `H`'s `PTTL` exceeds `gap`),
+//!   its renewal `GET` and `PTTL` of `H`, `PTTL` of m and a `SET`. None of
+//!   them calls `TIME`: the grant takes server time (for the fence's floor,
+//!   and for a gate that had a barging waiter, `N` set) as m's expiry
+//!   (its field `G`, set with it in the same step everywhere; `PEXPIRETIME`
+//!   without one) less its `PTTL`. (`H` may outlive m by the moment
+//!   between the grant's `PTTL` and `SET`, a millisecond at most as
+//!   measured, `idle` after the lease ended; a call in that moment sees the
+//!   ended lease on fresh state and counts it as an expiry.) The end is kept relative to `H`'s own expiry,
+//!   not to the reader's `idle`, so callers configured with different
+//!   `idle` periods read the same end; and `H` lives as long as m, so an
+//!   ended lone lease is seen and counted exactly as long as an inline
+//!   holder would be. The release has nothing else to do because the
+//!   estimated wait counts grants from the line only (below) and a barging
+//!   waiter that came since the grant would have moved the lease into `h`.
+//!   These paths run before meta.lua builds its functions (each Lua closure
+//!   costs Redis time on every call). Any other call on a gate of capacity 1
+//!   first moves the lease
+//!   into `h` as an inline holder granted at once, so the lone lease is a
+//!   second representation of one state, not a state of its own: every
+//!   other path, and the memory store, see an inline holder. A Lock's enter
+//!   comes in a short form (id, ttl, heartbeat, queue: every argument costs
+//!   Redis time). Non-barging only, since a barging holder's release passes
+//!   its lease on, which needs it in `h`. Like every gate key, `H` must not
+//!   be evicted: run Redis with `maxmemory-policy noeviction` (README).
+//! - **The line's paths (Redis).** A Lock's handle (`GateName`, shared by
+//!   its clones) remembers whether its last enter was queued or its last
+//!   release handed the gate on (`lined`). While it is set, its enter adds
+//!   `'L'` to the short form and its release sends `'L'` in place of the
+//!   one-permit hint (the scripts read it as that hint too), and the
+//!   scripts try enter_line.lua and leave_line.lua first, before the lone
+//!   lease's paths and before meta.lua builds its functions: queueing
+//!   behind a live holder that has a line (`TIME`, one `HMGET`, `ZADD`, the
+//!   ticket's deadline into `p`, `HSET`), and the only holder handing the
+//!   gate to the line's head (`TIME`, one `HMGET`, `ZPOPMIN`, the head's
+//!   deadline out of `p`, `PUBLISH`, `HSET`). Each does what enter_fast.lua
+//!   and leave_fast.lua would do for that state and falls through, having
+//!   done nothing, for any other (no line yet, a stale ticket due, an ended
+//!   lease, a first fence, anything for the general path), where the call
+//!   goes on exactly as without the hint. What they save is in
+//!   docs/BENCHMARKS.md (`scripts/bench-redis-floor`, `handoff`). The flag picks the path
+//!   only, so a stale one costs a failed check and nothing else;
+//!   `the_lines_paths_agree_with_the_general_ones` drives one contended
+//!   gate through the same steps with and without it and compares every
+//!   answer, fence and field, and a review replayed ~40 edge states and
+//!   ~4,500 random steps on copies of one state with both forms. A request
+//!   that may queue also reads the line's fields (`s`, `U`, `V`) with the
+//!   head's, in the short form's second read and in the general read of
+//!   `read_meta`.
 
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;

@@ -167,7 +167,7 @@ pub struct DeadJob {
     pub attempts: u32,
     pub payload: Vec<u8>,
     /// Why it died: the error given to the nack that made it dead
-    /// ([`JobQueue::nack_with_error`]); `None` if none was given, or it
+    /// ([`JobQueue::nack_with_error`](crate::JobQueue::nack_with_error)); `None` if none was given, or it
     /// died because its last lease ended.
     pub last_error: Option<String>,
 }
@@ -201,13 +201,13 @@ pub struct QueueStats {
     pub lateness_buckets: Vec<u64>,
     /// The sum of those latenesses.
     pub lateness_sum: Duration,
-    /// Paused ([`JobQueue::pause`]): it takes pushes, hands out no jobs.
+    /// Paused ([`JobQueue::pause`](crate::JobQueue::pause)): it takes pushes, hands out no jobs.
     pub paused: bool,
 }
 
 impl QueueStats {
     /// No job held and none ever pushed: how the stats of a queue that
-    /// never existed read (so they may be those of a queue that did: [`JobQueue::exists`]
+    /// never existed read (so they may be those of a queue that did: [`JobQueue::exists`](crate::JobQueue::exists)
     /// tells).
     pub fn is_blank(&self) -> bool {
         self.pushed == 0 && self.ready + self.delayed + self.in_flight + self.dead + self.completed == 0
@@ -235,7 +235,7 @@ pub(crate) fn truncated(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// A completed job kept after its ack (see [`JobQueue::keep_completed`]).
+/// A completed job kept after its ack (see [`JobQueue::keep_completed`](crate::JobQueue::keep_completed)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletedJob {
     pub id: String,

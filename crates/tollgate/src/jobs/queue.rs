@@ -567,7 +567,7 @@ impl JobQueue {
         Ok((acked, claimed))
     }
 
-    /// Acks up to [`MAX_BATCH`] deliveries `(id, fence)` in one step.
+    /// Acks up to [`MAX_BATCH`](crate::MAX_BATCH) deliveries `(id, fence)` in one step.
     /// Returns, in the same order, whether each was acked (`false`: that
     /// delivery's lease had ended, or it was named twice).
     ///

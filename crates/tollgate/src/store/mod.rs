@@ -9,6 +9,66 @@
 //! `limit/dispatch.rs`): every one is one atomic step, one critical
 //! section in memory or one Lua script on Redis; callers never combine
 //! reads and writes themselves.
+//!
+//! The rules every store keeps:
+//!
+//! - **Time.** Redis scripts read `TIME`; the memory store reads its `Clock`.
+//!   A `Lease` keeps a local, conservative deadline (measured from before the
+//!   request was sent) so `lost()` fires no later than the store's expiry.
+//! - **Bounded work per operation.** Expiry removes at most 1,000 ended
+//!   leases per call (memory and Lua alike, the earliest first), like the
+//!   line's stale-ticket sweep; the rest go in later calls. Until swept an
+//!   ended lease still counts as held, so its permits are not granted twice;
+//!   an operation on that very lease (renew, leave, end, status) expires it
+//!   first (`expire_one`), and `holders` does not list it. In memory a
+//!   ticket's position is a Fenwick prefix sum (O(log n)); the line is
+//!   renumbered in O(n) once departed slots outnumber the waiters (O(1) per
+//!   departure on average, and only that gate waits for it). Each gate and
+//!   queue has its own lock, so no request holds up another gate.
+//! - **One deadline per call on Redis.** Every store call (script, WAIT,
+//!   PING) runs under one `response_timeout` (a durable one: plus its WAIT
+//!   timeout), whatever the connection does inside it (a reconnect's
+//!   retries, a NOSCRIPT reload); a sharded queue's partition re-check that
+//!   finds Redis unreachable fails the call at once instead of sending it
+//!   anyway (a push during a freeze took two timeouts).
+//! - **Reads never create state.** On Redis a script writes the meta hash
+//!   only when something changed (and a watch cannot write at all); in
+//!   memory an operation on a name without state runs on a blank one that
+//!   is kept only if the operation wrote to it (`is_blank`), and a rate-limit
+//!   decision stores a key only when it spends budget.
+//!   `Store::memory_footprint` counts what the embedded store holds.
+//! - **Idle state is dropped.** Memory: each gate and job queue sits on a
+//!   `Shelf` under its own lock (the map's lock is held only to look up,
+//!   insert, or sweep a few names), with one due time per name; every
+//!   operation looks at up to 8 due names and drops those quiet for
+//!   `MemoryOptions::idle` (default 10 min): no writing operation, and
+//!   every deadline they held (lease, ticket, kept revocation, admission
+//!   slot) passed that long ago. Reads and heartbeats (stats, holders,
+//!   status, queue stats) are not activity, so a metrics scraper does not
+//!   keep an idle gate alive; a heartbeat's effect is its moved deadline. A queue is kept while it holds any job, a
+//!   partition layout of more than one partition, a retired flag (forgetting
+//!   those would send pushes where no consumer looks), a pause or a
+//!   schedule. Rate-limit keys whose budget is fully
+//!   restored go the same way (one due time per key). A dropped state's
+//!   fence raises a store-wide floor, so a gate created anew never hands out
+//!   a fence it handed before. Redis: the meta hash lives `RedisConfig::idle`
+//!   past every deadline its keys hold and its last change (field G
+//!   remembers its expiry, set an idle / 4 beyond the need, so an active
+//!   gate pays one PEXPIREAT per idle / 4; a call that changes nothing does
+//!   not extend it); the other keys already expire with their last
+//!   deadline. A queue's meta hash (and lateness list) expires `idle` after
+//!   the queue was last found holding nothing (queue.lua's `settle`: an
+//!   empty claim, an ack on its own, a cancel, purge, resume or schedule
+//!   delete that may have emptied it), unless it is paused, retired or
+//!   partitioned or has a schedule, as memory keeps those; whatever puts
+//!   something in it again (a push, a pause, a layout, a schedule) makes
+//!   it permanent again (`revive`, read with the push's own HMGET). A
+//!   watch of a queue without state marks a meta hash that expires with
+//!   the watch, so reads leave no lasting key.
+//!   Fences need no key to survive: each is above server time × 1000. A
+//!   dropped gate loses its stored capacity and admission settings; its next
+//!   write starts a new epoch, which is how whoever configures it knows to
+//!   set them again.
 
 pub(crate) mod embedded;
 pub(crate) mod lua;
