@@ -546,17 +546,30 @@ impl JobQueue {
     /// Acks `deliveries` and claims up to `max` due jobs (0: none) in one
     /// atomic step: the batch form of [`JobQueue::ack_and_claim`]. On a
     /// partitioned queue that is one step when the deliveries are all of
-    /// one partition (the jobs then come from it); otherwise the acks
-    /// ([`JobQueue::ack_many`]), then the claim ([`JobQueue::claim_many`]).
+    /// one partition (the jobs then come from it); otherwise, or with no
+    /// deliveries, the acks ([`JobQueue::ack_many`]), then the claim
+    /// ([`JobQueue::claim_many`], from the partitions in turn). Both
+    /// counts are checked before anything is acked.
     pub async fn ack_and_claim_many(
         &self,
         deliveries: &[(&str, u64)],
         max: usize,
     ) -> Result<(Vec<bool>, Vec<Job>)> {
+        if let Some(only) = self.plain() {
+            return only.ack_and_claim_many(deliveries, max).await;
+        }
+        if deliveries.len() > crate::MAX_BATCH || max > crate::MAX_BATCH {
+            return Err(Error::invalid(format!(
+                "a claim or ack covers at most {} jobs",
+                crate::MAX_BATCH
+            )));
+        }
         self.checked(true).await?;
-        let first = deliveries.first().map_or(0, |(id, _)| self.partition_of(id));
-        if deliveries.iter().all(|(id, _)| self.partition_of(id) == first) {
-            return self.parts[first].ack_and_claim_many(deliveries, max).await;
+        if let Some((id, _)) = deliveries.first() {
+            let first = self.partition_of(id);
+            if deliveries.iter().all(|(id, _)| self.partition_of(id) == first) {
+                return self.parts[first].ack_and_claim_many(deliveries, max).await;
+            }
         }
         let acked = self.ack_many(deliveries).await?;
         let claimed = if max == 0 {

@@ -315,10 +315,60 @@ async fn pause_and_resume_every_partition(ts: TestStore) {
     assert_eq!(n, 40);
 }
 
+/// `ack_and_claim_many` on a partitioned queue: with no deliveries it
+/// claims from every partition in turn; deliveries of one partition are
+/// acked and claimed from in one step; deliveries spanning partitions are
+/// acked, then claimed from all; a batch over MAX_BATCH is refused before
+/// anything is acked.
+async fn ack_and_claim_many_over_partitions(ts: TestStore) {
+    let q = sharded(&ts, 4);
+    let jobs: Vec<(String, PushOptions)> = (0..40)
+        .map(|i| (format!("{i}"), with_id(&format!("a{i}"))))
+        .collect();
+    q.push_many(&jobs).await.unwrap();
+    // No deliveries: four claims of one take from four partitions.
+    let mut parts = std::collections::HashSet::new();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let (acked, got) = q.ack_and_claim_many(&[], 1).await.unwrap();
+        assert!(acked.is_empty());
+        let job = got.into_iter().next().expect("a job");
+        parts.insert(q.partition_of(&job.id));
+        held.push(job);
+    }
+    assert_eq!(
+        parts.len(),
+        4,
+        "claims with no deliveries took every partition in turn"
+    );
+    // Too many to claim: refused, and nothing acked.
+    let spanning: Vec<(&str, u64)> = held.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+    let err = q
+        .ack_and_claim_many(&spanning, tollgate::MAX_BATCH + 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert_eq!(q.stats().await.unwrap().in_flight, 4, "nothing was acked");
+    // Spanning partitions: every ack made, then claims from all.
+    let (acked, got) = q.ack_and_claim_many(&spanning, 36).await.unwrap();
+    assert_eq!(acked, vec![true; 4]);
+    assert_eq!(got.len(), 36, "the rest, from every partition");
+    // One partition's deliveries: acked and answered in one step.
+    let one = got[0].clone();
+    let (acked, more) = q
+        .ack_and_claim_many(&[(one.id.as_str(), one.fence)], 5)
+        .await
+        .unwrap();
+    assert_eq!((acked, more.len()), (vec![true], 0));
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.acked, s.in_flight), (5, 35), "{s:?}");
+}
+
 on_both_stores!(
     realtime: pause_and_resume_every_partition,
     routes_by_id_and_drains_every_partition,
     every_job_once_and_wakes,
     partition_counts_are_kept_and_changed_only_when_empty,
-    batches_answer_per_job
+    batches_answer_per_job,
+    ack_and_claim_many_over_partitions
 );
