@@ -268,6 +268,17 @@ pub(crate) fn check_job_id(id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks an ack-and-claim's counts: at most [`MAX_BATCH`] deliveries and
+/// as many jobs (0 claims none).
+pub(crate) fn check_settle(done: usize, max: usize) -> Result<()> {
+    if done > MAX_BATCH || max > MAX_BATCH {
+        return Err(Error::invalid(format!(
+            "a claim or ack covers at most {MAX_BATCH} jobs"
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_max(max: usize) -> Result<()> {
     if max == 0 || max > MAX_BATCH {
         return Err(Error::invalid(format!("a claim takes 1 to {MAX_BATCH} jobs")));

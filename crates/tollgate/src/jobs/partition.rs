@@ -23,7 +23,7 @@ use super::events::{EventId, JobEvents};
 use super::job::{
     Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, Job, MAX_BATCH, MAX_BATCH_BYTES,
     MAX_JOB_DELAY, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry, check_job_id,
-    check_max, lost, ms_of, sleep_until, to_time, truncated,
+    check_max, check_settle, lost, ms_of, sleep_until, to_time, truncated,
 };
 
 /// One partition of a job queue: a named queue in the store, under its
@@ -266,11 +266,7 @@ impl Partition {
     /// Acks `done` (whether each was that delivery's), then claims up to
     /// `max` due jobs, in one step.
     pub(crate) async fn settle(&self, done: &[(&str, u64)], max: usize) -> Result<(Vec<bool>, ClaimOutcome)> {
-        if done.len() > MAX_BATCH || max > MAX_BATCH {
-            return Err(Error::invalid(format!(
-                "a claim or ack covers at most {MAX_BATCH} jobs"
-            )));
-        }
+        check_settle(done.len(), max)?;
         for (id, _) in done {
             check_job_id(id)?;
         }

@@ -25,7 +25,8 @@ use futures_util::future::{join_all, select_all};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::jobs::job::{
-    Cancelled, Job, Nacked, PushOptions, Pushed, QueueStats, Retry, check_job_id, check_max, sleep_until,
+    Cancelled, Job, Nacked, PushOptions, Pushed, QueueStats, Retry, check_job_id, check_max, check_settle,
+    sleep_until,
 };
 use crate::jobs::partition::Partition;
 use crate::jobs::types::{ClaimOutcome, Layout};
@@ -558,12 +559,7 @@ impl JobQueue {
         if let Some(only) = self.plain() {
             return only.ack_and_claim_many(deliveries, max).await;
         }
-        if deliveries.len() > crate::MAX_BATCH || max > crate::MAX_BATCH {
-            return Err(Error::invalid(format!(
-                "a claim or ack covers at most {} jobs",
-                crate::MAX_BATCH
-            )));
-        }
+        check_settle(deliveries.len(), max)?;
         self.checked(true).await?;
         if let Some((id, _)) = deliveries.first() {
             let first = self.partition_of(id);
