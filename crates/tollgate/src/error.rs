@@ -120,6 +120,13 @@ impl Error {
         )
     }
 
+    /// A group's own limits past the most a queue keeps.
+    pub(crate) fn too_many_overrides(queue: &str, most: usize) -> Error {
+        Error::invalid(format!(
+            "queue {queue} keeps its own limits for at most {most} groups: drop some (or set the queue's group_concurrency and group_rate for all) first"
+        ))
+    }
+
     /// The same failure again, for each of several callers it reaches
     /// (the source's text goes into the message).
     pub(crate) fn duplicate(&self) -> Error {

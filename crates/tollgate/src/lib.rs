@@ -56,10 +56,11 @@ pub use gate::{
     TicketStatus, Waiting,
 };
 pub use jobs::{
-    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, EVENTS_BUFFER, EventId,
-    JOB_LISTING_BYTES, JOB_PREVIEW_BYTES, Job, JobEvent, JobEventKind, JobEvents, JobInfo, JobPage, JobQueue,
-    JobState, LATENESS_BOUNDS_MS, Lagged, MAX_BATCH, MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN,
-    MAX_JOB_LIST, MAX_PARTITIONS, Nacked, OnDuplicate, PushFailed, PushOptions, PushResult, Pushed,
+    Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, EVENTS_BUFFER, EventId, GroupHold,
+    GroupInfo, GroupLimits, GroupPage, JOB_LISTING_BYTES, JOB_PREVIEW_BYTES, Job, JobEvent, JobEventKind,
+    JobEvents, JobInfo, JobPage, JobQueue, JobState, LATENESS_BOUNDS_MS, Lagged, MAX_BATCH, MAX_BATCH_BYTES,
+    MAX_CONCURRENCY, MAX_GROUP_LEN, MAX_GROUP_LIST, MAX_JOB_DELAY, MAX_JOB_ID_LEN, MAX_JOB_LIST,
+    MAX_PARTITIONS, Nacked, OnDuplicate, PushFailed, PushOptions, PushResult, Pushed, QueueLimits,
     QueueStats, Retry,
 };
 pub use limit::{

@@ -707,3 +707,57 @@ fn parse_claim(answer: &str) -> Option<(String, u64)> {
     let fence = rest.trim_end_matches(")))").rsplit(", ").next()?.parse().ok()?;
     Some((id.to_owned(), fence))
 }
+
+/// A data directory written before groups existed (a snapshot and a log
+/// tail made by the build of 2026-11-29, `tests/fixtures/v1-store`) opens
+/// with every job where it was; the queue then turns fair, and a
+/// snapshot of it (the new record kind) opens again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_from_before_groups_opens_and_turns_fair() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1-store");
+    for entry in std::fs::read_dir(&fixture).expect("fixture") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).expect("copy");
+    }
+    let clock = ManualClock::new(1_800_000_000_020);
+    let (store, recovery) = open_at(dir.path(), &clock);
+    assert!(recovery.snapshot.is_some(), "{recovery:?}");
+    let queue = JobQueue::new(&store, "old").expect("queue");
+    let s = queue.stats().await.expect("stats");
+    assert_eq!(
+        (s.ready, s.delayed, s.in_flight, s.dead, s.groups),
+        (3, 1, 1, 1, 0),
+        "{s:?}"
+    );
+    let running = queue.get("e").await.expect("get").expect("e");
+    assert_eq!(running.state, tollgate::JobState::Running);
+    queue
+        .set_limits(&tollgate::QueueLimits {
+            concurrency: Some(2),
+            ..Default::default()
+        })
+        .await
+        .expect("limits");
+    let tenant = PushOptions {
+        id: Some("t1".into()),
+        group: Some("tenant".into()),
+        ..PushOptions::default()
+    };
+    queue.push("t", &tenant).await.expect("push");
+    // e runs: one more may go, the default group's best (a, priority 2).
+    let got = queue.claim_many(10).await.expect("claim");
+    assert_eq!(got.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["a"]);
+    store.snapshot_now().expect("snapshot");
+    store.close();
+    drop((queue, store));
+
+    let (store, _) = open_at(dir.path(), &clock);
+    let queue = JobQueue::new(&store, "old").expect("queue");
+    let s = queue.stats().await.expect("stats");
+    assert_eq!((s.ready, s.in_flight, s.groups), (3, 2, 2), "{s:?}");
+    assert!(queue.claim().await.expect("claim").is_none(), "2 running");
+    queue.ack(&got[0].id, got[0].fence).await.expect("ack");
+    let next = queue.claim().await.expect("claim").expect("a job");
+    assert_eq!(next.group.as_deref(), Some("tenant"), "the tenant's turn");
+}

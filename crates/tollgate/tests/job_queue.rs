@@ -805,6 +805,9 @@ mod sharded;
 #[path = "job_queue/lookup.rs"]
 mod lookup;
 
+#[path = "job_queue/groups.rs"]
+mod groups;
+
 /// Records written before they were bucketed (all in one `:d` hash) are
 /// still claimed, then acked, and do not linger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,4 +80,31 @@ pub(crate) trait JobBackend {
 
     /// The queue's counts and counters, promoting what is due first.
     async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats>;
+
+    /// Sets queue `q`'s limits (turning it fair), in one step.
+    async fn job_set_limits(&self, q: &Name, limits: &jobs::RawLimits) -> Result<()>;
+
+    /// Sets (or with `None` drops) group `group`'s own limits in queue
+    /// `q`, in one step; `Err` past the most a queue keeps.
+    async fn job_set_group_limits(
+        &self,
+        q: &Name,
+        group: &str,
+        limits: Option<&jobs::RawGroupLimits>,
+    ) -> Result<()>;
+
+    /// Queue `q`'s limits, and group `group`'s own if named (read only).
+    async fn job_limits(
+        &self,
+        q: &Name,
+        group: Option<&str>,
+    ) -> Result<(jobs::RawLimits, Option<jobs::RawGroupLimits>)>;
+
+    /// A page of queue `q`'s groups, most ready jobs first (read only).
+    async fn job_groups(
+        &self,
+        q: &Name,
+        from: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Vec<jobs::RawGroup>>;
 }

@@ -134,4 +134,38 @@ impl Store {
     pub(crate) async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
         on_backend!(self, jobs, b => JobBackend::job_stats(b, q))
     }
+
+    /// Sets queue `q`'s limits (turning it fair), in one step.
+    pub(crate) async fn job_set_limits(&self, q: &Name, limits: &jobs::RawLimits) -> Result<()> {
+        on_backend!(self, jobs, b => JobBackend::job_set_limits(b, q, limits))
+    }
+
+    /// Sets (or with `None` drops) group `group`'s own limits, in one step.
+    pub(crate) async fn job_set_group_limits(
+        &self,
+        q: &Name,
+        group: &str,
+        limits: Option<&jobs::RawGroupLimits>,
+    ) -> Result<()> {
+        on_backend!(self, jobs, b => JobBackend::job_set_group_limits(b, q, group, limits))
+    }
+
+    /// Queue `q`'s limits, and group `group`'s own if named.
+    pub(crate) async fn job_limits(
+        &self,
+        q: &Name,
+        group: Option<&str>,
+    ) -> Result<(jobs::RawLimits, Option<jobs::RawGroupLimits>)> {
+        on_backend!(self, jobs, b => JobBackend::job_limits(b, q, group))
+    }
+
+    /// A page of queue `q`'s groups, most ready jobs first.
+    pub(crate) async fn job_groups(
+        &self,
+        q: &Name,
+        from: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Vec<jobs::RawGroup>> {
+        on_backend!(self, jobs, b => JobBackend::job_groups(b, q, from, limit))
+    }
 }

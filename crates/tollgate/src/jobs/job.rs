@@ -11,6 +11,8 @@ use crate::error::{Error, ErrorKind, Result};
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// The longest job id, in bytes.
 pub const MAX_JOB_ID_LEN: usize = 128;
+/// The longest group key, in bytes.
+pub const MAX_GROUP_LEN: usize = 128;
 /// Upper bounds, in ms, of the buckets of [`QueueStats::lateness_buckets`].
 pub const LATENESS_BOUNDS_MS: [u64; 13] = crate::jobs::types::LATENESS_BOUNDS_MS;
 /// The most jobs one batch call pushes, claims or acks.
@@ -66,6 +68,11 @@ pub struct PushOptions {
     pub max_attempts: u32,
     pub backoff: Backoff,
     pub on_duplicate: OnDuplicate,
+    /// The job's group (a tenant, a customer): groups take turns at
+    /// claim, and each may have its own concurrency and rate
+    /// (`JobQueue::set_limits`). `None`: the default group. 1 to
+    /// [`MAX_GROUP_LEN`] bytes, no whitespace or control characters.
+    pub group: Option<String>,
 }
 
 impl Default for PushOptions {
@@ -78,6 +85,7 @@ impl Default for PushOptions {
             max_attempts: 5,
             backoff: Backoff::default(),
             on_duplicate: OnDuplicate::Keep,
+            group: None,
         }
     }
 }
@@ -118,6 +126,8 @@ pub struct Job {
     pub fence: u64,
     /// When the lease ends (store time).
     pub lease_until: SystemTime,
+    /// Its group, unless the default.
+    pub group: Option<String>,
 }
 
 impl Job {
@@ -203,6 +213,13 @@ pub struct QueueStats {
     pub lateness_sum: Duration,
     /// Paused ([`JobQueue::pause`](crate::JobQueue::pause)): it takes pushes, hands out no jobs.
     pub paused: bool,
+    /// Groups with ready or running jobs (0 on a queue that never had a
+    /// group or a limit), and how many of them a limit holds back now.
+    pub groups: u64,
+    pub groups_held: u64,
+    /// Claims that got fewer jobs than they asked for while jobs were
+    /// ready: a limit held them back.
+    pub limited_claims: u64,
 }
 
 impl QueueStats {
@@ -263,6 +280,22 @@ pub(crate) fn check_job_id(id: &str) -> Result<()> {
     if let Some(bad) = id.chars().find(|c| c.is_whitespace() || c.is_control()) {
         return Err(Error::invalid(format!(
             "job id contains {bad:?}; whitespace and control characters are not allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a group key: 1 to [`MAX_GROUP_LEN`] bytes, no whitespace or
+/// control characters.
+pub(crate) fn check_group(group: &str) -> Result<()> {
+    if group.is_empty() || group.len() > MAX_GROUP_LEN {
+        return Err(Error::invalid(format!(
+            "a group key must be 1 to {MAX_GROUP_LEN} bytes"
+        )));
+    }
+    if let Some(bad) = group.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::invalid(format!(
+            "group key contains {bad:?}; whitespace and control characters are not allowed"
         )));
     }
     Ok(())

@@ -112,6 +112,8 @@ pub struct JobInfo {
     pub payload_size: u64,
     /// The payload's first [`JOB_PREVIEW_BYTES`] bytes.
     pub payload_preview: Vec<u8>,
+    /// Its group, unless the default.
+    pub group: Option<String>,
 }
 
 impl JobInfo {
@@ -134,6 +136,7 @@ impl JobInfo {
             last_error: raw.last_error,
             payload_size: raw.payload_size,
             payload_preview: raw.preview,
+            group: raw.group,
         }
     }
 }

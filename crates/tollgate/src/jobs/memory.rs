@@ -17,7 +17,8 @@ use super::model::Queue;
 use super::types as jobs;
 use super::types::{
     BackoffSpec, CancelOutcome, Claim, ClaimOutcome, Extend, Keep, Layout, ListFrom, Nack, NackOutcome,
-    PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawState, RawStats, RescheduleOutcome, When, wake_key,
+    PushOutcome, PushReq, RawDead, RawDone, RawGroup, RawGroupLimits, RawInfo, RawLimits, RawState, RawStats,
+    RescheduleOutcome, When, wake_key,
 };
 
 /// The job-queue operations of the embedded store.
@@ -85,10 +86,28 @@ impl JobMemory<'_> {
 
     /// Fails if the queue is retired (a partition of a replaced layout).
     pub(crate) fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
-        let args = |b: &mut Vec<u8>| put(b, &push_args(reqs));
-        self.with_queue(q, (Code::JobPush, &args), |queue, now| {
+        // Pushes without a group are logged as before groups were.
+        let grouped = reqs.iter().any(|r| !r.group.is_empty());
+        let args = |b: &mut Vec<u8>| {
+            if grouped {
+                put(b, &grouped_push_args(reqs));
+            } else {
+                put(b, &push_args(reqs));
+            }
+        };
+        let code = if grouped {
+            Code::JobPushGrouped
+        } else {
+            Code::JobPush
+        };
+        self.with_queue(q, (code, &args), |queue, now| {
             if queue.retired {
                 return (Err(Error::retired(q.as_str())), 0);
+            }
+            // A group anywhere in the batch turns the queue fair first
+            // (as jobs.lua's push).
+            if grouped {
+                queue.turn_fair(now);
             }
             let mut woken = 0;
             let outcomes = reqs
@@ -122,19 +141,30 @@ impl JobMemory<'_> {
         } = *claim;
         let args = |b: &mut Vec<u8>| put(b, &(acks, keep, lease_ms, max as u64));
         self.with_queue(q, (Code::JobClaim, &args), |queue, now| {
+            let mut freed = 0;
             let acked = acks
                 .iter()
-                .map(|(id, fence)| queue.ack(id, *fence, keep, now))
+                .map(|(id, fence)| {
+                    let (acked, wake) = queue.ack(id, *fence, keep, now);
+                    freed += wake;
+                    acked
+                })
                 .collect();
             if max == 0 {
                 let empty = ClaimOutcome::Empty {
                     next_due_ms: None,
                     now_ms: now,
                 };
-                return ((acked, empty), 0);
+                return ((acked, empty), freed);
             }
+            // This claim takes what the acks freed first: wake others
+            // only for what it leaves.
             let (claimed, wake) = queue.claim(lease_ms, max, now);
-            ((acked, claimed), wake)
+            let took = match &claimed {
+                ClaimOutcome::Jobs(jobs) => jobs.len(),
+                ClaimOutcome::Empty { .. } => 0,
+            };
+            ((acked, claimed), wake + freed.saturating_sub(took))
         })
     }
 
@@ -186,8 +216,8 @@ impl JobMemory<'_> {
 
     pub(crate) fn job_replay(&self, q: &Name, id: Option<&str>) -> u64 {
         let args = |b: &mut Vec<u8>| put(b, &id);
-        self.with_queue(q, (Code::JobReplay, &args), |queue, _| {
-            let n = queue.replay(id);
+        self.with_queue(q, (Code::JobReplay, &args), |queue, now| {
+            let n = queue.replay(id, now);
             (n, n > 0)
         })
     }
@@ -209,6 +239,42 @@ impl JobMemory<'_> {
         self.on_queue(q, false, Some((Code::JobStats, &|_| {})), |queue, now| {
             (queue.stats(now), false)
         })
+    }
+
+    /// Sets queue `q`'s limits (see `fair.rs`).
+    pub(crate) fn job_set_limits(&self, q: &Name, limits: &RawLimits) {
+        let args = |b: &mut Vec<u8>| put(b, limits);
+        self.with_queue(q, (Code::JobSetLimits, &args), |queue, now| {
+            ((), queue.set_limits(*limits, now))
+        });
+    }
+
+    /// Sets or drops group `group`'s own limits; `Err` past the most a
+    /// queue keeps.
+    pub(crate) fn job_set_group_limits(
+        &self,
+        q: &Name,
+        group: &str,
+        limits: Option<&RawGroupLimits>,
+    ) -> Result<()> {
+        let args = |b: &mut Vec<u8>| put(b, &(group, limits));
+        self.with_queue(q, (Code::JobSetGroupLimits, &args), |queue, now| {
+            let (done, wake) = queue.set_group_limits(group, limits.copied(), now);
+            (
+                done.map_err(|most| Error::too_many_overrides(q.as_str(), most)),
+                wake,
+            )
+        })
+    }
+
+    /// Queue `q`'s limits, and group `group`'s own (read only).
+    pub(crate) fn job_limits(&self, q: &Name, group: Option<&str>) -> (RawLimits, Option<RawGroupLimits>) {
+        self.read_queue(q, |queue, _| queue.limits(group))
+    }
+
+    /// A page of queue `q`'s groups (read only).
+    pub(crate) fn job_groups(&self, q: &Name, from: Option<(u64, &str)>, limit: usize) -> Vec<RawGroup> {
+        self.read_queue(q, |queue, _| queue.groups(from, limit.max(1)))
     }
 
     /// Whether anything was ever written to queue `q` (see `is_blank`;
@@ -238,6 +304,17 @@ impl<'a> Deref for JobMemory<'a> {
 
 type PushArgs<'a> = (&'a str, &'a [u8], When, u8, u32, BackoffSpec, bool);
 
+/// A logged push of `Code::JobPushGrouped`: each job's arguments and
+/// group.
+type GroupedPushArgs<'a> = (PushArgs<'a>, &'a str);
+
+fn grouped_push_args<'a>(reqs: &'a [PushReq<'a>]) -> Vec<GroupedPushArgs<'a>> {
+    push_args(reqs)
+        .into_iter()
+        .zip(reqs.iter().map(|r| r.group))
+        .collect()
+}
+
 fn push_args<'a>(reqs: &'a [PushReq<'a>]) -> Vec<PushArgs<'a>> {
     reqs.iter()
         .map(|r| {
@@ -254,6 +331,20 @@ fn push_args<'a>(reqs: &'a [PushReq<'a>]) -> Vec<PushArgs<'a>> {
         .collect()
 }
 
+fn push_req<'a>(a: PushArgs<'a>, group: &'a str) -> PushReq<'a> {
+    let (id, payload, when, priority, max_attempts, backoff, replace) = a;
+    PushReq {
+        id,
+        payload,
+        when,
+        priority,
+        max_attempts,
+        backoff,
+        replace,
+        group,
+    }
+}
+
 /// Runs record `r` of this primitive again on `m`, whose time is pinned
 /// to the record's (see `store/embedded/replay.rs`). Answers are dropped:
 /// the state is what replay is for.
@@ -266,21 +357,20 @@ pub(crate) fn replay(m: &JobMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
         }
         Code::JobPush => {
             let reqs: Vec<PushArgs<'_>> = replay::args(r.args)?;
-            let reqs: Vec<PushReq<'_>> = reqs
-                .into_iter()
-                .map(
-                    |(id, payload, when, priority, max_attempts, backoff, replace)| PushReq {
-                        id,
-                        payload,
-                        when,
-                        priority,
-                        max_attempts,
-                        backoff,
-                        replace,
-                    },
-                )
-                .collect();
+            let reqs: Vec<PushReq<'_>> = reqs.into_iter().map(|a| push_req(a, "")).collect();
             let _ = m.job_push(g, &reqs);
+        }
+        Code::JobPushGrouped => {
+            let reqs: Vec<GroupedPushArgs<'_>> = replay::args(r.args)?;
+            let reqs: Vec<PushReq<'_>> = reqs.into_iter().map(|(a, group)| push_req(a, group)).collect();
+            let _ = m.job_push(g, &reqs);
+        }
+        Code::JobSetLimits => {
+            m.job_set_limits(g, &replay::args(r.args)?);
+        }
+        Code::JobSetGroupLimits => {
+            let (group, limits): (&str, Option<RawGroupLimits>) = replay::args(r.args)?;
+            let _ = m.job_set_group_limits(g, group, limits.as_ref());
         }
         Code::JobRetire => {
             m.job_retire(g, replay::args(r.args)?);
@@ -411,5 +501,35 @@ impl JobBackend for JobMemory<'_> {
 
     async fn job_stats(&self, q: &Name) -> Result<jobs::RawStats> {
         self.read(|| self.job_stats(q)).await
+    }
+
+    async fn job_set_limits(&self, q: &Name, limits: &jobs::RawLimits) -> Result<()> {
+        self.write(|| self.job_set_limits(q, limits)).await
+    }
+
+    async fn job_set_group_limits(
+        &self,
+        q: &Name,
+        group: &str,
+        limits: Option<&jobs::RawGroupLimits>,
+    ) -> Result<()> {
+        self.write(|| self.job_set_group_limits(q, group, limits)).await?
+    }
+
+    async fn job_limits(
+        &self,
+        q: &Name,
+        group: Option<&str>,
+    ) -> Result<(jobs::RawLimits, Option<jobs::RawGroupLimits>)> {
+        self.read(|| self.job_limits(q, group)).await
+    }
+
+    async fn job_groups(
+        &self,
+        q: &Name,
+        from: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Vec<jobs::RawGroup>> {
+        self.read(|| self.job_groups(q, from, limit)).await
     }
 }

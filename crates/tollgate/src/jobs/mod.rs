@@ -17,6 +17,8 @@ pub(crate) mod backend;
 mod dead_letters;
 mod dispatch;
 pub(crate) mod events;
+pub(crate) mod fair;
+pub(crate) mod groups;
 pub(crate) mod job;
 mod layout;
 mod lookup;
@@ -28,10 +30,13 @@ pub(crate) mod redis;
 pub(crate) mod types;
 
 pub use self::events::{EVENTS_BUFFER, EventId, JobEvent, JobEventKind, JobEvents, Lagged};
+pub use self::groups::{
+    GroupHold, GroupInfo, GroupLimits, GroupPage, MAX_CONCURRENCY, MAX_GROUP_LIST, QueueLimits,
+};
 pub use self::job::{
     Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, Job, LATENESS_BOUNDS_MS, MAX_BATCH,
-    MAX_BATCH_BYTES, MAX_JOB_DELAY, MAX_JOB_ID_LEN, Nacked, OnDuplicate, PushOptions, PushResult, Pushed,
-    QueueStats, Retry,
+    MAX_BATCH_BYTES, MAX_GROUP_LEN, MAX_JOB_DELAY, MAX_JOB_ID_LEN, Nacked, OnDuplicate, PushOptions,
+    PushResult, Pushed, QueueStats, Retry,
 };
 pub use self::lookup::{JOB_LISTING_BYTES, JOB_PREVIEW_BYTES, JobInfo, JobPage, JobState, MAX_JOB_LIST};
 pub use self::queue::{JobQueue, MAX_PARTITIONS, PushFailed};

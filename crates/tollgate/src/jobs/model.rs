@@ -9,10 +9,11 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use crate::store::memory::Shelved;
 
 use super::events::{JobEvent, JobEventKind};
+use super::fair::Fair;
 use super::types::{
     BackoffSpec, CancelOutcome, ClaimOutcome, Extend, Keep, LATENESS_BOUNDS_MS, Layout, ListFrom, Nack,
-    NackOutcome, PREVIEW_BYTES, PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState, RawStats,
-    RescheduleOutcome, When, ready_score, within_listing_bytes,
+    NackOutcome, PREVIEW_BYTES, PushOutcome, PushReq, RawDead, RawDone, RawGroup, RawGroupLimits, RawInfo,
+    RawJob, RawLimits, RawState, RawStats, RescheduleOutcome, When, ready_score, within_listing_bytes,
 };
 
 const BATCH: usize = 100;
@@ -71,6 +72,10 @@ pub(crate) struct Queue {
     /// `on_queue`; jobs.lua: `emit`, written when m's field v is live).
     #[serde(skip)]
     pub(super) events: Option<Vec<JobEvent>>,
+    /// Groups and limits: written to a snapshot after the rest (see
+    /// `store/embedded/snapshot.rs`), so snapshots made before them load.
+    #[serde(skip)]
+    pub(crate) fair: Fair,
 }
 
 impl Shelved for Queue {
@@ -84,6 +89,7 @@ impl Shelved for Queue {
             && self.stats == RawStats::default()
             && self.schedules.is_empty()
             && !self.paused
+            && self.fair.is_blank()
     }
 
     /// A queue is dropped only when it holds nothing at all (no job of any
@@ -110,6 +116,7 @@ impl Shelved for Queue {
         let kept = self.partitions.is_some_and(|k| k > 1)
             || self.retired
             || self.paused
+            || self.fair.has_limits()
             || !self.schedules.is_empty();
         (empty && !kept).then_some(0)
     }
@@ -167,15 +174,41 @@ impl Queue {
             return false;
         }
         self.unplace(id);
-        self.jobs.remove(id);
+        self.forget(id);
         true
     }
 
-    fn set_ready(&mut self, id: &str) {
+    /// Job `id` is gone.
+    fn forget(&mut self, id: &str) {
+        self.jobs.remove(id);
+        self.fair.forget(id);
+    }
+
+    fn set_ready(&mut self, id: &str, now: u64) {
         if let Some((d, place)) = self.jobs.get_mut(id) {
             *place = Place::Ready;
-            self.ready.insert(ready_key(id, d));
+            let key = ready_key(id, d);
+            self.ready.insert(key.clone());
+            if self.fair.is_on() {
+                let group = self.fair.group_of(id).to_owned();
+                self.fair.ready(&group, key, now);
+            }
         }
+    }
+
+    /// Job `id` stops running (the caller took it out of `in_flight`); how
+    /// many consumers to wake for what that lets go.
+    fn release(&mut self, id: &str, now: u64) -> usize {
+        if !self.fair.is_on() {
+            return 0;
+        }
+        let group = self.fair.group_of(id).to_owned();
+        self.fair.release(&group, self.in_flight.len(), now)
+    }
+
+    /// Turns the queue fair (see `fair.rs`), if not yet.
+    pub(crate) fn turn_fair(&mut self, now: u64) {
+        self.fair.turn_on(self.ready.iter(), self.in_flight.len(), now);
     }
 
     fn set_delayed(&mut self, id: &str, at: u64) {
@@ -190,7 +223,7 @@ impl Queue {
     /// now the first delayed one (a consumer may sleep until a later time).
     fn schedule(&mut self, id: &str, run_at: u64, now: u64) -> bool {
         if run_at <= now {
-            self.set_ready(id);
+            self.set_ready(id, now);
             true
         } else {
             self.set_delayed(id, run_at);
@@ -204,7 +237,12 @@ impl Queue {
         let place = *place;
         match place {
             Place::Ready => {
-                self.ready.remove(&ready_key(id, d));
+                let key = ready_key(id, d);
+                self.ready.remove(&key);
+                if self.fair.is_on() {
+                    let group = self.fair.group_of(id).to_owned();
+                    self.fair.unready(&group, &key);
+                }
             }
             Place::Delayed(at) => {
                 self.delayed.remove(&(at, id.to_owned()));
@@ -231,15 +269,15 @@ impl Queue {
         if self.dead.len() > DEAD_KEPT
             && let Some((_, oldest)) = self.dead.pop_first()
         {
-            self.jobs.remove(&oldest);
+            self.forget(&oldest);
         }
     }
 
-    /// Returns how many jobs became ready.
+    /// Returns how many jobs became ready (and groups free to run again).
     fn promote(&mut self, now: u64) -> usize {
         let mut readied = 0;
         for (at, id) in take_due(&mut self.delayed, now) {
-            self.set_ready(&id);
+            self.set_ready(&id, now);
             let late = now - at;
             self.lateness.push_front(late);
             let bucket = LATENESS_BOUNDS_MS
@@ -256,6 +294,7 @@ impl Queue {
         self.lateness.truncate(LATENESS_KEPT);
         for (_, id) in take_due(&mut self.in_flight, now) {
             self.stats.redelivered += 1;
+            readied += self.release(&id, now);
             let Some(attempts) = self.jobs.get(&id).map(|(d, _)| (d.attempts, d.max)) else {
                 continue;
             };
@@ -268,20 +307,27 @@ impl Queue {
                 self.bury(&id, now);
                 self.emit(|| expired(JobEventKind::Dead));
             } else {
-                self.set_ready(&id);
+                self.set_ready(&id, now);
                 readied += 1;
             }
+        }
+        if self.fair.is_on() {
+            readied += self.fair.promote(now, BATCH);
         }
         readied
     }
 
-    fn next_due(&self) -> Option<u64> {
-        let a = self.delayed.first().map(|(at, _)| *at);
-        let b = self.in_flight.first().map(|(at, _)| *at);
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+    /// The soonest time something may become claimable: a delayed job
+    /// due, a lease over, a rate letting a job go.
+    fn next_due(&self, now: u64) -> Option<u64> {
+        [
+            self.delayed.first().map(|(at, _)| *at),
+            self.in_flight.first().map(|(at, _)| *at),
+            self.fair.next_due(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Returns the outcome and whether a sleeping consumer should be woken.
@@ -305,6 +351,10 @@ impl Queue {
             }
             None => self.stats.pushed += 1,
         }
+        if !req.group.is_empty() {
+            self.turn_fair(now);
+        }
+        self.fair.set_group(req.id, req.group);
         self.seq += 1;
         self.jobs.insert(
             req.id.to_owned(),
@@ -346,40 +396,28 @@ impl Queue {
         let wake = readied.saturating_sub(max);
         let deadline = now + lease_ms;
         let mut jobs = Vec::new();
-        while jobs.len() < max
-            && let Some((_, _, id)) = self.ready.pop_first()
-        {
-            let Some((d, place)) = self.jobs.get_mut(&id) else {
-                continue;
+        while jobs.len() < max {
+            let next = if self.fair.is_on() {
+                let key = self.fair.take(self.in_flight.len(), now);
+                if let Some(key) = &key {
+                    self.ready.remove(key);
+                }
+                key
+            } else {
+                self.ready.pop_first()
             };
-            // Above the last fence, the clock (ms x 1000) and every fence
-            // of a dropped queue, which may have run ahead of the clock:
-            // the gates' rule (`GateState::grant`; claim in jobs.lua).
-            self.fence = self.fence.max(now * 1000).max(self.fence_floor) + 1;
-            d.attempts += 1;
-            *place = Place::InFlight {
-                deadline,
-                fence: self.fence,
+            let Some((_, _, id)) = next else {
+                break;
             };
-            jobs.push(RawJob {
-                id: id.clone(),
-                payload: d.payload.clone(),
-                attempt: d.attempts,
-                fence: self.fence,
-                deadline_ms: deadline,
-            });
-            let (attempt, fence) = (d.attempts, self.fence);
-            self.emit(|| JobEvent {
-                attempt: Some(attempt),
-                fence: Some(fence),
-                ..JobEvent::raw(JobEventKind::Claimed, &id)
-            });
-            self.in_flight.insert((deadline, id));
+            jobs.extend(self.hand_out(id, deadline, now));
         }
         self.stats.claimed += jobs.len() as u64;
+        if self.fair.is_on() && jobs.len() < max && !self.ready.is_empty() {
+            self.fair.count_limited();
+        }
         if jobs.is_empty() {
             let empty = ClaimOutcome::Empty {
-                next_due_ms: self.next_due(),
+                next_due_ms: self.next_due(now),
                 now_ms: now,
             };
             return (empty, wake);
@@ -387,20 +425,55 @@ impl Queue {
         (ClaimOutcome::Jobs(jobs), wake)
     }
 
+    /// Delivers ready job `id` (taken out of the ready sets) under a lease
+    /// to `deadline`.
+    fn hand_out(&mut self, id: String, deadline: u64, now: u64) -> Option<RawJob> {
+        let (d, place) = self.jobs.get_mut(&id)?;
+        // Above the last fence, the clock (ms x 1000) and every fence
+        // of a dropped queue, which may have run ahead of the clock:
+        // the gates' rule (`GateState::grant`; claim in jobs.lua).
+        self.fence = self.fence.max(now * 1000).max(self.fence_floor) + 1;
+        d.attempts += 1;
+        *place = Place::InFlight {
+            deadline,
+            fence: self.fence,
+        };
+        let group = self.fair.group_of(&id);
+        let job = RawJob {
+            id: id.clone(),
+            payload: d.payload.clone(),
+            attempt: d.attempts,
+            fence: self.fence,
+            deadline_ms: deadline,
+            group: (!group.is_empty()).then(|| group.to_owned()),
+        };
+        let (attempt, fence) = (d.attempts, self.fence);
+        self.emit(|| JobEvent {
+            attempt: Some(attempt),
+            fence: Some(fence),
+            ..JobEvent::raw(JobEventKind::Claimed, &id)
+        });
+        self.in_flight.insert((deadline, id));
+        Some(job)
+    }
+
     fn held(&self, id: &str, fence: u64) -> bool {
         matches!(self.jobs.get(id), Some((_, Place::InFlight { fence: f, .. })) if *f == fence)
     }
 
-    pub(crate) fn ack(&mut self, id: &str, fence: u64, keep: Option<Keep>, now: u64) -> bool {
+    /// Whether that was the delivery's (now acked), and how many consumers
+    /// to wake for what its end lets go.
+    pub(crate) fn ack(&mut self, id: &str, fence: u64, keep: Option<Keep>, now: u64) -> (bool, usize) {
         if !self.held(id, fence) {
-            return false;
+            return (false, 0);
         }
         self.unplace(id);
+        let wake = self.release(id, now);
         self.stats.acked += 1;
         self.emit(|| JobEvent::raw(JobEventKind::Acked, id));
         let Some(keep) = keep else {
-            self.jobs.remove(id);
-            return true;
+            self.forget(id);
+            return (true, wake);
         };
         if let Some((d, place)) = self.jobs.get_mut(id) {
             d.attempts = 0;
@@ -409,13 +482,13 @@ impl Queue {
         }
         while self.done.len() as u64 > keep.count {
             if let Some((_, old)) = self.done.pop_first() {
-                self.jobs.remove(&old);
+                self.forget(&old);
             }
         }
         for (_, old) in take_due(&mut self.done, now.saturating_sub(keep.ms)) {
-            self.jobs.remove(&old);
+            self.forget(&old);
         }
-        true
+        (true, wake)
     }
 
     pub(crate) fn done(&self, limit: usize) -> Vec<RawDone> {
@@ -429,7 +502,7 @@ impl Queue {
         within_listing_bytes(rows, |r| r.id.len() + r.payload.len())
     }
 
-    pub(crate) fn nack(&mut self, nack: &Nack<'_>, now: u64) -> (NackOutcome, bool) {
+    pub(crate) fn nack(&mut self, nack: &Nack<'_>, now: u64) -> (NackOutcome, usize) {
         let Nack {
             id,
             fence,
@@ -438,11 +511,12 @@ impl Queue {
             error,
         } = *nack;
         if !self.held(id, fence) {
-            return (NackOutcome::NotHeld, false);
+            return (NackOutcome::NotHeld, 0);
         }
         self.unplace(id);
+        let freed = self.release(id, now);
         let Some((d, _)) = self.jobs.get(id) else {
-            return (NackOutcome::NotHeld, false);
+            return (NackOutcome::NotHeld, freed);
         };
         let attempt = Some(d.attempts);
         if d.attempts >= d.max {
@@ -454,7 +528,7 @@ impl Queue {
                 attempt,
                 ..JobEvent::raw(JobEventKind::Dead, id).with_error(error)
             });
-            return (NackOutcome::Dead, false);
+            return (NackOutcome::Dead, freed);
         }
         let delay = delay_ms.unwrap_or_else(|| backoff_delay(&d.backoff, d.attempts, jitter));
         self.stats.retried += 1;
@@ -468,7 +542,7 @@ impl Queue {
             NackOutcome::Retry {
                 run_at_ms: now + delay,
             },
-            wake,
+            freed + usize::from(wake),
         )
     }
 
@@ -492,7 +566,7 @@ impl Queue {
             Some(Place::InFlight { .. }) => CancelOutcome::Running,
             Some(place) => {
                 self.unplace(id);
-                self.jobs.remove(id);
+                self.forget(id);
                 self.emit(|| JobEvent::raw(JobEventKind::Cancelled, id));
                 if matches!(place, Place::Dead(_) | Place::Done(_)) {
                     CancelOutcome::Purged
@@ -545,7 +619,7 @@ impl Queue {
         }
     }
 
-    pub(crate) fn replay(&mut self, id: Option<&str>) -> u64 {
+    pub(crate) fn replay(&mut self, id: Option<&str>, now: u64) -> u64 {
         let mut n = 0;
         for id in self.dead_ids(id) {
             if matches!(self.jobs.get(&id), Some((_, Place::Dead(_)))) {
@@ -554,7 +628,7 @@ impl Queue {
                     d.attempts = 0;
                     d.error = None;
                 }
-                self.set_ready(&id);
+                self.set_ready(&id, now);
                 self.emit(|| JobEvent::raw(JobEventKind::Replayed, &id));
                 n += 1;
             }
@@ -567,7 +641,7 @@ impl Queue {
         for id in self.dead_ids(id) {
             if matches!(self.jobs.get(&id), Some((_, Place::Dead(_)))) {
                 self.unplace(&id);
-                self.jobs.remove(&id);
+                self.forget(&id);
                 self.emit(|| JobEvent::raw(JobEventKind::Purged, &id));
                 n += 1;
             }
@@ -655,8 +729,43 @@ impl Queue {
                 self.stats.lateness_buckets.clone()
             },
             paused: self.paused,
+            groups: self.fair.group_counts().0,
+            groups_held: self.fair.group_counts().1,
+            limited_claims: self.fair.limited_claims(),
             ..self.stats.clone()
         }
+    }
+
+    /// Sets the queue's limits (turning it fair); how many consumers to
+    /// wake.
+    pub(crate) fn set_limits(&mut self, limits: RawLimits, now: u64) -> usize {
+        self.turn_fair(now);
+        self.fair.set_limits(limits, now)
+    }
+
+    /// Sets or drops `group`'s own limits (turning the queue fair); how
+    /// many consumers to wake, or `Err` with the most overrides kept.
+    pub(crate) fn set_group_limits(
+        &mut self,
+        group: &str,
+        limits: Option<RawGroupLimits>,
+        now: u64,
+    ) -> (Result<(), usize>, usize) {
+        self.turn_fair(now);
+        match self.fair.set_group_limits(group, limits, now) {
+            Ok(wake) => (Ok(()), wake),
+            Err(most) => (Err(most), 0),
+        }
+    }
+
+    /// The queue's limits, and `group`'s own if named.
+    pub(crate) fn limits(&self, group: Option<&str>) -> (RawLimits, Option<RawGroupLimits>) {
+        (*self.fair.limits(), group.and_then(|g| self.fair.group_limits(g)))
+    }
+
+    /// A page of the queue's groups (see `Fair::list`).
+    pub(crate) fn groups(&self, from: Option<(u64, &str)>, limit: usize) -> Vec<RawGroup> {
+        self.fair.list(from, limit)
     }
 }
 
@@ -689,6 +798,9 @@ impl Queue {
             } else {
                 d.payload[..d.payload.len().min(PREVIEW_BYTES)].to_vec()
             },
+            group: Some(self.fair.group_of(id))
+                .filter(|g| !g.is_empty())
+                .map(str::to_owned),
         })
     }
 
@@ -787,6 +899,7 @@ mod tests {
                 max_attempts: 1,
                 backoff,
                 replace: false,
+                group: "",
             };
             q.push(&req, now + i as u64);
             let (ClaimOutcome::Jobs(jobs), _) = q.claim(1000, 1, now + i as u64) else {

@@ -22,8 +22,8 @@ use crate::store::registry::Kind;
 use super::events::{EventId, JobEvents};
 use super::job::{
     Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, Job, MAX_BATCH, MAX_BATCH_BYTES,
-    MAX_JOB_DELAY, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry, check_job_id,
-    check_max, check_settle, lost, ms_of, sleep_until, to_time, truncated,
+    MAX_JOB_DELAY, Nacked, OnDuplicate, PushOptions, PushResult, Pushed, QueueStats, Retry, check_group,
+    check_job_id, check_max, check_settle, lost, ms_of, sleep_until, to_time, truncated,
 };
 
 /// One partition of a job queue: a named queue in the store, under its
@@ -135,6 +135,9 @@ impl Partition {
         if options.max_attempts == 0 || options.max_attempts > 1000 {
             return Err(Error::invalid("max_attempts must be 1 to 1000"));
         }
+        if let Some(group) = &options.group {
+            check_group(group)?;
+        }
         let backoff = match options.backoff {
             Backoff::Fixed(d) => BackoffSpec {
                 kind: 'f',
@@ -207,6 +210,7 @@ impl Partition {
                 max_attempts: options.max_attempts,
                 backoff: *backoff,
                 replace: options.on_duplicate == OnDuplicate::Replace,
+                group: options.group.as_deref().unwrap_or(""),
             })
             .collect();
         let outcomes = self.store.job_push(&self.name, &reqs).await;
@@ -260,6 +264,7 @@ impl Partition {
             attempt: raw.attempt,
             fence: raw.fence,
             lease_until: to_time(raw.deadline_ms),
+            group: raw.group,
         }
     }
 
@@ -517,6 +522,9 @@ impl Partition {
             lateness_buckets: s.lateness_buckets,
             lateness_sum: Duration::from_millis(s.lateness_sum_ms),
             paused: s.paused,
+            groups: s.groups,
+            groups_held: s.groups_held,
+            limited_claims: s.limited_claims,
         })
     }
 

@@ -30,7 +30,7 @@ use crate::jobs::job::{
 };
 use crate::jobs::partition::Partition;
 use crate::jobs::types::{ClaimOutcome, Layout};
-use crate::name::{Name, new_id};
+use crate::name::Name;
 use crate::store::Store;
 use crate::store::registry::Kind;
 
@@ -51,8 +51,8 @@ pub struct PushFailed {
 /// turn in which partitions are taken.
 #[derive(Debug, Clone)]
 pub struct JobQueue {
-    store: Store,
-    name: Name,
+    pub(super) store: Store,
+    pub(super) name: Name,
     pub(super) parts: Arc<[Partition]>,
     cursor: Arc<AtomicUsize>,
     /// When the store last agreed to this handle's partition count (none:
@@ -296,7 +296,7 @@ impl JobQueue {
     pub async fn push(&self, payload: impl AsRef<[u8]>, options: &PushOptions) -> Result<Pushed> {
         self.checked(true).await?;
         let mut options = options.clone();
-        let id = options.id.get_or_insert_with(new_id).clone();
+        let id = self.routed_id(&mut options)?;
         let out = self.part(&id).push(payload, &options).await;
         self.register(&out).await;
         out
@@ -350,7 +350,7 @@ impl JobQueue {
         let mut ids = Vec::with_capacity(jobs.len());
         for (payload, options) in jobs {
             let mut options = options.clone();
-            let id = options.id.get_or_insert_with(new_id).clone();
+            let id = self.routed_id(&mut options)?;
             // Every job is checked before any partition takes one.
             self.parts[0].prepare(payload.as_ref(), &options)?;
             routed.push((self.partition_of(&id), (payload.as_ref(), options)));
@@ -704,6 +704,9 @@ impl JobQueue {
             }
             total.lateness_sum += s.lateness_sum;
             total.paused |= s.paused;
+            total.groups += s.groups;
+            total.groups_held += s.groups_held;
+            total.limited_claims += s.limited_claims;
         }
         Ok(total)
     }

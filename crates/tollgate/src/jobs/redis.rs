@@ -9,10 +9,11 @@ use crate::store::redis::{Listening, RedisStore, unexpected};
 
 use super::backend::JobBackend;
 use super::events::{EventId, StreamRead};
+use super::fair::MAX_OVERRIDES;
 use super::types::{
     CancelOutcome, Claim, ClaimOutcome, Extend, LATENESS_BOUNDS_MS, LISTING_BYTES, Layout, ListFrom, Nack,
-    NackOutcome, PushOutcome, PushReq, RawDead, RawDone, RawInfo, RawJob, RawState, RawStats,
-    RescheduleOutcome, When,
+    NackOutcome, PushOutcome, PushReq, RawDead, RawDone, RawGroup, RawGroupLimits, RawInfo, RawJob,
+    RawLimits, RawRate, RawState, RawStats, RescheduleOutcome, When,
 };
 
 impl RedisStore {
@@ -74,8 +75,8 @@ impl RedisStore {
     }
 }
 
-/// A claim's reply: `{1, id, payload, attempt, fence, deadline}` or
-/// `{0, next due or -1, now}`.
+/// A claim's reply: `{1, n, then id, payload, attempt, fence, deadline,
+/// group per job}` or `{0, next due or -1, now}`.
 fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
     let bad = || Error::new(ErrorKind::Store, "unexpected reply to claim");
     let int = value::<i64>;
@@ -85,21 +86,23 @@ fn claim_reply(items: &[redis::Value]) -> Result<ClaimOutcome> {
             now_ms: int(now).ok_or_else(bad)? as u64,
         }),
         [flag, n, rows @ ..]
-            if int(flag) == Some(1) && int(n).is_some_and(|n| n as usize * 5 == rows.len()) =>
+            if int(flag) == Some(1) && int(n).is_some_and(|n| n as usize * 6 == rows.len()) =>
         {
             let jobs = rows
-                .chunks(5)
+                .chunks(6)
                 .map(|row| {
-                    let [id, payload, attempt, fence, deadline] = row else {
+                    let [id, payload, attempt, fence, deadline, group] = row else {
                         return Err(bad());
                     };
                     let fence: String = redis::from_redis_value_ref(fence).map_err(|_| bad())?;
+                    let group: String = redis::from_redis_value_ref(group).map_err(|_| bad())?;
                     Ok(RawJob {
                         id: redis::from_redis_value_ref(id).map_err(|_| bad())?,
                         payload: redis::from_redis_value_ref(payload).map_err(|_| bad())?,
                         attempt: int(attempt).ok_or_else(bad)? as u32,
                         fence: fence.parse().map_err(|_| bad())?,
                         deadline_ms: int(deadline).ok_or_else(bad)? as u64,
+                        group: Some(group).filter(|g| !g.is_empty()),
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -148,7 +151,7 @@ fn when_args(when: When) -> (i64, i64) {
 }
 
 /// The values of one job's row in a `get` or `list` reply.
-const INFO_WIDTH: usize = 10;
+const INFO_WIDTH: usize = 11;
 
 /// A state as jobs.lua numbers it (its LOOKUP_SETS).
 fn state_code(state: RawState) -> i64 {
@@ -163,7 +166,20 @@ fn state_code(state: RawState) -> i64 {
 
 /// One row of a `get` or `list` reply (`looked_up` in jobs.lua).
 fn info_row(row: &[redis::Value]) -> Option<RawInfo> {
-    let [id, state, score, prio, max, attempts, fence, error, size, preview] = row else {
+    let [
+        id,
+        state,
+        score,
+        prio,
+        max,
+        attempts,
+        fence,
+        error,
+        size,
+        preview,
+        group,
+    ] = row
+    else {
         return None;
     };
     let state = match value::<i64>(state)? {
@@ -191,6 +207,34 @@ fn info_row(row: &[redis::Value]) -> Option<RawInfo> {
         last_error: Some(error).filter(|e| !e.is_empty()),
         payload_size: u64::try_from(value::<i64>(size)?).ok()?,
         preview: value(preview)?,
+        group: Some(value::<String>(group)?).filter(|g| !g.is_empty()),
+    })
+}
+
+/// A limit as jobs.lua takes it ('' for none).
+fn opt_arg<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(String::new, |v| v.to_string())
+}
+
+/// A rate as jobs.lua takes it: count and period ms ('' for none).
+fn rate_args(rate: Option<RawRate>) -> [String; 2] {
+    [opt_arg(rate.map(|r| r.count)), opt_arg(rate.map(|r| r.period_ms))]
+}
+
+/// A limit in a reply ('' for none).
+fn opt_value<T: std::str::FromStr>(v: &redis::Value) -> Option<Option<T>> {
+    let s = value::<String>(v)?;
+    if s.is_empty() {
+        return Some(None);
+    }
+    s.parse().ok().map(Some)
+}
+
+/// A rate in a reply: count and period ('' for none).
+fn rate_value(count: &redis::Value, period: &redis::Value) -> Option<Option<RawRate>> {
+    Some(match (opt_value::<u32>(count)?, opt_value::<u64>(period)?) {
+        (Some(count), Some(period_ms)) => Some(RawRate { count, period_ms }),
+        _ => None,
     })
 }
 
@@ -207,7 +251,7 @@ impl JobBackend for Arc<RedisStore> {
 
     /// Pushes a batch of jobs in one script call.
     async fn job_push(&self, q: &Name, reqs: &[PushReq<'_>]) -> Result<Vec<PushOutcome>> {
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + 10 * reqs.len());
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + 11 * reqs.len());
         args.push(int_arg(reqs.len() as i64));
         for req in reqs {
             let (delay, at) = when_args(req.when);
@@ -226,6 +270,7 @@ impl JobBackend for Arc<RedisStore> {
                 } else {
                     b"keep".to_vec()
                 },
+                req.group.as_bytes().to_vec(),
             ]);
         }
         let r: Vec<i64> = self.run_jobs(q, "push", args).await?;
@@ -421,7 +466,7 @@ impl JobBackend for Arc<RedisStore> {
     async fn job_stats(&self, q: &Name) -> Result<RawStats> {
         let r: Vec<i64> = self.run_jobs(q, "stats", Vec::<String>::new()).await?;
         let buckets = LATENESS_BOUNDS_MS.len() + 1;
-        if r.len() < 13 + buckets {
+        if r.len() < 16 + buckets {
             return Err(unexpected("stats", &r));
         }
         let u = |i: usize| r[i].max(0) as u64;
@@ -438,9 +483,87 @@ impl JobBackend for Arc<RedisStore> {
             redelivered: u(9),
             completed: u(10),
             paused: r[11] == 1,
-            lateness_sum_ms: u(12),
-            lateness_buckets: r[13..13 + buckets].iter().map(|v| (*v).max(0) as u64).collect(),
-            lateness_ms: r[13 + buckets..].iter().map(|v| (*v).max(0) as u64).collect(),
+            groups: u(12),
+            groups_held: u(13),
+            limited_claims: u(14),
+            lateness_sum_ms: u(15),
+            lateness_buckets: r[16..16 + buckets].iter().map(|v| (*v).max(0) as u64).collect(),
+            lateness_ms: r[16 + buckets..].iter().map(|v| (*v).max(0) as u64).collect(),
+        })
+    }
+
+    /// Sets queue `q`'s limits (see `fair.rs`).
+    async fn job_set_limits(&self, q: &Name, limits: &RawLimits) -> Result<()> {
+        let [rn, rp] = rate_args(limits.rate);
+        let [gn, gp] = rate_args(limits.group_rate);
+        let args = (
+            opt_arg(limits.concurrency),
+            rn,
+            rp,
+            opt_arg(limits.group_concurrency),
+            gn,
+            gp,
+        );
+        let _: i64 = self.run_jobs(q, "limits", args).await?;
+        Ok(())
+    }
+
+    /// Sets or drops group `group`'s own limits.
+    async fn job_set_group_limits(
+        &self,
+        q: &Name,
+        group: &str,
+        limits: Option<&RawGroupLimits>,
+    ) -> Result<()> {
+        let l = limits.copied().unwrap_or_default();
+        let [n, p] = rate_args(l.rate);
+        let args = (group, opt_arg(l.concurrency), n, p, MAX_OVERRIDES);
+        let r: Vec<i64> = self.run_jobs(q, "group_limits", args).await?;
+        match r.as_slice() {
+            [1] => Ok(()),
+            [0, most] => Err(Error::too_many_overrides(q.as_str(), *most as usize)),
+            other => Err(unexpected("group_limits", other)),
+        }
+    }
+
+    /// Queue `q`'s limits, and group `group`'s own (read only).
+    async fn job_limits(&self, q: &Name, group: Option<&str>) -> Result<(RawLimits, Option<RawGroupLimits>)> {
+        let v: Vec<redis::Value> = self.run_jobs(q, "limits_get", group.unwrap_or("")).await?;
+        let decode = || -> Option<(RawLimits, Option<RawGroupLimits>)> {
+            let [cc, rn, rp, gc, gn, gp, oc, on, op] = v.as_slice() else {
+                return None;
+            };
+            let limits = RawLimits {
+                concurrency: opt_value(cc)?,
+                rate: rate_value(rn, rp)?,
+                group_concurrency: opt_value(gc)?,
+                group_rate: rate_value(gn, gp)?,
+            };
+            let own = RawGroupLimits {
+                concurrency: opt_value(oc)?,
+                rate: rate_value(on, op)?,
+            };
+            Some((limits, Some(own).filter(|o| *o != RawGroupLimits::default())))
+        };
+        decode().ok_or_else(|| Error::new(ErrorKind::Store, "unexpected reply to limits_get"))
+    }
+
+    /// A page of queue `q`'s groups (read only; see `Fair::list`).
+    async fn job_groups(&self, q: &Name, from: Option<(u64, &str)>, limit: usize) -> Result<Vec<RawGroup>> {
+        let (count, group) = from.map_or((String::new(), ""), |(n, g)| (n.to_string(), g));
+        let v: Vec<redis::Value> = self.run_jobs(q, "groups", (limit.max(1), count, group)).await?;
+        listing("groups", &v, 7, |row| {
+            let [group, ready, running, held, c, n, p] = row else {
+                return None;
+            };
+            Some(RawGroup {
+                group: value(group)?,
+                ready: value::<i64>(ready)?.max(0) as u64,
+                running: value::<i64>(running)?.max(0) as u64,
+                held_until: opt_value::<f64>(held)?.map(|t| t as u64),
+                concurrency: opt_value(c)?,
+                rate: rate_value(n, p)?,
+            })
         })
     }
 }

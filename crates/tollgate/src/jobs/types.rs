@@ -31,6 +31,8 @@ pub(crate) struct PushReq<'a> {
     pub(crate) max_attempts: u32,
     pub(crate) backoff: BackoffSpec,
     pub(crate) replace: bool,
+    /// Its group: "" for the default group.
+    pub(crate) group: &'a str,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +50,8 @@ pub(crate) struct RawJob {
     pub(crate) attempt: u32,
     pub(crate) fence: u64,
     pub(crate) deadline_ms: u64,
+    /// Its group, unless the default.
+    pub(crate) group: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +116,16 @@ pub(crate) struct RawStats {
     pub(crate) lateness_ms: Vec<u64>,
     /// Paused: takes pushes, hands out no jobs.
     pub(crate) paused: bool,
+    /// Groups with ready or running jobs (0 on a plain queue), and how
+    /// many of them a limit holds back; claims that got fewer jobs than
+    /// asked while jobs were ready. (Kept with the groups, not here: a
+    /// snapshot holds these stats as they were before groups.)
+    #[serde(skip)]
+    pub(crate) groups: u64,
+    #[serde(skip)]
+    pub(crate) groups_held: u64,
+    #[serde(skip)]
+    pub(crate) limited_claims: u64,
 }
 
 /// A completed job kept after its ack.
@@ -243,6 +257,8 @@ pub(crate) struct RawInfo {
     pub(crate) payload_size: u64,
     /// The payload's first PREVIEW_BYTES bytes.
     pub(crate) preview: Vec<u8>,
+    /// Its group, unless the default.
+    pub(crate) group: Option<String>,
 }
 
 /// Where a listing resumes: after the job `id` at `score`, or (if that job
@@ -256,4 +272,43 @@ pub(crate) struct ListFrom<'a> {
 /// The score of a ready job (jobs.lua: `ready_score`).
 pub(crate) fn ready_score(prio: u8, seq: u64) -> u64 {
     u64::from(255 - prio) * (1 << 44) + seq
+}
+
+/// A rate: at most `count` per `period_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RawRate {
+    pub(crate) count: u32,
+    pub(crate) period_ms: u64,
+}
+
+/// A queue's limits, applied at claim (`None`: no limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RawLimits {
+    pub(crate) concurrency: Option<u32>,
+    pub(crate) rate: Option<RawRate>,
+    pub(crate) group_concurrency: Option<u32>,
+    pub(crate) group_rate: Option<RawRate>,
+}
+
+/// One group's own limits, over the queue's group limits (`None`: the
+/// queue's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RawGroupLimits {
+    pub(crate) concurrency: Option<u32>,
+    pub(crate) rate: Option<RawRate>,
+}
+
+/// One group of a queue as `job_groups` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawGroup {
+    /// "" for the default group.
+    pub(crate) group: String,
+    pub(crate) ready: u64,
+    pub(crate) running: u64,
+    /// Held back by a limit until then (ms), or `HELD_FOR_SLOT`: until
+    /// one of its jobs ends.
+    pub(crate) held_until: Option<u64>,
+    /// The limits in force for it.
+    pub(crate) concurrency: Option<u32>,
+    pub(crate) rate: Option<RawRate>,
 }

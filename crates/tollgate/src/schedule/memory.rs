@@ -53,6 +53,7 @@ fn push_new(
         max_attempts: job.max_attempts,
         backoff: job.backoff,
         replace: false,
+        group: "",
     };
     let (outcome, wake) = queue.push(&req, now);
     (matches!(outcome, PushOutcome::New { .. }), wake)

@@ -7,21 +7,32 @@
 local EVENT_ERROR_BYTES = 200
 
 if op == 'push' then
-  -- ARGV: 4 job count k, then 10 per job from a = 5 + 10 * j: id, payload,
+  -- ARGV: 4 job count k, then 11 per job from a = 5 + 11 * j: id, payload,
   --       delay ms (-1: use the next), run-at ms, prio, max attempts,
-  --       backoff kind, base ms, max ms, on duplicate ('keep' | 'replace')
+  --       backoff kind, base ms, max ms, on duplicate ('keep' | 'replace'),
+  --       group ('' the default; any other turns the queue fair first)
   -- Reply: two per job: {1, run_at} pushed; {2, 0} kept the existing job;
   --        {3, run_at} replaced; {4, 0} in flight, dead or kept as
   --        completed: not replaced
   -- A partition of a layout that was repartitioned away takes no job.
-  local mv = redis.call('HMGET', KM, 'retired', 'v', 'G')
+  local mv = redis.call('HMGET', KM, 'retired', 'v', 'G', 'F')
   watch_until = tonumber(mv[2]) or 0
+  fair_on = mv[4] ~= false
   if mv[1] then
     return redis.error_reply('RETIRED this queue belongs to a partition layout that was replaced; ' ..
       'use the partition count in force')
   end
   revive(mv[3] ~= false)
   local k = tonumber(ARGV[4])
+  for j = 0, k - 1 do
+    if ARGV[15 + 11 * j] ~= '' then
+      turn_fair()
+      break
+    end
+  end
+  -- Fair, ready jobs go to their groups one by one (in push order, as
+  -- their groups take their turns); woken for at the end.
+  local fair_ready_n = 0
   -- s counts pushes and replacements (pushed = s - replaced); a kept
   -- duplicate leaves a gap in it, which is harmless.
   local seq0 = redis.call('HINCRBY', KM, 's', k) - k
@@ -41,18 +52,22 @@ if op == 'push' then
     ready, delayed, delayed_ids, pending = {}, {}, {}, {}
   end
   for j = 0, k - 1 do
-    local a = 5 + 10 * j
+    local a = 5 + 11 * j
     local id, seq = ARGV[a], seq0 + j + 1
     local delay, run_at = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
     if delay >= 0 then run_at = now + delay end
-    local m = {prio = tonumber(ARGV[a + 4]), seq = seq}
-    local record = head_of(seq, ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]) .. ARGV[a + 1]
+    local m = {prio = tonumber(ARGV[a + 4]), seq = seq, group = ARGV[a + 10]}
+    local record = head_of(seq, ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 10]) ..
+      ARGV[a + 1]
     if ARGV[a + 9] ~= 'replace' then
       -- Dedupe: one call both checks and writes. A later duplicate in the
       -- same batch is kept out the same way.
       if redis.call('HSETNX', bucket(id), id, record) == 1 then
         pending[id] = true
-        if run_at <= now then
+        if run_at <= now and fair_on then
+          ready_add(id, m)
+          fair_ready_n = fair_ready_n + 1
+        elseif run_at <= now then
           ready[#ready + 1] = ready_score(m)
           ready[#ready + 1] = id
         else
@@ -77,7 +92,7 @@ if op == 'push' then
       -- Placed at once: a later job of this batch may replace it again.
       if pending[id] then place_pending() end
       local outcome = 1
-      if redis.call('ZREM', KR, id) + redis.call('ZREM', KW, id) > 0 then
+      if ready_rem(id) or redis.call('ZREM', KW, id) > 0 then
         outcome = 3
         replaced = replaced + 1
       end
@@ -90,25 +105,70 @@ if op == 'push' then
   end
   if replaced > 0 then count('replaced', replaced) end
   place_pending()
+  if fair_ready_n > 0 then wake(fair_ready_n) end
+  flush_turn()
   return out
 end
 
 -- Claims up to `max` due jobs: {1, n, then id, payload, attempt, fence,
--- deadline per job}, or {0, next due ms or -1, now ms}. When more jobs
+-- deadline, group ('' the default) per job}, or {0, next due ms or -1,
+-- now ms}. When more jobs
 -- became ready than this claim takes, other consumers are woken for them.
 -- `mv`: m's paused and v, read by the caller before anything else (so
 -- that no event of this call needs a read of its own).
+-- Fair: up to `max` ready jobs, one per group in turn, skipping (into h)
+-- the groups a limit holds (jobs/fair.rs: `take`). Returns their ids,
+-- their groups, and the queue rate's arrival time (if it has a rate).
+local function fair_claim(max)
+  local L = queue_limits()
+  local in_flight = L.cc and redis.call('ZCARD', KF) or 0
+  local tq
+  if L.rn then tq = tonumber(redis.call('HGET', KM, 'Q')) or 0 end
+  local ids, groups = {}, {}
+  while #ids < max do
+    if L.cc and in_flight >= L.cc then break end
+    if tq and tq >= (now + 1) * 1000 then break end
+    local g = redis.call('ZPOPMIN', KG)[1]
+    if not g then break end
+    local _, n, p = limits_of(g)
+    local until_, tat = held_until(g)
+    if until_ then
+      redis.call('ZADD', KH, until_, g)
+    else
+      local id = redis.call('ZPOPMIN', KR .. ':' .. g)[1]
+      if not id then break end
+      redis.call('ZREM', KR, id)
+      local left = tonumber(redis.call('ZINCRBY', KB, -1, g))
+      local running = redis.call('HINCRBY', KU, g, 1)
+      in_flight = in_flight + 1
+      if tq then tq = math.max(tq, now * 1000) + interval(L.rn, L.rp) end
+      if n then redis.call('ZADD', KY, math.max(tat or 0, now * 1000) + interval(n, p), g) end
+      ids[#ids + 1] = id
+      groups[#groups + 1] = g
+      if left > 0 then place(g, running) end
+    end
+  end
+  if tq then redis.call('HSET', KM, 'Q', string.format('%d', tq)) end
+  return ids, groups, tq
+end
+
 local function claim(lease, max, mv)
+  fair_on = mv[3] ~= false
   local readied = promote()
   -- Paused: due jobs are made ready, but none is handed out and nobody is
   -- woken for them (a resume wakes the consumers).
   if mv[1] then return {0, -1, now} end
   if readied > max then wake(readied - max) end
-  local popped = redis.call('ZPOPMIN', KR, max)
-  local n = #popped / 2
-  if n == 0 then return {0, next_due(), now} end
-  local ids = {}
-  for i = 1, n do ids[i] = popped[2 * i - 1] end
+  local ids, groups, tq = {}, {}, nil
+  if fair_on then
+    ids, groups, tq = fair_claim(max)
+    if #ids < max and redis.call('ZCARD', KR) > 0 then count('lc') end
+  else
+    local popped = redis.call('ZPOPMIN', KR, max)
+    for i = 1, #popped / 2 do ids[i] = popped[2 * i - 1] end
+  end
+  local n = #ids
+  if n == 0 then return {0, next_due(tq), now} end
   local records = {}
   for i, id in ipairs(ids) do records[i] = record_of(id) end
   -- Each fence is above both the last one kept and server time (ms) x
@@ -136,14 +196,15 @@ local function claim(lease, max, mv)
       leases[#leases + 1] = deadline
       leases[#leases + 1] = id
       fences[#fences + 1] = id
-      fences[#fences + 1] = fence
+      -- Fair: l names the group, whose slot the job's end frees.
+      fences[#fences + 1] = fair_on and fence .. ':' .. groups[i] or fence
       attempts[#attempts + 1] = id
       attempts[#attempts + 1] = attempt
-      for _, x in ipairs({id, payload, attempt, fence, deadline}) do out[#out + 1] = x end
+      for _, x in ipairs({id, payload, attempt, fence, deadline, groups[i] or ''}) do out[#out + 1] = x end
       emit('claimed', id, 'a', attempt, 'f', fence)
     end
   end
-  if #leases == 0 then return {0, next_due(), now} end
+  if #leases == 0 then return {0, next_due(tq), now} end
   out[2] = #leases / 2
   redis.call('ZADD', KF, unpack(leases))
   redis.call('HSET', KL, unpack(fences))
@@ -155,28 +216,35 @@ end
 -- returns 1 per pair whose delivery it was (now acked), else 0. With
 -- keep_n > 0 acked jobs are kept as completed: at most keep_n of them, none
 -- older than keep_ms.
+-- Also returns how many consumers to wake for slots the acks freed.
 local function ack_all(from, keep_n, keep_ms)
-  local ids, flags, done, seen = {}, {}, {}, {}
+  local ids, flags, done, seen, freed = {}, {}, {}, {}, {}
   for i = from, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
-  if #ids == 0 then return flags end
+  if #ids == 0 then return flags, 0 end
   local held = redis.call('HMGET', KL, unpack(ids))
   for i, id in ipairs(ids) do
     flags[i] = 0
-    if held[i] and held[i] == ARGV[from + 2 * i - 1] and not seen[id] then
-      seen[id] = true
-      flags[i] = 1
-      done[#done + 1] = id
+    if held[i] and not seen[id] then
+      local fence, g = held_value(held[i])
+      if fence == ARGV[from + 2 * i - 1] then
+        seen[id] = true
+        flags[i] = 1
+        done[#done + 1] = id
+        if g then freed[#freed + 1] = g end
+      end
     end
   end
-  if #done == 0 then return flags end
+  if #done == 0 then return flags, 0 end
   redis.call('ZREM', KF, unpack(done))
   redis.call('HDEL', KL, unpack(done))
   redis.call('HDEL', KN, unpack(done))
+  local woke = 0
+  for _, g in ipairs(freed) do woke = woke + fair_release(g) end
   count('acked', #done)
   for _, id in ipairs(done) do emit('acked', id) end
   if keep_n <= 0 then
     for _, id in ipairs(done) do redis.call('HDEL', bucket(id), id) end
-    return flags
+    return flags, woke
   end
   local kept = {}
   for _, id in ipairs(done) do
@@ -194,7 +262,7 @@ local function ack_all(from, keep_n, keep_ms)
     redis.call('ZREM', KC, old)
     redis.call('HDEL', bucket(old), old)
   end
-  return flags
+  return flags, woke
 end
 
 if op == 'claim' then
@@ -206,13 +274,18 @@ if op == 'claim' then
   local max = tonumber(ARGV[5])
   local mv
   if max > 0 then
-    mv = redis.call('HMGET', KM, 'paused', 'v')
+    mv = redis.call('HMGET', KM, 'paused', 'v', 'F')
     watch_until = tonumber(mv[2]) or 0
   end
-  local out = ack_all(8, tonumber(ARGV[6]), tonumber(ARGV[7]))
+  local out, woke = ack_all(8, tonumber(ARGV[6]), tonumber(ARGV[7]))
   table.insert(out, 1, #out)
   local r = {0, -1, now}
   if max > 0 then r = claim(tonumber(ARGV[4]), max, mv) end
+  -- This claim takes what the acks freed first: others are woken only
+  -- for what it leaves.
+  if r[1] == 1 then woke = woke - r[2] end
+  if woke > 0 then wake(woke) end
+  flush_turn()
   -- Nothing claimed and nothing delayed or in flight: maybe nothing left.
   if r[1] == 0 and r[2] == -1 then settle() end
   for _, x in ipairs(r) do out[#out + 1] = x end
@@ -224,15 +297,23 @@ if op == 'nack' then
   -- (0..1), 8 error text ('' none), kept if the job dies. Reply:
   -- {1, run_at} retried later, {2} dead, {0} not ours.
   local id = ARGV[4]
-  if not holds(id, ARGV[5]) then return {0} end
+  local v = redis.call('HGET', KL, id)
+  if not v then return {0} end
+  local fence, g = held_value(v)
+  if fence ~= ARGV[5] then return {0} end
   redis.call('ZREM', KF, id)
   redis.call('HDEL', KL, id)
+  if g then
+    local woke = fair_release(g)
+    if woke > 0 then wake(woke) end
+  end
   local m = meta_of(id)
   local attempts = tonumber(redis.call('HGET', KN, id)) or 0
   if attempts >= m.max then
     bury(id)
     if ARGV[8] ~= '' then redis.call('HSET', KE, id, ARGV[8]) end
     emit('dead', id, 'a', attempts, 'e', string.sub(ARGV[8], 1, EVENT_ERROR_BYTES))
+    flush_turn()
     return {2}
   end
   local delay = tonumber(ARGV[6])
@@ -248,6 +329,7 @@ if op == 'nack' then
   local run_at = now + math.max(delay, 0)
   line_up(id, m, run_at)
   emit('nacked', id, 'a', attempts, 'r', run_at, 'e', string.sub(ARGV[8], 1, EVENT_ERROR_BYTES))
+  flush_turn()
   return {1, run_at}
 end
 
@@ -264,7 +346,7 @@ if op == 'cancel' then
   -- ARGV: 4 id. Reply: {1} cancelled, {2} running (not cancelled),
   -- {3} dead (purged), {0} unknown.
   local id = ARGV[4]
-  if redis.call('ZREM', KR, id) + redis.call('ZREM', KW, id) > 0 then
+  if ready_rem(id) or redis.call('ZREM', KW, id) > 0 then
     forget(id)
     emit('cancelled', id)
     settle()
@@ -287,12 +369,13 @@ if op == 'reschedule' then
   local delay, at = tonumber(ARGV[5]), tonumber(ARGV[6])
   local run_at = at
   if delay >= 0 then run_at = now + delay end
-  if redis.call('ZREM', KR, id) + redis.call('ZREM', KW, id) == 0 then
+  if not ready_rem(id) and redis.call('ZREM', KW, id) == 0 then
     if redis.call('ZSCORE', KF, id) then return {2} end
     return {0}
   end
   line_up(id, meta_of(id), run_at)
   emit('rescheduled', id, 'r', run_at)
+  flush_turn()
   return {1, run_at}
 end
 
@@ -343,17 +426,20 @@ local LOOKUP_SETS, PREVIEW = {KR, KW, KF, KX, KC}, 256
 
 -- Job `id`'s row, in `state` at `score`: {id, state, score (whole), prio,
 -- max attempts, attempts, fence ('' unless running), last error ('' none),
--- payload bytes, the payload's first PREVIEW bytes (all of it if `whole`)};
--- nil without a record.
+-- payload bytes, the payload's first PREVIEW bytes (all of it if `whole`),
+-- group ('' the default)}; nil without a record.
 local function looked_up(id, state, score, whole)
   local v = redis.call('HGET', bucket(id), id) or redis.call('HGET', KD, id)
   if not v then return nil end
   local nl = string.find(v, '\n', 1, true)
   local seq, prio, max = string.match(string.sub(v, 1, nl - 1), '^(%d+),(%d+),(%d+),')
   if not seq then prio, max = 0, 5 end
+  local fence = ''
+  if state == 3 then fence = held_value(redis.call('HGET', KL, id) or '') end
   return {id, state, string.format('%d', tonumber(score)), tonumber(prio), tonumber(max),
-          tonumber(redis.call('HGET', KN, id)) or 0, state == 3 and redis.call('HGET', KL, id) or '',
-          redis.call('HGET', KE, id) or '', #v - nl, whole and string.sub(v, nl + 1) or string.sub(v, nl + 1, nl + PREVIEW)}
+          tonumber(redis.call('HGET', KN, id)) or 0, fence,
+          redis.call('HGET', KE, id) or '', #v - nl, whole and string.sub(v, nl + 1) or string.sub(v, nl + 1, nl + PREVIEW),
+          group_in(v)}
 end
 
 if op == 'get' then
@@ -406,13 +492,14 @@ if op == 'replay' then
       if m then
         redis.call('HDEL', KN, id)
         redis.call('HDEL', KE, id)
-        redis.call('ZADD', KR, ready_score(m), id)
+        ready_add(id, m)
         emit('replayed', id)
         n = n + 1
       end
     end
   end
   if n > 0 then wake() end
+  flush_turn()
   return {n}
 end
 
@@ -517,14 +604,19 @@ end
 if op == 'stats' then
   -- Reply: {ready, delayed, in flight, dead, pushed, claimed, acked,
   --         retried, dead total, redelivered, completed kept, paused (1
-  --         or 0), lateness sum ms, one count per lateness bucket, lateness samples...}
+  --         or 0), groups, groups held, limited claims, lateness sum ms,
+  --         one count per lateness bucket, lateness samples...}
   promote()
+  flush_turn()
   local c = redis.call('HMGET', KM, 's', 'replaced', 'f', 'b', 'acked', 'retried', 'dead', 'redelivered')
   local v = {}
   for i = 1, 8 do v[i] = tonumber(c[i]) or 0 end
   local out = {redis.call('ZCARD', KR), redis.call('ZCARD', KW), redis.call('ZCARD', KF), redis.call('ZCARD', KX),
                v[1] - v[2], v[3] - v[4], v[5], v[6], v[7], v[8], redis.call('ZCARD', KC)}
   out[#out + 1] = redis.call('HEXISTS', KM, 'paused')
+  out[#out + 1] = redis.call('ZCARD', KB)
+  out[#out + 1] = redis.call('ZCARD', KH)
+  out[#out + 1] = tonumber(redis.call('HGET', KM, 'lc')) or 0
   local fields = {'hs'}
   for b = 1, #LATENESS_BOUNDS + 1 do fields[#fields + 1] = 'h' .. b end
   for _, v in ipairs(redis.call('HMGET', KM, unpack(fields))) do out[#out + 1] = tonumber(v) or 0 end
@@ -566,6 +658,106 @@ if op == 'events' then
     return {last[1] and last[1][1] or '0-0', first_id, {}}
   end
   return {'', first_id, redis.call('XRANGE', KV, '(' .. ARGV[5], '+', 'COUNT', tonumber(ARGV[6]))}
+end
+
+-- A rate as three ARGV ('' for none): count, period ms.
+local function rate_args(i)
+  if ARGV[i] == '' then return nil end
+  return ARGV[i], ARGV[i + 1]
+end
+
+if op == 'limits' then
+  -- Sets the queue's limits (turning it fair): ARGV 4 concurrency, 5 and
+  -- 6 rate count and period ms, 7 group concurrency, 8 and 9 group rate
+  -- ('' none). Held groups are placed again under them. Reply: 1.
+  turn_fair()
+  local fields = {'cc', 'rn', 'rp', 'gc', 'gn', 'gp'}
+  for i, f in ipairs(fields) do
+    if ARGV[3 + i] == '' then
+      redis.call('HDEL', KM, f)
+    else
+      redis.call('HSET', KM, f, ARGV[3 + i])
+    end
+  end
+  revive()
+  limits = nil
+  local n = replace_held()
+  if n > 0 then wake(n) end
+  flush_turn()
+  settle()
+  return 1
+end
+
+if op == 'group_limits' then
+  -- Sets group ARGV[4]'s own limits (ARGV 5 concurrency, 6 and 7 rate
+  -- count and period ms, '' for the queue's), or drops them when all
+  -- three are ''. Reply: 1, or {0, the most kept} when the queue keeps
+  -- its most already.
+  turn_fair()
+  local g = ARGV[4]
+  if ARGV[5] == '' and ARGV[6] == '' then
+    redis.call('HDEL', KP, g)
+  else
+    if redis.call('HEXISTS', KP, g) == 0 and redis.call('HLEN', KP) >= tonumber(ARGV[8]) then
+      return {0, tonumber(ARGV[8])}
+    end
+    redis.call('HSET', KP, g, ARGV[5] .. ',' .. ARGV[6] .. ',' .. ARGV[7])
+  end
+  local o = redis.call('HLEN', KP)
+  if o > 0 then redis.call('HSET', KM, 'O', o) else redis.call('HDEL', KM, 'O') end
+  revive()
+  limits, own_limits = nil, {}
+  local n = replace_held(g)
+  if n > 0 then wake(n) end
+  flush_turn()
+  settle()
+  return {1}
+end
+
+if op == 'limits_get' then
+  -- ARGV: 4 a group ('' none). Reply: {concurrency, rate count, rate
+  -- period, group concurrency, group rate count, period, then the group's
+  -- own: concurrency, rate count, period} ('' for none).
+  local v = redis.call('HMGET', KM, 'cc', 'rn', 'rp', 'gc', 'gn', 'gp')
+  local out = {}
+  for i = 1, 6 do out[i] = v[i] or '' end
+  local own = ARGV[4] ~= '' and redis.call('HGET', KP, ARGV[4])
+  local oc, on, op_ = '', '', ''
+  if own then oc, on, op_ = string.match(own, '^(%d*),(%d*),(%d*)$') end
+  out[7], out[8], out[9] = oc, on, op_
+  return out
+end
+
+if op == 'groups' then
+  -- A page of the queue's groups, most ready jobs first (ties: name
+  -- descending), from right after the cursor's group if it is still
+  -- there with that count, else from the first with that count or fewer.
+  -- ARGV: 4 limit, 5 cursor count ('' from the start), 6 cursor group.
+  -- Reply: per group {group, ready, running, held until ('' none),
+  -- concurrency, rate count, rate period ('' none)}.
+  local limit = tonumber(ARGV[4])
+  local rows
+  if ARGV[5] == '' then
+    rows = redis.call('ZREVRANGE', KB, 0, limit - 1, 'WITHSCORES')
+  else
+    local at = redis.call('ZSCORE', KB, ARGV[6])
+    if at and tonumber(at) == tonumber(ARGV[5]) then
+      local start = redis.call('ZREVRANK', KB, ARGV[6]) + 1
+      rows = redis.call('ZREVRANGE', KB, start, start + limit - 1, 'WITHSCORES')
+    else
+      rows = redis.call('ZREVRANGEBYSCORE', KB, ARGV[5], '-inf', 'WITHSCORES', 'LIMIT', 0, limit)
+    end
+  end
+  local out = {}
+  for i = 1, #rows, 2 do
+    local g = rows[i]
+    local c, n, p = limits_of(g)
+    for _, x in ipairs({g, tonumber(rows[i + 1]), tonumber(redis.call('HGET', KU, g)) or 0,
+                        redis.call('ZSCORE', KH, g) or '', c or '', n or '', p or ''}) do
+      out[#out + 1] = x
+    end
+  end
+  return out
 end
 
 return redis.error_reply('unknown job operation ' .. op)

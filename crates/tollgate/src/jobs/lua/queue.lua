@@ -19,9 +19,11 @@
 --              holding the records of the ids that hash to it:
 --                    id -> "<seq>\n<payload>" for a job with the default
 --                    options (priority 0, 5 attempts, exponential backoff
---                    from 1 s to 5 min), else "<seq>,<prio>,<max attempts>,
---                    <backoff kind>,<backoff base ms>,<backoff max ms>\n<payload>"
---   KEYS[3] r  ZSET  ready: id -> (255 - prio) * 2^44 + seq
+--                    from 1 s to 5 min) and group, else "<seq>,<prio>,<max attempts>,
+--                    <backoff kind>,<backoff base ms>,<backoff max ms>[,<group>]\n<payload>"
+--                    (no group: the default group)
+--   KEYS[3] r  ZSET  ready: id -> (255 - prio) * 2^44 + seq (every ready
+--                    job, of every group)
 --   KEYS[4] w  ZSET  delayed (and retrying): id -> run-at ms
 --   KEYS[5] f  ZSET  in flight: id -> lease deadline ms
 --   KEYS[6] l  HASH  in flight: id -> fence of the current delivery
@@ -39,6 +41,25 @@
 --              watches: m's field v holds the store time (ms) until which
 --              a watcher asked for them; each watcher's `events` call
 --              moves it on. Capped at about EVENTS_KEPT entries.
+-- Groups and limits (a fair queue: m's field F; see "Fair queues" below):
+--   r:<group> ZSET  a group's ready jobs, scored as in r ("r:" is the
+--              default group's)
+--   g  ZSET  groups that may run: group -> turn (m's field T: the last
+--            turn given)
+--   h  ZSET  groups a limit holds back: group -> until when (ms), or
+--            HELD_FOR_SLOT (until one of its jobs ends)
+--   b  ZSET  groups with ready or running jobs: group -> ready count
+--   u  HASH  group -> running count (absent: 0)
+--   y  ZSET  group -> the theoretical arrival time of its rate (µs),
+--            while in the future
+--   p  HASH  group -> its own limits "<concurrency>,<count>,<period ms>"
+--            ('' parts: the queue's); m's field O counts them
+--   in m: cc concurrency, rn/rp rate count and period ms, gc group
+--   concurrency, gn/gp group rate, Q the queue rate's theoretical arrival
+--   time (µs), lc claims that got fewer jobs than asked while jobs were
+--   ready
+--   l's value is "<fence>:<group>" on a fair queue (the group an ack
+--   frees a slot of, without reading the record)
 -- A job is in exactly one of r, w, f, x, and in d while it exists.
 -- An idle queue leaves no key (as the memory store's idle sweep drops
 -- it): m and t expire IDLE after the queue was last found holding
@@ -52,6 +73,8 @@ local KM, KD, KR, KW, KF, KL, KN, KX, KT, KC = KEYS[1], KEYS[2], KEYS[3], KEYS[4
   KEYS[8], KEYS[9], KEYS[10]
 local KE = string.sub(KM, 1, -2) .. 'e'
 local KV = string.sub(KM, 1, -2) .. 'v'
+local KG, KH, KB = string.sub(KM, 1, -2) .. 'g', string.sub(KM, 1, -2) .. 'h', string.sub(KM, 1, -2) .. 'b'
+local KU, KY, KP = string.sub(KM, 1, -2) .. 'u', string.sub(KM, 1, -2) .. 'y', string.sub(KM, 1, -2) .. 'p'
 local op, channel = ARGV[1], ARGV[2]
 local function time_ms()
   local t = redis.call('TIME')
@@ -62,6 +85,10 @@ end
 local now = 0
 if op ~= 'claim' or ARGV[5] ~= '0' or ARGV[6] ~= '0' then
   now = time_ms()
+end
+local function clock()
+  if now == 0 then now = time_ms() end
+  return now
 end
 
 -- Events. Unwatched they cost no call on the hot paths: push and claim
@@ -110,11 +137,13 @@ local function settle()
   for _, k in ipairs({KF, KR, KW, KX, KC}) do
     if redis.call('ZCARD', k) > 0 then return end
   end
-  local f = redis.call('HMGET', KM, 'paused', 'retired', 'partitions', 'G', 'v')
+  local f = redis.call('HMGET', KM, 'paused', 'retired', 'partitions', 'G', 'v', 'cc', 'rn', 'gc', 'gn', 'O')
   -- (A layout of one partition is the plain queue's: forgotten, the next
   -- handle stores it again, and one naming more is refused or retires
   -- this queue, loudly either way.)
   if f[1] or f[2] or (f[3] and f[3] ~= '1') then return end
+  -- Limits are kept (so is a rate's last arrival time, in y).
+  if f[6] or f[7] or f[8] or f[9] or (tonumber(f[10]) or 0) > 0 then return end
   if redis.call('EXISTS', string.sub(KM, 1, -2) .. 'S') == 1 then return end
   if not f[4] and redis.call('EXISTS', KM) == 0 then return end
   if now == 0 then now = time_ms() end
@@ -123,6 +152,7 @@ local function settle()
   redis.call('HSET', KM, 'G', ends)
   redis.call('PEXPIREAT', KM, ends)
   redis.call('PEXPIREAT', KT, ends)
+  redis.call('PEXPIREAT', KY, ends)
 end
 
 local BATCH, LATENESS_KEPT, DEAD_KEPT, BUCKETS = 100, 200, 10000, 4096
@@ -162,12 +192,18 @@ local function meta_of(id)
   if not v then return nil end
   local nl = string.find(v, '\n', 1, true)
   local head = string.sub(v, 1, nl - 1)
-  local seq, prio, max, kind, base, cap = string.match(head, '^(%d+),(%d+),(%d+),(%a),(%d+),(%d+)$')
+  local seq, prio, max, kind, base, cap, group = string.match(head, '^(%d+),(%d+),(%d+),(%a),(%d+),(%d+),?(.*)$')
   if not seq then
-    seq, prio, max, kind, base, cap = head, 0, 5, 'e', 1000, 300000
+    seq, prio, max, kind, base, cap, group = head, 0, 5, 'e', 1000, 300000, ''
   end
   return {prio = tonumber(prio), seq = tonumber(seq), max = tonumber(max), kind = kind,
-          base = tonumber(base), cap = tonumber(cap), payload = string.sub(v, nl + 1)}
+          base = tonumber(base), cap = tonumber(cap), group = group, payload = string.sub(v, nl + 1)}
+end
+
+-- The group of record `v` ('' the default).
+local function group_in(v)
+  local head = string.sub(v, 1, string.find(v, '\n', 1, true) - 1)
+  return string.match(head, '^%d+,%d+,%d+,%a,%d+,%d+,(.*)$') or ''
 end
 
 local function ready_score(m)
@@ -190,6 +226,210 @@ local function forget(id)
   redis.call('HDEL', KE, id)
 end
 
+-- Fair queues (memory: jobs/fair.rs, the reference; its doc says the
+-- rules). Plain queues never reach these steps: each starts from
+-- is_fair(), or from l's value or a record naming a group.
+local HELD_FOR_SLOT = 4503599627370496
+local fair_on, limits, own_limits, turn, turn_read = nil, nil, {}, 0, false
+
+local function is_fair()
+  if fair_on == nil then fair_on = redis.call('HEXISTS', KM, 'F') == 1 end
+  return fair_on
+end
+
+-- The queue's limits (m's fields), read once per call.
+local function queue_limits()
+  if not limits then
+    local v = redis.call('HMGET', KM, 'cc', 'rn', 'rp', 'gc', 'gn', 'gp', 'O')
+    limits = {cc = tonumber(v[1]), rn = tonumber(v[2]), rp = tonumber(v[3]), gc = tonumber(v[4]),
+              gn = tonumber(v[5]), gp = tonumber(v[6]), o = tonumber(v[7]) or 0}
+  end
+  return limits
+end
+
+-- The limits in force for group `g`: concurrency, rate count, rate period.
+local function limits_of(g)
+  local L = queue_limits()
+  local c, n, p = L.gc, L.gn, L.gp
+  if L.o > 0 then
+    local own = own_limits[g]
+    if own == nil then
+      own = redis.call('HGET', KP, g) or false
+      own_limits[g] = own
+    end
+    if own then
+      local oc, on, op = string.match(own, '^(%d*),(%d*),(%d*)$')
+      if oc ~= '' then c = tonumber(oc) end
+      if on ~= '' then n, p = tonumber(on), tonumber(op) end
+    end
+  end
+  return c, n, p
+end
+
+-- The time between two jobs of a rate (µs), rounded up.
+local function interval(n, p)
+  return math.ceil(p * 1000 / n)
+end
+
+-- The next turn (m's T, written back by flush_turn).
+local function next_turn()
+  if not turn_read then
+    turn, turn_read = tonumber(redis.call('HGET', KM, 'T')) or 0, true
+  end
+  turn = turn + 1
+  return turn
+end
+
+local function flush_turn()
+  if turn_read then redis.call('HSET', KM, 'T', string.format('%d', turn)) end
+  turn_read = false
+end
+
+-- Whether a limit holds group `g` back (its running count `running`, if
+-- known): its time in h, else nil; and its rate's arrival time.
+local function held_until(g, running)
+  local c, n = limits_of(g)
+  if c then
+    running = running or tonumber(redis.call('HGET', KU, g)) or 0
+    if running >= c then return HELD_FOR_SLOT end
+  end
+  if n then
+    local tat = tonumber(redis.call('ZSCORE', KY, g)) or 0
+    if tat >= (clock() + 1) * 1000 then return math.floor(tat / 1000), tat end
+    return nil, tat
+  end
+  return nil
+end
+
+-- Puts group `g` (with ready jobs, in neither g nor h) at the back of the
+-- line, or in h if a limit holds it. Whether it may run.
+local function place(g, running)
+  local until_ = held_until(g, running)
+  if until_ then
+    redis.call('ZADD', KH, until_, g)
+    return false
+  end
+  redis.call('ZADD', KG, next_turn(), g)
+  return true
+end
+
+-- Job `id` (scored `score`) of group `g` is ready (r has it already).
+local function fair_ready(g, score, id)
+  redis.call('ZADD', KR .. ':' .. g, score, id)
+  if tonumber(redis.call('ZINCRBY', KB, 1, g)) == 1 then place(g) end
+end
+
+-- Ready job `id` of group `g` leaves (r no longer has it).
+local function fair_unready(g, id)
+  if redis.call('ZREM', KR .. ':' .. g, id) == 0 then return end
+  if tonumber(redis.call('ZINCRBY', KB, -1, g)) <= 0 then
+    redis.call('ZREM', KG, g)
+    redis.call('ZREM', KH, g)
+    if not redis.call('HGET', KU, g) then redis.call('ZREM', KB, g) end
+  end
+end
+
+-- A job of group `g` stops running (f no longer has it). How many
+-- consumers to wake: one if a limit held a job back that may now go.
+local function fair_release(g)
+  clock()
+  local running = redis.call('HINCRBY', KU, g, -1)
+  if running <= 0 then
+    redis.call('HDEL', KU, g)
+    running = 0
+    if tonumber(redis.call('ZSCORE', KB, g) or 1) <= 0 then redis.call('ZREM', KB, g) end
+  end
+  local woke = 0
+  if tonumber(redis.call('ZSCORE', KH, g)) == HELD_FOR_SLOT then
+    redis.call('ZREM', KH, g)
+    if place(g, running) then woke = 1 end
+  end
+  local cc = queue_limits().cc
+  if cc and redis.call('ZCARD', KF) + 1 >= cc and redis.call('ZCARD', KG) > 0 then woke = woke + 1 end
+  return woke
+end
+
+-- The fence and group in l's value `v` (a plain queue's holds the fence
+-- alone).
+local function held_value(v)
+  local fence, g = string.match(v, '^(%d+):(.*)$')
+  if fence then return fence, g end
+  return v, nil
+end
+
+-- HSETs (or ZADDs) `items` to `key` in chunks (unpack's limit).
+local function chunked(cmd, key, items)
+  for i = 1, #items, 1000 do
+    redis.call(cmd, key, unpack(items, i, math.min(i + 999, #items)))
+  end
+end
+
+-- Turns the queue fair: every ready and running job so far is in the
+-- default group (jobs/fair.rs: `turn_on`).
+local function turn_fair()
+  if is_fair() then return end
+  fair_on = true
+  redis.call('HSET', KM, 'F', '1')
+  local ready, running = redis.call('ZCARD', KR), redis.call('ZCARD', KF)
+  if ready > 0 then redis.call('ZUNIONSTORE', KR .. ':', 1, KR) end
+  if running > 0 then
+    redis.call('HSET', KU, '', running)
+    local held = redis.call('HGETALL', KL)
+    for i = 2, #held, 2 do held[i] = held[i] .. ':' end
+    chunked('HSET', KL, held)
+  end
+  if ready > 0 or running > 0 then redis.call('ZADD', KB, ready, '') end
+  if ready > 0 then place('') end
+end
+
+-- Puts held groups back in line (or in h again) under changed limits:
+-- every one (in name order), or `g` alone. How many may now run.
+local function replace_held(g)
+  local held
+  if g then
+    held = redis.call('ZSCORE', KH, g) and {g} or {}
+  else
+    held = redis.call('ZRANGE', KH, 0, -1)
+    table.sort(held)
+  end
+  local n = 0
+  for _, x in ipairs(held) do
+    redis.call('ZREM', KH, x)
+    if place(x) then n = n + 1 end
+  end
+  return n
+end
+
+-- Moves the groups whose rate lets them go again back in line (a bounded
+-- batch), and drops rate arrival times past. How many may now run.
+local function fair_promote(batch)
+  local due = redis.call('ZRANGEBYSCORE', KH, '-inf', now, 'LIMIT', 0, batch)
+  local n = 0
+  for _, g in ipairs(due) do
+    redis.call('ZREM', KH, g)
+    if place(g) then n = n + 1 end
+  end
+  redis.call('ZREMRANGEBYSCORE', KY, '-inf', now * 1000)
+  return n
+end
+
+-- Ready job `id` (record `m`): in r, and in its group's set if fair.
+local function ready_add(id, m)
+  local score = ready_score(m)
+  redis.call('ZADD', KR, score, id)
+  if is_fair() then fair_ready(m.group, score, id) end
+end
+
+-- Takes job `id` out of r (and its group's set): whether it was there.
+local function ready_rem(id)
+  if redis.call('ZREM', KR, id) == 0 then return false end
+  if is_fair() then
+    local v = record_of(id)
+    if v then fair_unready(group_in(v), id) end
+  end
+  return true
+end
+
 -- Moves job `id` to the dead letters; the oldest beyond DEAD_KEPT go.
 local function bury(id)
   redis.call('ZADD', KX, now, id)
@@ -207,7 +447,7 @@ local function requeue_or_bury(id, m)
     bury(id)
     return false, attempts
   end
-  redis.call('ZADD', KR, ready_score(m), id)
+  ready_add(id, m)
   return true, attempts
 end
 
@@ -225,7 +465,7 @@ local function promote()
     local m = meta_of(id)
     if m then
       local late = now - tonumber(due[i + 1])
-      redis.call('ZADD', KR, ready_score(m), id)
+      ready_add(id, m)
       redis.call('LPUSH', KT, late)
       local b = #LATENESS_BOUNDS + 1
       for j, bound in ipairs(LATENESS_BOUNDS) do
@@ -247,7 +487,9 @@ local function promote()
   local ended = redis.call('ZRANGEBYSCORE', KF, '-inf', now, 'LIMIT', 0, BATCH)
   for _, id in ipairs(ended) do
     redis.call('ZREM', KF, id)
+    local _, g = held_value(redis.call('HGET', KL, id) or '')
     redis.call('HDEL', KL, id)
+    if g then readied = readied + fair_release(g) end
     local m = meta_of(id)
     if m then
       count('redelivered')
@@ -261,21 +503,34 @@ local function promote()
       end
     end
   end
+  if is_fair() then readied = readied + fair_promote(BATCH) end
   return readied
 end
 
--- The soonest time something may become claimable (ms), or -1.
-local function next_due()
+-- The soonest time something may become claimable (ms), or -1: a delayed
+-- job due, a lease over, a rate letting a job go (`tq`: the queue rate's
+-- arrival time, if it has a rate).
+local function next_due(tq)
   local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
   local f = redis.call('ZRANGE', KF, 0, 0, 'WITHSCORES')
-  local a, b = tonumber(w[2]), tonumber(f[2])
-  if a and b then return math.min(a, b) end
-  return a or b or -1
+  local soonest = -1
+  local function consider(t)
+    if t and (soonest < 0 or t < soonest) then soonest = t end
+  end
+  consider(tonumber(w[2]))
+  consider(tonumber(f[2]))
+  if is_fair() then
+    local h = tonumber(redis.call('ZRANGE', KH, 0, 0, 'WITHSCORES')[2])
+    if h and h < HELD_FOR_SLOT then consider(h) end
+    if tq and tq >= (now + 1) * 1000 then consider(math.floor(tq / 1000)) end
+  end
+  return soonest
 end
 
 -- Checks that `id` is in flight under `fence`.
 local function holds(id, fence)
-  return redis.call('HGET', KL, id) == fence
+  local v = redis.call('HGET', KL, id)
+  return v and held_value(v) == fence
 end
 
 -- Puts job `id` in line for `run_at`: ready if due, else delayed. Wakes a
@@ -283,7 +538,7 @@ end
 -- consumer may be sleeping until a later due time).
 local function line_up(id, m, run_at)
   if run_at <= now then
-    redis.call('ZADD', KR, ready_score(m), id)
+    ready_add(id, m)
     wake()
   else
     redis.call('ZADD', KW, run_at, id)
@@ -293,7 +548,10 @@ end
 
 -- The record head of a push (prio, max attempts, backoff kind, base ms,
 -- max ms, as strings): empty options when they are the defaults.
-local function head_of(seq, prio, max, kind, base, cap)
+local function head_of(seq, prio, max, kind, base, cap, group)
+  if group and group ~= '' then
+    return string.format('%d,%d,%d,%s,%d,%d,', seq, prio, max, kind, base, cap) .. group .. '\n'
+  end
   if prio == '0' and max == '5' and kind == 'e' and base == '1000' and cap == '300000' then
     return seq .. '\n'
   end

@@ -104,6 +104,11 @@ local function place_ready()
   for i = 1, #ready_batch, 1000 do
     redis.call('ZADD', KR, unpack(ready_batch, i, math.min(i + 999, #ready_batch)))
   end
+  -- Fair: in the default group's set too, in push order.
+  if #ready_batch > 0 and is_fair() then
+    for i = 1, #ready_batch, 2 do fair_ready('', ready_batch[i], ready_batch[i + 1]) end
+    flush_turn()
+  end
   if #ready_batch > 0 then wake(#ready_batch / 2) end
   ready_batch = {}
 end

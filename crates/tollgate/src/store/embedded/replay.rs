@@ -36,7 +36,10 @@ pub(crate) fn apply(store: &MemoryStore, r: &Record<'_>) -> Result<()> {
         | Code::JobReplay
         | Code::JobPurge
         | Code::JobPause
-        | Code::JobStats => return jobs::memory::replay(&store.jobs(), r),
+        | Code::JobStats
+        | Code::JobPushGrouped
+        | Code::JobSetLimits
+        | Code::JobSetGroupLimits => return jobs::memory::replay(&store.jobs(), r),
         Code::SchedulePut
         | Code::ScheduleFire
         | Code::ScheduleTrigger

@@ -14,7 +14,11 @@
 //! The file is `snapshot-<from>.tgs`: a magic line, then records framed
 //! like the log's (length, CRC-32, postcard payload): the meta first, a
 //! record per gate and per queue, the rate-limit keys, the schedule index,
-//! and an end record with the count. It is written as `.tmp`, synced and
+//! and an end record with the count. A queue with groups or limits has a
+//! record of its own kind (`QUEUE_FAIR`: the queue as before, then its
+//! `Fair`); a plain queue's record is as it was before groups, so
+//! snapshots of either age load, and one of plain queues loads in an
+//! older build too. It is written as `.tmp`, synced and
 //! renamed: a snapshot file is whole or absent.
 
 use std::fs::File;
@@ -24,6 +28,7 @@ use std::sync::PoisonError;
 
 use crate::error::{Error, Result};
 use crate::gate::model::GateState;
+use crate::jobs::fair::Fair;
 use crate::jobs::model::Queue;
 use crate::limit::memory::Limits;
 use crate::name::Name;
@@ -39,6 +44,7 @@ const MAGIC: &[u8; 8] = b"TGSNAP1\n";
 const META: u8 = 0;
 const GATE: u8 = 1;
 const QUEUE: u8 = 2;
+const QUEUE_FAIR: u8 = 5;
 const LIMITS: u8 = 3;
 const INDEX: u8 = 4;
 const END: u8 = 9;
@@ -76,7 +82,11 @@ pub(super) fn write(store: &MemoryStore, dir: &Path, from: u64) -> Result<Writte
         out.written.names += 1;
     });
     store.queues.each(|name, state: &Queue, touched| {
-        out.record(&(QUEUE, name, touched, state));
+        if state.fair.is_blank() {
+            out.record(&(QUEUE, name, touched, state));
+        } else {
+            out.record(&(QUEUE_FAIR, name, touched, state, &state.fair));
+        }
         out.written.names += 1;
     });
     {
@@ -177,6 +187,13 @@ pub(super) fn load(store: &MemoryStore, path: &Path) -> Result<Loaded> {
             }
             QUEUE => {
                 let (name, touched, state): (Name, u64, Queue) = postcard::from_bytes(rest).map_err(bad)?;
+                store.queues.restore(&name, state, touched, store.idle_ms);
+                names += 1;
+            }
+            QUEUE_FAIR => {
+                let (name, touched, mut state, fair): (Name, u64, Queue, Fair) =
+                    postcard::from_bytes(rest).map_err(bad)?;
+                state.fair = fair;
                 store.queues.restore(&name, state, touched, store.idle_ms);
                 names += 1;
             }
