@@ -47,6 +47,9 @@ enum Op {
     Get(usize),
 }
 
+/// A listed group: name, ready, running, why held, concurrency.
+type GroupRow = (Option<String>, u64, u64, &'static str, Option<u32>);
+
 /// An answer with store-specific parts (fences, times) taken out.
 #[derive(Debug, PartialEq)]
 enum Answer {
@@ -54,7 +57,7 @@ enum Answer {
     Claimed(Vec<(String, Option<String>, u32)>),
     Done(String),
     Stats([u64; 8]),
-    Groups(Vec<(Option<String>, u64, u64, &'static str, Option<u32>)>),
+    Groups(Vec<GroupRow>),
     Job(Option<(String, Option<String>, u32)>),
     Error(tollgate::ErrorKind),
 }
