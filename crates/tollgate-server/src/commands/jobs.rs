@@ -97,6 +97,23 @@ pub(crate) enum JobsCommand {
     /// paused).
     #[command(after_help = jobs_exit_codes!("0 resumed; "))]
     Resume(JobsQueueArgs),
+    /// The queue's limits applied at claim, as JSON {"concurrency",
+    /// "rate", "group_concurrency", "group_rate"} (null: none). With any
+    /// of them given (or --none), replaces them first; they apply from the
+    /// next claim on every worker.
+    #[command(after_help = jobs_exit_codes!("0 printed; 64 also a bad limit or rate; "))]
+    Limits(super::fair::JobsLimitsArgs),
+    /// A group's own limits, in place of the queue's group limits, as JSON
+    /// (null: none). With --concurrency or --rate sets them first; with
+    /// --drop drops them.
+    #[command(after_help = jobs_exit_codes!("0 printed; 64 also a bad group, limit or rate; "))]
+    GroupLimits(super::fair::JobsGroupLimitsArgs),
+    /// The queue's groups with ready or running jobs, most ready first, as
+    /// JSON lines {"group", "ready", "running", "held", "held_until_ms",
+    /// "concurrency", "rate"} (group null: the default group); if there
+    /// are more, a last line {"next": CURSOR} to pass as --after.
+    #[command(after_help = jobs_exit_codes!("0 printed (none: nothing printed); 64 also a bad --limit or --after; "))]
+    Groups(super::fair::JobsGroupsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -201,6 +218,10 @@ pub(crate) struct JobsPushArgs {
     /// standard input).
     #[arg(long, value_name = "FILE")]
     pub(crate) payload_file: Option<std::path::PathBuf>,
+    /// The job's group (a tenant, a customer): groups take turns at claim
+    /// and may have limits of their own (`jobs limits`).
+    #[arg(long, value_name = "GROUP")]
+    pub(crate) group: Option<String>,
 }
 
 /// A job's retry wait: `jobs push` and `schedule add`.
@@ -243,6 +264,9 @@ pub(crate) async fn run(command: JobsCommand) -> i32 {
         JobsCommand::Repartition(a) => repartition(a).await,
         JobsCommand::Pause(a) => pause(a, true).await,
         JobsCommand::Resume(a) => pause(a, false).await,
+        JobsCommand::Limits(a) => super::fair::limits(a).await,
+        JobsCommand::GroupLimits(a) => super::fair::group_limits(a).await,
+        JobsCommand::Groups(a) => super::fair::groups(a).await,
     };
     match done {
         Ok(code) => code,
@@ -340,6 +364,7 @@ async fn push(args: JobsPushArgs) -> Result<i32, Failure> {
         } else {
             OnDuplicate::Keep
         },
+        group: args.group.clone(),
     };
     let payload = read_payload(args.payload_file.clone()).await?;
     let q = Queue::open(&args.target, true).await?;

@@ -4,6 +4,7 @@
 
 pub(crate) mod data;
 pub(crate) mod docs;
+mod fair;
 pub(crate) mod gate_admin;
 pub(crate) mod health;
 pub(crate) mod jobs;

@@ -199,6 +199,7 @@ impl Queue {
                     fence: job["fence"].as_u64().ok_or_else(bad)?,
                     lease_until: UNIX_EPOCH
                         + Duration::from_millis(job["lease_until_ms"].as_u64().unwrap_or(0)),
+                    group: job["group"].as_str().map(str::to_owned),
                 }))
             }
         }
@@ -280,7 +281,8 @@ impl Queue {
                     "queue": q.name(), "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight,
                     "dead": s.dead, "completed": s.completed, "pushed": s.pushed, "claimed": s.claimed,
                     "acked": s.acked, "retried": s.retried, "dead_total": s.dead_total,
-                    "redelivered": s.redelivered, "paused": s.paused, "recent_lateness_p50_ms": pick(0.5),
+                    "redelivered": s.redelivered, "paused": s.paused, "groups": s.groups,
+                    "groups_held": s.groups_held, "limited_claims": s.limited_claims, "recent_lateness_p50_ms": pick(0.5),
                     "recent_lateness_p99_ms": pick(0.99), "recent_lateness_max_ms": pick(1.0),
                 }))
             }
@@ -512,7 +514,7 @@ fn running(id: &str) -> Failure {
 
 impl RemoteQueue {
     /// A request to `path` under the queue's own.
-    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+    pub(super) fn request(&self, method: Method, path: &str) -> RequestBuilder {
         self.server.request(method, &format!("{}{path}", self.path))
     }
 
@@ -521,7 +523,7 @@ impl RemoteQueue {
     }
 
     /// Sends `req`; a 2xx answer's JSON, else the failure the server named.
-    async fn call(&self, req: RequestBuilder) -> Result<(u16, Value), Failure> {
+    pub(super) async fn call(&self, req: RequestBuilder) -> Result<(u16, Value), Failure> {
         let answer = self.server.send(req).await?;
         if (200..300).contains(&answer.status) {
             return Ok((answer.status, answer.body));

@@ -44,7 +44,14 @@ fn rate_holds(tat_us: u64, now: u64) -> Option<u64> {
 
 /// The arrival time after one more job at `now` (ms).
 fn rate_spend(tat_us: u64, rate: &RawRate, now: u64) -> u64 {
-    tat_us.max(now * 1000) + rate.interval_us()
+    clamp(tat_us, rate, now).max(now * 1000) + rate.interval_us()
+}
+
+/// An arrival time no further ahead than `rate` ever sets one (a job at
+/// the end of this ms, then its interval), so a rate made faster applies
+/// at once; under an unchanged rate it never moves one.
+fn clamp(tat_us: u64, rate: &RawRate, now: u64) -> u64 {
+    tat_us.min((now + 1) * 1000 + rate.interval_us())
 }
 
 impl RawRate {
@@ -180,7 +187,7 @@ impl Fair {
         if concurrency.is_some_and(|c| running >= u64::from(c)) {
             return Some(HELD_FOR_SLOT);
         }
-        rate.and_then(|_| rate_holds(self.tats.get(group).copied().unwrap_or(0), now))
+        rate.and_then(|r| rate_holds(clamp(self.tats.get(group).copied().unwrap_or(0), &r, now), now))
     }
 
     /// Puts `group` (with ready jobs, in neither set) at the back of the
@@ -265,9 +272,9 @@ impl Fair {
     }
 
     /// A job of `group` stops running (acked, given back, lease over).
-    /// How many consumers to wake: one if that lets a job go that a
-    /// limit held back.
-    pub(crate) fn release(&mut self, group: &str, in_flight: usize, now: u64) -> usize {
+    /// How many consumers to wake: one if that lets a job of the group go
+    /// that its concurrency held back (the queue's own: `slot_wakes`).
+    pub(crate) fn release(&mut self, group: &str, now: u64) -> usize {
         let was = self.indexed(group);
         let Some(g) = self.groups.get_mut(group) else {
             return 0;
@@ -275,22 +282,22 @@ impl Fair {
         g.running = g.running.saturating_sub(1);
         let held_for_slot = g.held == Some(HELD_FOR_SLOT);
         self.reindex(group, was);
-        let mut wake = 0;
         if held_for_slot {
             self.unplace(group);
-            wake += usize::from(self.place(group, now));
+            return usize::from(self.place(group, now));
         }
-        // A slot of the queue's own concurrency frees: one of the groups
-        // in line may go.
-        if self
-            .limits
-            .concurrency
-            .is_some_and(|c| in_flight + 1 >= c as usize)
-            && !self.runnable.is_empty()
-        {
-            wake += 1;
+        0
+    }
+
+    /// How many consumers to wake when jobs stop running, `before` of
+    /// them running before and `after` after: while the queue's own
+    /// concurrency was full, one per slot freed, at most one per group in
+    /// line.
+    pub(crate) fn slot_wakes(&self, before: usize, after: usize) -> usize {
+        match self.limits.concurrency {
+            Some(c) if before >= c as usize => (before - after.min(before)).min(self.runnable.len()),
+            _ => 0,
         }
-        wake
     }
 
     /// Moves the groups whose rate lets them go again to the back of the
@@ -328,7 +335,9 @@ impl Fair {
         if self.limits.concurrency.is_some_and(|c| in_flight >= c as usize) {
             return None;
         }
-        if self.limits.rate.is_some() && rate_holds(self.tat_us, now).is_some() {
+        if let Some(r) = self.limits.rate
+            && rate_holds(clamp(self.tat_us, &r, now), now).is_some()
+        {
             return None;
         }
         loop {
@@ -374,7 +383,10 @@ impl Fair {
     /// waits for a job to end instead), if one holds any back.
     pub(crate) fn next_due(&self, now: u64) -> Option<u64> {
         let group = self.held.first().map(|(t, _)| *t).filter(|t| *t < HELD_FOR_SLOT);
-        let queue = self.limits.rate.and_then(|_| rate_holds(self.tat_us, now));
+        let queue = self
+            .limits
+            .rate
+            .and_then(|r| rate_holds(clamp(self.tat_us, &r, now), now));
         // The sooner of the two: a consumer that wakes too early finds
         // nothing and sleeps again; one that wakes late loses time.
         match (group, queue) {
@@ -441,16 +453,14 @@ impl Fair {
     }
 
     /// Up to `limit` groups, most ready jobs first (ties: by name,
-    /// descending): from right after `from` (ready count, group) if that
-    /// group is still there with that count, else from the first with
-    /// that count or fewer (so a group that stays is never skipped).
+    /// descending), strictly after `from` (ready count, group) in that
+    /// order if given: each partition of a queue answers from the same
+    /// cursor, whether it holds that group or not.
     pub(crate) fn list(&self, from: Option<(u64, &str)>, limit: usize) -> Vec<RawGroup> {
         let rows = self.index.iter().rev();
-        let present = from.is_some_and(|(n, g)| self.index.contains(&(n, g.to_owned())));
         let after = |(n, g): &&(u64, String)| match from {
             None => true,
-            Some((fn_, fg)) if present => (*n, g.as_str()) < (fn_, fg),
-            Some((fn_, _)) => *n <= fn_,
+            Some((fn_, fg)) => (*n, g.as_str()) < (fn_, fg),
         };
         rows.filter(after)
             .take(limit)

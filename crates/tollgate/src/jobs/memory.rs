@@ -141,6 +141,7 @@ impl JobMemory<'_> {
         } = *claim;
         let args = |b: &mut Vec<u8>| put(b, &(acks, keep, lease_ms, max as u64));
         self.with_queue(q, (Code::JobClaim, &args), |queue, now| {
+            let running = queue.running();
             let mut freed = 0;
             let acked = acks
                 .iter()
@@ -150,6 +151,7 @@ impl JobMemory<'_> {
                     acked
                 })
                 .collect();
+            freed += queue.slot_wakes(running);
             if max == 0 {
                 let empty = ClaimOutcome::Empty {
                     next_due_ms: None,

@@ -197,13 +197,24 @@ impl Queue {
     }
 
     /// Job `id` stops running (the caller took it out of `in_flight`); how
-    /// many consumers to wake for what that lets go.
+    /// many consumers to wake for what that lets go in its group.
     fn release(&mut self, id: &str, now: u64) -> usize {
         if !self.fair.is_on() {
             return 0;
         }
         let group = self.fair.group_of(id).to_owned();
-        self.fair.release(&group, self.in_flight.len(), now)
+        self.fair.release(&group, now)
+    }
+
+    /// How many running jobs there are.
+    pub(crate) fn running(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Consumers to wake for slots of the queue's concurrency freed since
+    /// `before` jobs ran (see `Fair::slot_wakes`).
+    pub(crate) fn slot_wakes(&self, before: usize) -> usize {
+        self.fair.slot_wakes(before, self.in_flight.len())
     }
 
     /// Turns the queue fair (see `fair.rs`), if not yet.
@@ -276,6 +287,7 @@ impl Queue {
     /// Returns how many jobs became ready (and groups free to run again).
     fn promote(&mut self, now: u64) -> usize {
         let mut readied = 0;
+        let running = self.in_flight.len();
         for (at, id) in take_due(&mut self.delayed, now) {
             self.set_ready(&id, now);
             let late = now - at;
@@ -312,7 +324,7 @@ impl Queue {
             }
         }
         if self.fair.is_on() {
-            readied += self.fair.promote(now, BATCH);
+            readied += self.slot_wakes(running) + self.fair.promote(now, BATCH);
         }
         readied
     }
@@ -513,8 +525,9 @@ impl Queue {
         if !self.held(id, fence) {
             return (NackOutcome::NotHeld, 0);
         }
+        let running = self.in_flight.len();
         self.unplace(id);
-        let freed = self.release(id, now);
+        let freed = self.release(id, now) + self.slot_wakes(running);
         let Some((d, _)) = self.jobs.get(id) else {
             return (NackOutcome::NotHeld, freed);
         };

@@ -359,6 +359,86 @@ async fn backlogs_apart_progress_alike(ts: TestStore) {
     );
 }
 
+/// On a partitioned queue a group's jobs all go to its partition (ids
+/// chosen there, or refused outside it, or made there by
+/// `group_job_id`), its limits hold there, the queue's are split, and
+/// the groups listing pages through every partition without a skip or a
+/// repeat.
+async fn a_partitioned_queue_keeps_each_group_in_one_partition(ts: TestStore) {
+    let q = JobQueue::partitioned(&ts.store, "pq", 4).unwrap();
+    let groups: Vec<String> = (0..12).map(|i| format!("t{i}")).collect();
+    for g in &groups {
+        push_group_ids(&q, g, 3).await;
+    }
+    let want = q.partition_of_group("t0");
+    let wrong = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|id| q.partition_of(id) != want)
+        .unwrap();
+    let e = q
+        .push(
+            "x",
+            &PushOptions {
+                id: Some(wrong.clone()),
+                ..in_group("t0")
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    let made = q.group_job_id("t0", &wrong).unwrap();
+    assert_eq!(q.partition_of(&made), want);
+    assert_eq!(
+        q.group_job_id("t0", &wrong).unwrap(),
+        made,
+        "the same id each time"
+    );
+    // Every group's jobs sit in its partition.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = q.groups(after.as_deref(), 5).await.unwrap();
+        seen.extend(page.groups.iter().map(|g| g.group.clone().unwrap()));
+        after = page.next;
+        if after.is_none() {
+            break;
+        }
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), seen.len(), "no repeat: {seen:?}");
+    assert_eq!(seen.len(), 12, "no skip: {seen:?}");
+    // Group limits hold per group; the queue's concurrency is split.
+    let e = q
+        .set_limits(&limits(|l| l.concurrency = Some(3)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "3 < 4 partitions: {e}");
+    q.set_limits(&limits(|l| {
+        l.concurrency = Some(8);
+        l.group_concurrency = Some(1);
+    }))
+    .await
+    .unwrap();
+    assert_eq!(q.limits().await.unwrap().concurrency, Some(8), "as given");
+    let got = q.claim_many(100).await.unwrap();
+    let mut per_group: HashMap<&str, usize> = HashMap::new();
+    for j in &got {
+        *per_group.entry(group_of(j)).or_default() += 1;
+        assert_eq!(q.partition_of(&j.id), q.partition_of_group(group_of(j)));
+    }
+    assert!(per_group.values().all(|n| *n == 1), "{per_group:?}");
+    assert!(got.len() <= 8, "{} running over 8", got.len());
+}
+
+/// `n` jobs of `group` with ids the queue chooses.
+async fn push_group_ids(q: &JobQueue, group: &str, n: usize) {
+    for _ in 0..n {
+        q.push("x", &in_group(group)).await.unwrap();
+    }
+}
+
 /// Bad group keys and limits are refused with InvalidInput.
 async fn bad_groups_and_limits_are_refused(ts: TestStore) {
     let q = queue(&ts);
@@ -399,4 +479,5 @@ on_both_stores!(
     every_path_keeps_the_group,
     backlogs_apart_progress_alike,
     bad_groups_and_limits_are_refused,
+    a_partitioned_queue_keeps_each_group_in_one_partition,
 );

@@ -1,10 +1,12 @@
 //! The job-queue routes of the HTTP API: `/v1/queues/{queue}/…`. Each
 //! file holds one kind of route: pushing (push.rs), deliveries (claim,
 //! ack, nack, extend: deliveries.rs), reading a queue and its jobs
-//! (reads.rs), changing them in place (manage.rs); lookup.rs finds the
+//! (reads.rs), changing them in place (manage.rs), limits and groups
+//! (fair.rs); lookup.rs finds the
 //! queue a request names, queues.rs holds this server's queue handles.
 
 pub(crate) mod deliveries;
+pub(crate) mod fair;
 pub(crate) mod lookup;
 pub(crate) mod manage;
 pub(crate) mod push;
@@ -15,6 +17,7 @@ use axum::Router;
 use axum::routing::{delete, get, post};
 
 use self::deliveries::{ACK_BODY_LIMIT, ack, ack_batch, claim, extend, nack};
+use self::fair::{drop_group_limits, group_limits, groups, set_group_limits, set_settings, settings};
 use self::manage::{cancel, pause, purge, replay, reschedule, resume};
 use self::push::{BATCH_BODY_LIMIT, PUSH_BODY_LIMIT, push, push_batch};
 use self::reads::{completed, dead, list, show, stats};
@@ -45,4 +48,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/queues/{queue}/dead/purge", post(purge))
         .route("/v1/queues/{queue}/pause", post(pause))
         .route("/v1/queues/{queue}/resume", post(resume))
+        .route("/v1/queues/{queue}/settings", get(settings).put(set_settings))
+        .route("/v1/queues/{queue}/groups", get(groups))
+        .route(
+            "/v1/queues/{queue}/groups/{group}/limits",
+            get(group_limits).put(set_group_limits).delete(drop_group_limits),
+        )
 }

@@ -49,6 +49,9 @@ pub(crate) struct PushBody<'a> {
     backoff: Option<BackoffBody>,
     /// `keep` (default) or `replace`.
     on_duplicate: Option<String>,
+    /// The job's group (docs/JOBS.md, "Fair queues"); the default group
+    /// if left out.
+    group: Option<String>,
 }
 
 /// The payload and options of one pushed job.
@@ -89,6 +92,7 @@ fn push_of(body: PushBody<'_>) -> Result<(Cow<'_, [u8]>, PushOptions), ApiError>
         max_attempts: body.max_attempts.unwrap_or(defaults.max_attempts),
         backoff,
         on_duplicate,
+        group: body.group,
     };
     Ok((payload, options))
 }

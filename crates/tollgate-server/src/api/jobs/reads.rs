@@ -37,7 +37,8 @@ fn with_payload(fields: Value, payload: &[u8]) -> WithPayload<'_> {
 
 pub(super) fn job_json(job: &Job) -> WithPayload<'_> {
     with_payload(
-        json!({"id": job.id, "attempt": job.attempt, "fence": job.fence, "lease_until_ms": ms(job.lease_until)}),
+        json!({"id": job.id, "attempt": job.attempt, "fence": job.fence, "lease_until_ms": ms(job.lease_until),
+               "group": job.group}),
         &job.payload,
     )
 }
@@ -96,6 +97,7 @@ pub(crate) async fn stats(
         "queue": name, "partitions": q.partitions(), "ready": s.ready, "delayed": s.delayed, "in_flight": s.in_flight, "dead": s.dead, "completed": s.completed,
         "pushed": s.pushed, "claimed": s.claimed, "acked": s.acked, "retried": s.retried,
         "dead_total": s.dead_total, "redelivered": s.redelivered, "paused": s.paused,
+        "groups": s.groups, "groups_held": s.groups_held, "limited_claims": s.limited_claims,
         "recent_lateness_p50_ms": pick(0.5), "recent_lateness_p99_ms": pick(0.99),
         "recent_lateness_max_ms": pick(1.0),
     })))
@@ -172,7 +174,7 @@ pub(crate) fn job_info_json(j: &JobInfo) -> Value {
         "id": j.id, "state": j.state.as_str(), "attempts": j.attempts, "max_attempts": j.max_attempts,
         "priority": j.priority, "fence": j.fence, "last_error": j.last_error,
         "payload_size": j.payload_size, "payload_preview": shown, "payload_preview_encoding": encoding,
-        "payload_truncated": (preview.len() as u64) < j.payload_size,
+        "payload_truncated": (preview.len() as u64) < j.payload_size, "group": j.group,
     });
     let at = match j.state {
         JobState::Delayed => Some("due_ms"),

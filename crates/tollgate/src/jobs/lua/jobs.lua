@@ -123,7 +123,7 @@ local function fair_claim(max)
   local L = queue_limits()
   local in_flight = L.cc and redis.call('ZCARD', KF) or 0
   local tq
-  if L.rn then tq = tonumber(redis.call('HGET', KM, 'Q')) or 0 end
+  if L.rn then tq = clamp(tonumber(redis.call('HGET', KM, 'Q')) or 0, L.rn, L.rp) end
   local ids, groups = {}, {}
   while #ids < max do
     if L.cc and in_flight >= L.cc then break end
@@ -235,11 +235,13 @@ local function ack_all(from, keep_n, keep_ms)
     end
   end
   if #done == 0 then return flags, 0 end
+  local before = #freed > 0 and running_before()
   redis.call('ZREM', KF, unpack(done))
   redis.call('HDEL', KL, unpack(done))
   redis.call('HDEL', KN, unpack(done))
   local woke = 0
   for _, g in ipairs(freed) do woke = woke + fair_release(g) end
+  if #freed > 0 then woke = woke + slot_wakes(before) end
   count('acked', #done)
   for _, id in ipairs(done) do emit('acked', id) end
   if keep_n <= 0 then
@@ -301,10 +303,11 @@ if op == 'nack' then
   if not v then return {0} end
   local fence, g = held_value(v)
   if fence ~= ARGV[5] then return {0} end
+  local before = g and running_before()
   redis.call('ZREM', KF, id)
   redis.call('HDEL', KL, id)
   if g then
-    local woke = fair_release(g)
+    local woke = fair_release(g) + slot_wakes(before)
     if woke > 0 then wake(woke) end
   end
   local m = meta_of(id)
@@ -699,6 +702,7 @@ if op == 'group_limits' then
     redis.call('HDEL', KP, g)
   else
     if redis.call('HEXISTS', KP, g) == 0 and redis.call('HLEN', KP) >= tonumber(ARGV[8]) then
+      flush_turn()
       return {0, tonumber(ARGV[8])}
     end
     redis.call('HSET', KP, g, ARGV[5] .. ',' .. ARGV[6] .. ',' .. ARGV[7])
@@ -730,24 +734,27 @@ end
 
 if op == 'groups' then
   -- A page of the queue's groups, most ready jobs first (ties: name
-  -- descending), from right after the cursor's group if it is still
-  -- there with that count, else from the first with that count or fewer.
+  -- descending), strictly after the cursor (count, group) in that order,
+  -- whether this queue holds that group or not (each partition of a
+  -- queue answers from the same cursor; fair.rs: `list`).
   -- ARGV: 4 limit, 5 cursor count ('' from the start), 6 cursor group.
   -- Reply: per group {group, ready, running, held until ('' none),
   -- concurrency, rate count, rate period ('' none)}.
   local limit = tonumber(ARGV[4])
-  local rows
-  if ARGV[5] == '' then
-    rows = redis.call('ZREVRANGE', KB, 0, limit - 1, 'WITHSCORES')
-  else
-    local at = redis.call('ZSCORE', KB, ARGV[6])
-    if at and tonumber(at) == tonumber(ARGV[5]) then
-      local start = redis.call('ZREVRANK', KB, ARGV[6]) + 1
-      rows = redis.call('ZREVRANGE', KB, start, start + limit - 1, 'WITHSCORES')
-    else
-      rows = redis.call('ZREVRANGEBYSCORE', KB, ARGV[5], '-inf', 'WITHSCORES', 'LIMIT', 0, limit)
+  local start = 0
+  if ARGV[5] ~= '' then
+    -- In ascending order, the rank of the first entry at or above
+    -- (count, group): those below it come after the cursor. Entries of
+    -- one count are in name order: a binary search among them.
+    local lo = redis.call('ZCOUNT', KB, '-inf', '(' .. ARGV[5])
+    local hi = lo + redis.call('ZCOUNT', KB, ARGV[5], ARGV[5])
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if bytes_lt(redis.call('ZRANGE', KB, mid, mid)[1], ARGV[6]) then lo = mid + 1 else hi = mid end
     end
+    start = redis.call('ZCARD', KB) - lo
   end
+  local rows = redis.call('ZREVRANGE', KB, start, start + limit - 1, 'WITHSCORES')
   local out = {}
   for i = 1, #rows, 2 do
     local g = rows[i]

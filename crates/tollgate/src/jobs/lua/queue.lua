@@ -125,6 +125,7 @@ local function revive(expiring)
     redis.call('HDEL', KM, 'G')
     redis.call('PERSIST', KM)
     redis.call('PERSIST', KT)
+    redis.call('PERSIST', KY)
   end
 end
 
@@ -271,6 +272,22 @@ local function interval(n, p)
   return math.ceil(p * 1000 / n)
 end
 
+-- An arrival time no further ahead than a rate of n per p ever sets one
+-- (so a rate made faster applies at once; fair.rs: `clamp`).
+local function clamp(tat, n, p)
+  return math.min(tat, (clock() + 1) * 1000 + interval(n, p))
+end
+
+-- Whether `a` sorts before `b` byte by byte, as sorted-set members and
+-- Rust strings do (Lua's own `<` follows the server's locale).
+local function bytes_lt(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
 -- The next turn (m's T, written back by flush_turn).
 local function next_turn()
   if not turn_read then
@@ -288,13 +305,13 @@ end
 -- Whether a limit holds group `g` back (its running count `running`, if
 -- known): its time in h, else nil; and its rate's arrival time.
 local function held_until(g, running)
-  local c, n = limits_of(g)
+  local c, n, p = limits_of(g)
   if c then
     running = running or tonumber(redis.call('HGET', KU, g)) or 0
     if running >= c then return HELD_FOR_SLOT end
   end
   if n then
-    local tat = tonumber(redis.call('ZSCORE', KY, g)) or 0
+    local tat = clamp(tonumber(redis.call('ZSCORE', KY, g)) or 0, n, p)
     if tat >= (clock() + 1) * 1000 then return math.floor(tat / 1000), tat end
     return nil, tat
   end
@@ -330,7 +347,8 @@ local function fair_unready(g, id)
 end
 
 -- A job of group `g` stops running (f no longer has it). How many
--- consumers to wake: one if a limit held a job back that may now go.
+-- consumers to wake: one if its concurrency held a job of the group back
+-- that may now go (the queue's own: slot_wakes).
 local function fair_release(g)
   clock()
   local running = redis.call('HINCRBY', KU, g, -1)
@@ -339,14 +357,30 @@ local function fair_release(g)
     running = 0
     if tonumber(redis.call('ZSCORE', KB, g) or 1) <= 0 then redis.call('ZREM', KB, g) end
   end
-  local woke = 0
   if tonumber(redis.call('ZSCORE', KH, g)) == HELD_FOR_SLOT then
     redis.call('ZREM', KH, g)
-    if place(g, running) then woke = 1 end
+    if place(g, running) then return 1 end
   end
+  return 0
+end
+
+-- The running count before jobs stop, when the queue's own concurrency
+-- may be full (else nil): read before f changes, for slot_wakes.
+local function running_before()
   local cc = queue_limits().cc
-  if cc and redis.call('ZCARD', KF) + 1 >= cc and redis.call('ZCARD', KG) > 0 then woke = woke + 1 end
-  return woke
+  if cc then return redis.call('ZCARD', KF) end
+  return nil
+end
+
+-- How many consumers to wake for slots of the queue's concurrency freed
+-- since `before` ran: while it was full, one per slot freed, at most one
+-- per group in line (fair.rs: `slot_wakes`).
+local function slot_wakes(before)
+  local cc = queue_limits().cc
+  if not before or not cc or before < cc then return 0 end
+  local freed = before - redis.call('ZCARD', KF)
+  if freed <= 0 then return 0 end
+  return math.min(freed, redis.call('ZCARD', KG))
 end
 
 -- The fence and group in l's value `v` (a plain queue's holds the fence
@@ -390,7 +424,7 @@ local function replace_held(g)
     held = redis.call('ZSCORE', KH, g) and {g} or {}
   else
     held = redis.call('ZRANGE', KH, 0, -1)
-    table.sort(held)
+    table.sort(held, bytes_lt)
   end
   local n = 0
   for _, x in ipairs(held) do
@@ -485,11 +519,14 @@ local function promote()
     count('hs', late_sum)
   end
   local ended = redis.call('ZRANGEBYSCORE', KF, '-inf', now, 'LIMIT', 0, BATCH)
+  local before = #ended > 0 and is_fair() and running_before()
   for _, id in ipairs(ended) do
     redis.call('ZREM', KF, id)
-    local _, g = held_value(redis.call('HGET', KL, id) or '')
+    if is_fair() then
+      local _, g = held_value(redis.call('HGET', KL, id) or '')
+      if g then readied = readied + fair_release(g) end
+    end
     redis.call('HDEL', KL, id)
-    if g then readied = readied + fair_release(g) end
     local m = meta_of(id)
     if m then
       count('redelivered')
@@ -503,7 +540,7 @@ local function promote()
       end
     end
   end
-  if is_fair() then readied = readied + fair_promote(BATCH) end
+  if is_fair() then readied = readied + slot_wakes(before) + fair_promote(BATCH) end
   return readied
 end
 
