@@ -155,6 +155,16 @@ pub(crate) struct BenchArgs {
     /// plain queue driven the same way).
     #[arg(long, value_name = "K")]
     pub(crate) partitions: Option<usize>,
+    /// `jobs` only: measure push+claim+ack throughput in batches of 10 on
+    /// a plain queue, then on one whose jobs spread over this many groups
+    /// (no limit reached), in the same run, and their ratio.
+    #[arg(long, value_name = "N")]
+    pub(crate) groups: Option<usize>,
+    /// `jobs` only: with every group at its concurrency, this many idle
+    /// consumers waiting for --seconds: the store's CPU they cost (Redis:
+    /// INFO's used_cpu, as a share of one core).
+    #[arg(long, value_name = "N")]
+    pub(crate) idle_consumers: Option<usize>,
     /// The semaphore's capacity.
     #[arg(long, default_value_t = 5)]
     pub(crate) limit: u32,

@@ -60,6 +60,27 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         Err(code) => return code,
     };
     let run_id = format!("{:x}", std::process::id());
+    if let Some(n) = args.groups {
+        if n == 0 {
+            eprintln!("tollgate: --groups must be at least 1");
+            return exit::USAGE;
+        }
+        let plain = throughput(&store, &run_id, args, 10, None).await;
+        let grouped = throughput(&store, &run_id, args, 10, Some(n)).await;
+        let ratio =
+            grouped["jobs_per_s"].as_f64().unwrap_or(0.0) / plain["jobs_per_s"].as_f64().unwrap_or(1.0);
+        println!("{plain}");
+        println!("{grouped}");
+        println!(
+            "{}",
+            json!({"peer": "tollgate", "case": "jobs_groups_ratio", "groups": n, "ratio": round3(ratio)})
+        );
+        return 0;
+    }
+    if let Some(n) = args.idle_consumers {
+        println!("{}", super::fair::idle_cost(&store, &run_id, args, n).await);
+        return 0;
+    }
     if let Some(k) = args.partitions {
         if k == 0 || k > tollgate::MAX_PARTITIONS {
             eprintln!("tollgate: --partitions must be 1 to {}", tollgate::MAX_PARTITIONS);
@@ -68,8 +89,8 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         println!("{}", sharded_throughput(&store, &run_id, args, k).await);
         return 0;
     }
-    println!("{}", throughput(&store, &run_id, args, 1).await);
-    println!("{}", throughput(&store, &run_id, args, 10).await);
+    println!("{}", throughput(&store, &run_id, args, 1, None).await);
+    println!("{}", throughput(&store, &run_id, args, 10, None).await);
     println!("{}", lateness(&store, &run_id, args).await);
     // The target's case (delayed, small payload) first; then a ready line
     // and a payload too big for Redis's compact hash encoding.
@@ -85,22 +106,37 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
 /// Each of --workers tasks, as fast as it can: push `batch` jobs, then ack
 /// the jobs it holds and claim up to `batch` more in the same call
 /// (`ack_and_claim`, or its batch form), with a no-op handler. Two script
-/// calls per `batch` jobs; jobs/s is acked jobs per second.
-async fn throughput(store: &Store, run_id: &str, args: &BenchArgs, batch: usize) -> serde_json::Value {
-    let Ok(q) = JobQueue::new(store, &format!("bench:jobs:{run_id}:{batch}")) else {
+/// calls per `batch` jobs; jobs/s is acked jobs per second. With
+/// `groups`, the jobs go to that many groups in turn (a fair queue).
+async fn throughput(
+    store: &Store,
+    run_id: &str,
+    args: &BenchArgs,
+    batch: usize,
+    groups: Option<usize>,
+) -> serde_json::Value {
+    let suffix = groups.map_or(String::new(), |n| format!(":g{n}"));
+    let Ok(q) = JobQueue::new(store, &format!("bench:jobs:{run_id}:{batch}{suffix}")) else {
         return json!({"case": "jobs_throughput", "errors": 1});
     };
     let end = Instant::now() + args.seconds;
     let tally = Tally::default();
     let calls = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    each_worker(args.workers, |_| {
+    each_worker(args.workers, |w| {
         let (q, tally, calls) = (q.clone(), tally.clone(), calls.clone());
         async move {
-            let jobs: Vec<(&[u8], PushOptions)> =
+            let mut jobs: Vec<(&[u8], PushOptions)> =
                 (0..batch).map(|_| (&b"x"[..], PushOptions::default())).collect();
             let mut held: Vec<tollgate::Job> = Vec::new();
+            let mut next_group = w * 7919;
             while Instant::now() < end {
+                if let Some(n) = groups {
+                    for (_, o) in &mut jobs {
+                        o.group = Some(format!("g{}", next_group % n));
+                        next_group += 1;
+                    }
+                }
                 let pushed = if batch == 1 {
                     q.push(b"x", &jobs[0].1).await.map(|_| ())
                 } else {
@@ -131,8 +167,13 @@ async fn throughput(store: &Store, run_id: &str, args: &BenchArgs, batch: usize)
     })
     .await;
     let (n, secs) = tally.total(started);
+    let case = match (batch, groups) {
+        (_, Some(_)) => format!("jobs_throughput_batch{batch}_groups"),
+        (1, None) => "jobs_throughput".to_owned(),
+        _ => format!("jobs_throughput_batch{batch}"),
+    };
     json!({
-        "peer": "tollgate", "case": if batch == 1 { "jobs_throughput".to_owned() } else { format!("jobs_throughput_batch{batch}") },
+        "peer": "tollgate", "case": case, "groups": groups,
         "store": super::support::store_label(store), "workers": args.workers, "batch": batch,
         "jobs_per_s": (n as f64 / secs).round(),
         "store_ops_per_s": (calls.load(Ordering::Relaxed) as f64 / secs).round(),

@@ -6,6 +6,7 @@
 
 pub(crate) mod args;
 mod console;
+mod fair;
 mod flood;
 mod http;
 mod jobs;

@@ -15,9 +15,9 @@ if op == 'push' then
   --        {3, run_at} replaced; {4, 0} in flight, dead or kept as
   --        completed: not replaced
   -- A partition of a layout that was repartitioned away takes no job.
-  local mv = redis.call('HMGET', KM, 'retired', 'v', 'G', 'F')
+  local mv = redis.call('HMGET', KM, 'retired', 'v', 'G', unpack(FAIR_FIELDS))
   watch_until = tonumber(mv[2]) or 0
-  fair_on = mv[4] ~= false
+  fair_fields_at(mv, 4)
   if mv[1] then
     return redis.error_reply('RETIRED this queue belongs to a partition layout that was replaced; ' ..
       'use the partition count in force')
@@ -30,26 +30,27 @@ if op == 'push' then
       break
     end
   end
-  -- Fair, ready jobs go to their groups one by one (in push order, as
-  -- their groups take their turns); woken for at the end.
-  local fair_ready_n = 0
   -- s counts pushes and replacements (pushed = s - replaced); a kept
   -- duplicate leaves a gap in it, which is harmless.
   local seq0 = redis.call('HINCRBY', KM, 's', k) - k
-  local out, ready, delayed, delayed_ids, pending = {}, {}, {}, {}, {}
+  local out, ready, delayed, delayed_ids, pending, grouped = {}, {}, {}, {}, {}, {}
   local replaced = 0
   -- Keep-mode jobs are placed together at the end (one ZADD each for
-  -- ready and delayed); a replace of one of them first places them all.
+  -- ready and delayed; fair, each group's ready jobs in one call, groups
+  -- new in line in push order); a replace of one of them first places
+  -- them all (fair, any replace does: its group's turn comes after
+  -- theirs, as in push order).
   local function place_pending()
     if #ready > 0 then
       redis.call('ZADD', KR, unpack(ready))
+      if fair_on then fair_ready_many(grouped) end
       wake(#ready / 2)
     end
     if #delayed > 0 then
       redis.call('ZADD', KW, unpack(delayed))
       if delayed_ids[redis.call('ZRANGE', KW, 0, 0)[1]] then wake() end
     end
-    ready, delayed, delayed_ids, pending = {}, {}, {}, {}
+    ready, delayed, delayed_ids, pending, grouped = {}, {}, {}, {}, {}
   end
   for j = 0, k - 1 do
     local a = 5 + 11 * j
@@ -64,12 +65,10 @@ if op == 'push' then
       -- same batch is kept out the same way.
       if redis.call('HSETNX', bucket(id), id, record) == 1 then
         pending[id] = true
-        if run_at <= now and fair_on then
-          ready_add(id, m)
-          fair_ready_n = fair_ready_n + 1
-        elseif run_at <= now then
+        if run_at <= now then
           ready[#ready + 1] = ready_score(m)
           ready[#ready + 1] = id
+          if fair_on then grouped[#grouped + 1] = {m.group, ready[#ready - 1], id} end
         else
           delayed[#delayed + 1] = run_at
           delayed[#delayed + 1] = id
@@ -90,7 +89,7 @@ if op == 'push' then
       out[#out + 1] = 0
     else
       -- Placed at once: a later job of this batch may replace it again.
-      if pending[id] then place_pending() end
+      if pending[id] or fair_on then place_pending() end
       local outcome = 1
       if ready_rem(id) or redis.call('ZREM', KW, id) > 0 then
         outcome = 3
@@ -105,7 +104,6 @@ if op == 'push' then
   end
   if replaced > 0 then count('replaced', replaced) end
   place_pending()
-  if fair_ready_n > 0 then wake(fair_ready_n) end
   flush_turn()
   return out
 end
@@ -117,35 +115,151 @@ end
 -- `mv`: m's paused and v, read by the caller before anything else (so
 -- that no event of this call needs a read of its own).
 -- Fair: up to `max` ready jobs, one per group in turn, skipping (into h)
--- the groups a limit holds (jobs/fair.rs: `take`). Returns their ids,
--- their groups, and the queue rate's arrival time (if it has a rate).
+-- the groups a limit holds (jobs/fair.rs: `take`, one job at a time; the
+-- same done here a round at a time: as many groups popped as jobs may
+-- still go, each served once, then put back in line in that order).
+-- Returns the jobs' ids, their groups, and the queue rate's arrival time
+-- (if it has a rate).
+-- Without a group limit or a queue rate, nothing holds a group back
+-- within one claim: the turns are played out in Lua first (who takes how
+-- many, in what order, each re-entry a turn as `take` gives it), then
+-- each group's jobs are taken in one call.
+local function free_claim(max, in_flight, L)
+  local room = max
+  if L.cc then room = math.min(room, L.cc - in_flight) end
+  if room <= 0 then return {}, {} end
+  local popped = redis.call('ZPOPMIN', KG, room)
+  if #popped == 0 then return {}, {} end
+  local line, head = {}, 1
+  for i = 1, #popped, 2 do line[#line + 1] = popped[i] end
+  local ready = redis.call('ZMSCORE', KB, unpack(line))
+  local left, takes, picks, turns, order = {}, {}, {}, {}, {}
+  for i, g in ipairs(line) do
+    left[g] = tonumber(ready[i]) or 0
+    takes[g] = 0
+    order[i] = g
+  end
+  while #picks < room and head <= #line do
+    local g = line[head]
+    head = head + 1
+    picks[#picks + 1] = g
+    takes[g] = takes[g] + 1
+    left[g] = left[g] - 1
+    if left[g] > 0 then
+      line[#line + 1] = g
+      turns[g] = next_turn()
+    end
+  end
+  local taken, by_group = {}, {}
+  for _, g in ipairs(order) do
+    if takes[g] > 0 then
+      local got = redis.call('ZPOPMIN', KR .. ':' .. g, takes[g])
+      local mine = {}
+      for i = 1, #got, 2 do mine[#mine + 1] = got[i] end
+      by_group[g] = mine
+    end
+  end
+  local ids, groups, next_of = {}, {}, {}
+  for _, g in ipairs(picks) do
+    local i = (next_of[g] or 0) + 1
+    next_of[g] = i
+    local id = by_group[g][i]
+    if id then
+      ids[#ids + 1] = id
+      groups[#groups + 1] = g
+      taken[#taken + 1] = id
+    end
+  end
+  if #taken > 0 then redis.call('ZREM', KR, unpack(taken)) end
+  local running = redis.call('HMGET', KU, unpack(order))
+  local counts, runs, back = {}, {}, {}
+  for i, g in ipairs(order) do
+    counts[#counts + 1] = left[g]
+    counts[#counts + 1] = g
+    if takes[g] > 0 then
+      runs[#runs + 1] = g
+      runs[#runs + 1] = (tonumber(running[i]) or 0) + takes[g]
+    end
+  end
+  -- Still in line: in the order they re-entered, at the turns they got.
+  for j = head, #line do
+    local g = line[j]
+    if left[g] > 0 and turns[g] then
+      back[#back + 1] = turns[g]
+      back[#back + 1] = g
+      turns[g] = nil
+    end
+  end
+  redis.call('ZADD', KB, unpack(counts))
+  if #runs > 0 then redis.call('HSET', KU, unpack(runs)) end
+  if #back > 0 then redis.call('ZADD', KG, unpack(back)) end
+  return ids, groups
+end
+
 local function fair_claim(max)
   local L = queue_limits()
   local in_flight = L.cc and redis.call('ZCARD', KF) or 0
+  if not L.rn and not L.gc and not L.gn and L.o == 0 then
+    local ids, groups = free_claim(max, in_flight, L)
+    return ids, groups, nil
+  end
   local tq
   if L.rn then tq = clamp(tonumber(redis.call('HGET', KM, 'Q')) or 0, L.rn, L.rp) end
   local ids, groups = {}, {}
   while #ids < max do
-    if L.cc and in_flight >= L.cc then break end
-    if tq and tq >= (now + 1) * 1000 then break end
-    local g = redis.call('ZPOPMIN', KG)[1]
-    if not g then break end
-    local _, n, p = limits_of(g)
-    local until_, tat = held_until(g)
-    if until_ then
-      redis.call('ZADD', KH, until_, g)
-    else
-      local id = redis.call('ZPOPMIN', KR .. ':' .. g)[1]
-      if not id then break end
-      redis.call('ZREM', KR, id)
-      local left = tonumber(redis.call('ZINCRBY', KB, -1, g))
-      local running = redis.call('HINCRBY', KU, g, 1)
-      in_flight = in_flight + 1
-      if tq then tq = math.max(tq, now * 1000) + interval(L.rn, L.rp) end
-      if n then redis.call('ZADD', KY, math.max(tat or 0, now * 1000) + interval(n, p), g) end
-      ids[#ids + 1] = id
-      groups[#groups + 1] = g
-      if left > 0 then place(g, running) end
+    local room = max - #ids
+    if L.cc then room = math.min(room, L.cc - in_flight) end
+    if room <= 0 or (tq and tq >= (now + 1) * 1000) then break end
+    local popped = redis.call('ZPOPMIN', KG, room)
+    if #popped == 0 then break end
+    local served, taken, back, held = {}, {}, {}, {}
+    for i = 1, #popped, 2 do
+      local g = popped[i]
+      if tq and tq >= (now + 1) * 1000 then
+        -- The queue's rate stops the round: the rest keep their turns.
+        back[#back + 1] = popped[i + 1]
+        back[#back + 1] = g
+      else
+        local _, n, p = limits_of(g)
+        local until_, tat = held_until(g)
+        if until_ then
+          held[#held + 1] = until_
+          held[#held + 1] = g
+        else
+          local id = redis.call('ZPOPMIN', KR .. ':' .. g)[1]
+          if id then
+            ids[#ids + 1] = id
+            groups[#groups + 1] = g
+            served[#served + 1] = g
+            taken[#taken + 1] = id
+            in_flight = in_flight + 1
+            if tq then tq = math.max(tq, now * 1000) + interval(L.rn, L.rp) end
+            if n then redis.call('ZADD', KY, math.max(tat or 0, now * 1000) + interval(n, p), g) end
+          end
+        end
+      end
+    end
+    if #back > 0 then redis.call('ZADD', KG, unpack(back)) end
+    if #held > 0 then redis.call('ZADD', KH, unpack(held)) end
+    if #served > 0 then
+      redis.call('ZREM', KR, unpack(taken))
+      local ready = redis.call('ZMSCORE', KB, unpack(served))
+      local running = redis.call('HMGET', KU, unpack(served))
+      local counts, runs, again, again_running = {}, {}, {}, {}
+      for i, g in ipairs(served) do
+        local left, now_running = (tonumber(ready[i]) or 1) - 1, (tonumber(running[i]) or 0) + 1
+        counts[#counts + 1] = left
+        counts[#counts + 1] = g
+        runs[#runs + 1] = g
+        runs[#runs + 1] = now_running
+        if left > 0 then
+          again[#again + 1] = g
+          again_running[#again_running + 1] = now_running
+        end
+      end
+      redis.call('ZADD', KB, unpack(counts))
+      redis.call('HSET', KU, unpack(runs))
+      if #again > 0 then place_many(again, again_running) end
     end
   end
   if tq then redis.call('HSET', KM, 'Q', string.format('%d', tq)) end
@@ -153,7 +267,6 @@ local function fair_claim(max)
 end
 
 local function claim(lease, max, mv)
-  fair_on = mv[3] ~= false
   local readied = promote()
   -- Paused: due jobs are made ready, but none is handed out and nobody is
   -- woken for them (a resume wakes the consumers).
@@ -162,7 +275,7 @@ local function claim(lease, max, mv)
   local ids, groups, tq = {}, {}, nil
   if fair_on then
     ids, groups, tq = fair_claim(max)
-    if #ids < max and redis.call('ZCARD', KR) > 0 then count('lc') end
+    if #ids < max and limited() and redis.call('ZCARD', KR) > 0 then count('lc') end
   else
     local popped = redis.call('ZPOPMIN', KR, max)
     for i = 1, #popped / 2 do ids[i] = popped[2 * i - 1] end
@@ -240,8 +353,7 @@ local function ack_all(from, keep_n, keep_ms)
   redis.call('HDEL', KL, unpack(done))
   redis.call('HDEL', KN, unpack(done))
   local woke = 0
-  for _, g in ipairs(freed) do woke = woke + fair_release(g) end
-  if #freed > 0 then woke = woke + slot_wakes(before) end
+  if #freed > 0 then woke = fair_release_many(freed) + slot_wakes(before) end
   count('acked', #done)
   for _, id in ipairs(done) do emit('acked', id) end
   if keep_n <= 0 then
@@ -276,8 +388,9 @@ if op == 'claim' then
   local max = tonumber(ARGV[5])
   local mv
   if max > 0 then
-    mv = redis.call('HMGET', KM, 'paused', 'v', 'F')
+    mv = redis.call('HMGET', KM, 'paused', 'v', unpack(FAIR_FIELDS))
     watch_until = tonumber(mv[2]) or 0
+    fair_fields_at(mv, 3)
   end
   local out, woke = ack_all(8, tonumber(ARGV[6]), tonumber(ARGV[7]))
   table.insert(out, 1, #out)

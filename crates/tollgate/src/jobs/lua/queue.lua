@@ -231,21 +231,50 @@ end
 -- rules). Plain queues never reach these steps: each starts from
 -- is_fair(), or from l's value or a record naming a group.
 local HELD_FOR_SLOT = 4503599627370496
-local fair_on, limits, own_limits, turn, turn_read = nil, nil, {}, 0, false
+local fair_on, limits, own_limits, turn, turn_read, turn_dirty = nil, nil, {}, 0, false, false
 
 local function is_fair()
   if fair_on == nil then fair_on = redis.call('HEXISTS', KM, 'F') == 1 end
   return fair_on
 end
 
+-- m's fields of a fair queue: the hot paths read them with the read of m
+-- they make anyway (fair_fields_at), the others when first needed.
+local FAIR_FIELDS = {'F', 'cc', 'rn', 'rp', 'gc', 'gn', 'gp', 'O', 'T'}
+
+-- Takes the FAIR_FIELDS read from m, `v[i]` on.
+local function fair_fields_at(v, i)
+  fair_on = v[i] ~= false
+  limits = {cc = tonumber(v[i + 1]), rn = tonumber(v[i + 2]), rp = tonumber(v[i + 3]),
+            gc = tonumber(v[i + 4]), gn = tonumber(v[i + 5]), gp = tonumber(v[i + 6]),
+            o = tonumber(v[i + 7]) or 0}
+  turn, turn_read = tonumber(v[i + 8]) or 0, true
+end
+
 -- The queue's limits (m's fields), read once per call.
 local function queue_limits()
   if not limits then
-    local v = redis.call('HMGET', KM, 'cc', 'rn', 'rp', 'gc', 'gn', 'gp', 'O')
-    limits = {cc = tonumber(v[1]), rn = tonumber(v[2]), rp = tonumber(v[3]), gc = tonumber(v[4]),
-              gn = tonumber(v[5]), gp = tonumber(v[6]), o = tonumber(v[7]) or 0}
+    local v = redis.call('HMGET', KM, unpack(FAIR_FIELDS))
+    -- What this call already knows stays: the flag, a turn in use.
+    local on, t, t_read = fair_on, turn, turn_read
+    fair_fields_at(v, 1)
+    if on ~= nil then fair_on = on end
+    if t_read then turn = t end
   end
   return limits
+end
+
+-- Whether any group has a limit (the queue's group limits, or one of its
+-- own): else nothing is ever held back per group (h stays empty).
+local function group_limited()
+  local L = queue_limits()
+  return L.gc or L.gn or L.o > 0
+end
+
+-- Whether the queue has any limit at all.
+local function limited()
+  local L = queue_limits()
+  return L.cc or L.rn or group_limited()
 end
 
 -- The limits in force for group `g`: concurrency, rate count, rate period.
@@ -278,6 +307,13 @@ local function clamp(tat, n, p)
   return math.min(tat, (clock() + 1) * 1000 + interval(n, p))
 end
 
+-- HSETs (or ZADDs) `items` to `key` in chunks (unpack's limit).
+local function chunked(cmd, key, items)
+  for i = 1, #items, 1000 do
+    redis.call(cmd, key, unpack(items, i, math.min(i + 999, #items)))
+  end
+end
+
 -- Whether `a` sorts before `b` byte by byte, as sorted-set members and
 -- Rust strings do (Lua's own `<` follows the server's locale).
 local function bytes_lt(a, b)
@@ -294,12 +330,13 @@ local function next_turn()
     turn, turn_read = tonumber(redis.call('HGET', KM, 'T')) or 0, true
   end
   turn = turn + 1
+  turn_dirty = true
   return turn
 end
 
 local function flush_turn()
-  if turn_read then redis.call('HSET', KM, 'T', string.format('%d', turn)) end
-  turn_read = false
+  if turn_dirty then redis.call('HSET', KM, 'T', string.format('%d', turn)) end
+  turn_dirty = false
 end
 
 -- Whether a limit holds group `g` back (its running count `running`, if
@@ -318,22 +355,62 @@ local function held_until(g, running)
   return nil
 end
 
--- Puts group `g` (with ready jobs, in neither g nor h) at the back of the
--- line, or in h if a limit holds it. Whether it may run.
-local function place(g, running)
-  local until_ = held_until(g, running)
-  if until_ then
-    redis.call('ZADD', KH, until_, g)
-    return false
+-- Puts groups `gs` (each with ready jobs, in neither g nor h), in order,
+-- at the back of the line, or in h where a limit holds one; `running`:
+-- their running counts where known (by index). How many may run.
+local function place_many(gs, running)
+  local line, held = {}, {}
+  for i, g in ipairs(gs) do
+    local until_ = held_until(g, running and running[i])
+    if until_ then
+      held[#held + 1] = until_
+      held[#held + 1] = g
+    else
+      line[#line + 1] = next_turn()
+      line[#line + 1] = g
+    end
   end
-  redis.call('ZADD', KG, next_turn(), g)
-  return true
+  if #line > 0 then chunked('ZADD', KG, line) end
+  if #held > 0 then chunked('ZADD', KH, held) end
+  return #line / 2
+end
+
+-- Puts group `g` in line (see place_many). Whether it may run.
+local function place(g, running)
+  return place_many({g}, {running}) == 1
+end
+
+-- Ready jobs (r has them already): `jobs` is {group, score, id} each, in
+-- push order. Each group's set takes its own in one call; a group that
+-- had none ready gets in line, in the order of its first job here.
+local function fair_ready_many(jobs)
+  local per, order = {}, {}
+  for _, j in ipairs(jobs) do
+    local g = j[1]
+    if not per[g] then
+      per[g] = {}
+      order[#order + 1] = g
+    end
+    local items = per[g]
+    items[#items + 1] = j[2]
+    items[#items + 1] = j[3]
+  end
+  local had = redis.call('ZMSCORE', KB, unpack(order))
+  local counts, new = {}, {}
+  for i, g in ipairs(order) do
+    chunked('ZADD', KR .. ':' .. g, per[g])
+    local before = tonumber(had[i]) or 0
+    counts[#counts + 1] = before + #per[g] / 2
+    counts[#counts + 1] = g
+    if before == 0 then new[#new + 1] = g end
+  end
+  chunked('ZADD', KB, counts)
+  if #new > 0 then place_many(new) end
 end
 
 -- Job `id` (scored `score`) of group `g` is ready (r has it already).
 local function fair_ready(g, score, id)
-  redis.call('ZADD', KR .. ':' .. g, score, id)
-  if tonumber(redis.call('ZINCRBY', KB, 1, g)) == 1 then place(g) end
+  fair_ready_many({{g, score, id}})
 end
 
 -- Ready job `id` of group `g` leaves (r no longer has it).
@@ -346,22 +423,57 @@ local function fair_unready(g, id)
   end
 end
 
--- A job of group `g` stops running (f no longer has it). How many
--- consumers to wake: one if its concurrency held a job of the group back
--- that may now go (the queue's own: slot_wakes).
-local function fair_release(g)
+-- Jobs of groups `gs` (one entry per job, a group as often as it has
+-- jobs here) stop running (f no longer has them). How many consumers to
+-- wake: one per group whose concurrency held a job back that may now go
+-- (the queue's own: slot_wakes).
+local function fair_release_many(gs)
   clock()
-  local running = redis.call('HINCRBY', KU, g, -1)
-  if running <= 0 then
-    redis.call('HDEL', KU, g)
-    running = 0
-    if tonumber(redis.call('ZSCORE', KB, g) or 1) <= 0 then redis.call('ZREM', KB, g) end
+  local per, order = {}, {}
+  for _, g in ipairs(gs) do
+    if not per[g] then
+      per[g] = 0
+      order[#order + 1] = g
+    end
+    per[g] = per[g] + 1
   end
-  if tonumber(redis.call('ZSCORE', KH, g)) == HELD_FOR_SLOT then
-    redis.call('ZREM', KH, g)
-    if place(g, running) then return 1 end
+  local was = redis.call('HMGET', KU, unpack(order))
+  -- Held for a slot only where a group concurrency can be.
+  local held = {}
+  local L = queue_limits()
+  if L.gc or L.o > 0 then held = redis.call('ZMSCORE', KH, unpack(order)) end
+  local left, gone, freed, freed_running = {}, {}, {}, {}
+  for i, g in ipairs(order) do
+    local running = math.max((tonumber(was[i]) or 0) - per[g], 0)
+    if running > 0 then
+      left[#left + 1] = g
+      left[#left + 1] = running
+    else
+      gone[#gone + 1] = g
+    end
+    if tonumber(held[i]) == HELD_FOR_SLOT then
+      freed[#freed + 1] = g
+      freed_running[#freed_running + 1] = running
+    end
   end
-  return 0
+  if #left > 0 then redis.call('HSET', KU, unpack(left)) end
+  if #gone > 0 then
+    redis.call('HDEL', KU, unpack(gone))
+    -- A group with no job ready or running leaves the index.
+    local ready = redis.call('ZMSCORE', KB, unpack(gone))
+    local drop = {}
+    for i, g in ipairs(gone) do
+      if (tonumber(ready[i]) or 1) <= 0 then drop[#drop + 1] = g end
+    end
+    if #drop > 0 then redis.call('ZREM', KB, unpack(drop)) end
+  end
+  if #freed == 0 then return 0 end
+  redis.call('ZREM', KH, unpack(freed))
+  return place_many(freed, freed_running)
+end
+
+local function fair_release(g)
+  return fair_release_many({g})
 end
 
 -- The running count before jobs stop, when the queue's own concurrency
@@ -391,12 +503,6 @@ local function held_value(v)
   return v, nil
 end
 
--- HSETs (or ZADDs) `items` to `key` in chunks (unpack's limit).
-local function chunked(cmd, key, items)
-  for i = 1, #items, 1000 do
-    redis.call(cmd, key, unpack(items, i, math.min(i + 999, #items)))
-  end
-end
 
 -- Turns the queue fair: every ready and running job so far is in the
 -- default group (jobs/fair.rs: `turn_on`).
@@ -540,7 +646,10 @@ local function promote()
       end
     end
   end
-  if is_fair() then readied = readied + slot_wakes(before) + fair_promote(BATCH) end
+  if is_fair() then
+    readied = readied + slot_wakes(before)
+    if group_limited() then readied = readied + fair_promote(BATCH) end
+  end
   return readied
 end
 

@@ -106,7 +106,11 @@ local function place_ready()
   end
   -- Fair: in the default group's set too, in push order.
   if #ready_batch > 0 and is_fair() then
-    for i = 1, #ready_batch, 2 do fair_ready('', ready_batch[i], ready_batch[i + 1]) end
+    for i = 1, #ready_batch, 2000 do
+      local jobs = {}
+      for j = i, math.min(i + 1999, #ready_batch), 2 do jobs[#jobs + 1] = {'', ready_batch[j], ready_batch[j + 1]} end
+      fair_ready_many(jobs)
+    end
     flush_turn()
   end
   if #ready_batch > 0 then wake(#ready_batch / 2) end

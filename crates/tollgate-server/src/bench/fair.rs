@@ -1,0 +1,102 @@
+//! `tollgate bench jobs --idle-consumers N --redis URL`: what consumers
+//! cost the store while every group of a fair queue is at its
+//! concurrency and nothing can be claimed (docs/BENCHMARKS.md).
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tollgate::{JobQueue, PushOptions, QueueLimits, Store};
+
+use super::args::BenchArgs;
+use super::support::{each_worker, round3};
+
+/// Redis's CPU time so far (INFO's used_cpu_sys + used_cpu_user, s).
+async fn redis_cpu(url: &str) -> Option<f64> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await.ok()?;
+    let field = |name: &str| {
+        info.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(':')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    Some(field("used_cpu_sys")? + field("used_cpu_user")?)
+}
+
+/// Redis's CPU as a share of one core over `secs` of `work`.
+async fn cpu_share<F: std::future::Future<Output = ()>>(url: &str, secs: f64, work: F) -> Option<f64> {
+    let before = redis_cpu(url).await?;
+    let started = Instant::now();
+    work.await;
+    let after = redis_cpu(url).await?;
+    Some((after - before) / started.elapsed().as_secs_f64().max(secs))
+}
+
+/// 100 groups, each at its concurrency of 1 with one more job ready;
+/// then `n` consumers wait in `next_many` for --seconds. Reports Redis's
+/// CPU share then, and over the same time with no consumer at all (its
+/// own idle cost) in the same run.
+pub(super) async fn idle_cost(store: &Store, run_id: &str, args: &BenchArgs, n: usize) -> serde_json::Value {
+    let Some(url) = args.redis.as_deref() else {
+        return json!({"case": "jobs_idle_consumers", "error": "needs --redis: it measures Redis's CPU"});
+    };
+    let setup = async {
+        let q = JobQueue::new(store, &format!("bench:idle:{run_id}"))?.lease(Duration::from_secs(3600))?;
+        q.set_limits(&QueueLimits {
+            group_concurrency: Some(1),
+            ..QueueLimits::default()
+        })
+        .await?;
+        let jobs: Vec<(&[u8], PushOptions)> = (0..200)
+            .map(|i| {
+                let options = PushOptions {
+                    group: Some(format!("g{}", i % 100)),
+                    ..PushOptions::default()
+                };
+                (&b"x"[..], options)
+            })
+            .collect();
+        q.push_many(&jobs).await?;
+        let held = q.claim_many(1000).await?;
+        tollgate::Result::Ok((q, held.len()))
+    };
+    let (q, held) = match setup.await {
+        Ok(set) => set,
+        Err(e) => {
+            let e: tollgate::Error = e;
+            return json!({"case": "jobs_idle_consumers", "error": e.to_string()});
+        }
+    };
+    let secs = args.seconds.as_secs_f64();
+    let quiet = cpu_share(url, secs, tokio::time::sleep(args.seconds)).await;
+    let end = Instant::now() + args.seconds;
+    let claimed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let waiting = cpu_share(url, secs, async {
+        each_worker(n, |_| {
+            let (q, claimed) = (q.clone(), claimed.clone());
+            async move {
+                while let Some(left) = end.checked_duration_since(Instant::now()) {
+                    if let Ok(jobs) = q.next_many(10, left).await {
+                        claimed.fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+        .await;
+    })
+    .await;
+    let stats = q.stats().await.ok();
+    json!({
+        "peer": "tollgate", "case": "jobs_idle_consumers", "consumers": n, "groups": 100,
+        "running": held, "seconds": secs,
+        "redis_cpu_share_idle": quiet.map(round3),
+        "redis_cpu_share_waiting": waiting.map(round3),
+        "redis_cpu_share_added": quiet.zip(waiting).map(|(a, b)| round3(b - a)),
+        "claimed_while_waiting": claimed.load(std::sync::atomic::Ordering::Relaxed),
+        "limited_claims": stats.map(|s| s.limited_claims),
+    })
+}
