@@ -103,7 +103,7 @@ impl Answer {
             (410, Some("ticket_removed")) => exit::REMOVED,
             (409, Some("job_running")) => exit::BUSY,
             (404, Some("job_not_found" | "queue_not_found" | "schedule_not_found")) => exit::NO_SUCH,
-            (404, Some("holder_not_found" | "ticket_not_found")) => exit::NO_SUCH,
+            (404, Some("holder_not_found" | "ticket_not_found" | "limits_not_found")) => exit::NO_SUCH,
             (_, Some("partition_conflict" | "store_misconfigured")) => exit::CONFIG,
             // The token (and its role) is part of the set-up: no retry
             // mends it.

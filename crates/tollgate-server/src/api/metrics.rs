@@ -191,6 +191,7 @@ pub(crate) async fn scrape_queue(state: &AppState, name: &str) -> bool {
         ("tollgate_queue_retried_total", s.retried),
         ("tollgate_queue_dead_lettered_total", s.dead_total),
         ("tollgate_queue_redelivered_total", s.redelivered),
+        ("tollgate_queue_limited_claims_total", s.limited_claims),
     ] {
         metrics::counter!(metric, &[label()]).absolute(v);
     }
@@ -199,6 +200,8 @@ pub(crate) async fn scrape_queue(state: &AppState, name: &str) -> bool {
         ("tollgate_queue_delayed", s.delayed),
         ("tollgate_queue_in_flight", s.in_flight),
         ("tollgate_queue_dead", s.dead),
+        ("tollgate_queue_groups", s.groups),
+        ("tollgate_queue_groups_held", s.groups_held),
     ] {
         metrics::gauge!(metric, &[label()]).set(v as f64);
     }

@@ -151,6 +151,9 @@ impl Queue {
                 if let Some(id) = &o.id {
                     body["id"] = json!(id);
                 }
+                if let Some(group) = &o.group {
+                    body["group"] = json!(group);
+                }
                 if let Some(d) = o.delay {
                     body["delay_ms"] = json!(d.as_millis() as u64);
                 }

@@ -452,6 +452,22 @@ async fn check_queues(queue_set: &Queues, store: &Store) -> Result<(), i32> {
             }
         }
     }
+    // Limits in the config are the queues' limits from this start on (a
+    // PUT /settings changes them until the next start).
+    for (name, limits) in queue_set.configured_limits() {
+        let set = match queue_set.open(store, name) {
+            Ok(q) => q.set_limits(limits).await,
+            Err(e) => Err(e),
+        };
+        match set {
+            Ok(()) => {}
+            Err(e) if e.kind() == tollgate::ErrorKind::InvalidInput => {
+                say::failure(&format!("[queues.{name}]: {e}"));
+                return Err(exit::CONFIG);
+            }
+            Err(e) => tracing::warn!(queue = name, error = %e, "could not set the queue's limits now"),
+        }
+    }
     Ok(())
 }
 

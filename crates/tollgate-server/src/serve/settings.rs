@@ -714,8 +714,17 @@ mod tests {
         } = protect.expect("[protect]");
         assert!(!limit.is_empty() && key.is_some() && !trusted_proxies.is_empty());
 
-        let QueueSettings { partitions } = queues.values().next().expect("a [queues.NAME]").clone();
+        let QueueSettings {
+            partitions,
+            concurrency,
+            rate,
+            group_concurrency,
+            group_rate,
+        } = queues.values().next().expect("a [queues.NAME]").clone();
         assert!(partitions >= 1);
+        assert!(
+            concurrency.is_some() && rate.is_some() && group_concurrency.is_some() && group_rate.is_some()
+        );
 
         let ScheduleSettings {
             when,

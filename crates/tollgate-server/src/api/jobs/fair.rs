@@ -16,7 +16,7 @@ use crate::state::AppState;
 /// A queue's limits as the API reads and writes them: a rate is text,
 /// `N/s`, `N/min`, `N/h`, `N/d` or `N/<duration>` (`5/250ms`); a limit
 /// left out or null is none.
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SettingsBody {
     #[serde(default)]

@@ -16,8 +16,32 @@ pub(crate) struct QueueSettings {
     /// Spread the queue over this many partitions (1 to 256): each is a
     /// queue of its own under its own hash tag, so on Redis Cluster the
     /// queue's load spreads over the masters. Every server and worker of
-    /// the queue must use the same number.
+    /// the queue must use the same number. Default 1.
+    #[serde(default = "one")]
     pub(crate) partitions: usize,
+    /// The queue's limits applied at claim (docs/JOBS.md, "Fair queues"),
+    /// set in the store when the server starts if any is given: at most
+    /// this many of its jobs running at once; at most this many claims
+    /// per period ("50/s"); the same per group.
+    pub(crate) concurrency: Option<u32>,
+    pub(crate) rate: Option<String>,
+    pub(crate) group_concurrency: Option<u32>,
+    pub(crate) group_rate: Option<String>,
+}
+
+impl QueueSettings {
+    fn limits(&self) -> super::fair::SettingsBody {
+        super::fair::SettingsBody {
+            concurrency: self.concurrency,
+            rate: self.rate.clone(),
+            group_concurrency: self.group_concurrency,
+            group_rate: self.group_rate.clone(),
+        }
+    }
+}
+
+fn one() -> usize {
+    1
 }
 
 /// How often a configured queue's handle asks the store whether the
@@ -35,6 +59,8 @@ const HANDLES_KEPT: usize = 10_000;
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
     partitions: HashMap<String, usize>,
+    /// The limits configured, per queue (only queues that name any).
+    limits: HashMap<String, tollgate::QueueLimits>,
     /// Each handle and when it was last used: unused ones are dropped
     /// ([`Queues::forget_idle`]), so a flood of made-up queue names leaves
     /// nothing behind.
@@ -45,16 +71,30 @@ impl Queues {
     /// The configured queues, checked: names and partition counts.
     pub(crate) fn new(settings: &HashMap<String, QueueSettings>) -> Result<Queues, String> {
         let mut partitions = HashMap::new();
+        let mut limits = HashMap::new();
         for (name, s) in settings {
             tollgate::Name::new(name).map_err(|e| format!("[queues.{name}]: {e}"))?;
             JobQueue::check_partitions(s.partitions)
                 .map_err(|e| format!("[queues.{name}] partitions = {}: {e}", s.partitions))?;
+            let l = s
+                .limits()
+                .limits()
+                .map_err(|e| format!("[queues.{name}]: {}", e.item()["message"].as_str().unwrap_or("")))?;
+            if l != tollgate::QueueLimits::default() {
+                limits.insert(name.clone(), l);
+            }
             partitions.insert(name.clone(), s.partitions);
         }
         Ok(Queues {
             partitions,
+            limits,
             handles: Mutex::default(),
         })
+    }
+
+    /// The queues named in the config with limits, and those limits.
+    pub(crate) fn configured_limits(&self) -> impl Iterator<Item = (&str, &tollgate::QueueLimits)> {
+        self.limits.iter().map(|(n, l)| (n.as_str(), l))
     }
 
     /// The queues named in the config, with their partition counts.
