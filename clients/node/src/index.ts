@@ -12,7 +12,17 @@ export { Busy, Gate, Lease, Ticket } from "./gates.js";
 export type { AcquireOptions, EnterOptions, GateStats, Holder, LineEntry } from "./gates.js";
 export type { ClientOptions } from "./http.js";
 export { Delivery, Queue, Worker } from "./jobs.js";
-export type { Backoff, ClaimOptions, Handler, PushOptions, Pushed, WorkerOptions } from "./jobs.js";
+export type {
+  Backoff,
+  ClaimOptions,
+  GroupInfo,
+  GroupLimits,
+  Handler,
+  PushOptions,
+  Pushed,
+  QueueLimits,
+  WorkerOptions,
+} from "./jobs.js";
 export { Limit, Room, Schedules } from "./misc.js";
 export type { CheckOptions, Decision, Kind, RoomLineEntry, ScheduleSpec } from "./misc.js";
 export { ROUTES } from "./routes.js";

@@ -18,6 +18,36 @@ export interface PushOptions {
   maxAttempts?: number;
   backoff?: Backoff;
   onDuplicate?: "keep" | "replace";
+  /** The job's group (a tenant, a customer): groups take turns at claim
+   * and may have limits of their own (`setLimits`, `setGroupLimits`). */
+  group?: string;
+}
+
+/** A queue's limits, applied at claim (null or left out: none). A rate is
+ * text: `50/s`, `600/min`, `5/250ms`. */
+export interface QueueLimits {
+  concurrency?: number | null;
+  rate?: string | null;
+  group_concurrency?: number | null;
+  group_rate?: string | null;
+}
+
+/** One group's own limits, in place of the queue's group limits. */
+export interface GroupLimits {
+  concurrency?: number | null;
+  rate?: string | null;
+}
+
+/** One group of a queue, as `groups()` lists it. */
+export interface GroupInfo {
+  /** null: the default group. */
+  group: string | null;
+  ready: number;
+  running: number;
+  held: "concurrency" | "rate" | null;
+  held_until_ms: number | null;
+  concurrency: number | null;
+  rate: string | null;
 }
 
 export interface Pushed {
@@ -43,6 +73,7 @@ interface JobBody {
   attempt: number;
   fence: number;
   lease_until_ms: number;
+  group?: string | null;
 }
 
 /** A job queue: run at a time, exactly one consumer at a time,
@@ -109,6 +140,43 @@ export class Queue {
   async resume(): Promise<{ paused: boolean; changed: boolean }> {
     return this.#http.call(ROUTES.resumeQueue, { queue: this.name });
   }
+
+  /** The queue's limits applied at claim. */
+  async limits(): Promise<QueueLimits> {
+    return this.#http.call(ROUTES.queueSettings, { queue: this.name });
+  }
+
+  /** Replaces the queue's limits (one left out is none); they apply from
+   * the next claim, on every worker. */
+  async setLimits(limits: QueueLimits): Promise<QueueLimits> {
+    return this.#http.call(ROUTES.setQueueSettings, { queue: this.name }, { body: { ...limits } });
+  }
+
+  /** Group `group`'s own limits, or null if it has none. */
+  async groupLimits(group: string): Promise<GroupLimits | null> {
+    try {
+      return await this.#http.call(ROUTES.groupLimits, { queue: this.name, group });
+    } catch (e) {
+      if (e instanceof TollgateError && e.code === "limits_not_found") return null;
+      throw e;
+    }
+  }
+
+  /** Sets group `group`'s own limits; with null, drops them (the queue's
+   * group limits apply again). */
+  async setGroupLimits(group: string, limits: GroupLimits | null): Promise<void> {
+    if (limits === null) {
+      await this.#http.call(ROUTES.dropGroupLimits, { queue: this.name, group });
+    } else {
+      await this.#http.call(ROUTES.setGroupLimits, { queue: this.name, group }, { body: { ...limits } });
+    }
+  }
+
+  /** A page of the queue's groups with ready or running jobs, most ready
+   * first; pass `next` as `after` for the next page. */
+  async groups(options: { limit?: number; after?: string } = {}): Promise<{ groups: GroupInfo[]; next: string | null }> {
+    return this.#http.call(ROUTES.groups, { queue: this.name }, { query: { limit: options.limit, after: options.after } });
+  }
 }
 
 function pushBody(payload: unknown, o: PushOptions): Record<string, unknown> {
@@ -122,6 +190,7 @@ function pushBody(payload: unknown, o: PushOptions): Record<string, unknown> {
     max_attempts: o.maxAttempts,
     backoff: o.backoff,
     on_duplicate: o.onDuplicate,
+    group: o.group,
   };
 }
 
@@ -137,6 +206,8 @@ export class Delivery {
   readonly attempt: number;
   readonly fence: number;
   leaseUntilMs: number;
+  /** Its group; null for the default group. */
+  readonly group: string | null;
 
   constructor(http: Http, queue: string, j: JobBody) {
     this.#http = http;
@@ -146,6 +217,7 @@ export class Delivery {
     this.attempt = j.attempt;
     this.fence = j.fence;
     this.leaseUntilMs = j.lease_until_ms;
+    this.group = j.group ?? null;
   }
 
   /** Done: the job leaves the queue. */

@@ -33,7 +33,7 @@ export const ROUTES = {
   push: {
     method: "POST",
     path: "/v1/queues/{queue}/jobs",
-    fields: ["payload", "id", "delay_ms", "at_ms", "priority", "max_attempts", "backoff", "on_duplicate"],
+    fields: ["payload", "id", "delay_ms", "at_ms", "priority", "max_attempts", "backoff", "on_duplicate", "group"],
   },
   pushMany: { method: "POST", path: "/v1/queues/{queue}/batch", fields: ["jobs"] },
   claim: { method: "POST", path: "/v1/queues/{queue}/claim", query: ["wait_ms", "lease_ms", "max"] },
@@ -45,6 +45,16 @@ export const ROUTES = {
   queueStats: { method: "GET", path: "/v1/queues/{queue}" },
   pauseQueue: { method: "POST", path: "/v1/queues/{queue}/pause" },
   resumeQueue: { method: "POST", path: "/v1/queues/{queue}/resume" },
+  queueSettings: { method: "GET", path: "/v1/queues/{queue}/settings" },
+  setQueueSettings: {
+    method: "PUT",
+    path: "/v1/queues/{queue}/settings",
+    fields: ["concurrency", "rate", "group_concurrency", "group_rate"],
+  },
+  groups: { method: "GET", path: "/v1/queues/{queue}/groups", query: ["limit", "after"] },
+  groupLimits: { method: "GET", path: "/v1/queues/{queue}/groups/{group}/limits" },
+  setGroupLimits: { method: "PUT", path: "/v1/queues/{queue}/groups/{group}/limits", fields: ["concurrency", "rate"] },
+  dropGroupLimits: { method: "DELETE", path: "/v1/queues/{queue}/groups/{group}/limits" },
 
   check: {
     method: "POST",

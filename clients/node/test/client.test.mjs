@@ -247,6 +247,34 @@ for (const store of ["embedded", "redis"]) {
       );
     });
 
+    test("groups take turns; a group at its limit waits while others run", async () => {
+      const q = tg.queue(fresh("q"));
+      assert.deepEqual(await q.setLimits({ group_concurrency: 1, rate: "100000/s" }), {
+        concurrency: null,
+        rate: "100000/s",
+        group_concurrency: 1,
+        group_rate: null,
+      });
+      for (const [id, group] of [["a1", "a"], ["a2", "a"], ["b1", "b"]]) await q.push(id, { id, group });
+      const got = await q.claim({ max: 10, leaseMs: 60_000 });
+      assert.deepEqual(got.map((d) => [d.id, d.group]), [["a1", "a"], ["b1", "b"]]);
+      const page = await q.groups({ limit: 10 });
+      assert.deepEqual(page.groups.map((g) => [g.group, g.ready, g.running, g.held]), [
+        ["a", 1, 1, "concurrency"],
+        ["b", 0, 1, null],
+      ]);
+      await q.setGroupLimits("a", { concurrency: 2 });
+      assert.deepEqual(await q.groupLimits("a"), { concurrency: 2, rate: null });
+      assert.equal((await q.claim({ max: 10 })).length, 1, "a's second slot");
+      await q.setGroupLimits("a", null);
+      assert.equal(await q.groupLimits("a"), null);
+      await assert.rejects(q.push("x", { group: "a b" }), (e) => e.code === "bad_request" && e.status === 400);
+      await assert.rejects(q.setLimits({ concurrency: 0 }), (e) => e.status === 400);
+      await got[0].ack();
+      const stats = await q.stats();
+      assert.deepEqual([stats.groups, stats.limited_claims], [2, 1], JSON.stringify(stats));
+    });
+
     test("a handler that throws nacks with its message", async () => {
       const queue = fresh("q");
       await tg.queue(queue).push("x", { id: "j1", maxAttempts: 1 });

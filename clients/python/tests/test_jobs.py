@@ -49,6 +49,51 @@ def test_push_claim_ack_nack(server: Server) -> None:
         assert q.stats()["acked"] == 2
 
 
+def test_groups_take_turns_and_limits_hold(server: Server) -> None:
+    with Client(server.url) as c:
+        q = c.queue(unique("fair"))
+        assert q.set_limits(group_concurrency=1) == {
+            "concurrency": None, "rate": None, "group_concurrency": 1, "group_rate": None}
+        for id_, group in [("a1", "a"), ("a2", "a"), ("b1", "b")]:
+            q.push(id_, id=id_, group=group)
+        q.push_many([NewJob("c", id="c1", group="c")])
+        got = q.claim(max=10, lease_ms=60_000)
+        assert [(d.id, d.group) for d in got] == [("a1", "a"), ("b1", "b"), ("c1", "c")]
+        page = q.groups(limit=10)
+        held = {g["group"]: (g["ready"], g["running"], g["held"]) for g in page["groups"]}
+        assert held["a"] == (1, 1, "concurrency")
+        assert q.set_group_limits("a", {"concurrency": 2}) == {"concurrency": 2, "rate": None}
+        assert q.group_limits("a") == {"concurrency": 2, "rate": None}
+        assert [d.id for d in q.claim(max=10)] == ["a2"]
+        q.set_group_limits("a", None)
+        assert q.group_limits("a") is None
+        with pytest.raises(TollgateError) as e:
+            q.push("x", group="a b")
+        assert e.value.status == 400
+        with pytest.raises(TollgateError) as e:
+            q.set_limits(concurrency=0)
+        assert e.value.status == 400
+        assert q.limits()["group_concurrency"] == 1
+        assert q.stats()["groups"] == 3
+
+
+def test_groups_over_the_async_client(server: Server) -> None:
+    async def run() -> None:
+        async with AsyncClient(server.url) as c:
+            q = c.queue(unique("afair"))
+            await q.set_limits(concurrency=1)
+            await q.push("x", group="g1")
+            await q.push("y", group="g2")
+            got = await q.claim(max=10)
+            assert [d.group for d in got] == ["g1"]
+            assert (await q.groups())["groups"][0]["group"] in ("g1", "g2")
+            assert await q.group_limits("g1") is None
+            await q.set_group_limits("g1", {"rate": "10/s"})
+            assert (await q.group_limits("g1"))["rate"] == "10/s"
+
+    asyncio.run(run())
+
+
 def test_worker_acks_and_nacks(server: Server) -> None:
     with Client(server.url) as c:
         q = c.queue(unique("w"))

@@ -343,8 +343,8 @@ class AsyncQueue:
     async def push(self, payload: JSON, *, id: Optional[str] = None, delay_ms: Optional[int] = None,
              at_ms: Optional[int] = None, priority: Optional[int] = None,
              max_attempts: Optional[int] = None, backoff: Optional[Backoff] = None,
-             on_duplicate: Optional[str] = None) -> Pushed:
-        job = NewJob(payload, id, delay_ms, at_ms, priority, max_attempts, backoff, on_duplicate)
+             on_duplicate: Optional[str] = None, group: Optional[str] = None) -> Pushed:
+        job = NewJob(payload, id, delay_ms, at_ms, priority, max_attempts, backoff, on_duplicate, group)
         return await self.client._run(ops.push(self.name, job))
 
     async def push_many(self, jobs: Iterable[Union[NewJob, JSON]]) -> List[Pushed]:
@@ -388,6 +388,27 @@ class AsyncQueue:
     async def resume(self) -> Obj:
         return await self.client._run(ops.simple("queue_resume", {"queue": self.name}))
 
+    async def limits(self) -> Obj:
+        return await self.client._run(ops.simple("queue_settings", {"queue": self.name}))
+
+    async def set_limits(self, **limits: Optional[Union[int, str]]) -> Obj:
+        return await self.client._run(ops.set_limits(self.name, limits))
+
+    async def group_limits(self, group: str) -> Optional[Obj]:
+        try:
+            return await self.client._run(ops.group_limits(self.name, group))
+        except TollgateError as e:
+            if e.code == "limits_not_found":
+                return None
+            raise
+
+    async def set_group_limits(self, group: str, limits: Optional[Obj]) -> Obj:
+        return await self.client._run(ops.set_group_limits(self.name, group, limits))
+
+    async def groups(self, limit: Optional[int] = None, after: Optional[str] = None) -> Obj:
+        return await self.client._run(
+            ops.simple("queue_groups", {"queue": self.name}, query={"limit": limit, "after": after}))
+
 
 @dataclass
 class AsyncDelivery(DeliveryInfo):
@@ -395,7 +416,7 @@ class AsyncDelivery(DeliveryInfo):
 
     @classmethod
     def of(cls, d: DeliveryInfo, client: AsyncClient) -> AsyncDelivery:
-        return cls(d.queue, d.id, d.payload, d.payload_bytes, d.attempt, d.fence, d.lease_until_ms, client)
+        return cls(d.queue, d.id, d.payload, d.payload_bytes, d.attempt, d.fence, d.lease_until_ms, d.group, client)
 
     async def ack(self, keep: Optional[Obj] = None) -> Obj:
         return await self.client._run(ops.job_call("job_ack", self, {"keep": keep}))

@@ -90,6 +90,9 @@ class NewJob:
     max_attempts: Optional[int] = None
     backoff: Optional[Backoff] = None
     on_duplicate: Optional[str] = None
+    #: The job's group (a tenant, a customer): groups take turns at claim
+    #: and may have limits of their own (``set_limits``).
+    group: Optional[str] = None
 
     def to_json(self) -> Dict[str, Any]:
         body: Dict[str, Any] = {}
@@ -97,7 +100,7 @@ class NewJob:
             body["payload_base64"] = base64.b64encode(bytes(self.payload)).decode("ascii")
         else:
             body["payload"] = self.payload
-        for key in ("id", "delay_ms", "at_ms", "priority", "max_attempts", "on_duplicate"):
+        for key in ("id", "delay_ms", "at_ms", "priority", "max_attempts", "on_duplicate", "group"):
             value = getattr(self, key)
             if value is not None:
                 body[key] = value
@@ -118,3 +121,5 @@ class DeliveryInfo:
     attempt: int
     fence: int
     lease_until_ms: int
+    #: Its group; None for the default group.
+    group: Optional[str]

@@ -265,7 +265,8 @@ def push_many(queue: str, jobs: Iterable[Union[NewJob, JSON]]) -> Call[List[Push
 
 def _delivery(queue: str, j: Obj) -> DeliveryInfo:
     raw = base64.b64decode(j.get("payload_base64") or "")
-    return DeliveryInfo(queue, j["id"], j.get("payload"), raw, j["attempt"], j["fence"], j["lease_until_ms"])
+    return DeliveryInfo(queue, j["id"], j.get("payload"), raw, j["attempt"], j["fence"], j["lease_until_ms"],
+                        j.get("group"))
 
 
 def claim(queue: str, wait_ms: int, lease_ms: Optional[int], max_jobs: Optional[int]) -> Call[List[DeliveryInfo]]:
@@ -275,6 +276,26 @@ def claim(queue: str, wait_ms: int, lease_ms: Optional[int], max_jobs: Optional[
     wait_ms = max(0, min(wait_ms, MAX_WAIT_MS))
     query: Dict[str, Optional[Union[int, str]]] = {"wait_ms": wait_ms, "lease_ms": lease_ms, "max": max_jobs}
     return build("queue_claim", parse, {"queue": queue}, query=query, wait_ms=wait_ms)
+
+
+_LIMITS = frozenset({"concurrency", "rate", "group_concurrency", "group_rate"})
+
+
+def set_limits(queue: str, limits: Obj) -> Call[Obj]:
+    """Replace the queue's limits (those left out or None: none)."""
+    return build("queue_set_settings", _obj, {"queue": queue}, dict(limits), keep_null=_LIMITS)
+
+
+def group_limits(queue: str, group: str) -> Call[Obj]:
+    """A group's own limits (404 ``limits_not_found`` if it has none)."""
+    return build("group_limits", _obj, {"queue": queue, "group": group})
+
+
+def set_group_limits(queue: str, group: str, limits: Optional[Obj]) -> Call[Obj]:
+    """Set a group's own limits; None drops them."""
+    if limits is None:
+        return build("group_drop_limits", _obj, {"queue": queue, "group": group})
+    return build("group_set_limits", _obj, {"queue": queue, "group": group}, dict(limits))
 
 
 def job_call(route: str, d: DeliveryInfo, body: Obj) -> Call[Obj]:

@@ -31,7 +31,7 @@ _Q = "/v1/queues/{queue}"
 _R = "/v1/rooms/{room}"
 _S = "/v1/schedules/{name}"
 _PUSH = ("payload", "payload_base64", "id", "delay_ms", "at_ms", "priority",
-         "max_attempts", "backoff", "on_duplicate")
+         "max_attempts", "backoff", "on_duplicate", "group")
 _LIST = ("prefix", "cursor", "limit")
 
 ROUTES: Dict[str, Route] = {
@@ -68,6 +68,13 @@ ROUTES: Dict[str, Route] = {
     "queue_purge": _r("POST", _Q + "/dead/purge", ("id",)),
     "queue_pause": _r("POST", _Q + "/pause"),
     "queue_resume": _r("POST", _Q + "/resume"),
+    "queue_settings": _r("GET", _Q + "/settings"),
+    "queue_set_settings": _r("PUT", _Q + "/settings",
+                             ("concurrency", "rate", "group_concurrency", "group_rate")),
+    "queue_groups": _r("GET", _Q + "/groups", query=("limit", "after")),
+    "group_limits": _r("GET", _Q + "/groups/{group}/limits"),
+    "group_set_limits": _r("PUT", _Q + "/groups/{group}/limits", ("concurrency", "rate")),
+    "group_drop_limits": _r("DELETE", _Q + "/groups/{group}/limits"),
     # Rate limits
     "limit_check": _r("POST", "/v1/limits/{name}/check",
                       ("key", "cost", "rate", "burst", "algorithm")),

@@ -417,8 +417,8 @@ class Queue:
     def push(self, payload: JSON, *, id: Optional[str] = None, delay_ms: Optional[int] = None,
              at_ms: Optional[int] = None, priority: Optional[int] = None,
              max_attempts: Optional[int] = None, backoff: Optional[Backoff] = None,
-             on_duplicate: Optional[str] = None) -> Pushed:
-        job = NewJob(payload, id, delay_ms, at_ms, priority, max_attempts, backoff, on_duplicate)
+             on_duplicate: Optional[str] = None, group: Optional[str] = None) -> Pushed:
+        job = NewJob(payload, id, delay_ms, at_ms, priority, max_attempts, backoff, on_duplicate, group)
         return self.client._run(ops.push(self.name, job))
 
     def push_many(self, jobs: Iterable[Union[NewJob, JSON]]) -> List[Pushed]:
@@ -462,6 +462,32 @@ class Queue:
     def resume(self) -> Obj:
         return self.client._run(ops.simple("queue_resume", {"queue": self.name}))
 
+    def limits(self) -> Obj:
+        """The queue's limits applied at claim (None: no limit)."""
+        return self.client._run(ops.simple("queue_settings", {"queue": self.name}))
+
+    def set_limits(self, **limits: Optional[Union[int, str]]) -> Obj:
+        """Replace the queue's limits: concurrency, rate ("50/s"),
+        group_concurrency, group_rate (one left out: none)."""
+        return self.client._run(ops.set_limits(self.name, limits))
+
+    def group_limits(self, group: str) -> Optional[Obj]:
+        """A group's own limits; None if it has none."""
+        try:
+            return self.client._run(ops.group_limits(self.name, group))
+        except TollgateError as e:
+            if e.code == "limits_not_found":
+                return None
+            raise
+
+    def set_group_limits(self, group: str, limits: Optional[Obj]) -> Obj:
+        """A group's own limits ({"concurrency", "rate"}); None drops them."""
+        return self.client._run(ops.set_group_limits(self.name, group, limits))
+
+    def groups(self, limit: Optional[int] = None, after: Optional[str] = None) -> Obj:
+        """A page of the queue's groups, most ready first: {"groups", "next"}."""
+        return self.client._run(ops.simple("queue_groups", {"queue": self.name}, query={"limit": limit, "after": after}))
+
 
 @dataclass
 class Delivery(DeliveryInfo):
@@ -469,7 +495,7 @@ class Delivery(DeliveryInfo):
 
     @classmethod
     def of(cls, d: DeliveryInfo, client: Client) -> Delivery:
-        return cls(d.queue, d.id, d.payload, d.payload_bytes, d.attempt, d.fence, d.lease_until_ms, client)
+        return cls(d.queue, d.id, d.payload, d.payload_bytes, d.attempt, d.fence, d.lease_until_ms, d.group, client)
 
     def ack(self, keep: Optional[Obj] = None) -> Obj:
         return self.client._run(ops.job_call("job_ack", self, {"keep": keep}))
