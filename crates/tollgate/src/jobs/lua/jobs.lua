@@ -150,15 +150,9 @@ local function free_claim(max, in_flight, L)
       turns[g] = next_turn()
     end
   end
-  local taken, by_group = {}, {}
-  for _, g in ipairs(order) do
-    if takes[g] > 0 then
-      local got = redis.call('ZPOPMIN', KR .. ':' .. g, takes[g])
-      local mine = {}
-      for i = 1, #got, 2 do mine[#mine + 1] = got[i] end
-      by_group[g] = mine
-    end
-  end
+  local taken, by_group, counts_taken = {}, {}, {}
+  for i, g in ipairs(order) do counts_taken[i] = takes[g] end
+  for i, mine in ipairs(take_ready(order, ready, counts_taken)) do by_group[order[i]] = mine end
   local ids, groups, next_of = {}, {}, {}
   for _, g in ipairs(picks) do
     local i = (next_of[g] or 0) + 1
@@ -213,6 +207,13 @@ local function fair_claim(max)
     local popped = redis.call('ZPOPMIN', KG, room)
     if #popped == 0 then break end
     local served, taken, back, held = {}, {}, {}, {}
+    -- Each group's ready count, and its next job, read for the round at
+    -- once (a group held back does not take it).
+    local names = {}
+    for i = 1, #popped, 2 do names[#names + 1] = popped[i] end
+    local ready_of = redis.call('ZMSCORE', KB, unpack(names))
+    local ready_at = {}
+    for i, g in ipairs(names) do ready_at[g] = ready_of[i] end
     for i = 1, #popped, 2 do
       local g = popped[i]
       if tq and tq >= (now + 1) * 1000 then
@@ -226,7 +227,7 @@ local function fair_claim(max)
           held[#held + 1] = until_
           held[#held + 1] = g
         else
-          local id = redis.call('ZPOPMIN', KR .. ':' .. g)[1]
+          local id = take_ready({g}, {ready_at[g]}, {1})[1][1]
           if id then
             ids[#ids + 1] = id
             groups[#groups + 1] = g
@@ -243,7 +244,8 @@ local function fair_claim(max)
     if #held > 0 then redis.call('ZADD', KH, unpack(held)) end
     if #served > 0 then
       redis.call('ZREM', KR, unpack(taken))
-      local ready = redis.call('ZMSCORE', KB, unpack(served))
+      local ready = {}
+      for i, g in ipairs(served) do ready[i] = ready_at[g] end
       local running = redis.call('HMGET', KU, unpack(served))
       local counts, runs, again, again_running = {}, {}, {}, {}
       for i, g in ipairs(served) do

@@ -43,7 +43,10 @@
 --              moves it on. Capped at about EVENTS_KEPT entries.
 -- Groups and limits (a fair queue: m's field F; see "Fair queues" below):
 --   r:<group> ZSET  a group's ready jobs, scored as in r ("r:" is the
---              default group's)
+--              default group's), unless it has one alone in a
+--   a  HASH  group -> "<score> <id>": the one ready job of a group that
+--            had none when it came (most groups of a queue with many
+--            have one or none: no set of their own to make and drop)
 --   g  ZSET  groups that may run: group -> turn (m's field T: the last
 --            turn given)
 --   h  ZSET  groups a limit holds back: group -> until when (ms), or
@@ -75,6 +78,7 @@ local KE = string.sub(KM, 1, -2) .. 'e'
 local KV = string.sub(KM, 1, -2) .. 'v'
 local KG, KH, KB = string.sub(KM, 1, -2) .. 'g', string.sub(KM, 1, -2) .. 'h', string.sub(KM, 1, -2) .. 'b'
 local KU, KY, KP = string.sub(KM, 1, -2) .. 'u', string.sub(KM, 1, -2) .. 'y', string.sub(KM, 1, -2) .. 'p'
+local KA = string.sub(KM, 1, -2) .. 'a'
 local op, channel = ARGV[1], ARGV[2]
 local function time_ms()
   local t = redis.call('TIME')
@@ -396,16 +400,70 @@ local function fair_ready_many(jobs)
     items[#items + 1] = j[3]
   end
   local had = redis.call('ZMSCORE', KB, unpack(order))
-  local counts, new = {}, {}
+  local added = {}
+  for _, g in ipairs(order) do added[g] = #per[g] / 2 end
+  -- A group's one job alone in a joins its set when more come.
+  local ones = {}
   for i, g in ipairs(order) do
-    chunked('ZADD', KR .. ':' .. g, per[g])
+    if tonumber(had[i]) == 1 then ones[#ones + 1] = g end
+  end
+  if #ones > 0 then
+    local alone, moved = redis.call('HMGET', KA, unpack(ones)), {}
+    for i, g in ipairs(ones) do
+      if alone[i] then
+        local score, id = string.match(alone[i], '^(%d+) (.*)$')
+        per[g][#per[g] + 1] = score
+        per[g][#per[g] + 1] = id
+        moved[#moved + 1] = g
+      end
+    end
+    if #moved > 0 then redis.call('HDEL', KA, unpack(moved)) end
+  end
+  local counts, new, solo = {}, {}, {}
+  for i, g in ipairs(order) do
     local before = tonumber(had[i]) or 0
-    counts[#counts + 1] = before + #per[g] / 2
+    if before == 0 and added[g] == 1 then
+      solo[#solo + 1] = g
+      solo[#solo + 1] = string.format('%d ', per[g][1]) .. per[g][2]
+    else
+      chunked('ZADD', KR .. ':' .. g, per[g])
+    end
+    counts[#counts + 1] = before + added[g]
     counts[#counts + 1] = g
     if before == 0 then new[#new + 1] = g end
   end
+  if #solo > 0 then chunked('HSET', KA, solo) end
   chunked('ZADD', KB, counts)
   if #new > 0 then place_many(new) end
+end
+
+-- Takes the best ready job of each group `gs[i]` (`ready[i]` ready,
+-- `takes[i]` to take): a group's one job from a, else from its set.
+-- Returns the ids per group (a list each).
+local function take_ready(gs, ready, takes)
+  local ones, at = {}, {}
+  for i, g in ipairs(gs) do
+    if tonumber(ready[i]) == 1 and takes[i] > 0 then
+      ones[#ones + 1] = g
+      at[g] = #ones
+    end
+  end
+  local alone = #ones > 0 and redis.call('HMGET', KA, unpack(ones)) or {}
+  local out, gone = {}, {}
+  for i, g in ipairs(gs) do
+    local mine = {}
+    local v = at[g] and alone[at[g]]
+    if v then
+      mine[1] = string.match(v, '^%d+ (.*)$')
+      gone[#gone + 1] = g
+    elseif takes[i] > 0 then
+      local got = redis.call('ZPOPMIN', KR .. ':' .. g, takes[i])
+      for j = 1, #got, 2 do mine[#mine + 1] = got[j] end
+    end
+    out[i] = mine
+  end
+  if #gone > 0 then redis.call('HDEL', KA, unpack(gone)) end
+  return out
 end
 
 -- Job `id` (scored `score`) of group `g` is ready (r has it already).
@@ -415,7 +473,11 @@ end
 
 -- Ready job `id` of group `g` leaves (r no longer has it).
 local function fair_unready(g, id)
-  if redis.call('ZREM', KR .. ':' .. g, id) == 0 then return end
+  if redis.call('ZREM', KR .. ':' .. g, id) == 0 then
+    local v = redis.call('HGET', KA, g)
+    if not v or string.match(v, '^%d+ (.*)$') ~= id then return end
+    redis.call('HDEL', KA, g)
+  end
   if tonumber(redis.call('ZINCRBY', KB, -1, g)) <= 0 then
     redis.call('ZREM', KG, g)
     redis.call('ZREM', KH, g)
