@@ -430,6 +430,46 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
     let (_, claimed) = send(c.post(s.url("/v1/queues/mail/claim"))).await;
     assert_eq!(claimed["job"]["id"], dead, "{claimed}");
 
+    // A fair queue's groups are listed, and its limits set from the page
+    // apply at once.
+    for group in ["tenant-a", "tenant-a", "tenant-b"] {
+        let (st, body) = send(
+            c.post(s.url("/v1/queues/fair/jobs"))
+                .json(&json!({"payload": "x", "group": group})),
+        )
+        .await;
+        assert_eq!(st, 201, "{body}");
+    }
+    b.open("/queues/fair", "queues/fair").await;
+    b.until(
+        "var t = [...document.querySelectorAll('table')].find(t => t.caption && t.caption.textContent.includes('Groups')); return t && t.textContent.includes('tenant-a') && t.textContent.includes('tenant-b');",
+        "the groups table",
+    )
+    .await;
+    b.js("var f = [...document.querySelectorAll('form')].find(f => f.textContent.includes('Set limits')); f.querySelector('input[name=group_concurrency]').value = '1'; f.querySelector('input[name=group_rate]').value = '5/s'; return 1;").await;
+    b.click("main", "Set limits").await;
+    b.until(
+        "return document.getElementById('status').textContent.includes('limits set');",
+        "the limits' outcome announced",
+    )
+    .await;
+    let (_, limits) = send(c.get(s.url("/v1/queues/fair/settings"))).await;
+    assert_eq!(
+        (
+            &limits["group_concurrency"],
+            &limits["group_rate"],
+            &limits["concurrency"]
+        ),
+        (&json!(1), &json!("5/s"), &json!(null)),
+        "{limits}"
+    );
+    let (_, got) = send(c.post(s.url("/v1/queues/fair/claim?max=10"))).await;
+    assert_eq!(
+        got["jobs"].as_array().map(Vec::len),
+        Some(2),
+        "one per tenant: {got}"
+    );
+
     // The room: a visitor admitted shows live; paused from the console,
     // the next visitor waits.
     b.open("/rooms/shop", "rooms/shop").await;

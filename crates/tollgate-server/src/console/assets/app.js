@@ -339,15 +339,62 @@ async function queue(name, params) {
     h('ul', {}, STATES.map((s) => h('li', {}, h('a', { href: `#/queues/${seg(name)}?state=${s}`, 'aria-current': s === state ? 'page' : null }, s)))),
   );
   const find = form([{ name: 'id', label: 'Job id' }], 'Show job', (v) => v.id && showJob(v.id.trim()), { changes: false });
+  // Fair queues: the limits (set here at runtime) and the groups with
+  // the most ready jobs (docs/JOBS.md, "Fair queues").
+  const limits = h('div');
+  const groups = h('div');
+  const showGroups = async () => {
+    try {
+      const page = await api('GET', `${base}/groups?limit=20`);
+      const rows = page.groups.map((g) => [
+        g.group ?? '(default)',
+        fmt(g.ready),
+        fmt(g.running),
+        g.held === 'rate' ? `rate, until ${time(g.held_until_ms)}` : (g.held ?? '–'),
+        [g.concurrency == null ? '–' : `${g.concurrency} at once`, g.rate ?? ''].filter(Boolean).join(', '),
+      ]);
+      const more = page.next ? h('p', { class: 'hint' }, 'The 20 with the most ready jobs; GET …/groups pages through all.') : null;
+      fill(groups, table('Groups, most ready first', ['Group', 'Ready', 'Running', 'Held by', 'Limits'], rows, 'No group has ready or running jobs.'), more);
+    } catch (e) {
+      fill(groups, h('p', { class: 'error' }, e.message));
+    }
+  };
+  const drawLimits = async () => {
+    try {
+      const s = await api('GET', `${base}/settings`);
+      const num = (v) => (v === '' || v == null ? null : Number(v));
+      const text = (v) => (v === '' || v == null ? null : String(v).trim());
+      fill(
+        limits,
+        form([
+          { name: 'concurrency', label: 'Running at once', type: 'number', min: 1, inputmode: 'numeric', value: s.concurrency ?? '', hint: 'empty: no limit' },
+          { name: 'rate', label: 'Rate', value: s.rate ?? '', placeholder: '50/s' },
+          { name: 'group_concurrency', label: 'Per group at once', type: 'number', min: 1, inputmode: 'numeric', value: s.group_concurrency ?? '' },
+          { name: 'group_rate', label: 'Per group rate', value: s.group_rate ?? '', placeholder: '10/s' },
+        ], 'Set limits', async (v) => {
+          await api('PUT', `${base}/settings`, {
+            concurrency: num(v.concurrency), rate: text(v.rate),
+            group_concurrency: num(v.group_concurrency), group_rate: text(v.group_rate),
+          });
+          drawLimits();
+          showGroups();
+          return `Queue ${name}'s limits set: they apply from the next claim.`;
+        }),
+      );
+    } catch (e) {
+      fill(limits, h('p', { class: 'error' }, e.message));
+    }
+  };
   fill(
     main,
     heading('Queue ' + name, WINDOW_NOTE),
     figures(l, ['ready', 'delayed', 'in_flight', 'dead', 'pushed_per_s', 'acked_per_s'], ['Ready', 'Delayed', 'In flight', 'Dead', 'Pushed / s', 'Acked / s']),
     control,
     c.box,
+    h('section', { 'aria-labelledby': 'groups-h' }, h('h2', { id: 'groups-h' }, 'Limits and groups'), limits, groups),
     h('section', { 'aria-labelledby': 'jobs-h' }, h('h2', { id: 'jobs-h' }, 'Jobs'), h('search', {}, find), tabs, jobs, detail),
   );
-  await Promise.all([drawControl(), showJobs()]);
+  await Promise.all([drawControl(), showJobs(), drawLimits(), showGroups()]);
   if (params.get('job')) await showJob(params.get('job'));
   return 'Queue ' + name;
 }
