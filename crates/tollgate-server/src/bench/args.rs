@@ -165,6 +165,11 @@ pub(crate) struct BenchArgs {
     /// INFO's used_cpu, as a share of one core).
     #[arg(long, value_name = "N")]
     pub(crate) idle_consumers: Option<usize>,
+    /// `jobs` only: a queue with this rate (`1000/s`), a backlog, and
+    /// --workers consumers for --seconds: the jobs handed out per second
+    /// against the rate (as BullMQ's `limiter` is measured).
+    #[arg(long, value_name = "RATE")]
+    pub(crate) queue_rate: Option<String>,
     /// The semaphore's capacity.
     #[arg(long, default_value_t = 5)]
     pub(crate) limit: u32,

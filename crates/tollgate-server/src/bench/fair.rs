@@ -100,3 +100,84 @@ pub(super) async fn idle_cost(store: &Store, run_id: &str, args: &BenchArgs, n: 
         "limited_claims": stats.map(|s| s.limited_claims),
     })
 }
+
+/// A queue with `rate`, a backlog of 3 periods' worth plus 1,000 jobs,
+/// and --workers consumers claiming 10 at a time and acking: the jobs
+/// handed out per second over --seconds after the first period (the
+/// steady rate), and its share of the rate.
+pub(super) async fn rate_throughput(
+    store: &Store,
+    run_id: &str,
+    args: &BenchArgs,
+    rate: tollgate::Rate,
+) -> serde_json::Value {
+    let lease = Duration::from_secs(600);
+    let setup = async {
+        let q = JobQueue::new(store, &format!("bench:rate:{run_id}"))?.lease(lease)?;
+        q.set_limits(&QueueLimits {
+            rate: Some(rate),
+            ..QueueLimits::default()
+        })
+        .await?;
+        let per_s = rate.count() as f64 / rate.period().as_secs_f64();
+        let backlog = (per_s * (args.seconds.as_secs_f64() + 3.0 * rate.period().as_secs_f64())) as usize + 1000;
+        let jobs: Vec<(&[u8], PushOptions)> = (0..1000).map(|_| (&b"x"[..], PushOptions::default())).collect();
+        for _ in 0..backlog.div_ceil(1000) {
+            q.push_many(&jobs).await?;
+        }
+        tollgate::Result::Ok((q, per_s))
+    };
+    let (q, per_s) = match setup.await {
+        Ok(set) => set,
+        Err(e) => {
+            let e: tollgate::Error = e;
+            return json!({"case": "jobs_rate", "error": e.to_string()});
+        }
+    };
+    // Claim times (store ms, from each lease's start) of every job.
+    let times = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let warm = rate.period();
+    let end = Instant::now() + warm + args.seconds;
+    each_worker(args.workers, |_| {
+        let (q, times) = (q.clone(), times.clone());
+        async move {
+            while let Some(left) = end.checked_duration_since(Instant::now()) {
+                let Ok(jobs) = q.next_many(10, left.min(Duration::from_secs(1))).await else {
+                    continue;
+                };
+                let mut t = Vec::with_capacity(jobs.len());
+                for j in &jobs {
+                    let at = (j.lease_until - lease).duration_since(std::time::UNIX_EPOCH);
+                    t.push(at.map_or(0, |d| d.as_millis() as u64));
+                }
+                times.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(t);
+                let done: Vec<(&str, u64)> = jobs.iter().map(|j| (j.id.as_str(), j.fence)).collect();
+                let _ = q.ack_many(&done).await;
+            }
+        }
+    })
+    .await;
+    let mut times = times.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    times.sort_unstable();
+    let first = times.first().copied().unwrap_or(0);
+    let from = first + warm.as_millis() as u64;
+    let to = from + args.seconds.as_millis() as u64;
+    let steady = times.iter().filter(|t| **t >= from && **t < to).count() as f64;
+    let got = steady / args.seconds.as_secs_f64();
+    // The most handed out in any window of one period (the rate's promise).
+    let period = rate.period().as_millis() as u64;
+    let mut most = 0;
+    let mut lo = 0;
+    for hi in 0..times.len() {
+        while times[hi] - times[lo] >= period {
+            lo += 1;
+        }
+        most = most.max(hi - lo + 1);
+    }
+    json!({
+        "peer": "tollgate", "case": "jobs_rate", "rate": rate.to_string(), "workers": args.workers,
+        "seconds": args.seconds.as_secs_f64(), "jobs_per_s": round3(got),
+        "share_of_rate": round3(got / per_s), "most_in_one_period": most, "limit_per_period": rate.count(),
+        "handed_out": times.len(),
+    })
+}

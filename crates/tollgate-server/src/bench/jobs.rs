@@ -77,6 +77,14 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         );
         return 0;
     }
+    if let Some(rate) = &args.queue_rate {
+        let Ok(rate) = rate.parse::<tollgate::Rate>() else {
+            eprintln!("tollgate: --queue-rate {rate}: not a rate (N/s, N/min, N/<duration>)");
+            return exit::USAGE;
+        };
+        println!("{}", super::fair::rate_throughput(&store, &run_id, args, rate).await);
+        return 0;
+    }
     if let Some(n) = args.idle_consumers {
         println!("{}", super::fair::idle_cost(&store, &run_id, args, n).await);
         return 0;
