@@ -120,8 +120,10 @@ pub(super) async fn rate_throughput(
         })
         .await?;
         let per_s = rate.count() as f64 / rate.period().as_secs_f64();
-        let backlog = (per_s * (args.seconds.as_secs_f64() + 3.0 * rate.period().as_secs_f64())) as usize + 1000;
-        let jobs: Vec<(&[u8], PushOptions)> = (0..1000).map(|_| (&b"x"[..], PushOptions::default())).collect();
+        let backlog =
+            (per_s * (args.seconds.as_secs_f64() + 3.0 * rate.period().as_secs_f64())) as usize + 1000;
+        let jobs: Vec<(&[u8], PushOptions)> =
+            (0..1000).map(|_| (&b"x"[..], PushOptions::default())).collect();
         for _ in 0..backlog.div_ceil(1000) {
             q.push_many(&jobs).await?;
         }
@@ -150,14 +152,20 @@ pub(super) async fn rate_throughput(
                     let at = (j.lease_until - lease).duration_since(std::time::UNIX_EPOCH);
                     t.push(at.map_or(0, |d| d.as_millis() as u64));
                 }
-                times.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(t);
+                times
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend(t);
                 let done: Vec<(&str, u64)> = jobs.iter().map(|j| (j.id.as_str(), j.fence)).collect();
                 let _ = q.ack_many(&done).await;
             }
         }
     })
     .await;
-    let mut times = times.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let mut times = times
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     times.sort_unstable();
     let first = times.first().copied().unwrap_or(0);
     let from = first + warm.as_millis() as u64;

@@ -82,7 +82,10 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
             eprintln!("tollgate: --queue-rate {rate}: not a rate (N/s, N/min, N/<duration>)");
             return exit::USAGE;
         };
-        println!("{}", super::fair::rate_throughput(&store, &run_id, args, rate).await);
+        println!(
+            "{}",
+            super::fair::rate_throughput(&store, &run_id, args, rate).await
+        );
         return 0;
     }
     if let Some(n) = args.idle_consumers {

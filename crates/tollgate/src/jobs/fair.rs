@@ -19,12 +19,13 @@
 //!   claim pops the front, and puts it back at the back if it still has
 //!   ready jobs (or into `held` if a limit now holds it).
 //! - A rate counts the jobs handed out: a claim that finds nothing spends
-//!   none. GCRA without burst, in µs: a job may go while its theoretical
-//!   arrival time is before the end of the current ms; each one moves it
-//!   on by the interval (period / count, rounded up), so no window of one
-//!   period ever sees more than `count`.
+//!   none. A sliding log: each rate keeps the times (ms) of the jobs it
+//!   let go within its last period, and a job may go while fewer than
+//!   `count` went in the period up to now, so no window of one period
+//!   ever sees more than `count`, and a claim that comes late catches up
+//!   (up to the count) instead of losing the time it was late.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::types::{RawGroup, RawGroupLimits, RawLimits, RawRate};
 
@@ -36,29 +37,31 @@ pub(crate) const HELD_FOR_SLOT: u64 = 1 << 52;
 /// this many, setting a new one is refused).
 pub(crate) const MAX_OVERRIDES: usize = 100_000;
 
-/// Whether a rate whose theoretical arrival time is `tat_us` holds a job
-/// back at `now` (ms); and from when (ms) it no longer does.
-fn rate_holds(tat_us: u64, now: u64) -> Option<u64> {
-    (tat_us >= (now + 1) * 1000).then_some(tat_us / 1000)
+/// The most jobs a rate may let go per period (its log keeps that many).
+pub(crate) const MAX_RATE_COUNT: u32 = 100_000;
+
+/// The longest period a rate may have (ms): a day.
+const MAX_PERIOD_MS: u64 = 86_400_000;
+
+/// A rate's log: the times (ms) of the jobs it let go, in order.
+type Log = VecDeque<u64>;
+
+/// Whether `rate`, whose log is `log`, holds a job back at `now`: then
+/// from when (ms) it lets the next go. The log's entries after `now -
+/// period` count (the window (now - period, now]); the `count`-th newest
+/// leaves it at its time + period.
+fn rate_holds(log: Option<&Log>, rate: &RawRate, now: u64) -> Option<u64> {
+    let log = log?;
+    let live = log.len() - log.partition_point(|t| *t + rate.period_ms <= now);
+    let count = rate.count as usize;
+    (live >= count).then(|| log[log.len() - count] + rate.period_ms)
 }
 
-/// The arrival time after one more job at `now` (ms).
-fn rate_spend(tat_us: u64, rate: &RawRate, now: u64) -> u64 {
-    clamp(tat_us, rate, now).max(now * 1000) + rate.interval_us()
-}
-
-/// An arrival time no further ahead than `rate` ever sets one (a job at
-/// the end of this ms, then its interval), so a rate made faster applies
-/// at once; under an unchanged rate it never moves one.
-fn clamp(tat_us: u64, rate: &RawRate, now: u64) -> u64 {
-    tat_us.min((now + 1) * 1000 + rate.interval_us())
-}
-
-impl RawRate {
-    /// The time between two jobs (µs), rounded up.
-    pub(crate) fn interval_us(&self) -> u64 {
-        (self.period_ms * 1000).div_ceil(u64::from(self.count.max(1)))
-    }
+/// Adds a job at `now` to `log`, in time order (a store clock set back
+/// puts it before later ones, as a sorted set would).
+fn log_push(log: &mut Log, now: u64) {
+    let at = log.partition_point(|t| *t <= now);
+    log.insert(at, now);
 }
 
 /// One group: its ready jobs (readiness order, as the queue's), its
@@ -88,15 +91,14 @@ pub(crate) struct Fair {
     /// (ready count, group) of every group in `groups`: the listing's
     /// order (jobs.lua's b).
     index: BTreeSet<(u64, String)>,
-    /// Each group's rate: its theoretical arrival time (µs), while it may
-    /// still hold a job back (one past is as good as none), and the same
-    /// by time, to drop them once past (jobs.lua's y).
-    tats: HashMap<String, u64>,
-    tats_by_time: BTreeSet<(u64, String)>,
+    /// Each group's rate log (jobs.lua's y:<group>), and when each may
+    /// go (its last entry past every period a rate can have: a day).
+    logs: HashMap<String, Log>,
+    logs_by_time: BTreeSet<(u64, String)>,
     /// The last turn given.
     turn: u64,
-    /// The queue's rate: its theoretical arrival time (µs).
-    tat_us: u64,
+    /// The queue's rate log (jobs.lua's q).
+    queue_log: Log,
     /// Claims that got fewer jobs than asked while jobs were ready.
     limited_claims: u64,
 }
@@ -187,7 +189,7 @@ impl Fair {
         if concurrency.is_some_and(|c| running >= u64::from(c)) {
             return Some(HELD_FOR_SLOT);
         }
-        rate.and_then(|r| rate_holds(clamp(self.tats.get(group).copied().unwrap_or(0), &r, now), now))
+        rate.and_then(|r| rate_holds(self.logs.get(group), &r, now))
     }
 
     /// Puts `group` (with ready jobs, in neither set) at the back of the
@@ -316,11 +318,16 @@ impl Fair {
             }
             n += usize::from(self.place(&group, now));
         }
-        while let Some((tat, _)) = self.tats_by_time.first()
-            && *tat <= now * 1000
+        while let Some((gone, _)) = self.logs_by_time.first()
+            && *gone <= now
         {
-            if let Some((_, group)) = self.tats_by_time.pop_first() {
-                self.tats.remove(&group);
+            if let Some((_, group)) = self.logs_by_time.pop_first() {
+                self.logs.remove(&group);
+            }
+        }
+        if let Some(r) = self.limits.rate {
+            while self.queue_log.front().is_some_and(|t| *t + r.period_ms <= now) {
+                self.queue_log.pop_front();
             }
         }
         n
@@ -336,7 +343,7 @@ impl Fair {
             return None;
         }
         if let Some(r) = self.limits.rate
-            && rate_holds(clamp(self.tat_us, &r, now), now).is_some()
+            && rate_holds(Some(&self.queue_log), &r, now).is_some()
         {
             return None;
         }
@@ -355,17 +362,23 @@ impl Fair {
             g.running += 1;
             let more = !g.ready.is_empty();
             self.reindex(&group, was);
-            if let Some(rate) = self.limits.rate {
-                self.tat_us = rate_spend(self.tat_us, &rate, now);
+            if self.limits.rate.is_some() {
+                log_push(&mut self.queue_log, now);
             }
             if let (_, Some(rate)) = self.limits_of(&group) {
-                let was = self.tats.get(&group).copied();
-                let tat = rate_spend(was.unwrap_or(0), &rate, now);
-                if let Some(was) = was {
-                    self.tats_by_time.remove(&(was, group.clone()));
+                let log = self.logs.entry(group.clone()).or_default();
+                let was = log.back().copied();
+                log_push(log, now);
+                // Trimmed by the period in force when it is read; dropped
+                // whole once past the longest period.
+                while log.front().is_some_and(|t| *t + rate.period_ms <= now) {
+                    log.pop_front();
                 }
-                self.tats.insert(group.clone(), tat);
-                self.tats_by_time.insert((tat, group.clone()));
+                let last = log.back().copied().unwrap_or(now);
+                if let Some(was) = was {
+                    self.logs_by_time.remove(&(was + MAX_PERIOD_MS, group.clone()));
+                }
+                self.logs_by_time.insert((last + MAX_PERIOD_MS, group.clone()));
             }
             if more {
                 self.place(&group, now);
@@ -386,7 +399,7 @@ impl Fair {
         let queue = self
             .limits
             .rate
-            .and_then(|r| rate_holds(clamp(self.tat_us, &r, now), now));
+            .and_then(|r| rate_holds(Some(&self.queue_log), &r, now));
         // The sooner of the two: a consumer that wakes too early finds
         // nothing and sleeps again; one that wakes late loses time.
         match (group, queue) {

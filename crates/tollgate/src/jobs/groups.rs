@@ -36,10 +36,10 @@ pub struct QueueLimits {
     /// At most this many of the queue's jobs running at once, across
     /// every worker and server (1 to [`MAX_CONCURRENCY`]).
     pub concurrency: Option<u32>,
-    /// At most this many jobs handed out per period, for the whole queue.
-    /// Strict: no window of one period ever sees more, and jobs go spaced
-    /// by period / count (no burst). A claim that finds nothing spends
-    /// nothing.
+    /// At most this many jobs handed out in any window of one period, for
+    /// the whole queue: a job goes while fewer went in the period up to
+    /// now (so the whole count may go at once). A claim that finds
+    /// nothing spends nothing. At most 100,000 per period.
     pub rate: Option<Rate>,
     /// The same per group, for every group without its own
     /// ([`JobQueue::set_group_limits`]); the default group too.
@@ -91,6 +91,18 @@ fn check_concurrency(what: &str, n: Option<u32>) -> Result<()> {
     match n {
         Some(n) if n == 0 || n > MAX_CONCURRENCY => Err(Error::invalid(format!(
             "{what} must be 1 to {MAX_CONCURRENCY}, got {n} (pause the queue to run none)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A queue's or a group's rate keeps a log of the jobs it let go within
+/// its period: at most [`MAX_RATE_COUNT`](super::fair::MAX_RATE_COUNT).
+fn check_rate(what: &str, rate: Option<Rate>) -> Result<()> {
+    let most = u64::from(super::fair::MAX_RATE_COUNT);
+    match rate {
+        Some(r) if r.count() > most => Err(Error::invalid(format!(
+            "{what} lets at most {most} jobs go per period, got {r}: use a shorter period"
         ))),
         _ => Ok(()),
     }
@@ -191,6 +203,8 @@ impl JobQueue {
     pub async fn set_limits(&self, limits: &QueueLimits) -> Result<()> {
         check_concurrency("concurrency", limits.concurrency)?;
         check_concurrency("group_concurrency", limits.group_concurrency)?;
+        check_rate("rate", limits.rate)?;
+        check_rate("group_rate", limits.group_rate)?;
         let k = self.parts.len();
         for (what, n) in [
             ("concurrency", limits.concurrency.map(u64::from)),
@@ -252,6 +266,7 @@ impl JobQueue {
         check_group(group)?;
         if let Some(l) = limits {
             check_concurrency("a group's concurrency", l.concurrency)?;
+            check_rate("a group's rate", l.rate)?;
         }
         self.checked(true).await?;
         let raw = limits.map(|l| RawGroupLimits {

@@ -880,6 +880,7 @@ pub(crate) fn backoff_delay(b: &BackoffSpec, attempts: u32, jitter: f64) -> u64 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::types::RawRate;
 
     /// A paused queue is never dropped as idle: it would come back
     /// running. Resumed and empty, it may go again.
@@ -891,6 +892,108 @@ mod tests {
         assert_eq!(q.busy_until(), None);
         assert_eq!(q.set_paused(false), (true, 1));
         assert_eq!(q.busy_until(), Some(0));
+    }
+
+    fn push_n(q: &mut Queue, n: usize, group: &str, now: u64) {
+        let backoff = BackoffSpec {
+            kind: 'f',
+            base_ms: 0,
+            max_ms: 0,
+        };
+        for i in 0..n {
+            let id = format!("{group}-{i}-{now}");
+            let req = PushReq {
+                id: &id,
+                payload: b"x",
+                when: When::Delay(0),
+                priority: 0,
+                max_attempts: 5,
+                backoff,
+                replace: false,
+                group,
+            };
+            q.push(&req, now);
+        }
+    }
+
+    fn claimed(q: &mut Queue, max: usize, now: u64) -> usize {
+        match q.claim(3_600_000, max, now).0 {
+            ClaimOutcome::Jobs(jobs) => jobs.len(),
+            ClaimOutcome::Empty { .. } => 0,
+        }
+    }
+
+    /// Claims at uneven times and sizes under a rate of 3 a second (and
+    /// group rates): no window of one second ever has more than 3, and
+    /// each freed slot goes at the next claim.
+    #[test]
+    fn a_rate_is_exact_and_used_whole() {
+        let mut q = Queue::default();
+        let start = 1_700_000_000_000;
+        let rate = RawRate {
+            count: 3,
+            period_ms: 1000,
+        };
+        let limits = RawLimits {
+            rate: Some(rate),
+            group_rate: Some(RawRate {
+                count: 2,
+                period_ms: 700,
+            }),
+            ..RawLimits::default()
+        };
+        q.set_limits(limits, start);
+        push_n(&mut q, 400, "a", start);
+        push_n(&mut q, 400, "b", start);
+        let (mut now, mut seed, mut times) = (start, 7u64, Vec::new());
+        while now < start + 60_000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let max = 1 + (seed >> 33) as usize % 5;
+            for _ in 0..claimed(&mut q, max, now) {
+                times.push(now);
+            }
+            now += (seed >> 40) % 400;
+        }
+        let mut lo = 0;
+        for hi in 0..times.len() {
+            while times[hi] - times[lo] >= 1000 {
+                lo += 1;
+            }
+            assert!(hi - lo < 3, "more than 3 within a second at {}", times[hi]);
+        }
+        // Each of the 3 slots comes back 1 s after its job went, and is
+        // taken by the next claim, at most 400 ms later: at least 3 jobs
+        // per 1.4 s.
+        assert!(times.len() >= 3 * 60_000 / 1400, "{} in 60 s", times.len());
+    }
+
+    /// A rate changed between claims applies at the next one: made
+    /// faster, the jobs it now allows go at once; made slower, nothing
+    /// goes until the period's window holds fewer than its count.
+    #[test]
+    fn a_changed_rate_applies_at_the_next_claim() {
+        let mut q = Queue::default();
+        let t = 1_700_000_000_000;
+        let rate = |count| RawLimits {
+            rate: Some(RawRate {
+                count,
+                period_ms: 1000,
+            }),
+            ..RawLimits::default()
+        };
+        q.set_limits(rate(2), t);
+        push_n(&mut q, 20, "g", t);
+        assert_eq!(claimed(&mut q, 10, t), 2);
+        assert_eq!(claimed(&mut q, 10, t), 0);
+        q.set_limits(rate(5), t);
+        assert_eq!(claimed(&mut q, 10, t), 3, "5 in the window now");
+        q.set_limits(rate(1), t);
+        assert_eq!(claimed(&mut q, 10, t + 999), 0, "5 went within the second");
+        assert_eq!(claimed(&mut q, 10, t + 1000), 1, "they left the window");
+        // A clock set back counts the job where it went.
+        assert_eq!(claimed(&mut q, 10, t + 500), 0);
     }
 
     #[test]

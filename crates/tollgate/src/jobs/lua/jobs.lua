@@ -197,13 +197,18 @@ local function fair_claim(max)
     local ids, groups = free_claim(max, in_flight, L)
     return ids, groups, nil
   end
-  local tq
-  if L.rn then tq = clamp(tonumber(redis.call('HGET', KM, 'Q')) or 0, L.rn, L.rp) end
+  -- The queue rate's log, read once: its live count, then this call's.
+  local qroom
+  if L.rn then
+    redis.call('ZREMRANGEBYSCORE', KQ, '-inf', now - L.rp)
+    qroom = L.rn - redis.call('ZCARD', KQ)
+  end
   local ids, groups = {}, {}
   while #ids < max do
     local room = max - #ids
     if L.cc then room = math.min(room, L.cc - in_flight) end
-    if room <= 0 or (tq and tq >= (now + 1) * 1000) then break end
+    if qroom then room = math.min(room, qroom) end
+    if room <= 0 then break end
     local popped = redis.call('ZPOPMIN', KG, room)
     if #popped == 0 then break end
     local served, taken, back, held = {}, {}, {}, {}
@@ -216,13 +221,13 @@ local function fair_claim(max)
     for i, g in ipairs(names) do ready_at[g] = ready_of[i] end
     for i = 1, #popped, 2 do
       local g = popped[i]
-      if tq and tq >= (now + 1) * 1000 then
+      if qroom and qroom <= 0 then
         -- The queue's rate stops the round: the rest keep their turns.
         back[#back + 1] = popped[i + 1]
         back[#back + 1] = g
       else
-        local _, n, p = limits_of(g)
-        local until_, tat = held_until(g)
+        local _, n = limits_of(g)
+        local until_ = held_until(g)
         if until_ then
           held[#held + 1] = until_
           held[#held + 1] = g
@@ -234,8 +239,14 @@ local function fair_claim(max)
             served[#served + 1] = g
             taken[#taken + 1] = id
             in_flight = in_flight + 1
-            if tq then tq = math.max(tq, now * 1000) + interval(L.rn, L.rp) end
-            if n then redis.call('ZADD', KY, math.max(tat or 0, now * 1000) + interval(n, p), g) end
+            if qroom then
+              qroom = qroom - 1
+              pending_rate[KQ] = (pending_rate[KQ] or 0) + 1
+            end
+            if n then
+              local key = KY .. ':' .. g
+              pending_rate[key] = (pending_rate[key] or 0) + 1
+            end
           end
         end
       end
@@ -264,8 +275,35 @@ local function fair_claim(max)
       if #again > 0 then place_many(again, again_running) end
     end
   end
-  if tq then redis.call('HSET', KM, 'Q', string.format('%d', tq)) end
-  return ids, groups, tq
+  return ids, groups
+end
+
+-- Writes the jobs a fair claim let go into the rate logs it counted them
+-- against (the queue's, their groups'), now that they have fences.
+local function log_rates(ids_fences, groups)
+  local L = queue_limits()
+  local per, order = {}, {}
+  local function add(key, p, fence)
+    if not per[key] then
+      per[key] = {p = p}
+      order[#order + 1] = key
+    end
+    local items = per[key]
+    items[#items + 1] = now
+    items[#items + 1] = fence
+  end
+  for i, fence in ipairs(ids_fences) do
+    if L.rn then add(KQ, L.rp, fence) end
+    local _, n, p = limits_of(groups[i])
+    if n then add(KY .. ':' .. groups[i], p, fence) end
+  end
+  for _, key in ipairs(order) do
+    local items = per[key]
+    chunked('ZADD', key, items)
+    -- Gone a period after its last job: its entries then count no more.
+    redis.call('PEXPIRE', key, items.p + 1000)
+  end
+  pending_rate = {}
 end
 
 local function claim(lease, max, mv)
@@ -274,16 +312,16 @@ local function claim(lease, max, mv)
   -- woken for them (a resume wakes the consumers).
   if mv[1] then return {0, -1, now} end
   if readied > max then wake(readied - max) end
-  local ids, groups, tq = {}, {}, nil
+  local ids, groups = {}, {}
   if fair_on then
-    ids, groups, tq = fair_claim(max)
+    ids, groups = fair_claim(max)
     if #ids < max and limited() and redis.call('ZCARD', KR) > 0 then count('lc') end
   else
     local popped = redis.call('ZPOPMIN', KR, max)
     for i = 1, #popped / 2 do ids[i] = popped[2 * i - 1] end
   end
   local n = #ids
-  if n == 0 then return {0, next_due(tq), now} end
+  if n == 0 then return {0, next_due(), now} end
   local records = {}
   for i, id in ipairs(ids) do records[i] = record_of(id) end
   -- Each fence is above both the last one kept and server time (ms) x
@@ -319,7 +357,13 @@ local function claim(lease, max, mv)
       emit('claimed', id, 'a', attempt, 'f', fence)
     end
   end
-  if #leases == 0 then return {0, next_due(tq), now} end
+  -- The rates counted these jobs: their logs take them, by fence.
+  if fair_on and next(pending_rate) then
+    local logged = {}
+    for i = 1, n do logged[i] = string.format('%d', f - n + i) end
+    log_rates(logged, groups)
+  end
+  if #leases == 0 then return {0, next_due(), now} end
   out[2] = #leases / 2
   redis.call('ZADD', KF, unpack(leases))
   redis.call('HSET', KL, unpack(fences))

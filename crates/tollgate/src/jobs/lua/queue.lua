@@ -53,14 +53,14 @@
 --            HELD_FOR_SLOT (until one of its jobs ends)
 --   b  ZSET  groups with ready or running jobs: group -> ready count
 --   u  HASH  group -> running count (absent: 0)
---   y  ZSET  group -> the theoretical arrival time of its rate (µs),
---            while in the future
+--   y:<group> ZSET  a group's rate log: the jobs its rate let go within
+--            its period (member: the delivery's fence, score: ms); q the
+--            queue rate's; each expires a period after its last job
 --   p  HASH  group -> its own limits "<concurrency>,<count>,<period ms>"
 --            ('' parts: the queue's); m's field O counts them
 --   in m: cc concurrency, rn/rp rate count and period ms, gc group
---   concurrency, gn/gp group rate, Q the queue rate's theoretical arrival
---   time (µs), lc claims that got fewer jobs than asked while jobs were
---   ready
+--   concurrency, gn/gp group rate, lc claims that got fewer jobs than
+--   asked while jobs were ready
 --   l's value is "<fence>:<group>" on a fair queue (the group an ack
 --   frees a slot of, without reading the record)
 -- A job is in exactly one of r, w, f, x, and in d while it exists.
@@ -78,7 +78,7 @@ local KE = string.sub(KM, 1, -2) .. 'e'
 local KV = string.sub(KM, 1, -2) .. 'v'
 local KG, KH, KB = string.sub(KM, 1, -2) .. 'g', string.sub(KM, 1, -2) .. 'h', string.sub(KM, 1, -2) .. 'b'
 local KU, KY, KP = string.sub(KM, 1, -2) .. 'u', string.sub(KM, 1, -2) .. 'y', string.sub(KM, 1, -2) .. 'p'
-local KA = string.sub(KM, 1, -2) .. 'a'
+local KA, KQ = string.sub(KM, 1, -2) .. 'a', string.sub(KM, 1, -2) .. 'q'
 local op, channel = ARGV[1], ARGV[2]
 local function time_ms()
   local t = redis.call('TIME')
@@ -129,7 +129,6 @@ local function revive(expiring)
     redis.call('HDEL', KM, 'G')
     redis.call('PERSIST', KM)
     redis.call('PERSIST', KT)
-    redis.call('PERSIST', KY)
   end
 end
 
@@ -157,7 +156,6 @@ local function settle()
   redis.call('HSET', KM, 'G', ends)
   redis.call('PEXPIREAT', KM, ends)
   redis.call('PEXPIREAT', KT, ends)
-  redis.call('PEXPIREAT', KY, ends)
 end
 
 local BATCH, LATENESS_KEPT, DEAD_KEPT, BUCKETS = 100, 200, 10000, 4096
@@ -300,15 +298,23 @@ local function limits_of(g)
   return c, n, p
 end
 
--- The time between two jobs of a rate (µs), rounded up.
-local function interval(n, p)
-  return math.ceil(p * 1000 / n)
-end
+-- Rate logs (fair.rs: `rate_holds`): jobs this call let go and has not
+-- written yet (their fences come later), per log key.
+local pending_rate = {}
 
--- An arrival time no further ahead than a rate of n per p ever sets one
--- (so a rate made faster applies at once; fair.rs: `clamp`).
-local function clamp(tat, n, p)
-  return math.min(tat, (clock() + 1) * 1000 + interval(n, p))
+-- Whether the rate of n per p ms whose log is `key` holds a job back now:
+-- then from when (ms) it lets the next go (the n-th newest job leaves the
+-- window (now - p, now] at its time + p).
+local function log_holds(key, n, p)
+  local t = clock()
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', t - p)
+  local live = redis.call('ZCARD', key)
+  local all = live + (pending_rate[key] or 0)
+  if all < n then return nil end
+  local i = all - n
+  -- A job this call let go is the newest: it went now.
+  if i >= live then return t + p end
+  return tonumber(redis.call('ZRANGE', key, i, i, 'WITHSCORES')[2]) + p
 end
 
 -- HSETs (or ZADDs) `items` to `key` in chunks (unpack's limit).
@@ -351,11 +357,7 @@ local function held_until(g, running)
     running = running or tonumber(redis.call('HGET', KU, g)) or 0
     if running >= c then return HELD_FOR_SLOT end
   end
-  if n then
-    local tat = clamp(tonumber(redis.call('ZSCORE', KY, g)) or 0, n, p)
-    if tat >= (clock() + 1) * 1000 then return math.floor(tat / 1000), tat end
-    return nil, tat
-  end
+  if n then return log_holds(KY .. ':' .. g, n, p) end
   return nil
 end
 
@@ -603,7 +605,7 @@ local function replace_held(g)
 end
 
 -- Moves the groups whose rate lets them go again back in line (a bounded
--- batch), and drops rate arrival times past. How many may now run.
+-- batch). How many may now run.
 local function fair_promote(batch)
   local due = redis.call('ZRANGEBYSCORE', KH, '-inf', now, 'LIMIT', 0, batch)
   local n = 0
@@ -611,7 +613,6 @@ local function fair_promote(batch)
     redis.call('ZREM', KH, g)
     if place(g) then n = n + 1 end
   end
-  redis.call('ZREMRANGEBYSCORE', KY, '-inf', now * 1000)
   return n
 end
 
@@ -716,9 +717,8 @@ local function promote()
 end
 
 -- The soonest time something may become claimable (ms), or -1: a delayed
--- job due, a lease over, a rate letting a job go (`tq`: the queue rate's
--- arrival time, if it has a rate).
-local function next_due(tq)
+-- job due, a lease over, a rate letting a job go.
+local function next_due()
   local w = redis.call('ZRANGE', KW, 0, 0, 'WITHSCORES')
   local f = redis.call('ZRANGE', KF, 0, 0, 'WITHSCORES')
   local soonest = -1
@@ -730,7 +730,8 @@ local function next_due(tq)
   if is_fair() then
     local h = tonumber(redis.call('ZRANGE', KH, 0, 0, 'WITHSCORES')[2])
     if h and h < HELD_FOR_SLOT then consider(h) end
-    if tq and tq >= (now + 1) * 1000 then consider(math.floor(tq / 1000)) end
+    local L = queue_limits()
+    if L.rn then consider(log_holds(KQ, L.rn, L.rp)) end
   end
   return soonest
 end
