@@ -12,19 +12,7 @@ use super::support::{each_worker, round3};
 
 /// Redis's CPU time so far (INFO's used_cpu_sys + used_cpu_user, s).
 async fn redis_cpu(url: &str) -> Option<f64> {
-    let client = redis::Client::open(url).ok()?;
-    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await.ok()?;
-    let field = |name: &str| {
-        info.lines().find_map(|l| {
-            l.strip_prefix(name)?
-                .strip_prefix(':')?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-    };
-    Some(field("used_cpu_sys")? + field("used_cpu_user")?)
+    super::support::redis_usage(url).await.map(|u| u.cpu_seconds)
 }
 
 /// Redis's CPU as a share of one core over `secs` of `work`.

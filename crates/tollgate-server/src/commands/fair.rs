@@ -7,7 +7,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::queue::{Queue, QueueTarget};
-use crate::api::jobs::fair::{SettingsBody, group_json};
+use crate::api::jobs::fair::group_json;
+use crate::api::jobs::settings::SettingsBody;
 use crate::client::{Failure, segment, usage};
 
 #[derive(Debug, Args)]

@@ -129,6 +129,27 @@ async fn concurrency_holds_until_a_job_ends(ts: TestStore) {
     assert_eq!(again.len(), 3, "every lease ended: 3 again, {again:?}");
 }
 
+/// Claims from `q` as fast as anything comes for 1.2 s of store time:
+/// each job's group and when it was handed out (store ms).
+async fn claim_for_a_while(ts: &TestStore, q: &JobQueue, lease: Duration) -> Vec<(String, u64)> {
+    let manual = ts.clock.is_some();
+    let start = Instant::now();
+    let mut got = Vec::new();
+    for _ in 0..(if manual { 120 } else { 1_000_000 }) {
+        for job in q.claim_many(10).await.unwrap() {
+            got.push((group_of(&job).to_owned(), claimed_at(&job, lease)));
+        }
+        if manual {
+            ts.advance(Duration::from_millis(10)).await;
+        } else if start.elapsed() > Duration::from_millis(1200) {
+            break;
+        } else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    got
+}
+
 /// The most of `times` (ms, in order) within any window of `period` ms.
 fn most_in_window(times: &[u64], period: u64) -> usize {
     let mut most = 0;
@@ -155,23 +176,8 @@ async fn rates_space_the_jobs(ts: TestStore) {
     push_group(&q, "a", 10).await;
     push_group(&q, "b", 10).await;
     let mut claimed: HashMap<String, Vec<u64>> = HashMap::new();
-    let manual = ts.clock.is_some();
-    let start = Instant::now();
-    // Claim as fast as anything comes for 1.2 s of store time.
-    for _ in 0..(if manual { 120 } else { 1_000_000 }) {
-        for job in q.claim_many(10).await.unwrap() {
-            claimed
-                .entry(group_of(&job).to_owned())
-                .or_default()
-                .push(claimed_at(&job, lease));
-        }
-        if manual {
-            ts.advance(Duration::from_millis(10)).await;
-        } else if start.elapsed() > Duration::from_millis(1200) {
-            break;
-        } else {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    for (group, at) in claim_for_a_while(&ts, &q, lease).await {
+        claimed.entry(group).or_default().push(at);
     }
     for (group, times) in &mut claimed {
         times.sort_unstable();
@@ -186,20 +192,11 @@ async fn rates_space_the_jobs(ts: TestStore) {
         .unwrap();
     push_group(&q2, "a", 10).await;
     push_group(&q2, "b", 10).await;
-    let mut times = Vec::new();
-    let start = Instant::now();
-    for _ in 0..(if manual { 120 } else { 1_000_000 }) {
-        for job in q2.claim_many(10).await.unwrap() {
-            times.push(claimed_at(&job, lease));
-        }
-        if manual {
-            ts.advance(Duration::from_millis(10)).await;
-        } else if start.elapsed() > Duration::from_millis(1200) {
-            break;
-        } else {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    let mut times: Vec<u64> = claim_for_a_while(&ts, &q2, lease)
+        .await
+        .into_iter()
+        .map(|(_, at)| at)
+        .collect();
     times.sort_unstable();
     assert!(most_in_window(&times, 1000) <= 4, "{times:?}");
     assert!((6..=8).contains(&times.len()), "{times:?}");

@@ -12,6 +12,7 @@ pub(crate) mod manage;
 pub(crate) mod push;
 pub(crate) mod queues;
 pub(crate) mod reads;
+pub(crate) mod settings;
 
 use axum::Router;
 use axum::routing::{delete, get, post};

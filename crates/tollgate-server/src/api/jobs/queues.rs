@@ -30,8 +30,8 @@ pub(crate) struct QueueSettings {
 }
 
 impl QueueSettings {
-    fn limits(&self) -> super::fair::SettingsBody {
-        super::fair::SettingsBody {
+    fn limits(&self) -> super::settings::SettingsBody {
+        super::settings::SettingsBody {
             concurrency: self.concurrency,
             rate: self.rate.clone(),
             group_concurrency: self.group_concurrency,

@@ -586,6 +586,16 @@ local function turn_fair()
   if ready > 0 then place('') end
 end
 
+-- Takes held groups `gs` out of h and places them again, in that order.
+-- How many may now run.
+local function back_in_line(gs)
+  if #gs == 0 then return 0 end
+  for i = 1, #gs, 1000 do
+    redis.call('ZREM', KH, unpack(gs, i, math.min(i + 999, #gs)))
+  end
+  return place_many(gs)
+end
+
 -- Puts held groups back in line (or in h again) under changed limits:
 -- every one (in name order), or `g` alone. How many may now run.
 local function replace_held(g)
@@ -596,24 +606,13 @@ local function replace_held(g)
     held = redis.call('ZRANGE', KH, 0, -1)
     table.sort(held, bytes_lt)
   end
-  local n = 0
-  for _, x in ipairs(held) do
-    redis.call('ZREM', KH, x)
-    if place(x) then n = n + 1 end
-  end
-  return n
+  return back_in_line(held)
 end
 
 -- Moves the groups whose rate lets them go again back in line (a bounded
 -- batch). How many may now run.
 local function fair_promote(batch)
-  local due = redis.call('ZRANGEBYSCORE', KH, '-inf', now, 'LIMIT', 0, batch)
-  local n = 0
-  for _, g in ipairs(due) do
-    redis.call('ZREM', KH, g)
-    if place(g) then n = n + 1 end
-  end
-  return n
+  return back_in_line(redis.call('ZRANGEBYSCORE', KH, '-inf', now, 'LIMIT', 0, batch))
 end
 
 -- Ready job `id` (record `m`): in r, and in its group's set if fair.

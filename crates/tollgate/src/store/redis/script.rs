@@ -12,9 +12,10 @@ use crate::store::lua::{LuaFile, compose};
 use super::conn::Conn;
 
 /// The Lua files of a job queue's scripts: queue.lua (its keys and shared
-/// steps) starts both jobs.lua and schedule.lua.
+/// steps) starts both jobs.lua (after claim.lua) and schedule.lua.
 const QUEUE_FILES: &[LuaFile] = &[
     ("queue.lua", include_str!("../../jobs/lua/queue.lua")),
+    ("claim.lua", include_str!("../../jobs/lua/claim.lua")),
     ("jobs.lua", include_str!("../../jobs/lua/jobs.lua")),
     ("schedule.lua", include_str!("../../schedule/lua/schedule.lua")),
 ];
