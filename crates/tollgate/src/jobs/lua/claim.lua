@@ -95,10 +95,7 @@ local function fair_claim(max)
   end
   -- The queue rate's log, read once: its live count, then this call's.
   local qroom
-  if L.rn then
-    redis.call('ZREMRANGEBYSCORE', KQ, '-inf', now - L.rp)
-    qroom = L.rn - redis.call('ZCARD', KQ)
-  end
+  if L.rn then qroom = L.rn - redis.call('ZCARD', KQ) end
   local ids, groups = {}, {}
   while #ids < max do
     local room = max - #ids
@@ -196,8 +193,10 @@ local function log_rates(ids_fences, groups)
   for _, key in ipairs(order) do
     local items = per[key]
     chunked('ZADD', key, items)
-    -- Gone a period after its last job: its entries then count no more.
-    redis.call('PEXPIRE', key, items.p + 1000)
+    -- Trimmed to the period in force as it is written (fair.rs: `take`),
+    -- and gone a day after its last job (the longest period).
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - items.p)
+    redis.call('PEXPIRE', key, 86400000 + 1000)
   end
   pending_rate = {}
 end

@@ -304,17 +304,22 @@ local pending_rate = {}
 
 -- Whether the rate of n per p ms whose log is `key` holds a job back now:
 -- then from when (ms) it lets the next go (the n-th newest job leaves the
--- window (now - p, now] at its time + p).
+-- window (now - p, now] at its time + p). Reads only: a log is trimmed
+-- when written (log_rates) and, the queue's, by promote, as fair.rs
+-- trims its logs. The jobs this call let go count at now, after the
+-- logged ones up to now (a clock set back leaves some later).
 local function log_holds(key, n, p)
   local t = clock()
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', t - p)
-  local live = redis.call('ZCARD', key)
-  local all = live + (pending_rate[key] or 0)
+  local dead = redis.call('ZCOUNT', key, '-inf', t - p)
+  local upto = redis.call('ZCOUNT', key, '(' .. (t - p), t)
+  local live = redis.call('ZCARD', key) - dead
+  local pend = pending_rate[key] or 0
+  local all = live + pend
   if all < n then return nil end
   local i = all - n
-  -- A job this call let go is the newest: it went now.
-  if i >= live then return t + p end
-  return tonumber(redis.call('ZRANGE', key, i, i, 'WITHSCORES')[2]) + p
+  if i >= upto and i < upto + pend then return t + p end
+  if i >= upto then i = i - pend end
+  return tonumber(redis.call('ZRANGE', key, dead + i, dead + i, 'WITHSCORES')[2]) + p
 end
 
 -- HSETs (or ZADDs) `items` to `key` in chunks (unpack's limit).
@@ -711,6 +716,9 @@ local function promote()
   if is_fair() then
     readied = readied + slot_wakes(before)
     if group_limited() then readied = readied + fair_promote(BATCH) end
+    -- The queue rate's log, trimmed to its period (fair.rs: `promote`).
+    local L = queue_limits()
+    if L.rn then redis.call('ZREMRANGEBYSCORE', KQ, '-inf', now - L.rp) end
   end
   return readied
 end
