@@ -83,12 +83,11 @@ pub(crate) async fn limits(args: JobsLimitsArgs) -> Result<i32, Failure> {
         .map_err(|e| usage(e.item()["message"].as_str().unwrap_or_default().to_owned()))?;
     let q = Queue::open(&args.target, set).await?;
     let answer = match &q {
-        Queue::Local(q) => {
-            if set {
-                q.set_limits(&limits).await?;
-            }
-            serde_json::to_value(SettingsBody::of(&q.limits().await?)).unwrap_or_default()
+        Queue::Local(q) if set => {
+            q.set_limits(&limits).await?;
+            serde_json::to_value(SettingsBody::of(&limits)).unwrap_or_default()
         }
+        Queue::Local(q) => serde_json::to_value(SettingsBody::of(&q.limits().await?)).unwrap_or_default(),
         Queue::Remote(r) if set => r.call(r.request(Method::PUT, "/settings").json(&body)).await?.1,
         Queue::Remote(r) => r.call(r.request(Method::GET, "/settings")).await?.1,
     };
@@ -114,29 +113,31 @@ pub(crate) async fn group_limits(args: JobsGroupLimitsArgs) -> Result<i32, Failu
     let set = own != tollgate::GroupLimits::default();
     let q = Queue::open(&args.target, set || args.drop).await?;
     let path = format!("/groups/{}/limits", segment(&args.group));
+    let shown = |l: &tollgate::GroupLimits| json!({"concurrency": l.concurrency, "rate": l.rate.map(|r| r.to_string())});
+    // A change prints what it set (dropped: null); only a read asks.
     let answer = match &q {
-        Queue::Local(q) => {
-            if set || args.drop {
-                q.set_group_limits(&args.group, set.then_some(&own)).await?;
-            }
-            match q.group_limits(&args.group).await? {
-                Some(l) => json!({"concurrency": l.concurrency, "rate": l.rate.map(|r| r.to_string())}),
-                None => Value::Null,
-            }
+        Queue::Local(q) if set || args.drop => {
+            q.set_group_limits(&args.group, set.then_some(&own)).await?;
+            if set { shown(&own) } else { Value::Null }
         }
-        Queue::Remote(r) => {
-            if args.drop {
-                r.call(r.request(Method::DELETE, &path)).await?;
-            } else if set {
-                let body = json!({"concurrency": own.concurrency, "rate": args.rate});
-                r.call(r.request(Method::PUT, &path).json(&body)).await?;
-            }
-            match r.call(r.request(Method::GET, &path)).await {
-                Ok((_, v)) => v,
-                Err(f) if f.code == crate::exit::NO_SUCH => Value::Null,
-                Err(f) => return Err(f),
-            }
+        Queue::Local(q) => q
+            .group_limits(&args.group)
+            .await?
+            .as_ref()
+            .map_or(Value::Null, shown),
+        Queue::Remote(r) if args.drop => {
+            r.call(r.request(Method::DELETE, &path)).await?;
+            Value::Null
         }
+        Queue::Remote(r) if set => {
+            let body = json!({"concurrency": own.concurrency, "rate": args.rate});
+            r.call(r.request(Method::PUT, &path).json(&body)).await?.1
+        }
+        Queue::Remote(r) => match r.call(r.request(Method::GET, &path)).await {
+            Ok((_, v)) => v,
+            Err(f) if f.code == crate::exit::NO_SUCH => Value::Null,
+            Err(f) => return Err(f),
+        },
     };
     println!("{answer}");
     Ok(0)

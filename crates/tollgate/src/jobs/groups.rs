@@ -244,12 +244,9 @@ impl JobQueue {
     /// The queue's limits, as set.
     pub async fn limits(&self) -> Result<QueueLimits> {
         self.checked(false).await?;
-        let base = if self.parts.len() > 1 {
-            &self.name
-        } else {
-            self.parts[0].queue_name()
-        };
-        let (raw, _) = self.store.job_limits(base, None).await?;
+        // The base queue holds them as set (with one partition, it is the
+        // partition).
+        let (raw, _) = self.store.job_limits(&self.name, None).await?;
         Ok(QueueLimits {
             concurrency: raw.concurrency,
             rate: rate_of(raw.rate),
