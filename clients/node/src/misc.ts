@@ -115,7 +115,10 @@ export interface ScheduleSpec {
   payload?: unknown;
   priority?: number;
   maxAttempts?: number;
-  misfire?: "skip" | "run_once" | "catch_up";
+  /** Each job's group (a tenant, a customer); the default group if left out. */
+  group?: string;
+  /** Ticks missed while no server fired: skip, once (one job), all (each). */
+  misfire?: "skip" | "once" | "all";
   paused?: boolean;
 }
 

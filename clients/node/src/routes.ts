@@ -75,7 +75,7 @@ export const ROUTES = {
   putSchedule: {
     method: "PUT",
     path: "/v1/schedules/{name}",
-    fields: ["when", "zone", "queue", "payload", "priority", "max_attempts", "misfire", "paused"],
+    fields: ["when", "zone", "queue", "payload", "priority", "max_attempts", "group", "misfire", "paused"],
   },
   schedule: { method: "GET", path: "/v1/schedules/{name}" },
   deleteSchedule: { method: "DELETE", path: "/v1/schedules/{name}" },

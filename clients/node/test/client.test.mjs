@@ -275,6 +275,21 @@ for (const store of ["embedded", "redis"]) {
       assert.deepEqual([stats.groups, stats.limited_claims], [2, 1], JSON.stringify(stats));
     });
 
+    test("a schedule's jobs carry its group", async () => {
+      const name = fresh("digest");
+      const queue = fresh("q");
+      const made = await tg.schedules.put(name, { when: "0 3 * * *", queue, payload: "d", group: "tenant-a", misfire: "once" });
+      assert.deepEqual([made.result, made.group, made.misfire], ["created", "tenant-a", "once"]);
+      const { job_id } = await tg.schedules.trigger(name);
+      const job = await tg.queue(queue).get(job_id);
+      assert.equal(job.group, "tenant-a");
+      await assert.rejects(
+        tg.schedules.put(name, { when: "0 3 * * *", queue, group: "a b" }),
+        (e) => e.code === "bad_request" && e.status === 400 && e.message.includes("group"),
+      );
+      await tg.schedules.delete(name);
+    });
+
     test("a handler that throws nacks with its message", async () => {
       const queue = fresh("q");
       await tg.queue(queue).push("x", { id: "j1", maxAttempts: 1 });

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from conftest import Server
 
-from tollgate_client import Client
+from tollgate_client import Client, TollgateError
 
 
 def unique(prefix: str) -> str:
@@ -31,6 +32,14 @@ def test_schedules_and_listing(server: Server) -> None:
         assert c.trigger_schedule(name)["job_id"].startswith(f"{name}@manual-")
         assert name in [s["name"] for s in c.listing("schedules", prefix=name)["schedules"]]
         assert c.delete_schedule(name)["deleted"] is True
+        queue = unique("digests")
+        made = c.put_schedule(name, "0 3 * * *", queue, group="tenant-a", misfire="once")
+        assert (made["group"], made["misfire"]) == ("tenant-a", "once")
+        job_id = c.trigger_schedule(name)["job_id"]
+        assert c.queue(queue).get(job_id)["group"] == "tenant-a"
+        with pytest.raises(TollgateError) as bad:
+            c.put_schedule(name, "0 3 * * *", queue, group="a b")
+        assert bad.value.status == 400 and "group" in str(bad.value)
         gate = unique("listed")
         c.gate(gate).enter(capacity=1)
         page = c.listing("gates", prefix=gate)

@@ -433,3 +433,112 @@ async fn the_cli_sets_and_reads_limits_and_groups() {
         }
     }
 }
+
+/// The groups of a claim's jobs (null: the default group), sorted.
+fn groups_of(claimed: &Value) -> Vec<String> {
+    let mut groups: Vec<String> = claimed["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["group"].as_str().unwrap_or("-").to_owned())
+        .collect();
+    groups.sort_unstable();
+    groups
+}
+
+/// A fair queue on the embedded store through `kill -9`: the queue's
+/// limits, a group's own, a schedule's group, the running jobs' slots and
+/// the ready jobs' groups are all there after the restart, and the limits
+/// hold on the next claims as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_queue_and_its_schedule_survive_kill_9() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let args = ["--data-dir", data.to_str().expect("path"), "--fsync", "always"];
+    let mut s = Server::start_with(None, &args);
+    let c = reqwest::Client::new();
+    let url = |s: &Server, p: &str| s.url(&format!("/v1/queues/mail{p}"));
+    let settings = json!({"concurrency": 3, "rate": null, "group_concurrency": 1, "group_rate": null});
+    let (st, v) = send(c.put(url(&s, "/settings")).json(&settings)).await;
+    assert_eq!((st, &v), (200, &settings));
+    let own = json!({"concurrency": 2, "rate": null});
+    let (st, v) = send(c.put(url(&s, "/groups/tenant-b/limits")).json(&own)).await;
+    assert_eq!((st, &v), (200, &own));
+    let schedule = s.url("/v1/schedules/digest");
+    let body = json!({"when": "0 3 * * *", "queue": "mail", "payload": "digest", "group": "tenant-a"});
+    let (st, v) = send(c.put(&schedule).json(&body)).await;
+    assert_eq!((st, v["group"].as_str()), (201, Some("tenant-a")), "{v}");
+    for bad in [json!("two words"), json!(""), json!(7)] {
+        let mut b = body.clone();
+        b["group"] = bad;
+        let (st, e) = send(c.put(&schedule).json(&b)).await;
+        assert_eq!(st, 400, "{b}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("group"), "{e}");
+    }
+    let (st, t) = send(c.post(s.url("/v1/schedules/digest/trigger"))).await;
+    assert_eq!(st, 200, "{t}");
+    let triggered = t["job_id"].as_str().expect("job id").to_owned();
+    for (id, group) in [
+        ("a2", "tenant-a"),
+        ("b1", "tenant-b"),
+        ("b2", "tenant-b"),
+        ("b3", "tenant-b"),
+    ] {
+        let (st, p) = send(
+            c.post(url(&s, "/jobs"))
+                .json(&json!({"payload": id, "id": id, "group": group})),
+        )
+        .await;
+        assert_eq!(st, 201, "{p}");
+    }
+    let (st, got) = send(c.post(url(&s, "/claim?max=10&lease_ms=600000"))).await;
+    assert_eq!(st, 200, "{got}");
+    assert_eq!(groups_of(&got), ["tenant-a", "tenant-b", "tenant-b"], "{got}");
+    let mine = got["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["group"] == "tenant-a")
+        .expect("tenant-a's job")
+        .clone();
+    assert_eq!(mine["id"].as_str(), Some(triggered.as_str()), "pushed first");
+
+    s.child.kill().expect("kill -9");
+    s.child.wait().expect("wait");
+    let s = Server::start_with(None, &args);
+    assert_eq!(send(c.get(url(&s, "/settings"))).await.1, settings);
+    assert_eq!(send(c.get(url(&s, "/groups/tenant-b/limits"))).await.1, own);
+    let (_, v) = send(c.get(s.url("/v1/schedules/digest"))).await;
+    assert_eq!(v["group"], "tenant-a", "{v}");
+    let (_, none) = send(c.post(url(&s, "/claim?max=10"))).await;
+    assert_eq!(
+        groups_of(&none),
+        Vec::<String>::new(),
+        "every group is at its limit"
+    );
+    let (_, page) = send(c.get(url(&s, "/groups"))).await;
+    let counts: Vec<(String, u64, u64)> = page["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| {
+            (
+                g["group"].as_str().unwrap_or("-").to_owned(),
+                g["running"].as_u64().unwrap(),
+                g["ready"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(counts.contains(&("tenant-a".into(), 1, 1)), "{page}");
+    assert!(counts.contains(&("tenant-b".into(), 2, 1)), "{page}");
+    // The running job's fence still holds: its ack frees tenant-a's slot.
+    let (st, a) = send(
+        c.post(url(&s, &format!("/jobs/{triggered}/ack")))
+            .json(&json!({"fence": mine["fence"]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{a}");
+    let (_, next) = send(c.post(url(&s, "/claim?max=10"))).await;
+    assert_eq!(next["jobs"][0]["id"], "a2", "{next}");
+    assert_eq!(next["jobs"].as_array().unwrap().len(), 1, "{next}");
+}

@@ -83,10 +83,11 @@ fn add_list_show_pause_resume_trigger_rm_on_redis() {
     assert!(text.contains("T02:30:00+0"), "{text}");
     assert!(stdout(&schedule(&url, &add)).starts_with("unchanged"));
     let mut changed = add.to_vec();
-    changed.extend(["--priority", "7", "--json"]);
+    changed.extend(["--priority", "7", "--group", "tenant-a", "--json"]);
     let v = json_of(&schedule(&url, &changed));
     assert_eq!(v["result"], "changed", "{v}");
     assert_eq!(v["priority"], 7);
+    assert_eq!(v["group"], "tenant-a", "{v}");
 
     let out = schedule(
         &url,
@@ -186,8 +187,15 @@ fn add_list_show_pause_resume_trigger_rm_on_redis() {
         shown.contains(r#"payload:      {"kind":"nightly"} (JSON)"#),
         "{shown}"
     );
+    assert!(shown.contains("group:        tenant-a\n"), "{shown}");
     let stats = json_of(&run(&["jobs", "stats", "reports", "--redis", &url]));
-    assert_eq!(stats["ready"], 1, "{stats}");
+    assert_eq!(
+        (&stats["ready"], &stats["groups"]),
+        (&json!(1), &json!(1)),
+        "{stats}"
+    );
+    let job = json_of(&run(&["jobs", "show", "reports", &id, "--redis", &url]));
+    assert_eq!(job["group"], "tenant-a", "{job}");
 
     let out = schedule(&url, &["resume", "nightly"]);
     assert!(
@@ -346,6 +354,7 @@ fn bad_input_exits_64_naming_the_field() {
         ),
         (vec!["--start", "tomorrow"], "RFC 3339"),
         (vec!["--jitter", "5"], "needs a unit"),
+        (vec!["--group", "two words"], "group key"),
     ] {
         let out = add(&extra);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -654,7 +663,7 @@ fn through_a_server_the_commands_speak_the_http_contract() {
         body,
         json!({"when": "30 2 * * *", "zone": "Europe/Berlin", "queue": "reports", "payload": {"a": 1},
             "priority": 0, "max_attempts": 5,
-            "backoff": {"kind": "exponential", "base_ms": 1000, "max_ms": 300_000},
+            "backoff": {"kind": "exponential", "base_ms": 1000, "max_ms": 300_000}, "group": null,
             "misfire": "skip", "max_catch_up": 1000, "start_ms": 1_767_225_600_000_u64, "end_ms": null,
             "jitter_ms": 0, "paused": false})
     );

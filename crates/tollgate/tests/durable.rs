@@ -619,7 +619,9 @@ async fn a_recovered_job_queue_answers_as_one_that_never_stopped() {
                     }
                     30..=49 => format!(
                         "{:?}",
-                        q.claim().await.map(|j| j.map(|j| (j.id, j.attempt, j.fence)))
+                        q.claim()
+                            .await
+                            .map(|j| j.map(|j| (j.id, j.attempt, j.group, j.fence)))
                     ),
                     50..=64 => match held.first() {
                         Some((id, fence)) => format!("{:?}", q.ack(id, *fence).await.map_err(|e| e.kind())),
@@ -637,10 +639,14 @@ async fn a_recovered_job_queue_answers_as_one_that_never_stopped() {
                         q.cancel(&format!("j{}", rng.clone().random_range(0..30))).await
                     ),
                     80..=84 => {
-                        let spec = ScheduleSpec::new(When::parse("every 2s").expect("when"), &name);
+                        // Odd seeds' schedules push to a group (their
+                        // fires and triggers log records of their own).
+                        let mut spec = ScheduleSpec::new(When::parse("every 2s").expect("when"), &name);
+                        spec.group = (seed % 2 == 1).then(|| "tenant".to_owned());
                         format!("{:?}", s.upsert(&schedule, &spec).await)
                     }
-                    85..=89 => format!("{:?}", schedule_tick(&s).await),
+                    85..=88 => format!("{:?}", schedule_tick(&s).await),
+                    89 => format!("{:?}", s.trigger(&schedule).await.map(|id| id.is_some())),
                     _ => {
                         let st = q.stats().await.expect("stats");
                         format!(
@@ -653,7 +659,8 @@ async fn a_recovered_job_queue_answers_as_one_that_never_stopped() {
                                 st.pushed,
                                 st.acked,
                                 st.retried,
-                                st.lateness_sum
+                                st.lateness_sum,
+                                st.groups
                             )
                         )
                     }
@@ -700,7 +707,7 @@ async fn schedule_tick(s: &Schedules) -> String {
     }
 }
 
-/// `Ok(Some((id, attempt, fence)))` as the claim answer prints it.
+/// `Ok(Some((id, attempt, group, fence)))` as the claim answer prints it.
 fn parse_claim(answer: &str) -> Option<(String, u64)> {
     let rest = answer.strip_prefix("Ok(Some((\"")?;
     let (id, rest) = rest.split_once('"')?;

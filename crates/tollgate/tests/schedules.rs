@@ -12,7 +12,8 @@ use support::TestStore;
 use tollgate::Clock;
 use tollgate::schedule::MAX_FIRE_SLEEP;
 use tollgate::{
-    Backoff, ErrorKind, FireReport, JobQueue, Misfire, PushOptions, ScheduleSpec, Schedules, Upserted, When,
+    Backoff, ErrorKind, FireReport, JobQueue, Misfire, PushOptions, QueueLimits, ScheduleSpec, Schedules,
+    Upserted, When,
 };
 
 fn every_second(queue: &str) -> ScheduleSpec {
@@ -515,6 +516,69 @@ async fn bad_input_is_refused_with_the_field(ts: TestStore) {
     assert!(s.list().await.expect("list").is_empty());
 }
 
+/// A schedule's job may name a group: each tick's job and a trigger's
+/// carry it, the queue turns fair, and the group's limits hold for them
+/// as for pushed jobs (a schedule without one feeds the default group).
+async fn its_jobs_carry_the_group(ts: TestStore) {
+    align(&ts).await;
+    let s = Schedules::new(&ts.store);
+    let q = JobQueue::new(&ts.store, "tenants").expect("queue");
+    let one_each = QueueLimits {
+        group_concurrency: Some(1),
+        ..QueueLimits::default()
+    };
+    q.set_limits(&one_each).await.expect("limits");
+    let mut spec = every_second("tenants");
+    spec.group = Some("tenant-a".to_owned());
+    s.upsert("a-report", &spec).await.expect("create");
+    s.upsert("plain", &every_second("tenants"))
+        .await
+        .expect("create plain");
+    let info = s.get("a-report").await.expect("get").expect("exists");
+    assert_eq!(info.spec.group.as_deref(), Some("tenant-a"));
+    assert_eq!(
+        s.upsert("a-report", &spec).await.expect("again"),
+        Upserted::Unchanged
+    );
+    fire_for(&ts, std::slice::from_ref(&s), Duration::from_millis(2400)).await;
+    ts.advance(Duration::from_millis(1100)).await;
+    let stats = q.stats().await.expect("stats");
+    assert!(stats.ready >= 4 && stats.groups == 2, "{stats:?}");
+
+    // Two ticks of each are ready; one of each group may run at once.
+    let got = q.claim_many(10).await.expect("claim");
+    let mut seen: Vec<(Option<&str>, bool)> = got
+        .iter()
+        .map(|j| (j.group.as_deref(), j.id.starts_with("a-report@")))
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [(None, false), (Some("tenant-a"), true)], "{got:?}");
+
+    let id = s.trigger("a-report").await.expect("trigger").expect("exists");
+    let job = q.get(&id).await.expect("get").expect("the triggered job");
+    assert_eq!(job.group.as_deref(), Some("tenant-a"));
+    assert!(
+        q.claim_many(10).await.expect("claim").is_empty(),
+        "both groups are at their limit"
+    );
+    for j in &got {
+        q.ack(&j.id, j.fence).await.expect("ack");
+    }
+    // Taken back by the pause: no tick fires while the rest drains.
+    for name in ["a-report", "plain"] {
+        assert!(s.pause(name).await.expect("pause"));
+    }
+    let rest = drain(&ts, "tenants").await;
+    assert!(rest.contains_key(&id), "{rest:?}");
+    assert!(rest.keys().any(|k| k.starts_with("plain@")), "{rest:?}");
+
+    // A group key is checked as a push checks it.
+    spec.group = Some("two words".to_owned());
+    let e = s.upsert("a-report", &spec).await.expect_err("a bad group");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.message().contains("group"), "{e}");
+}
+
 on_both_stores!(manual_clock:
     upsert_get_list_and_delete,
     each_tick_fires_once_among_many_firers,
@@ -523,6 +587,7 @@ on_both_stores!(manual_clock:
     changes_take_effect_from_the_next_tick,
     start_and_end_bound_the_ticks,
     bad_input_is_refused_with_the_field,
+    its_jobs_carry_the_group,
 );
 
 /// DST nights end to end on the memory store's hand-moved clock (no

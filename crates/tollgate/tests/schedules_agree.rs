@@ -26,7 +26,7 @@ const WHENS: [&str; 5] = [
 
 #[derive(Debug)]
 enum Op {
-    Upsert(usize, ScheduleSpec),
+    Upsert(usize, Box<ScheduleSpec>),
     Get(usize),
     List,
     Delete(usize),
@@ -34,6 +34,9 @@ enum Op {
     Resume(usize),
     Trigger(usize),
     Fire,
+    /// Claims (and acks) a job of queue q1 or q2: a trigger's job, with
+    /// its schedule's group.
+    Claim(usize),
 }
 
 /// An answer with what differs by store taken out (the millisecond in a
@@ -45,6 +48,8 @@ enum Answer {
     List(Vec<ScheduleInfo>),
     Flag(bool),
     Triggered(Option<String>),
+    /// A claimed job's id (as unmanual) and group, and the queue's groups.
+    Claimed(Option<(String, Option<String>)>, u64),
     Fired {
         fired: usize,
         missed: usize,
@@ -67,14 +72,18 @@ fn random_spec(rng: &mut StdRng) -> ScheduleSpec {
     if rng.random_bool(0.2) {
         spec.end = Some(UNIX_EPOCH + Duration::from_secs(4_000_000_000));
     }
+    if rng.random_bool(0.3) {
+        spec.group = Some(["tenant-a", "tenant-b"][rng.random_range(0..2)].to_owned());
+    }
     spec.paused = rng.random_bool(0.2);
     spec
 }
 
 fn random_op(rng: &mut StdRng) -> Op {
     let n = rng.random_range(0..NAMES.len());
-    match rng.random_range(0..10) {
-        0..=2 => Op::Upsert(n, random_spec(rng)),
+    match rng.random_range(0..11) {
+        10 => Op::Claim(rng.random_range(0..2)),
+        0..=2 => Op::Upsert(n, Box::new(random_spec(rng))),
         3 => Op::Get(n),
         4 => Op::List,
         5 => Op::Delete(n),
@@ -103,8 +112,19 @@ fn normal(mut info: ScheduleInfo) -> ScheduleInfo {
     info
 }
 
-async fn apply(s: &Schedules, op: &Op) -> Answer {
+async fn claim(store: &Store, queue: &str) -> tollgate::Result<Answer> {
+    let q = JobQueue::new(store, queue)?;
+    let job = q.claim().await?;
+    if let Some(j) = &job {
+        q.ack(&j.id, j.fence).await?;
+    }
+    let groups = q.stats().await?.groups;
+    Ok(Answer::Claimed(job.map(|j| (unmanual(&j.id), j.group)), groups))
+}
+
+async fn apply(store: &Store, s: &Schedules, op: &Op) -> Answer {
     let answer = match op {
+        Op::Claim(q) => claim(store, QUEUES[*q]).await,
         Op::Upsert(n, spec) => s.upsert(NAMES[*n], spec).await.map(Answer::Upserted),
         Op::Get(n) => s
             .get(NAMES[*n])
@@ -133,6 +153,7 @@ async fn apply(s: &Schedules, op: &Op) -> Answer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_and_redis_answer_alike() {
     let server = RedisServer::start();
+    let mut grouped_claims = 0;
     for seed in 0..8u64 {
         server.command(&["FLUSHALL"]);
         let memory = Store::memory();
@@ -147,8 +168,15 @@ async fn memory_and_redis_answer_alike() {
         let mut rng = StdRng::seed_from_u64(seed);
         for step in 0..150 {
             let op = random_op(&mut rng);
-            let (a, b) = (apply(&m, &op).await, apply(&r, &op).await);
+            let (a, b) = (apply(&memory, &m, &op).await, apply(&redis, &r, &op).await);
             assert_eq!(a, b, "seed {seed} step {step}: {op:?}");
+            if let Answer::Claimed(Some((_, Some(_))), _) = a {
+                grouped_claims += 1;
+            }
         }
     }
+    assert!(
+        grouped_claims >= 5,
+        "only {grouped_claims} claims of a grouped job"
+    );
 }

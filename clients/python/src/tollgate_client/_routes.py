@@ -91,7 +91,7 @@ ROUTES: Dict[str, Route] = {
     "room_line_remove": _r("DELETE", _R + "/line/{number}"),
     # Schedules
     "schedule_put": _r("PUT", _S, ("when", "zone", "queue", "payload", "payload_base64",
-                                   "priority", "max_attempts", "backoff", "misfire",
+                                   "priority", "max_attempts", "backoff", "group", "misfire",
                                    "max_catch_up", "start_ms", "end_ms", "jitter_ms",
                                    "paused")),
     "schedule_get": _r("GET", _S),

@@ -73,6 +73,7 @@ pub(crate) struct Fields {
     pub(crate) priority: Option<u8>,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) backoff: Option<BackoffBody>,
+    pub(crate) group: Option<String>,
     pub(crate) misfire: Option<String>,
     pub(crate) max_catch_up: Option<usize>,
     pub(crate) start_ms: Option<u64>,
@@ -109,6 +110,7 @@ impl Fields {
                 return Err(bad("backoff", "exponential backoff needs 0 < base_ms <= max_ms"));
             }
         }
+        spec.group = self.group;
         if let Some(m) = &self.misfire {
             spec.misfire = m
                 .parse()
@@ -152,7 +154,7 @@ fn ms(t: SystemTime) -> u64 {
 }
 
 /// The fields a PUT body may have.
-const BODY_FIELDS: [&str; 14] = [
+const BODY_FIELDS: [&str; 15] = [
     "when",
     "zone",
     "queue",
@@ -161,6 +163,7 @@ const BODY_FIELDS: [&str; 14] = [
     "priority",
     "max_attempts",
     "backoff",
+    "group",
     "misfire",
     "max_catch_up",
     "start_ms",
@@ -222,6 +225,7 @@ fn fields_of(bytes: &[u8]) -> Result<Fields, ApiError> {
             "backoff",
             "{\"kind\": \"fixed\"|\"exponential\", \"base_ms\", \"max_ms\"?}",
         )?,
+        group: field(&body, "group", "a string (a group key)")?,
         misfire: field(&body, "misfire", "a string: skip, once or all")?,
         max_catch_up: field(&body, "max_catch_up", "an integer 1 to 1000")?,
         start_ms: field(&body, "start_ms", "a Unix time in ms")?,
@@ -246,7 +250,7 @@ fn view(info: &ScheduleInfo) -> Value {
     let mut v = json!({
         "name": info.name, "when": when, "zone": zone, "queue": spec.queue,
         "priority": spec.priority, "max_attempts": spec.max_attempts,
-        "backoff": BackoffBody::of(&spec.backoff), "misfire": spec.misfire.to_string(),
+        "backoff": BackoffBody::of(&spec.backoff), "group": spec.group, "misfire": spec.misfire.to_string(),
         "max_catch_up": spec.max_catch_up, "start_ms": spec.start.map(ms), "end_ms": spec.end.map(ms),
         "jitter_ms": spec.jitter.as_millis() as u64, "paused": info.paused,
         "next_ms": info.next.map(ms), "recent": recent,
@@ -408,6 +412,7 @@ pub(crate) struct ScheduleSettings {
     pub(crate) priority: Option<u8>,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) backoff: Option<BackoffBody>,
+    pub(crate) group: Option<String>,
     pub(crate) misfire: Option<String>,
     pub(crate) max_catch_up: Option<usize>,
     pub(crate) start: Option<String>,
@@ -442,6 +447,7 @@ impl ScheduleSettings {
             priority: self.priority,
             max_attempts: self.max_attempts,
             backoff: self.backoff.clone(),
+            group: self.group.clone(),
             misfire: self.misfire.clone(),
             max_catch_up: self.max_catch_up,
             start_ms: instant("start", &self.start)?,

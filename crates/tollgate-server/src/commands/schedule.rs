@@ -128,6 +128,11 @@ pub(crate) struct ScheduleAddArgs {
     pub(crate) max_attempts: u32,
     #[command(flatten)]
     pub(crate) backoff: BackoffArgs,
+    /// Each job's group (a tenant, a customer): groups take turns at claim
+    /// and may have limits of their own (`jobs limits`) [default: the
+    /// default group].
+    #[arg(long, value_name = "GROUP")]
+    pub(crate) group: Option<String>,
     /// Ticks missed while nothing fired (downtime): skip (fire only a tick
     /// less than 60 s late), once (one job for all of them) or all (each,
     /// up to --max-catch-up, the newest).
@@ -420,6 +425,7 @@ async fn add(args: ScheduleAddArgs) -> Result<(), Failure> {
         priority: args.priority,
         max_attempts: args.max_attempts,
         backoff: backoff(&args.backoff)?,
+        group: args.group.clone(),
         misfire: args.misfire,
         max_catch_up: args.max_catch_up,
         start,

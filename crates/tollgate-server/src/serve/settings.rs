@@ -734,6 +734,7 @@ mod tests {
             priority,
             max_attempts,
             backoff,
+            group,
             misfire,
             max_catch_up,
             start,
@@ -744,7 +745,7 @@ mod tests {
         assert!(!when.is_empty() && zone.is_some() && !queue.is_empty() && payload.is_some());
         assert!(priority.is_some() && max_attempts.is_some() && backoff.is_some() && misfire.is_some());
         assert!(max_catch_up.is_some() && start.is_some() && end.is_some() && jitter.is_some());
-        assert!(paused.is_some());
+        assert!(paused.is_some() && group.is_some());
         let (name, settings) = schedules.iter().next().expect("a [schedules.NAME]");
         settings.spec(name).expect("the example schedule is valid");
 

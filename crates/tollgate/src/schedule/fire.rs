@@ -200,7 +200,7 @@ impl Schedules {
                     rev: raw.rev,
                     expect: raw.next,
                     next: plan.next,
-                    job: parsed.job,
+                    job: parsed.job.clone(),
                     ticks: plan.ticks.clone(),
                 })
                 .collect();

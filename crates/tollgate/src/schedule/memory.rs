@@ -11,7 +11,7 @@ use std::sync::PoisonError;
 use crate::error::Result;
 use crate::jobs::memory::JobMemory;
 use crate::jobs::model::Queue;
-use crate::jobs::types::{PushOutcome, PushReq, When};
+use crate::jobs::types::{BackoffSpec, PushOutcome, PushReq, When};
 use crate::name::Name;
 use crate::store::memory::put as replay_put;
 use crate::store::memory::replay::{self, Code};
@@ -45,6 +45,10 @@ fn push_new(
     run_at: u64,
     now: u64,
 ) -> (bool, bool) {
+    // A group turns the queue fair first, as a push's does.
+    if !job.group.is_empty() {
+        queue.turn_fair(now);
+    }
     let req = PushReq {
         id,
         payload,
@@ -53,7 +57,7 @@ fn push_new(
         max_attempts: job.max_attempts,
         backoff: job.backoff,
         replace: false,
-        group: "",
+        group: &job.group,
     };
     let (outcome, wake) = queue.push(&req, now);
     (matches!(outcome, PushOutcome::New { .. }), wake)
@@ -326,16 +330,45 @@ impl ScheduleMemory<'_> {
     }
 
     pub(crate) fn schedule_fire(&self, q: &Name, fires: &[Fire<'_>]) -> (u64, Vec<FireOutcome>) {
-        let args = |b: &mut Vec<u8>| replay_put(b, &fire_args(fires));
-        self.on_queue(q, true, Some((Code::ScheduleFire, &args)), |queue, now| {
+        // Fires without a group are logged as before groups were.
+        let grouped = fires.iter().any(|f| !f.job.group.is_empty());
+        let args = |b: &mut Vec<u8>| {
+            if grouped {
+                let args: Vec<_> = fire_args(fires)
+                    .into_iter()
+                    .zip(fires.iter().map(|f| f.job.group.as_str()))
+                    .collect();
+                replay_put(b, &args);
+            } else {
+                replay_put(b, &fire_args(fires));
+            }
+        };
+        let code = if grouped {
+            Code::ScheduleFireGrouped
+        } else {
+            Code::ScheduleFire
+        };
+        self.on_queue(q, true, Some((code, &args)), |queue, now| {
             let (outcomes, woken) = queue.schedule_fire(fires, now);
             ((now, outcomes), woken)
         })
     }
 
     pub(crate) fn schedule_trigger(&self, q: &Name, name: &str, rev: u64, job: &JobSpec) -> TriggerOutcome {
-        let args = |b: &mut Vec<u8>| replay_put(b, &(name, rev, job));
-        self.on_queue(q, true, Some((Code::ScheduleTrigger, &args)), |queue, now| {
+        let grouped = !job.group.is_empty();
+        let args = |b: &mut Vec<u8>| {
+            if grouped {
+                replay_put(b, &(name, rev, logged(job), job.group.as_str()));
+            } else {
+                replay_put(b, &(name, rev, logged(job)));
+            }
+        };
+        let code = if grouped {
+            Code::ScheduleTriggerGrouped
+        } else {
+            Code::ScheduleTrigger
+        };
+        self.on_queue(q, true, Some((code, &args)), |queue, now| {
             queue.schedule_trigger(name, rev, job, now)
         })
     }
@@ -379,7 +412,28 @@ impl<'a> Deref for ScheduleMemory<'a> {
     }
 }
 
-type FireArgs<'a> = (&'a str, u64, Next, Next, JobSpec, Cow<'a, [(u64, u64)]>);
+/// A job spec as logged: priority, max attempts, backoff (its group, if
+/// any, goes in a record of a `…Grouped` code, after the rest).
+type LoggedJob = (u8, u32, BackoffSpec);
+
+fn logged(job: &JobSpec) -> LoggedJob {
+    (job.priority, job.max_attempts, job.backoff)
+}
+
+fn unlogged((priority, max_attempts, backoff): LoggedJob, group: &str) -> JobSpec {
+    JobSpec {
+        priority,
+        max_attempts,
+        backoff,
+        group: group.to_owned(),
+    }
+}
+
+type FireArgs<'a> = (&'a str, u64, Next, Next, LoggedJob, Cow<'a, [(u64, u64)]>);
+
+/// A logged fire of `Code::ScheduleFireGrouped`: each schedule's
+/// arguments and its job's group.
+type GroupedFireArgs<'a> = (FireArgs<'a>, &'a str);
 
 fn fire_args<'a>(fires: &'a [Fire<'a>]) -> Vec<FireArgs<'a>> {
     fires
@@ -390,11 +444,26 @@ fn fire_args<'a>(fires: &'a [Fire<'a>]) -> Vec<FireArgs<'a>> {
                 f.rev,
                 f.expect,
                 f.next,
-                f.job,
+                logged(&f.job),
                 Cow::Borrowed(&f.ticks[..]),
             )
         })
         .collect()
+}
+
+fn replay_fire(m: &ScheduleMemory<'_>, q: &Name, fires: Vec<GroupedFireArgs<'_>>) {
+    let fires: Vec<Fire<'_>> = fires
+        .into_iter()
+        .map(|((name, rev, expect, next, job, ticks), group)| Fire {
+            name,
+            rev,
+            expect,
+            next,
+            job: unlogged(job, group),
+            ticks: ticks.into_owned(),
+        })
+        .collect();
+    m.schedule_fire(q, &fires);
 }
 
 /// Runs record `r` of this primitive again on `m`, whose time is pinned
@@ -418,22 +487,16 @@ pub(crate) fn replay(m: &ScheduleMemory<'_>, r: &replay::Record<'_>) -> Result<(
         }
         Code::ScheduleFire => {
             let fires: Vec<FireArgs<'_>> = replay::args(r.args)?;
-            let fires: Vec<Fire<'_>> = fires
-                .into_iter()
-                .map(|(name, rev, expect, next, job, ticks)| Fire {
-                    name,
-                    rev,
-                    expect,
-                    next,
-                    job,
-                    ticks: ticks.into_owned(),
-                })
-                .collect();
-            m.schedule_fire(g, &fires);
+            replay_fire(m, g, fires.into_iter().map(|f| (f, "")).collect());
         }
+        Code::ScheduleFireGrouped => replay_fire(m, g, replay::args(r.args)?),
         Code::ScheduleTrigger => {
-            let (name, rev, job): (&str, u64, JobSpec) = replay::args(r.args)?;
-            m.schedule_trigger(g, name, rev, &job);
+            let (name, rev, job): (&str, u64, LoggedJob) = replay::args(r.args)?;
+            m.schedule_trigger(g, name, rev, &unlogged(job, ""));
+        }
+        Code::ScheduleTriggerGrouped => {
+            let (name, rev, job, group): (&str, u64, LoggedJob, &str) = replay::args(r.args)?;
+            m.schedule_trigger(g, name, rev, &unlogged(job, group));
         }
         Code::SchedulePause => {
             let (name, pause): (&str, bool) = replay::args(r.args)?;

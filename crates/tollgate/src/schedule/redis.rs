@@ -53,13 +53,14 @@ fn decode(name: String, record: &[u8], history: &str) -> Option<RawSchedule> {
     })
 }
 
-fn job_args(job: &JobSpec) -> [Vec<u8>; 5] {
+fn job_args(job: &JobSpec) -> [Vec<u8>; 6] {
     [
         int_arg(i64::from(job.priority)),
         int_arg(i64::from(job.max_attempts)),
         job.backoff.kind.to_string().into_bytes(),
         int_arg(job.backoff.base_ms as i64),
         int_arg(job.backoff.max_ms as i64),
+        job.group.as_bytes().to_vec(),
     ]
 }
 

@@ -40,6 +40,9 @@ pub struct ScheduleSpec {
     pub max_attempts: u32,
     /// As [`PushOptions::backoff`].
     pub backoff: Backoff,
+    /// As [`PushOptions::group`]: the group of each tick's job. Default
+    /// `None`, the default group.
+    pub group: Option<String>,
     /// What to do with ticks missed while no process fired. Default
     /// [`Misfire::Skip`].
     pub misfire: Misfire,
@@ -72,6 +75,7 @@ impl ScheduleSpec {
             priority: push.priority,
             max_attempts: push.max_attempts,
             backoff: push.backoff,
+            group: None,
             misfire: Misfire::Skip,
             max_catch_up: MAX_CATCH_UP,
             start: None,
@@ -144,6 +148,8 @@ struct Stored {
     /// `fixed:<ms>` or `exponential:<base ms>:<max ms>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     backoff: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     misfire: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -231,6 +237,7 @@ pub(super) fn parse(queue: &Name, raw: &RawSchedule) -> Result<Parsed> {
             Some(b) => decode_backoff(b).ok_or_else(|| bad("backoff"))?,
             None => defaults.backoff,
         },
+        group: stored.group,
         misfire: match &stored.misfire {
             Some(m) => m.parse().map_err(|e: Error| bad(e.message()))?,
             None => defaults.misfire,
@@ -255,6 +262,7 @@ fn job_of(spec: &ScheduleSpec) -> Result<JobSpec> {
         priority: spec.priority,
         max_attempts: spec.max_attempts,
         backoff: spec.backoff,
+        group: spec.group.clone(),
         ..PushOptions::default()
     };
     let (_, _, backoff) = queue.prepare(&spec.payload, &options)?;
@@ -262,6 +270,7 @@ fn job_of(spec: &ScheduleSpec) -> Result<JobSpec> {
         priority: spec.priority,
         max_attempts: spec.max_attempts,
         backoff,
+        group: options.group.unwrap_or_default(),
     })
 }
 
@@ -341,6 +350,7 @@ impl Schedules {
             priority: (spec.priority != defaults.priority).then_some(spec.priority),
             max_attempts: (spec.max_attempts != defaults.max_attempts).then_some(spec.max_attempts),
             backoff: (spec.backoff != defaults.backoff).then(|| encode_backoff(&spec.backoff)),
+            group: spec.group.clone(),
             misfire: (spec.misfire != defaults.misfire).then(|| spec.misfire.to_string()),
             max_catch_up: (spec.max_catch_up != defaults.max_catch_up).then_some(spec.max_catch_up),
             jitter_ms: (!spec.jitter.is_zero()).then_some(spec.jitter.as_millis() as u64),

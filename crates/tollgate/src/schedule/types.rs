@@ -123,11 +123,13 @@ pub(crate) struct Due {
 }
 
 /// The job a schedule pushes, as a push takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct JobSpec {
     pub(crate) priority: u8,
     pub(crate) max_attempts: u32,
     pub(crate) backoff: BackoffSpec,
+    /// Its group ("" the default).
+    pub(crate) group: String,
 }
 
 /// One schedule of a `schedule_fire`: if it still has `rev` and `expect`

@@ -304,7 +304,7 @@ async function queue(name, params) {
         h('h3', {}, 'Job ' + j.id),
         facts([
           ['State', j.state], ['Attempts', `${j.attempts} of ${j.max_attempts}`], ['Priority', fmt(j.priority)],
-          ['Fence', fmt(j.fence)], ['Time', time(when)], ['Last error', j.last_error ?? '–'],
+          ['Group', j.group ?? 'default'], ['Fence', fmt(j.fence)], ['Time', time(when)], ['Last error', j.last_error ?? '–'],
           ['Payload', `${fmt(j.payload_size)} bytes${j.payload_truncated ? ' (preview truncated)' : ''}`],
         ]),
         h('pre', { class: 'payload', tabindex: '0', 'aria-label': 'Payload preview' }, j.payload_preview ?? ''),
@@ -413,7 +413,7 @@ async function schedule(name) {
         facts([
           ['When', s.when], ['Zone', s.zone], ['Queue', h('a', { href: '#/queues/' + seg(s.queue) }, s.queue)],
           ['Misfire', s.misfire], ['Max attempts', fmt(s.max_attempts)], ['Priority', fmt(s.priority)],
-          ['Jitter', duration(s.jitter_ms)], ['Paused', s.paused ? 'yes' : 'no'],
+          ['Group', s.group ?? 'default'], ['Jitter', duration(s.jitter_ms)], ['Paused', s.paused ? 'yes' : 'no'],
         ]),
         h('p', { class: 'actions' },
           s.paused

@@ -98,38 +98,46 @@ end
 
 -- Jobs pushed by one call, placed together at its end: the ready ones in
 -- one ZADD and one wake-up (a fire of many schedules is one burst).
-local ready_batch = {}
+-- (score, id) pairs, and each job's group.
+local ready_batch, ready_groups = {}, {}
 
 local function place_ready()
   for i = 1, #ready_batch, 1000 do
     redis.call('ZADD', KR, unpack(ready_batch, i, math.min(i + 999, #ready_batch)))
   end
-  -- Fair: in the default group's set too, in push order.
+  -- Fair: in their groups' sets too, in push order.
   if #ready_batch > 0 and is_fair() then
     for i = 1, #ready_batch, 2000 do
       local jobs = {}
-      for j = i, math.min(i + 1999, #ready_batch), 2 do jobs[#jobs + 1] = {'', ready_batch[j], ready_batch[j + 1]} end
+      for j = i, math.min(i + 1999, #ready_batch), 2 do
+        jobs[#jobs + 1] = {ready_groups[(j + 1) / 2], ready_batch[j], ready_batch[j + 1]}
+      end
       fair_ready_many(jobs)
     end
     flush_turn()
   end
   if #ready_batch > 0 then wake(#ready_batch / 2) end
-  ready_batch = {}
+  ready_batch, ready_groups = {}, {}
 end
 
 -- Pushes job `id` with sequence number `seq` unless one with that id
 -- exists (then counted as a kept duplicate, as a push counts it); the job
--- options are ARGV[o .. o + 4]. Returns whether it was new.
+-- options are ARGV[o .. o + 5] (the last the group: '' the default, any
+-- other turns the queue fair first, as a push's does). Returns whether it
+-- was new.
 local function push_new(id, seq, o, payload, run_at)
-  local record = head_of(seq, ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]) .. payload
+  local group = ARGV[o + 5]
+  if group ~= '' then turn_fair() end
+  local record = head_of(seq, ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], group) .. payload
   if redis.call('HSETNX', bucket(id), id, record) == 0 then
     count('replaced')
     return false
   end
-  local m = {prio = tonumber(ARGV[o]), seq = seq}
+  local m = {prio = tonumber(ARGV[o]), seq = seq, group = group}
   if run_at <= now then
     ready_batch[#ready_batch + 1] = ready_score(m)
     ready_batch[#ready_batch + 1] = id
+    ready_groups[#ready_groups + 1] = group
   else
     line_up(id, m, run_at)
   end
@@ -199,8 +207,8 @@ end
 if op == 'fire' then
   -- ARGV: 4 schedule count, then per schedule from a: name, rev, the next
   --       it expects, the next to store, the job's prio, max attempts,
-  --       backoff kind, base ms, max ms, tick count k, then k pairs of
-  --       tick ms and run-at ms.
+  --       backoff kind, base ms, max ms, group, tick count k, then k pairs
+  --       of tick ms and run-at ms.
   -- Reply: {now, then two per schedule: status, jobs pushed}: status 1
   --        fired, 0 stale (rev or next changed, paused, gone, or a tick
   --        more than LOOKAHEAD ahead: nothing done), -1 | -2 the queue
@@ -213,16 +221,16 @@ if op == 'fire' then
   -- A name twice in one call: only its first entry may fire.
   local checked, total, a, named = {}, 0, 5, {}
   for i = 1, tonumber(ARGV[4]) do
-    local name, k = ARGV[a], tonumber(ARGV[a + 9])
+    local name, k = ARGV[a], tonumber(ARGV[a + 10])
     local s = not named[name] and read(name)
     named[name] = true
     local ok = s and not s.paused and s.rev == tonumber(ARGV[a + 1]) and s.next == tonumber(ARGV[a + 2])
     for j = 0, k - 1 do
-      if tonumber(ARGV[a + 10 + 2 * j]) > now + LOOKAHEAD then ok = false end
+      if tonumber(ARGV[a + 11 + 2 * j]) > now + LOOKAHEAD then ok = false end
     end
     checked[i] = {a = a, k = k, s = ok and s or nil}
     if ok then total = total + k end
-    a = a + 10 + 2 * k
+    a = a + 11 + 2 * k
   end
   local seq = 0
   -- (Pushing makes the queue one to keep, as push does: a watch may have
@@ -239,9 +247,9 @@ if op == 'fire' then
       if not why and k > 0 then
         local payload, fired = payload_of(s), {}
         for j = 0, k - 1 do
-          local tick = ARGV[a + 10 + 2 * j]
+          local tick = ARGV[a + 11 + 2 * j]
           seq = seq + 1
-          if push_new(name .. '@' .. tick, seq, a + 4, payload, tonumber(ARGV[a + 11 + 2 * j])) then
+          if push_new(name .. '@' .. tick, seq, a + 4, payload, tonumber(ARGV[a + 12 + 2 * j])) then
             pushed = pushed + 1
           end
           fired[#fired + 1] = tick
@@ -260,8 +268,8 @@ if op == 'fire' then
 end
 
 if op == 'trigger' then
-  -- ARGV: 4 name, 5 rev, 6..10 the job's prio, max attempts, backoff
-  --       kind, base ms, max ms. Pushes an extra job "<name>@manual-<ms>"
+  -- ARGV: 4 name, 5 rev, 6..11 the job's prio, max attempts, backoff
+  --       kind, base ms, max ms, group. Pushes an extra job "<name>@manual-<ms>"
   --       due now; the schedule's next does not move.
   -- Reply: {1, job id}, {0} stale (rev changed or gone), {-1 | -2}.
   local why = refused()

@@ -45,6 +45,8 @@ pub(crate) fn apply(store: &MemoryStore, r: &Record<'_>) -> Result<()> {
         | Code::ScheduleTrigger
         | Code::SchedulePause
         | Code::ScheduleDelete
+        | Code::ScheduleFireGrouped
+        | Code::ScheduleTriggerGrouped
         | Code::IndexSet
         | Code::IndexDrop => return schedule::memory::replay(&store.schedules(), r),
         Code::Limit => return limit::memory::replay(&store.limits(), r),

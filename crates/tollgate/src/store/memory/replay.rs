@@ -55,6 +55,10 @@ pub(crate) enum Code {
     ScheduleTrigger = 42,
     SchedulePause = 43,
     ScheduleDelete = 44,
+    /// A fire of schedules of which one or more pushes jobs with a group.
+    ScheduleFireGrouped = 45,
+    /// A trigger of a schedule whose job has a group.
+    ScheduleTriggerGrouped = 46,
     IndexSet = 50,
     IndexDrop = 51,
     Limit = 60,
@@ -98,6 +102,8 @@ impl Code {
             42 => ScheduleTrigger,
             43 => SchedulePause,
             44 => ScheduleDelete,
+            45 => ScheduleFireGrouped,
+            46 => ScheduleTriggerGrouped,
             50 => IndexSet,
             51 => IndexDrop,
             60 => Limit,
