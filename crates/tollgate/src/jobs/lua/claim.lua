@@ -81,7 +81,7 @@ local function free_claim(max, in_flight, L)
     end
   end
   redis.call('ZADD', KB, unpack(counts))
-  if #runs > 0 then redis.call('HSET', KU, unpack(runs)) end
+  if #runs > 0 then redis.call('HSET', KU, PAD_FIELD, PAD, unpack(runs)) end
   if #back > 0 then redis.call('ZADD', KG, unpack(back)) end
   return ids, groups
 end
@@ -164,7 +164,7 @@ local function fair_claim(max)
         end
       end
       redis.call('ZADD', KB, unpack(counts))
-      redis.call('HSET', KU, unpack(runs))
+      redis.call('HSET', KU, PAD_FIELD, PAD, unpack(runs))
       if #again > 0 then place_many(again, again_running) end
     end
   end
@@ -261,8 +261,8 @@ local function claim(lease, max, mv)
   if #leases == 0 then return {0, next_due(), now} end
   out[2] = #leases / 2
   redis.call('ZADD', KF, unpack(leases))
-  redis.call('HSET', KL, unpack(fences))
-  redis.call('HSET', KN, unpack(attempts))
+  redis.call('HSET', KL, PAD_FIELD, PAD, unpack(fences))
+  redis.call('HSET', KN, PAD_FIELD, PAD, unpack(attempts))
   return out
 end
 

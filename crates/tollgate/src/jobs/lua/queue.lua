@@ -80,6 +80,15 @@ local KG, KH, KB = string.sub(KM, 1, -2) .. 'g', string.sub(KM, 1, -2) .. 'h', s
 local KU, KY, KP = string.sub(KM, 1, -2) .. 'u', string.sub(KM, 1, -2) .. 'y', string.sub(KM, 1, -2) .. 'p'
 local KA, KQ = string.sub(KM, 1, -2) .. 'a', string.sub(KM, 1, -2) .. 'q'
 local op, channel = ARGV[1], ARGV[2]
+-- A field no job id or group key can be (neither has whitespace), with a
+-- value longer than Redis's hash-max-listpack-value (64 by default): a
+-- hash holding it is a hash table, never a listpack. The hashes that
+-- claims and acks read and write many fields of at once (l, n, u, a)
+-- hold it while they hold anything: a listpack of a few hundred fields is
+-- searched field by field, which halved a queue's throughput at 500 jobs
+-- running (docs/BENCHMARKS.md, "Job queues"). settle() drops them with
+-- the queue's last job.
+local PAD_FIELD, PAD = ' ', string.rep('-', 100)
 local function time_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -141,6 +150,8 @@ local function settle()
   for _, k in ipairs({KF, KR, KW, KX, KC}) do
     if redis.call('ZCARD', k) > 0 then return end
   end
+  -- No job left: the padded hashes hold their pad alone.
+  redis.call('DEL', KL, KN, KU, KA)
   local f = redis.call('HMGET', KM, 'paused', 'retired', 'partitions', 'G', 'v', 'cc', 'rn', 'gc', 'gn', 'O')
   -- (A layout of one partition is the plain queue's: forgotten, the next
   -- handle stores it again, and one naming more is refused or retires
@@ -439,7 +450,11 @@ local function fair_ready_many(jobs)
     counts[#counts + 1] = g
     if before == 0 then new[#new + 1] = g end
   end
-  if #solo > 0 then chunked('HSET', KA, solo) end
+  if #solo > 0 then
+    solo[#solo + 1] = PAD_FIELD
+    solo[#solo + 1] = PAD
+    chunked('HSET', KA, solo)
+  end
   chunked('ZADD', KB, counts)
   if #new > 0 then place_many(new) end
 end
@@ -582,9 +597,11 @@ local function turn_fair()
   local ready, running = redis.call('ZCARD', KR), redis.call('ZCARD', KF)
   if ready > 0 then redis.call('ZUNIONSTORE', KR .. ':', 1, KR) end
   if running > 0 then
-    redis.call('HSET', KU, '', running)
+    redis.call('HSET', KU, '', running, PAD_FIELD, PAD)
     local held = redis.call('HGETALL', KL)
-    for i = 2, #held, 2 do held[i] = held[i] .. ':' end
+    for i = 2, #held, 2 do
+      if held[i - 1] ~= PAD_FIELD then held[i] = held[i] .. ':' end
+    end
     chunked('HSET', KL, held)
   end
   if ready > 0 or running > 0 then redis.call('ZADD', KB, ready, '') end
