@@ -114,8 +114,10 @@ local function place_ready()
       end
       fair_ready_many(jobs)
     end
-    flush_turn()
   end
+  -- (Also the turn a job's group turning the queue fair gave the default
+  -- group, when every job of the call was delayed or a duplicate.)
+  flush_turn()
   if #ready_batch > 0 then wake(#ready_batch / 2) end
   ready_batch, ready_groups = {}, {}
 end
