@@ -12,6 +12,7 @@ mod exit;
 mod room;
 mod serve;
 mod state;
+mod tls_client;
 
 use clap::Parser;
 

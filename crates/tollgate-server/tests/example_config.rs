@@ -84,7 +84,11 @@ async fn the_example_config_starts_a_working_server() {
         .replace("X-Internal: change-me", "X-Internal: my-own-0123456789")
         // TLS needs a pair of one's own (tests/tls.rs).
         .replace("\ntls_cert = ", "\n#tls_cert = ")
-        .replace("\ntls_key = ", "\n#tls_key = ");
+        .replace("\ntls_key = ", "\n#tls_key = ")
+        // An https:// upstream's files apply to one (tests/room_https.rs).
+        .replace("\nupstream_ca = ", "\n#upstream_ca = ")
+        .replace("\nupstream_client_cert = ", "\n#upstream_client_cert = ")
+        .replace("\nupstream_client_key = ", "\n#upstream_client_key = ");
     // Each page template, in the temp dir, with the placeholders it may use.
     for (file, text) in [
         (

@@ -17,7 +17,7 @@ use super::counters::RoomMetrics;
 use super::lang::LangSetting;
 use super::page::{Kind, Pages};
 use super::path;
-use super::proxy::Upstream;
+use super::proxy::{Upstream, UpstreamError, UpstreamTls};
 use super::rooms::{OnStoreError, Room, Rooms};
 use super::store_call::now_ms;
 use super::token::Keys;
@@ -28,8 +28,16 @@ use crate::api::streams::Subscribers;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RoomSettings {
-    /// `http://host:port` of the site behind the room.
+    /// `http://host:port` or `https://host:port` of the site behind the
+    /// room.
     pub(crate) upstream: String,
+    /// PEM certificates an https:// upstream may be signed by, besides
+    /// the system's roots (a private CA, a self-signed site).
+    pub(crate) upstream_ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM, the chain) for an https:// upstream
+    /// that asks for one, with its key (PEM) in `upstream_client_key`.
+    pub(crate) upstream_client_cert: Option<std::path::PathBuf>,
+    pub(crate) upstream_client_key: Option<std::path::PathBuf>,
     /// Requests for these hosts (the `Host` header, without port) go to
     /// this room; empty: any host.
     #[serde(default)]
@@ -163,9 +171,10 @@ fn check_room_name(name: &str) -> Result<(), String> {
 pub(crate) enum RoomError {
     /// A bad setting (exit 64, as any bad argument).
     Setting(String),
-    /// A page template that cannot be used: unreadable, or naming a
-    /// placeholder its page does not fill (exit 78).
-    Page(String),
+    /// A file that cannot be used (exit 78): a page template unreadable
+    /// or naming a placeholder its page does not fill, an https://
+    /// upstream's CA file, client certificate or key.
+    File(String),
 }
 
 impl From<String> for RoomError {
@@ -177,7 +186,7 @@ impl From<String> for RoomError {
 impl std::fmt::Display for RoomError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RoomError::Setting(m) | RoomError::Page(m) => f.write_str(m),
+            RoomError::Setting(m) | RoomError::File(m) => f.write_str(m),
         }
     }
 }
@@ -186,7 +195,7 @@ impl RoomError {
     pub(crate) fn exit_code(&self) -> i32 {
         match self {
             RoomError::Setting(_) => crate::exit::USAGE,
-            RoomError::Page(_) => crate::exit::CONFIG,
+            RoomError::File(_) => crate::exit::CONFIG,
         }
     }
 }
@@ -279,7 +288,7 @@ impl Room {
             }
             .clone()
         })
-        .map_err(|e| RoomError::Page(at(e)))?;
+        .map_err(|e| RoomError::File(at(e)))?;
         let pages = Arc::new(pages);
         let admission_interval = s
             .admissions_per_minute
@@ -291,10 +300,18 @@ impl Room {
             keys: Keys::new(&s.cookie_keys).map_err(at)?,
             upstream: Upstream::new(
                 &s.upstream,
+                &UpstreamTls {
+                    ca: s.upstream_ca.clone(),
+                    client_cert: s.upstream_client_cert.clone(),
+                    client_key: s.upstream_client_key.clone(),
+                },
                 Duration::from_millis(s.upstream_timeout_ms.unwrap_or(30_000)),
                 pages.clone(),
             )
-            .map_err(at)?,
+            .map_err(|e| match e {
+                UpstreamError::Setting(m) => RoomError::Setting(at(m)),
+                UpstreamError::File(m) => RoomError::File(at(m)),
+            })?,
             session_ttl,
             renew_every: session_ttl / 4,
             status_limit,

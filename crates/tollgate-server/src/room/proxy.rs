@@ -16,6 +16,7 @@ use futures_util::future::BoxFuture;
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -42,10 +43,53 @@ const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
+/// What an https:// upstream is trusted by and shown (the room's
+/// `upstream_ca`, `upstream_client_cert`, `upstream_client_key`).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct UpstreamTls {
+    pub(crate) ca: Option<std::path::PathBuf>,
+    pub(crate) client_cert: Option<std::path::PathBuf>,
+    pub(crate) client_key: Option<std::path::PathBuf>,
+}
+
+impl UpstreamTls {
+    /// The rustls set-up for an https:// upstream: the system's roots and
+    /// `ca`'s certificates, the client certificate if given (both files or
+    /// neither).
+    fn client_config(&self) -> Result<rustls::ClientConfig, UpstreamError> {
+        let client = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => Some((
+                ("upstream_client_cert", cert.as_path()),
+                ("upstream_client_key", key.as_path()),
+            )),
+            (None, None) => None,
+            _ => {
+                return Err(UpstreamError::Setting(
+                    "give upstream_client_cert and upstream_client_key together".to_owned(),
+                ));
+            }
+        };
+        let ca = self.ca.as_deref().map(|p| ("upstream_ca", p));
+        crate::tls_client::client_config(ca, client).map_err(UpstreamError::File)
+    }
+
+    fn is_set(&self) -> bool {
+        self.ca.is_some() || self.client_cert.is_some() || self.client_key.is_some()
+    }
+}
+
+/// Why an upstream could not be set up: a bad setting, or a file (CA,
+/// client certificate, key) that cannot be used.
+#[derive(Debug)]
+pub(crate) enum UpstreamError {
+    Setting(String),
+    File(String),
+}
+
 pub(crate) struct Upstream {
-    /// `http://host:port`, without a trailing slash.
+    /// `http://host:port` or `https://host:port`, without a trailing slash.
     base: String,
-    client: Client<HttpConnector, UnsyncBoxBody<Bytes, hyper::Error>>,
+    client: Client<HttpsConnector<HttpConnector>, UnsyncBoxBody<Bytes, hyper::Error>>,
     timeout: Duration,
     /// The room's pages, for the 502 and 504.
     pages: Arc<Pages>,
@@ -73,24 +117,49 @@ pub(crate) struct Hop {
 }
 
 impl Upstream {
-    pub(crate) fn new(url: &str, timeout: Duration, pages: Arc<Pages>) -> Result<Upstream, String> {
+    pub(crate) fn new(
+        url: &str,
+        tls: &UpstreamTls,
+        timeout: Duration,
+        pages: Arc<Pages>,
+    ) -> Result<Upstream, UpstreamError> {
+        let bad = |m: String| UpstreamError::Setting(m);
         let uri: Uri = url
             .parse()
-            .map_err(|_| format!("upstream = {url:?} is not a URL"))?;
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-            return Err(format!(
-                "upstream = {url:?}: give http://host:port (https upstreams are not supported yet)"
-            ));
-        }
+            .map_err(|_| bad(format!("upstream = {url:?} is not a URL")))?;
+        let scheme = match uri.scheme_str() {
+            Some(s @ ("http" | "https")) if uri.authority().is_some() => s,
+            _ => {
+                return Err(bad(format!(
+                    "upstream = {url:?}: give http://host:port or https://host:port"
+                )));
+            }
+        };
         if uri.path() != "/" && !uri.path().is_empty() {
-            return Err(format!("upstream = {url:?}: give no path; requests keep theirs"));
+            return Err(bad(format!(
+                "upstream = {url:?}: give no path; requests keep theirs"
+            )));
+        }
+        if scheme == "http" && tls.is_set() {
+            return Err(bad(format!(
+                "upstream = {url:?}: upstream_ca and a client certificate apply to an https:// upstream"
+            )));
         }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        // (The TLS connector hands http:// to the plain one: https only
+        // for an https:// upstream, which gets its name from the URL's
+        // host for SNI and the certificate check.)
+        connector.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls.client_config()?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         Ok(Upstream {
             base: format!(
-                "http://{}",
+                "{scheme}://{}",
                 uri.authority().map(|a| a.as_str()).unwrap_or_default()
             ),
             client: Client::builder(TokioExecutor::new()).build(connector),
@@ -155,6 +224,16 @@ impl Upstream {
                 "Bad request",
                 "The request's body could not be read.",
             ),
+            Ok(Err(e)) if crate::tls_client::untrusted(&e) => {
+                tracing::warn!(
+                    room = %metrics.room, error = %crate::client::with_causes(&e),
+                    "upstream certificate refused (upstream_ca names what to trust)"
+                );
+                let html = self
+                    .pages
+                    .upstream_error(&metrics.room, lang, false, RETRY_SECONDS);
+                page_response(StatusCode::BAD_GATEWAY, html, self.pages.varies())
+            }
             Ok(Err(e)) => {
                 tracing::warn!(room = %metrics.room, error = %e, "upstream unreachable");
                 let html = self

@@ -751,6 +751,9 @@ mod tests {
 
         let RoomSettings {
             upstream,
+            upstream_ca,
+            upstream_client_cert,
+            upstream_client_key,
             hosts,
             path_prefix,
             capacity,
@@ -785,5 +788,6 @@ mod tests {
         assert!(!bypass_ips.is_empty() && bypass_header.is_some() && !trusted_proxies.is_empty());
         assert!(upgrades.is_some() && secure_cookie.is_some() && lang.is_some() && line_ages.is_some());
         assert!(try_again_page.is_some() && upstream_down_page.is_some() && upstream_timeout_page.is_some());
+        assert!(upstream_ca.is_some() && upstream_client_cert.is_some() && upstream_client_key.is_some());
     }
 }
