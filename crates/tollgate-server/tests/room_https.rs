@@ -150,15 +150,20 @@ async fn tls_upstream(cert: &Path, key: &Path, client_ca: Option<&Path>) -> (u16
     (port, names)
 }
 
+/// The config of a room in front of `upstream`, with the extra settings
+/// `extra`.
+fn config(upstream: &str, extra: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:0\"\nproxy_listen = \"127.0.0.1:0\"\n\n[rooms.shop]\nupstream = \"{upstream}\"\n\
+         capacity = 10\ncookie_keys = [\"{KEY}\"]\nupstream_timeout_ms = 3000\n{extra}\n"
+    )
+}
+
 /// A room in front of `upstream` with the extra settings `extra`, its log
 /// going to `log`.
 fn room(dir: &Path, upstream: &str, extra: &str, log: &Path) -> Server {
-    let config = format!(
-        "listen = \"127.0.0.1:0\"\nproxy_listen = \"127.0.0.1:0\"\n\n[rooms.shop]\nupstream = \"{upstream}\"\n\
-         capacity = 10\ncookie_keys = [\"{KEY}\"]\nupstream_timeout_ms = 3000\n{extra}\n"
-    );
     let path = dir.join(format!("tollgate-{}.toml", room_support::rand_suffix()));
-    std::fs::write(&path, config).expect("config");
+    std::fs::write(&path, config(upstream, extra)).expect("config");
     let s = Server::start_full(
         None,
         &["--config", path.to_str().expect("path")],
@@ -275,12 +280,8 @@ fn bad_upstream_tls_settings_stop_the_start_naming_the_key() {
         ),
         ("ftp://localhost:9", String::new(), 64, "https://host:port"),
     ] {
-        let config = format!(
-            "listen = \"127.0.0.1:0\"\nproxy_listen = \"127.0.0.1:0\"\n\n[rooms.shop]\nupstream = \"{upstream}\"\n\
-             capacity = 10\ncookie_keys = [\"{KEY}\"]\n{extra}\n"
-        );
         let path = dir.path().join("tollgate.toml");
-        std::fs::write(&path, config).expect("config");
+        std::fs::write(&path, config(upstream, &extra)).expect("config");
         let out = Server::command(None, &["--config", path.to_str().expect("path")])
             .output()
             .expect("run");

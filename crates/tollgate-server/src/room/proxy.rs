@@ -224,18 +224,15 @@ impl Upstream {
                 "Bad request",
                 "The request's body could not be read.",
             ),
-            Ok(Err(e)) if crate::tls_client::untrusted(&e) => {
-                tracing::warn!(
-                    room = %metrics.room, error = %crate::client::with_causes(&e),
-                    "upstream certificate refused (upstream_ca names what to trust)"
-                );
-                let html = self
-                    .pages
-                    .upstream_error(&metrics.room, lang, false, RETRY_SECONDS);
-                page_response(StatusCode::BAD_GATEWAY, html, self.pages.varies())
-            }
             Ok(Err(e)) => {
-                tracing::warn!(room = %metrics.room, error = %e, "upstream unreachable");
+                if crate::tls_client::untrusted(&e) {
+                    tracing::warn!(
+                        room = %metrics.room, error = %crate::client::with_causes(&e),
+                        "upstream certificate refused (upstream_ca names what to trust)"
+                    );
+                } else {
+                    tracing::warn!(room = %metrics.room, error = %e, "upstream unreachable");
+                }
                 let html = self
                     .pages
                     .upstream_error(&metrics.room, lang, false, RETRY_SECONDS);
