@@ -62,7 +62,7 @@ pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
     ),
     (
         Some(BUSY),
-        "the lock or permits could not be had within --wait, a job to cancel or reschedule is being run, or the server's rate limit refused this client",
+        "the lock or permits could not be had within --wait, a job to cancel or reschedule is being run, the gate's door is closed, or the server's rate limit refused this client",
     ),
     (
         Some(LEASE_LOST),
@@ -88,7 +88,7 @@ pub(crate) fn for_error(e: &tollgate::Error) -> i32 {
     use tollgate::ErrorKind;
     match e.kind() {
         ErrorKind::InvalidInput | ErrorKind::CapacityConflict | ErrorKind::NoCapacity => USAGE,
-        ErrorKind::JobRunning => BUSY,
+        ErrorKind::JobRunning | ErrorKind::Closed => BUSY,
         ErrorKind::Unavailable | ErrorKind::NotReplicated => UNAVAILABLE,
         ErrorKind::LeaseLost => LEASE_LOST,
         ErrorKind::Removed => REMOVED,

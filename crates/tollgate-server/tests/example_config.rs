@@ -101,6 +101,8 @@ async fn the_example_config_starts_a_working_server() {
         ),
         ("upstream-down.html", "<p>{{status}}: {{room}} is down.</p>"),
         ("upstream-timeout.html", "<p>{{status}}: {{room}} is slow.</p>"),
+        ("closed.html", "<p>{{room}} is {{state}}.</p>"),
+        ("sold-out.html", "<p lang=\"{{lang}}\">{{room}}: {{state}}.</p>"),
     ] {
         let path = dir.path().join(file);
         std::fs::write(&path, text).expect("page");

@@ -48,6 +48,10 @@ pub enum ErrorKind {
     /// that waited for the disk too long gets this too: its change is
     /// applied, and is written once the disk takes it.
     NotPersisted,
+    /// The gate's door is closed to newcomers
+    /// ([`Gate::set_door`](crate::Gate::set_door)): nobody new may enter
+    /// until it opens again. Holders and the line are not affected.
+    Closed,
 }
 
 impl fmt::Display for ErrorKind {
@@ -65,6 +69,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Misconfigured => "store misconfigured",
             ErrorKind::Removed => "removed from the line",
             ErrorKind::NotPersisted => "not persisted",
+            ErrorKind::Closed => "gate closed",
         })
     }
 }
@@ -103,6 +108,11 @@ impl Error {
 
     pub(crate) fn not_persisted(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::NotPersisted, message)
+    }
+
+    /// An enter refused by a closed door.
+    pub(crate) fn closed() -> Self {
+        Error::new(ErrorKind::Closed, "the gate's door is closed to newcomers")
     }
 
     pub(crate) fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
@@ -166,6 +176,11 @@ impl Error {
     /// not queue again.
     pub fn is_removed(&self) -> bool {
         self.kind == ErrorKind::Removed
+    }
+
+    /// The gate's door is closed: nobody new may enter for now.
+    pub fn is_closed(&self) -> bool {
+        self.kind == ErrorKind::Closed
     }
 
     /// The requested capacity conflicts with the gate's stored one.

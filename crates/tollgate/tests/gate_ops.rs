@@ -662,7 +662,7 @@ async fn many_ended_leases_are_swept_in_steps(ts: TestStore) {
     let before = g.stats().await.unwrap();
     assert_eq!(before.holders + before.expiries, N);
     ts.advance(ttl + Duration::from_millis(100)).await;
-    let mut last = before;
+    let mut last = before.clone();
     let mut ops = 0;
     while last.holders > 0 {
         let s = g.stats().await.unwrap();

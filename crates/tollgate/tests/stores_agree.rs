@@ -53,12 +53,14 @@ enum Answer {
         holders: u64,
         waiting: u64,
         grants: u64,
+        door: tollgate::Door,
     },
     Done,
     /// What `watch_state` read, tokens named by who got them.
     Watch {
         has_epoch: bool,
         capacity: Option<u32>,
+        door: tollgate::Door,
         revoked: Vec<String>,
     },
     Error(tollgate::ErrorKind),
@@ -213,6 +215,7 @@ impl Side {
                 Answer::Watch {
                     has_epoch: w.epoch.is_some(),
                     capacity: w.capacity,
+                    door: w.door,
                     revoked,
                 }
             }),
@@ -235,6 +238,17 @@ impl Side {
             },
             Op::RemoveWaiter(number) => self.gate.remove_waiter(number).await.map(Answer::Left),
             Op::ClearLine => self.gate.clear_line().await.map(Answer::Cleared),
+            Op::SetDoor { closed, drop_line } => {
+                let change = tollgate::DoorChange {
+                    door: tollgate::Door {
+                        closed,
+                        note: if closed { "shut".into() } else { String::new() },
+                    },
+                    paused: None,
+                    drop_line,
+                };
+                self.gate.set_door(&change).await.map(Answer::Cleared)
+            }
             Op::SetCapacity(n) => self.gate.set_capacity(n).await.map(|()| Answer::Done),
             Op::Stats => self.gate.stats().await.map(|s| Answer::Stats {
                 capacity: s.capacity,
@@ -242,6 +256,7 @@ impl Side {
                 holders: s.holders,
                 waiting: s.waiting,
                 grants: s.grants,
+                door: s.door,
             }),
         };
         result.unwrap_or_else(|e| Answer::Error(e.kind()))
@@ -284,6 +299,11 @@ enum Op {
     },
     RemoveWaiter(u64),
     ClearLine,
+    /// The door (`Gate::set_door`): closed, and the line dropped with it.
+    SetDoor {
+        closed: bool,
+        drop_line: bool,
+    },
 }
 
 /// A holder's handle, as the stores make it (see `Holding::handle`).
@@ -328,6 +348,10 @@ fn random_op(rng: &mut StdRng, labels: bool) -> Op {
         103..=106 => Op::Revoke { actor },
         107..=109 => Op::RemoveWaiter(rng.random_range(1..=25)),
         110 => Op::ClearLine,
+        111..=112 => Op::SetDoor {
+            closed: rng.random_bool(0.4),
+            drop_line: rng.random_bool(0.3),
+        },
         _ => Op::Pass {
             actor,
             to: rng.random_range(0..ACTORS),

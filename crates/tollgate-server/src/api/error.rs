@@ -54,6 +54,8 @@ impl ApiError {
             ErrorKind::PartitionConflict => (StatusCode::CONFLICT, "partition_conflict"),
             // Not 404: the waiter must stop rather than queue again.
             ErrorKind::Removed => (StatusCode::GONE, "ticket_removed"),
+            // An admin closed the gate's door: nobody new enters for now.
+            ErrorKind::Closed => (StatusCode::CONFLICT, "gate_closed"),
             // The server's set-up, not the caller's request.
             ErrorKind::Misconfigured => (StatusCode::INTERNAL_SERVER_ERROR, "store_misconfigured"),
             _ => (StatusCode::BAD_GATEWAY, "store_error"),

@@ -1,5 +1,6 @@
 //! The rooms' admin API, on the main listener behind the bearer tokens:
-//! stats, capacity, admission rate, pause and resume, ending a session,
+//! stats, capacity, admission rate, state (pause and resume among them),
+//! ending a session,
 //! resetting the line, and the head of the line with each waiter's age.
 //!
 //! As with a gate's line (api/gate_admin.rs), a waiter is named by its
@@ -16,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::config::admission_interval;
 use super::rooms::{Room, Rooms};
+use super::states::RoomState;
 use super::store_call::now_ms;
 use crate::api::body::Json;
 use crate::api::error::{ApiError, Query};
@@ -30,6 +32,7 @@ where
         .route("/v1/rooms/{room}", get(stats))
         .route("/v1/rooms/{room}/capacity", put(set_capacity))
         .route("/v1/rooms/{room}/admission_rate", put(set_admission_rate))
+        .route("/v1/rooms/{room}/state", put(set_state))
         .route(
             "/v1/rooms/{room}/pause",
             post(|State(r): State<Arc<Rooms>>, Path(n): Path<String>| set_paused(r, n, true)),
@@ -100,17 +103,41 @@ pub(crate) async fn end_session(
     }
 }
 
-/// `POST /v1/rooms/{room}/pause` (`paused`: everyone new queues; nobody
-/// is evicted) and `POST /v1/rooms/{room}/resume` (free slots go to the
-/// line at once).
+/// `POST /v1/rooms/{room}/pause` (state `paused`: everyone new queues;
+/// nobody is evicted) and `POST /v1/rooms/{room}/resume` (state `open`:
+/// free slots go to the line at once).
 async fn set_paused(rooms: Arc<Rooms>, name: String, paused: bool) -> Result<axum::Json<Value>, ApiError> {
     let room = room(&rooms, &name)?;
-    if paused {
-        room.gate().pause().await?;
+    room.set_state(if paused {
+        RoomState::Paused
     } else {
-        room.gate().resume().await?;
-    }
+        RoomState::Open
+    })
+    .await?;
     Ok(axum::Json(room.figures().await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StateBody {
+    state: String,
+}
+
+/// `PUT /v1/rooms/{room}/state`: `open`, `paused`, `closed`, `sold_out`
+/// or `passthrough` (docs/ROOMS.md), on every server at once; sold out
+/// lets everyone waiting go in the same step. Answers the room's figures
+/// and how many waiters were let go.
+async fn set_state(
+    State(rooms): State<Arc<Rooms>>,
+    Path(name): Path<String>,
+    Json(body): Json<StateBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let room = room(&rooms, &name)?;
+    let state = RoomState::parse(&body.state).map_err(ApiError::bad_request)?;
+    let dropped = room.set_state(state).await?;
+    let mut figures = room.figures().await?;
+    figures["dropped"] = json!(dropped);
+    Ok(axum::Json(figures))
 }
 
 #[derive(Debug, Deserialize)]

@@ -19,6 +19,7 @@ use super::page::{Kind, Pages};
 use super::path;
 use super::proxy::{Upstream, UpstreamError, UpstreamTls};
 use super::rooms::{OnStoreError, Room, Rooms};
+use super::states::RoomState;
 use super::store_call::now_ms;
 use super::token::Keys;
 use super::watch::{self, View};
@@ -46,6 +47,10 @@ pub(crate) struct RoomSettings {
     pub(crate) path_prefix: Option<String>,
     /// Most visitors active at once.
     pub(crate) capacity: u32,
+    /// `open` (default), `paused`, `closed`, `sold_out` or `passthrough`:
+    /// applied at start when it differs from the state the config named
+    /// at the last start (a state set at runtime survives a restart).
+    pub(crate) state: Option<String>,
     /// At most this many new admissions a minute, whatever the free
     /// capacity (for a site that cannot tell when a visitor has left).
     pub(crate) admissions_per_minute: Option<u32>,
@@ -82,6 +87,10 @@ pub(crate) struct RoomSettings {
     /// An HTML file replacing the 504 page (the upstream did not answer in
     /// time).
     pub(crate) upstream_timeout_page: Option<std::path::PathBuf>,
+    /// An HTML file replacing the page of a newcomer to a closed room.
+    pub(crate) closed_page: Option<std::path::PathBuf>,
+    /// An HTML file replacing the page of a sold-out room.
+    pub(crate) sold_out_page: Option<std::path::PathBuf>,
     /// The built-in pages' language: `en` (default), `es`, `zh`, or `auto`
     /// (from each request's `Accept-Language`, English if none fits).
     pub(crate) lang: Option<String>,
@@ -285,6 +294,8 @@ impl Room {
                 Kind::TryAgain => &s.try_again_page,
                 Kind::UpstreamDown => &s.upstream_down_page,
                 Kind::UpstreamTimeout => &s.upstream_timeout_page,
+                Kind::Closed => &s.closed_page,
+                Kind::SoldOut => &s.sold_out_page,
             }
             .clone()
         })
@@ -294,8 +305,11 @@ impl Room {
             .admissions_per_minute
             .map(|n| admission_interval(n).map_err(|e| at(format!("admissions_per_minute: {e}"))))
             .transpose()?;
+        let configured_state =
+            RoomState::parse(s.state.as_deref().unwrap_or("open")).map_err(|e| at(format!("state: {e}")))?;
         Ok(Room {
             name: name.to_owned(),
+            configured_state,
             gate,
             keys: Keys::new(&s.cookie_keys).map_err(at)?,
             upstream: Upstream::new(
@@ -341,8 +355,8 @@ impl Room {
             view: Arc::new(View::new(
                 watch::Settings {
                     capacity: s.capacity,
-                    paused: false,
                     admission_interval,
+                    state: configured_state,
                 },
                 // A token older than renew_every is checked with the store
                 // anyway: an end needs remembering only that long (and the

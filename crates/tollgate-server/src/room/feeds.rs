@@ -178,7 +178,9 @@ async fn read(gate: Gate, ticket: String, timeout: Duration, tx: watch::Sender<L
 fn event(look: Look) -> Option<Event> {
     Some(match look {
         Look::Unread => return None,
-        Look::Queued(shown) => Event::default().event("position").data(shown.json().to_string()),
+        Look::Queued(shown) => Event::default()
+            .event("position")
+            .data(shown.json(None).to_string()),
         Look::Admitted => Event::default().event("admitted").data("{}"),
         Look::Gone => Event::default().event("gone").data("{}"),
         Look::Unavailable(_) => Event::default().event("unavailable").data("{}"),

@@ -43,6 +43,15 @@ pub(crate) struct Text {
     pub(crate) reset_title: &'static str,
     pub(crate) reset_text: &'static str,
     pub(crate) join_again: &'static str,
+    /// On the waiting page of a paused room, and of a closed one.
+    pub(crate) state_paused: &'static str,
+    pub(crate) state_closed: &'static str,
+    /// The page of a newcomer to a closed room.
+    pub(crate) closed_title: &'static str,
+    pub(crate) closed_text: &'static str,
+    /// The page of a newcomer to a sold-out room, and of a waiter let go.
+    pub(crate) sold_out_title: &'static str,
+    pub(crate) sold_out_text: &'static str,
 }
 
 const EN: Text = Text {
@@ -71,6 +80,12 @@ const EN: Text = Text {
     reset_text: "The line was reset by the operator, and your place in it was cleared. \
                  You can join the line again, at the back.",
     join_again: "Join the line again",
+    state_paused: "Admissions are paused for the moment. You keep your place.",
+    state_closed: "The room is closed to newcomers. You keep your place and will be let in at your turn.",
+    closed_title: "The waiting room is closed",
+    closed_text: "Nobody new can join the line now. Please come back when it opens again.",
+    sold_out_title: "Sold out",
+    sold_out_text: "Everything is gone, so the line has closed. Thank you for waiting.",
 };
 
 const ES: Text = Text {
@@ -100,6 +115,12 @@ const ES: Text = Text {
     reset_text: "El operador reinició la fila y su lugar en ella se borró. \
                  Puede volver a la fila, al final.",
     join_again: "Volver a la fila",
+    state_paused: "Las entradas están en pausa por el momento. Conserva su lugar.",
+    state_closed: "La sala está cerrada a nuevas llegadas. Conserva su lugar y pasará cuando sea su turno.",
+    closed_title: "La sala de espera está cerrada",
+    closed_text: "Nadie nuevo puede unirse a la fila ahora. Vuelva cuando abra de nuevo.",
+    sold_out_title: "Agotado",
+    sold_out_text: "Ya no queda nada, así que la fila se cerró. Gracias por esperar.",
 };
 
 const ZH: Text = Text {
@@ -126,6 +147,12 @@ const ZH: Text = Text {
     reset_title: "队列已重置",
     reset_text: "运营方重置了队列，您的位置已被清除。您可以重新排队（排在队尾）。",
     join_again: "重新排队",
+    state_paused: "放行暂时暂停。您的位置会保留。",
+    state_closed: "等候室已停止接纳新访客。您的位置会保留，轮到您时会放行。",
+    closed_title: "等候室已关闭",
+    closed_text: "现在无法加入队列。请在重新开放后再来。",
+    sold_out_title: "已售罄",
+    sold_out_text: "商品已全部售出，队列已关闭。感谢您的等候。",
 };
 
 impl Lang {

@@ -18,6 +18,7 @@ mod page;
 mod path;
 mod proxy;
 mod rooms;
+mod states;
 mod store_call;
 mod token;
 mod visit;

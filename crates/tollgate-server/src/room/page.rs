@@ -9,6 +9,7 @@ use axum::http::HeaderMap;
 use serde_json::json;
 
 use super::lang::{Lang, LangSetting, Text};
+use super::states::RoomState;
 
 /// The frame of every built-in page: its head, the style (light and
 /// dark), and `{{t_body}}`.
@@ -29,6 +30,11 @@ pub(crate) enum Kind {
     UpstreamDown,
     /// The upstream did not answer in time: 504 (`upstream_timeout_page`).
     UpstreamTimeout,
+    /// A newcomer to a closed room: 503 (`closed_page`).
+    Closed,
+    /// A newcomer to a sold-out room, or a waiter it let go: 410
+    /// (`sold_out_page`).
+    SoldOut,
 }
 
 impl Kind {
@@ -39,6 +45,8 @@ impl Kind {
             Kind::TryAgain => "try_again_page",
             Kind::UpstreamDown => "upstream_down_page",
             Kind::UpstreamTimeout => "upstream_timeout_page",
+            Kind::Closed => "closed_page",
+            Kind::SoldOut => "sold_out_page",
         }
     }
 
@@ -62,9 +70,11 @@ impl Kind {
                 "events_url",
                 "status_url",
                 "refresh_seconds",
+                "state",
             ],
             Kind::TryAgain => &["room", "lang", "retry_seconds"],
             Kind::UpstreamDown | Kind::UpstreamTimeout => &["room", "lang", "status", "retry_seconds"],
+            Kind::Closed | Kind::SoldOut => &["room", "lang", "state"],
         }
     }
 }
@@ -145,6 +155,8 @@ pub(crate) struct Pages {
     try_again: Template,
     upstream_down: Template,
     upstream_timeout: Template,
+    closed: Template,
+    sold_out: Template,
 }
 
 /// What a waiting page shows: figures, or none (a visitor asking too
@@ -171,6 +183,8 @@ impl Pages {
             try_again: load(Kind::TryAgain)?,
             upstream_down: load(Kind::UpstreamDown)?,
             upstream_timeout: load(Kind::UpstreamTimeout)?,
+            closed: load(Kind::Closed)?,
+            sold_out: load(Kind::SoldOut)?,
         })
     }
 
@@ -184,8 +198,20 @@ impl Pages {
         self.lang == LangSetting::Auto
     }
 
-    pub(crate) fn waiting(&self, room: &str, lang: Lang, figures: Figures<'_>, refresh: u64) -> String {
+    pub(crate) fn waiting(
+        &self,
+        room: &str,
+        lang: Lang,
+        figures: Figures<'_>,
+        refresh: u64,
+        state: RoomState,
+    ) -> String {
         let t = lang.text();
+        let state_text = match state {
+            RoomState::Paused => t.state_paused,
+            RoomState::Closed => t.state_closed,
+            _ => "",
+        };
         let (position, waiting, eta) = match figures {
             Figures::Known(s) => (s.position.to_string(), s.waiting.to_string(), s.eta),
             Figures::Unknown => ("…".to_owned(), "…".to_owned(), None),
@@ -215,6 +241,8 @@ impl Pages {
             ("events_url", &format!("/.tollgate/{room}/events")),
             ("status_url", &format!("/.tollgate/{room}/status")),
             ("refresh_seconds", &refresh.to_string()),
+            ("state", state.name()),
+            ("t_state", state_text),
             ("t_head", &head),
             ("t_title", t.in_line),
             ("t_lead", t.lead),
@@ -252,6 +280,27 @@ impl Pages {
             ("t_title", t.reset_title),
             ("room", &escape(room)),
             ("lang", t.code),
+        ])
+    }
+
+    /// The page of a newcomer to a closed or sold-out room (`state`), or
+    /// of a waiter a sold-out room let go.
+    pub(crate) fn ended(&self, room: &str, lang: Lang, state: RoomState) -> String {
+        let t = lang.text();
+        let (page, title, text) = if state == RoomState::SoldOut {
+            (&self.sold_out, t.sold_out_title, t.sold_out_text)
+        } else {
+            (&self.closed, t.closed_title, t.closed_text)
+        };
+        let room_html = escape(room);
+        page.fill(&[
+            ("room", room_html.as_str()),
+            ("lang", t.code),
+            ("state", state.name()),
+            ("t_head", ""),
+            ("t_title", title),
+            ("t_heading", title),
+            ("t_text", text),
         ])
     }
 
@@ -357,13 +406,19 @@ impl Shown {
         }
     }
 
-    pub(super) fn json(&self) -> serde_json::Value {
+    /// With the room's `state` (as this server last read it); the feed's
+    /// events carry none.
+    pub(super) fn json(&self, state: impl Into<Option<RoomState>>) -> serde_json::Value {
         let (low, high) = match self.eta {
             Some((l, h)) => (Some(l.as_millis() as u64), Some(h.as_millis() as u64)),
             None => (None, None),
         };
-        json!({"status": "queued", "position": self.position, "waiting": self.waiting,
-               "eta_low_ms": low, "eta_high_ms": high})
+        let mut j = json!({"status": "queued", "position": self.position, "waiting": self.waiting,
+               "eta_low_ms": low, "eta_high_ms": high});
+        if let Some(state) = state.into() {
+            j["state"] = state.json();
+        }
+        j
     }
 }
 
@@ -389,12 +444,14 @@ mod tests {
         };
         for lang in [Lang::En, Lang::Es, Lang::Zh] {
             for page in [
-                pages.waiting("shop", lang, Figures::Known(&shown), 2),
-                pages.waiting("shop", lang, Figures::Unknown, 2),
+                pages.waiting("shop", lang, Figures::Known(&shown), 2, RoomState::Open),
+                pages.waiting("shop", lang, Figures::Unknown, 2, RoomState::Paused),
                 pages.try_again("shop", lang, 5),
                 pages.upstream_error("shop", lang, false, 5),
                 pages.upstream_error("shop", lang, true, 5),
                 pages.reset("shop", lang, "/cart"),
+                pages.ended("shop", lang, RoomState::Closed),
+                pages.ended("shop", lang, RoomState::SoldOut),
             ] {
                 assert_eq!(placeholders(&page).count(), 0, "{page}");
                 assert!(page.contains(&format!("<html lang=\"{}\">", lang.text().code)));
@@ -409,8 +466,13 @@ mod tests {
                 .reset("shop", Lang::En, "//evil.example/x")
                 .contains("href=\"/\"")
         );
-        let es = pages.waiting("shop", Lang::Es, Figures::Known(&shown), 2);
+        let es = pages.waiting("shop", Lang::Es, Figures::Known(&shown), 2, RoomState::Closed);
         assert!(es.contains("de 2 minutos a 7 minutos"), "{es}");
+        assert!(es.contains("data-state=\"closed\">La sala está cerrada"), "{es}");
+        let open = pages.waiting("shop", Lang::En, Figures::Known(&shown), 2, RoomState::Open);
+        assert!(open.contains("data-state=\"open\"></p>"), "{open}");
+        let sold = pages.ended("shop", Lang::Zh, RoomState::SoldOut);
+        assert!(sold.contains("<h1>已售罄</h1>"), "{sold}");
         assert!(
             es.contains("data-low-minutes=\"2\" data-high-minutes=\"7\""),
             "{es}"

@@ -22,6 +22,7 @@ use super::feeds::Feeds;
 use super::page::Pages;
 use super::path;
 use super::proxy::Upstream;
+use super::states::RoomState;
 use super::store_call::{bounded, now_ms};
 use super::token::Keys;
 use super::watch::{self, Seen, View};
@@ -53,6 +54,8 @@ pub(super) enum OnStoreError {
 /// One configured room.
 pub(crate) struct Room {
     pub(super) name: String,
+    /// The state `[rooms.NAME]` names (see states.rs for when it applies).
+    pub(super) configured_state: RoomState,
     pub(super) gate: Gate,
     pub(super) keys: Keys,
     pub(super) upstream: Upstream,
@@ -128,6 +131,7 @@ impl Room {
             "admitted": s.grants,
             "expired": s.expiries,
             "paused": s.paused,
+            "state": RoomState::of(s.paused, &s.door).0.json(),
             "admissions_per_minute": s.admission_interval.map(|d| (60_000.0 / d.as_millis() as f64).round() as u64),
         }))
     }
@@ -135,7 +139,7 @@ impl Room {
     /// The operator's reset of the line: everyone waiting is dropped in
     /// one step of the store (active sessions are untouched, and whoever
     /// joins after it is not dropped); returns how many. Each dropped
-    /// visitor learns it on their next request ([`Room::dropped_by_reset`]).
+    /// visitor learns it on their next request ([`Room::why_gone`]).
     /// Not bounded by `store_timeout` (a visitor's wait): the step takes
     /// time in proportion to the line, and the store's own response
     /// timeout still bounds it.
@@ -155,14 +159,20 @@ impl Room {
     /// joined just after a reset and then left is told of the reset,
     /// which costs them nothing, whereas the other mistake would put a
     /// dropped visitor silently at the back. Asked only for a gone ticket.
-    pub(super) async fn dropped_by_reset(&self, since_ms: u64) -> bool {
+    /// A room sold out says so to everyone whose ticket is gone (read from
+    /// the store, not this server's view, which may lag the change).
+    pub(super) async fn why_gone(&self, since_ms: u64) -> Gone {
         let skew = watch::SKEW.as_millis() as u64;
-        bounded(self.store_timeout, self.gate.stats())
-            .await
-            .is_ok_and(|s| {
-                s.line_reset_ms
-                    .is_some_and(|at| since_ms <= at.saturating_add(skew))
-            })
+        match bounded(self.store_timeout, self.gate.stats()).await {
+            Ok(s) if RoomState::of(s.paused, &s.door).0 == RoomState::SoldOut => Gone::SoldOut,
+            Ok(s)
+                if s.line_reset_ms
+                    .is_some_and(|at| since_ms <= at.saturating_add(skew)) =>
+            {
+                Gone::Reset
+            }
+            _ => Gone::Left,
+        }
     }
 
     /// Reads the room's gate for the scrape: active, waiting, capacity,
@@ -275,7 +285,13 @@ impl Room {
         let s = self.view.settings();
         self.view.hold_settings(true);
         let write = async {
-            self.gate.pause().await?;
+            // The state's door, paused whatever the state until the margin
+            // below has passed.
+            let door = tollgate::DoorChange {
+                paused: Some(true),
+                ..s.state.change(self.configured_state, false)
+            };
+            self.gate.set_door(&door).await?;
             self.gate.set_admission_interval(s.admission_interval).await?;
             self.gate.set_capacity(s.capacity).await
         };
@@ -283,8 +299,8 @@ impl Room {
             Ok(()) => {
                 self.metrics.restored.increment(1);
                 // Not always trouble: a store also drops an idle gate.
-                tracing::info!(room = %self.name, capacity = s.capacity, paused = s.paused, "the store had no settings for the room (lost, or dropped while idle); written back");
-                if !s.paused {
+                tracing::info!(room = %self.name, capacity = s.capacity, state = s.state.name(), "the store had no settings for the room (lost, or dropped while idle); written back");
+                if s.state != RoomState::Paused {
                     tokio::time::sleep(watch::FRESH + Duration::from_millis(60)).await;
                     if let Err(e) = bounded(self.store_timeout, self.gate.resume()).await {
                         tracing::warn!(room = %self.name, error = %e, "could not resume the room after writing its settings back");
@@ -309,10 +325,52 @@ impl Room {
     /// Sets the gate's capacity and admission rate to the configured ones
     /// (at start, when the view still holds the config's; the admin API
     /// changes them at runtime).
+    /// The state is applied only when the config names another one than
+    /// the store says it named at the last start: a state set at runtime
+    /// (a sold-out room) survives a restart, a changed config wins.
     pub(crate) async fn apply_config(&self) -> tollgate::Result<()> {
         let s = self.view.settings();
         self.gate.set_capacity(s.capacity).await?;
-        self.gate.set_admission_interval(s.admission_interval).await
+        self.gate.set_admission_interval(s.admission_interval).await?;
+        let now = self.gate.stats().await?;
+        let (state, configured) = RoomState::of(now.paused, &now.door);
+        if configured != Some(self.configured_state) {
+            self.set_state(self.configured_state).await?;
+            tracing::info!(room = %self.name, state = self.configured_state.name(), "the room's state is the one its config names");
+        } else if state != self.configured_state {
+            tracing::info!(room = %self.name, state = state.name(), configured = self.configured_state.name(), "the room keeps the state set at runtime (the config's is unchanged since it was applied)");
+        }
+        Ok(())
+    }
+
+    /// Moves the room into `state` on every server: the gate's door and
+    /// pause in one step, and for sold out the whole line dropped in it
+    /// (every waiter is told on their next request). Answers how many
+    /// waiters were let go.
+    pub(crate) async fn set_state(&self, state: RoomState) -> tollgate::Result<u64> {
+        let dropped = self
+            .gate
+            .set_door(&state.change(self.configured_state, true))
+            .await?;
+        if dropped > 0 {
+            self.metrics.reset_dropped.increment(dropped);
+        }
+        tracing::info!(room = %self.name, state = state.name(), dropped, "the room's state was set");
+        Ok(dropped)
+    }
+
+    /// The room's state as the store has it now (this server's view if the
+    /// store cannot be read in time).
+    pub(super) async fn stored_state(&self) -> RoomState {
+        match bounded(self.store_timeout, self.gate.stats()).await {
+            Ok(s) => RoomState::of(s.paused, &s.door).0,
+            Err(_) => self.state(),
+        }
+    }
+
+    /// The room's state as this server last read it from the store.
+    pub(crate) fn state(&self) -> RoomState {
+        self.view.settings().state
     }
 
     fn matches(&self, host: Option<&str>, path: &str) -> bool {
@@ -329,6 +387,17 @@ impl Room {
             });
         host_ok && path::under(path, &self.path_prefix)
     }
+}
+
+/// Why a waiting visitor's ticket is gone (`Room::why_gone`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gone {
+    /// The room sold out: everyone waiting was let go.
+    SoldOut,
+    /// The operator reset the line.
+    Reset,
+    /// The visitor left (silent past the grace), or nobody can tell.
+    Left,
 }
 
 /// All rooms, matched in order of their path prefixes, longest first.

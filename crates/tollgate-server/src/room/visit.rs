@@ -17,7 +17,8 @@ use super::answers::{HTML, JSON, TRY_AGAIN_SECONDS, closed, plain, typed, wants_
 use super::feeds;
 use super::page::{Figures, Shown};
 use super::proxy::{Hop, SESSION_HEADER, VISITOR_HEADER, ViaTls};
-use super::rooms::{Bypass, OnStoreError, Room};
+use super::rooms::{Bypass, Gone, OnStoreError, Room};
+use super::states::RoomState;
 use super::store_call::{bounded, is_store_error, now_ms, ticket_status};
 use super::token::{TOKEN_HEADER, Visitor};
 use super::{path, proxy, watch};
@@ -173,7 +174,8 @@ impl Room {
             may_upgrade,
             tls: req.extensions().get::<ViaTls>().is_some(),
         };
-        if bypass.is_some() {
+        // A room in passthrough steps aside for everyone.
+        if bypass.is_some() || self.state() == RoomState::Passthrough {
             self.metrics.bypassed.increment(1);
             return self
                 .upstream
@@ -192,6 +194,12 @@ impl Room {
     }
 
     async fn arrive(&self, req: Request<hyper::body::Incoming>, hop: Hop) -> Response<Body> {
+        // Sold out, as of a fresh view: no store call for the crowd that
+        // follows (the gate's door refuses newcomers anyway; a room that
+        // is only closed is asked, as it may have just sold out).
+        if self.state() == RoomState::SoldOut && self.view.is_fresh(now_ms()) {
+            return self.state_page(req.headers(), RoomState::SoldOut, None);
+        }
         if let Some(limit) = &self.arrival_limit
             && let Ok(d) = limit.check(&tollgate::ip_key(hop.client), 1).await
             && !d.allowed
@@ -208,7 +216,7 @@ impl Room {
         // shows each waiter's age from it. Taken before entering, it is
         // also the token's join time: never later than the ticket's
         // arrival in the store, so a reset that took the ticket is never
-        // taken for one before it joined (`dropped_by_reset`).
+        // taken for one before it joined (`why_gone`).
         let joined_ms = now_ms();
         let joined = self.line_ages.then(|| joined_ms.to_string());
         let enter = || self.gate.enter_as(1, true, joined.as_deref());
@@ -246,6 +254,15 @@ impl Room {
                 response
             }
             Ok(Entered::Busy(_)) => self.store_down(req, hop, None).await,
+            Err(e) if e.kind() == ErrorKind::Closed => {
+                // Which of the two, from the store: this server's view may
+                // not have caught up with the change yet.
+                let state = match self.stored_state().await {
+                    RoomState::SoldOut => RoomState::SoldOut,
+                    _ => RoomState::Closed,
+                };
+                self.state_page(req.headers(), state, None)
+            }
             Err(e) => self.store_down(req, hop, Some(e)).await,
         }
     }
@@ -418,8 +435,10 @@ impl Room {
                 response
             }
             Ok(TicketStatus::Gone) => {
-                if self.dropped_by_reset(since_ms).await {
-                    return self.reset_page(req.headers(), req.uri().path(), ticket);
+                match self.why_gone(since_ms).await {
+                    Gone::SoldOut => return self.state_page(req.headers(), RoomState::SoldOut, Some(ticket)),
+                    Gone::Reset => return self.reset_page(req.headers(), req.uri().path(), ticket),
+                    Gone::Left => {}
                 }
                 // Left the line (silent past the grace): a new arrival.
                 self.metrics.abandoned.increment(1);
@@ -447,6 +466,37 @@ impl Room {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         h.append(header::SET_COOKIE, self.clear_cookie());
         response.extensions_mut().insert(VisitorId(ticket));
+        response
+    }
+
+    /// What a newcomer to a closed room sees (503), or to a sold-out one,
+    /// or a waiter it let go (410): the page, or `{"status":"closed"}` /
+    /// `{"status":"sold_out"}` as JSON. Any token is cleared: a later
+    /// visit is a new arrival.
+    fn state_page(&self, headers: &HeaderMap, state: RoomState, ticket: Option<String>) -> Response<Body> {
+        let mut response = if wants_json(headers) {
+            typed(
+                json!({"status": state.name(), "state": state.name()}).to_string(),
+                JSON,
+            )
+        } else {
+            let lang = self.pages.lang(headers);
+            self.html(self.pages.ended(&self.name, lang, state))
+        };
+        *response.status_mut() = if state == RoomState::SoldOut {
+            StatusCode::GONE
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(ticket) = ticket {
+            response
+                .headers_mut()
+                .append(header::SET_COOKIE, self.clear_cookie());
+            response.extensions_mut().insert(VisitorId(ticket));
+        }
         response
     }
 
@@ -481,13 +531,14 @@ impl Room {
 
     fn queued_page(&self, headers: &HeaderMap, shown: Shown) -> Response<Body> {
         let retry = self.retry_seconds();
+        let state = self.state();
         let mut response = if wants_json(headers) {
-            typed(shown.json().to_string(), JSON)
+            typed(shown.json(state).to_string(), JSON)
         } else {
             let lang = self.pages.lang(headers);
             let html = self
                 .pages
-                .waiting(&self.name, lang, Figures::Known(&shown), retry);
+                .waiting(&self.name, lang, Figures::Known(&shown), retry, state);
             self.html(html)
         };
         *response.status_mut() = self.queued_status;
@@ -503,7 +554,10 @@ impl Room {
             typed(tollgate::error_body("rate_limited", message), JSON)
         } else {
             let lang = self.pages.lang(headers);
-            self.html(self.pages.waiting(&self.name, lang, Figures::Unknown, secs))
+            self.html(
+                self.pages
+                    .waiting(&self.name, lang, Figures::Unknown, secs, self.state()),
+            )
         };
         *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         let h = response.headers_mut();
@@ -579,7 +633,7 @@ impl Room {
                 }
                 match ticket_status(self.store_timeout, self.gate.status(&ticket)).await {
                     Ok(TicketStatus::Queued(place)) => {
-                        let mut r = json_response(StatusCode::OK, Shown::of(&place).json());
+                        let mut r = json_response(StatusCode::OK, Shown::of(&place).json(self.state()));
                         r.headers_mut()
                             .insert(header::RETRY_AFTER, HeaderValue::from(self.retry_seconds()));
                         r
@@ -593,13 +647,19 @@ impl Room {
                         self.admit_token(&mut r, &g.token, req.extensions().get::<ViaTls>().is_some());
                         r
                     }
-                    Ok(TicketStatus::Gone) if self.dropped_by_reset(since_ms).await => {
-                        self.metrics.reset_told.increment(1);
-                        let mut r = json_response(StatusCode::OK, json!({"status": "reset"}));
+                    Ok(TicketStatus::Gone) => {
+                        let gone = match self.why_gone(since_ms).await {
+                            Gone::SoldOut => json!({"status": "sold_out", "state": "sold_out"}),
+                            Gone::Reset => {
+                                self.metrics.reset_told.increment(1);
+                                json!({"status": "reset"})
+                            }
+                            Gone::Left => return json_response(StatusCode::OK, json!({"status": "gone"})),
+                        };
+                        let mut r = json_response(StatusCode::OK, gone);
                         r.headers_mut().append(header::SET_COOKIE, self.clear_cookie());
                         r
                     }
-                    Ok(TicketStatus::Gone) => json_response(StatusCode::OK, json!({"status": "gone"})),
                     Err(_) => json_error(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "store_unavailable",

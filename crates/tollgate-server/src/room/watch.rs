@@ -22,7 +22,7 @@
 //!   persistence, a failover to an empty replica), or an idle gate the
 //!   embedded store dropped. On a new epoch no token issued before it is
 //!   trusted without a store check, and the room's settings (capacity,
-//!   pause, admission rate) are written back if the store has none.
+//!   admission rate, state) are written back if the store has none.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -30,6 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate::Gate;
+
+use super::states::RoomState;
 
 /// How often each server reads each room's revocation log and settings.
 pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(40);
@@ -50,8 +52,10 @@ const MAX_PENDING: usize = 100_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Settings {
     pub(crate) capacity: u32,
-    pub(crate) paused: bool,
     pub(crate) admission_interval: Option<Duration>,
+    /// Open, paused, closed, sold out or passthrough (the gate's door and
+    /// pause, see states.rs).
+    pub(crate) state: RoomState,
 }
 
 /// What a room's view concluded from one read of the store.
@@ -267,8 +271,8 @@ impl View {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Settings {
                     capacity,
-                    paused: w.paused,
                     admission_interval: w.admission_interval,
+                    state: RoomState::of(w.paused, &w.door).0,
                 };
                 self.configured.store(true, Ordering::Release);
             }

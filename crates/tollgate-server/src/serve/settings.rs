@@ -777,6 +777,9 @@ mod tests {
             try_again_page,
             upstream_down_page,
             upstream_timeout_page,
+            closed_page,
+            sold_out_page,
+            state,
             lang,
             line_ages,
         } = rooms.values().next().expect("a [rooms.NAME]").clone();
@@ -789,5 +792,6 @@ mod tests {
         assert!(upgrades.is_some() && secure_cookie.is_some() && lang.is_some() && line_ages.is_some());
         assert!(try_again_page.is_some() && upstream_down_page.is_some() && upstream_timeout_page.is_some());
         assert!(upstream_ca.is_some() && upstream_client_cert.is_some() && upstream_client_key.is_some());
+        assert!(closed_page.is_some() && sold_out_page.is_some() && state.is_some());
     }
 }

@@ -59,7 +59,7 @@ impl Gate {
             gate: Some(self.clone()),
             id: id.clone(),
         };
-        match self
+        let entered = self
             .enter_store(
                 &id,
                 &EnterRequest {
@@ -67,8 +67,12 @@ impl Gate {
                     ..self.request(&id, permits, queue)
                 },
             )
-            .await?
-        {
+            .await;
+        // A closed door took nothing: no leave to send.
+        if entered.as_ref().is_err_and(Error::is_closed) {
+            ticket.gate = None;
+        }
+        match entered? {
             Entry::Granted(g) => {
                 ticket.gate = None;
                 return Ok(Some(self.lease(id, permits, g, sent, 0)));

@@ -7,7 +7,8 @@
 use crate::error::Result;
 
 use super::types::{
-    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Pass, Poll, Waiting,
+    Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Pass,
+    Poll, Waiting,
 };
 
 pub(crate) trait GateBackend {
@@ -17,6 +18,10 @@ pub(crate) trait GateBackend {
 
     /// Changes admission control (see [`Admission`]).
     async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()>;
+
+    /// Sets the door, the pause with it, and drops the line if asked, in
+    /// one step; answers how many tickets were dropped.
+    async fn set_door(&self, gate: &GateName, change: &DoorChange) -> Result<u64>;
 
     /// A ticket's or lease's state, keeping a waiter in line (its heartbeat)
     /// and picking up a grant handed to it.

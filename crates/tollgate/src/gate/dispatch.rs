@@ -9,8 +9,8 @@ use crate::store::{Backend, Listening, Store, Watch, on_backend};
 use super::backend::GateBackend;
 use super::memory::memory_barge_key;
 use super::types::{
-    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, MAX_CURSOR,
-    MAX_REVOKED_PER_WATCH, Pass, Poll, Waiting,
+    Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
+    MAX_CURSOR, MAX_REVOKED_PER_WATCH, Pass, Poll, Waiting,
 };
 
 impl Store {
@@ -21,6 +21,11 @@ impl Store {
     /// Changes admission control (see [`Admission`]).
     pub(crate) async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
         on_backend!(self, gates, b => GateBackend::set_admission(b, gate, admission))
+    }
+
+    /// Sets a gate's door (see [`DoorChange`]).
+    pub(crate) async fn set_door(&self, gate: &GateName, change: &DoorChange) -> Result<u64> {
+        on_backend!(self, gates, b => GateBackend::set_door(b, gate, change))
     }
 
     pub(crate) async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {

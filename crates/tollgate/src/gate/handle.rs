@@ -11,8 +11,8 @@ use crate::store::Store;
 use crate::store::registry::Kind;
 
 use super::types::{
-    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, MAX_LINE_LIMIT,
-    Occupancy, Pass, Place, Poll, Waiting, check_capacity,
+    Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
+    MAX_DOOR_NOTE, MAX_LINE_LIMIT, Occupancy, Pass, Place, Poll, Waiting, check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -346,6 +346,31 @@ impl Gate {
             every_ms: None,
         };
         self.store.set_admission(&self.name, &admission).await
+    }
+
+    /// Sets the gate's door in one atomic step with, if asked, the pause
+    /// and a drop of the whole line (see [`DoorChange`]); answers how many
+    /// tickets were dropped. A closed door refuses every newcomer with
+    /// [`ErrorKind::Closed`](crate::ErrorKind::Closed) (an acquire, a try,
+    /// a ticket, a pass to a waiting acquire) on every process at once;
+    /// holders keep their leases and the line keeps moving. Closing with
+    /// `drop_line` is a sale's "sold out": nobody new comes in and nobody
+    /// waits for nothing. The door is a setting like the capacity: the
+    /// store forgets it with the gate's state (see
+    /// [`watch_state`](Self::watch_state)'s epoch).
+    pub async fn set_door(&self, change: &DoorChange) -> Result<u64> {
+        if change.door.note.len() > MAX_DOOR_NOTE {
+            return Err(Error::invalid(format!(
+                "a door's note is at most {MAX_DOOR_NOTE} bytes, got {}",
+                change.door.note.len()
+            )));
+        }
+        if change.door.note.chars().any(char::is_control) {
+            return Err(Error::invalid("a door's note may not hold control characters"));
+        }
+        let out = self.store.set_door(&self.name, change).await;
+        self.store.register_after(Kind::Gates, &self.name, &out).await;
+        out
     }
 
     /// Caps the rate of admissions (grants, from the line or not) at one

@@ -16,8 +16,8 @@ use crate::store::memory::{Logged, MemoryCore, put};
 use super::backend::GateBackend;
 use super::model::GateState;
 use super::types::{
-    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Pass,
-    Place, Poll, Waiting, handle_of, permits_exceed,
+    Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
+    Occupancy, Pass, Place, Poll, Waiting, handle_of, permits_exceed,
 };
 
 /// The gate operations of the embedded store.
@@ -99,6 +99,9 @@ impl GateMemory<'_> {
             let capacity = s.resolve_capacity(req.capacity)?;
             if req.permits > capacity {
                 return Err(permits_exceed(req.permits, capacity));
+            }
+            if s.door.closed {
+                return Err(Error::closed());
             }
             if s.holders.contains_key(req.id) || s.tickets.contains_key(req.id) {
                 return Err(Error::invalid("that id is already in use on this gate"));
@@ -217,6 +220,7 @@ impl GateMemory<'_> {
                 .capacity
                 .is_some_and(|c| s.used + u64::from(to.permits) <= u64::from(c));
             if left != Left::Released
+                || s.door.closed
                 || !s.line.is_empty()
                 || !room
                 || !s.may_admit(now)
@@ -322,6 +326,21 @@ impl GateMemory<'_> {
         })
     }
 
+    /// The door, the pause and a drop of the line in one step (as
+    /// set_admission.lua with a door).
+    pub(crate) fn set_door(&self, gate: &Name, change: &DoorChange) -> Result<u64> {
+        let args = |b: &mut Vec<u8>| put(b, change);
+        self.with_gate(gate, (Code::GateSetDoor, &args), |s, now, handed| {
+            s.door = change.door.clone();
+            if let Some(p) = change.paused {
+                s.paused = p;
+            }
+            let dropped = if change.drop_line { s.clear_line(now) } else { 0 };
+            s.promote(now, handed);
+            Ok(dropped)
+        })
+    }
+
     pub(crate) fn holders(&self, gate: &Name, limit: u32) -> Result<Vec<Holding>> {
         self.read_gate(gate, |s, now, _| {
             // Leases that ended but are not swept yet are not listed.
@@ -366,6 +385,7 @@ impl GateMemory<'_> {
                 capacity: s.capacity,
                 paused: s.paused,
                 admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
+                door: s.door.clone(),
                 revoked: page.into_iter().map(|(_, id)| id.clone()).collect(),
                 cursor,
             }
@@ -385,6 +405,7 @@ impl GateMemory<'_> {
                 paused: s.paused,
                 admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
                 line_reset_ms: (s.line_reset > 0).then_some(s.line_reset),
+                door: s.door.clone(),
             })
         })
     }
@@ -489,6 +510,10 @@ pub(crate) fn replay(m: &GateMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
             let a: Admission = replay::args(r.args)?;
             let _ = m.set_admission(g, &a);
         }
+        Code::GateSetDoor => {
+            let change: DoorChange = replay::args(r.args)?;
+            let _ = m.set_door(g, &change);
+        }
         Code::GateTouch => {
             let _ = m.on_gate(g, false, None, |_, _, _| Ok(()));
         }
@@ -504,6 +529,10 @@ impl GateBackend for GateMemory<'_> {
 
     async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()> {
         self.write(|| self.set_admission(gate, admission)).await?
+    }
+
+    async fn set_door(&self, gate: &GateName, change: &DoorChange) -> Result<u64> {
+        self.write(|| self.set_door(gate, change)).await?
     }
 
     async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::store::memory::Shelved;
 
 use super::line::Line;
-use super::types::{Left, REMOVED_KEEP_MS, REMOVED_MAX, capacity_conflict, no_capacity};
+use super::types::{Door, Left, REMOVED_KEEP_MS, REMOVED_MAX, capacity_conflict, no_capacity};
 
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct GateState {
@@ -73,6 +73,12 @@ pub(crate) struct GateState {
     /// set x). Kept `REMOVED_KEEP_MS`, at most `REMOVED_MAX` of them.
     pub(super) removed: HashMap<String, u64>,
     pub(super) removed_at: BTreeSet<(u64, String)>,
+    /// The door (as Redis's D and M): closed refuses every newcomer. Not
+    /// in the gate's snapshot record, which predates it: a gate whose door
+    /// is set has a record of its own kind (`GATE_DOOR`, see
+    /// `store/embedded/snapshot.rs`).
+    #[serde(skip)]
+    pub(crate) door: Door,
 }
 
 impl GateState {
@@ -141,6 +147,7 @@ impl Shelved for GateState {
             && self.tickets.is_empty()
             && self.revoked.is_empty()
             && self.removed.is_empty()
+            && self.door.is_blank()
     }
 
     /// The last lease end, ticket deadline, revocation or removal kept, or

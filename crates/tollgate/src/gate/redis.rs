@@ -81,8 +81,8 @@ use crate::store::redis::{Listening, RedisStore, ready_ones_first, unexpected};
 use super::backend::GateBackend;
 use super::pass_groups::{GroupedPass, PassGroups};
 use super::types::{
-    Admission, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Occupancy, Pass,
-    Place, Poll, Waiting, capacity_conflict, no_capacity, permits_exceed,
+    Admission, Door, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
+    Occupancy, Pass, Place, Poll, Waiting, capacity_conflict, no_capacity, permits_exceed,
 };
 
 /// Whether `req` is a Lock's (one permit of a gate of one, no label, not
@@ -306,6 +306,7 @@ impl GateBackend for Arc<RedisStore> {
             [-1, have] => Err(capacity_conflict(have, req.capacity.unwrap_or(0))),
             [-2, capacity] => Err(permits_exceed(req.permits, capacity)),
             [-3] => Err(no_capacity()),
+            [-4] => Err(Error::closed()),
             other => Err(unexpected("enter", other)),
         }
     }
@@ -321,8 +322,28 @@ impl GateBackend for Arc<RedisStore> {
             .run(&self.scripts.gate.set_admission, gate, (paused, every))
             .await?;
         match r.as_slice() {
-            [1] => Ok(()),
+            [1, _] => Ok(()),
             other => Err(unexpected("set_admission", other)),
+        }
+    }
+
+    async fn set_door(&self, gate: &GateName, change: &DoorChange) -> Result<u64> {
+        let paused = match change.paused {
+            Some(true) => "1",
+            Some(false) => "0",
+            None => "",
+        };
+        let args = (
+            paused,
+            "",
+            u8::from(change.door.closed),
+            change.door.note.as_str(),
+            u8::from(change.drop_line),
+        );
+        let r = self.run(&self.scripts.gate.set_admission, gate, args).await?;
+        match r.as_slice() {
+            [1, dropped] => Ok((*dropped).max(0) as u64),
+            other => Err(unexpected("set_door", other)),
         }
     }
 
@@ -477,8 +498,8 @@ impl GateBackend for Arc<RedisStore> {
     }
 
     async fn stats(&self, gate: &GateName) -> Result<GateStats> {
-        let r = self
-            .run(&self.scripts.gate.stats, gate, Vec::<String>::new())
+        let (r, note): (Vec<i64>, String) = self
+            .run_as(&self.scripts.gate.stats, gate, Vec::<String>::new())
             .await?;
         match r.as_slice() {
             [
@@ -492,6 +513,7 @@ impl GateBackend for Arc<RedisStore> {
                 paused,
                 every,
                 reset,
+                closed,
             ] => Ok(GateStats {
                 capacity: u32::try_from(*capacity).ok(),
                 used: *used as u64,
@@ -503,6 +525,10 @@ impl GateBackend for Arc<RedisStore> {
                 paused: *paused == 1,
                 admission_interval: (*every > 0).then(|| Duration::from_millis(*every as u64)),
                 line_reset_ms: (*reset > 0).then_some(*reset as u64),
+                door: Door {
+                    closed: *closed == 1,
+                    note,
+                },
             }),
             other => Err(unexpected("stats", other)),
         }
@@ -537,7 +563,7 @@ impl GateBackend for Arc<RedisStore> {
             .await?;
         let bad = || Error::new(ErrorKind::Store, "unexpected reply to watch_state");
         let int = |v: &Value| -> Result<i64> { redis::from_redis_value_ref(v).map_err(|_| bad()) };
-        let [epoch, capacity, paused, every, cursor, ids @ ..] = v.as_slice() else {
+        let [epoch, capacity, paused, every, closed, note, cursor, ids @ ..] = v.as_slice() else {
             return Err(bad());
         };
         let epoch: String = redis::from_redis_value_ref(epoch).map_err(|_| bad())?;
@@ -553,6 +579,10 @@ impl GateBackend for Arc<RedisStore> {
                 .ok()
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
+            door: Door {
+                closed: int(closed)? == 1,
+                note: redis::from_redis_value_ref(note).map_err(|_| bad())?,
+            },
             cursor: int(cursor)?.max(0) as u64,
             revoked: ids
                 .iter()

@@ -50,6 +50,7 @@ pub(crate) const FILES: &[LuaFile] = &[
     ("general_grant.lua", include_str!("lua/general_grant.lua")),
     ("general_finish.lua", include_str!("lua/general_finish.lua")),
     ("leave_general.lua", include_str!("lua/leave_general.lua")),
+    ("line_clear.lua", include_str!("lua/line_clear.lua")),
     // Snippets, copied where they are used (`--- @inline`).
     ("line_pace.lua", include_str!("lua/line_pace.lua")),
     ("line_join.lua", include_str!("lua/line_join.lua")),

@@ -136,6 +136,43 @@ pub(crate) struct Admission {
     pub(crate) every_ms: Option<u64>,
 }
 
+/// The longest note a gate's door keeps, in bytes.
+pub const MAX_DOOR_NOTE: usize = 200;
+
+/// A gate's door (see [`Gate::set_door`](crate::Gate::set_door)): whether
+/// newcomers may enter, and a short note its owner keeps with it (a
+/// waiting room keeps its state there). Like the capacity and the pause,
+/// it lives with the gate's state: when the store forgets that (a new
+/// epoch), it forgets the door too.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Door {
+    /// Closed: every enter fails with [`ErrorKind::Closed`](crate::ErrorKind::Closed);
+    /// holders keep their leases and the line keeps moving.
+    pub closed: bool,
+    /// Up to [`MAX_DOOR_NOTE`] bytes of the owner's, kept as given ("" for none).
+    pub note: String,
+}
+
+impl Door {
+    /// Whether it is the door of a gate nobody set one on.
+    pub(crate) fn is_blank(&self) -> bool {
+        !self.closed && self.note.is_empty()
+    }
+}
+
+/// One [`Gate::set_door`](crate::Gate::set_door) call: the door, and in
+/// the same atomic step the pause and a drop of the whole line.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct DoorChange {
+    /// The door from now on.
+    pub door: Door,
+    /// Pause (`true`) or resume (`false`) admissions too; `None` leaves it.
+    pub paused: Option<bool>,
+    /// Drop every ticket in line, as [`Gate::clear_line`](crate::Gate::clear_line)
+    /// does (their waiters learn their ticket was dropped by a reset).
+    pub drop_line: bool,
+}
+
 /// A lease the store just granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Grant {
@@ -259,7 +296,7 @@ pub(crate) fn handle_of(id: &str) -> String {
 }
 
 /// A snapshot of one gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct GateStats {
     /// The stored capacity, if any request or `set_capacity` has set one.
     pub capacity: Option<u32>,
@@ -284,6 +321,8 @@ pub struct GateStats {
     /// store's clock since the Unix epoch; `None` if never (in this
     /// incarnation of the gate's state).
     pub line_reset_ms: Option<u64>,
+    /// The door (`Gate::set_door`).
+    pub door: Door,
 }
 
 /// The most ids one [`Gate::watch_state`](crate::Gate::watch_state) answer
@@ -312,6 +351,8 @@ pub struct GateWatch {
     pub paused: bool,
     /// The least interval between admissions, if set.
     pub admission_interval: Option<Duration>,
+    /// The door (`Gate::set_door`).
+    pub door: Door,
     /// Tokens of holders ended by [`Gate::end`](crate::Gate::end) from the
     /// cursor asked for on, oldest first, at most
     /// [`MAX_REVOKED_PER_WATCH`]. One may come again in a later answer

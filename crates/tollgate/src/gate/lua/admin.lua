@@ -1,5 +1,6 @@
 --- @include "general.lua"
---- @needs KM, KP, KQ, base, MARGIN, now, S, F, REMOVED_KEEP, REMOVED_MAX, done, note_side_data
+--- @include "line_clear.lua"
+--- @needs KQ, base, MARGIN, now, S, F, REMOVED_KEEP, REMOVED_MAX, done, clear_line
 -- admin.lua: an admin's revoke of a holder, removal of a ticket from the
 -- line, or reset of the whole line. For the first two it finds the token
 -- and hands over to leave_general.lua, included at the end of this file:
@@ -15,39 +16,12 @@
 --        the line; {0} no such holder or ticket (ARGV[1] named none, or it
 --        ended already);
 --        for a reset {3, tickets dropped}
--- A reset drops every ticket in one step (holders are not touched) and
--- writes its time to m's C, so a waiter told its ticket is gone can learn
--- whether a reset took it. It costs O(line) in this one step, in chunks of
--- CLEAR_STEP so no call carries more than that many arguments.
+-- A reset is line_clear.lua's.
 -- Invariant: as leave_general.lua: freed permits go to the head of the line in the
 -- same step, and a revoked token is in r when this returns. A handle
 -- never reveals a token; finding one reads every holder (at most the
 -- capacity), a ticket number is one lookup in q.
-if ARGV[3] == 'c' then
-  local CLEAR_STEP, dropped = 1000, 0
-  -- Until q is read empty, whatever the counters say (W is 0 only when
-  -- q surely is).
-  local ids = {}
-  if S.waiting > 0 then ids = redis.call('ZRANGE', KQ, 0, CLEAR_STEP - 1) end
-  while #ids > 0 do
-    local side, labels = {}, {}
-    for i, id in ipairs(ids) do
-      side[2 * i - 1], side[2 * i] = 'd:' .. id, 'k:' .. id
-      labels[i] = 'L:' .. id
-    end
-    redis.call('HDEL', KP, unpack(side))
-    if S.a > 0 then S.a = S.a - redis.call('HDEL', KP, unpack(labels)) end
-    redis.call('ZREMRANGEBYRANK', KQ, 0, #ids - 1)
-    dropped = dropped + #ids
-    ids = redis.call('ZRANGE', KQ, 0, CLEAR_STEP - 1)
-  end
-  -- Nobody waits: no multi-permit waiter, no deadline, no sweep under way.
-  S.waiting, S.n, S.z, S.Y, S.Q, S.q_fresh = 0, 0, 0, '0', 0, true
-  note_side_data()
-  redis.call('HSET', KM, 'C', now)
-  S.wrote_meta = true
-  return done({3, dropped})
-end
+if ARGV[3] == 'c' then return done({3, clear_line()}) end
 local found
 if ARGV[3] == 'h' then
   for _, x in ipairs(F.holder_list(S.holders)) do

@@ -16,6 +16,7 @@
 --        {-1, capacity}  the request's capacity conflicts with the stored one
 --        {-2, capacity}  more permits than the capacity
 --        {-3}            no capacity stored and none given
+--        {-4}            the door is closed (set_admission.lua)
 -- Invariant: a newcomer never overtakes the line; if anyone waits, it queues.
 local id, permits = A[1], tonumber(A[2])
 local asked, ttl, hb, queue = tonumber(A[3]), tonumber(A[4]), tonumber(A[5]), A[6] == '1'
@@ -38,6 +39,9 @@ elseif asked ~= 0 and asked ~= S.cap then
   return done({-1, S.cap})
 end
 if permits > S.cap then return done({-2, S.cap}) end
+-- A closed door lets nobody new in (k is set meanwhile: no fast path
+-- answers).
+if S.D ~= 0 then return done({-4}) end
 
 if S.waiting == 0 and used() + permits <= S.cap and may_admit() then
   admitted()

@@ -86,9 +86,9 @@ function F.finish()
   end
   -- k: the fast paths must leave this gate to the general path (holders on
   -- the sorted set, labels, a multi-permit waiter, admission control, or
-  -- a sweep under way). Set before any of these is written; a k left set
+  -- a sweep under way, a closed door). Set before any of these is written; a k left set
   -- by a fast path that could not tell is cleared here.
-  local complex = S.H > 0 and not S.inline or S.n > 0 or S.a > 0 or S.P ~= 0 or S.R ~= 0 or S.Y ~= '0'
+  local complex = S.H > 0 and not S.inline or S.n > 0 or S.a > 0 or S.P ~= 0 or S.R ~= 0 or S.Y ~= '0' or S.D ~= 0
   if complex and not raw[4] then
     changed[k + 1], changed[k + 2] = 'k', 1
     k = k + 2

@@ -13,8 +13,8 @@ clock()
 if not raw then read_meta() end
 local KH, KP, KQ, KR = base .. 'h', base .. 'p', base .. 'q', base .. 'r'
 -- The meta fields read_meta() did not read: 1 x, 2 e, 3 o, 4 T, 5 A, 6 Q, 7 H,
--- 8 n, 9 a, 10 P, 11 R, 12 Y, 13 s, 14 U, 15 V.
-local m = redis.call('HMGET', KM, 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y', 's', 'U', 'V')
+-- 8 n, 9 a, 10 P, 11 R, 12 Y, 13 s, 14 U, 15 V, 16 D.
+local m = redis.call('HMGET', KM, 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y', 's', 'U', 'V', 'D')
 local S, F = {
   now = now, KM = KM, KH = KH, KP = KP, KQ = KQ, KR = KR,
   cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(m[7]) or 0, W = tonumber(raw[5]) or 0,
@@ -23,6 +23,8 @@ local S, F = {
   a = tonumber(m[9]) or 0,
   -- Admission control (written by set_admission.lua, A also here).
   P = tonumber(m[10]) or 0, R = tonumber(m[11]) or 0, A = tonumber(m[5]) or 0,
+  -- The door: 1 while closed to newcomers (set_admission.lua).
+  D = tonumber(m[16]) or 0,
   -- r is absent (nil) until the line's first gap was measured.
   r = tonumber(raw[7]), l = tonumber(raw[8]) or 0,
   U = tonumber(m[14]) or 0, V = tonumber(m[15]) or 0, N = tonumber(raw[11]) or 0,

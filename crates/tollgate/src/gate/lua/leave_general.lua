@@ -56,7 +56,7 @@ if held then
   if keep then record_end() end
   promote()
   local pp = pass and tonumber(ARGV[5])
-  if pass and S.cap and S.waiting == 0 and used() + pp <= S.cap and may_admit() then
+  if pass and S.cap and S.D == 0 and S.waiting == 0 and used() + pp <= S.cap and may_admit() then
     admitted()
     local f, ttl = next_fence(), tonumber(ARGV[6])
     add_holder(pass, now + ttl, 0, pp)

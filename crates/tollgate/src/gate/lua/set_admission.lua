@@ -1,11 +1,18 @@
 --- @include "general.lua"
---- @needs KM, S, was, done, promote
--- set_admission.lua: admission control. Paused, nobody new is granted
--- (everyone queues; holders are not touched); with an interval, at most one
--- grant per interval. Resuming or loosening admits the line at once.
+--- @include "line_clear.lua"
+--- @needs KM, S, was, done, promote, clear_line
+-- set_admission.lua: admission control, and the door. Paused, nobody new
+-- is granted (everyone queues; holders are not touched); with an
+-- interval, at most one grant per interval. Resuming or loosening admits
+-- the line at once. A closed door (D) refuses every newcomer (enter.lua,
+-- and a pass in leave_general.lua); its note (M) is the owner's, kept as
+-- given. The door, the pause and a drop of the line change in this one
+-- step.
 -- ARGV: 1 paused ('1', '0', or '' to leave it), 2 least ms between
---       admissions ('0' for none, '' to leave it)
--- Reply: {1}
+--       admissions ('0' for none, '' to leave it), and to set the door:
+--       3 closed ('1' or '0'), 4 its note ('' for none), 5 '1' to drop
+--       the whole line too
+-- Reply: {1, tickets dropped}
 if ARGV[1] == '1' then
   S.P = 1
   redis.call('HSET', KM, 'P', 1)
@@ -13,7 +20,7 @@ elseif ARGV[1] == '0' then
   S.P = 0
   redis.call('HDEL', KM, 'P')
 end
-if ARGV[2] ~= '' then
+if ARGV[2] and ARGV[2] ~= '' then
   S.R = tonumber(ARGV[2])
   if S.R > 0 then
     redis.call('HSET', KM, 'R', S.R)
@@ -23,7 +30,19 @@ if ARGV[2] ~= '' then
     was.A = 0
   end
 end
+local dropped = 0
+if ARGV[3] then
+  if ARGV[3] == '1' then
+    S.D = 1
+    redis.call('HSET', KM, 'D', 1)
+  else
+    S.D = 0
+    redis.call('HDEL', KM, 'D')
+  end
+  if ARGV[4] ~= '' then redis.call('HSET', KM, 'M', ARGV[4]) else redis.call('HDEL', KM, 'M') end
+  if ARGV[5] == '1' then dropped = clear_line() end
+end
 S.wrote_meta = true
 S.freed = true
 promote()
-return done({1})
+return done({1, dropped})

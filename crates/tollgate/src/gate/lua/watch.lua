@@ -6,7 +6,8 @@
 -- ARGV: 1 since (a cursor from an earlier reply; 0: everything kept),
 --       2 the most ids to answer
 -- Reply: {epoch ('' if the gate has no state), capacity or -1, paused
---         (1/0), least ms between admissions (0: none), cursor, id, ...}:
+--         (1/0), least ms between admissions (0: none), door closed
+--         (1/0), the door's note, cursor, id, ...}:
 --        the ids ended (leave.lua with a keep) with a score at or above
 --        `since`, oldest first, skipping those older than their keep (K).
 --        The cursor is one past the last score answered when the answer
@@ -20,7 +21,7 @@ local KR = string.sub(KM, 1, -2) .. 'r'
 local since, max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KM, 'E', 'c', 'P', 'R', 'K', 'Z')
+local m = redis.call('HMGET', KM, 'E', 'c', 'P', 'R', 'K', 'Z', 'D', 'M')
 local K = tonumber(m[5]) or 0
 
 local from = math.max(since, (now - K) * 1024)
@@ -33,6 +34,7 @@ else
   if Z then cursor = math.max(Z + 1, since) else cursor = since end
 end
 
-local reply = {m[1] or '', tonumber(m[2]) or -1, tonumber(m[3]) or 0, tonumber(m[4]) or 0, cursor}
+local reply = {m[1] or '', tonumber(m[2]) or -1, tonumber(m[3]) or 0, tonumber(m[4]) or 0, tonumber(m[7]) or 0, m[8] or '',
+  cursor}
 for i = 1, #got, 2 do reply[#reply + 1] = got[i] end
 return reply

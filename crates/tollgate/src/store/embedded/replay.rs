@@ -24,6 +24,7 @@ pub(crate) fn apply(store: &MemoryStore, r: &Record<'_>) -> Result<()> {
         | Code::GateClearLine
         | Code::GateSetCapacity
         | Code::GateSetAdmission
+        | Code::GateSetDoor
         | Code::GateTouch => return gate::memory::replay(&store.gates(), r),
         Code::JobLayout
         | Code::JobPush

@@ -18,7 +18,8 @@
 //! record of its own kind (`QUEUE_FAIR`: the queue as before, then its
 //! `Fair`); a plain queue's record is as it was before groups, so
 //! snapshots of either age load, and one of plain queues loads in an
-//! older build too. It is written as `.tmp`, synced and
+//! older build too. A gate whose door is set (`Gate::set_door`) likewise
+//! has `GATE_DOOR`: the gate as before, then its door. It is written as `.tmp`, synced and
 //! renamed: a snapshot file is whole or absent.
 
 use std::fs::File;
@@ -28,6 +29,7 @@ use std::sync::PoisonError;
 
 use crate::error::{Error, Result};
 use crate::gate::model::GateState;
+use crate::gate::types::Door;
 use crate::jobs::fair::Fair;
 use crate::jobs::model::Queue;
 use crate::limit::memory::Limits;
@@ -45,6 +47,7 @@ const META: u8 = 0;
 const GATE: u8 = 1;
 const QUEUE: u8 = 2;
 const QUEUE_FAIR: u8 = 5;
+const GATE_DOOR: u8 = 6;
 const LIMITS: u8 = 3;
 const INDEX: u8 = 4;
 const END: u8 = 9;
@@ -78,7 +81,11 @@ pub(super) fn write(store: &MemoryStore, dir: &Path, from: u64) -> Result<Writte
     out.raw(MAGIC);
     out.record(&(META, from, store.gates.floor(), store.queues.floor()));
     store.gates.each(|name, state: &GateState, touched| {
-        out.record(&(GATE, name, touched, state));
+        if state.door.is_blank() {
+            out.record(&(GATE, name, touched, state));
+        } else {
+            out.record(&(GATE_DOOR, name, touched, state, &state.door));
+        }
         out.written.names += 1;
     });
     store.queues.each(|name, state: &Queue, touched| {
@@ -182,6 +189,13 @@ pub(super) fn load(store: &MemoryStore, path: &Path) -> Result<Loaded> {
             GATE => {
                 let (name, touched, state): (Name, u64, GateState) =
                     postcard::from_bytes(rest).map_err(bad)?;
+                store.gates.restore(&name, state, touched, store.idle_ms);
+                names += 1;
+            }
+            GATE_DOOR => {
+                let (name, touched, mut state, door): (Name, u64, GateState, Door) =
+                    postcard::from_bytes(rest).map_err(bad)?;
+                state.door = door;
                 store.gates.restore(&name, state, touched, store.idle_ms);
                 names += 1;
             }

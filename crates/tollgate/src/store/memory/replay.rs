@@ -34,6 +34,8 @@ pub(crate) enum Code {
     GateSetAdmission = 10,
     /// A read whose expiry and promotion changed the gate.
     GateTouch = 11,
+    /// A gate's door set (`Gate::set_door`).
+    GateSetDoor = 12,
     JobLayout = 20,
     JobPush = 21,
     JobRetire = 22,
@@ -82,6 +84,7 @@ impl Code {
             9 => GateSetCapacity,
             10 => GateSetAdmission,
             11 => GateTouch,
+            12 => GateSetDoor,
             20 => JobLayout,
             21 => JobPush,
             22 => JobRetire,

@@ -1,0 +1,296 @@
+//! A room's states (`PUT /v1/rooms/{room}/state`): closed turns newcomers
+//! away while the line moves on, sold out lets everyone waiting go at once
+//! and says so, passthrough steps aside, open takes the line again; on
+//! the embedded store, real Redis and two servers sharing one Redis. And
+//! a state set at runtime survives a restart, while a changed config wins.
+
+mod room_support;
+mod serve_support;
+#[path = "../../tollgate/tests/support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use room_support::*;
+use serde_json::{Value, json};
+use serve_support::{Server, send};
+use support::RedisServer;
+
+const ADMIN: &str = "admin-token-0123456789";
+
+/// Long sessions and a long grace: nobody leaves the room by time here.
+fn config(up: std::net::SocketAddr, capacity: u32, extra: &str) -> String {
+    room_config(up, capacity, &format!("arrival_rate = \"off\"\n{extra}"))
+        .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
+        .replace("grace = \"3s\"", "grace = \"60s\"")
+}
+
+async fn set_state(c: &reqwest::Client, s: &Server, state: &str) -> Value {
+    let (st, body) = send(
+        c.put(s.url("/v1/rooms/shop/state"))
+            .bearer_auth(ADMIN)
+            .json(&json!({ "state": state })),
+    )
+    .await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["state"], state, "{body}");
+    body
+}
+
+async fn status_of(c: &reqwest::Client, proxy: &str, cookie: &str) -> Value {
+    c.get(format!("{proxy}/.tollgate/shop/status"))
+        .header("cookie", format!("tollgate_shop={cookie}"))
+        .send()
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// Asks until `check` holds (a server's view of the state follows the
+/// store within a watch period), or fails after two seconds.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match check().await {
+            None => return,
+            Some(last) if std::time::Instant::now() > deadline => panic!("{what}: {last}"),
+            Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+async fn every_state_does_what_it_says(redis: Option<&str>, two_servers: bool) {
+    let (seen, up, dir) = site().await;
+    let config = config(up, 2, "");
+    let a = start(&dir, &config, redis);
+    let b = two_servers.then(|| start(&dir, &config, redis));
+    let pa = a.proxy.clone().expect("proxy");
+    let pb = b.as_ref().map_or(pa.clone(), |b| b.proxy.clone().expect("proxy"));
+    let c = reqwest::Client::new();
+    let mut active = Vec::new();
+    for i in 0..2 {
+        let mut v = Visitor::new(&format!("active{i}"));
+        assert!(is_admitted(&v.get(&c, &pa, "/page", true).await, &v.name));
+        active.push(v);
+    }
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let mut v = Visitor::new(&format!("waiter{i}"));
+        let proxy = if i % 2 == 0 { &pa } else { &pb };
+        let answer = v.get(&c, proxy, "/page", true).await.json();
+        assert_eq!(
+            (&answer["status"], &answer["state"]),
+            (&"queued".into(), &"open".into()),
+            "{answer}"
+        );
+        waiters.push(v);
+    }
+
+    // Closed: newcomers are turned away on either server at once (the
+    // gate's door, not a server's view), as JSON and as a page.
+    let closed = set_state(&c, &a, "closed").await;
+    assert_eq!(
+        (&closed["dropped"], &closed["waiting"]),
+        (&0.into(), &3.into()),
+        "{closed}"
+    );
+    let mut newcomer = Visitor::new("newcomer");
+    let answer = newcomer.get(&c, &pb, "/page", true).await;
+    assert_eq!(answer.status, 503, "{}", answer.text);
+    assert_eq!(answer.json(), json!({"status": "closed", "state": "closed"}));
+    let page = newcomer.get(&c, &pa, "/page", false).await;
+    assert_eq!(page.status, 503);
+    assert!(page.text.contains("The waiting room is closed"), "{}", page.text);
+    assert!(newcomer.cookie.is_none(), "no place was given");
+    // Those in line keep their places, and are told the state.
+    let cookie = waiters[2].cookie.clone().expect("cookie");
+    eventually("a waiter told the room is closed", || {
+        let (c, proxy, cookie) = (c.clone(), pb.clone(), cookie.clone());
+        async move {
+            let s = status_of(&c, &proxy, &cookie).await;
+            (s["state"] != "closed" || s["position"] != 3).then(|| s.to_string())
+        }
+    })
+    .await;
+    let html = waiters[1].get(&c, &pb, "/page", false).await;
+    assert!(html.text.contains("data-state=\"closed\""), "{}", html.text);
+    // Those inside keep browsing, and the line moves on: one more place
+    // goes to the head of the line, not to a newcomer.
+    for v in &mut active {
+        assert!(is_admitted(&v.get(&c, &pb, "/page", true).await, &v.name));
+    }
+    let (st, raised) = send(
+        c.put(a.url("/v1/rooms/shop/capacity"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"capacity": 3})),
+    )
+    .await;
+    assert_eq!(st, 200, "{raised}");
+    let head = &mut waiters[0];
+    assert!(is_admitted(&head.get(&c, &pa, "/page", true).await, "waiter0"));
+
+    // Sold out: the two still waiting are let go in the same step, and
+    // told so at their next request on either server.
+    let sold = set_state(&c, b.as_ref().unwrap_or(&a), "sold_out").await;
+    assert_eq!(
+        (&sold["dropped"], &sold["waiting"]),
+        (&2.into(), &0.into()),
+        "{sold}"
+    );
+    let cookie = waiters[1].cookie.clone().expect("cookie");
+    assert_eq!(
+        status_of(&c, &pa, &cookie).await,
+        json!({"status": "sold_out", "state": "sold_out"})
+    );
+    let page = waiters[2].get(&c, &pa, "/page", false).await;
+    assert_eq!(page.status, 410);
+    assert!(page.text.contains("<h1>Sold out</h1>"), "{}", page.text);
+    assert!(waiters[2].cookie.is_none(), "the token is cleared");
+    let answer = newcomer.get(&c, &pb, "/page", true).await;
+    assert_eq!(answer.status, 410, "{}", answer.text);
+    assert_eq!(answer.json()["status"], "sold_out");
+    // Those inside finish.
+    for v in active.iter_mut().chain([&mut waiters[0]]) {
+        assert!(is_admitted(&v.get(&c, &pb, "/page", true).await, &v.name));
+    }
+    {
+        let seen = seen.lock().expect("lock");
+        assert!(
+            seen.first_seen
+                .iter()
+                .all(|w| w.starts_with("active") || w == "waiter0"),
+            "only those let in reached the site: {:?}",
+            seen.first_seen
+        );
+    }
+
+    // Passthrough: everyone goes straight to the site, full or not.
+    set_state(&c, &a, "passthrough").await;
+    let mut passer = Visitor::new("passer");
+    let proxy = pb.clone();
+    eventually("passthrough on every server", || {
+        let (c, proxy) = (c.clone(), proxy.clone());
+        let mut v = Visitor::new("passer");
+        async move {
+            let answer = v.get(&c, &proxy, "/page", true).await;
+            (!is_admitted(&answer, "passer")).then_some(answer.text)
+        }
+    })
+    .await;
+    assert!(is_admitted(&passer.get(&c, &pa, "/page", true).await, "passer"));
+    assert!(passer.cookie.is_none(), "no token in passthrough");
+
+    // Open again: the room is full, so a newcomer queues.
+    let open = set_state(&c, &a, "open").await;
+    assert_eq!(open["paused"], false, "{open}");
+    eventually("open again on every server", || {
+        let (c, proxy) = (c.clone(), pb.clone());
+        let mut v = Visitor::new("late");
+        async move {
+            let answer = v.get(&c, &proxy, "/page", true).await.json();
+            (answer["status"] != "queued" || answer["state"] != "open").then(|| answer.to_string())
+        }
+    })
+    .await;
+    // Pause and resume are the states paused and open.
+    let (st, paused) = send(c.post(a.url("/v1/rooms/shop/pause")).bearer_auth(ADMIN)).await;
+    assert_eq!((st, &paused["state"]), (200, &"paused".into()), "{paused}");
+    let (st, resumed) = send(c.post(a.url("/v1/rooms/shop/resume")).bearer_auth(ADMIN)).await;
+    assert_eq!((st, &resumed["state"]), (200, &"open".into()), "{resumed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_state_does_what_it_says_embedded() {
+    every_state_does_what_it_says(None, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_state_does_what_it_says_redis() {
+    let redis = RedisServer::start();
+    every_state_does_what_it_says(Some(&redis.url()), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_state_does_what_it_says_across_servers() {
+    let redis = RedisServer::start();
+    every_state_does_what_it_says(Some(&redis.url()), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_states_are_refused() {
+    let (_seen, up, dir) = site().await;
+    let s = start(&dir, &config(up, 1, ""), None);
+    let c = reqwest::Client::new();
+    for body in [
+        json!({"state": "nope"}),
+        json!({"state": "Open"}),
+        json!({}),
+        json!({"state": 1}),
+    ] {
+        let (st, answer) = send(
+            c.put(s.url("/v1/rooms/shop/state"))
+                .bearer_auth(ADMIN)
+                .json(&body),
+        )
+        .await;
+        assert_eq!(st, 400, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], "bad_request", "{answer}");
+    }
+    let (st, answer) = send(
+        c.put(s.url("/v1/rooms/none/state"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"state": "open"})),
+    )
+    .await;
+    assert_eq!((st, &answer["error"]["code"]), (404, &"room_not_found".into()));
+    let (st, _) = send(
+        c.put(s.url("/v1/rooms/shop/state"))
+            .json(&json!({"state": "open"})),
+    )
+    .await;
+    assert_eq!(st, 401, "the route needs a token");
+}
+
+/// A sold-out room stays sold out when its servers restart with the same
+/// config; a config that names another state than at the last start wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_set_at_runtime_survives_a_restart_until_the_config_changes() {
+    let redis = RedisServer::start();
+    let (_seen, up, dir) = site().await;
+    let c = reqwest::Client::new();
+    let first = start(&dir, &config(up, 1, ""), Some(&redis.url()));
+    set_state(&c, &first, "sold_out").await;
+    drop(first);
+
+    let again = start(&dir, &config(up, 1, ""), Some(&redis.url()));
+    let (_, figures) = send(c.get(again.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
+    assert_eq!(figures["state"], "sold_out", "{figures}");
+    let answer = Visitor::new("v")
+        .get(&c, again.proxy.as_deref().expect("proxy"), "/page", true)
+        .await;
+    assert_eq!(answer.status, 410, "{}", answer.text);
+    drop(again);
+
+    let changed = start(&dir, &config(up, 1, "state = \"paused\""), Some(&redis.url()));
+    let (_, figures) = send(c.get(changed.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
+    assert_eq!(
+        (&figures["state"], &figures["paused"]),
+        (&"paused".into(), &true.into()),
+        "{figures}"
+    );
+    let answer = Visitor::new("v")
+        .get(&c, changed.proxy.as_deref().expect("proxy"), "/page", true)
+        .await
+        .json();
+    assert_eq!(
+        (&answer["status"], &answer["state"]),
+        (&"queued".into(), &"paused".into()),
+        "{answer}"
+    );
+}

@@ -1,0 +1,340 @@
+//! Conformance suite for a gate's door (`Gate::set_door`): a closed door
+//! refuses every newcomer on every path (a Lock's lone lease, the inline
+//! fast path, the general path, a pass to a waiting acquire), holders and
+//! the line go on, a sold-out close drops the line in the same step as it
+//! shuts, and the door is read back by stats and the watch. The same
+//! assertions on every store; the durable store keeps the door across a
+//! restart, from its log and from a snapshot.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use support::TestStore;
+use tollgate::{
+    Door, DoorChange, DurableOptions, Entered, ErrorKind, Fsync, Gate, GateOptions, Lock, MAX_DOOR_NOTE,
+    ManualClock, MemoryOptions, Semaphore, Store, TicketStatus,
+};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn options(fair: bool) -> GateOptions {
+    GateOptions {
+        ttl: LONG,
+        heartbeat: LONG,
+        auto_renew: false,
+        fair,
+    }
+}
+
+fn closed(note: &str, drop_line: bool) -> DoorChange {
+    DoorChange {
+        door: Door {
+            closed: true,
+            note: note.into(),
+        },
+        paused: None,
+        drop_line,
+    }
+}
+
+fn open(note: &str) -> DoorChange {
+    DoorChange {
+        door: Door {
+            closed: false,
+            note: note.into(),
+        },
+        paused: None,
+        drop_line: false,
+    }
+}
+
+fn ticket(e: Entered) -> String {
+    match e {
+        Entered::Queued { ticket, .. } => ticket,
+        other => panic!("expected a ticket, got {other:?}"),
+    }
+}
+
+fn refused<T: std::fmt::Debug>(r: tollgate::Result<T>) {
+    match r {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Closed, "{e}"),
+        Ok(v) => panic!("a closed door let a newcomer in: {v:?}"),
+    }
+}
+
+async fn a_closed_door_refuses_newcomers_and_the_line_moves_on(ts: TestStore) {
+    let g = Gate::new(&ts.store, "g", Some(1), options(true)).unwrap();
+    let holder = g.try_acquire(1).await.unwrap().expect("free");
+    let waiter = ticket(g.enter_as(1, true, Some("w")).await.unwrap());
+
+    assert_eq!(g.set_door(&closed("closed", false)).await.unwrap(), 0);
+    refused(g.try_acquire(1).await);
+    refused(g.enter_as(1, true, None).await);
+    refused(g.acquire(1, Duration::from_millis(200)).await);
+    let s = g.stats().await.unwrap();
+    assert_eq!(
+        s.door,
+        Door {
+            closed: true,
+            note: "closed".into()
+        }
+    );
+    assert_eq!((s.holders, s.waiting), (1, 1));
+    let w = g.watch_state(0).await.unwrap();
+    assert!(w.door.closed);
+    assert_eq!(w.door.note, "closed");
+
+    // The one in line is admitted in turn: closed is for newcomers.
+    holder.release().await.unwrap();
+    match g.status(&waiter).await.unwrap() {
+        TicketStatus::Granted(_) => {}
+        other => panic!("the line stopped behind a closed door: {other:?}"),
+    }
+
+    // Open again, with a note of its own, and in they come.
+    g.set_door(&open("passthrough")).await.unwrap();
+    assert_eq!(g.stats().await.unwrap().door.note, "passthrough");
+    match g.enter_as(1, true, None).await.unwrap() {
+        Entered::Queued { .. } => {}
+        other => panic!("expected to queue behind the holder: {other:?}"),
+    }
+}
+
+async fn every_fast_path_is_shut_too(ts: TestStore) {
+    // A Lock's lone lease (capacity 1, no label), an inline gate's fast
+    // path (capacity up to 8) and a gate past the inline size.
+    let lock = Lock::with_options(&ts.store, "lock", options(true)).unwrap();
+    let small = Semaphore::with_options(&ts.store, "small", 4, options(true)).unwrap();
+    let large = Semaphore::with_options(&ts.store, "large", 20, options(true)).unwrap();
+    // Each used once first, so each has state and its fast path is warm.
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    small
+        .try_acquire(1)
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    large
+        .try_acquire(1)
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    for g in [lock.gate(), small.gate(), large.gate()] {
+        g.set_door(&closed("", false)).await.unwrap();
+        refused(g.try_acquire(1).await);
+        refused(g.enter_as(1, true, None).await);
+        let s = g.stats().await.unwrap();
+        assert_eq!((s.holders, s.waiting), (0, 0), "{s:?}");
+        g.set_door(&open("")).await.unwrap();
+        let lease = g.try_acquire(1).await.unwrap().expect("open again");
+        assert_eq!(g.stats().await.unwrap().door, Door::default());
+        lease.release().await.unwrap();
+    }
+    // Closed on a gate that has no state yet: it refuses the first one.
+    let fresh = Lock::with_options(&ts.store, "fresh", options(true)).unwrap();
+    fresh.gate().set_door(&closed("later", false)).await.unwrap();
+    refused(fresh.try_acquire().await);
+}
+
+async fn sold_out_drops_the_line_in_the_same_step(ts: TestStore) {
+    let g = Gate::new(&ts.store, "sale", Some(2), options(true)).unwrap();
+    let a = g.try_acquire(1).await.unwrap().expect("free");
+    let b = g.try_acquire(1).await.unwrap().expect("free");
+    let mut tickets = Vec::new();
+    for i in 0..7 {
+        tickets.push(ticket(g.enter_as(1, true, Some(&format!("v{i}"))).await.unwrap()));
+    }
+    let paused = DoorChange {
+        paused: Some(true),
+        ..closed("sold_out", true)
+    };
+    assert_eq!(g.set_door(&paused).await.unwrap(), 7);
+    for t in &tickets {
+        assert_eq!(g.status(t).await.unwrap(), TicketStatus::Gone);
+    }
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.waiting, s.paused), (2, 0, true));
+    assert!(s.line_reset_ms.is_some());
+    assert_eq!(s.door.note, "sold_out");
+    // Those inside finish; a freed place goes to nobody.
+    a.release().await.unwrap();
+    b.extend(LONG).await.unwrap();
+    refused(g.try_acquire(1).await);
+    assert_eq!(g.stats().await.unwrap().holders, 1);
+}
+
+async fn a_pass_to_a_waiting_acquire_is_refused_by_a_closed_door(ts: TestStore) {
+    // A non-fair acquire waits outside the line for a release to pass it
+    // the permit; the door closes while it waits.
+    let g = Gate::new(&ts.store, "pass", Some(1), options(false)).unwrap();
+    let holder = g.try_acquire(1).await.unwrap().expect("free");
+    let waiting = {
+        let g = g.clone();
+        tokio::spawn(async move { g.acquire(1, Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    g.set_door(&closed("", false)).await.unwrap();
+    holder.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the acquire ends")
+        .expect("task");
+    refused(got);
+    assert_eq!(g.stats().await.unwrap().holders, 0);
+}
+
+async fn closing_is_atomic_with_concurrent_joins(ts: TestStore) {
+    // Joiners keep coming while the door shuts and the line is dropped:
+    // none that was answered "queued" survives the drop, and none gets
+    // in once set_door has answered.
+    let g = Gate::new(&ts.store, "busy", Some(1), options(true)).unwrap();
+    let _holder = g.try_acquire(1).await.unwrap().expect("free");
+    let shut = Arc::new(AtomicBool::new(false));
+    let late = Arc::new(AtomicU64::new(0));
+    let mut joiners = Vec::new();
+    for _ in 0..8 {
+        let (g, shut, late) = (g.clone(), shut.clone(), late.clone());
+        joiners.push(tokio::spawn(async move {
+            let mut queued = Vec::new();
+            loop {
+                let was_shut = shut.load(Ordering::SeqCst);
+                match g.enter_as(1, true, None).await {
+                    Ok(e) => {
+                        if was_shut {
+                            late.fetch_add(1, Ordering::SeqCst);
+                        }
+                        queued.push(ticket(e));
+                    }
+                    Err(e) if e.kind() == ErrorKind::Closed => return queued,
+                    Err(e) => panic!("{e}"),
+                }
+                // (The memory store answers without yielding: let the
+                // closing task run.)
+                tokio::task::yield_now().await;
+                assert!(queued.len() < 100_000, "the door never shut");
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let dropped = g.set_door(&closed("sold_out", true)).await.unwrap();
+    shut.store(true, Ordering::SeqCst);
+    let mut all = Vec::new();
+    for j in joiners {
+        all.extend(j.await.unwrap());
+    }
+    assert_eq!(
+        late.load(Ordering::SeqCst),
+        0,
+        "a join answered after the door shut"
+    );
+    assert_eq!(
+        dropped,
+        all.len() as u64,
+        "every ticket queued before the close is dropped"
+    );
+    assert!(!all.is_empty(), "the joiners ran");
+    for t in &all {
+        assert_eq!(g.status(t).await.unwrap(), TicketStatus::Gone);
+    }
+    assert_eq!(g.stats().await.unwrap().waiting, 0);
+}
+
+async fn bad_notes_are_refused(ts: TestStore) {
+    let g = Gate::new(&ts.store, "notes", Some(1), options(true)).unwrap();
+    let long = "x".repeat(MAX_DOOR_NOTE + 1);
+    for note in [long.as_str(), "a\nb", "\u{7}"] {
+        let e = g.set_door(&closed(note, false)).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    }
+    // Nothing was written: the gate has no state.
+    assert_eq!(g.watch_state(0).await.unwrap().epoch, None);
+    // The longest note, in any script, is kept as given.
+    let most = "é".repeat(MAX_DOOR_NOTE / 2);
+    g.set_door(&closed(&most, false)).await.unwrap();
+    assert_eq!(g.stats().await.unwrap().door.note, most);
+}
+
+on_both_stores!(manual_clock:
+    a_closed_door_refuses_newcomers_and_the_line_moves_on,
+    every_fast_path_is_shut_too,
+    sold_out_drops_the_line_in_the_same_step,
+    closing_is_atomic_with_concurrent_joins,
+    bad_notes_are_refused,
+);
+
+mod realtime {
+    use super::*;
+
+    on_both_stores!(realtime: a_pass_to_a_waiting_acquire_is_refused_by_a_closed_door);
+}
+
+fn durable_at(dir: &std::path::Path, clock: &ManualClock) -> Store {
+    let memory = MemoryOptions {
+        clock: Arc::new(clock.clone()),
+        ..MemoryOptions::default()
+    };
+    let durable = DurableOptions {
+        fsync: Fsync::Always,
+        ..DurableOptions::new(dir)
+    };
+    Store::open_with(memory, durable).expect("open").0
+}
+
+/// The door comes back after a restart, replayed from the log, and from a
+/// snapshot (a record of its own kind); a reopened door stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_durable_store_keeps_the_door_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::default();
+    let store = durable_at(dir.path(), &clock);
+    let g = Gate::new(&store, "kept", Some(1), options(true)).unwrap();
+    let holder = g.try_acquire(1).await.unwrap().expect("free");
+    let waiter = ticket(g.enter_as(1, true, None).await.unwrap());
+    assert_eq!(g.set_door(&closed("sold_out", true)).await.unwrap(), 1);
+    let other = Gate::new(&store, "other", Some(1), options(true)).unwrap();
+    other.set_door(&closed("closed", false)).await.unwrap();
+    other.set_door(&open("")).await.unwrap();
+    let before = g.stats().await.unwrap();
+    store.close();
+    drop((g, other, store));
+
+    for round in ["log", "snapshot"] {
+        let store = durable_at(dir.path(), &clock);
+        let g = Gate::new(&store, "kept", Some(1), options(true)).unwrap();
+        assert_eq!(
+            g.stats().await.unwrap(),
+            before,
+            "after a restart from the {round}"
+        );
+        refused(g.try_acquire(1).await);
+        assert_eq!(g.status(&waiter).await.unwrap(), TicketStatus::Gone);
+        let other = Gate::new(&store, "other", Some(1), options(true)).unwrap();
+        other
+            .try_acquire(1)
+            .await
+            .unwrap()
+            .expect("reopened")
+            .release()
+            .await
+            .unwrap();
+        if round == "log" {
+            store.snapshot_now().expect("snapshot");
+        }
+        store.close();
+    }
+    drop(holder);
+}
