@@ -571,6 +571,67 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
     )
     .await;
 
+    // The room's states: closed, then sold out (confirmed), turn a
+    // newcomer away; open takes the line again.
+    let state_is = |state: &str| {
+        format!(
+            "return document.getElementById('room-state') && document.getElementById('room-state').textContent === '{state}';"
+        )
+    };
+    b.until(&state_is("paused"), "the state shows paused").await;
+    b.click("#main", "Close").await;
+    b.until(&state_is("closed"), "the state shows closed").await;
+    let mut turned = Visitor::new("turned");
+    let answer = turned.get(c, &proxy, "/page", true).await;
+    assert_eq!(
+        (answer.status, answer.json()["status"].clone()),
+        (503, json!("closed")),
+        "{}",
+        answer.text
+    );
+    b.click("#main", "Sold out").await;
+    b.click("#main", "Yes, sold out").await;
+    b.until(
+        "return document.getElementById('status').textContent.includes('sold out: 0 waiting visitors let go');",
+        "the sale's end announced",
+    )
+    .await;
+    b.until(&state_is("sold_out"), "the state shows sold out").await;
+    let answer = turned.get(c, &proxy, "/page", true).await;
+    assert_eq!(answer.status, 410, "{}", answer.text);
+    b.click("#main", "Open").await;
+    b.until(&state_is("open"), "the state shows open").await;
+    let (_, stats) = send(c.get(s.url("/v1/rooms/shop"))).await;
+    assert_eq!(stats["state"], "open", "{stats}");
+
+    // A schedule set from the console shows, and is in the store; cleared
+    // again, the room is open at once.
+    b.js(
+        "document.querySelector('input[name=\"opens_at\"]').value = '2099-12-01T10:00:00Z'; \
+          document.querySelector('input[name=\"prequeue\"]').value = '15m'; return 1;",
+    )
+    .await;
+    b.click("#main form", "Set schedule").await;
+    b.until(
+        "var p = document.getElementById('room-schedule'); return p && p.textContent.includes('Opens at 2099-12-01T10:00:00Z (pre-queue from 900 s before)');",
+        "the schedule shows",
+    )
+    .await;
+    let (_, stats) = send(c.get(s.url("/v1/rooms/shop"))).await;
+    assert_eq!(
+        (&stats["opens_at"], &stats["prequeue_seconds"]),
+        (&json!("2099-12-01T10:00:00Z"), &json!(900)),
+        "{stats}"
+    );
+    b.js("document.querySelector('input[name=\"opens_at\"]').value = ''; return 1;")
+        .await;
+    b.click("#main form", "Set schedule").await;
+    b.until(
+        "var p = document.getElementById('room-schedule'); return p && p.textContent.includes('No opening scheduled');",
+        "the schedule cleared",
+    )
+    .await;
+
     // Never on a room's listener: there /ui goes to the upstream (last: a
     // visit takes a place in the room).
     let mut third = Visitor::new("third");

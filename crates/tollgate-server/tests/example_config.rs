@@ -103,6 +103,10 @@ async fn the_example_config_starts_a_working_server() {
         ("upstream-timeout.html", "<p>{{status}}: {{room}} is slow.</p>"),
         ("closed.html", "<p>{{room}} is {{state}}.</p>"),
         ("sold-out.html", "<p lang=\"{{lang}}\">{{room}}: {{state}}.</p>"),
+        (
+            "not-open.html",
+            "<p>{{room}}: the line opens at {{line_opens_at}}, the sale at {{opens_at}}.</p>",
+        ),
     ] {
         let path = dir.path().join(file);
         std::fs::write(&path, text).expect("page");

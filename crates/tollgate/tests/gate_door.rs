@@ -15,7 +15,7 @@ use std::time::Duration;
 use support::TestStore;
 use tollgate::{
     Door, DoorChange, DurableOptions, Entered, ErrorKind, Fsync, Gate, GateOptions, Lock, MAX_DOOR_NOTE,
-    ManualClock, MemoryOptions, Semaphore, Store, TicketStatus,
+    MAX_DOOR_TIME_MS, ManualClock, MemoryOptions, Semaphore, Store, TicketStatus,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -34,6 +34,7 @@ fn closed(note: &str, drop_line: bool) -> DoorChange {
         door: Door {
             closed: true,
             note: note.into(),
+            ..Door::default()
         },
         paused: None,
         drop_line,
@@ -45,6 +46,7 @@ fn open(note: &str) -> DoorChange {
         door: Door {
             closed: false,
             note: note.into(),
+            ..Door::default()
         },
         paused: None,
         drop_line: false,
@@ -79,7 +81,8 @@ async fn a_closed_door_refuses_newcomers_and_the_line_moves_on(ts: TestStore) {
         s.door,
         Door {
             closed: true,
-            note: "closed".into()
+            note: "closed".into(),
+            ..Door::default()
         }
     );
     assert_eq!((s.holders, s.waiting), (1, 1));
@@ -253,6 +256,119 @@ async fn closing_is_atomic_with_concurrent_joins(ts: TestStore) {
     assert_eq!(g.stats().await.unwrap().waiting, 0);
 }
 
+/// The store's clock now (ms): the hand-moved one, or the system's (as
+/// Redis's TIME on this machine).
+fn store_now(ts: &TestStore) -> u64 {
+    use tollgate::Clock;
+    match &ts.clock {
+        Some(c) => c.now_ms(),
+        None => tollgate::SystemClock.now_ms(),
+    }
+}
+
+async fn a_timed_door_opens_and_closes_by_the_stores_clock(ts: TestStore) {
+    let g = Gate::new(&ts.store, "sale", Some(2), options(true)).unwrap();
+    let now = store_now(&ts);
+    let (opens, closes) = (now + 1_500, now + 3_000);
+    let change = DoorChange {
+        door: Door {
+            note: "sale".into(),
+            opens_at_ms: Some(opens),
+            closes_at_ms: Some(closes),
+            ..Door::default()
+        },
+        ..DoorChange::default()
+    };
+    g.set_door(&change).await.unwrap();
+    // Before the opening everyone queues, in arrival order: nobody is
+    // admitted, however free the gate is.
+    let mut line = Vec::new();
+    for i in 0..4 {
+        line.push(ticket(g.enter_as(1, true, Some(&format!("v{i}"))).await.unwrap()));
+    }
+    refused_none(g.try_acquire(1).await);
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.waiting, s.paused), (0, 4, false));
+    assert_eq!(
+        (s.door.opens_at_ms, s.door.closes_at_ms),
+        (Some(opens), Some(closes))
+    );
+    let w = g.watch_state(0).await.unwrap();
+    assert_eq!(w.door.opens_at_ms, Some(opens));
+    for t in &line {
+        assert!(matches!(g.status(t).await.unwrap(), TicketStatus::Queued(_)));
+    }
+
+    // The first operation after the opening admits exactly the capacity,
+    // the head of the line first; the later ones queue behind.
+    ts.advance(Duration::from_millis(1_600)).await;
+    let late = ticket(g.enter_as(1, true, Some("late")).await.unwrap());
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.waiting, s.door.opens_at_ms), (2, 3, None));
+    for (i, t) in line.iter().enumerate() {
+        let granted = matches!(g.status(t).await.unwrap(), TicketStatus::Granted(_));
+        assert_eq!(granted, i < 2, "ticket {i}");
+    }
+    match g.status(&late).await.unwrap() {
+        TicketStatus::Queued(p) => assert_eq!(p.position, 3),
+        other => panic!("the late one is behind the pre-queue: {other:?}"),
+    }
+
+    // At the closing time a watch reads the door closed (it writes
+    // nothing); the next operation closes it, and newcomers are refused.
+    ts.advance(Duration::from_millis(1_600)).await;
+    let w = g.watch_state(0).await.unwrap();
+    assert!(w.door.closed && w.door.closes_at_ms.is_none(), "{w:?}");
+    refused(g.enter_as(1, true, None).await);
+    let s = g.stats().await.unwrap();
+    assert!(s.door.closed, "{s:?}");
+    assert_eq!(s.door.note, "sale");
+
+    // Times already past: no hold, and a door closed at once.
+    let now = store_now(&ts);
+    let past = DoorChange {
+        door: Door {
+            opens_at_ms: Some(now - 10),
+            ..Door::default()
+        },
+        ..DoorChange::default()
+    };
+    g.set_door(&past).await.unwrap();
+    assert_eq!(g.stats().await.unwrap().door, Door::default());
+    let closing = DoorChange {
+        door: Door {
+            closes_at_ms: Some(now - 10),
+            ..Door::default()
+        },
+        ..DoorChange::default()
+    };
+    g.set_door(&closing).await.unwrap();
+    assert!(g.stats().await.unwrap().door.closed);
+    // Bad times are refused.
+    for (opens, closes) in [
+        (Some(now + 10), Some(now + 10)),
+        (Some(MAX_DOOR_TIME_MS + 1), None),
+    ] {
+        let bad = DoorChange {
+            door: Door {
+                opens_at_ms: opens,
+                closes_at_ms: closes,
+                ..Door::default()
+            },
+            ..DoorChange::default()
+        };
+        let e = g.set_door(&bad).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    }
+}
+
+fn refused_none(r: tollgate::Result<Option<tollgate::Lease>>) {
+    match r {
+        Ok(None) => {}
+        other => panic!("a gate waiting for its opening admitted someone: {other:?}"),
+    }
+}
+
 async fn bad_notes_are_refused(ts: TestStore) {
     let g = Gate::new(&ts.store, "notes", Some(1), options(true)).unwrap();
     let long = "x".repeat(MAX_DOOR_NOTE + 1);
@@ -274,6 +390,7 @@ on_both_stores!(manual_clock:
     sold_out_drops_the_line_in_the_same_step,
     closing_is_atomic_with_concurrent_joins,
     bad_notes_are_refused,
+    a_timed_door_opens_and_closes_by_the_stores_clock,
 );
 
 mod realtime {

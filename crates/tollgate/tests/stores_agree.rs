@@ -243,6 +243,7 @@ impl Side {
                     door: tollgate::Door {
                         closed,
                         note: if closed { "shut".into() } else { String::new() },
+                        ..tollgate::Door::default()
                     },
                     paused: None,
                     drop_line,

@@ -15,7 +15,7 @@ use axum::routing::{delete, get, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::config::admission_interval;
+use super::config::{admission_interval, schedule_of};
 use super::rooms::{Room, Rooms};
 use super::states::RoomState;
 use super::store_call::now_ms;
@@ -33,6 +33,7 @@ where
         .route("/v1/rooms/{room}/capacity", put(set_capacity))
         .route("/v1/rooms/{room}/admission_rate", put(set_admission_rate))
         .route("/v1/rooms/{room}/state", put(set_state))
+        .route("/v1/rooms/{room}/schedule", put(set_schedule))
         .route(
             "/v1/rooms/{room}/pause",
             post(|State(r): State<Arc<Rooms>>, Path(n): Path<String>| set_paused(r, n, true)),
@@ -138,6 +139,50 @@ async fn set_state(
     let mut figures = room.figures().await?;
     figures["dropped"] = json!(dropped);
     Ok(axum::Json(figures))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ScheduleBody {
+    /// When the room opens (RFC 3339), or null for no opening time.
+    /// Required: `{}` must not silently drop a sale's opening.
+    #[serde(default, deserialize_with = "present_text")]
+    opens_at: Option<Option<String>>,
+    /// When the room closes to newcomers (RFC 3339); absent or null: never.
+    #[serde(default)]
+    closes_at: Option<String>,
+    /// How long before the opening visitors may join; default 30m.
+    #[serde(default)]
+    prequeue: Option<String>,
+}
+
+/// A text field that may be null but must be there: `Some(None)` for null.
+fn present_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+/// `PUT /v1/rooms/{room}/schedule`: when the room opens (with its
+/// pre-queue) and closes, on every server at once, its state kept; the
+/// store runs each at its time (docs/ROOMS.md, Scheduled openings).
+async fn set_schedule(
+    State(rooms): State<Arc<Rooms>>,
+    Path(name): Path<String>,
+    Json(body): Json<ScheduleBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let room = room(&rooms, &name)?;
+    let Some(opens_at) = body.opens_at else {
+        return Err(ApiError::bad_request(
+            "give opens_at: an RFC 3339 time, or null for no opening time",
+        ));
+    };
+    let schedule = schedule_of(
+        opens_at.as_deref(),
+        body.closes_at.as_deref(),
+        body.prequeue.as_deref(),
+    )
+    .map_err(ApiError::bad_request)?;
+    room.set_schedule(schedule).await?;
+    Ok(axum::Json(room.figures().await?))
 }
 
 #[derive(Debug, Deserialize)]

@@ -19,7 +19,7 @@ use super::page::{Kind, Pages};
 use super::path;
 use super::proxy::{Upstream, UpstreamError, UpstreamTls};
 use super::rooms::{OnStoreError, Room, Rooms};
-use super::states::RoomState;
+use super::states::{self, Configured, DEFAULT_PREQUEUE, RoomState, Schedule};
 use super::store_call::now_ms;
 use super::token::Keys;
 use super::watch::{self, View};
@@ -51,6 +51,15 @@ pub(crate) struct RoomSettings {
     /// applied at start when it differs from the state the config named
     /// at the last start (a state set at runtime survives a restart).
     pub(crate) state: Option<String>,
+    /// When the room opens (RFC 3339 with an offset): nobody is admitted
+    /// before; at it, the capacity is admitted from the head of the
+    /// pre-queue in one step of the store.
+    pub(crate) opens_at: Option<String>,
+    /// How long before `opens_at` visitors may join the line (the
+    /// pre-queue). Default 30m.
+    pub(crate) prequeue: Option<String>,
+    /// When the room closes to newcomers (RFC 3339 with an offset).
+    pub(crate) closes_at: Option<String>,
     /// At most this many new admissions a minute, whatever the free
     /// capacity (for a site that cannot tell when a visitor has left).
     pub(crate) admissions_per_minute: Option<u32>,
@@ -91,6 +100,8 @@ pub(crate) struct RoomSettings {
     pub(crate) closed_page: Option<std::path::PathBuf>,
     /// An HTML file replacing the page of a sold-out room.
     pub(crate) sold_out_page: Option<std::path::PathBuf>,
+    /// An HTML file replacing the page before a scheduled room's pre-queue.
+    pub(crate) not_open_page: Option<std::path::PathBuf>,
     /// The built-in pages' language: `en` (default), `es`, `zh`, or `auto`
     /// (from each request's `Accept-Language`, English if none fits).
     pub(crate) lang: Option<String>,
@@ -125,6 +136,40 @@ fn duration(field: &str, text: Option<&str>, default: Duration) -> Result<Durati
         None => Ok(default),
         Some(t) => humantime::parse_duration(t).map_err(|e| format!("{field} = {t:?}: {e}")),
     }
+}
+
+/// A room's schedule from its times (RFC 3339) and pre-queue: a
+/// pre-queue needs an opening, a closing comes after the opening.
+pub(crate) fn schedule_of(
+    opens_at: Option<&str>,
+    closes_at: Option<&str>,
+    prequeue: Option<&str>,
+) -> Result<Schedule, String> {
+    let opens_at_ms = opens_at.map(|t| states::parse_time("opens_at", t)).transpose()?;
+    let closes_at_ms = closes_at
+        .map(|t| states::parse_time("closes_at", t))
+        .transpose()?;
+    if prequeue.is_some() && opens_at_ms.is_none() {
+        return Err("prequeue needs opens_at: it is how long before the opening visitors may join".into());
+    }
+    let prequeue = duration("prequeue", prequeue, DEFAULT_PREQUEUE)?;
+    if prequeue > Duration::from_secs(7 * 24 * 3600) {
+        return Err("prequeue is at most 7 days".into());
+    }
+    if let (Some(o), Some(c)) = (opens_at_ms, closes_at_ms)
+        && c <= o
+    {
+        return Err("closes_at must be after opens_at".into());
+    }
+    Ok(Schedule {
+        opens_at_ms,
+        prequeue: if opens_at_ms.is_some() {
+            prequeue
+        } else {
+            Duration::ZERO
+        },
+        closes_at_ms,
+    })
 }
 
 fn nets(field: &str, list: &[String]) -> Result<Vec<IpNet>, String> {
@@ -296,6 +341,7 @@ impl Room {
                 Kind::UpstreamTimeout => &s.upstream_timeout_page,
                 Kind::Closed => &s.closed_page,
                 Kind::SoldOut => &s.sold_out_page,
+                Kind::NotOpen => &s.not_open_page,
             }
             .clone()
         })
@@ -305,11 +351,19 @@ impl Room {
             .admissions_per_minute
             .map(|n| admission_interval(n).map_err(|e| at(format!("admissions_per_minute: {e}"))))
             .transpose()?;
-        let configured_state =
-            RoomState::parse(s.state.as_deref().unwrap_or("open")).map_err(|e| at(format!("state: {e}")))?;
+        let configured = Configured {
+            state: RoomState::parse(s.state.as_deref().unwrap_or("open"))
+                .map_err(|e| at(format!("state: {e}")))?,
+            schedule: schedule_of(
+                s.opens_at.as_deref(),
+                s.closes_at.as_deref(),
+                s.prequeue.as_deref(),
+            )
+            .map_err(at)?,
+        };
         Ok(Room {
             name: name.to_owned(),
-            configured_state,
+            configured,
             gate,
             keys: Keys::new(&s.cookie_keys).map_err(at)?,
             upstream: Upstream::new(
@@ -356,7 +410,8 @@ impl Room {
                 watch::Settings {
                     capacity: s.capacity,
                     admission_interval,
-                    state: configured_state,
+                    state: configured.state,
+                    schedule: configured.schedule,
                 },
                 // A token older than renew_every is checked with the store
                 // anyway: an end needs remembering only that long (and the

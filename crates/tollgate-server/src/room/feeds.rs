@@ -27,6 +27,7 @@ use tollgate::{Gate, TicketStatus};
 use super::answers::JSON;
 use super::page::Shown;
 use super::store_call::ticket_status;
+use super::watch::View;
 use crate::api::streams::{Slot, Subscribers};
 
 /// Event streams one ticket may have open on one server: a visitor with a
@@ -98,6 +99,7 @@ impl Feeds {
     fn join(
         self: &Arc<Self>,
         gate: &Gate,
+        view: &Arc<View>,
         ticket: &str,
         timeout: Duration,
     ) -> Option<(Place, watch::Receiver<Look>)> {
@@ -110,7 +112,7 @@ impl Feeds {
             }
             None => {
                 let (tx, look) = watch::channel(Look::Unread);
-                tokio::spawn(read(gate.clone(), ticket.to_owned(), timeout, tx));
+                tokio::spawn(read(gate.clone(), view.clone(), ticket.to_owned(), timeout, tx));
                 by_ticket.insert(
                     ticket.to_owned(),
                     Feed {
@@ -137,7 +139,7 @@ impl Feeds {
 
 /// Reads `ticket`'s status until it is granted or gone, or nobody listens
 /// any more, telling each change to `tx`.
-async fn read(gate: Gate, ticket: String, timeout: Duration, tx: watch::Sender<Look>) {
+async fn read(gate: Gate, view: Arc<View>, ticket: String, timeout: Duration, tx: watch::Sender<Look>) {
     let mut failures = 0;
     loop {
         // The first look answers at once; later ones wait for the grant.
@@ -151,7 +153,8 @@ async fn read(gate: Gate, ticket: String, timeout: Duration, tx: watch::Sender<L
             () = tx.closed() => return,
         };
         let look = match status {
-            Ok(TicketStatus::Queued(place)) => Look::Queued(Shown::of(&place)),
+            // (The room's state too: a change shows within a look.)
+            Ok(TicketStatus::Queued(place)) => Look::Queued(Shown::of(&place, view.settings())),
             Ok(TicketStatus::Granted(_)) => Look::Admitted,
             Ok(TicketStatus::Gone) => Look::Gone,
             Err(_) => {
@@ -178,9 +181,7 @@ async fn read(gate: Gate, ticket: String, timeout: Duration, tx: watch::Sender<L
 fn event(look: Look) -> Option<Event> {
     Some(match look {
         Look::Unread => return None,
-        Look::Queued(shown) => Event::default()
-            .event("position")
-            .data(shown.json(None).to_string()),
+        Look::Queued(shown) => Event::default().event("position").data(shown.json().to_string()),
         Look::Admitted => Event::default().event("admitted").data("{}"),
         Look::Gone => Event::default().event("gone").data("{}"),
         Look::Unavailable(_) => Event::default().event("unavailable").data("{}"),
@@ -205,11 +206,12 @@ fn refused(status: StatusCode, code: &str, message: &str) -> Response<Body> {
 pub(super) fn events(
     feeds: &Arc<Feeds>,
     gate: &Gate,
+    view: &Arc<View>,
     timeout: Duration,
     subscribers: &Arc<Subscribers>,
     ticket: &str,
 ) -> Response<Body> {
-    let Some((place, look)) = feeds.join(gate, ticket, timeout) else {
+    let Some((place, look)) = feeds.join(gate, view, ticket, timeout) else {
         return refused(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_streams",
@@ -278,11 +280,21 @@ mod tests {
             panic!("queued");
         };
         let feeds = Arc::new(Feeds::default());
+        let settings = crate::room::watch::Settings {
+            capacity: 1,
+            admission_interval: None,
+            state: crate::room::states::RoomState::Open,
+            schedule: crate::room::states::Schedule::default(),
+        };
+        let view = Arc::new(View::new(settings, Duration::from_secs(1), 0));
         let timeout = Duration::from_millis(500);
         let mut places: Vec<_> = (0..MAX_STREAMS_PER_TICKET)
-            .map(|_| feeds.join(&gate, &ticket, timeout).expect("a place"))
+            .map(|_| feeds.join(&gate, &view, &ticket, timeout).expect("a place"))
             .collect();
-        assert!(feeds.join(&gate, &ticket, timeout).is_none(), "past the cap");
+        assert!(
+            feeds.join(&gate, &view, &ticket, timeout).is_none(),
+            "past the cap"
+        );
         assert_eq!(feeds.readers(), 1);
         // Every stream hears the grant from the one reader.
         held.release().await.expect("release");
@@ -295,7 +307,7 @@ mod tests {
         }
         // A place freed is a place to take; the last one gone, the feed is.
         places.pop();
-        assert!(feeds.join(&gate, &ticket, timeout).is_some());
+        assert!(feeds.join(&gate, &view, &ticket, timeout).is_some());
         places.clear();
         assert_eq!(feeds.readers(), 0);
     }

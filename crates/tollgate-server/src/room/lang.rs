@@ -52,6 +52,16 @@ pub(crate) struct Text {
     /// The page of a newcomer to a sold-out room, and of a waiter let go.
     pub(crate) sold_out_title: &'static str,
     pub(crate) sold_out_text: &'static str,
+    /// On the waiting page in a scheduled room's pre-queue: the opening's
+    /// time (`{t}`, RFC 3339 UTC; without script), its countdown (`{t}`,
+    /// by the script), and the moment it comes.
+    pub(crate) before_open_at: &'static str,
+    pub(crate) before_open: &'static str,
+    pub(crate) opening: &'static str,
+    /// The page of a visitor who comes before the pre-queue opens
+    /// (`{line}`: when it does; `{start}`: the opening; RFC 3339 UTC).
+    pub(crate) not_open_title: &'static str,
+    pub(crate) not_open_text: &'static str,
 }
 
 const EN: Text = Text {
@@ -86,6 +96,11 @@ const EN: Text = Text {
     closed_text: "Nobody new can join the line now. Please come back when it opens again.",
     sold_out_title: "Sold out",
     sold_out_text: "Everything is gone, so the line has closed. Thank you for waiting.",
+    before_open_at: "You are in the pre-queue. Admissions start at {t} (UTC).",
+    before_open: "You are in the pre-queue. Admissions start in {t}.",
+    opening: "Admissions are starting…",
+    not_open_title: "Not open yet",
+    not_open_text: "The line opens at {line} and admissions start at {start} (times in UTC). Please come back then.",
 };
 
 const ES: Text = Text {
@@ -121,6 +136,11 @@ const ES: Text = Text {
     closed_text: "Nadie nuevo puede unirse a la fila ahora. Vuelva cuando abra de nuevo.",
     sold_out_title: "Agotado",
     sold_out_text: "Ya no queda nada, así que la fila se cerró. Gracias por esperar.",
+    before_open_at: "Está en la fila previa. Las entradas empiezan a las {t} (UTC).",
+    before_open: "Está en la fila previa. Las entradas empiezan en {t}.",
+    opening: "Las entradas están empezando…",
+    not_open_title: "Aún no está abierto",
+    not_open_text: "La fila abre a las {line} y las entradas empiezan a las {start} (horas en UTC). Vuelva entonces.",
 };
 
 const ZH: Text = Text {
@@ -153,6 +173,11 @@ const ZH: Text = Text {
     closed_text: "现在无法加入队列。请在重新开放后再来。",
     sold_out_title: "已售罄",
     sold_out_text: "商品已全部售出，队列已关闭。感谢您的等候。",
+    before_open_at: "您在预排队中。放行将于 {t}（UTC）开始。",
+    before_open: "您在预排队中。放行将在 {t} 后开始。",
+    opening: "放行即将开始…",
+    not_open_title: "尚未开放",
+    not_open_text: "队列将于 {line} 开放，放行将于 {start} 开始（UTC 时间）。请届时再来。",
 };
 
 impl Lang {

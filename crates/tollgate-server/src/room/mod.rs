@@ -14,6 +14,7 @@ mod counters;
 pub(crate) mod events;
 mod feeds;
 mod lang;
+mod notices;
 mod page;
 mod path;
 mod proxy;

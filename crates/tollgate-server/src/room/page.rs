@@ -9,7 +9,9 @@ use axum::http::HeaderMap;
 use serde_json::json;
 
 use super::lang::{Lang, LangSetting, Text};
-use super::states::RoomState;
+use super::states::{self, RoomState};
+use super::store_call::now_ms;
+use super::watch::Settings;
 
 /// The frame of every built-in page: its head, the style (light and
 /// dark), and `{{t_body}}`.
@@ -35,6 +37,8 @@ pub(crate) enum Kind {
     /// A newcomer to a sold-out room, or a waiter it let go: 410
     /// (`sold_out_page`).
     SoldOut,
+    /// Before a scheduled room's pre-queue opens: 503 (`not_open_page`).
+    NotOpen,
 }
 
 impl Kind {
@@ -47,6 +51,7 @@ impl Kind {
             Kind::UpstreamTimeout => "upstream_timeout_page",
             Kind::Closed => "closed_page",
             Kind::SoldOut => "sold_out_page",
+            Kind::NotOpen => "not_open_page",
         }
     }
 
@@ -71,10 +76,13 @@ impl Kind {
                 "status_url",
                 "refresh_seconds",
                 "state",
+                "opens_at",
+                "opens_in_seconds",
             ],
             Kind::TryAgain => &["room", "lang", "retry_seconds"],
             Kind::UpstreamDown | Kind::UpstreamTimeout => &["room", "lang", "status", "retry_seconds"],
             Kind::Closed | Kind::SoldOut => &["room", "lang", "state"],
+            Kind::NotOpen => &["room", "lang", "opens_at", "line_opens_at", "retry_seconds"],
         }
     }
 }
@@ -157,6 +165,7 @@ pub(crate) struct Pages {
     upstream_timeout: Template,
     closed: Template,
     sold_out: Template,
+    not_open: Template,
 }
 
 /// What a waiting page shows: figures, or none (a visitor asking too
@@ -185,6 +194,7 @@ impl Pages {
             upstream_timeout: load(Kind::UpstreamTimeout)?,
             closed: load(Kind::Closed)?,
             sold_out: load(Kind::SoldOut)?,
+            not_open: load(Kind::NotOpen)?,
         })
     }
 
@@ -212,9 +222,27 @@ impl Pages {
             RoomState::Closed => t.state_closed,
             _ => "",
         };
-        let (position, waiting, eta) = match figures {
-            Figures::Known(s) => (s.position.to_string(), s.waiting.to_string(), s.eta),
-            Figures::Unknown => ("…".to_owned(), "…".to_owned(), None),
+        let (position, waiting, eta, opens) = match figures {
+            Figures::Known(s) => (
+                s.position.to_string(),
+                s.waiting.to_string(),
+                s.eta,
+                s.opens_at_ms,
+            ),
+            Figures::Unknown => ("…".to_owned(), "…".to_owned(), None, None),
+        };
+        // In the pre-queue: when admissions start, counted down by the
+        // page's script (the text without script says the time, UTC).
+        let (opens_at, opens_in) = opens.map_or((String::new(), String::new()), |at| {
+            (
+                states::rfc3339(at),
+                at.saturating_sub(now_ms()).div_ceil(1000).to_string(),
+            )
+        });
+        let opens_text = if opens.is_some() {
+            t.before_open_at.replace("{t}", &opens_at)
+        } else {
+            String::new()
         };
         let minutes = |d: Duration| (d.as_secs_f64() / 60.0).round() as u64;
         let (low, high) = eta.map_or((String::new(), String::new()), |(l, h)| {
@@ -223,6 +251,8 @@ impl Pages {
         let words = json!({
             "unknown": t.unknown, "under": t.under_a_minute, "one": t.one_minute,
             "many": t.minutes, "range": t.range, "turn": t.your_turn,
+            "paused": t.state_paused, "closed": t.state_closed,
+            "before_open": t.before_open, "opening": t.opening,
         })
         .to_string()
         .replace("</", "<\\/");
@@ -243,6 +273,9 @@ impl Pages {
             ("refresh_seconds", &refresh.to_string()),
             ("state", state.name()),
             ("t_state", state_text),
+            ("opens_at", &opens_at),
+            ("opens_in_seconds", &opens_in),
+            ("t_opens", &opens_text),
             ("t_head", &head),
             ("t_title", t.in_line),
             ("t_lead", t.lead),
@@ -301,6 +334,39 @@ impl Pages {
             ("t_title", title),
             ("t_heading", title),
             ("t_text", text),
+        ])
+    }
+
+    /// The page of a visitor who comes before a scheduled room's
+    /// pre-queue opens (served with 503 and `Retry-After: retry`): when
+    /// the line opens and when admissions start.
+    pub(crate) fn not_open(
+        &self,
+        room: &str,
+        lang: Lang,
+        opens_at_ms: u64,
+        line_opens_at_ms: u64,
+        retry: u64,
+    ) -> String {
+        let t = lang.text();
+        let (opens_at, line_opens_at) = (states::rfc3339(opens_at_ms), states::rfc3339(line_opens_at_ms));
+        let text = t
+            .not_open_text
+            .replace("{line}", &line_opens_at)
+            .replace("{start}", &opens_at);
+        let head = format!("<meta http-equiv=\"refresh\" content=\"{retry}\">");
+        let room_html = escape(room);
+        let retry = retry.to_string();
+        self.not_open.fill(&[
+            ("room", room_html.as_str()),
+            ("lang", t.code),
+            ("opens_at", &opens_at),
+            ("line_opens_at", &line_opens_at),
+            ("retry_seconds", &retry),
+            ("t_head", &head),
+            ("t_title", t.not_open_title),
+            ("t_heading", t.not_open_title),
+            ("t_text", &text),
         ])
     }
 
@@ -395,28 +461,38 @@ pub(super) struct Shown {
     /// The estimate as a range: from the line's measured pace, widened
     /// because the pace is irregular; `None` before there is data.
     pub(super) eta: Option<(Duration, Duration)>,
+    /// The room's state (open, paused or closed while one waits), as this
+    /// server last read it.
+    pub(super) state: RoomState,
+    /// The opening this waiter is in the pre-queue for (ms), if any.
+    pub(super) opens_at_ms: Option<u64>,
 }
 
 impl Shown {
-    pub(super) fn of(place: &tollgate::Place) -> Shown {
+    /// A place in line in a room whose state and schedule this server
+    /// last read as `settings`.
+    pub(super) fn of(place: &tollgate::Place, settings: Settings) -> Shown {
         Shown {
             position: place.position,
             waiting: place.waiting,
             eta: place.eta.map(|e| (e.mul_f64(0.75), e.mul_f64(1.5))),
+            state: settings.state,
+            opens_at_ms: settings.schedule.pending(now_ms()),
         }
     }
 
-    /// With the room's `state` (as this server last read it); the feed's
-    /// events carry none.
-    pub(super) fn json(&self, state: impl Into<Option<RoomState>>) -> serde_json::Value {
+    pub(super) fn json(&self) -> serde_json::Value {
         let (low, high) = match self.eta {
             Some((l, h)) => (Some(l.as_millis() as u64), Some(h.as_millis() as u64)),
             None => (None, None),
         };
         let mut j = json!({"status": "queued", "position": self.position, "waiting": self.waiting,
-               "eta_low_ms": low, "eta_high_ms": high});
-        if let Some(state) = state.into() {
-            j["state"] = state.json();
+               "eta_low_ms": low, "eta_high_ms": high, "state": self.state.json()});
+        // In the pre-queue: waiting for the opening, with its countdown.
+        if let Some(at) = self.opens_at_ms {
+            j["status"] = json!("before_open");
+            j["opens_at"] = json!(states::rfc3339(at));
+            j["opens_in_ms"] = json!(at.saturating_sub(now_ms()));
         }
         j
     }
@@ -441,6 +517,8 @@ mod tests {
             position: 3,
             waiting: 9,
             eta: Some((Duration::from_secs(90), Duration::from_secs(400))),
+            state: RoomState::Open,
+            opens_at_ms: None,
         };
         for lang in [Lang::En, Lang::Es, Lang::Zh] {
             for page in [
@@ -452,6 +530,17 @@ mod tests {
                 pages.reset("shop", lang, "/cart"),
                 pages.ended("shop", lang, RoomState::Closed),
                 pages.ended("shop", lang, RoomState::SoldOut),
+                pages.not_open("shop", lang, 1_764_583_200_000, 1_764_581_400_000, 60),
+                pages.waiting(
+                    "shop",
+                    lang,
+                    Figures::Known(&Shown {
+                        opens_at_ms: Some(now_ms() + 90_000),
+                        ..shown
+                    }),
+                    2,
+                    RoomState::Open,
+                ),
             ] {
                 assert_eq!(placeholders(&page).count(), 0, "{page}");
                 assert!(page.contains(&format!("<html lang=\"{}\">", lang.text().code)));
@@ -471,6 +560,28 @@ mod tests {
         assert!(es.contains("data-state=\"closed\">La sala está cerrada"), "{es}");
         let open = pages.waiting("shop", Lang::En, Figures::Known(&shown), 2, RoomState::Open);
         assert!(open.contains("data-state=\"open\"></p>"), "{open}");
+        let early = pages.not_open("shop", Lang::En, 1_764_583_200_000, 1_764_581_400_000, 60);
+        assert!(
+            early.contains(
+                "The line opens at 2025-12-01T09:30:00Z and admissions start at 2025-12-01T10:00:00Z"
+            ),
+            "{early}"
+        );
+        let pre = pages.waiting(
+            "shop",
+            Lang::En,
+            Figures::Known(&Shown {
+                opens_at_ms: Some(1_764_583_200_000),
+                ..shown
+            }),
+            2,
+            RoomState::Open,
+        );
+        assert!(
+            pre.contains("Admissions start at 2025-12-01T10:00:00Z (UTC)"),
+            "{pre}"
+        );
+        assert!(pre.contains("data-opens-at=\"2025-12-01T10:00:00Z\""), "{pre}");
         let sold = pages.ended("shop", Lang::Zh, RoomState::SoldOut);
         assert!(sold.contains("<h1>已售罄</h1>"), "{sold}");
         assert!(

@@ -22,7 +22,7 @@ use super::feeds::Feeds;
 use super::page::Pages;
 use super::path;
 use super::proxy::Upstream;
-use super::states::RoomState;
+use super::states::{self, Configured, RoomState, Schedule, Stored};
 use super::store_call::{bounded, now_ms};
 use super::token::Keys;
 use super::watch::{self, Seen, View};
@@ -54,8 +54,9 @@ pub(super) enum OnStoreError {
 /// One configured room.
 pub(crate) struct Room {
     pub(super) name: String,
-    /// The state `[rooms.NAME]` names (see states.rs for when it applies).
-    pub(super) configured_state: RoomState,
+    /// The state and schedule `[rooms.NAME]` names (see states.rs for
+    /// when they apply).
+    pub(super) configured: Configured,
     pub(super) gate: Gate,
     pub(super) keys: Keys,
     pub(super) upstream: Upstream,
@@ -123,7 +124,8 @@ impl Room {
     /// stream says first.
     pub(crate) async fn figures(&self) -> tollgate::Result<serde_json::Value> {
         let s = self.gate.stats().await?;
-        Ok(json!({
+        let stored = Stored::of(s.paused, &s.door);
+        let mut figures = json!({
             "room": self.name,
             "capacity": s.capacity,
             "active": s.holders,
@@ -131,9 +133,15 @@ impl Room {
             "admitted": s.grants,
             "expired": s.expiries,
             "paused": s.paused,
-            "state": RoomState::of(s.paused, &s.door).0.json(),
+            "state": stored.state.json(),
             "admissions_per_minute": s.admission_interval.map(|d| (60_000.0 / d.as_millis() as f64).round() as u64),
-        }))
+        });
+        if let (Some(f), serde_json::Value::Object(schedule)) =
+            (figures.as_object_mut(), stored.schedule.json())
+        {
+            f.extend(schedule);
+        }
+        Ok(figures)
     }
 
     /// The operator's reset of the line: everyone waiting is dropped in
@@ -164,7 +172,7 @@ impl Room {
     pub(super) async fn why_gone(&self, since_ms: u64) -> Gone {
         let skew = watch::SKEW.as_millis() as u64;
         match bounded(self.store_timeout, self.gate.stats()).await {
-            Ok(s) if RoomState::of(s.paused, &s.door).0 == RoomState::SoldOut => Gone::SoldOut,
+            Ok(s) if Stored::of(s.paused, &s.door).state == RoomState::SoldOut => Gone::SoldOut,
             Ok(s)
                 if s.line_reset_ms
                     .is_some_and(|at| since_ms <= at.saturating_add(skew)) =>
@@ -289,7 +297,7 @@ impl Room {
             // below has passed.
             let door = tollgate::DoorChange {
                 paused: Some(true),
-                ..s.state.change(self.configured_state, false)
+                ..states::change(s.state, &s.schedule, &self.configured, false)
             };
             self.gate.set_door(&door).await?;
             self.gate.set_admission_interval(s.admission_interval).await?;
@@ -325,32 +333,43 @@ impl Room {
     /// Sets the gate's capacity and admission rate to the configured ones
     /// (at start, when the view still holds the config's; the admin API
     /// changes them at runtime).
-    /// The state is applied only when the config names another one than
-    /// the store says it named at the last start: a state set at runtime
-    /// (a sold-out room) survives a restart, a changed config wins.
+    /// The state and schedule are applied only when the config names
+    /// others than the store says it named at the last start: what was
+    /// set at runtime (a sold-out room, an opening already run) survives a
+    /// restart, a changed config wins.
     pub(crate) async fn apply_config(&self) -> tollgate::Result<()> {
         let s = self.view.settings();
         self.gate.set_capacity(s.capacity).await?;
         self.gate.set_admission_interval(s.admission_interval).await?;
         let now = self.gate.stats().await?;
-        let (state, configured) = RoomState::of(now.paused, &now.door);
-        if configured != Some(self.configured_state) {
-            self.set_state(self.configured_state).await?;
-            tracing::info!(room = %self.name, state = self.configured_state.name(), "the room's state is the one its config names");
-        } else if state != self.configured_state {
-            tracing::info!(room = %self.name, state = state.name(), configured = self.configured_state.name(), "the room keeps the state set at runtime (the config's is unchanged since it was applied)");
+        let stored = Stored::of(now.paused, &now.door);
+        let c = &self.configured;
+        if !stored.configured_from(c) {
+            self.gate
+                .set_door(&states::change(c.state, &c.schedule, c, true))
+                .await?;
+            tracing::info!(room = %self.name, state = c.state.name(), "the room's state and schedule are the ones its config names");
+        } else if stored.state != c.state || stored.schedule != c.schedule {
+            tracing::info!(room = %self.name, state = stored.state.name(), configured = c.state.name(), "the room keeps the state and schedule set at runtime or already run (the config's are unchanged since they were applied)");
         }
         Ok(())
     }
 
-    /// Moves the room into `state` on every server: the gate's door and
-    /// pause in one step, and for sold out the whole line dropped in it
-    /// (every waiter is told on their next request). Answers how many
-    /// waiters were let go.
+    /// The room's state and schedule as the store has them now.
+    async fn stored(&self) -> tollgate::Result<Stored> {
+        let s = bounded(self.store_timeout, self.gate.stats()).await?;
+        Ok(Stored::of(s.paused, &s.door))
+    }
+
+    /// Moves the room into `state` on every server, its schedule kept: the
+    /// gate's door and pause in one step, and for sold out the whole line
+    /// dropped in it (every waiter is told on their next request).
+    /// Answers how many waiters were let go.
     pub(crate) async fn set_state(&self, state: RoomState) -> tollgate::Result<u64> {
+        let schedule = self.stored().await?.schedule;
         let dropped = self
             .gate
-            .set_door(&state.change(self.configured_state, true))
+            .set_door(&states::change(state, &schedule, &self.configured, true))
             .await?;
         if dropped > 0 {
             self.metrics.reset_dropped.increment(dropped);
@@ -359,11 +378,22 @@ impl Room {
         Ok(dropped)
     }
 
+    /// Sets when the room opens and closes, on every server, its state
+    /// kept (see states.rs: the store runs each at its time).
+    pub(crate) async fn set_schedule(&self, schedule: Schedule) -> tollgate::Result<()> {
+        let state = self.stored().await?.state;
+        self.gate
+            .set_door(&states::change(state, &schedule, &self.configured, false))
+            .await?;
+        tracing::info!(room = %self.name, opens_at = ?schedule.opens_at_ms.map(states::rfc3339), closes_at = ?schedule.closes_at_ms.map(states::rfc3339), "the room's schedule was set");
+        Ok(())
+    }
+
     /// The room's state as the store has it now (this server's view if the
     /// store cannot be read in time).
     pub(super) async fn stored_state(&self) -> RoomState {
-        match bounded(self.store_timeout, self.gate.stats()).await {
-            Ok(s) => RoomState::of(s.paused, &s.door).0,
+        match self.stored().await {
+            Ok(s) => s.state,
             Err(_) => self.state(),
         }
     }

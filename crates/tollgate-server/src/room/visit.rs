@@ -13,12 +13,12 @@ use futures_util::future::BoxFuture;
 use serde_json::json;
 use tollgate::{Entered, ErrorKind, TicketStatus, client_ip};
 
-use super::answers::{HTML, JSON, TRY_AGAIN_SECONDS, closed, plain, typed, wants_json};
+use super::answers::{JSON, TRY_AGAIN_SECONDS, closed, plain, typed, wants_json};
 use super::feeds;
 use super::page::{Figures, Shown};
 use super::proxy::{Hop, SESSION_HEADER, VISITOR_HEADER, ViaTls};
 use super::rooms::{Bypass, Gone, OnStoreError, Room};
-use super::states::RoomState;
+use super::states::{Phase, RoomState};
 use super::store_call::{bounded, is_store_error, now_ms, ticket_status};
 use super::token::{TOKEN_HEADER, Visitor};
 use super::{path, proxy, watch};
@@ -39,7 +39,7 @@ impl Room {
         HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
     }
 
-    fn clear_cookie(&self) -> HeaderValue {
+    pub(super) fn clear_cookie(&self) -> HeaderValue {
         HeaderValue::try_from(format!("{}=; Path=/; Max-Age=0", self.cookie_name))
             .unwrap_or_else(|_| HeaderValue::from_static(""))
     }
@@ -194,6 +194,16 @@ impl Room {
     }
 
     async fn arrive(&self, req: Request<hyper::body::Incoming>, hop: Hop) -> Response<Body> {
+        // A scheduled room before its pre-queue: the "not open yet" page,
+        // no store call (the gate would queue the visitor, held until the
+        // opening; the line is for the pre-queue only). A closed or sold
+        // out room says so instead.
+        let settings = self.view.settings();
+        if let Phase::NotOpen(at) = settings.schedule.phase(now_ms())
+            && !settings.state.refuses_newcomers()
+        {
+            return self.not_open_page(req.headers(), at, settings.schedule.prequeue);
+        }
         // Sold out, as of a fresh view: no store call for the crowd that
         // follows (the gate's door refuses newcomers anyway; a room that
         // is only closed is asked, as it may have just sold out).
@@ -248,7 +258,7 @@ impl Room {
                     },
                     now + 24 * 3600 * 1000,
                 );
-                let mut response = self.queued_page(req.headers(), Shown::of(&place));
+                let mut response = self.queued_page(req.headers(), Shown::of(&place, self.view.settings()));
                 self.attach(&mut response, &signed, Duration::from_secs(24 * 3600), hop.tls);
                 response.extensions_mut().insert(id);
                 response
@@ -430,7 +440,7 @@ impl Room {
                 self.forward_active(req, hop, &g.token, true).await
             }
             Ok(TicketStatus::Queued(place)) => {
-                let mut response = self.queued_page(req.headers(), Shown::of(&place));
+                let mut response = self.queued_page(req.headers(), Shown::of(&place, self.view.settings()));
                 response.extensions_mut().insert(VisitorId(ticket));
                 response
             }
@@ -449,57 +459,6 @@ impl Room {
         }
     }
 
-    /// What a visitor whose place a reset of the line took sees: that the
-    /// operator reset it (the page, or `{"status":"reset"}` as JSON), never
-    /// a silent place at the back nor an admission. Their token is
-    /// cleared, so the page's "join again" link (back to `path`) makes a
-    /// new arrival; the old token, presented again, only shows this again.
-    fn reset_page(&self, headers: &HeaderMap, path: &str, ticket: String) -> Response<Body> {
-        self.metrics.reset_told.increment(1);
-        let mut response = if wants_json(headers) {
-            typed(json!({"status": "reset"}).to_string(), JSON)
-        } else {
-            let lang = self.pages.lang(headers);
-            self.html(self.pages.reset(&self.name, lang, path))
-        };
-        let h = response.headers_mut();
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        h.append(header::SET_COOKIE, self.clear_cookie());
-        response.extensions_mut().insert(VisitorId(ticket));
-        response
-    }
-
-    /// What a newcomer to a closed room sees (503), or to a sold-out one,
-    /// or a waiter it let go (410): the page, or `{"status":"closed"}` /
-    /// `{"status":"sold_out"}` as JSON. Any token is cleared: a later
-    /// visit is a new arrival.
-    fn state_page(&self, headers: &HeaderMap, state: RoomState, ticket: Option<String>) -> Response<Body> {
-        let mut response = if wants_json(headers) {
-            typed(
-                json!({"status": state.name(), "state": state.name()}).to_string(),
-                JSON,
-            )
-        } else {
-            let lang = self.pages.lang(headers);
-            self.html(self.pages.ended(&self.name, lang, state))
-        };
-        *response.status_mut() = if state == RoomState::SoldOut {
-            StatusCode::GONE
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
-        };
-        response
-            .headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        if let Some(ticket) = ticket {
-            response
-                .headers_mut()
-                .append(header::SET_COOKIE, self.clear_cookie());
-            response.extensions_mut().insert(VisitorId(ticket));
-        }
-        response
-    }
-
     /// Counts an admission from the line, how long it waited, and how far
     /// off the estimate it was given on joining was.
     fn admitted_after(&self, since_ms: u64, eta_ms: Option<u64>) {
@@ -515,25 +474,15 @@ impl Room {
         }
     }
 
-    /// One of the room's pages; its language may follow `Accept-Language`.
-    fn html(&self, html: String) -> Response<Body> {
-        let mut r = typed(html, HTML);
-        if self.pages.varies() {
-            r.headers_mut()
-                .insert(header::VARY, HeaderValue::from_static("accept-language"));
-        }
-        r
-    }
-
     fn retry_seconds(&self) -> u64 {
         2
     }
 
     fn queued_page(&self, headers: &HeaderMap, shown: Shown) -> Response<Body> {
         let retry = self.retry_seconds();
-        let state = self.state();
+        let state = shown.state;
         let mut response = if wants_json(headers) {
-            typed(shown.json(state).to_string(), JSON)
+            typed(shown.json().to_string(), JSON)
         } else {
             let lang = self.pages.lang(headers);
             let html = self
@@ -633,7 +582,8 @@ impl Room {
                 }
                 match ticket_status(self.store_timeout, self.gate.status(&ticket)).await {
                     Ok(TicketStatus::Queued(place)) => {
-                        let mut r = json_response(StatusCode::OK, Shown::of(&place).json(self.state()));
+                        let mut r =
+                            json_response(StatusCode::OK, Shown::of(&place, self.view.settings()).json());
                         r.headers_mut()
                             .insert(header::RETRY_AFTER, HeaderValue::from(self.retry_seconds()));
                         r
@@ -697,6 +647,7 @@ impl Room {
                 feeds::events(
                     &self.feeds,
                     &self.gate,
+                    &self.view,
                     self.store_timeout,
                     &self.subscribers,
                     &ticket,
@@ -736,7 +687,7 @@ impl Room {
 /// Whom a response was for, for the access log: the ticket's id while in
 /// line, the session's once admitted (the same id), never the signed token.
 #[derive(Debug, Clone)]
-struct VisitorId(String);
+pub(super) struct VisitorId(pub(super) String);
 
 fn json_response(status: StatusCode, body: impl ToString) -> Response<Body> {
     let mut r = typed(body.to_string(), JSON);

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use tollgate::Gate;
 
-use super::states::RoomState;
+use super::states::{RoomState, Schedule, Stored};
 
 /// How often each server reads each room's revocation log and settings.
 pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(40);
@@ -53,9 +53,10 @@ const MAX_PENDING: usize = 100_000;
 pub(crate) struct Settings {
     pub(crate) capacity: u32,
     pub(crate) admission_interval: Option<Duration>,
-    /// Open, paused, closed, sold out or passthrough (the gate's door and
-    /// pause, see states.rs).
+    /// Open, paused, closed, sold out or passthrough, and when it opens
+    /// and closes (the gate's door and pause, see states.rs).
     pub(crate) state: RoomState,
+    pub(crate) schedule: Schedule,
 }
 
 /// What a room's view concluded from one read of the store.
@@ -266,13 +267,15 @@ impl View {
         match w.capacity {
             Some(_) if self.hold.load(Ordering::Acquire) => {}
             Some(capacity) => {
+                let stored = Stored::of(w.paused, &w.door);
                 *self
                     .settings
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Settings {
                     capacity,
                     admission_interval: w.admission_interval,
-                    state: RoomState::of(w.paused, &w.door).0,
+                    state: stored.state,
+                    schedule: stored.schedule,
                 };
                 self.configured.store(true, Ordering::Release);
             }

@@ -779,7 +779,11 @@ mod tests {
             upstream_timeout_page,
             closed_page,
             sold_out_page,
+            not_open_page,
             state,
+            opens_at,
+            prequeue,
+            closes_at,
             lang,
             line_ages,
         } = rooms.values().next().expect("a [rooms.NAME]").clone();
@@ -793,5 +797,6 @@ mod tests {
         assert!(try_again_page.is_some() && upstream_down_page.is_some() && upstream_timeout_page.is_some());
         assert!(upstream_ca.is_some() && upstream_client_cert.is_some() && upstream_client_key.is_some());
         assert!(closed_page.is_some() && sold_out_page.is_some() && state.is_some());
+        assert!(not_open_page.is_some() && opens_at.is_some() && prequeue.is_some() && closes_at.is_some());
     }
 }

@@ -152,3 +152,168 @@ async fn a_reset_line_in_a_real_browser() {
         .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
         .await;
 }
+
+/// Waits until the page's body text (in `session`) contains `want`.
+async fn shows(driver: &Driver, c: &reqwest::Client, session: &str, want: &str) {
+    let text = "return document.body ? document.body.innerText : '';";
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = driver.execute(c, session, text).await;
+        if now.as_str().is_some_and(|t| t.contains(want)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the page never said {want:?}: {now}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A room's states in a real (headless) Chromium: a waiter's page says
+/// the room closed to newcomers by itself (live, no reload), then, sold
+/// out, turns into the sold-out page by itself; a newcomer to a closed
+/// room gets the closed page. Each passes axe-core in light and dark. On
+/// the embedded store and on Redis.
+async fn closed_and_sold_out_in_a_real_browser(redis: Option<&str>) {
+    let axe = axe_source();
+    let (room, proxy, c) =
+        start_room(ONE_SLOT.set(&[LONG_SESSIONS, ("grace", r#""20s""#)]).redis(redis)).await;
+    let _holder = take_a_slot(&c, &proxy).await;
+    let driver = Driver::start();
+    let session = driver.session(&c).await;
+    driver.go(&c, &session, &format!("{proxy}/page")).await;
+    let position = "var p = document.getElementById('position'); return p ? p.textContent : null;";
+    assert_eq!(driver.execute(&c, &session, position).await, "1");
+    let state = "var s = document.getElementById('state'); return s ? s.getAttribute('data-state') : null;";
+    assert_eq!(driver.execute(&c, &session, state).await, "open");
+
+    // Closed: the waiter keeps its place, and its page says so live.
+    let closed = admin(
+        &c,
+        &room.s,
+        reqwest::Method::PUT,
+        "/state",
+        Some(serde_json::json!({"state": "closed"})),
+    )
+    .await;
+    assert_eq!(closed["state"], "closed", "{closed}");
+    shows(&driver, &c, &session, "The room is closed to newcomers").await;
+    assert_eq!(driver.execute(&c, &session, position).await, "1");
+    assert_eq!(driver.execute(&c, &session, state).await, "closed");
+    axe_check(&driver, &c, &session, &axe, "light").await;
+
+    // Sold out: the page learns its place is gone and shows why.
+    let sold = admin(
+        &c,
+        &room.s,
+        reqwest::Method::PUT,
+        "/state",
+        Some(serde_json::json!({"state": "sold_out"})),
+    )
+    .await;
+    assert!(sold["dropped"].as_u64() >= Some(1), "{sold}");
+    shows(
+        &driver,
+        &c,
+        &session,
+        "Everything is gone, so the line has closed.",
+    )
+    .await;
+    axe_check(&driver, &c, &session, &axe, "light").await;
+    driver.color_scheme(&c, &session, "dark").await;
+    axe_check(&driver, &c, &session, &axe, "dark").await;
+
+    // Closed again: a newcomer (this browser, its token cleared) gets
+    // the closed page.
+    admin(
+        &c,
+        &room.s,
+        reqwest::Method::PUT,
+        "/state",
+        Some(serde_json::json!({"state": "closed"})),
+    )
+    .await;
+    // (Once the server's view has the change: a sold-out room answers
+    // newcomers from its view, within a watch period.)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    driver.go(&c, &session, &format!("{proxy}/other")).await;
+    shows(&driver, &c, &session, "Nobody new can join the line now.").await;
+    axe_check(&driver, &c, &session, &axe, "dark").await;
+    driver
+        .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_and_sold_out_in_a_real_browser_embedded() {
+    closed_and_sold_out_in_a_real_browser(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_and_sold_out_in_a_real_browser_redis() {
+    let redis = RedisServer::start();
+    closed_and_sold_out_in_a_real_browser(Some(&redis.url())).await;
+}
+
+/// A scheduled room's pre-queue in a real (headless) Chromium: the page
+/// counts down to the opening each second (the element is not announced
+/// every second), passes axe-core, and at the opening moves the visitor
+/// on to the site by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pre_queue_counts_down_in_a_real_browser() {
+    let axe = axe_source();
+    let (room, proxy, c) = start_room(ONE_SLOT.set(&[LONG_SESSIONS, ("grace", r#""30s""#)])).await;
+    let driver = Driver::start();
+    let session = driver.session(&c).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let opens = chrono::DateTime::from_timestamp_millis(now + 8_000)
+        .expect("time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let body = serde_json::json!({"opens_at": opens, "prequeue": "1h"});
+    admin(&c, &room.s, reqwest::Method::PUT, "/schedule", Some(body)).await;
+    // (The server's view has the schedule within a watch period.)
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    driver.go(&c, &session, &format!("{proxy}/page")).await;
+    let countdown = "var o = document.getElementById('opens'); return o ? o.textContent : null;";
+    let first = driver.execute(&c, &session, countdown).await;
+    let first = first.as_str().unwrap_or_default().to_owned();
+    assert!(
+        first.starts_with("You are in the pre-queue. Admissions start in 0:0"),
+        "{first}"
+    );
+    assert_eq!(
+        driver
+            .execute(
+                &c,
+                &session,
+                "return document.getElementById('opens').getAttribute('aria-live');"
+            )
+            .await,
+        serde_json::Value::Null,
+        "a countdown is not read out every second"
+    );
+    axe_check(&driver, &c, &session, &axe, "light").await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let later = driver.execute(&c, &session, countdown).await;
+    assert!(
+        later
+            .as_str()
+            .is_some_and(|t| t != first && t.contains("Admissions start in 0:0")),
+        "the countdown moved: {first} then {later}"
+    );
+    // The opening: the one in the pre-queue is let in, by the page alone.
+    let text = "return document.body ? document.body.innerText : '';";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = driver.execute(&c, &session, text).await;
+        if now.as_str().is_some_and(|t| t.starts_with("upstream page for")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never let in at the opening: {now}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    driver
+        .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
+        .await;
+}

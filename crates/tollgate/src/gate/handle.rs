@@ -12,7 +12,7 @@ use crate::store::registry::Kind;
 
 use super::types::{
     Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
-    MAX_DOOR_NOTE, MAX_LINE_LIMIT, Occupancy, Pass, Place, Poll, Waiting, check_capacity,
+    MAX_DOOR_NOTE, MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, Occupancy, Pass, Place, Poll, Waiting, check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -367,6 +367,23 @@ impl Gate {
         }
         if change.door.note.chars().any(char::is_control) {
             return Err(Error::invalid("a door's note may not hold control characters"));
+        }
+        let door = &change.door;
+        if [door.opens_at_ms, door.closes_at_ms]
+            .iter()
+            .flatten()
+            .any(|t| *t > MAX_DOOR_TIME_MS)
+        {
+            return Err(Error::invalid(format!(
+                "a door's times are ms since the Unix epoch, at most {MAX_DOOR_TIME_MS} (the end of the year 9999)"
+            )));
+        }
+        if let (Some(opens), Some(closes)) = (door.opens_at_ms, door.closes_at_ms)
+            && closes <= opens
+        {
+            return Err(Error::invalid(
+                "a door must close after it opens (closes_at_ms > opens_at_ms)",
+            ));
         }
         let out = self.store.set_door(&self.name, change).await;
         self.store.register_after(Kind::Gates, &self.name, &out).await;

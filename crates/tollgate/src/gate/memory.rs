@@ -68,7 +68,9 @@ impl GateMemory<'_> {
         };
         let mut free = 0;
         let out = self.gates.with(gate, now, self.idle_ms, touch, new, |state| {
-            let before = (state.used, state.capacity, state.paused, state.admit_every_ms);
+            let before = (state.used, state.capacity, state.held(), state.admit_every_ms);
+            // The door's timers first: an opening admits in this step.
+            state.door.tick(now);
             // (Only a logged store needs to know what a read changed.)
             let seen = (log.is_none() && self.logging()).then(|| state.moved());
             state.expire(now);
@@ -332,6 +334,7 @@ impl GateMemory<'_> {
         let args = |b: &mut Vec<u8>| put(b, change);
         self.with_gate(gate, (Code::GateSetDoor, &args), |s, now, handed| {
             s.door = change.door.clone();
+            s.door.tick(now);
             if let Some(p) = change.paused {
                 s.paused = p;
             }
@@ -385,7 +388,7 @@ impl GateMemory<'_> {
                 capacity: s.capacity,
                 paused: s.paused,
                 admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
-                door: s.door.clone(),
+                door: s.door.at(now),
                 revoked: page.into_iter().map(|(_, id)| id.clone()).collect(),
                 cursor,
             }

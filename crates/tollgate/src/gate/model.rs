@@ -161,7 +161,16 @@ impl Shelved for GateState {
             .last_key_value()
             .map_or(0, |(score, _)| score / 1024 + self.revoke_keep_ms);
         let removed = self.removed_at.last().map_or(0, |(at, _)| at + REMOVED_KEEP_MS);
-        Some(lease.max(ticket).max(revoked).max(removed).max(self.admit_at))
+        // (A door's timers keep the gate until they have run.)
+        let timers = self.door.opens_at_ms.max(self.door.closes_at_ms).unwrap_or(0);
+        Some(
+            lease
+                .max(ticket)
+                .max(revoked)
+                .max(removed)
+                .max(self.admit_at)
+                .max(timers),
+        )
     }
 
     fn fence(&self) -> u64 {
@@ -224,7 +233,13 @@ impl GateState {
 
     /// Whether admission control lets one more in now.
     pub(super) fn may_admit(&self, now: u64) -> bool {
-        !self.paused && (self.admit_every_ms == 0 || self.admit_at <= now)
+        !self.paused && self.door.opens_at_ms.is_none() && (self.admit_every_ms == 0 || self.admit_at <= now)
+    }
+
+    /// Whether admissions are held (paused, or the door not open yet): a
+    /// change of it may free permits for barging waiters.
+    pub(super) fn held(&self) -> bool {
+        self.paused || self.door.opens_at_ms.is_some()
     }
 
     /// How many barging waiters to wake after an operation that started
@@ -236,7 +251,7 @@ impl GateState {
         let (used, capacity, paused, every) = before;
         let freed = self.used < used
             || self.capacity > capacity
-            || (paused && !self.paused)
+            || (paused && !self.held())
             || self.admit_every_ms < every;
         let Some(cap) = self.capacity else { return 0 };
         if !freed || self.barging_until <= now || !self.line.is_empty() || !self.may_admit(now) {

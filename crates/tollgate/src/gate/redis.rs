@@ -339,6 +339,12 @@ impl GateBackend for Arc<RedisStore> {
             u8::from(change.door.closed),
             change.door.note.as_str(),
             u8::from(change.drop_line),
+            change.door.opens_at_ms.map(|t| t.to_string()).unwrap_or_default(),
+            change
+                .door
+                .closes_at_ms
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
         );
         let r = self.run(&self.scripts.gate.set_admission, gate, args).await?;
         match r.as_slice() {
@@ -514,6 +520,8 @@ impl GateBackend for Arc<RedisStore> {
                 every,
                 reset,
                 closed,
+                opens,
+                closes,
             ] => Ok(GateStats {
                 capacity: u32::try_from(*capacity).ok(),
                 used: *used as u64,
@@ -528,6 +536,8 @@ impl GateBackend for Arc<RedisStore> {
                 door: Door {
                     closed: *closed == 1,
                     note,
+                    opens_at_ms: u64::try_from(*opens).ok().filter(|t| *t > 0),
+                    closes_at_ms: u64::try_from(*closes).ok().filter(|t| *t > 0),
                 },
             }),
             other => Err(unexpected("stats", other)),
@@ -563,7 +573,19 @@ impl GateBackend for Arc<RedisStore> {
             .await?;
         let bad = || Error::new(ErrorKind::Store, "unexpected reply to watch_state");
         let int = |v: &Value| -> Result<i64> { redis::from_redis_value_ref(v).map_err(|_| bad()) };
-        let [epoch, capacity, paused, every, closed, note, cursor, ids @ ..] = v.as_slice() else {
+        let [
+            epoch,
+            capacity,
+            paused,
+            every,
+            closed,
+            note,
+            opens,
+            closes,
+            cursor,
+            ids @ ..,
+        ] = v.as_slice()
+        else {
             return Err(bad());
         };
         let epoch: String = redis::from_redis_value_ref(epoch).map_err(|_| bad())?;
@@ -582,6 +604,8 @@ impl GateBackend for Arc<RedisStore> {
             door: Door {
                 closed: int(closed)? == 1,
                 note: redis::from_redis_value_ref(note).map_err(|_| bad())?,
+                opens_at_ms: u64::try_from(int(opens)?).ok().filter(|t| *t > 0),
+                closes_at_ms: u64::try_from(int(closes)?).ok().filter(|t| *t > 0),
             },
             cursor: int(cursor)?.max(0) as u64,
             revoked: ids

@@ -151,12 +151,51 @@ pub struct Door {
     pub closed: bool,
     /// Up to [`MAX_DOOR_NOTE`] bytes of the owner's, kept as given ("" for none).
     pub note: String,
+    /// Nobody is admitted before the store's clock reaches this (ms since
+    /// the Unix epoch); newcomers may queue meanwhile (unless the door is
+    /// closed). The first operation on the gate at or after it lifts the
+    /// hold in its own atomic step, admitting the head of the line up to
+    /// the capacity at once; from then on it reads `None`. A time already
+    /// past is no hold.
+    pub opens_at_ms: Option<u64>,
+    /// The door closes when the store's clock reaches this (ms since the
+    /// Unix epoch): as for `opens_at_ms`, in the first operation at or
+    /// after it (a watch already reads the door closed). A time already
+    /// past closes it at once.
+    pub closes_at_ms: Option<u64>,
 }
+
+/// The latest time a door's timers take (the end of the year 9999, in
+/// ms): below 2^53, so exact in Lua's numbers.
+pub const MAX_DOOR_TIME_MS: u64 = 253_402_300_799_999;
 
 impl Door {
     /// Whether it is the door of a gate nobody set one on.
     pub(crate) fn is_blank(&self) -> bool {
-        !self.closed && self.note.is_empty()
+        !self.closed && self.note.is_empty() && self.opens_at_ms.is_none() && self.closes_at_ms.is_none()
+    }
+
+    /// Takes the steps due at store time `now` (as general_state.lua):
+    /// the hold ends, the door closes. Whether anything changed.
+    pub(crate) fn tick(&mut self, now: u64) -> bool {
+        let mut changed = false;
+        if self.opens_at_ms.is_some_and(|at| at <= now) {
+            self.opens_at_ms = None;
+            changed = true;
+        }
+        if self.closes_at_ms.is_some_and(|at| at <= now) {
+            self.closes_at_ms = None;
+            self.closed = true;
+            changed = true;
+        }
+        changed
+    }
+
+    /// The door as it reads at `now` without changing anything (a watch).
+    pub(crate) fn at(&self, now: u64) -> Door {
+        let mut door = self.clone();
+        door.tick(now);
+        door
     }
 }
 

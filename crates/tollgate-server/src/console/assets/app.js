@@ -466,13 +466,31 @@ async function room(name) {
   const drawControl = async () => {
     try {
       const s = await api('GET', base);
+      // The room's state (docs/ROOMS.md, Room states): a button for each
+      // other one; sold out asks first, as it lets everyone waiting go.
+      const toState = (state, done) => async () => {
+        const r = await api('PUT', base + '/state', { state });
+        drawControl();
+        drawHead();
+        return done(r);
+      };
+      const stateActions = [];
+      if (s.state === 'paused') stateActions.push(action('Resume', toState('open', () => `Room ${name} resumed.`)));
+      else if (s.state !== 'open') stateActions.push(action('Open', toState('open', () => `Room ${name} is open.`)));
+      if (s.state === 'open') stateActions.push(action('Pause', toState('paused', () => `Room ${name} paused: new visitors wait.`)));
+      if (s.state !== 'closed' && s.state !== 'sold_out') stateActions.push(action('Close', toState('closed', () => `Room ${name} closed: newcomers are turned away, the line goes on.`)));
+      if (s.state !== 'sold_out') {
+        stateActions.push(action('Sold out', toState('sold_out', (r) => `Room ${name} sold out: ${fmt(r.dropped)} waiting visitors let go.`), { confirm: 'Mark this room sold out and let everyone waiting go?' }));
+      }
+      if (s.state !== 'passthrough') stateActions.push(action('Passthrough', toState('passthrough', () => `Room ${name} steps aside: every request goes to the site.`)));
       fill(
         control,
+        h('p', {}, 'State: ', h('strong', { id: 'room-state' }, s.state)),
+        h('p', { id: 'room-schedule' },
+          s.opens_at ? `Opens at ${s.opens_at} (pre-queue from ${fmt(s.prequeue_seconds)} s before)` : 'No opening scheduled',
+          s.closes_at ? `; closes at ${s.closes_at}.` : '.'),
         h('p', { class: 'actions' },
-          s.paused
-            ? action('Resume', async () => { await api('POST', base + '/resume'); drawControl(); return `Room ${name} resumed.`; })
-            : action('Pause', async () => { await api('POST', base + '/pause'); drawControl(); return `Room ${name} paused: new visitors wait.`; }),
-          ' ',
+          ...stateActions.flatMap((a) => [a, ' ']),
           action('Reset', async () => {
             const r = await api('POST', base + '/reset');
             drawHead();
@@ -482,6 +500,17 @@ async function room(name) {
         form([{ name: 'capacity', label: 'Capacity', type: 'number', min: 1, inputmode: 'numeric', value: s.capacity ?? '' }], 'Set capacity', async (v) => {
           await api('PUT', base + '/capacity', { capacity: Number(v.capacity) });
           return `Capacity of ${name} set to ${v.capacity}.`;
+        }),
+        form([
+          { name: 'opens_at', label: 'Opens at', value: s.opens_at ?? '', hint: 'RFC 3339, e.g. 2026-12-01T10:00:00Z; empty: no opening time' },
+          { name: 'prequeue', label: 'Pre-queue', value: s.opens_at ? `${s.prequeue_seconds}s` : '', hint: 'how long before the opening visitors may join, e.g. 30m' },
+          { name: 'closes_at', label: 'Closes at', value: s.closes_at ?? '', hint: 'RFC 3339; empty: never' },
+        ], 'Set schedule', async (v) => {
+          const body = { opens_at: v.opens_at === '' ? null : v.opens_at, closes_at: v.closes_at === '' ? null : v.closes_at };
+          if (v.opens_at !== '' && v.prequeue !== '') body.prequeue = v.prequeue;
+          await api('PUT', base + '/schedule', body);
+          drawControl();
+          return v.opens_at === '' ? `Room ${name} has no opening scheduled.` : `Room ${name} opens at ${v.opens_at}.`;
         }),
         form([{ name: 'per_minute', label: 'Admissions per minute', type: 'number', min: 1, inputmode: 'numeric', value: s.admissions_per_minute ?? '', hint: 'empty: no cap' }], 'Set rate', async (v) => {
           const per = v.per_minute === '' ? null : Number(v.per_minute);

@@ -77,7 +77,8 @@ function F.finish()
   -- m lives IDLE past every deadline, and past this call if it changed
   -- something (only if m exists: a read of a gate without state must not
   -- create it).
-  local last = math.max(S.T, S.U, S.V, S.A, S.r_top, S.h_top)
+  -- (The door's timers too: the gate is kept until they have run.)
+  local last = math.max(S.T, S.U, S.V, S.A, S.r_top, S.h_top, S.I, S.J)
   if k > 0 or S.wrote_meta then last = math.max(last, S.now) end
   local meta_until = exists and meta_expiry(last, raw[10])
   if meta_until then
@@ -86,9 +87,10 @@ function F.finish()
   end
   -- k: the fast paths must leave this gate to the general path (holders on
   -- the sorted set, labels, a multi-permit waiter, admission control, or
-  -- a sweep under way, a closed door). Set before any of these is written; a k left set
+  -- a sweep under way, a closed door or its timers). Set before any of these is written; a k left set
   -- by a fast path that could not tell is cleared here.
   local complex = S.H > 0 and not S.inline or S.n > 0 or S.a > 0 or S.P ~= 0 or S.R ~= 0 or S.Y ~= '0' or S.D ~= 0
+    or S.I ~= 0 or S.J ~= 0
   if complex and not raw[4] then
     changed[k + 1], changed[k + 2] = 'k', 1
     k = k + 2

@@ -22,7 +22,7 @@ end
 
 -- Whether admission control lets one more in now, and spending it.
 function F.may_admit()
-  return S.P ~= 1 and (S.R == 0 or S.A <= S.now)
+  return S.P ~= 1 and S.I == 0 and (S.R == 0 or S.A <= S.now)
 end
 function F.admitted()
   if S.R > 0 then S.A = math.max(S.A, S.now) + S.R end

@@ -13,8 +13,8 @@ clock()
 if not raw then read_meta() end
 local KH, KP, KQ, KR = base .. 'h', base .. 'p', base .. 'q', base .. 'r'
 -- The meta fields read_meta() did not read: 1 x, 2 e, 3 o, 4 T, 5 A, 6 Q, 7 H,
--- 8 n, 9 a, 10 P, 11 R, 12 Y, 13 s, 14 U, 15 V, 16 D.
-local m = redis.call('HMGET', KM, 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y', 's', 'U', 'V', 'D')
+-- 8 n, 9 a, 10 P, 11 R, 12 Y, 13 s, 14 U, 15 V, 16 D, 17 I, 18 J.
+local m = redis.call('HMGET', KM, 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y', 's', 'U', 'V', 'D', 'I', 'J')
 local S, F = {
   now = now, KM = KM, KH = KH, KP = KP, KQ = KQ, KR = KR,
   cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(m[7]) or 0, W = tonumber(raw[5]) or 0,
@@ -23,8 +23,9 @@ local S, F = {
   a = tonumber(m[9]) or 0,
   -- Admission control (written by set_admission.lua, A also here).
   P = tonumber(m[10]) or 0, R = tonumber(m[11]) or 0, A = tonumber(m[5]) or 0,
-  -- The door: 1 while closed to newcomers (set_admission.lua).
-  D = tonumber(m[16]) or 0,
+  -- The door: 1 while closed to newcomers; nobody admitted before I; the
+  -- door closes at J (ms; 0: none). See set_admission.lua.
+  D = tonumber(m[16]) or 0, I = tonumber(m[17]) or 0, J = tonumber(m[18]) or 0,
   -- r is absent (nil) until the line's first gap was measured.
   r = tonumber(raw[7]), l = tonumber(raw[8]) or 0,
   U = tonumber(m[14]) or 0, V = tonumber(m[15]) or 0, N = tonumber(raw[11]) or 0,
@@ -57,6 +58,18 @@ local was = {
   f = S.f, b = S.b, x = S.x, s = S.s, e = S.e, n = S.n, o = S.o, H = S.H, W = S.W, z = S.z, T = S.T,
   U = S.U, X = S.X, V = S.V, r = S.r, l = S.l, a = S.a, A = S.A, Y = S.Y, Q = S.Q, N = S.N,
 }
+-- The door's timers that are due run first, in this call's step (as
+-- Door::tick in src/gate/types.rs): the hold before the opening ends (and
+-- promotion, next, admits the head of the line), the door closes.
+if S.I > 0 and S.I <= now then
+  S.I, S.freed, S.wrote_meta = 0, true, true
+  redis.call('HDEL', KM, 'I')
+end
+if S.J > 0 and S.J <= now then
+  S.J, S.D, S.wrote_meta = 0, 1, true
+  redis.call('HSET', KM, 'D', 1)
+  redis.call('HDEL', KM, 'J')
+end
 -- How long, and how many, removed tickets x remembers (as REMOVED_KEEP_MS
 -- and REMOVED_MAX in src/gate/types.rs).
 local REMOVED_KEEP, REMOVED_MAX = 3600000, 1000

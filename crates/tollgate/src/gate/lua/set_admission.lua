@@ -1,6 +1,6 @@
 --- @include "general.lua"
 --- @include "line_clear.lua"
---- @needs KM, S, was, done, promote, clear_line
+--- @needs KM, now, S, was, done, promote, clear_line
 -- set_admission.lua: admission control, and the door. Paused, nobody new
 -- is granted (everyone queues; holders are not touched); with an
 -- interval, at most one grant per interval. Resuming or loosening admits
@@ -11,7 +11,9 @@
 -- ARGV: 1 paused ('1', '0', or '' to leave it), 2 least ms between
 --       admissions ('0' for none, '' to leave it), and to set the door:
 --       3 closed ('1' or '0'), 4 its note ('' for none), 5 '1' to drop
---       the whole line too
+--       the whole line too, 6 nobody admitted before this (ms, server
+--       time; '' for no hold), 7 the door closes at this ('' for none);
+--       a time already past is no hold, and closes the door at once
 -- Reply: {1, tickets dropped}
 if ARGV[1] == '1' then
   S.P = 1
@@ -40,6 +42,12 @@ if ARGV[3] then
     redis.call('HDEL', KM, 'D')
   end
   if ARGV[4] ~= '' then redis.call('HSET', KM, 'M', ARGV[4]) else redis.call('HDEL', KM, 'M') end
+  S.I, S.J = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
+  if S.I <= now then S.I = 0 end
+  if S.J > 0 and S.J <= now then S.J, S.D = 0, 1 end
+  if S.D == 1 then redis.call('HSET', KM, 'D', 1) end
+  if S.I > 0 then redis.call('HSET', KM, 'I', S.I) else redis.call('HDEL', KM, 'I') end
+  if S.J > 0 then redis.call('HSET', KM, 'J', S.J) else redis.call('HDEL', KM, 'J') end
   if ARGV[5] == '1' then dropped = clear_line() end
 end
 S.wrote_meta = true

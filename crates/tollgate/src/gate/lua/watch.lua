@@ -7,7 +7,9 @@
 --       2 the most ids to answer
 -- Reply: {epoch ('' if the gate has no state), capacity or -1, paused
 --         (1/0), least ms between admissions (0: none), door closed
---         (1/0), the door's note, cursor, id, ...}:
+--         (1/0), the door's note, no admission before (ms; 0: none), the
+--         door closes at (ms; 0: none), cursor, id, ...}: the door as it
+--         reads now (a timer due counts as run, though nothing is written)
 --        the ids ended (leave.lua with a keep) with a score at or above
 --        `since`, oldest first, skipping those older than their keep (K).
 --        The cursor is one past the last score answered when the answer
@@ -21,7 +23,7 @@ local KR = string.sub(KM, 1, -2) .. 'r'
 local since, max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KM, 'E', 'c', 'P', 'R', 'K', 'Z', 'D', 'M')
+local m = redis.call('HMGET', KM, 'E', 'c', 'P', 'R', 'K', 'Z', 'D', 'M', 'I', 'J')
 local K = tonumber(m[5]) or 0
 
 local from = math.max(since, (now - K) * 1024)
@@ -34,7 +36,10 @@ else
   if Z then cursor = math.max(Z + 1, since) else cursor = since end
 end
 
-local reply = {m[1] or '', tonumber(m[2]) or -1, tonumber(m[3]) or 0, tonumber(m[4]) or 0, tonumber(m[7]) or 0, m[8] or '',
-  cursor}
+local closed, opens, closes = tonumber(m[7]) or 0, tonumber(m[9]) or 0, tonumber(m[10]) or 0
+if opens <= now then opens = 0 end
+if closes > 0 and closes <= now then closed, closes = 1, 0 end
+local reply = {m[1] or '', tonumber(m[2]) or -1, tonumber(m[3]) or 0, tonumber(m[4]) or 0, closed, m[8] or '',
+  opens, closes, cursor}
 for i = 1, #got, 2 do reply[#reply + 1] = got[i] end
 return reply
