@@ -19,24 +19,6 @@ use support::RedisServer;
 
 const ADMIN: &str = "admin-token-0123456789";
 
-/// Long sessions and a long grace: nobody leaves the room by time here.
-fn config(up: std::net::SocketAddr, capacity: u32) -> String {
-    room_config(up, capacity, r#"arrival_rate = "off""#)
-        .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
-        .replace("grace = \"3s\"", "grace = \"60s\"")
-}
-
-async fn status_of(c: &reqwest::Client, proxy: &str, cookie: &str) -> Value {
-    c.get(format!("{proxy}/.tollgate/shop/status"))
-        .header("cookie", format!("tollgate_shop={cookie}"))
-        .send()
-        .await
-        .expect("status")
-        .json()
-        .await
-        .expect("json")
-}
-
 async fn admin(c: &reqwest::Client, s: &Server, method: reqwest::Method, path: &str) -> (u16, Value) {
     send(c.request(method, s.url(path)).bearer_auth(ADMIN)).await
 }
@@ -58,7 +40,7 @@ async fn metric(s: &Server, name: &str) -> u64 {
 /// browsing, and arrivals after the reset queue from the front.
 async fn reset_drops_the_line_and_says_so(redis: Option<&str>, two_servers: bool) {
     let (seen, up, dir) = site().await;
-    let config = config(up, 2);
+    let config = long_config(up, 2, "");
     let a = start(&dir, &config, redis);
     let b = two_servers.then(|| start(&dir, &config, redis));
     let pa = a.proxy.clone().expect("proxy");
@@ -204,7 +186,7 @@ async fn reset_drops_the_line_and_says_so_across_servers() {
 /// listing's bounds and bad input; removing one waiter by number.
 async fn edges(redis: Option<&str>) {
     let (_seen, up, dir) = site().await;
-    let s = start(&dir, &config(up, 1), redis);
+    let s = start(&dir, &long_config(up, 1, ""), redis);
     let proxy = s.proxy.clone().expect("proxy");
     let c = reqwest::Client::new();
     let post = reqwest::Method::POST;
@@ -307,7 +289,7 @@ async fn edges_redis() {
 /// slot; the resets' counts and the line left add up to everyone.
 async fn joins_racing_a_reset(redis: Option<&str>) {
     let (seen, up, dir) = site().await;
-    let s = start(&dir, &config(up, 1), redis);
+    let s = start(&dir, &long_config(up, 1, ""), redis);
     let (s, proxy, c, _holder) = take_the_slot(s).await;
     let joins: Vec<_> = (0..40)
         .map(|i| {
@@ -385,7 +367,7 @@ async fn ages_can_be_left_out() {
     let (_seen, up, dir) = site().await;
     let s = start(
         &dir,
-        &config(up, 1).replace("arrival_rate", "line_ages = false\narrival_rate"),
+        &long_config(up, 1, "").replace("arrival_rate", "line_ages = false\narrival_rate"),
         None,
     );
     let (s, proxy, c, _holder) = take_the_slot(s).await;

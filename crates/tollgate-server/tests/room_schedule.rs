@@ -21,12 +21,6 @@ use support::RedisServer;
 
 const ADMIN: &str = "admin-token-0123456789";
 
-fn config(up: std::net::SocketAddr, capacity: u32, extra: &str) -> String {
-    room_config(up, capacity, &format!("arrival_rate = \"off\"\n{extra}"))
-        .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
-        .replace("grace = \"3s\"", "grace = \"60s\"")
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -45,20 +39,9 @@ async fn until_ms(at: u64) {
     tokio::time::sleep(Duration::from_millis(left)).await;
 }
 
-async fn status_of(c: &reqwest::Client, proxy: &str, cookie: &str) -> Value {
-    c.get(format!("{proxy}/.tollgate/shop/status"))
-        .header("cookie", format!("tollgate_shop={cookie}"))
-        .send()
-        .await
-        .expect("status")
-        .json()
-        .await
-        .expect("json")
-}
-
 async fn a_scheduled_opening(redis: Option<&str>, two_servers: bool) {
     let (seen, up, dir) = site().await;
-    let config = config(up, 2, "");
+    let config = long_config(up, 2, "");
     let a = start(&dir, &config, redis);
     let b = two_servers.then(|| start(&dir, &config, redis));
     let pa = a.proxy.clone().expect("proxy");
@@ -213,7 +196,7 @@ async fn schedules_from_the_config_and_bad_ones() {
     let (_seen, up, dir) = site().await;
     let opens = now_ms() + 3_600_000;
     let extra = format!("opens_at = \"{}\"\nprequeue = \"10m\"", rfc3339(opens));
-    let s = start(&dir, &config(up, 1, &extra), None);
+    let s = start(&dir, &long_config(up, 1, &extra), None);
     let c = reqwest::Client::new();
     let (_, figures) = send(c.get(s.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
     assert_eq!(figures["prequeue_seconds"], 600, "{figures}");
@@ -264,7 +247,7 @@ async fn schedules_from_the_config_and_bad_ones() {
         ),
     ] {
         let path = dir.path().join(format!("bad-{}.toml", rand_suffix()));
-        std::fs::write(&path, config(up, 1, extra)).expect("write");
+        std::fs::write(&path, long_config(up, 1, extra)).expect("write");
         let out = Server::command(None, &["--config", path.to_str().expect("path")])
             .output()
             .expect("run");

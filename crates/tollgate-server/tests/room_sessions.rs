@@ -12,7 +12,6 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use room_support::*;
-use serde_json::Value;
 use serve_support::{Server, send};
 use support::RedisServer;
 
@@ -44,17 +43,6 @@ async fn replay(c: &reqwest::Client, proxy: &str, who: &str, cookie: &str) -> u1
     let mut v = Visitor::new(who);
     v.cookie = Some(cookie.to_owned());
     v.get(c, proxy, "/page", true).await.status
-}
-
-async fn status_of(c: &reqwest::Client, proxy: &str, cookie: &str) -> Value {
-    c.get(format!("{proxy}/.tollgate/shop/status"))
-        .header("cookie", format!("tollgate_shop={cookie}"))
-        .send()
-        .await
-        .expect("status")
-        .json()
-        .await
-        .expect("json")
 }
 
 /// Each of the four ways a session ends, then its token sent again: on the

@@ -18,13 +18,6 @@ use support::RedisServer;
 
 const ADMIN: &str = "admin-token-0123456789";
 
-/// Long sessions and a long grace: nobody leaves the room by time here.
-fn config(up: std::net::SocketAddr, capacity: u32, extra: &str) -> String {
-    room_config(up, capacity, &format!("arrival_rate = \"off\"\n{extra}"))
-        .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
-        .replace("grace = \"3s\"", "grace = \"60s\"")
-}
-
 async fn set_state(c: &reqwest::Client, s: &Server, state: &str) -> Value {
     let (st, body) = send(
         c.put(s.url("/v1/rooms/shop/state"))
@@ -35,17 +28,6 @@ async fn set_state(c: &reqwest::Client, s: &Server, state: &str) -> Value {
     assert_eq!(st, 200, "{body}");
     assert_eq!(body["state"], state, "{body}");
     body
-}
-
-async fn status_of(c: &reqwest::Client, proxy: &str, cookie: &str) -> Value {
-    c.get(format!("{proxy}/.tollgate/shop/status"))
-        .header("cookie", format!("tollgate_shop={cookie}"))
-        .send()
-        .await
-        .expect("status")
-        .json()
-        .await
-        .expect("json")
 }
 
 /// Asks until `check` holds (a server's view of the state follows the
@@ -67,7 +49,7 @@ where
 
 async fn every_state_does_what_it_says(redis: Option<&str>, two_servers: bool) {
     let (seen, up, dir) = site().await;
-    let config = config(up, 2, "");
+    let config = long_config(up, 2, "");
     let a = start(&dir, &config, redis);
     let b = two_servers.then(|| start(&dir, &config, redis));
     let pa = a.proxy.clone().expect("proxy");
@@ -225,7 +207,7 @@ async fn every_state_does_what_it_says_across_servers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_states_are_refused() {
     let (_seen, up, dir) = site().await;
-    let s = start(&dir, &config(up, 1, ""), None);
+    let s = start(&dir, &long_config(up, 1, ""), None);
     let c = reqwest::Client::new();
     for body in [
         json!({"state": "nope"}),
@@ -264,11 +246,11 @@ async fn a_state_set_at_runtime_survives_a_restart_until_the_config_changes() {
     let redis = RedisServer::start();
     let (_seen, up, dir) = site().await;
     let c = reqwest::Client::new();
-    let first = start(&dir, &config(up, 1, ""), Some(&redis.url()));
+    let first = start(&dir, &long_config(up, 1, ""), Some(&redis.url()));
     set_state(&c, &first, "sold_out").await;
     drop(first);
 
-    let again = start(&dir, &config(up, 1, ""), Some(&redis.url()));
+    let again = start(&dir, &long_config(up, 1, ""), Some(&redis.url()));
     let (_, figures) = send(c.get(again.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
     assert_eq!(figures["state"], "sold_out", "{figures}");
     let answer = Visitor::new("v")
@@ -277,7 +259,11 @@ async fn a_state_set_at_runtime_survives_a_restart_until_the_config_changes() {
     assert_eq!(answer.status, 410, "{}", answer.text);
     drop(again);
 
-    let changed = start(&dir, &config(up, 1, "state = \"paused\""), Some(&redis.url()));
+    let changed = start(
+        &dir,
+        &long_config(up, 1, "state = \"paused\""),
+        Some(&redis.url()),
+    );
     let (_, figures) = send(c.get(changed.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
     assert_eq!(
         (&figures["state"], &figures["paused"]),

@@ -13,12 +13,13 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use tollgate::{Gate, GateOptions, Limit, RateLimiter, Store};
 
+use super::challenge::{self, Challenges};
 use super::counters::RoomMetrics;
 use super::lang::LangSetting;
 use super::page::{Kind, Pages};
 use super::path;
 use super::proxy::{Upstream, UpstreamError, UpstreamTls};
-use super::rooms::{OnStoreError, Room, Rooms};
+use super::rooms::{ArrivalChallenge, OnStoreError, Room, Rooms};
 use super::states::{self, Configured, DEFAULT_PREQUEUE, RoomState, Schedule};
 use super::store_call::now_ms;
 use super::token::Keys;
@@ -100,6 +101,10 @@ pub(crate) struct RoomSettings {
     pub(crate) closed_page: Option<std::path::PathBuf>,
     /// An HTML file replacing the page of a sold-out room.
     pub(crate) sold_out_page: Option<std::path::PathBuf>,
+    /// A proof of work a new visitor's browser solves before joining the
+    /// line: this many leading zero bits of SHA-256 (each doubles the
+    /// work; 2^bits hashes on average). 0 (default): none. At most 28.
+    pub(crate) challenge_bits: Option<u8>,
     /// An HTML file replacing the page before a scheduled room's pre-queue.
     pub(crate) not_open_page: Option<std::path::PathBuf>,
     /// The built-in pages' language: `en` (default), `es`, `zh`, or `auto`
@@ -208,6 +213,30 @@ fn per_server_limiter(room: &str, what: &str, rate: tollgate::Rate) -> Result<Ra
     )
 }
 
+/// A room's arrival challenge: signed with its first cookie key, each
+/// nonce spent once in the store (shared by every server).
+fn arrival_challenge(
+    name: &str,
+    s: &RoomSettings,
+    store: &Store,
+    bits: u8,
+) -> Result<ArrivalChallenge, String> {
+    let key = s
+        .cookie_keys
+        .first()
+        .ok_or("cookie_keys: give at least one key (the first signs, all verify)")?;
+    let lifetime = challenge::LIFETIME;
+    let once = tollgate::Rate::new(1, lifetime * 2).map_err(|e| e.to_string())?;
+    let limit = Limit::gcra(once, 1).map_err(|e| e.to_string())?;
+    let spent = RateLimiter::new(store, &format!("room:{name}:challenge"), limit)
+        .map_err(|e| e.to_string())?
+        .on_store_error(tollgate::OnStoreError::Open);
+    Ok(ArrivalChallenge {
+        challenges: Challenges::new(name, key, bits),
+        spent,
+    })
+}
+
 fn check_room_name(name: &str) -> Result<(), String> {
     if name.is_empty()
         || name.len() > 64
@@ -299,6 +328,17 @@ impl Room {
                 Some(per_server_limiter(name, "arrivals", rate).map_err(at)?)
             }
         };
+        let challenge = match s.challenge_bits.unwrap_or(0) {
+            0 => None,
+            bits if bits > challenge::MAX_BITS => {
+                return Err(at(format!(
+                    "challenge_bits = {bits}: at most {} (each bit doubles a visitor's work), or 0 for none",
+                    challenge::MAX_BITS
+                ))
+                .into());
+            }
+            bits => Some(arrival_challenge(name, s, store, bits).map_err(at)?),
+        };
         let on_store_error = match s.on_store_error.as_deref().unwrap_or("closed") {
             "open" => OnStoreError::Open,
             "closed" => OnStoreError::Closed,
@@ -384,6 +424,7 @@ impl Room {
             renew_every: session_ttl / 4,
             status_limit,
             arrival_limit,
+            challenge,
             on_store_error,
             store_timeout: Duration::from_millis(s.store_timeout_ms.unwrap_or(500).clamp(1, 60_000)),
             pages,

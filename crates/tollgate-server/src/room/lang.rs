@@ -62,6 +62,11 @@ pub(crate) struct Text {
     /// (`{line}`: when it does; `{start}`: the opening; RFC 3339 UTC).
     pub(crate) not_open_title: &'static str,
     pub(crate) not_open_text: &'static str,
+    /// The arrival challenge's page: while the browser works, and without
+    /// script.
+    pub(crate) challenge_title: &'static str,
+    pub(crate) challenge_text: &'static str,
+    pub(crate) challenge_noscript: &'static str,
 }
 
 const EN: Text = Text {
@@ -101,6 +106,9 @@ const EN: Text = Text {
     opening: "Admissions are starting…",
     not_open_title: "Not open yet",
     not_open_text: "The line opens at {line} and admissions start at {start} (times in UTC). Please come back then.",
+    challenge_title: "One moment",
+    challenge_text: "Your browser is doing a short check before you join the line. It takes a moment, once.",
+    challenge_noscript: "Please turn on JavaScript to join the line.",
 };
 
 const ES: Text = Text {
@@ -141,6 +149,9 @@ const ES: Text = Text {
     opening: "Las entradas están empezando…",
     not_open_title: "Aún no está abierto",
     not_open_text: "La fila abre a las {line} y las entradas empiezan a las {start} (horas en UTC). Vuelva entonces.",
+    challenge_title: "Un momento",
+    challenge_text: "Su navegador hace una breve comprobación antes de unirse a la fila. Tarda un momento, una sola vez.",
+    challenge_noscript: "Active JavaScript para unirse a la fila.",
 };
 
 const ZH: Text = Text {
@@ -178,6 +189,9 @@ const ZH: Text = Text {
     opening: "放行即将开始…",
     not_open_title: "尚未开放",
     not_open_text: "队列将于 {line} 开放，放行将于 {start} 开始（UTC 时间）。请届时再来。",
+    challenge_title: "请稍候",
+    challenge_text: "加入队列前，您的浏览器正在进行一次简短检查，只需片刻，仅此一次。",
+    challenge_noscript: "请启用 JavaScript 以加入队列。",
 };
 
 impl Lang {

@@ -9,6 +9,7 @@
 
 pub(crate) mod admin;
 mod answers;
+mod challenge;
 mod config;
 mod counters;
 pub(crate) mod events;

@@ -1,7 +1,7 @@
 //! The notices a room answers a visitor with instead of the site or the
 //! waiting page: the line was reset, the room is closed or sold out, a
-//! scheduled room is not open yet; each as a page in the room's language
-//! or as JSON, never cached.
+//! scheduled room is not open yet, the arrival challenge (and its check);
+//! each as a page in the room's language or as JSON, never cached.
 
 use std::time::Duration;
 
@@ -11,7 +11,8 @@ use axum::http::{Response, StatusCode};
 use serde_json::json;
 
 use super::answers::{HTML, JSON, typed, wants_json};
-use super::rooms::Room;
+use super::challenge::{CHALLENGE_HEADER, LIFETIME, Refusal};
+use super::rooms::{ArrivalChallenge, Room};
 use super::states::{self, RoomState};
 use super::store_call::now_ms;
 use super::visit::VisitorId;
@@ -111,5 +112,99 @@ impl Room {
                 .insert(header::VARY, HeaderValue::from_static("accept-language"));
         }
         r
+    }
+
+    /// The cookie the challenge page sets with its solution.
+    fn pass_cookie_name(&self) -> String {
+        format!("{}_pass", self.cookie_name)
+    }
+
+    pub(super) fn clear_pass_cookie(&self) -> HeaderValue {
+        HeaderValue::try_from(format!("{}=; Path=/; Max-Age=0", self.pass_cookie_name()))
+            .unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    /// Whether the request carries a solution to one of this room's
+    /// challenges, unexpired, with enough work, and not used before on
+    /// any server (its nonce is spent here). `None`: no solution came.
+    pub(super) async fn challenge_passed(
+        &self,
+        c: &ArrivalChallenge,
+        headers: &HeaderMap,
+    ) -> Result<(), Option<Refusal>> {
+        let cookie = self.pass_cookie_name();
+        let given = headers
+            .get(CHALLENGE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_owned())
+            .or_else(|| {
+                headers
+                    .get_all(header::COOKIE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(';'))
+                    .find_map(|pair| {
+                        let (k, v) = pair.trim().split_once('=')?;
+                        (k == cookie).then(|| v.to_owned())
+                    })
+            })
+            .filter(|v| !v.is_empty());
+        let Some(solution) = given else {
+            return Err(None);
+        };
+        // (Bounded: a solution is a challenge, a colon and a counter.)
+        if solution.len() > 256 {
+            self.metrics.challenges_refused.increment(1);
+            return Err(Some(Refusal::Forged));
+        }
+        let nonce = c.challenges.check(&solution, now_ms()).map_err(|refusal| {
+            self.metrics.challenges_refused.increment(1);
+            Some(refusal)
+        })?;
+        match c.spent.check(&nonce, 1).await {
+            Ok(d) if !d.allowed => {
+                self.metrics.challenges_refused.increment(1);
+                Err(Some(Refusal::Replayed))
+            }
+            _ => {
+                self.metrics.challenges_passed.increment(1);
+                Ok(())
+            }
+        }
+    }
+
+    /// The arrival challenge (403): the page, whose script solves it and
+    /// comes back with the solution in a cookie, or as JSON
+    /// `{"status":"challenge","challenge","bits","header",…}` for a client
+    /// that solves it itself and sends it in `Tollgate-Challenge`.
+    /// `refused` says why a solution that came was not taken.
+    pub(super) fn challenge_page(
+        &self,
+        headers: &HeaderMap,
+        c: &ArrivalChallenge,
+        refused: Option<Refusal>,
+    ) -> Response<Body> {
+        self.metrics.challenges_issued.increment(1);
+        let challenge = c.challenges.issue(now_ms());
+        let bits = c.challenges.bits();
+        let mut response = if wants_json(headers) {
+            let answer = json!({
+                "status": "challenge", "challenge": challenge, "bits": bits,
+                "header": "Tollgate-Challenge", "expires_in_ms": LIFETIME.as_millis() as u64,
+                "refused": refused.map(Refusal::reason),
+            });
+            typed(answer.to_string(), JSON)
+        } else {
+            let lang = self.pages.lang(headers);
+            self.html(
+                self.pages
+                    .challenge(&self.name, lang, &challenge, bits, &self.pass_cookie_name()),
+            )
+        };
+        *response.status_mut() = StatusCode::FORBIDDEN;
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
     }
 }

@@ -18,6 +18,9 @@ use super::watch::Settings;
 const SHELL: &str = include_str!("shell.html");
 /// The built-in waiting page's body.
 const WAITING: &str = include_str!("page.html");
+/// The arrival challenge's page: its body and the script that solves it
+/// (built in only: the script is the page).
+const CHALLENGE: &str = include_str!("challenge.html");
 /// The body of the built-in "try again" and upstream error pages.
 const NOTICE: &str = "<main>\n<h1>{{t_heading}}</h1>\n<p>{{t_text}}</p>\n</main>";
 
@@ -370,6 +373,35 @@ impl Pages {
         ])
     }
 
+    /// The arrival challenge's page (403): its script solves `challenge`
+    /// (`bits` leading zero bits) and comes back with the solution in
+    /// the cookie `cookie`.
+    pub(crate) fn challenge(
+        &self,
+        room: &str,
+        lang: Lang,
+        challenge: &str,
+        bits: u8,
+        cookie: &str,
+    ) -> String {
+        let t = lang.text();
+        let body = Template(CHALLENGE.to_owned()).fill(&[
+            ("t_title", t.challenge_title),
+            ("t_text", t.challenge_text),
+            ("t_noscript", t.challenge_noscript),
+            ("challenge", &escape(challenge)),
+            ("bits", &bits.to_string()),
+            ("cookie", &escape(cookie)),
+        ]);
+        Template(SHELL.to_owned()).fill(&[
+            ("t_body", &body),
+            ("t_head", ""),
+            ("t_title", t.challenge_title),
+            ("room", &escape(room)),
+            ("lang", t.code),
+        ])
+    }
+
     /// The page of a room that cannot reach its store (served with 503 and
     /// `Retry-After: retry`).
     pub(crate) fn try_again(&self, room: &str, lang: Lang, retry: u64) -> String {
@@ -531,6 +563,7 @@ mod tests {
                 pages.ended("shop", lang, RoomState::Closed),
                 pages.ended("shop", lang, RoomState::SoldOut),
                 pages.not_open("shop", lang, 1_764_583_200_000, 1_764_581_400_000, 60),
+                pages.challenge("shop", lang, "c1.shop.n.1.8.sig", 8, "tollgate_shop_pass"),
                 pages.waiting(
                     "shop",
                     lang,

@@ -21,6 +21,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
+use super::challenge::CHALLENGE_HEADER;
 use super::counters::RoomMetrics;
 use super::page::Pages;
 use super::token::TOKEN_HEADER;
@@ -376,15 +377,23 @@ fn prepare_request(
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, u);
     }
-    // The visitor's token is the waiting room's business, not the site's.
+    // The visitor's token and its arrival challenge's solution (header
+    // or `<cookie>_pass`) are the waiting room's business, not the site's.
     headers.remove(TOKEN_HEADER);
+    headers.remove(CHALLENGE_HEADER);
+    let pass_cookie = format!("{cookie_name}_pass");
     let cookies: Vec<String> = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
-        .filter(|pair| !pair.is_empty() && pair.split_once('=').is_none_or(|(k, _)| k != cookie_name))
+        .filter(|pair| {
+            !pair.is_empty()
+                && pair
+                    .split_once('=')
+                    .is_none_or(|(k, _)| k != cookie_name && k != pass_cookie)
+        })
         .map(str::to_owned)
         .collect();
     headers.remove(header::COOKIE);

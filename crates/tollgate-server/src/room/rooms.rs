@@ -17,6 +17,7 @@ use serde_json::json;
 use tollgate::{Gate, RateLimiter};
 
 use super::answers::plain;
+use super::challenge::Challenges;
 use super::counters::RoomMetrics;
 use super::feeds::Feeds;
 use super::page::Pages;
@@ -66,6 +67,8 @@ pub(crate) struct Room {
     pub(super) status_limit: RateLimiter,
     /// Per client address, for arrivals (new places in line); per server.
     pub(super) arrival_limit: Option<RateLimiter>,
+    /// The proof of work asked of new visitors, if the room asks one.
+    pub(super) challenge: Option<ArrivalChallenge>,
     pub(super) on_store_error: OnStoreError,
     pub(super) store_timeout: Duration,
     pub(super) pages: Arc<Pages>,
@@ -417,6 +420,14 @@ impl Room {
             });
         host_ok && path::under(path, &self.path_prefix)
     }
+}
+
+/// A room's arrival challenge (see challenge.rs): how to issue and check
+/// one, and where the spent ones are remembered.
+#[derive(Debug)]
+pub(crate) struct ArrivalChallenge {
+    pub(super) challenges: Challenges,
+    pub(super) spent: RateLimiter,
 }
 
 /// Why a waiting visitor's ticket is gone (`Room::why_gone`).

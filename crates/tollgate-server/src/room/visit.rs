@@ -221,6 +221,16 @@ impl Room {
                 "too many arrivals from your address; try again shortly",
             );
         }
+        // The arrival challenge: a new place in line costs a proof of work
+        // (not asked of a newcomer a closed room turns away anyway).
+        let passed = match &self.challenge {
+            Some(_) if self.state().refuses_newcomers() => false,
+            None => false,
+            Some(c) => match self.challenge_passed(c, req.headers()).await {
+                Ok(()) => true,
+                Err(refusal) => return self.challenge_page(req.headers(), c, refusal),
+            },
+        };
         // The label is the arrival time: the gate orders its line by a
         // counter and keeps no time, and the operator's view of the line
         // shows each waiter's age from it. Taken before entering, it is
@@ -239,7 +249,7 @@ impl Room {
             self.restore().await;
             entered = bounded(self.store_timeout, enter()).await;
         }
-        match entered {
+        let mut response = match entered {
             Ok(Entered::Granted(g)) => {
                 self.metrics.admitted.increment(1);
                 self.metrics.wait.record(0.0);
@@ -274,7 +284,14 @@ impl Room {
                 self.state_page(req.headers(), state, None)
             }
             Err(e) => self.store_down(req, hop, Some(e)).await,
+        };
+        if passed {
+            // The pass is spent: the browser need not send it again.
+            response
+                .headers_mut()
+                .append(header::SET_COOKIE, self.clear_pass_cookie());
         }
+        response
     }
 
     async fn active(

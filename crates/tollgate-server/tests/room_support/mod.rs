@@ -33,6 +33,9 @@ pub struct Seen {
     pub hits: Vec<(String, Instant)>,
     /// Sessions that end by TTL: a visitor idle this long is over.
     pub ttl: Option<Duration>,
+    /// Requests that reached the site with an arrival challenge's
+    /// solution (the header or the pass cookie): the room strips both.
+    pub challenge_leaks: usize,
 }
 
 pub type Shared = Arc<Mutex<Seen>>;
@@ -48,6 +51,13 @@ fn visitor_of(headers: &HeaderMap) -> String {
 async fn page(State(seen): State<Shared>, headers: HeaderMap) -> impl IntoResponse {
     let who = visitor_of(&headers);
     let mut s = seen.lock().expect("lock");
+    let cookies = headers
+        .get("cookie")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if headers.contains_key("tollgate-challenge") || cookies.contains("_pass=") {
+        s.challenge_leaks += 1;
+    }
     let now = Instant::now();
     // A visitor idle past its session TTL has been let go by tollgate.
     if let Some(ttl) = s.ttl {
@@ -150,6 +160,26 @@ bypass_paths = ["/healthz"]
 {extra}
 "#
     )
+}
+
+/// A room with long sessions and a long grace (nobody leaves it by time)
+/// and no cap on arrivals, with `extra` settings.
+pub fn long_config(upstream: SocketAddr, capacity: u32, extra: &str) -> String {
+    room_config(upstream, capacity, &format!("arrival_rate = \"off\"\n{extra}"))
+        .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
+        .replace("grace = \"3s\"", "grace = \"60s\"")
+}
+
+/// A waiting visitor's `GET /.tollgate/shop/status` with its `cookie`.
+pub async fn status_of(c: &reqwest::Client, proxy: &str, cookie: &str) -> Value {
+    c.get(format!("{proxy}/.tollgate/shop/status"))
+        .header("cookie", format!("tollgate_shop={cookie}"))
+        .send()
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("json")
 }
 
 pub fn start(dir: &tempfile::TempDir, config: &str, redis: Option<&str>) -> Server {

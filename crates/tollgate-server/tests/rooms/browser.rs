@@ -317,3 +317,57 @@ async fn the_pre_queue_counts_down_in_a_real_browser() {
         .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
         .await;
 }
+
+/// The arrival challenge in a real (headless) Chromium: the page's own
+/// SHA-256 solves it and the browser comes back with the solution, takes
+/// its place (here: straight to the site) and the pass cookie is cleared;
+/// the page, while it works, passes axe-core in light and dark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_arrival_challenge_is_solved_in_a_real_browser() {
+    let axe = axe_source();
+    let (room, proxy, c) = start_room(ONE_SLOT.set(&[LONG_SESSIONS]).extra("challenge_bits = 16")).await;
+    let driver = Driver::start();
+    let session = driver.session(&c).await;
+    driver.go(&c, &session, &format!("{proxy}/page")).await;
+    let text = "return document.body ? document.body.innerText : '';";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = driver.execute(&c, &session, text).await;
+        if now.as_str().is_some_and(|t| t.starts_with("upstream page for")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the challenge was never solved: {now}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let cookies = driver.execute(&c, &session, "return document.cookie;").await;
+    assert!(
+        !cookies
+            .as_str()
+            .unwrap_or_default()
+            .contains("tollgate_shop_pass="),
+        "the spent pass is cleared: {cookies}"
+    );
+    assert_eq!(
+        room.seen.lock().expect("lock").challenge_leaks,
+        0,
+        "the site never sees the solution"
+    );
+    driver
+        .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
+        .await;
+
+    // A challenge too hard to finish while the page is checked.
+    let (_hard, proxy, c) = start_room(ONE_SLOT.set(&[LONG_SESSIONS]).extra("challenge_bits = 26")).await;
+    let session = driver.session(&c).await;
+    driver.go(&c, &session, &format!("{proxy}/page")).await;
+    let title = driver
+        .execute(&c, &session, "return document.querySelector('h1').textContent;")
+        .await;
+    assert_eq!(title, "One moment");
+    axe_check(&driver, &c, &session, &axe, "light").await;
+    driver.color_scheme(&c, &session, "dark").await;
+    axe_check(&driver, &c, &session, &axe, "dark").await;
+    driver
+        .call(&c, reqwest::Method::DELETE, &format!("/session/{session}"), None)
+        .await;
+}
