@@ -16,8 +16,6 @@ use serve_support::Server;
 use sha2::{Digest, Sha256};
 use support::RedisServer;
 
-const ADMIN: &str = "admin-token-0123456789";
-
 /// How many zero bits `digest` starts with.
 fn zero_bits(digest: &[u8]) -> u32 {
     let mut zeros = 0;
@@ -59,16 +57,6 @@ async fn arrive(c: &reqwest::Client, proxy: &str, who: &str, solution: Option<&s
     let status = resp.status().as_u16();
     let text = resp.text().await.expect("body");
     (status, serde_json::from_str(&text).unwrap_or(Value::Null), text)
-}
-
-/// The value of `name{room="shop"}` in `s`'s metrics (0 if absent).
-async fn metric(s: &Server, name: &str) -> u64 {
-    let text = s.metrics(Some(ADMIN)).await;
-    let prefix = format!("{name}{{room=\"shop\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 async fn a_solution_is_taken_once(redis: Option<&str>, two_servers: bool) {
@@ -140,8 +128,8 @@ async fn a_solution_is_taken_once(redis: Option<&str>, two_servers: bool) {
     let mut passed = 0;
     let mut refused = 0;
     for s in servers {
-        passed += metric(s, "tollgate_room_challenges_passed_total").await;
-        refused += metric(s, "tollgate_room_challenges_refused_total").await;
+        passed += room_metric(s, "tollgate_room_challenges_passed_total").await;
+        refused += room_metric(s, "tollgate_room_challenges_refused_total").await;
     }
     assert_eq!((passed, refused), (2, 5));
 }

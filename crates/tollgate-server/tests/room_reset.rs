@@ -23,16 +23,6 @@ async fn admin(c: &reqwest::Client, s: &Server, method: reqwest::Method, path: &
     send(c.request(method, s.url(path)).bearer_auth(ADMIN)).await
 }
 
-/// The value of `name{room="shop"}` in `s`'s metrics (0 if absent).
-async fn metric(s: &Server, name: &str) -> u64 {
-    let text = s.metrics(Some(ADMIN)).await;
-    let prefix = format!("{name}{{room=\"shop\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Two active visitors and five in line (joined on either server); the
 /// line listed head first with ages; a reset on `a`; then every dropped
 /// visitor, asking either server, is told of the reset (status, JSON page
@@ -155,11 +145,11 @@ async fn reset_drops_the_line_and_says_so(redis: Option<&str>, two_servers: bool
     let (_, listed) = admin(&c, &a, reqwest::Method::GET, "/v1/rooms/shop/line").await;
     assert_eq!(listed["line"].as_array().map(Vec::len), Some(2), "{listed}");
 
-    assert_eq!(metric(&a, "tollgate_room_line_resets_total").await, 1);
-    assert_eq!(metric(&a, "tollgate_room_line_reset_dropped_total").await, 5);
-    let told = metric(&a, "tollgate_room_line_reset_told_total").await
+    assert_eq!(room_metric(&a, "tollgate_room_line_resets_total").await, 1);
+    assert_eq!(room_metric(&a, "tollgate_room_line_reset_dropped_total").await, 5);
+    let told = room_metric(&a, "tollgate_room_line_reset_told_total").await
         + match &b {
-            Some(b) => metric(b, "tollgate_room_line_reset_told_total").await,
+            Some(b) => room_metric(b, "tollgate_room_line_reset_told_total").await,
             None => 0,
         };
     assert!(told >= 5, "told {told} visitors of the reset");

@@ -26,6 +26,19 @@ pub(super) fn wants_json(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains("application/json"))
 }
 
+/// The value of the request's cookie `name`, if it has one.
+pub(super) fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (k, v) = pair.trim().split_once('=')?;
+            (k == name).then(|| v.to_owned())
+        })
+}
+
 pub(super) fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut r = typed(format!("{text}\n"), "text/plain; charset=utf-8");
     *r.status_mut() = status;

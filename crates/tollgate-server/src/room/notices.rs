@@ -10,7 +10,7 @@ use axum::http::header::{self, HeaderMap, HeaderValue};
 use axum::http::{Response, StatusCode};
 use serde_json::json;
 
-use super::answers::{HTML, JSON, typed, wants_json};
+use super::answers::{HTML, JSON, cookie_value, typed, wants_json};
 use super::challenge::{CHALLENGE_HEADER, LIFETIME, Refusal};
 use super::rooms::{ArrivalChallenge, Room};
 use super::states::{self, RoomState};
@@ -137,17 +137,7 @@ impl Room {
             .get(CHALLENGE_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.trim().to_owned())
-            .or_else(|| {
-                headers
-                    .get_all(header::COOKIE)
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .flat_map(|v| v.split(';'))
-                    .find_map(|pair| {
-                        let (k, v) = pair.trim().split_once('=')?;
-                        (k == cookie).then(|| v.to_owned())
-                    })
-            })
+            .or_else(|| cookie_value(headers, &cookie))
             .filter(|v| !v.is_empty());
         let Some(solution) = given else {
             return Err(None);

@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use serde_json::json;
 use tollgate::{Entered, ErrorKind, TicketStatus, client_ip};
 
-use super::answers::{JSON, TRY_AGAIN_SECONDS, closed, plain, typed, wants_json};
+use super::answers::{JSON, TRY_AGAIN_SECONDS, closed, cookie_value, plain, typed, wants_json};
 use super::feeds;
 use super::page::{Figures, Shown};
 use super::proxy::{Hop, SESSION_HEADER, VISITOR_HEADER, ViaTls};
@@ -49,15 +49,7 @@ impl Room {
         if let Some(v) = headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
             return Some(v.trim().to_owned());
         }
-        headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .find_map(|pair| {
-                let (k, v) = pair.trim().split_once('=')?;
-                (k == self.cookie_name).then(|| v.to_owned())
-            })
+        cookie_value(headers, &self.cookie_name)
     }
 
     fn visitor(&self, headers: &HeaderMap) -> Option<Visitor> {

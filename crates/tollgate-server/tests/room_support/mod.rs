@@ -170,6 +170,16 @@ pub fn long_config(upstream: SocketAddr, capacity: u32, extra: &str) -> String {
         .replace("grace = \"3s\"", "grace = \"60s\"")
 }
 
+/// The value of `name{room="shop"}` in `s`'s metrics (0 if absent).
+pub async fn room_metric(s: &Server, name: &str) -> u64 {
+    let text = s.metrics(Some("admin-token-0123456789")).await;
+    let prefix = format!("{name}{{room=\"shop\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// A waiting visitor's `GET /.tollgate/shop/status` with its `cookie`.
 pub async fn status_of(c: &reqwest::Client, proxy: &str, cookie: &str) -> Value {
     c.get(format!("{proxy}/.tollgate/shop/status"))
