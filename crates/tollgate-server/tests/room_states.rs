@@ -54,6 +54,7 @@ async fn every_state_does_what_it_says(redis: Option<&str>, two_servers: bool) {
     let b = two_servers.then(|| start(&dir, &config, redis));
     let pa = a.proxy.clone().expect("proxy");
     let pb = b.as_ref().map_or(pa.clone(), |b| b.proxy.clone().expect("proxy"));
+    let proxies = vec![pa.clone(), pb.clone()];
     let c = reqwest::Client::new();
     let mut active = Vec::new();
     for i in 0..2 {
@@ -155,13 +156,18 @@ async fn every_state_does_what_it_says(redis: Option<&str>, two_servers: bool) {
     // Passthrough: everyone goes straight to the site, full or not.
     set_state(&c, &a, "passthrough").await;
     let mut passer = Visitor::new("passer");
-    let proxy = pb.clone();
+    // (Each server's view learns the state within a watch period: ask
+    // every server until all have.)
     eventually("passthrough on every server", || {
-        let (c, proxy) = (c.clone(), proxy.clone());
-        let mut v = Visitor::new("passer");
+        let (c, proxies) = (c.clone(), proxies.clone());
         async move {
-            let answer = v.get(&c, &proxy, "/page", true).await;
-            (!is_admitted(&answer, "passer")).then_some(answer.text)
+            for proxy in &proxies {
+                let answer = Visitor::new("passer").get(&c, proxy, "/page", true).await;
+                if !is_admitted(&answer, "passer") {
+                    return Some(answer.text);
+                }
+            }
+            None
         }
     })
     .await;
@@ -172,11 +178,15 @@ async fn every_state_does_what_it_says(redis: Option<&str>, two_servers: bool) {
     let open = set_state(&c, &a, "open").await;
     assert_eq!(open["paused"], false, "{open}");
     eventually("open again on every server", || {
-        let (c, proxy) = (c.clone(), pb.clone());
-        let mut v = Visitor::new("late");
+        let (c, proxies) = (c.clone(), proxies.clone());
         async move {
-            let answer = v.get(&c, &proxy, "/page", true).await.json();
-            (answer["status"] != "queued" || answer["state"] != "open").then(|| answer.to_string())
+            for proxy in &proxies {
+                let answer = Visitor::new("late").get(&c, proxy, "/page", true).await.json();
+                if answer["status"] != "queued" || answer["state"] != "open" {
+                    return Some(answer.to_string());
+                }
+            }
+            None
         }
     })
     .await;
