@@ -362,6 +362,106 @@ async fn a_timed_door_opens_and_closes_by_the_stores_clock(ts: TestStore) {
     }
 }
 
+/// A door that holds for an opening `in_ms` from the store's now.
+fn opening(ts: &TestStore, in_ms: u64) -> DoorChange {
+    DoorChange {
+        door: Door {
+            opens_at_ms: Some(store_now(ts) + in_ms),
+            ..Door::default()
+        },
+        ..DoorChange::default()
+    }
+}
+
+/// The keys of a draw's entrants, in the order they join: a tie (20) is
+/// ordered by ticket id.
+const KEYS: [u64; 6] = [50, 10, 40, 20, 30, 20];
+
+async fn position(g: &Gate, ticket: &str) -> u64 {
+    match g.status(ticket).await.unwrap() {
+        TicketStatus::Queued(p) => p.position,
+        other => panic!("expected {ticket} in line, got {other:?}"),
+    }
+}
+
+async fn a_draw_orders_its_entrants_by_key_between_those_before_and_after(ts: TestStore) {
+    let g = Gate::new(&ts.store, "draw", Some(2), options(true)).unwrap();
+    g.set_door(&opening(&ts, 1_500)).await.unwrap();
+    // Before the draw: in turn, ahead of it.
+    let first = ticket(g.enter_as(1, true, Some("first")).await.unwrap());
+    let mut drawn = Vec::new();
+    for key in KEYS {
+        let t = ticket(g.enter_drawn(1, None, |_| key).await.unwrap());
+        drawn.push((key, t));
+    }
+    // A key past the draw's space is refused, nothing written.
+    let e = g.enter_drawn(1, None, |_| tollgate::DRAW_SPAN).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    // Joined in turn while the draw is under way: behind all of it.
+    let after = ticket(g.enter_as(1, true, Some("after")).await.unwrap());
+    // One of the draw leaves before the opening: not in its record.
+    let (_, gone) = drawn.remove(2);
+    assert_eq!(g.leave(&gone).await.unwrap(), tollgate::Left::Cancelled);
+    drawn.sort();
+    let order: Vec<String> = drawn.iter().map(|(_, t)| t.clone()).collect();
+    assert_eq!(position(&g, &first).await, 1);
+    for (i, t) in order.iter().enumerate() {
+        assert_eq!(position(&g, t).await, i as u64 + 2, "drawn ticket {i}");
+    }
+    assert_eq!(position(&g, &after).await, 7);
+    assert!(g.last_draw().await.unwrap().is_empty(), "no draw has ended yet");
+    let s = g.stats().await.unwrap();
+    assert_eq!((s.holders, s.waiting), (0, 7));
+
+    // The opening admits the head: the one before the draw, then the
+    // draw's first; a drawn entry now joins in turn, at the end.
+    ts.advance(Duration::from_millis(1_600)).await;
+    assert_eq!(
+        g.last_draw().await.unwrap(),
+        order,
+        "the draw's record, head first"
+    );
+    let late = ticket(g.enter_drawn(1, None, |_| 0).await.unwrap());
+    assert!(matches!(
+        g.status(&first).await.unwrap(),
+        TicketStatus::Granted(_)
+    ));
+    assert!(matches!(
+        g.status(&order[0]).await.unwrap(),
+        TicketStatus::Granted(_)
+    ));
+    for (i, t) in order.iter().enumerate().skip(1) {
+        assert_eq!(
+            position(&g, t).await,
+            i as u64,
+            "drawn ticket {i} after the opening"
+        );
+    }
+    assert_eq!(position(&g, &after).await, 5);
+    assert_eq!(position(&g, &late).await, 6);
+
+    // A second opening: a new draw, behind everyone in line now; lifting
+    // the hold ends it too.
+    g.set_door(&opening(&ts, 60_000)).await.unwrap();
+    let mut second = Vec::new();
+    for key in [7, 3] {
+        second.push(ticket(g.enter_drawn(1, None, |_| key).await.unwrap()));
+    }
+    assert_eq!(position(&g, &second[1]).await, 7);
+    assert_eq!(position(&g, &second[0]).await, 8);
+    g.set_door(&DoorChange::default()).await.unwrap();
+    assert_eq!(
+        g.last_draw().await.unwrap(),
+        vec![second[1].clone(), second[0].clone()]
+    );
+    // A draw dropped with the line leaves no record: the last stays.
+    g.set_door(&opening(&ts, 60_000)).await.unwrap();
+    ticket(g.enter_drawn(1, None, |_| 1).await.unwrap());
+    g.clear_line().await.unwrap();
+    g.set_door(&DoorChange::default()).await.unwrap();
+    assert_eq!(g.last_draw().await.unwrap().len(), 2);
+}
+
 fn refused_none(r: tollgate::Result<Option<tollgate::Lease>>) {
     match r {
         Ok(None) => {}
@@ -391,6 +491,7 @@ on_both_stores!(manual_clock:
     closing_is_atomic_with_concurrent_joins,
     bad_notes_are_refused,
     a_timed_door_opens_and_closes_by_the_stores_clock,
+    a_draw_orders_its_entrants_by_key_between_those_before_and_after,
 );
 
 mod realtime {
@@ -454,4 +555,76 @@ async fn the_durable_store_keeps_the_door_across_restarts() {
         store.close();
     }
     drop(holder);
+}
+
+/// A draw under way comes back after a restart, from the log and from a
+/// snapshot (`GATE_DRAW`), with every ticket's place; so does the record
+/// of one that ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_durable_store_keeps_a_draw_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::default();
+    let store = durable_at(dir.path(), &clock);
+    let g = Gate::new(&store, "drawn", Some(1), options(true)).unwrap();
+    let opens = {
+        use tollgate::Clock;
+        clock.now_ms() + 10_000
+    };
+    let change = DoorChange {
+        door: Door {
+            opens_at_ms: Some(opens),
+            ..Door::default()
+        },
+        ..DoorChange::default()
+    };
+    g.set_door(&change).await.unwrap();
+    let mut drawn = Vec::new();
+    for key in KEYS {
+        drawn.push((key, ticket(g.enter_drawn(1, None, |_| key).await.unwrap())));
+    }
+    let after = ticket(g.enter_as(1, true, None).await.unwrap());
+    drawn.sort();
+    let order: Vec<String> = drawn.into_iter().map(|(_, t)| t).collect();
+    store.close();
+    drop((g, store));
+
+    for round in ["log", "snapshot", "ended"] {
+        let store = durable_at(dir.path(), &clock);
+        let g = Gate::new(&store, "drawn", Some(1), options(true)).unwrap();
+        if round == "ended" {
+            // The opening came while the store was down: the first
+            // operation after it ends the draw, and the record outlives
+            // a restart too.
+            assert_eq!(
+                g.last_draw().await.unwrap(),
+                order,
+                "after a restart from the {round}"
+            );
+            assert!(matches!(
+                g.status(&order[0]).await.unwrap(),
+                TicketStatus::Granted(_)
+            ));
+            store.snapshot_now().expect("snapshot");
+            store.close();
+            let store = durable_at(dir.path(), &clock);
+            let g = Gate::new(&store, "drawn", Some(1), options(true)).unwrap();
+            assert_eq!(g.last_draw().await.unwrap(), order, "the record from a snapshot");
+            store.close();
+            break;
+        }
+        for (i, t) in order.iter().enumerate() {
+            assert_eq!(
+                position(&g, t).await,
+                i as u64 + 1,
+                "after a restart from the {round}"
+            );
+        }
+        assert_eq!(position(&g, &after).await, 7);
+        if round == "log" {
+            store.snapshot_now().expect("snapshot");
+        } else {
+            clock.advance(Duration::from_secs(11));
+        }
+        store.close();
+    }
 }

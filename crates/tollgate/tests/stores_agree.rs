@@ -16,6 +16,13 @@ use tollgate::{Entered, Gate, GateOptions, Left, Store, TicketStatus};
 
 const LONG: Duration = Duration::from_secs(600);
 
+/// The opening a door waits for (`Op::SetDoor`), the same on both sides:
+/// an hour ahead.
+static OPENS_AT: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+    use tollgate::Clock;
+    tollgate::SystemClock.now_ms() + 3_600_000
+});
+
 /// An answer with store-specific parts (ids, absolute fences, remaining
 /// TTLs) taken out.
 #[derive(Debug, PartialEq)]
@@ -56,6 +63,8 @@ enum Answer {
         door: tollgate::Door,
     },
     Done,
+    /// The last draw's tickets, by their shared names.
+    Drawn(Vec<Option<String>>),
     /// What `watch_state` read, tokens named by who got them.
     Watch {
         has_epoch: bool,
@@ -108,6 +117,22 @@ impl Side {
             .map(|(_, name)| name.clone())
     }
 
+    /// An entry, in turn or (with a key) into a draw.
+    async fn enter(
+        &self,
+        actor: usize,
+        permits: u32,
+        queue: bool,
+        labelled: bool,
+        key: Option<u64>,
+    ) -> tollgate::Result<Entered> {
+        let label = labelled.then(|| format!("actor-{actor}"));
+        match key {
+            None => self.gate.enter_as(permits, queue, label.as_deref()).await,
+            Some(key) => self.gate.enter_drawn(permits, label.as_deref(), |_| key).await,
+        }
+    }
+
     async fn apply(&mut self, op: &Op) -> Answer {
         let result = match *op {
             Op::Holders => self.gate.holders(100).await.map(|v| {
@@ -131,15 +156,8 @@ impl Side {
                 permits,
                 queue,
                 labelled,
-            } => match self
-                .gate
-                .enter_as(
-                    permits,
-                    queue,
-                    labelled.then(|| format!("actor-{actor}")).as_deref(),
-                )
-                .await
-            {
+                key,
+            } => match self.enter(actor, permits, queue, labelled, key).await {
                 Ok(Entered::Granted(g)) => {
                     self.name(actor, &g.token);
                     self.tokens[actor] = Some(g.token);
@@ -238,11 +256,22 @@ impl Side {
             },
             Op::RemoveWaiter(number) => self.gate.remove_waiter(number).await.map(Answer::Left),
             Op::ClearLine => self.gate.clear_line().await.map(Answer::Cleared),
-            Op::SetDoor { closed, drop_line } => {
+            Op::LastDraw => self.gate.last_draw().await.map(|tickets| {
+                let names = tickets.iter().map(|t| self.names.get(t).cloned());
+                Answer::Drawn(names.collect())
+            }),
+            Op::SetDoor {
+                closed,
+                drop_line,
+                opens,
+            } => {
                 let change = tollgate::DoorChange {
                     door: tollgate::Door {
                         closed,
                         note: if closed { "shut".into() } else { String::new() },
+                        // An hour ahead: the opening never comes here, the
+                        // draw ends when a later change lifts the hold.
+                        opens_at_ms: opens.then(|| *OPENS_AT),
                         ..tollgate::Door::default()
                     },
                     paused: None,
@@ -271,6 +300,8 @@ enum Op {
         permits: u32,
         queue: bool,
         labelled: bool,
+        /// An order key: `Gate::enter_drawn` (which always queues).
+        key: Option<u64>,
     },
     Status {
         actor: usize,
@@ -304,7 +335,10 @@ enum Op {
     SetDoor {
         closed: bool,
         drop_line: bool,
+        /// An opening ahead: the gate holds, and drawn entries join a draw.
+        opens: bool,
     },
+    LastDraw,
 }
 
 /// A holder's handle, as the stores make it (see `Holding::handle`).
@@ -330,6 +364,11 @@ fn random_op(rng: &mut StdRng, labels: bool) -> Op {
             },
             queue: rng.random_bool(0.8),
             labelled: labels && actor % 2 == 0,
+            // Keys far apart, so ties (ordered by the random ids) are
+            // too rare to meet here.
+            key: rng
+                .random_bool(0.3)
+                .then(|| rng.random_range(0..tollgate::DRAW_SPAN)),
         },
         35..=57 => Op::Status { actor },
         58..=72 => Op::Leave { actor },
@@ -350,9 +389,11 @@ fn random_op(rng: &mut StdRng, labels: bool) -> Op {
         107..=109 => Op::RemoveWaiter(rng.random_range(1..=25)),
         110 => Op::ClearLine,
         111..=112 => Op::SetDoor {
-            closed: rng.random_bool(0.4),
-            drop_line: rng.random_bool(0.3),
+            closed: rng.random_bool(0.3),
+            drop_line: rng.random_bool(0.2),
+            opens: rng.random_bool(0.5),
         },
+        113 => Op::LastDraw,
         _ => Op::Pass {
             actor,
             to: rng.random_range(0..ACTORS),

@@ -56,6 +56,10 @@ pub(crate) trait GateBackend {
     /// Empties the line; answers how many tickets were in it.
     async fn clear_line(&self, gate: &GateName) -> Result<u64>;
 
+    /// The tickets of the last draw that ended, head first (after the
+    /// door's timers due now ran: an opening due ends its draw).
+    async fn last_draw(&self, gate: &GateName) -> Result<Vec<String>>;
+
     /// The gate's figures: capacity, used, waiting, its pace; reads only.
     async fn stats(&self, gate: &GateName) -> Result<GateStats>;
 

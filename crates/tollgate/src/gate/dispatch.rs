@@ -95,6 +95,10 @@ impl Store {
         on_backend!(self, gates, b => GateBackend::clear_line(b, gate))
     }
 
+    pub(crate) async fn last_draw(&self, gate: &GateName) -> Result<Vec<String>> {
+        on_backend!(self, gates, b => GateBackend::last_draw(b, gate))
+    }
+
     pub(crate) async fn stats(&self, gate: &GateName) -> Result<GateStats> {
         on_backend!(self, gates, b => GateBackend::stats(b, gate))
     }

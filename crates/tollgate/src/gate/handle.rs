@@ -10,6 +10,8 @@ use crate::name::{Name, check_id, check_label, check_ttl, new_id};
 use crate::store::Store;
 use crate::store::registry::Kind;
 
+use super::model::DRAW_SPAN;
+
 use super::types::{
     Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
     MAX_DOOR_NOTE, MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, Occupancy, Pass, Place, Poll, Waiting, check_capacity,
@@ -160,6 +162,7 @@ impl Gate {
             queue,
             label: None,
             barge: false,
+            order_key: None,
         }
     }
 
@@ -171,13 +174,53 @@ impl Gate {
     /// [`Gate::enter`] with a label saying who holds (or waits), shown by
     /// [`Gate::holders`]: 1 to 64 printable ASCII characters.
     pub async fn enter_as(&self, permits: u32, queue: bool, label: Option<&str>) -> Result<Entered> {
+        self.enter_new(permits, queue, label, |_| None).await
+    }
+
+    /// [`Gate::enter_as`] into a draw: while the gate's door holds for an
+    /// opening ([`Door::opens_at_ms`]), the ticket's place among the
+    /// others entered this way is decided by its order key, `order_key`
+    /// of the new ticket's id (below [`DRAW_SPAN`]; the lowest first,
+    /// ties by ticket id), and the whole draw stands behind everyone who
+    /// was in line when it began and ahead of everyone who joins after.
+    /// The order is settled at each join, so the opening itself costs
+    /// nothing more than a plain one: it admits from the head. When the
+    /// opening comes (or the hold is lifted), the draw ends and its
+    /// tickets, head first, become the gate's [`last_draw`](Self::last_draw).
+    /// Without a pending opening the key is ignored: the ticket joins at
+    /// the end. Always queues if it cannot enter now.
+    pub async fn enter_drawn(
+        &self,
+        permits: u32,
+        label: Option<&str>,
+        order_key: impl FnOnce(&str) -> u64,
+    ) -> Result<Entered> {
+        self.enter_new(permits, true, label, |id| Some(order_key(id)))
+            .await
+    }
+
+    /// Enters under a new id, with the order key `order_key` gives it.
+    async fn enter_new(
+        &self,
+        permits: u32,
+        queue: bool,
+        label: Option<&str>,
+        order_key: impl FnOnce(&str) -> Option<u64>,
+    ) -> Result<Entered> {
         self.check_permits(permits)?;
         if let Some(label) = label {
             check_label(label)?;
         }
         let id = new_id();
+        let order_key = order_key(&id);
+        if let Some(key) = order_key.filter(|k| *k >= DRAW_SPAN) {
+            return Err(Error::invalid(format!(
+                "an order key must be below 2^44, not {key}"
+            )));
+        }
         let req = EnterRequest {
             label,
+            order_key,
             ..self.request(&id, permits, queue)
         };
         Ok(match self.enter_store(&id, &req).await? {
@@ -185,6 +228,14 @@ impl Gate {
             Entry::Queued(place) => Entered::Queued { ticket: id, place },
             Entry::Busy(o) => Entered::Busy(o),
         })
+    }
+
+    /// The tickets of the last draw that ended ([`Gate::enter_drawn`]),
+    /// in their drawn order, head first: everyone in the draw when the
+    /// opening came. Empty if no draw has ended. Kept while the gate's
+    /// state lives (on Redis, seven days after the draw).
+    pub async fn last_draw(&self) -> Result<Vec<String>> {
+        self.store.last_draw(&self.name).await
     }
 
     /// Enters through the store. A grant that the replicas did not confirm

@@ -14,7 +14,7 @@ use crate::store::memory::shelf::Shelf;
 use crate::store::memory::{Logged, MemoryCore, put};
 
 use super::backend::GateBackend;
-use super::model::GateState;
+use super::model::{GateState, NewTicket};
 use super::types::{
     Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
     Occupancy, Pass, Place, Poll, Waiting, handle_of, permits_exceed,
@@ -70,7 +70,7 @@ impl GateMemory<'_> {
         let out = self.gates.with(gate, now, self.idle_ms, touch, new, |state| {
             let before = (state.used, state.capacity, state.held(), state.admit_every_ms);
             // The door's timers first: an opening admits in this step.
-            state.door.tick(now);
+            state.tick_door(now);
             // (Only a logged store needs to know what a read changed.)
             let seen = (log.is_none() && self.logging()).then(|| state.moved());
             state.expire(now);
@@ -96,8 +96,18 @@ impl GateMemory<'_> {
     }
 
     pub(crate) fn enter(&self, gate: &Name, req: &EnterRequest<'_>) -> Result<Entry> {
-        let args = |b: &mut Vec<u8>| put(b, &enter_args(req));
-        self.with_gate(gate, (Code::GateEnter, &args), |s, now, _| {
+        // An order key goes in a record of its own kind, so logs of
+        // either age replay.
+        let args = |b: &mut Vec<u8>| match req.order_key {
+            None => put(b, &enter_args(req)),
+            Some(key) => put(b, &(enter_args(req), key)),
+        };
+        let code = if req.order_key.is_some() {
+            Code::GateEnterDrawn
+        } else {
+            Code::GateEnter
+        };
+        self.with_gate(gate, (code, &args), |s, now, _| {
             let capacity = s.resolve_capacity(req.capacity)?;
             if req.permits > capacity {
                 return Err(permits_exceed(req.permits, capacity));
@@ -130,18 +140,20 @@ impl GateMemory<'_> {
                     waiting: s.line.len() as u64,
                 }));
             }
-            s.queue(
-                req.id,
-                req.permits,
-                now + req.heartbeat_ms,
-                req.label.map(str::to_owned),
-                now,
-            );
+            let ticket = NewTicket {
+                permits: req.permits,
+                deadline: now + req.heartbeat_ms,
+                label: req.label.map(str::to_owned),
+                key: req.order_key,
+            };
+            let number = s.queue(req.id, ticket, now);
             let waiting = s.line.len() as u64;
+            let t = &s.tickets[req.id];
+            let position = s.line.position(t.slot, number, req.id);
             Ok(Entry::Queued(Place {
-                position: waiting,
+                position,
                 waiting,
-                eta: s.eta(waiting),
+                eta: s.eta(position),
             }))
         })
     }
@@ -173,11 +185,11 @@ impl GateMemory<'_> {
                     Poll::Unknown
                 });
             };
-            let (slot, old) = (t.slot, t.deadline);
+            let (slot, number, old) = (t.slot, t.number, t.deadline);
             t.deadline = now + hb_ms;
             s.ticket_deadline.remove(&(old, id.to_owned()));
             s.ticket_deadline.insert((now + hb_ms, id.to_owned()));
-            let position = s.line.position(slot);
+            let position = s.line.position(slot, number, id);
             Ok(Poll::Queued(Place {
                 position,
                 waiting: s.line.len() as u64,
@@ -285,6 +297,10 @@ impl GateMemory<'_> {
     }
 
     /// The first `limit` tickets of the line, head first (as line.lua).
+    pub(crate) fn last_draw(&self, gate: &Name) -> Result<Vec<String>> {
+        self.read_gate(gate, |s, _, _| Ok(s.last_draw.clone()))
+    }
+
     pub(crate) fn line(&self, gate: &Name, limit: u32) -> Result<Vec<Waiting>> {
         self.read_gate(gate, |s, _, _| {
             Ok(s.line
@@ -334,7 +350,7 @@ impl GateMemory<'_> {
         let args = |b: &mut Vec<u8>| put(b, change);
         self.with_gate(gate, (Code::GateSetDoor, &args), |s, now, handed| {
             s.door = change.door.clone();
-            s.door.tick(now);
+            s.tick_door(now);
             if let Some(p) = change.paused {
                 s.paused = p;
             }
@@ -451,6 +467,22 @@ fn enter_args<'a>(r: &EnterRequest<'a>) -> EnterArgs<'a> {
     )
 }
 
+/// The request a logged enter made.
+fn enter_request<'a>(args: EnterArgs<'a>, order_key: Option<u64>) -> EnterRequest<'a> {
+    let (id, permits, capacity, ttl_ms, heartbeat_ms, queue, barge, label) = args;
+    EnterRequest {
+        id,
+        permits,
+        capacity,
+        ttl_ms,
+        heartbeat_ms,
+        queue,
+        barge,
+        label,
+        order_key,
+    }
+}
+
 /// Runs record `r` of this primitive again on `m`, whose time is pinned
 /// to the record's (see `store/embedded/replay.rs`). Answers are dropped:
 /// the state is what replay is for.
@@ -458,19 +490,11 @@ pub(crate) fn replay(m: &GateMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
     let g = &r.name;
     match r.code {
         Code::GateEnter => {
-            let (id, permits, capacity, ttl_ms, heartbeat_ms, queue, barge, label): EnterArgs<'_> =
-                replay::args(r.args)?;
-            let req = EnterRequest {
-                id,
-                permits,
-                capacity,
-                ttl_ms,
-                heartbeat_ms,
-                queue,
-                barge,
-                label,
-            };
-            let _ = m.enter(g, &req);
+            let _ = m.enter(g, &enter_request(replay::args(r.args)?, None));
+        }
+        Code::GateEnterDrawn => {
+            let (args, key): (EnterArgs<'_>, u64) = replay::args(r.args)?;
+            let _ = m.enter(g, &enter_request(args, Some(key)));
         }
         Code::GatePoll => {
             let (id, ttl_ms, hb_ms): (&str, u64, u64) = replay::args(r.args)?;
@@ -576,6 +600,10 @@ impl GateBackend for GateMemory<'_> {
 
     async fn stats(&self, gate: &GateName) -> Result<GateStats> {
         self.read(|| self.stats(gate)).await?
+    }
+
+    async fn last_draw(&self, gate: &GateName) -> Result<Vec<String>> {
+        self.read(|| self.last_draw(gate)).await?
     }
 
     async fn leave(&self, gate: &GateName, id: &str, keep_ms: Option<u64>) -> Result<Left> {

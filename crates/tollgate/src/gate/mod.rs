@@ -151,6 +151,7 @@ pub(crate) mod types;
 pub use self::handle::{Entered, Gate, GateOptions, Granted, MAX_PASSES, REVOKE_KEEP, TicketStatus};
 pub use self::lease::Lease;
 pub use self::lock::Lock;
+pub use self::model::DRAW_SPAN;
 pub use self::semaphore::Semaphore;
 pub use self::types::{
     Door, DoorChange, GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_DOOR_NOTE, MAX_DOOR_TIME_MS,

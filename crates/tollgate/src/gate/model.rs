@@ -12,7 +12,7 @@ use crate::error::Result;
 
 use crate::store::memory::Shelved;
 
-use super::line::Line;
+use super::line::{DRAWN, Draw, Line};
 use super::types::{Door, Left, REMOVED_KEEP_MS, REMOVED_MAX, capacity_conflict, no_capacity};
 
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -79,12 +79,29 @@ pub(crate) struct GateState {
     /// `store/embedded/snapshot.rs`).
     #[serde(skip)]
     pub(crate) door: Door,
+    /// The tickets of the last draw that ended, head first (as Redis's
+    /// key d). Like the draw under way, not in the gate's snapshot
+    /// record (`GATE_DRAW`).
+    #[serde(skip)]
+    pub(crate) last_draw: Vec<String>,
 }
+
+/// The key space of one draw (as DRAW_SPAN in lua/general_state.lua): a
+/// key is below it, and a draw takes that many numbers of the line's seq.
+pub const DRAW_SPAN: u64 = 1 << 44;
+
+/// A line's seq never passes this (numbers stay exact in Lua's doubles);
+/// a draw that would is not started, and its tickets join in turn.
+const SEQ_MAX: u64 = 1 << 53;
+
+/// What the gate's snapshot record does not carry of a draw: the draw
+/// under way and the last one's tickets.
+pub(crate) type DrawState = (Option<Draw>, Vec<String>);
 
 impl GateState {
     /// What expiry and promotion change: compared before and after a read
     /// to see whether it must be logged.
-    pub(super) fn moved(&self) -> (u64, u64, u64, usize, usize, usize, usize) {
+    pub(super) fn moved(&self) -> (u64, u64, u64, usize, usize, usize, usize, bool) {
         (
             self.grants,
             self.expiries,
@@ -93,7 +110,47 @@ impl GateState {
             self.tickets.len(),
             self.revoked.len(),
             self.removed.len(),
+            self.line.draw.is_some(),
         )
+    }
+
+    /// The draw's state, for the snapshot.
+    pub(crate) fn draw_state(&self) -> Option<DrawState> {
+        (self.line.draw.is_some() || !self.last_draw.is_empty())
+            .then(|| (self.line.draw.clone(), self.last_draw.clone()))
+    }
+
+    /// Puts back a draw's state read from a snapshot.
+    pub(crate) fn restore_draw(&mut self, (draw, last): DrawState) {
+        self.line.draw = draw;
+        self.last_draw = last;
+    }
+
+    /// Runs the door's timers due at `now` (`Door::tick`); an opening
+    /// ends the draw under way (as general_state.lua).
+    pub(super) fn tick_door(&mut self, now: u64) {
+        self.door.tick(now);
+        if self.door.opens_at_ms.is_none() {
+            self.end_draw();
+        }
+    }
+
+    /// Ends the draw under way, if any: its tickets, head first, are the
+    /// last draw's record, and the line is one again (as F.end_draw in
+    /// lua/general_state.lua).
+    fn end_draw(&mut self) {
+        let Some((drawn, moved)) = self.line.end_draw() else {
+            return;
+        };
+        for (slot, id) in moved {
+            if let Some(t) = self.tickets.get_mut(&id) {
+                t.slot = slot;
+            }
+        }
+        // (Redis keeps no empty record: an empty draw leaves the last.)
+        if !drawn.is_empty() {
+            self.last_draw = drawn;
+        }
     }
 }
 
@@ -122,6 +179,15 @@ pub(super) struct Holder {
     /// as the Redis store does (an immediate grant's fence was in the
     /// answer to `enter`).
     pub(super) handed: bool,
+}
+
+/// What `GateState::queue` needs of a new ticket.
+pub(super) struct NewTicket {
+    pub(super) permits: u32,
+    pub(super) deadline: u64,
+    pub(super) label: Option<String>,
+    /// Its order key in a draw (see `GateState::queue`).
+    pub(super) key: Option<u64>,
 }
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -271,7 +337,7 @@ impl GateState {
     /// fits: a large request at the head is never overtaken by small ones.
     pub(super) fn promote(&mut self, now: u64, handed: &mut Vec<(String, u64)>) {
         let Some(capacity) = self.capacity else { return };
-        while let Some((_, id)) = self.line.head() {
+        while let Some(id) = self.line.head() {
             let id = id.clone();
             let Some(t) = self.tickets.get(&id) else { break };
             let (permits, deadline) = (t.permits, t.deadline);
@@ -417,7 +483,7 @@ impl GateState {
 
     pub(super) fn take_ticket(&mut self, id: &str) -> Option<Ticket> {
         let t = self.tickets.remove(id)?;
-        self.line.remove(t.slot);
+        self.line.remove(t.slot, t.number, id);
         self.ticket_deadline.remove(&(t.deadline, id.to_owned()));
         if self.line.sparse() {
             for (slot, id) in self.line.renumber() {
@@ -470,24 +536,47 @@ impl GateState {
         dropped
     }
 
-    /// Puts ticket `id` at the end of the line.
+    /// Puts ticket `id` at the end of the line, or with an order key
+    /// (below `DRAW_SPAN`) while the door holds for an opening, in its
+    /// place in the draw: behind everyone who joined before the draw
+    /// began, ahead of everyone who joins the line after, in the order of
+    /// the keys (as enter.lua). Returns its number.
     /// A line that forms starts the clock of its pace (`line_moved`).
-    pub(super) fn queue(&mut self, id: &str, permits: u32, deadline: u64, label: Option<String>, now: u64) {
+    pub(super) fn queue(&mut self, id: &str, ticket: NewTicket, now: u64) -> u64 {
         if self.line.is_empty() {
             self.line_moved_at = now;
         }
-        self.seq += 1;
-        let slot = self.line.push(id);
-        self.ticket_deadline.insert((deadline, id.to_owned()));
+        let drawn = ticket
+            .key
+            .filter(|_| self.door.opens_at_ms.is_some())
+            .and_then(|key| {
+                if self.line.draw.is_none() && self.seq + 1 + DRAW_SPAN < SEQ_MAX {
+                    self.line.start_draw(self.seq + 1);
+                    self.seq += 1 + DRAW_SPAN;
+                }
+                self.line.draw.as_ref().map(|d| d.base + key)
+            });
+        let (slot, number) = match drawn {
+            Some(number) => {
+                self.line.push_drawn(number, id);
+                (DRAWN, number)
+            }
+            None => {
+                self.seq += 1;
+                (self.line.push(id), self.seq)
+            }
+        };
+        self.ticket_deadline.insert((ticket.deadline, id.to_owned()));
         self.tickets.insert(
             id.to_owned(),
             Ticket {
                 slot,
-                number: self.seq,
-                permits,
-                deadline,
-                label,
+                number,
+                permits: ticket.permits,
+                deadline: ticket.deadline,
+                label: ticket.label,
             },
         );
+        number
     }
 }

@@ -88,7 +88,11 @@ use super::types::{
 /// Whether `req` is a Lock's (one permit of a gate of one, no label, not
 /// barging), which goes in the short form lone_enter.lua reads.
 fn lone(req: &EnterRequest<'_>) -> bool {
-    req.permits == 1 && req.capacity == Some(1) && req.label.is_none() && !req.barge
+    req.permits == 1
+        && req.capacity == Some(1)
+        && req.label.is_none()
+        && !req.barge
+        && req.order_key.is_none()
 }
 
 /// Whether `req` comes with 'L' for enter_line.lua: a Lock's request that
@@ -285,6 +289,7 @@ impl GateBackend for Arc<RedisStore> {
                     u8::from(req.queue),
                     req.label.unwrap_or(""),
                     u8::from(req.barge),
+                    req.order_key.map_or(String::new(), |k| k.to_string()),
                 ),
             )
             .await?
@@ -455,6 +460,11 @@ impl GateBackend for Arc<RedisStore> {
     }
 
     /// The first `limit` tickets of the line (line.lua).
+    async fn last_draw(&self, gate: &GateName) -> Result<Vec<String>> {
+        self.run_as(&self.scripts.gate.draw, gate, Vec::<String>::new())
+            .await
+    }
+
     async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {
         let r: Vec<redis::Value> = self.run_as(&self.scripts.gate.line, gate, limit).await?;
         let mut out = Vec::with_capacity(r.len() / 3);
@@ -661,6 +671,7 @@ mod tests {
             queue: true,
             label: None,
             barge: false,
+            order_key: None,
         }
     }
 

@@ -25,6 +25,7 @@ pub(crate) const FILES: &[LuaFile] = &[
     ("admin.lua", include_str!("lua/admin.lua")),
     ("set_admission.lua", include_str!("lua/set_admission.lua")),
     ("watch.lua", include_str!("lua/watch.lua")),
+    ("draw.lua", include_str!("lua/draw.lua")),
     // What every script starts with, and the functions the paths share.
     ("keys.lua", include_str!("lua/keys.lua")),
     ("meta.lua", include_str!("lua/meta.lua")),
@@ -99,6 +100,7 @@ gate_scripts!(
     admin,
     set_admission,
     watch,
+    draw,
 );
 
 #[cfg(test)]

@@ -115,6 +115,9 @@ pub(crate) struct EnterRequest<'a> {
     pub(crate) barge: bool,
     /// Who is asking, shown in the holder list while they hold.
     pub(crate) label: Option<&'a str>,
+    /// Its order key in a draw (below `DRAW_SPAN`): while the door holds
+    /// for an opening, the line orders the draw's tickets by it.
+    pub(crate) order_key: Option<u64>,
 }
 
 /// An acquire waiting in this process that a release passes its permits to

@@ -3,11 +3,13 @@
 --- @include "enter_fast.lua"
 --- @include "general.lua"
 --- @needs KM, KP, KQ, now, A, S, done, used, may_admit, admitted, next_fence, add_holder, set_deadline, eta
+--- @needs DRAW_SPAN
 -- enter.lua: take permits now, or join the line.
 -- ARGV: 1 id (lease token, and ticket id if queued), 2 permits, 3 capacity
 --       (0: use the stored one), 4 ttl ms, 5 heartbeat ms, 6 queue (1/0),
 --       7 label ('' for none), 8 '1' if a busy caller waits to barge in
---       (a non-fair acquire: see N in keys.lua); read as A, since a
+--       (a non-fair acquire: see N in keys.lua), 9 the ticket's order key
+--       in a draw (below DRAW_SPAN; '' for none); read as A, since a
 --       Lock's request comes in a short form (see lone_enter.lua)
 -- Reply: {1, fence, ttl_ms}           granted
 --        {2, position, waiting, eta}  queued (position 1 is the head;
@@ -20,7 +22,7 @@
 -- Invariant: a newcomer never overtakes the line; if anyone waits, it queues.
 local id, permits = A[1], tonumber(A[2])
 local asked, ttl, hb, queue = tonumber(A[3]), tonumber(A[4]), tonumber(A[5]), A[6] == '1'
-local label = A[7]
+local label, key = A[7], tonumber(A[9] or '')
 
 -- The label goes with the id: it stays when a ticket becomes a holder.
 local function keep_label()
@@ -58,8 +60,26 @@ end
 
 -- A line that forms starts the clock of its pace (see line_moved()).
 if S.waiting == 0 then S.l = now end
-S.s = S.s + 1
-redis.call('ZADD', KQ, S.s, id)
+-- With an order key while an opening is pending (I), the ticket joins the
+-- draw: the first such ticket starts it at base B = s + 1 and moves s
+-- past the draw's key space, so whoever joins later stands behind it;
+-- the draw's tickets are scored B + key, their order settled as they join
+-- (the opening just admits from the head; general_state.lua ends the
+-- draw). s stays below 2^53, exact in Lua's numbers: past that, the
+-- ticket joins in turn (as GateState::queue in src/gate/model.rs).
+local score
+if key and S.I > 0 then
+  if S.B == 0 and S.s + 1 + DRAW_SPAN < 9007199254740992 then
+    S.B = S.s + 1
+    S.s = S.B + DRAW_SPAN
+  end
+  if S.B > 0 then score = S.B + key end
+end
+if score == nil then
+  S.s = S.s + 1
+  score = S.s
+end
+redis.call('ZADD', KQ, score, id)
 set_deadline(id, now + hb)
 keep_label()
 if permits > 1 then
@@ -68,4 +88,6 @@ if permits > 1 then
   S.n = S.n + 1
 end
 S.waiting = S.waiting + 1
-return done({2, S.waiting, S.waiting, eta(S.waiting)})
+local position = S.waiting
+if score ~= S.s then position = redis.call('ZRANK', KQ, id) + 1 end
+return done({2, position, S.waiting, eta(position)})

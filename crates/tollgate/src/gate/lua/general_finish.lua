@@ -45,6 +45,7 @@ function F.finish()
   put('n', S.n, was.n) put('W', S.W, was.W) put('z', S.z, was.z) put('U', S.U, was.U)
   put('V', S.V, was.V) put('r', S.r, was.r) put('l', S.l, was.l) put('a', S.a, was.a)
   put('A', S.A, was.A) put('Y', S.Y, was.Y) put('Q', S.Q, was.Q) put('N', S.N, was.N)
+  put('B', S.B, was.B)
   -- Permits freed and left free with nobody in line: barging waiters
   -- (until N) may take them.
   if S.freed and S.N > S.now and S.cap and S.waiting == 0 and F.used() < S.cap and F.may_admit() then

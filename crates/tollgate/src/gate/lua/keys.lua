@@ -40,6 +40,8 @@
 --                    the log (kept while the log empties, so scores never
 --                    go back within an epoch); G the expiry last set on m
 --                    (ms); C the last reset of the line (ms, admin.lua);
+--                    D, M, I and J the door (set_admission.lua); B the
+--                    base of the draw under way (enter.lua; 0: none);
 --                    h the holders, inline, of a gate of capacity up to
 --                    INLINE ("<id> <expires> <fence> <permits>" joined by
 --                    ',', see inline.lua): while H is 0 they are here, and
@@ -82,6 +84,9 @@
 --            increase and are a reader's cursor; entries older than K are
 --            pruned by later ends and never read (watch.lua); the key
 --            lives K past the last end.
+--   d  ZSET  the last draw's record: the tickets in the draw when it ended
+--            (general_state.lua's F.end_draw), scored as they were in q;
+--            kept 7 days (read by draw.lua).
 --   x  ZSET  tickets an admin took out of the line (admin.lua) -> when (ms),
 --            so their waiters' next poll answers that they were removed
 --            rather than unknown (poll.lua looks only for a ticket it

@@ -25,7 +25,8 @@ local function clear_line()
     ids = redis.call('ZRANGE', KQ, 0, CLEAR_STEP - 1)
   end
   -- Nobody waits: no multi-permit waiter, no deadline, no sweep under way.
-  S.waiting, S.n, S.z, S.Y, S.Q, S.q_fresh = 0, 0, 0, '0', 0, true
+  -- (A draw under way goes with its tickets.)
+  S.waiting, S.n, S.z, S.Y, S.Q, S.q_fresh, S.B = 0, 0, 0, '0', 0, true, 0
   note_side_data()
   redis.call('HSET', KM, 'C', now)
   S.wrote_meta = true

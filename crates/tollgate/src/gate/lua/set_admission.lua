@@ -1,6 +1,6 @@
 --- @include "general.lua"
 --- @include "line_clear.lua"
---- @needs KM, now, S, was, done, promote, clear_line
+--- @needs KM, now, S, F, was, done, promote, clear_line, F.end_draw
 -- set_admission.lua: admission control, and the door. Paused, nobody new
 -- is granted (everyone queues; holders are not touched); with an
 -- interval, at most one grant per interval. Resuming or loosening admits
@@ -47,6 +47,8 @@ if ARGV[3] then
   if S.J > 0 and S.J <= now then S.J, S.D = 0, 1 end
   if S.D == 1 then redis.call('HSET', KM, 'D', 1) end
   if S.I > 0 then redis.call('HSET', KM, 'I', S.I) else redis.call('HDEL', KM, 'I') end
+  -- No opening pending: the draw, if any, is over.
+  if S.I == 0 then F.end_draw() end
   if S.J > 0 then redis.call('HSET', KM, 'J', S.J) else redis.call('HDEL', KM, 'J') end
   if ARGV[5] == '1' then dropped = clear_line() end
 end

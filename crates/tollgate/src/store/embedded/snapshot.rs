@@ -19,7 +19,9 @@
 //! `Fair`); a plain queue's record is as it was before groups, so
 //! snapshots of either age load, and one of plain queues loads in an
 //! older build too. A gate whose door is set (`Gate::set_door`) likewise
-//! has `GATE_DOOR`: the gate as before, then its door. It is written as `.tmp`, synced and
+//! has `GATE_DOOR`: the gate as before, then its door; and one with a
+//! draw under way or a last draw's record has `GATE_DRAW`: the gate, its
+//! door, then the draw (`gate::model::DrawState`). It is written as `.tmp`, synced and
 //! renamed: a snapshot file is whole or absent.
 
 use std::fs::File;
@@ -28,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 
 use crate::error::{Error, Result};
-use crate::gate::model::GateState;
+use crate::gate::model::{DrawState, GateState};
 use crate::gate::types::Door;
 use crate::jobs::fair::Fair;
 use crate::jobs::model::Queue;
@@ -48,6 +50,7 @@ const GATE: u8 = 1;
 const QUEUE: u8 = 2;
 const QUEUE_FAIR: u8 = 5;
 const GATE_DOOR: u8 = 6;
+const GATE_DRAW: u8 = 7;
 const LIMITS: u8 = 3;
 const INDEX: u8 = 4;
 const END: u8 = 9;
@@ -81,7 +84,9 @@ pub(super) fn write(store: &MemoryStore, dir: &Path, from: u64) -> Result<Writte
     out.raw(MAGIC);
     out.record(&(META, from, store.gates.floor(), store.queues.floor()));
     store.gates.each(|name, state: &GateState, touched| {
-        if state.door.is_blank() {
+        if let Some(draw) = state.draw_state() {
+            out.record(&(GATE_DRAW, name, touched, state, &state.door, draw));
+        } else if state.door.is_blank() {
             out.record(&(GATE, name, touched, state));
         } else {
             out.record(&(GATE_DOOR, name, touched, state, &state.door));
@@ -196,6 +201,14 @@ pub(super) fn load(store: &MemoryStore, path: &Path) -> Result<Loaded> {
                 let (name, touched, mut state, door): (Name, u64, GateState, Door) =
                     postcard::from_bytes(rest).map_err(bad)?;
                 state.door = door;
+                store.gates.restore(&name, state, touched, store.idle_ms);
+                names += 1;
+            }
+            GATE_DRAW => {
+                let (name, touched, mut state, door, draw): (Name, u64, GateState, Door, DrawState) =
+                    postcard::from_bytes(rest).map_err(bad)?;
+                state.door = door;
+                state.restore_draw(draw);
                 store.gates.restore(&name, state, touched, store.idle_ms);
                 names += 1;
             }

@@ -36,6 +36,8 @@ pub(crate) enum Code {
     GateTouch = 11,
     /// A gate's door set (`Gate::set_door`).
     GateSetDoor = 12,
+    /// An enter with an order key (a draw's).
+    GateEnterDrawn = 13,
     JobLayout = 20,
     JobPush = 21,
     JobRetire = 22,
@@ -85,6 +87,7 @@ impl Code {
             10 => GateSetAdmission,
             11 => GateTouch,
             12 => GateSetDoor,
+            13 => GateEnterDrawn,
             20 => JobLayout,
             21 => JobPush,
             22 => JobRetire,

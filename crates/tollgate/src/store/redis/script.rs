@@ -102,7 +102,7 @@ mod tests {
     fn every_script_composes_with_the_store_settings() {
         let plain = Scripts::new(false, Duration::from_secs(600));
         let hashes: std::collections::BTreeSet<_> = plain.all().map(|s| s.get_hash().to_string()).collect();
-        assert_eq!(hashes.len(), 16, "16 distinct scripts");
+        assert_eq!(hashes.len(), 17, "17 distinct scripts");
         // The idle period and the cluster's SPUBLISH reach the gate's
         // composed texts (keys.lua's IDLE, meta.lua's PUBLISH).
         let idle = Scripts::new(false, Duration::from_secs(5));
