@@ -409,17 +409,23 @@ async fn a_draw_orders_its_entrants_by_key_between_those_before_and_after(ts: Te
         assert_eq!(position(&g, t).await, i as u64 + 2, "drawn ticket {i}");
     }
     assert_eq!(position(&g, &after).await, 7);
-    assert!(g.last_draw().await.unwrap().is_empty(), "no draw has ended yet");
+    assert_eq!(
+        g.last_draw().await.unwrap(),
+        tollgate::DrawRecord::default(),
+        "no draw has ended yet"
+    );
     let s = g.stats().await.unwrap();
     assert_eq!((s.holders, s.waiting), (0, 7));
 
     // The opening admits the head: the one before the draw, then the
     // draw's first; a drawn entry now joins in turn, at the end.
+    let opens = store_now(&ts) + 100;
     ts.advance(Duration::from_millis(1_600)).await;
-    assert_eq!(
-        g.last_draw().await.unwrap(),
-        order,
-        "the draw's record, head first"
+    let record = g.last_draw().await.unwrap();
+    assert_eq!(record.tickets, order, "the draw's record, head first");
+    assert!(
+        record.ended_at_ms >= opens && record.ended_at_ms <= store_now(&ts),
+        "{record:?}"
     );
     let late = ticket(g.enter_drawn(1, None, |_| 0).await.unwrap());
     assert!(matches!(
@@ -451,7 +457,7 @@ async fn a_draw_orders_its_entrants_by_key_between_those_before_and_after(ts: Te
     assert_eq!(position(&g, &second[0]).await, 8);
     g.set_door(&DoorChange::default()).await.unwrap();
     assert_eq!(
-        g.last_draw().await.unwrap(),
+        g.last_draw().await.unwrap().tickets,
         vec![second[1].clone(), second[0].clone()]
     );
     // A draw dropped with the line leaves no record: the last stays.
@@ -459,7 +465,7 @@ async fn a_draw_orders_its_entrants_by_key_between_those_before_and_after(ts: Te
     ticket(g.enter_drawn(1, None, |_| 1).await.unwrap());
     g.clear_line().await.unwrap();
     g.set_door(&DoorChange::default()).await.unwrap();
-    assert_eq!(g.last_draw().await.unwrap().len(), 2);
+    assert_eq!(g.last_draw().await.unwrap().tickets.len(), 2);
 }
 
 fn refused_none(r: tollgate::Result<Option<tollgate::Lease>>) {
@@ -596,7 +602,7 @@ async fn the_durable_store_keeps_a_draw_across_restarts() {
             // operation after it ends the draw, and the record outlives
             // a restart too.
             assert_eq!(
-                g.last_draw().await.unwrap(),
+                g.last_draw().await.unwrap().tickets,
                 order,
                 "after a restart from the {round}"
             );
@@ -608,7 +614,11 @@ async fn the_durable_store_keeps_a_draw_across_restarts() {
             store.close();
             let store = durable_at(dir.path(), &clock);
             let g = Gate::new(&store, "drawn", Some(1), options(true)).unwrap();
-            assert_eq!(g.last_draw().await.unwrap(), order, "the record from a snapshot");
+            assert_eq!(
+                g.last_draw().await.unwrap().tickets,
+                order,
+                "the record from a snapshot"
+            );
             store.close();
             break;
         }

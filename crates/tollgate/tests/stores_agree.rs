@@ -256,8 +256,8 @@ impl Side {
             },
             Op::RemoveWaiter(number) => self.gate.remove_waiter(number).await.map(Answer::Left),
             Op::ClearLine => self.gate.clear_line().await.map(Answer::Cleared),
-            Op::LastDraw => self.gate.last_draw().await.map(|tickets| {
-                let names = tickets.iter().map(|t| self.names.get(t).cloned());
+            Op::LastDraw => self.gate.last_draw().await.map(|record| {
+                let names = record.tickets.iter().map(|t| self.names.get(t).cloned());
                 Answer::Drawn(names.collect())
             }),
             Op::SetDoor {

@@ -7,8 +7,8 @@
 use crate::error::Result;
 
 use super::types::{
-    Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left, Pass,
-    Poll, Waiting,
+    Admission, DoorChange, DrawRecord, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding,
+    Left, Pass, Poll, Waiting,
 };
 
 pub(crate) trait GateBackend {
@@ -58,7 +58,7 @@ pub(crate) trait GateBackend {
 
     /// The tickets of the last draw that ended, head first (after the
     /// door's timers due now ran: an opening due ends its draw).
-    async fn last_draw(&self, gate: &GateName) -> Result<Vec<String>>;
+    async fn last_draw(&self, gate: &GateName) -> Result<DrawRecord>;
 
     /// The gate's figures: capacity, used, waiting, its pace; reads only.
     async fn stats(&self, gate: &GateName) -> Result<GateStats>;

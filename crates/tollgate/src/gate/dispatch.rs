@@ -9,8 +9,8 @@ use crate::store::{Backend, Listening, Store, Watch, on_backend};
 use super::backend::GateBackend;
 use super::memory::memory_barge_key;
 use super::types::{
-    Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
-    MAX_CURSOR, MAX_REVOKED_PER_WATCH, Pass, Poll, Waiting,
+    Admission, DoorChange, DrawRecord, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding,
+    Left, MAX_CURSOR, MAX_REVOKED_PER_WATCH, Pass, Poll, Waiting,
 };
 
 impl Store {
@@ -95,7 +95,7 @@ impl Store {
         on_backend!(self, gates, b => GateBackend::clear_line(b, gate))
     }
 
-    pub(crate) async fn last_draw(&self, gate: &GateName) -> Result<Vec<String>> {
+    pub(crate) async fn last_draw(&self, gate: &GateName) -> Result<DrawRecord> {
         on_backend!(self, gates, b => GateBackend::last_draw(b, gate))
     }
 

@@ -13,8 +13,9 @@ use crate::store::registry::Kind;
 use super::model::DRAW_SPAN;
 
 use super::types::{
-    Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
-    MAX_DOOR_NOTE, MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, Occupancy, Pass, Place, Poll, Waiting, check_capacity,
+    Admission, DoorChange, DrawRecord, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding,
+    Left, MAX_DOOR_NOTE, MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, Occupancy, Pass, Place, Poll, Waiting,
+    check_capacity,
 };
 
 /// How leases and waits behave. Every field has a default.
@@ -234,7 +235,7 @@ impl Gate {
     /// in their drawn order, head first: everyone in the draw when the
     /// opening came. Empty if no draw has ended. Kept while the gate's
     /// state lives (on Redis, seven days after the draw).
-    pub async fn last_draw(&self) -> Result<Vec<String>> {
+    pub async fn last_draw(&self) -> Result<DrawRecord> {
         self.store.last_draw(&self.name).await
     }
 

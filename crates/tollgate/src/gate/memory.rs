@@ -16,8 +16,8 @@ use crate::store::memory::{Logged, MemoryCore, put};
 use super::backend::GateBackend;
 use super::model::{GateState, NewTicket};
 use super::types::{
-    Admission, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
-    Occupancy, Pass, Place, Poll, Waiting, handle_of, permits_exceed,
+    Admission, DoorChange, DrawRecord, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding,
+    Left, Occupancy, Pass, Place, Poll, Waiting, handle_of, permits_exceed,
 };
 
 /// The gate operations of the embedded store.
@@ -297,7 +297,7 @@ impl GateMemory<'_> {
     }
 
     /// The first `limit` tickets of the line, head first (as line.lua).
-    pub(crate) fn last_draw(&self, gate: &Name) -> Result<Vec<String>> {
+    pub(crate) fn last_draw(&self, gate: &Name) -> Result<DrawRecord> {
         self.read_gate(gate, |s, _, _| Ok(s.last_draw.clone()))
     }
 
@@ -602,7 +602,7 @@ impl GateBackend for GateMemory<'_> {
         self.read(|| self.stats(gate)).await?
     }
 
-    async fn last_draw(&self, gate: &GateName) -> Result<Vec<String>> {
+    async fn last_draw(&self, gate: &GateName) -> Result<DrawRecord> {
         self.read(|| self.last_draw(gate)).await?
     }
 

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::store::memory::Shelved;
 
 use super::line::{DRAWN, Draw, Line};
-use super::types::{Door, Left, REMOVED_KEEP_MS, REMOVED_MAX, capacity_conflict, no_capacity};
+use super::types::{Door, DrawRecord, Left, REMOVED_KEEP_MS, REMOVED_MAX, capacity_conflict, no_capacity};
 
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct GateState {
@@ -83,7 +83,7 @@ pub(crate) struct GateState {
     /// key d). Like the draw under way, not in the gate's snapshot
     /// record (`GATE_DRAW`).
     #[serde(skip)]
-    pub(crate) last_draw: Vec<String>,
+    pub(crate) last_draw: DrawRecord,
 }
 
 /// The key space of one draw (as DRAW_SPAN in lua/general_state.lua): a
@@ -96,7 +96,7 @@ const SEQ_MAX: u64 = 1 << 53;
 
 /// What the gate's snapshot record does not carry of a draw: the draw
 /// under way and the last one's tickets.
-pub(crate) type DrawState = (Option<Draw>, Vec<String>);
+pub(crate) type DrawState = (Option<Draw>, DrawRecord);
 
 impl GateState {
     /// What expiry and promotion change: compared before and after a read
@@ -116,7 +116,7 @@ impl GateState {
 
     /// The draw's state, for the snapshot.
     pub(crate) fn draw_state(&self) -> Option<DrawState> {
-        (self.line.draw.is_some() || !self.last_draw.is_empty())
+        (self.line.draw.is_some() || self.last_draw.ended_at_ms > 0)
             .then(|| (self.line.draw.clone(), self.last_draw.clone()))
     }
 
@@ -131,14 +131,14 @@ impl GateState {
     pub(super) fn tick_door(&mut self, now: u64) {
         self.door.tick(now);
         if self.door.opens_at_ms.is_none() {
-            self.end_draw();
+            self.end_draw(now);
         }
     }
 
     /// Ends the draw under way, if any: its tickets, head first, are the
     /// last draw's record, and the line is one again (as F.end_draw in
     /// lua/general_state.lua).
-    fn end_draw(&mut self) {
+    fn end_draw(&mut self, now: u64) {
         let Some((drawn, moved)) = self.line.end_draw() else {
             return;
         };
@@ -149,7 +149,10 @@ impl GateState {
         }
         // (Redis keeps no empty record: an empty draw leaves the last.)
         if !drawn.is_empty() {
-            self.last_draw = drawn;
+            self.last_draw = DrawRecord {
+                ended_at_ms: now,
+                tickets: drawn,
+            };
         }
     }
 }

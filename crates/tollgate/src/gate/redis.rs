@@ -81,8 +81,8 @@ use crate::store::redis::{Listening, RedisStore, ready_ones_first, unexpected};
 use super::backend::GateBackend;
 use super::pass_groups::{GroupedPass, PassGroups};
 use super::types::{
-    Admission, Door, DoorChange, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding, Left,
-    Occupancy, Pass, Place, Poll, Waiting, capacity_conflict, no_capacity, permits_exceed,
+    Admission, Door, DoorChange, DrawRecord, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant,
+    Holding, Left, Occupancy, Pass, Place, Poll, Waiting, capacity_conflict, no_capacity, permits_exceed,
 };
 
 /// Whether `req` is a Lock's (one permit of a gate of one, no label, not
@@ -460,9 +460,22 @@ impl GateBackend for Arc<RedisStore> {
     }
 
     /// The first `limit` tickets of the line (line.lua).
-    async fn last_draw(&self, gate: &GateName) -> Result<Vec<String>> {
-        self.run_as(&self.scripts.gate.draw, gate, Vec::<String>::new())
-            .await
+    async fn last_draw(&self, gate: &GateName) -> Result<DrawRecord> {
+        let mut r: Vec<String> = self
+            .run_as(&self.scripts.gate.draw, gate, Vec::<String>::new())
+            .await?;
+        if r.is_empty() {
+            return Ok(DrawRecord::default());
+        }
+        let ended_at_ms = r[0]
+            .strip_prefix('#')
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| Error::new(ErrorKind::Store, "unexpected reply to draw"))?;
+        r.remove(0);
+        Ok(DrawRecord {
+            ended_at_ms,
+            tickets: r,
+        })
     }
 
     async fn line(&self, gate: &GateName, limit: u32) -> Result<Vec<Waiting>> {

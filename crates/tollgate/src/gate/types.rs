@@ -202,6 +202,16 @@ impl Door {
     }
 }
 
+/// The last draw that ended on a gate ([`Gate::last_draw`](crate::Gate::last_draw)).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct DrawRecord {
+    /// When it ended (ms, the store's clock): its opening, or the change
+    /// of the door that lifted the hold. 0: no draw has ended.
+    pub ended_at_ms: u64,
+    /// Its tickets, head first: everyone in the draw when it ended.
+    pub tickets: Vec<String>,
+}
+
 /// One [`Gate::set_door`](crate::Gate::set_door) call: the door, and in
 /// the same atomic step the pause and a drop of the whole line.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

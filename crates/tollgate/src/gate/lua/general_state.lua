@@ -72,6 +72,8 @@ function F.end_draw()
   local low, high = string.format('%d', S.B), string.format('(%d', S.B + DRAW_SPAN)
   if redis.call('ZCOUNT', S.KQ, low, high) > 0 then
     redis.call('ZRANGESTORE', S.KD, S.KQ, low, high, 'BYSCORE')
+    -- When it ended, as a member ahead of every ticket ('#' is in no id).
+    redis.call('ZADD', S.KD, -1, '#' .. string.format('%d', S.now))
     redis.call('PEXPIRE', S.KD, DRAW_KEEP)
   end
   S.B = 0

@@ -85,8 +85,9 @@
 --            pruned by later ends and never read (watch.lua); the key
 --            lives K past the last end.
 --   d  ZSET  the last draw's record: the tickets in the draw when it ended
---            (general_state.lua's F.end_draw), scored as they were in q;
---            kept 7 days (read by draw.lua).
+--            (general_state.lua's F.end_draw), scored as they were in q,
+--            and '#<when it ended, ms>' scored -1; kept 7 days (read by
+--            draw.lua).
 --   x  ZSET  tickets an admin took out of the line (admin.lua) -> when (ms),
 --            so their waiters' next poll answers that they were removed
 --            rather than unknown (poll.lua looks only for a ticket it
