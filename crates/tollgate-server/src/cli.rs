@@ -67,6 +67,9 @@ placeholder of tollgate.example.toml)."
     /// --schedules`).
     #[command(subcommand)]
     Schedule(ScheduleCommand),
+    /// Waiting rooms: check a room's draw at opening.
+    #[command(subcommand)]
+    Room(crate::commands::room::RoomCommand),
     /// Measure throughput, latency and fairness; prints one JSON line per case.
     #[command(
         after_help = "Exit codes: 0 measured; 64 bad arguments; 69 the store or server is \

@@ -1,6 +1,7 @@
 //! Exit codes, documented in the README. sysexits(3) numbering where one fits.
 
-/// `limit check`: the request was refused.
+/// `limit check`: the request was refused; `room verify-draw`: the draw
+/// or the receipt does not check.
 pub(crate) const REFUSED: i32 = 1;
 /// Bad arguments, or no store named.
 pub(crate) const USAGE: i32 = 64;
@@ -45,7 +46,10 @@ pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
         "lock run, semaphore run: the command's own (128 + N if killed by signal N); it ran under the lease",
     ),
     (Some(0), "done"),
-    (Some(REFUSED), "(limit check) the request was refused"),
+    (
+        Some(REFUSED),
+        "(limit check) the request was refused; (room verify-draw) the draw or the receipt does not check",
+    ),
     (
         Some(USAGE),
         "bad arguments, or no store given (the message says which)",
@@ -62,7 +66,7 @@ pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
     ),
     (
         Some(BUSY),
-        "the lock or permits could not be had within --wait, a job to cancel or reschedule is being run, the gate's door is closed, or the server's rate limit refused this client",
+        "the lock or permits could not be had within --wait, a job to cancel or reschedule is being run, the gate's door is closed, (room verify-draw) the draw is not revealed yet, or the server's rate limit refused this client",
     ),
     (
         Some(LEASE_LOST),

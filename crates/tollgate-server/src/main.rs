@@ -74,6 +74,7 @@ fn main() {
             Command::Limit(LimitCommand::Check(args)) => commands::limit::check(args).await,
             Command::Jobs(command) => commands::jobs::run(command).await,
             Command::Schedule(command) => commands::schedule::run(command).await,
+            Command::Room(command) => commands::room::run(command).await,
             Command::Bench(args) => bench::run(args).await,
             Command::Health(args) => commands::health::run(args).await,
             Command::Data(command) => commands::data::run(&command),

@@ -11,6 +11,7 @@ pub(crate) mod jobs;
 pub(crate) mod limit;
 pub(crate) mod queue;
 mod remote_lease;
+pub(crate) mod room;
 pub(crate) mod run;
 pub(crate) mod schedule;
 mod schedule_view;

@@ -11,6 +11,20 @@ use super::{lang, page};
 pub(super) const JSON: &str = "application/json";
 pub(super) const HTML: &str = "text/html; charset=utf-8";
 
+/// A JSON answer of `body`, never cached.
+pub(super) fn json_response(status: StatusCode, body: impl ToString) -> Response<Body> {
+    let mut r = typed(body.to_string(), JSON);
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The JSON error body (`tollgate::error_body`) with `status`.
+pub(super) fn json_error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    json_response(status, tollgate::error_body(code, message))
+}
+
 /// A response of `body`, of type `content_type`.
 pub(super) fn typed(body: impl Into<Body>, content_type: &'static str) -> Response<Body> {
     let mut r = Response::new(body.into());

@@ -15,6 +15,7 @@ use tollgate::{Gate, GateOptions, Limit, RateLimiter, Store};
 
 use super::challenge::{self, Challenges};
 use super::counters::RoomMetrics;
+use super::draw::Draws;
 use super::lang::LangSetting;
 use super::page::{Kind, Pages};
 use super::path;
@@ -56,6 +57,10 @@ pub(crate) struct RoomSettings {
     /// before; at it, the capacity is admitted from the head of the
     /// pre-queue in one step of the store.
     pub(crate) opens_at: Option<String>,
+    /// The pre-queue's order at the opening: `random` (default: drawn,
+    /// and the draw published so anyone can check it) or `fifo` (arrival
+    /// order).
+    pub(crate) order_at_open: Option<String>,
     /// How long before `opens_at` visitors may join the line (the
     /// pre-queue). Default 30m.
     pub(crate) prequeue: Option<String>,
@@ -174,6 +179,7 @@ pub(crate) fn schedule_of(
             Duration::ZERO
         },
         closes_at_ms,
+        draw_ms: None,
     })
 }
 
@@ -339,6 +345,11 @@ impl Room {
             }
             bits => Some(arrival_challenge(name, s, store, bits).map_err(at)?),
         };
+        let draw = match s.order_at_open.as_deref().unwrap_or("random") {
+            "random" => Some(Draws::new(s.cookie_keys.first().map_or("", String::as_str))),
+            "fifo" => None,
+            other => return Err(at(format!("order_at_open = {other:?}: use random or fifo")).into()),
+        };
         let on_store_error = match s.on_store_error.as_deref().unwrap_or("closed") {
             "open" => OnStoreError::Open,
             "closed" => OnStoreError::Closed,
@@ -425,6 +436,7 @@ impl Room {
             status_limit,
             arrival_limit,
             challenge,
+            draw,
             on_store_error,
             store_timeout: Duration::from_millis(s.store_timeout_ms.unwrap_or(500).clamp(1, 60_000)),
             pages,

@@ -58,6 +58,10 @@ pub(crate) struct Text {
     pub(crate) before_open_at: &'static str,
     pub(crate) before_open: &'static str,
     pub(crate) opening: &'static str,
+    /// In a draw's pre-queue: the place shown instead of a number, and
+    /// what the draw means.
+    pub(crate) in_draw: &'static str,
+    pub(crate) draw_note: &'static str,
     /// The page of a visitor who comes before the pre-queue opens
     /// (`{line}`: when it does; `{start}`: the opening; RFC 3339 UTC).
     pub(crate) not_open_title: &'static str,
@@ -104,6 +108,9 @@ const EN: Text = Text {
     before_open_at: "You are in the pre-queue. Admissions start at {t} (UTC).",
     before_open: "You are in the pre-queue. Admissions start in {t}.",
     opening: "Admissions are starting…",
+    in_draw: "in the draw",
+    draw_note: "Places are drawn at random when admissions start, so arriving earlier gives no \
+                advantage. After the opening, the draw is published so anyone can check it.",
     not_open_title: "Not open yet",
     not_open_text: "The line opens at {line} and admissions start at {start} (times in UTC). Please come back then.",
     challenge_title: "One moment",
@@ -147,6 +154,9 @@ const ES: Text = Text {
     before_open_at: "Está en la fila previa. Las entradas empiezan a las {t} (UTC).",
     before_open: "Está en la fila previa. Las entradas empiezan en {t}.",
     opening: "Las entradas están empezando…",
+    in_draw: "en el sorteo",
+    draw_note: "Los puestos se sortean al azar cuando empiezan las entradas: llegar antes no da \
+                ventaja. Tras la apertura se publica el sorteo para que cualquiera pueda comprobarlo.",
     not_open_title: "Aún no está abierto",
     not_open_text: "La fila abre a las {line} y las entradas empiezan a las {start} (horas en UTC). Vuelva entonces.",
     challenge_title: "Un momento",
@@ -187,6 +197,8 @@ const ZH: Text = Text {
     before_open_at: "您在预排队中。放行将于 {t}（UTC）开始。",
     before_open: "您在预排队中。放行将在 {t} 后开始。",
     opening: "放行即将开始…",
+    in_draw: "等待抽签",
+    draw_note: "放行开始时随机抽签决定顺序，早到没有优势。开放后将公布抽签结果，任何人都可以核验。",
     not_open_title: "尚未开放",
     not_open_text: "队列将于 {line} 开放，放行将于 {start} 开始（UTC 时间）。请届时再来。",
     challenge_title: "请稍候",

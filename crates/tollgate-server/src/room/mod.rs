@@ -12,6 +12,7 @@ mod answers;
 mod challenge;
 mod config;
 mod counters;
+pub(crate) mod draw;
 pub(crate) mod events;
 mod feeds;
 mod lang;

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use serde_json::json;
+use serde_json::{Value, json};
 
+use super::draw;
 use super::lang::{Lang, LangSetting, Text};
 use super::states::{self, RoomState};
 use super::store_call::now_ms;
@@ -226,6 +227,9 @@ impl Pages {
             _ => "",
         };
         let (position, waiting, eta, opens) = match figures {
+            Figures::Known(s) if s.in_draw => {
+                (t.in_draw.to_owned(), s.waiting.to_string(), s.eta, s.opens_at_ms)
+            }
             Figures::Known(s) => (
                 s.position.to_string(),
                 s.waiting.to_string(),
@@ -247,6 +251,8 @@ impl Pages {
         } else {
             String::new()
         };
+        let in_draw = matches!(figures, Figures::Known(s) if s.in_draw);
+        let draw_text = if in_draw { t.draw_note } else { "" };
         let minutes = |d: Duration| (d.as_secs_f64() / 60.0).round() as u64;
         let (low, high) = eta.map_or((String::new(), String::new()), |(l, h)| {
             (minutes(l).to_string(), minutes(h).to_string())
@@ -255,7 +261,7 @@ impl Pages {
             "unknown": t.unknown, "under": t.under_a_minute, "one": t.one_minute,
             "many": t.minutes, "range": t.range, "turn": t.your_turn,
             "paused": t.state_paused, "closed": t.state_closed,
-            "before_open": t.before_open, "opening": t.opening,
+            "before_open": t.before_open, "opening": t.opening, "in_draw": t.in_draw,
         })
         .to_string()
         .replace("</", "<\\/");
@@ -279,6 +285,7 @@ impl Pages {
             ("opens_at", &opens_at),
             ("opens_in_seconds", &opens_in),
             ("t_opens", &opens_text),
+            ("t_draw", draw_text),
             ("t_head", &head),
             ("t_title", t.in_line),
             ("t_lead", t.lead),
@@ -498,6 +505,9 @@ pub(super) struct Shown {
     pub(super) state: RoomState,
     /// The opening this waiter is in the pre-queue for (ms), if any.
     pub(super) opens_at_ms: Option<u64>,
+    /// In a draw not yet run (`order_at_open = "random"`): the place is
+    /// decided at the opening, so none is shown.
+    pub(super) in_draw: bool,
 }
 
 impl Shown {
@@ -510,6 +520,7 @@ impl Shown {
             eta: place.eta.map(|e| (e.mul_f64(0.75), e.mul_f64(1.5))),
             state: settings.state,
             opens_at_ms: settings.schedule.pending(now_ms()),
+            in_draw: draw::pending_draw(&settings.schedule, now_ms()).is_some(),
         }
     }
 
@@ -525,6 +536,11 @@ impl Shown {
             j["status"] = json!("before_open");
             j["opens_at"] = json!(states::rfc3339(at));
             j["opens_in_ms"] = json!(at.saturating_sub(now_ms()));
+        }
+        // A draw's place is drawn at the opening: no number before it.
+        if self.in_draw {
+            j["position"] = Value::Null;
+            j["order"] = json!("random");
         }
         j
     }
@@ -551,6 +567,7 @@ mod tests {
             eta: Some((Duration::from_secs(90), Duration::from_secs(400))),
             state: RoomState::Open,
             opens_at_ms: None,
+            in_draw: false,
         };
         for lang in [Lang::En, Lang::Es, Lang::Zh] {
             for page in [
@@ -615,6 +632,18 @@ mod tests {
             "{pre}"
         );
         assert!(pre.contains("data-opens-at=\"2025-12-01T10:00:00Z\""), "{pre}");
+        assert!(!pre.contains("drawn at random"), "{pre}");
+        let drawn = Shown {
+            opens_at_ms: Some(1_764_583_200_000),
+            in_draw: true,
+            ..shown
+        };
+        let page = pages.waiting("shop", Lang::En, Figures::Known(&drawn), 2, RoomState::Open);
+        assert!(page.contains("id=\"position\">in the draw</p>"), "{page}");
+        assert!(page.contains("drawn at random"), "{page}");
+        assert_eq!(drawn.json()["position"], Value::Null);
+        assert_eq!(drawn.json()["order"], "random");
+        assert_eq!(shown.json()["position"], 3);
         let sold = pages.ended("shop", Lang::Zh, RoomState::SoldOut);
         assert!(sold.contains("<h1>已售罄</h1>"), "{sold}");
         assert!(

@@ -19,6 +19,7 @@ use tollgate::{Gate, RateLimiter};
 use super::answers::plain;
 use super::challenge::Challenges;
 use super::counters::RoomMetrics;
+use super::draw::Draws;
 use super::feeds::Feeds;
 use super::page::Pages;
 use super::path;
@@ -69,6 +70,8 @@ pub(crate) struct Room {
     pub(super) arrival_limit: Option<RateLimiter>,
     /// The proof of work asked of new visitors, if the room asks one.
     pub(super) challenge: Option<ArrivalChallenge>,
+    /// The pre-queue's draw at the opening (`order_at_open = "random"`).
+    pub(super) draw: Option<Draws>,
     pub(super) on_store_error: OnStoreError,
     pub(super) store_timeout: Duration,
     pub(super) pages: Arc<Pages>,
@@ -348,11 +351,14 @@ impl Room {
         let stored = Stored::of(now.paused, &now.door);
         let c = &self.configured;
         if !stored.configured_from(c) {
+            let schedule = c
+                .schedule
+                .for_draw(&stored.schedule, self.draw.is_some(), now_ms());
             self.gate
-                .set_door(&states::change(c.state, &c.schedule, c, true))
+                .set_door(&states::change(c.state, &schedule, c, true))
                 .await?;
             tracing::info!(room = %self.name, state = c.state.name(), "the room's state and schedule are the ones its config names");
-        } else if stored.state != c.state || stored.schedule != c.schedule {
+        } else if stored.state != c.state || stored.schedule.as_configured() != c.schedule {
             tracing::info!(room = %self.name, state = stored.state.name(), configured = c.state.name(), "the room keeps the state and schedule set at runtime or already run (the config's are unchanged since they were applied)");
         }
         Ok(())
@@ -384,7 +390,9 @@ impl Room {
     /// Sets when the room opens and closes, on every server, its state
     /// kept (see states.rs: the store runs each at its time).
     pub(crate) async fn set_schedule(&self, schedule: Schedule) -> tollgate::Result<()> {
-        let state = self.stored().await?.state;
+        let stored = self.stored().await?;
+        let state = stored.state;
+        let schedule = schedule.for_draw(&stored.schedule, self.draw.is_some(), now_ms());
         self.gate
             .set_door(&states::change(state, &schedule, &self.configured, false))
             .await?;

@@ -92,6 +92,13 @@ pub(crate) struct Schedule {
     pub(crate) prequeue: Duration,
     /// The room closes to newcomers at this (ms since the Unix epoch).
     pub(crate) closes_at_ms: Option<u64>,
+    /// A room that draws its pre-queue's order (`order_at_open =
+    /// "random"`): the draw's name, which its seed derives from (see
+    /// draw.rs): when its opening was first scheduled (ms, this server's
+    /// clock). Kept while that opening is moved, so the seed committed to
+    /// stays; kept after it, so the draw can be revealed. Never in the
+    /// config: `Schedule::for_draw` names it.
+    pub(crate) draw_ms: Option<u64>,
 }
 
 /// The pre-queue when a schedule names none.
@@ -104,6 +111,28 @@ impl Schedule {
             Some(at) if now_ms < at.saturating_sub(self.prequeue.as_millis() as u64) => Phase::NotOpen(at),
             Some(at) if now_ms < at => Phase::PreQueue(at),
             _ => Phase::Open,
+        }
+    }
+
+    /// This schedule as set at `now_ms` over `stored` (what the store
+    /// had), in a room that draws (`draws`): a pending opening keeps the
+    /// draw's name of the one it moves, or is a new draw named `now_ms`;
+    /// without one, the last draw's name stays (its seed is revealed).
+    pub(crate) fn for_draw(mut self, stored: &Schedule, draws: bool, now_ms: u64) -> Schedule {
+        self.draw_ms = match (draws, self.pending(now_ms), stored.pending(now_ms)) {
+            (false, _, _) => None,
+            (true, Some(_), Some(_)) if stored.draw_ms.is_some() => stored.draw_ms,
+            (true, Some(_), _) => Some(now_ms),
+            (true, None, _) => stored.draw_ms,
+        };
+        self
+    }
+
+    /// The schedule without its draw's name (to compare with the config's).
+    pub(crate) fn as_configured(self) -> Schedule {
+        Schedule {
+            draw_ms: None,
+            ..self
         }
     }
 
@@ -212,6 +241,7 @@ impl Stored {
                 opens_at_ms: door.opens_at_ms,
                 prequeue,
                 closes_at_ms: door.closes_at_ms,
+                draw_ms: field("draw").and_then(|v| v.parse().ok()),
             },
             mark: field("config").map(str::to_owned),
         }
@@ -237,10 +267,13 @@ pub(crate) fn change(
         door: Door {
             closed: state.refuses_newcomers(),
             note: format!(
-                "state={} prequeue={} config={}",
+                "state={} prequeue={} config={}{}",
                 state.name(),
                 schedule.prequeue.as_millis(),
-                configured.mark()
+                configured.mark(),
+                schedule
+                    .draw_ms
+                    .map_or_else(String::new, |ms| format!(" draw={ms}"))
             ),
             opens_at_ms: schedule.opens_at_ms,
             closes_at_ms: schedule.closes_at_ms,
@@ -262,6 +295,7 @@ mod tests {
                 opens_at_ms: Some(1_764_583_200_000),
                 prequeue: Duration::from_secs(90),
                 closes_at_ms: Some(1_764_590_400_000),
+                draw_ms: Some(1_764_500_000_000),
             },
         ];
         for (state, name) in STATES {
@@ -328,7 +362,37 @@ mod tests {
             opens_at_ms: Some(10_000),
             prequeue: Duration::from_secs(4),
             closes_at_ms: None,
+            draw_ms: None,
         };
+        // A draw is named when its opening is first scheduled, and keeps
+        // its name while the opening moves and after it.
+        let drawn = s.for_draw(&Schedule::default(), true, 5_000);
+        assert_eq!(drawn.draw_ms, Some(5_000));
+        let moved = Schedule {
+            opens_at_ms: Some(20_000),
+            ..s
+        }
+        .for_draw(&drawn, true, 7_000);
+        assert_eq!(moved.draw_ms, Some(5_000));
+        let opened = Schedule::default().for_draw(&moved, true, 8_000);
+        assert_eq!(opened.draw_ms, Some(5_000));
+        let next = s.for_draw(
+            &Schedule {
+                opens_at_ms: Some(9_000),
+                ..moved
+            },
+            true,
+            9_500,
+        );
+        assert_eq!(next.draw_ms, Some(9_500), "the last opening ran: a new draw");
+        assert_eq!(s.for_draw(&drawn, false, 6_000).draw_ms, None);
+        assert_eq!(
+            moved.as_configured(),
+            Schedule {
+                opens_at_ms: Some(20_000),
+                ..s
+            }
+        );
         assert_eq!(s.phase(5_999), Phase::NotOpen(10_000));
         assert_eq!(s.phase(6_000), Phase::PreQueue(10_000));
         assert_eq!(s.phase(9_999), Phase::PreQueue(10_000));

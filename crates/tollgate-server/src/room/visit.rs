@@ -13,7 +13,9 @@ use futures_util::future::BoxFuture;
 use serde_json::json;
 use tollgate::{Entered, ErrorKind, TicketStatus, client_ip};
 
-use super::answers::{JSON, TRY_AGAIN_SECONDS, closed, cookie_value, plain, typed, wants_json};
+use super::answers::{
+    JSON, TRY_AGAIN_SECONDS, closed, cookie_value, json_error, json_response, plain, typed, wants_json,
+};
 use super::feeds;
 use super::page::{Figures, Shown};
 use super::proxy::{Hop, SESSION_HEADER, VISITOR_HEADER, ViaTls};
@@ -231,7 +233,14 @@ impl Room {
         // taken for one before it joined (`why_gone`).
         let joined_ms = now_ms();
         let joined = self.line_ages.then(|| joined_ms.to_string());
-        let enter = || self.gate.enter_as(1, true, joined.as_deref());
+        // In a room that draws, a newcomer to the pre-queue joins the draw.
+        let draw_key = self.draw_key(&settings.schedule);
+        let enter = || async {
+            match &draw_key {
+                Some(key) => self.gate.enter_drawn(1, joined.as_deref(), key).await,
+                None => self.gate.enter_as(1, true, joined.as_deref()).await,
+            }
+        };
         let mut entered = bounded(self.store_timeout, enter()).await;
         if entered.as_ref().is_err_and(|e| e.kind() == ErrorKind::NoCapacity) {
             // The store lost the room's settings (data loss, or an idle
@@ -591,8 +600,11 @@ impl Room {
                 }
                 match ticket_status(self.store_timeout, self.gate.status(&ticket)).await {
                     Ok(TicketStatus::Queued(place)) => {
-                        let mut r =
-                            json_response(StatusCode::OK, Shown::of(&place, self.view.settings()).json());
+                        let mut j = Shown::of(&place, self.view.settings()).json();
+                        if let Some(receipt) = self.receipt(&ticket).await {
+                            j["draw"] = receipt;
+                        }
+                        let mut r = json_response(StatusCode::OK, j);
                         r.headers_mut()
                             .insert(header::RETRY_AFTER, HeaderValue::from(self.retry_seconds()));
                         r
@@ -648,6 +660,7 @@ impl Room {
                 }
             }
             (&Method::GET, "status", None) => json_response(StatusCode::OK, json!({"status": "none"})),
+            (&Method::GET, "draw", _) => self.draw_answer(req.uri().query()).await,
             (&Method::GET, "events", Some(Visitor::Waiting { ticket, .. })) => {
                 // Opening a stream is a status request too.
                 if let Some(refused) = self.asks_too_often(&req, &ticket).await {
@@ -679,7 +692,7 @@ impl Room {
                 r.headers_mut().append(header::SET_COOKIE, self.clear_cookie());
                 r
             }
-            (_, "status" | "events" | "leave", _) => json_error(
+            (_, "status" | "events" | "leave" | "draw", _) => json_error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
                 "wrong method",
@@ -697,15 +710,3 @@ impl Room {
 /// line, the session's once admitted (the same id), never the signed token.
 #[derive(Debug, Clone)]
 pub(super) struct VisitorId(pub(super) String);
-
-fn json_response(status: StatusCode, body: impl ToString) -> Response<Body> {
-    let mut r = typed(body.to_string(), JSON);
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
-fn json_error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
-    json_response(status, tollgate::error_body(code, message))
-}

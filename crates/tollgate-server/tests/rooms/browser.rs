@@ -255,8 +255,9 @@ async fn closed_and_sold_out_in_a_real_browser_redis() {
 
 /// A scheduled room's pre-queue in a real (headless) Chromium: the page
 /// counts down to the opening each second (the element is not announced
-/// every second), passes axe-core, and at the opening moves the visitor
-/// on to the site by itself.
+/// every second), shows no place but "in the draw" (the room draws its
+/// pre-queue), passes axe-core, and at the opening moves the visitor on
+/// to the site by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pre_queue_counts_down_in_a_real_browser() {
     let axe = axe_source();
@@ -292,6 +293,16 @@ async fn the_pre_queue_counts_down_in_a_real_browser() {
             .await,
         serde_json::Value::Null,
         "a countdown is not read out every second"
+    );
+    // The room draws its pre-queue (the default): no place before the
+    // opening, and the page says why.
+    let place = "return [document.getElementById('position').textContent, \
+                 document.getElementById('draw').textContent];";
+    let shown = driver.execute(&c, &session, place).await;
+    assert_eq!(shown[0], "in the draw", "{shown}");
+    assert!(
+        shown[1].as_str().is_some_and(|t| t.contains("drawn at random")),
+        "{shown}"
     );
     axe_check(&driver, &c, &session, &axe, "light").await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;
