@@ -224,7 +224,7 @@ async fn a_scheduled_opening(redis: Option<&str>, two_servers: bool, random: boo
         assert_eq!(seen.first_seen, heads, "the head of the pre-queue, in order");
     }
     if random {
-        receipts_check(&draw_url, &draw_ids, &places, &dir).await;
+        receipts_check(&draw_url, &draw_ids, &places, &commitment, &dir).await;
     }
 
     // The closing: newcomers are turned away; the line goes on.
@@ -301,7 +301,13 @@ fn checked_order(drawn: &Value) -> Vec<String> {
 
 /// `tollgate room verify-draw` on every receipt (exit 0), and on a
 /// changed seed, a changed id list and a wrong place (exit 1 each).
-async fn receipts_check(url: &str, ids: &[String], places: &[usize], dir: &tempfile::TempDir) {
+async fn receipts_check(
+    url: &str,
+    ids: &[String],
+    places: &[usize],
+    commitment: &str,
+    dir: &tempfile::TempDir,
+) {
     let verify = |extra: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(["room", "verify-draw"])
@@ -326,6 +332,11 @@ async fn receipts_check(url: &str, ids: &[String], places: &[usize], dir: &tempf
         &(places[0] % DRAWN + 1).to_string(),
     ]);
     assert_eq!(code, Some(1), "a wrong place: {out}");
+    // Against the commitment saved before the opening, and another.
+    let (code, out) = verify(&[url, "--commitment", commitment]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = verify(&[url, "--commitment", &"ab".repeat(32)]);
+    assert_eq!(code, Some(1), "another commitment: {out}");
     // Saved copies, changed.
     let (_, body) = send(reqwest::Client::new().get(url)).await;
     let saved = |name: &str, doc: &Value| {

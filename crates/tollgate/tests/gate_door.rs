@@ -466,6 +466,12 @@ async fn a_draw_orders_its_entrants_by_key_between_those_before_and_after(ts: Te
     g.clear_line().await.unwrap();
     g.set_door(&DoorChange::default()).await.unwrap();
     assert_eq!(g.last_draw().await.unwrap().tickets.len(), 2);
+    // A draw begun with nobody in line numbers from 1 again (base 1, so
+    // key 5 is number 6): draws never use up the line's numbers.
+    g.set_door(&opening(&ts, 60_000)).await.unwrap();
+    ticket(g.enter_drawn(1, None, |_| 5).await.unwrap());
+    let line = g.line(10).await.unwrap();
+    assert_eq!(line.iter().map(|w| w.number).collect::<Vec<_>>(), [6]);
 }
 
 fn refused_none(r: tollgate::Result<Option<tollgate::Lease>>) {

@@ -21,6 +21,13 @@ pub(crate) enum BenchTarget {
     /// A waiting line filled to each of --sizes waiters on --redis:
     /// join and status latency, and Redis memory per waiter (line_scaling).
     Line,
+    /// A scheduled opening of a pre-queue of --line visitors in a draw
+    /// (as a room with order_at_open = random), on --redis or the
+    /// embedded store: --workers tasks ask random visitors' status
+    /// throughout; the fill rate, the status latency before the opening
+    /// and in the second from it, and a check that the draw holds every
+    /// visitor (draw_opening).
+    Draw,
     /// Job queues: push+claim+ack throughput, delayed-job lateness, and
     /// (on --redis) memory per queued job.
     Jobs,
@@ -180,7 +187,8 @@ pub(crate) struct BenchArgs {
     /// `upstream` only: where to listen.
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<std::net::SocketAddr>,
-    /// `flood` and `http --flood`: the length of the flooded line;
+    /// `flood` and `http --flood`: the length of the flooded line; `draw`:
+    /// the pre-queue;
     /// `console`: the room's line.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) line: u64,

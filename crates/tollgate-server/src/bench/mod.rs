@@ -6,6 +6,7 @@
 
 pub(crate) mod args;
 mod console;
+mod draw;
 mod fair;
 mod flood;
 mod http;
@@ -45,6 +46,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         BenchTarget::Limit => limit::run(&args).await,
         BenchTarget::Upstream => room::upstream(&args).await,
         BenchTarget::Line => room::line(&args).await,
+        BenchTarget::Draw => draw::run(&args).await,
         BenchTarget::Jobs => jobs::run(&args).await,
         BenchTarget::Flood => flood::run(&args).await,
         BenchTarget::Schedules => schedules::run(&args).await,

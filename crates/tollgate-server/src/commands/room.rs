@@ -23,7 +23,7 @@ pub(crate) enum RoomCommand {
     /// receipt (--id and --place).
     #[command(
         after_help = "Exit codes: 0 the draw (and the receipt) check; 1 they do not (the \
-message says what does not hold); 64 bad arguments, or not a draw; 69 the room cannot be reached; \
+message says what does not hold, or the room no longer has the draw's list); 64 bad arguments, or not a draw; 69 the room cannot be reached; \
 75 the draw is not revealed yet (before the opening); 78 the room's TLS certificate is not trusted."
     )]
     VerifyDraw(VerifyArgs),
@@ -42,7 +42,12 @@ pub(crate) struct VerifyArgs {
     /// The receipt's place (from 1).
     #[arg(long, requires = "id", value_name = "N")]
     pub(crate) place: Option<u64>,
-    /// Give up reading the room after this long.
+    /// The commitment you saved before the opening (hex): the draw's must
+    /// be the same (without it, the seed is checked against the
+    /// commitment in the same answer only).
+    #[arg(long, value_name = "HEX")]
+    pub(crate) commitment: Option<String>,
+    /// Give up on each page of the room's answer after this long.
     #[arg(long, default_value = "30s", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) timeout: Duration,
 }
@@ -70,6 +75,12 @@ async fn verify(args: &VerifyArgs) -> Result<Value, Failure> {
     let text = |k: &str| doc[k].as_str().map(str::to_owned);
     match doc["status"].as_str() {
         Some("drawn") => {}
+        Some("expired") => {
+            return Err(failure(
+                exit::REFUSED,
+                "the room no longer has the draw's list (kept 7 days): check a copy saved earlier",
+            ));
+        }
         Some("pending" | "drawing") => {
             return Err(failure(
                 exit::BUSY,
@@ -85,6 +96,14 @@ async fn verify(args: &VerifyArgs) -> Result<Value, Failure> {
     let (Some(commitment), Some(seed)) = (text("commitment"), text("seed")) else {
         return Err(usage("the draw has no commitment or seed"));
     };
+    if let Some(saved) = &args.commitment
+        && !saved.eq_ignore_ascii_case(&commitment)
+    {
+        return Err(failure(
+            exit::REFUSED,
+            format!("the draw's commitment {commitment} is not the one saved before the opening ({saved})"),
+        ));
+    }
     let ids: Vec<String> = doc["ids"]
         .as_array()
         .ok_or_else(|| usage("the draw lists no ids"))?

@@ -16,22 +16,17 @@
 //! drawn order. Anyone then checks that the seed hashes to the
 //! commitment and that the ids stand in the order of their keys, and a
 //! visitor that their id stands at the place their receipt says
-//! (`tollgate room verify-draw`, docs/ROOMS.md).
+//! (`tollgate room verify-draw`, docs/ROOMS.md). This file is the
+//! method, pure; drawing.rs is what a room does with it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use axum::body::Body;
 use hmac::{Hmac, Mac};
-use hyper::{Response, StatusCode};
-use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::answers::{json_error, json_response};
-use super::rooms::Room;
-use super::states::{self, Schedule};
-use super::store_call::{bounded, now_ms};
+use super::states::Schedule;
 
 /// The method's name, in what the draw publishes.
 pub(crate) const METHOD: &str = "tollgate-draw-v1: key(id) = the first 44 bits (big-endian) of \
@@ -39,14 +34,6 @@ SHA-256(seed bytes || id as ASCII); the ids stand in ascending key order (equal 
 
 /// The most draw ids one answer lists.
 pub(crate) const MAX_PAGE: usize = 10_000;
-
-/// How long after the opening a draw with no record is taken to have had
-/// no entrants (the store's clock may trail this server's).
-const GRACE_MS: u64 = 5_000;
-
-/// How far the store's clock may trail this server's when a record's end
-/// is compared with the draw's name.
-const SKEW_MS: u64 = 2_000;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -159,11 +146,11 @@ pub(crate) fn verify(
 /// A room's draws: the secret its seeds and ids derive from, and the last
 /// draw revealed, read from the store once per draw.
 pub(crate) struct Draws {
-    secret: Vec<u8>,
-    revealed: Mutex<Option<Arc<Revealed>>>,
+    pub(super) secret: Vec<u8>,
+    pub(super) revealed: Mutex<Option<Arc<Revealed>>>,
     /// When this server last read the store for a record (ms): at most
     /// once a second.
-    tried_ms: AtomicU64,
+    pub(super) tried_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for Draws {
@@ -175,11 +162,11 @@ impl std::fmt::Debug for Draws {
 /// A draw after its opening: the seed, and the draw ids in drawn order.
 #[derive(Debug)]
 pub(crate) struct Revealed {
-    draw_ms: u64,
-    seed: [u8; 32],
-    ids: Vec<String>,
+    pub(super) draw_ms: u64,
+    pub(super) seed: [u8; 32],
+    pub(super) ids: Vec<String>,
     /// Draw id -> place (from 1).
-    places: HashMap<String, u64>,
+    pub(super) places: HashMap<String, u64>,
 }
 
 impl Draws {
@@ -191,7 +178,7 @@ impl Draws {
         }
     }
 
-    fn cached(&self, draw_ms: u64) -> Option<Arc<Revealed>> {
+    pub(super) fn cached(&self, draw_ms: u64) -> Option<Arc<Revealed>> {
         let r = self.revealed.lock().unwrap_or_else(PoisonError::into_inner);
         r.as_ref().filter(|r| r.draw_ms == draw_ms).cloned()
     }
@@ -201,157 +188,6 @@ impl Draws {
 /// joins a draw: the opening is pending and the draw is named.
 pub(crate) fn pending_draw(schedule: &Schedule, now_ms: u64) -> Option<u64> {
     schedule.pending(now_ms).and(schedule.draw_ms)
-}
-
-/// Where a draw stands, for what the room publishes.
-enum Stage {
-    /// No draw named (a room not scheduled yet, or not drawing).
-    None,
-    /// The opening is ahead: the commitment only.
-    Pending(u64),
-    /// The opening came; the store's record is not read yet.
-    Drawing(u64),
-    Drawn(Arc<Revealed>),
-}
-
-impl Room {
-    /// The order key of a newcomer's ticket, if they join a draw now.
-    pub(super) fn draw_key(&self, schedule: &Schedule) -> Option<impl Fn(&str) -> u64 + '_> {
-        let draws = self.draw.as_ref()?;
-        let name = pending_draw(schedule, now_ms())?;
-        let seed = seed(&draws.secret, &self.name, name);
-        Some(move |ticket: &str| order_key(&seed, &draw_id(&draws.secret, &self.name, ticket)))
-    }
-
-    async fn stage(&self) -> Stage {
-        let Some(draws) = &self.draw else {
-            return Stage::None;
-        };
-        let schedule = self.view.settings().schedule;
-        let Some(name) = schedule.draw_ms else {
-            return Stage::None;
-        };
-        let now = now_ms();
-        if schedule.pending(now).is_some() {
-            return Stage::Pending(name);
-        }
-        if let Some(r) = draws.cached(name) {
-            return Stage::Drawn(r);
-        }
-        let last = draws.tried_ms.load(Ordering::Relaxed);
-        if now < last + 1_000
-            || draws
-                .tried_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return Stage::Drawing(name);
-        }
-        // The store's record, ended at this draw's opening or later (an
-        // older one is another draw's); none by then: nobody entered.
-        let Ok(record) = bounded(self.store_timeout, self.gate.last_draw()).await else {
-            return Stage::Drawing(name);
-        };
-        let opened = schedule.opens_at_ms.unwrap_or(0);
-        let tickets = if record.ended_at_ms + SKEW_MS >= name {
-            record.tickets
-        } else if now >= opened + GRACE_MS {
-            Vec::new()
-        } else {
-            return Stage::Drawing(name);
-        };
-        let ids: Vec<String> = tickets
-            .iter()
-            .map(|t| draw_id(&draws.secret, &self.name, t))
-            .collect();
-        let places = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.clone(), i as u64 + 1))
-            .collect();
-        let revealed = Arc::new(Revealed {
-            draw_ms: name,
-            seed: seed(&draws.secret, &self.name, name),
-            ids,
-            places,
-        });
-        *draws.revealed.lock().unwrap_or_else(PoisonError::into_inner) = Some(revealed.clone());
-        tracing::info!(room = %self.name, entrants = revealed.ids.len(), "the draw's seed is revealed");
-        Stage::Drawn(revealed)
-    }
-
-    /// A waiter's receipt: their draw id, and their drawn place once the
-    /// draw is revealed. None in a room that does not draw.
-    pub(super) async fn receipt(&self, ticket: &str) -> Option<Value> {
-        let draws = self.draw.as_ref()?;
-        let id = draw_id(&draws.secret, &self.name, ticket);
-        let place = match self.stage().await {
-            Stage::Drawn(r) => r.places.get(&id).copied(),
-            _ => None,
-        };
-        Some(json!({"id": id, "place": place}))
-    }
-
-    /// `GET /.tollgate/{room}/draw[?offset=N&limit=N&id=ID]`: the draw's
-    /// commitment, and after the opening its seed and a page of its ids in
-    /// drawn order (with `id`, that id's place too).
-    pub(super) async fn draw_answer(&self, query: Option<&str>) -> Response<Body> {
-        let Some(draws) = &self.draw else {
-            return json_error(
-                StatusCode::NOT_FOUND,
-                "no_draw",
-                "this room admits its pre-queue in arrival order (order_at_open = \"fifo\")",
-            );
-        };
-        // (Numbers and hex ids: nothing to percent-decode.)
-        let (mut offset, mut limit, mut wanted) = (Some(0usize), Some(1_000usize), None);
-        for pair in query.unwrap_or("").split('&') {
-            match pair.split_once('=') {
-                Some(("offset", v)) => offset = v.parse().ok(),
-                Some(("limit", v)) => limit = v.parse().ok().filter(|l| (1..=MAX_PAGE).contains(l)),
-                Some(("id", v)) => wanted = Some(v.to_owned()),
-                _ => {}
-            }
-        }
-        let (Some(offset), Some(limit)) = (offset, limit) else {
-            return json_error(
-                StatusCode::BAD_REQUEST,
-                "invalid_input",
-                &format!("offset is a whole number, limit one from 1 to {MAX_PAGE}"),
-            );
-        };
-        let schedule = self.view.settings().schedule;
-        let opens_at = schedule.opens_at_ms.map(states::rfc3339);
-        let mut j = json!({"room": self.name, "order": "random", "method": METHOD, "opens_at": opens_at});
-        match self.stage().await {
-            Stage::None => j["status"] = json!("none"),
-            Stage::Pending(name) | Stage::Drawing(name) => {
-                let pending = schedule.pending(now_ms()).is_some();
-                j["status"] = json!(if pending { "pending" } else { "drawing" });
-                j["commitment"] = json!(commitment(&seed(&draws.secret, &self.name, name)));
-                j["seed"] = Value::Null;
-            }
-            Stage::Drawn(r) => {
-                let end = offset.saturating_add(limit).min(r.ids.len());
-                let page = r.ids.get(offset.min(end)..end).unwrap_or_default();
-                j["status"] = json!("drawn");
-                j["commitment"] = json!(commitment(&r.seed));
-                j["seed"] = json!(hex(&r.seed));
-                j["entrants"] = json!(r.ids.len());
-                j["offset"] = json!(offset);
-                j["ids"] = json!(page);
-                j["next_offset"] = if end < r.ids.len() {
-                    json!(end)
-                } else {
-                    Value::Null
-                };
-                if let Some(id) = wanted {
-                    j["receipt"] = json!({"id": id, "place": r.places.get(&id)});
-                }
-            }
-        }
-        json_response(StatusCode::OK, j)
-    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod challenge;
 mod config;
 mod counters;
 pub(crate) mod draw;
+mod drawing;
 pub(crate) mod events;
 mod feeds;
 mod lang;

@@ -514,13 +514,18 @@ impl Shown {
     /// A place in line in a room whose state and schedule this server
     /// last read as `settings`.
     pub(super) fn of(place: &tollgate::Place, settings: Settings) -> Shown {
+        let in_draw = draw::pending_draw(&settings.schedule, now_ms()).is_some();
         Shown {
             position: place.position,
             waiting: place.waiting,
-            eta: place.eta.map(|e| (e.mul_f64(0.75), e.mul_f64(1.5))),
+            // (In a draw the estimate would tell the place: none.)
+            eta: place
+                .eta
+                .filter(|_| !in_draw)
+                .map(|e| (e.mul_f64(0.75), e.mul_f64(1.5))),
             state: settings.state,
             opens_at_ms: settings.schedule.pending(now_ms()),
-            in_draw: draw::pending_draw(&settings.schedule, now_ms()).is_some(),
+            in_draw,
         }
     }
 

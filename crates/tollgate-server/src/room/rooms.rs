@@ -147,6 +147,7 @@ impl Room {
         {
             f.extend(schedule);
         }
+        figures["draw"] = self.draw_summary().await;
         Ok(figures)
     }
 

@@ -114,16 +114,8 @@ impl Line {
             .map(|(_, id)| id.clone())
             .collect();
         let ids: Vec<String> = self.first(usize::MAX).cloned().collect();
-        let base = self.base;
         self.draw = None;
-        let moved: Slots = ids
-            .into_iter()
-            .enumerate()
-            .map(|(i, id)| (base + i as u64, id))
-            .collect();
-        self.tree = (1..=moved.len()).map(|i| lowbit(i) as u32).collect();
-        self.order = moved.iter().cloned().collect();
-        Some((drawn, moved))
+        Some((drawn, self.lay(ids)))
     }
 
     /// Puts `id` at the end of the line; returns its slot.
@@ -193,8 +185,17 @@ impl Line {
             // The draw stays between the same tickets.
             d.from = base + self.order.range(..d.from).count() as u64;
         }
-        let moved: Vec<(u64, String)> = std::mem::take(&mut self.order)
-            .into_values()
+        let ids = std::mem::take(&mut self.order).into_values().collect();
+        self.lay(ids)
+    }
+
+    /// Gives `ids`, in order, consecutive slots from the current base on
+    /// (outside the draw, if one is under way), and rebuilds the tree;
+    /// returns each ticket's slot.
+    fn lay(&mut self, ids: Vec<String>) -> Slots {
+        let base = self.base;
+        let moved: Slots = ids
+            .into_iter()
             .enumerate()
             .map(|(i, id)| (base + i as u64, id))
             .collect();

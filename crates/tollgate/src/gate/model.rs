@@ -553,6 +553,10 @@ impl GateState {
             .key
             .filter(|_| self.door.opens_at_ms.is_some())
             .and_then(|key| {
+                // A draw begun with nobody in line starts the seq again.
+                if self.line.draw.is_none() && self.line.is_empty() {
+                    self.seq = 0;
+                }
                 if self.line.draw.is_none() && self.seq + 1 + DRAW_SPAN < SEQ_MAX {
                     self.line.start_draw(self.seq + 1);
                     self.seq += 1 + DRAW_SPAN;

@@ -489,6 +489,10 @@ async function room(name) {
         h('p', { id: 'room-schedule' },
           s.opens_at ? `Opens at ${s.opens_at} (pre-queue from ${fmt(s.prequeue_seconds)} s before)` : 'No opening scheduled',
           s.closes_at ? `; closes at ${s.closes_at}.` : '.'),
+        s.draw ? h('p', { id: 'room-draw' },
+          s.draw.status === 'drawn'
+            ? `Drawn: ${fmt(s.draw.entrants)} in the pre-queue; seed ${s.draw.seed} (commitment ${s.draw.commitment}).`
+            : `The pre-queue is drawn at the opening; commitment ${s.draw.commitment} (published at /.tollgate/${name}/draw).`) : null,
         h('p', { class: 'actions' },
           ...stateActions.flatMap((a) => [a, ' ']),
           action('Reset', async () => {

@@ -65,10 +65,13 @@ if S.waiting == 0 then S.l = now end
 -- past the draw's key space, so whoever joins later stands behind it;
 -- the draw's tickets are scored B + key, their order settled as they join
 -- (the opening just admits from the head; general_state.lua ends the
--- draw). s stays below 2^53, exact in Lua's numbers: past that, the
+-- draw). A draw that starts with nobody in line starts s again from 0,
+-- so draws do not use up the numbers. s stays below 2^53, exact in Lua's
+-- numbers: past that (some 500 draws each begun with a line), the
 -- ticket joins in turn (as GateState::queue in src/gate/model.rs).
 local score
 if key and S.I > 0 then
+  if S.B == 0 and S.waiting == 0 then S.s = 0 end
   if S.B == 0 and S.s + 1 + DRAW_SPAN < 9007199254740992 then
     S.B = S.s + 1
     S.s = S.B + DRAW_SPAN

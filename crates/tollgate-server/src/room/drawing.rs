@@ -1,0 +1,224 @@
+//! What a room does with its draw (draw.rs holds the method): the order
+//! key of a newcomer to the pre-queue, the draw's stage, revealed once
+//! from the store's record after the opening, a waiter's receipt, the
+//! room's figures of it and `GET /.tollgate/{room}/draw`.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+
+use axum::body::Body;
+use hyper::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::answers::{json_error, json_response};
+use super::draw::{MAX_PAGE, METHOD, Revealed, commitment, draw_id, hex, order_key, pending_draw, seed};
+use super::rooms::Room;
+use super::states::{self, Schedule};
+use super::store_call::{bounded, now_ms};
+
+/// How long after the opening a draw with no record is taken to have had
+/// no entrants (the store's clock may trail this server's).
+const GRACE_MS: u64 = 5_000;
+
+/// How far the store's clock may trail this server's when a record's end
+/// is compared with the draw's name.
+const SKEW_MS: u64 = 2_000;
+
+/// How long the store keeps a draw's record (as DRAW_KEEP in the gate's
+/// general_state.lua), less an hour: a draw older than this whose record
+/// is gone is not taken for one without entrants.
+const KEPT_MS: u64 = 7 * 24 * 3_600_000 - 3_600_000;
+
+/// Where a draw stands, for what the room publishes.
+enum Stage {
+    /// No draw named (a room not scheduled yet, or not drawing).
+    None,
+    /// The opening is ahead: the commitment only.
+    Pending(u64),
+    /// The opening came; the store's record is not read yet.
+    Drawing(u64),
+    /// The opening was long ago and the store no longer has the record.
+    Expired(u64),
+    Drawn(Arc<Revealed>),
+}
+
+impl Room {
+    /// The order key of a newcomer's ticket, if they join a draw now.
+    pub(super) fn draw_key(&self, schedule: &Schedule) -> Option<impl Fn(&str) -> u64 + '_> {
+        let draws = self.draw.as_ref()?;
+        let name = pending_draw(schedule, now_ms())?;
+        let seed = seed(&draws.secret, &self.name, name);
+        Some(move |ticket: &str| order_key(&seed, &draw_id(&draws.secret, &self.name, ticket)))
+    }
+
+    async fn stage(&self) -> Stage {
+        let Some(draws) = &self.draw else {
+            return Stage::None;
+        };
+        let schedule = self.view.settings().schedule;
+        let Some(name) = schedule.draw_ms else {
+            return Stage::None;
+        };
+        let now = now_ms();
+        if schedule.pending(now).is_some() {
+            return Stage::Pending(name);
+        }
+        if let Some(r) = draws.cached(name) {
+            return Stage::Drawn(r);
+        }
+        let last = draws.tried_ms.load(Ordering::Relaxed);
+        if now < last + 1_000
+            || draws
+                .tried_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return Stage::Drawing(name);
+        }
+        // The store's record, ended at this draw's opening or later (an
+        // older one is another draw's); none by then: nobody entered.
+        let Ok(record) = bounded(self.store_timeout, self.gate.last_draw()).await else {
+            return Stage::Drawing(name);
+        };
+        let opened = schedule.opens_at_ms.unwrap_or(0);
+        let tickets = if record.ended_at_ms + SKEW_MS >= name {
+            record.tickets
+        } else if now >= opened.max(name) + KEPT_MS {
+            return Stage::Expired(name);
+        } else if now >= opened + GRACE_MS {
+            Vec::new()
+        } else {
+            return Stage::Drawing(name);
+        };
+        let ids: Vec<String> = tickets
+            .iter()
+            .map(|t| draw_id(&draws.secret, &self.name, t))
+            .collect();
+        let places = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i as u64 + 1))
+            .collect();
+        let revealed = Arc::new(Revealed {
+            draw_ms: name,
+            seed: seed(&draws.secret, &self.name, name),
+            ids,
+            places,
+        });
+        *draws.revealed.lock().unwrap_or_else(PoisonError::into_inner) = Some(revealed.clone());
+        tracing::info!(room = %self.name, entrants = revealed.ids.len(), "the draw's seed is revealed");
+        Stage::Drawn(revealed)
+    }
+
+    /// The draw in the room's figures (admin API, console): null in a
+    /// room that does not draw or has no draw named; else its status, the
+    /// commitment, and once drawn the seed and the number of entrants.
+    pub(super) async fn draw_summary(&self) -> Value {
+        let Some(draws) = &self.draw else {
+            return Value::Null;
+        };
+        match self.stage().await {
+            Stage::None => Value::Null,
+            Stage::Expired(name) => json!({
+                "status": "expired",
+                "commitment": commitment(&seed(&draws.secret, &self.name, name)),
+                "seed": hex(&seed(&draws.secret, &self.name, name)),
+            }),
+            Stage::Pending(name) | Stage::Drawing(name) => {
+                let pending = self.view.settings().schedule.pending(now_ms()).is_some();
+                json!({
+                    "status": if pending { "pending" } else { "drawing" },
+                    "commitment": commitment(&seed(&draws.secret, &self.name, name)),
+                    "seed": null,
+                })
+            }
+            Stage::Drawn(r) => json!({
+                "status": "drawn",
+                "commitment": commitment(&r.seed),
+                "seed": hex(&r.seed),
+                "entrants": r.ids.len(),
+            }),
+        }
+    }
+
+    /// A waiter's receipt: their draw id, and their drawn place once the
+    /// draw is revealed (null if they were not in it). None in a room
+    /// that does not draw or has no draw named.
+    pub(super) async fn receipt(&self, ticket: &str) -> Option<Value> {
+        let draws = self.draw.as_ref()?;
+        self.view.settings().schedule.draw_ms?;
+        let id = draw_id(&draws.secret, &self.name, ticket);
+        let place = match self.stage().await {
+            Stage::Drawn(r) => r.places.get(&id).copied(),
+            _ => None,
+        };
+        Some(json!({"id": id, "place": place}))
+    }
+
+    /// `GET /.tollgate/{room}/draw[?offset=N&limit=N&id=ID]`: the draw's
+    /// commitment, and after the opening its seed and a page of its ids in
+    /// drawn order (with `id`, that id's place too).
+    pub(super) async fn draw_answer(&self, query: Option<&str>) -> Response<Body> {
+        let Some(draws) = &self.draw else {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                "no_draw",
+                "this room admits its pre-queue in arrival order (order_at_open = \"fifo\")",
+            );
+        };
+        // (Numbers and hex ids: nothing to percent-decode.)
+        let (mut offset, mut limit, mut wanted) = (Some(0usize), Some(1_000usize), None);
+        for pair in query.unwrap_or("").split('&') {
+            match pair.split_once('=') {
+                Some(("offset", v)) => offset = v.parse().ok(),
+                Some(("limit", v)) => limit = v.parse().ok().filter(|l| (1..=MAX_PAGE).contains(l)),
+                Some(("id", v)) => wanted = Some(v.to_owned()),
+                _ => {}
+            }
+        }
+        let (Some(offset), Some(limit)) = (offset, limit) else {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("offset is a whole number, limit one from 1 to {MAX_PAGE}"),
+            );
+        };
+        let schedule = self.view.settings().schedule;
+        let opens_at = schedule.opens_at_ms.map(states::rfc3339);
+        let mut j = json!({"room": self.name, "order": "random", "method": METHOD, "opens_at": opens_at});
+        match self.stage().await {
+            Stage::None => j["status"] = json!("none"),
+            Stage::Expired(name) => {
+                let s = seed(&draws.secret, &self.name, name);
+                j["status"] = json!("expired");
+                j["commitment"] = json!(commitment(&s));
+                j["seed"] = json!(hex(&s));
+            }
+            Stage::Pending(name) | Stage::Drawing(name) => {
+                let pending = schedule.pending(now_ms()).is_some();
+                j["status"] = json!(if pending { "pending" } else { "drawing" });
+                j["commitment"] = json!(commitment(&seed(&draws.secret, &self.name, name)));
+                j["seed"] = Value::Null;
+            }
+            Stage::Drawn(r) => {
+                let end = offset.saturating_add(limit).min(r.ids.len());
+                let page = r.ids.get(offset.min(end)..end).unwrap_or_default();
+                j["status"] = json!("drawn");
+                j["commitment"] = json!(commitment(&r.seed));
+                j["seed"] = json!(hex(&r.seed));
+                j["entrants"] = json!(r.ids.len());
+                j["offset"] = json!(offset);
+                j["ids"] = json!(page);
+                j["next_offset"] = if end < r.ids.len() {
+                    json!(end)
+                } else {
+                    Value::Null
+                };
+                if let Some(id) = wanted {
+                    j["receipt"] = json!({"id": id, "place": r.places.get(&id)});
+                }
+            }
+        }
+        json_response(StatusCode::OK, j)
+    }
+}
