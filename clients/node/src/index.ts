@@ -24,7 +24,7 @@ export type {
   WorkerOptions,
 } from "./jobs.js";
 export { Limit, Room, Schedules } from "./misc.js";
-export type { CheckOptions, Decision, Kind, RoomLineEntry, ScheduleSpec } from "./misc.js";
+export type { CheckOptions, Decision, Kind, RoomLineEntry, RoomState, ScheduleSpec } from "./misc.js";
 export { ROUTES } from "./routes.js";
 export type { Route } from "./routes.js";
 

@@ -83,6 +83,27 @@ export class Room {
     return this.#http.call(ROUTES.roomReset, { room: this.name });
   }
 
+  /** Moves the room into `state` on every server at once: the stats,
+   * plus `dropped` (how many were let go) for `sold_out`. */
+  async setState(state: RoomState): Promise<Record<string, unknown>> {
+    return this.#http.call(ROUTES.roomState, { room: this.name }, { body: { state } });
+  }
+
+  /** When the room opens (RFC 3339, e.g. "2030-12-01T10:00:00Z"; `null`:
+   * no opening), with its pre-queue (`prequeue`, a duration such as
+   * "30m") and when it closes (`closesAt`; left out: never). The room's
+   * state is kept; answers its stats. */
+  async setSchedule(
+    opensAt: string | null,
+    options: { closesAt?: string; prequeue?: string } = {},
+  ): Promise<Record<string, unknown>> {
+    return this.#http.call(
+      ROUTES.roomSchedule,
+      { room: this.name },
+      { body: { opens_at: opensAt, closes_at: options.closesAt, prequeue: options.prequeue } },
+    );
+  }
+
   /** The head of the line, head first (`limit` 1 to 1000, default 20). */
   async line(limit?: number): Promise<{ room: string; line: RoomLineEntry[] }> {
     return this.#http.call(ROUTES.roomLine, { room: this.name }, { query: { limit } });
@@ -99,6 +120,9 @@ export class Room {
     return this.#http.call(ROUTES.roomEndSession, { room: this.name, session });
   }
 }
+
+/** A room's state (docs/ROOMS.md, Room states). */
+export type RoomState = "open" | "paused" | "closed" | "sold_out" | "passthrough";
 
 /** One visitor in a room's line. */
 export interface RoomLineEntry {

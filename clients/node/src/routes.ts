@@ -69,6 +69,8 @@ export const ROUTES = {
   roomEndSession: { method: "DELETE", path: "/v1/rooms/{room}/sessions/{session}" },
   roomAdmissionRate: { method: "PUT", path: "/v1/rooms/{room}/admission_rate", fields: ["per_minute"] },
   roomReset: { method: "POST", path: "/v1/rooms/{room}/reset" },
+  roomState: { method: "PUT", path: "/v1/rooms/{room}/state", fields: ["state"] },
+  roomSchedule: { method: "PUT", path: "/v1/rooms/{room}/schedule", fields: ["opens_at", "closes_at", "prequeue"] },
   roomLine: { method: "GET", path: "/v1/rooms/{room}/line", query: ["limit"] },
   roomLineRemove: { method: "DELETE", path: "/v1/rooms/{room}/line/{number}" },
 

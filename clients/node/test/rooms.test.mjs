@@ -107,6 +107,22 @@ for (const store of ["embedded", "redis"]) {
       assert.deepEqual([reset.dropped, reset.waiting], [2, 0]);
       await room.resume();
 
+      // States on every server, and a schedule (the room draws its
+      // pre-queue: the draw's commitment is in the stats), then none.
+      assert.equal((await room.setState("closed")).state, "closed");
+      assert.equal((await room.stats()).state, "closed");
+      assert.equal((await room.setState("open")).state, "open");
+      const sale = await room.setSchedule("2030-12-01T10:00:00Z", { closesAt: "2030-12-01T18:00:00Z", prequeue: "10m" });
+      assert.deepEqual(
+        [sale.opens_at, sale.closes_at, sale.prequeue_seconds],
+        ["2030-12-01T10:00:00Z", "2030-12-01T18:00:00Z", 600],
+      );
+      assert.equal(sale.draw.status, "pending");
+      assert.equal(sale.draw.commitment.length, 64);
+      const cleared = await room.setSchedule(null);
+      assert.deepEqual([cleared.opens_at, cleared.closes_at], [null, null]);
+      await assert.rejects(room.setState("shut"), (e) => e instanceof TollgateError && e.isInvalid());
+
       // Bad input and unknown rooms are typed errors.
       await assert.rejects(room.setCapacity(0), (e) => e instanceof TollgateError && e.isInvalid() && e.status === 400);
       await assert.rejects(room.setAdmissionRate(6001), (e) => e instanceof TollgateError && e.isInvalid());

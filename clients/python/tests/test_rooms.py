@@ -124,6 +124,23 @@ def test_room_admin_steers_real_visitors(room_server: Tuple[Server, Upstream]) -
             assert reset["dropped"] == 2 and reset["waiting"] == 0, reset
         room.resume()
 
+        # States, on every server: closed turns newcomers away; open again.
+        closed = room.set_state("closed")
+        assert closed["state"] == "closed", closed
+        assert room.stats()["state"] == "closed"
+        assert room.set_state("open")["state"] == "open"
+        # A schedule: an opening ahead (the room draws its pre-queue, and
+        # says so), then none.
+        sale = room.set_schedule("2030-12-01T10:00:00Z", closes_at="2030-12-01T18:00:00Z", prequeue="10m")
+        assert (sale["opens_at"], sale["closes_at"], sale["prequeue_seconds"]) == (
+            "2030-12-01T10:00:00Z", "2030-12-01T18:00:00Z", 600), sale
+        assert sale["draw"]["status"] == "pending" and len(sale["draw"]["commitment"]) == 64, sale
+        cleared = room.set_schedule(None)
+        assert (cleared["opens_at"], cleared["closes_at"]) == (None, None), cleared
+        with pytest.raises(TollgateError) as bad:
+            room.set_state("shut")
+        assert bad.value.is_invalid()
+
         # Bad input and unknown rooms are typed errors.
         with pytest.raises(TollgateError) as bad:
             room.set_capacity(0)
@@ -148,6 +165,11 @@ def test_async_room_admin(room_server: Tuple[Server, Upstream]) -> None:
             assert (await room.set_admission_rate(30))["admissions_per_minute"] == 30
             assert (await room.set_admission_rate(None))["admissions_per_minute"] is None
             assert (await room.resume())["paused"] is False
+            assert (await room.set_state("paused"))["state"] == "paused"
+            assert (await room.set_state("open"))["state"] == "open"
+            sale = await room.set_schedule("2030-12-01T10:00:00Z")
+            assert sale["opens_at"] == "2030-12-01T10:00:00Z" and sale["prequeue_seconds"] == 1800, sale
+            assert (await room.set_schedule(None))["opens_at"] is None
             assert (await room.line())["line"] == []
             with pytest.raises(TollgateError) as e:
                 await room.end_session("0" * 32)

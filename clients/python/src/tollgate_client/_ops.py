@@ -237,6 +237,14 @@ def room_admission_rate(room: str, per_minute: Optional[int]) -> Call[Obj]:
                  keep_null=frozenset({"per_minute"}))
 
 
+def room_schedule(room: str, opens_at: Optional[str], closes_at: Optional[str] = None,
+                  prequeue: Optional[str] = None) -> Call[Obj]:
+    """When a room opens (RFC 3339; None: no opening), with its pre-queue
+    (a duration, e.g. "30m") and when it closes (None: never)."""
+    body = {"opens_at": opens_at, "closes_at": closes_at, "prequeue": prequeue}
+    return build("room_schedule", _obj, {"room": room}, body, keep_null=frozenset({"opens_at"}))
+
+
 # Job queues
 
 

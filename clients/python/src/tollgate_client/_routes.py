@@ -86,6 +86,8 @@ ROUTES: Dict[str, Route] = {
     "room_pause": _r("POST", _R + "/pause"),
     "room_resume": _r("POST", _R + "/resume"),
     "room_reset": _r("POST", _R + "/reset"),
+    "room_state": _r("PUT", _R + "/state", ("state",)),
+    "room_schedule": _r("PUT", _R + "/schedule", ("opens_at", "closes_at", "prequeue")),
     "room_end_session": _r("DELETE", _R + "/sessions/{session}"),
     "room_line": _r("GET", _R + "/line", query=("limit",)),
     "room_line_remove": _r("DELETE", _R + "/line/{number}"),

@@ -613,6 +613,19 @@ class Room:
     def reset(self) -> Obj:
         return self._do("room_reset")
 
+    def set_state(self, state: str) -> Obj:
+        """open, paused, closed, sold_out or passthrough, on every server at
+        once; sold_out lets everyone waiting go. Answers the room's stats
+        and, for sold_out, how many were let go ("dropped")."""
+        return self._do("room_state", {"state": state})
+
+    def set_schedule(self, opens_at: Optional[str], closes_at: Optional[str] = None,
+                     prequeue: Optional[str] = None) -> Obj:
+        """When the room opens (RFC 3339, e.g. "2030-12-01T10:00:00Z"; None:
+        no opening), with its pre-queue ("30m" by default) and when it
+        closes (None: never). The room's state is kept."""
+        return self.client._run(ops.room_schedule(self.name, opens_at, closes_at, prequeue))
+
     def end_session(self, session: str) -> Obj:
         return self._do("room_end_session", session=session)
 

@@ -51,11 +51,11 @@ impl Room {
         Some(move |ticket: &str| order_key(&seed, &draw_id(&draws.secret, &self.name, ticket)))
     }
 
-    async fn stage(&self) -> Stage {
+    /// Where the draw of a room scheduled as `schedule` stands.
+    async fn stage(&self, schedule: &Schedule) -> Stage {
         let Some(draws) = &self.draw else {
             return Stage::None;
         };
-        let schedule = self.view.settings().schedule;
         let Some(name) = schedule.draw_ms else {
             return Stage::None;
         };
@@ -113,11 +113,11 @@ impl Room {
     /// The draw in the room's figures (admin API, console): null in a
     /// room that does not draw or has no draw named; else its status, the
     /// commitment, and once drawn the seed and the number of entrants.
-    pub(super) async fn draw_summary(&self) -> Value {
+    pub(super) async fn draw_summary(&self, schedule: &Schedule) -> Value {
         let Some(draws) = &self.draw else {
             return Value::Null;
         };
-        match self.stage().await {
+        match self.stage(schedule).await {
             Stage::None => Value::Null,
             Stage::Expired(name) => json!({
                 "status": "expired",
@@ -125,7 +125,7 @@ impl Room {
                 "seed": hex(&seed(&draws.secret, &self.name, name)),
             }),
             Stage::Pending(name) | Stage::Drawing(name) => {
-                let pending = self.view.settings().schedule.pending(now_ms()).is_some();
+                let pending = schedule.pending(now_ms()).is_some();
                 json!({
                     "status": if pending { "pending" } else { "drawing" },
                     "commitment": commitment(&seed(&draws.secret, &self.name, name)),
@@ -148,7 +148,7 @@ impl Room {
         let draws = self.draw.as_ref()?;
         self.view.settings().schedule.draw_ms?;
         let id = draw_id(&draws.secret, &self.name, ticket);
-        let place = match self.stage().await {
+        let place = match self.stage(&self.view.settings().schedule).await {
             Stage::Drawn(r) => r.places.get(&id).copied(),
             _ => None,
         };
@@ -186,7 +186,7 @@ impl Room {
         let schedule = self.view.settings().schedule;
         let opens_at = schedule.opens_at_ms.map(states::rfc3339);
         let mut j = json!({"room": self.name, "order": "random", "method": METHOD, "opens_at": opens_at});
-        match self.stage().await {
+        match self.stage(&schedule).await {
             Stage::None => j["status"] = json!("none"),
             Stage::Expired(name) => {
                 let s = seed(&draws.secret, &self.name, name);

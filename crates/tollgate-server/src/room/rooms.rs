@@ -147,7 +147,7 @@ impl Room {
         {
             f.extend(schedule);
         }
-        figures["draw"] = self.draw_summary().await;
+        figures["draw"] = self.draw_summary(&stored.schedule).await;
         Ok(figures)
     }
 
