@@ -16,9 +16,9 @@ use super::rooms::Room;
 use super::states::{self, Schedule};
 use super::store_call::{bounded, now_ms};
 
-/// How long after the opening a draw with no record is taken to have had
-/// no entrants (the store's clock may trail this server's).
-const GRACE_MS: u64 = 5_000;
+/// How long the read of a draw's record may take (it is one answer of
+/// every ticket in the draw).
+const RECORD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How far the store's clock may trail this server's when a record's end
 /// is compared with the draw's name.
@@ -75,20 +75,26 @@ impl Room {
         {
             return Stage::Drawing(name);
         }
-        // The store's record, ended at this draw's opening or later (an
-        // older one is another draw's); none by then: nobody entered.
-        let Ok(record) = bounded(self.store_timeout, self.gate.last_draw()).await else {
+        // Nothing is revealed before the store itself has run the
+        // opening (its clock may trail this server's): the read that
+        // ends the draw (its record), then the door as the store reads it
+        // (the record of a draw with no entrants is the last one's).
+        // The record may be long: its own bound, not a visitor's.
+        let Ok(record) = bounded(RECORD_TIMEOUT, self.gate.last_draw()).await else {
             return Stage::Drawing(name);
         };
-        let opened = schedule.opens_at_ms.unwrap_or(0);
+        match bounded(self.store_timeout, self.gate.stats()).await {
+            Ok(s) if s.door.opens_at_ms.is_none() => {}
+            _ => return Stage::Drawing(name),
+        }
+        // The record ended at this draw's opening or later (an older one
+        // is another draw's); none: nobody entered, or it is gone.
         let tickets = if record.ended_at_ms + SKEW_MS >= name {
             record.tickets
-        } else if now >= opened.max(name) + KEPT_MS {
+        } else if record.ended_at_ms == 0 && now >= name + KEPT_MS {
             return Stage::Expired(name);
-        } else if now >= opened + GRACE_MS {
-            Vec::new()
         } else {
-            return Stage::Drawing(name);
+            Vec::new()
         };
         let ids: Vec<String> = tickets
             .iter()

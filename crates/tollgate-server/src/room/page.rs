@@ -516,7 +516,8 @@ impl Shown {
     pub(super) fn of(place: &tollgate::Place, settings: Settings) -> Shown {
         let in_draw = draw::pending_draw(&settings.schedule, now_ms()).is_some();
         Shown {
-            position: place.position,
+            // (Not even a change of it shows, in a draw: see feeds.rs.)
+            position: if in_draw { 0 } else { place.position },
             waiting: place.waiting,
             // (In a draw the estimate would tell the place: none.)
             eta: place

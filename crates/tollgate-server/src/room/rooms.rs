@@ -362,6 +362,10 @@ impl Room {
         } else if stored.state != c.state || stored.schedule.as_configured() != c.schedule {
             tracing::info!(room = %self.name, state = stored.state.name(), configured = c.state.name(), "the room keeps the state and schedule set at runtime or already run (the config's are unchanged since they were applied)");
         }
+        // The view as the store has it before the first visitor comes (a
+        // schedule or state set at runtime, a draw under way), not the
+        // config's until the watch's first read.
+        self.view.read(&self.gate, now_ms()).await?;
         Ok(())
     }
 

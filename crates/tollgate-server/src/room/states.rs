@@ -119,7 +119,9 @@ impl Schedule {
     /// draw's name of the one it moves, or is a new draw named `now_ms`;
     /// without one, the last draw's name stays (its seed is revealed).
     pub(crate) fn for_draw(mut self, stored: &Schedule, draws: bool, now_ms: u64) -> Schedule {
-        self.draw_ms = match (draws, self.pending(now_ms), stored.pending(now_ms)) {
+        // (The stored opening is pending as long as the store holds for
+        // it: this server's clock may be ahead of the store's.)
+        self.draw_ms = match (draws, self.pending(now_ms), stored.opens_at_ms) {
             (false, _, _) => None,
             (true, Some(_), Some(_)) if stored.draw_ms.is_some() => stored.draw_ms,
             (true, Some(_), _) => Some(now_ms),
@@ -376,15 +378,19 @@ mod tests {
         assert_eq!(moved.draw_ms, Some(5_000));
         let opened = Schedule::default().for_draw(&moved, true, 8_000);
         assert_eq!(opened.draw_ms, Some(5_000));
-        let next = s.for_draw(
-            &Schedule {
-                opens_at_ms: Some(9_000),
-                ..moved
-            },
-            true,
-            9_500,
-        );
+        let ran = Schedule {
+            opens_at_ms: None,
+            ..moved
+        };
+        let next = s.for_draw(&ran, true, 9_500);
         assert_eq!(next.draw_ms, Some(9_500), "the last opening ran: a new draw");
+        // The store still holds for the opening (its clock trails this
+        // server's): the same draw, moved.
+        let held = Schedule {
+            opens_at_ms: Some(9_000),
+            ..moved
+        };
+        assert_eq!(s.for_draw(&held, true, 9_500).draw_ms, Some(5_000));
         assert_eq!(s.for_draw(&drawn, false, 6_000).draw_ms, None);
         assert_eq!(
             moved.as_configured(),

@@ -265,7 +265,11 @@ impl Room {
                     &Visitor::Waiting {
                         ticket,
                         since_ms: joined_ms,
-                        eta_ms: place.eta.map(|e| e.as_millis() as u64),
+                        // (In a draw the estimate would tell the place.)
+                        eta_ms: place
+                            .eta
+                            .filter(|_| draw_key.is_none())
+                            .map(|e| e.as_millis() as u64),
                     },
                     now + 24 * 3600 * 1000,
                 );

@@ -69,10 +69,11 @@ impl GateMemory<'_> {
         let mut free = 0;
         let out = self.gates.with(gate, now, self.idle_ms, touch, new, |state| {
             let before = (state.used, state.capacity, state.held(), state.admit_every_ms);
+            // (Only a logged store needs to know what a read changed; an
+            // opening's end of a draw is a change.)
+            let seen = (log.is_none() && self.logging()).then(|| state.moved());
             // The door's timers first: an opening admits in this step.
             state.tick_door(now);
-            // (Only a logged store needs to know what a read changed.)
-            let seen = (log.is_none() && self.logging()).then(|| state.moved());
             state.expire(now);
             state.promote(now, &mut handed);
             let out = op(state, now, &mut handed);
@@ -274,11 +275,15 @@ impl GateMemory<'_> {
     pub(crate) fn remove_waiter(&self, gate: &Name, number: u64) -> Result<Left> {
         let args = |b: &mut Vec<u8>| put(b, &number);
         self.with_gate(gate, (Code::GateRemoveWaiter, &args), |s, now, handed| {
+            // (Two drawn tickets may share a number: the lowest id, as
+            // admin.lua's ZRANGEBYSCORE finds.)
             let id = s
                 .tickets
                 .iter()
-                .find(|(_, t)| t.number == number)
-                .map(|(id, _)| id.clone());
+                .filter(|(_, t)| t.number == number)
+                .map(|(id, _)| id)
+                .min()
+                .cloned();
             Ok(match id {
                 Some(id) => {
                     s.note_removed(&id, now);

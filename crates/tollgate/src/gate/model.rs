@@ -90,6 +90,10 @@ pub(crate) struct GateState {
 /// key is below it, and a draw takes that many numbers of the line's seq.
 pub const DRAW_SPAN: u64 = 1 << 44;
 
+/// How long a draw's record is kept (as DRAW_KEEP in
+/// lua/general_state.lua): 7 days.
+const DRAW_KEEP_MS: u64 = 7 * 24 * 3_600_000;
+
 /// A line's seq never passes this (numbers stay exact in Lua's doubles);
 /// a draw that would is not started, and its tickets join in turn.
 const SEQ_MAX: u64 = 1 << 53;
@@ -217,6 +221,7 @@ impl Shelved for GateState {
             && self.revoked.is_empty()
             && self.removed.is_empty()
             && self.door.is_blank()
+            && self.last_draw.ended_at_ms == 0
     }
 
     /// The last lease end, ticket deadline, revocation or removal kept, or
@@ -230,15 +235,21 @@ impl Shelved for GateState {
             .last_key_value()
             .map_or(0, |(score, _)| score / 1024 + self.revoke_keep_ms);
         let removed = self.removed_at.last().map_or(0, |(at, _)| at + REMOVED_KEEP_MS);
-        // (A door's timers keep the gate until they have run.)
+        // (A door's timers keep the gate until they have run; a draw's
+        // record, as long as Redis keeps its own.)
         let timers = self.door.opens_at_ms.max(self.door.closes_at_ms).unwrap_or(0);
+        let record = match self.last_draw.ended_at_ms {
+            0 => 0,
+            at => at + DRAW_KEEP_MS,
+        };
         Some(
             lease
                 .max(ticket)
                 .max(revoked)
                 .max(removed)
                 .max(self.admit_at)
-                .max(timers),
+                .max(timers)
+                .max(record),
         )
     }
 
