@@ -149,6 +149,15 @@ fn read(path: &str) -> Result<Value, Failure> {
 /// The draw at `url`, every page of its ids in one list.
 async fn fetch(url: &str, timeout: Duration) -> Result<Value, Failure> {
     let base = url.split('?').next().unwrap_or(url);
+    if reqwest::Url::parse(base)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .is_none_or(|h| h.is_empty())
+    {
+        return Err(usage(format!(
+            "{url:?} is not the http:// or https:// URL of a room's draw"
+        )));
+    }
     let room = Server::new(base, None, Timeout::Total(timeout))?;
     let mut ids = Vec::new();
     let mut offset = 0u64;
