@@ -13,22 +13,31 @@ use std::time::{Duration, Instant};
 use room_support::*;
 use serve_support::Server;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_keeps_who_is_in_and_who_waits() {
-    let (_seen, up, dir) = site().await;
-    // Long sessions and grace: nobody leaves the room by time here.
+/// `serve`'s arguments for a room of capacity 1 on the embedded store in
+/// `dir` (its config written there), long sessions and grace: nobody
+/// leaves the room by time here.
+fn durable_room(up: std::net::SocketAddr, dir: &tempfile::TempDir) -> Vec<String> {
     let config = room_config(up, 1, r#"arrival_rate = "off""#)
         .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
         .replace("grace = \"3s\"", "grace = \"60s\"");
     let path = dir.path().join("tollgate.toml");
     std::fs::write(&path, &config).expect("config");
     let data = dir.path().join("data");
-    let args = [
+    [
         "--config",
         path.to_str().expect("path"),
         "--data-dir",
         data.to_str().expect("path"),
-    ];
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_who_is_in_and_who_waits() {
+    let (_seen, up, dir) = site().await;
+    let args = durable_room(up, &dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let s = Server::start_with(None, &args);
     let proxy = s.proxy.clone().expect("proxy");
     let c = reqwest::Client::new();
@@ -88,27 +97,11 @@ async fn a_restart_keeps_who_is_in_and_who_waits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_the_draw() {
     let (_seen, up, dir) = site().await;
-    let config = room_config(up, 1, r#"arrival_rate = "off""#)
-        .replace("session_ttl = \"1500ms\"", "session_ttl = \"60s\"")
-        .replace("grace = \"3s\"", "grace = \"60s\"");
-    let path = dir.path().join("tollgate.toml");
-    std::fs::write(&path, &config).expect("config");
-    let data = dir.path().join("data");
-    let args = [
-        "--config",
-        path.to_str().expect("path"),
-        "--data-dir",
-        data.to_str().expect("path"),
-    ];
+    let args = durable_room(up, &dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let s = Server::start_with(None, &args);
     let c = reqwest::Client::new();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64;
-    let opens = chrono::DateTime::from_timestamp_millis(now + 8_000)
-        .expect("time")
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let opens = rfc3339_in(8_000);
     let (st, set) = serve_support::send(
         c.put(s.url("/v1/rooms/shop/schedule"))
             .bearer_auth("admin-token-0123456789")

@@ -141,6 +141,18 @@ pub async fn site() -> (Shared, SocketAddr, tempfile::TempDir) {
     (seen, up, tempfile::tempdir().expect("dir"))
 }
 
+/// The time `ms` from now as RFC 3339 with milliseconds, UTC: an
+/// `opens_at` for a schedule.
+pub fn rfc3339_in(ms: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    chrono::DateTime::from_timestamp_millis(now + ms)
+        .expect("time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 pub fn room_config(upstream: SocketAddr, capacity: u32, extra: &str) -> String {
     format!(
         r#"

@@ -264,14 +264,7 @@ async fn the_pre_queue_counts_down_in_a_real_browser() {
     let (room, proxy, c) = start_room(ONE_SLOT.set(&[LONG_SESSIONS, ("grace", r#""30s""#)])).await;
     let driver = Driver::start();
     let session = driver.session(&c).await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64;
-    let opens = chrono::DateTime::from_timestamp_millis(now + 8_000)
-        .expect("time")
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let body = serde_json::json!({"opens_at": opens, "prequeue": "1h"});
+    let body = serde_json::json!({"opens_at": rfc3339_in(8_000), "prequeue": "1h"});
     admin(&c, &room.s, reqwest::Method::PUT, "/schedule", Some(body)).await;
     // (The server's view has the schedule within a watch period.)
     tokio::time::sleep(Duration::from_millis(200)).await;
