@@ -125,19 +125,24 @@ impl Room {
         };
         match self.stage(schedule).await {
             Stage::None => Value::Null,
-            Stage::Expired(name) => json!({
-                "status": "expired",
-                "commitment": commitment(&seed(&draws.secret, &self.name, name)),
-                "seed": hex(&seed(&draws.secret, &self.name, name)),
-            }),
-            Stage::Pending(name) | Stage::Drawing(name) => {
-                let pending = schedule.pending(now_ms()).is_some();
-                json!({
-                    "status": if pending { "pending" } else { "drawing" },
-                    "commitment": commitment(&seed(&draws.secret, &self.name, name)),
-                    "seed": null,
-                })
-            }
+            stage => self.stage_fields(&draws.secret, &stage),
+        }
+    }
+
+    /// What every answer about the draw says of `stage`: its status, and
+    /// for a named draw the commitment, the seed (null until revealed)
+    /// and, once drawn, the number of entrants.
+    fn stage_fields(&self, secret: &[u8], stage: &Stage) -> Value {
+        let named = |status: &str, name: u64, revealed: bool| {
+            let s = seed(secret, &self.name, name);
+            let shown = if revealed { json!(hex(&s)) } else { Value::Null };
+            json!({"status": status, "commitment": commitment(&s), "seed": shown})
+        };
+        match stage {
+            Stage::None => json!({"status": "none"}),
+            Stage::Pending(name) => named("pending", *name, false),
+            Stage::Drawing(name) => named("drawing", *name, false),
+            Stage::Expired(name) => named("expired", *name, true),
             Stage::Drawn(r) => json!({
                 "status": "drawn",
                 "commitment": commitment(&r.seed),
@@ -152,9 +157,10 @@ impl Room {
     /// that does not draw or has no draw named.
     pub(super) async fn receipt(&self, ticket: &str) -> Option<Value> {
         let draws = self.draw.as_ref()?;
-        self.view.settings().schedule.draw_ms?;
+        let schedule = self.view.settings().schedule;
+        schedule.draw_ms?;
         let id = draw_id(&draws.secret, &self.name, ticket);
-        let place = match self.stage(&self.view.settings().schedule).await {
+        let place = match self.stage(&schedule).await {
             Stage::Drawn(r) => r.places.get(&id).copied(),
             _ => None,
         };
@@ -190,39 +196,24 @@ impl Room {
             );
         };
         let schedule = self.view.settings().schedule;
-        let opens_at = schedule.opens_at_ms.map(states::rfc3339);
-        let mut j = json!({"room": self.name, "order": "random", "method": METHOD, "opens_at": opens_at});
-        match self.stage(&schedule).await {
-            Stage::None => j["status"] = json!("none"),
-            Stage::Expired(name) => {
-                let s = seed(&draws.secret, &self.name, name);
-                j["status"] = json!("expired");
-                j["commitment"] = json!(commitment(&s));
-                j["seed"] = json!(hex(&s));
-            }
-            Stage::Pending(name) | Stage::Drawing(name) => {
-                let pending = schedule.pending(now_ms()).is_some();
-                j["status"] = json!(if pending { "pending" } else { "drawing" });
-                j["commitment"] = json!(commitment(&seed(&draws.secret, &self.name, name)));
-                j["seed"] = Value::Null;
-            }
-            Stage::Drawn(r) => {
-                let end = offset.saturating_add(limit).min(r.ids.len());
-                let page = r.ids.get(offset.min(end)..end).unwrap_or_default();
-                j["status"] = json!("drawn");
-                j["commitment"] = json!(commitment(&r.seed));
-                j["seed"] = json!(hex(&r.seed));
-                j["entrants"] = json!(r.ids.len());
-                j["offset"] = json!(offset);
-                j["ids"] = json!(page);
-                j["next_offset"] = if end < r.ids.len() {
-                    json!(end)
-                } else {
-                    Value::Null
-                };
-                if let Some(id) = wanted {
-                    j["receipt"] = json!({"id": id, "place": r.places.get(&id)});
-                }
+        let stage = self.stage(&schedule).await;
+        let mut j = self.stage_fields(&draws.secret, &stage);
+        j["room"] = json!(self.name);
+        j["order"] = json!("random");
+        j["method"] = json!(METHOD);
+        j["opens_at"] = json!(schedule.opens_at_ms.map(states::rfc3339));
+        if let Stage::Drawn(r) = stage {
+            let end = offset.saturating_add(limit).min(r.ids.len());
+            let page = r.ids.get(offset.min(end)..end).unwrap_or_default();
+            j["offset"] = json!(offset);
+            j["ids"] = json!(page);
+            j["next_offset"] = if end < r.ids.len() {
+                json!(end)
+            } else {
+                Value::Null
+            };
+            if let Some(id) = wanted {
+                j["receipt"] = json!({"id": id, "place": r.places.get(&id)});
             }
         }
         json_response(StatusCode::OK, j)
