@@ -36,9 +36,16 @@ impl JobMemory<'_> {
     }
 
     /// `with_queue` for an operation that only reads (it does not keep an
-    /// idle queue alive, and is not logged).
+    /// idle queue alive, and is not logged). A queue without state is read
+    /// as an empty one and never put on the shelf, not even for a moment
+    /// (a flood of reads of made-up names leaves no trace, and the memory
+    /// gauges never count one).
     fn read_queue<T>(&self, q: &Name, op: impl FnOnce(&Queue, u64) -> T) -> T {
-        self.on_queue(q, false, None, |queue, now| (op(queue, now), false))
+        let now = self.stamp().ms();
+        self.queues.peek(q, now, self.idle_ms, |queue| match queue {
+            Some(queue) => op(queue, now),
+            None => op(&Queue::default(), now),
+        })
     }
 
     /// Runs one queue operation (see `with_queue`); replayed operations
@@ -238,6 +245,10 @@ impl JobMemory<'_> {
     /// Stats promote the delayed jobs that are due, so they are logged
     /// (not counted as activity).
     pub(crate) fn job_stats(&self, q: &Name) -> RawStats {
+        if !self.job_exists(q) {
+            // Nothing to promote: read without making a state to drop.
+            return Queue::default().stats(self.stamp().ms());
+        }
         self.on_queue(q, false, Some((Code::JobStats, &|_| {})), |queue, now| {
             (queue.stats(now), false)
         })
