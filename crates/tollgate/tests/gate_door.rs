@@ -15,7 +15,7 @@ use std::time::Duration;
 use support::TestStore;
 use tollgate::{
     Door, DoorChange, DurableOptions, Entered, ErrorKind, Fsync, Gate, GateOptions, Lock, MAX_DOOR_NOTE,
-    MAX_DOOR_TIME_MS, ManualClock, MemoryOptions, Semaphore, Store, TicketStatus,
+    MAX_DOOR_TIME_MS, ManualClock, MemoryOptions, Queueing, Semaphore, Store, TicketStatus,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -474,6 +474,78 @@ async fn a_draw_orders_its_entrants_by_key_between_those_before_and_after(ts: Te
     assert_eq!(line.iter().map(|w| w.number).collect::<Vec<_>>(), [6]);
 }
 
+/// The picks random queueing makes from `seed` (as documented on
+/// `Queueing::Random`): a Lehmer generator whose state x picks index
+/// x mod n of a line of n and moves on with each grant.
+fn expected_picks(seed: u64, mut line: Vec<String>) -> Vec<String> {
+    const M: u64 = 2_147_483_647;
+    let mut x = 1 + seed % (M - 1);
+    let mut out = Vec::new();
+    while !line.is_empty() {
+        out.push(line.remove((x % line.len() as u64) as usize));
+        x = x * 48_271 % M;
+    }
+    out
+}
+
+/// Random queueing: each freed place goes to the waiter the seed picks
+/// from everyone in line then (the same picks on every store), never more
+/// than the capacity hold, everyone is admitted while the line drains,
+/// and back to first come, first served the head goes first again.
+async fn random_queueing_admits_everyone_in_the_seeds_order(ts: TestStore) {
+    let g = Gate::new(&ts.store, "lottery", Some(2), options(true)).unwrap();
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        match g.enter_as(1, true, None).await.unwrap() {
+            Entered::Granted(got) => holders.push(got.token),
+            other => panic!("a free gate: {other:?}"),
+        }
+    }
+    let mut line = Vec::new();
+    for _ in 0..12 {
+        line.push(ticket(g.enter_as(1, true, None).await.unwrap()));
+    }
+    g.set_queueing(Queueing::Random { seed: 7 }).await.unwrap();
+    assert!(g.stats().await.unwrap().random);
+    assert!(g.watch_state(0).await.unwrap().random);
+    // A newcomer still queues behind a line, whatever the queueing.
+    let late = ticket(g.enter_as(1, true, None).await.unwrap());
+    line.push(late);
+    let arrival = line.clone();
+    let expected = expected_picks(7, line.clone());
+    let mut admitted = Vec::new();
+    while !line.is_empty() {
+        g.leave(&holders.remove(0)).await.unwrap();
+        let mut granted = Vec::new();
+        for t in &line {
+            if let TicketStatus::Granted(got) = g.status(t).await.unwrap() {
+                granted.push((t.clone(), got.token));
+            }
+        }
+        assert_eq!(granted.len(), 1, "one place freed, one admitted: {granted:?}");
+        let stats = g.stats().await.unwrap();
+        assert!(stats.used <= 2 && stats.holders <= 2, "{stats:?}");
+        let (t, token) = granted.remove(0);
+        line.retain(|x| *x != t);
+        admitted.push(t);
+        holders.push(token);
+    }
+    assert_eq!(admitted, expected, "the seed's picks");
+    assert_ne!(admitted, arrival, "random, not in arrival order");
+    assert_eq!(g.stats().await.unwrap().waiting, 0);
+    // Back to first come, first served: the head goes first.
+    g.set_queueing(Queueing::Fifo).await.unwrap();
+    assert!(!g.stats().await.unwrap().random);
+    let first = ticket(g.enter_as(1, true, None).await.unwrap());
+    let second = ticket(g.enter_as(1, true, None).await.unwrap());
+    g.leave(&holders.remove(0)).await.unwrap();
+    assert!(matches!(
+        g.status(&first).await.unwrap(),
+        TicketStatus::Granted(_)
+    ));
+    assert_eq!(position(&g, &second).await, 1);
+}
+
 fn refused_none(r: tollgate::Result<Option<tollgate::Lease>>) {
     match r {
         Ok(None) => {}
@@ -504,6 +576,7 @@ on_both_stores!(manual_clock:
     bad_notes_are_refused,
     a_timed_door_opens_and_closes_by_the_stores_clock,
     a_draw_orders_its_entrants_by_key_between_those_before_and_after,
+    random_queueing_admits_everyone_in_the_seeds_order,
 );
 
 mod realtime {
@@ -640,6 +713,50 @@ async fn the_durable_store_keeps_a_draw_across_restarts() {
             store.snapshot_now().expect("snapshot");
         } else {
             clock.advance(Duration::from_secs(11));
+        }
+        store.close();
+    }
+}
+
+/// Random queueing's picks go on where they were after a restart, from
+/// the log and from a snapshot (`GATE_MORE`): the same tickets are
+/// admitted as without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_durable_store_keeps_random_queueings_picks_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::default();
+    let store = durable_at(dir.path(), &clock);
+    let g = Gate::new(&store, "lottery", Some(1), options(true)).unwrap();
+    let Entered::Granted(first) = g.enter_as(1, true, None).await.unwrap() else {
+        panic!("a free gate")
+    };
+    let mut line: Vec<String> = Vec::new();
+    for _ in 0..6 {
+        line.push(ticket(g.enter_as(1, true, None).await.unwrap()));
+    }
+    g.set_queueing(Queueing::Random { seed: 99 }).await.unwrap();
+    let expected = expected_picks(99, line.clone());
+    let mut holder = first.token;
+    store.close();
+    drop((g, store));
+    for (round, want) in ["log", "snapshot", "log after the snapshot"]
+        .iter()
+        .zip(&expected)
+    {
+        let store = durable_at(dir.path(), &clock);
+        let g = Gate::new(&store, "lottery", Some(1), options(true)).unwrap();
+        assert!(
+            g.stats().await.unwrap().random,
+            "after a restart from the {round}"
+        );
+        g.leave(&holder).await.unwrap();
+        assert!(
+            matches!(g.status(want).await.unwrap(), TicketStatus::Granted(_)),
+            "the seed's pick after a restart from the {round}"
+        );
+        holder = want.clone();
+        if *round == "log" {
+            store.snapshot_now().expect("snapshot");
         }
         store.close();
     }

@@ -61,6 +61,7 @@ enum Answer {
         waiting: u64,
         grants: u64,
         door: tollgate::Door,
+        random: bool,
     },
     Done,
     /// The last draw's tickets, by their shared names.
@@ -280,6 +281,12 @@ impl Side {
                 self.gate.set_door(&change).await.map(Answer::Cleared)
             }
             Op::SetCapacity(n) => self.gate.set_capacity(n).await.map(|()| Answer::Done),
+            Op::SetQueueing(seed) => {
+                let queueing = seed.map_or(tollgate::Queueing::Fifo, |seed| tollgate::Queueing::Random {
+                    seed,
+                });
+                self.gate.set_queueing(queueing).await.map(|()| Answer::Done)
+            }
             Op::Stats => self.gate.stats().await.map(|s| Answer::Stats {
                 capacity: s.capacity,
                 used: s.used,
@@ -287,6 +294,7 @@ impl Side {
                 waiting: s.waiting,
                 grants: s.grants,
                 door: s.door,
+                random: s.random,
             }),
         };
         result.unwrap_or_else(|e| Answer::Error(e.kind()))
@@ -339,6 +347,8 @@ enum Op {
         opens: bool,
     },
     LastDraw,
+    /// Random queueing from this seed, or (`None`) first come, first served.
+    SetQueueing(Option<u64>),
 }
 
 /// A holder's handle, as the stores make it (see `Holding::handle`).
@@ -394,6 +404,7 @@ fn random_op(rng: &mut StdRng, labels: bool) -> Op {
             opens: rng.random_bool(0.5),
         },
         113 => Op::LastDraw,
+        114 => Op::SetQueueing(rng.random_bool(0.7).then(|| rng.random())),
         _ => Op::Pass {
             actor,
             to: rng.random_range(0..ACTORS),

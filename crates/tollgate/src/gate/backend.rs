@@ -19,6 +19,9 @@ pub(crate) trait GateBackend {
     /// Changes admission control (see [`Admission`]).
     async fn set_admission(&self, gate: &GateName, admission: &Admission) -> Result<()>;
 
+    /// Sets how free permits go to the line (`Queueing::pick_state`).
+    async fn set_queueing(&self, gate: &GateName, pick: u64) -> Result<()>;
+
     /// Sets the door, the pause with it, and drops the line if asked, in
     /// one step; answers how many tickets were dropped.
     async fn set_door(&self, gate: &GateName, change: &DoorChange) -> Result<u64>;

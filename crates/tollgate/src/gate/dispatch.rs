@@ -23,6 +23,13 @@ impl Store {
         on_backend!(self, gates, b => GateBackend::set_admission(b, gate, admission))
     }
 
+    /// Sets how a gate's free permits go to its line: the state of its
+    /// random picks, or 0 for first come, first served (see
+    /// `Queueing::pick_state`).
+    pub(crate) async fn set_queueing(&self, gate: &GateName, pick: u64) -> Result<()> {
+        on_backend!(self, gates, b => GateBackend::set_queueing(b, gate, pick))
+    }
+
     /// Sets a gate's door (see [`DoorChange`]).
     pub(crate) async fn set_door(&self, gate: &GateName, change: &DoorChange) -> Result<u64> {
         on_backend!(self, gates, b => GateBackend::set_door(b, gate, change))

@@ -14,7 +14,7 @@ use super::model::DRAW_SPAN;
 
 use super::types::{
     Admission, DoorChange, DrawRecord, EnterRequest, Entry, GateName, GateStats, GateWatch, Grant, Holding,
-    Left, MAX_DOOR_NOTE, MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, Occupancy, Pass, Place, Poll, Waiting,
+    Left, MAX_DOOR_NOTE, MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, Occupancy, Pass, Place, Poll, Queueing, Waiting,
     check_capacity,
 };
 
@@ -457,6 +457,18 @@ impl Gate {
             every_ms: Some(ms),
         };
         self.store.set_admission(&self.name, &interval).await
+    }
+
+    /// Sets how free permits go to the line: to its head
+    /// ([`Queueing::Fifo`], the default) or each to a waiter picked at
+    /// random ([`Queueing::Random`]). Permits free now go to the line at
+    /// once, by the new rule. A setting like the capacity: the store
+    /// forgets it with the gate's state (see
+    /// [`watch_state`](Self::watch_state)'s epoch and `random`).
+    pub async fn set_queueing(&self, queueing: Queueing) -> Result<()> {
+        let out = self.store.set_queueing(&self.name, queueing.pick_state()).await;
+        self.store.register_after(Kind::Gates, &self.name, &out).await;
+        out
     }
 
     /// Up to `limit` current holders, soonest to end first, with their

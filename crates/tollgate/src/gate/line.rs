@@ -82,6 +82,49 @@ impl Line {
             .take(n)
     }
 
+    /// The ticket at index `i` of the line (0: the head), in O(log n)
+    /// outside a draw: a descent of the tree to the slot where the count
+    /// of tickets reaches `i + 1`.
+    pub(super) fn nth(&self, i: usize) -> Option<&String> {
+        let (ahead, keyed) = match &self.draw {
+            Some(d) => {
+                let before = d.from.saturating_sub(self.base).min(self.tree.len() as u64) as usize;
+                (self.prefix(before) as usize, d.keyed.as_slice())
+            }
+            None => (usize::MAX, &[][..]),
+        };
+        if i < ahead {
+            return self.slot_of(i as u32 + 1);
+        }
+        if let Some((_, id)) = keyed.get(i - ahead) {
+            return Some(id);
+        }
+        // Behind the draw: the tree's count up to the draw's start, plus
+        // those behind it.
+        let behind = i - ahead - keyed.len();
+        self.slot_of((ahead + behind) as u32 + 1)
+    }
+
+    /// The ticket at the slot where the tree's running count first
+    /// reaches `count` (1: the first ticket).
+    fn slot_of(&self, count: u32) -> Option<&String> {
+        let (mut at, mut left) = (0usize, count);
+        let mut step = self.tree.len().checked_ilog2().map_or(0, |b| 1usize << b);
+        while step > 0 {
+            let next = at + step;
+            if next <= self.tree.len() && self.tree[next - 1] < left {
+                at = next;
+                left -= self.tree[next - 1];
+            }
+            step >>= 1;
+        }
+        // `at` slots hold fewer than `count`; the next one reaches it.
+        if at >= self.tree.len() {
+            return None;
+        }
+        self.order.get(&(self.base + at as u64))
+    }
+
     /// Starts a draw whose tickets' numbers are `base` plus their keys,
     /// behind every ticket in line now.
     pub(super) fn start_draw(&mut self, base: u64) {
@@ -305,5 +348,32 @@ mod tests {
             assert_eq!(line.position(*slot, 0, id), i as u64 + 1);
         }
         assert!(line.end_draw().is_none());
+    }
+
+    #[test]
+    fn nth_walks_the_line_in_order_around_departures_and_a_draw() {
+        let mut line = Line::default();
+        let slots: Vec<u64> = (0..100).map(|i| line.push(&format!("t{i}"))).collect();
+        for slot in slots.iter().step_by(3) {
+            line.remove(*slot, 0, "");
+        }
+        line.start_draw(1000);
+        for (number, id) in [(1003, "c"), (1001, "a"), (1002, "b")] {
+            line.push_drawn(number, id);
+        }
+        for i in 0..5 {
+            line.push(&format!("after{i}"));
+        }
+        let order: Vec<String> = line.first(usize::MAX).cloned().collect();
+        assert_eq!(order.len(), line.len());
+        for (i, id) in order.iter().enumerate() {
+            assert_eq!(line.nth(i), Some(id), "index {i}");
+        }
+        assert_eq!(line.nth(order.len()), None);
+        line.end_draw();
+        for (i, id) in order.iter().enumerate() {
+            assert_eq!(line.nth(i), Some(id), "index {i} after the draw");
+        }
+        assert_eq!(Line::default().nth(0), None);
     }
 }

@@ -349,6 +349,18 @@ impl GateMemory<'_> {
         })
     }
 
+    /// How free permits go to the line (as set_admission.lua with a
+    /// queueing): the state of the random picks, 0 for first come, first
+    /// served; permits free now go out by the new rule.
+    pub(crate) fn set_queueing(&self, gate: &Name, pick: u64) -> Result<()> {
+        let args = |b: &mut Vec<u8>| put(b, &pick);
+        self.with_gate(gate, (Code::GateSetQueueing, &args), |s, now, handed| {
+            s.pick = pick;
+            s.promote(now, handed);
+            Ok(())
+        })
+    }
+
     /// The door, the pause and a drop of the line in one step (as
     /// set_admission.lua with a door).
     pub(crate) fn set_door(&self, gate: &Name, change: &DoorChange) -> Result<u64> {
@@ -410,6 +422,7 @@ impl GateMemory<'_> {
                 paused: s.paused,
                 admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
                 door: s.door.at(now),
+                random: s.pick > 0,
                 revoked: page.into_iter().map(|(_, id)| id.clone()).collect(),
                 cursor,
             }
@@ -430,6 +443,7 @@ impl GateMemory<'_> {
                 admission_interval: (s.admit_every_ms > 0).then(|| Duration::from_millis(s.admit_every_ms)),
                 line_reset_ms: (s.line_reset > 0).then_some(s.line_reset),
                 door: s.door.clone(),
+                random: s.pick > 0,
             })
         })
     }
@@ -546,6 +560,9 @@ pub(crate) fn replay(m: &GateMemory<'_>, r: &replay::Record<'_>) -> Result<()> {
             let change: DoorChange = replay::args(r.args)?;
             let _ = m.set_door(g, &change);
         }
+        Code::GateSetQueueing => {
+            let _ = m.set_queueing(g, replay::args(r.args)?);
+        }
         Code::GateTouch => {
             let _ = m.on_gate(g, false, None, |_, _, _| Ok(()));
         }
@@ -565,6 +582,10 @@ impl GateBackend for GateMemory<'_> {
 
     async fn set_door(&self, gate: &GateName, change: &DoorChange) -> Result<u64> {
         self.write(|| self.set_door(gate, change)).await?
+    }
+
+    async fn set_queueing(&self, gate: &GateName, pick: u64) -> Result<()> {
+        self.write(|| self.set_queueing(gate, pick)).await?
     }
 
     async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {

@@ -155,5 +155,5 @@ pub use self::model::DRAW_SPAN;
 pub use self::semaphore::Semaphore;
 pub use self::types::{
     Door, DoorChange, DrawRecord, GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_DOOR_NOTE,
-    MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, MAX_REVOKED_PER_WATCH, Occupancy, Place, Waiting,
+    MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, MAX_REVOKED_PER_WATCH, Occupancy, Place, Queueing, Waiting,
 };

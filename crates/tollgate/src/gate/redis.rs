@@ -358,6 +358,19 @@ impl GateBackend for Arc<RedisStore> {
         }
     }
 
+    async fn set_queueing(&self, gate: &GateName, pick: u64) -> Result<()> {
+        // (No pause, interval or door: those are left as they are.)
+        let args = ("", "", "", "", "", "", "", pick);
+        match self
+            .run(&self.scripts.gate.set_admission, gate, args)
+            .await?
+            .as_slice()
+        {
+            [1, _] => Ok(()),
+            other => Err(unexpected("set_queueing", other)),
+        }
+    }
+
     async fn poll(&self, gate: &GateName, id: &str, ttl_ms: u64, hb_ms: u64) -> Result<Poll> {
         let r = self
             .run(&self.scripts.gate.poll, gate, (id, ttl_ms, hb_ms))
@@ -545,6 +558,7 @@ impl GateBackend for Arc<RedisStore> {
                 closed,
                 opens,
                 closes,
+                random,
             ] => Ok(GateStats {
                 capacity: u32::try_from(*capacity).ok(),
                 used: *used as u64,
@@ -562,6 +576,7 @@ impl GateBackend for Arc<RedisStore> {
                     opens_at_ms: u64::try_from(*opens).ok().filter(|t| *t > 0),
                     closes_at_ms: u64::try_from(*closes).ok().filter(|t| *t > 0),
                 },
+                random: *random == 1,
             }),
             other => Err(unexpected("stats", other)),
         }
@@ -605,6 +620,7 @@ impl GateBackend for Arc<RedisStore> {
             note,
             opens,
             closes,
+            random,
             cursor,
             ids @ ..,
         ] = v.as_slice()
@@ -630,6 +646,7 @@ impl GateBackend for Arc<RedisStore> {
                 opens_at_ms: u64::try_from(int(opens)?).ok().filter(|t| *t > 0),
                 closes_at_ms: u64::try_from(int(closes)?).ok().filter(|t| *t > 0),
             },
+            random: int(random)? == 1,
             cursor: int(cursor)?.max(0) as u64,
             revoked: ids
                 .iter()

@@ -139,6 +139,53 @@ pub(crate) struct Admission {
     pub(crate) every_ms: Option<u64>,
 }
 
+/// How a gate hands free permits to its line ([`Gate::set_queueing`](crate::Gate::set_queueing)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Queueing {
+    /// First come, first served: the head of the line goes first (the
+    /// default).
+    #[default]
+    Fifo,
+    /// Each free place goes to a ticket picked at random from everyone in
+    /// line at that moment, however long they have waited (a lottery
+    /// held anew for every place, so nobody's chance depends on when they
+    /// joined, and nobody waits for ever while the line drains). A ticket
+    /// picked that needs more permits than are free is served first once
+    /// they are, as a head of line would be (its pick is not redrawn while
+    /// the line stays as it is). The picks follow from `seed` and the
+    /// line: the same seed and the same operations pick the same tickets
+    /// on either store. [`Queueing::random`] draws a seed from the
+    /// operating system.
+    Random {
+        /// Where the picks start.
+        seed: u64,
+    },
+}
+
+impl Queueing {
+    /// Random queueing with a seed from the operating system's generator.
+    pub fn random() -> Queueing {
+        Queueing::Random { seed: rand::random() }
+    }
+
+    /// The state of the gate's picks this sets (0: first come, first
+    /// served; see `PICK_MOD`).
+    pub(crate) fn pick_state(self) -> u64 {
+        match self {
+            Queueing::Fifo => 0,
+            Queueing::Random { seed } => 1 + seed % (PICK_MOD - 1),
+        }
+    }
+}
+
+/// The picks of random queueing come from a Lehmer generator (MINSTD):
+/// the state x (1 to `PICK_MOD` - 1) picks the ticket at index x mod n of
+/// a line of n, and becomes x · `PICK_MUL` mod `PICK_MOD` with each grant
+/// from the line. Its products stay below 2^47, exact in Lua's numbers
+/// (as in lua/general_grant.lua).
+pub(crate) const PICK_MOD: u64 = 2_147_483_647;
+pub(crate) const PICK_MUL: u64 = 48_271;
+
 /// The longest note a gate's door keeps, in bytes.
 pub const MAX_DOOR_NOTE: usize = 200;
 
@@ -375,6 +422,9 @@ pub struct GateStats {
     pub line_reset_ms: Option<u64>,
     /// The door (`Gate::set_door`).
     pub door: Door,
+    /// Free places go to waiters picked at random (`Gate::set_queueing`),
+    /// not to the head of the line.
+    pub random: bool,
 }
 
 /// The most ids one [`Gate::watch_state`](crate::Gate::watch_state) answer
@@ -405,6 +455,8 @@ pub struct GateWatch {
     pub admission_interval: Option<Duration>,
     /// The door (`Gate::set_door`).
     pub door: Door,
+    /// Free places go to waiters picked at random (`Gate::set_queueing`).
+    pub random: bool,
     /// Tokens of holders ended by [`Gate::end`](crate::Gate::end) from the
     /// cursor asked for on, oldest first, at most
     /// [`MAX_REVOKED_PER_WATCH`]. One may come again in a later answer

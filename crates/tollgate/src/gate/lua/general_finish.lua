@@ -45,7 +45,7 @@ function F.finish()
   put('n', S.n, was.n) put('W', S.W, was.W) put('z', S.z, was.z) put('U', S.U, was.U)
   put('V', S.V, was.V) put('r', S.r, was.r) put('l', S.l, was.l) put('a', S.a, was.a)
   put('A', S.A, was.A) put('Y', S.Y, was.Y) put('Q', S.Q, was.Q) put('N', S.N, was.N)
-  put('B', S.B, was.B)
+  put('B', S.B, was.B) put('O', S.O, was.O)
   -- Permits freed and left free with nobody in line: barging waiters
   -- (until N) may take them.
   if S.freed and S.N > S.now and S.cap and S.waiting == 0 and F.used() < S.cap and F.may_admit() then
@@ -88,10 +88,11 @@ function F.finish()
   end
   -- k: the fast paths must leave this gate to the general path (holders on
   -- the sorted set, labels, a multi-permit waiter, admission control, or
-  -- a sweep under way, a closed door or its timers). Set before any of these is written; a k left set
-  -- by a fast path that could not tell is cleared here.
+  -- a sweep under way, a closed door or its timers, random queueing).
+  -- Set before any of these is written; a k left set by a fast path that
+  -- could not tell is cleared here.
   local complex = S.H > 0 and not S.inline or S.n > 0 or S.a > 0 or S.P ~= 0 or S.R ~= 0 or S.Y ~= '0' or S.D ~= 0
-    or S.I ~= 0 or S.J ~= 0
+    or S.I ~= 0 or S.J ~= 0 or S.O ~= 0
   if complex and not raw[4] then
     changed[k + 1], changed[k + 2] = 'k', 1
     k = k + 2

@@ -28,7 +28,14 @@ function F.admitted()
   if S.R > 0 then S.A = math.max(S.A, S.now) + S.R end
 end
 
--- Grants free permits to the head of the line while the head fits.
+-- Random queueing's generator (as PICK_MOD and PICK_MUL in
+-- src/gate/types.rs): O picks the ticket at index O mod the line's
+-- length, and becomes O * PICK_MUL mod PICK_MOD with each grant from the
+-- line (below 2^47: exact).
+local PICK_MOD, PICK_MUL = 2147483647, 48271
+
+-- Grants free permits to the head of the line while the head fits; with
+-- random queueing (O), to the ticket picked, which stands for the head.
 function F.promote()
   if S.cap == nil or S.waiting == 0 then return end
   local handed = {}
@@ -36,11 +43,16 @@ function F.promote()
     -- With only single-permit tickets in line, a full gate needs no look,
     -- and a gate with room takes the head off the line in one call.
     local head, k, popped
+    local at = S.O > 0 and S.O % S.waiting or 0
     if S.n == 0 then
       if F.used() >= S.cap or not F.may_admit() then break end
-      head, k, popped = redis.call('ZPOPMIN', S.KQ)[1], 1, true
+      if at == 0 then
+        head, k, popped = redis.call('ZPOPMIN', S.KQ)[1], 1, true
+      else
+        head, k = redis.call('ZRANGE', S.KQ, at, at)[1], 1
+      end
     else
-      head = redis.call('ZRANGE', S.KQ, 0, 0)[1]
+      head = redis.call('ZRANGE', S.KQ, at, at)[1]
       if head then k = F.permits_of(head, true) end
     end
     if not head then break end
@@ -52,6 +64,7 @@ function F.promote()
       break
     else
       F.admitted()
+      if S.O > 0 then S.O = S.O * PICK_MUL % PICK_MOD end
       -- The hand-off lives only until the waiter's heartbeat deadline: a
       -- vanished waiter gives it back within its grace, not a whole TTL.
       local deadline = tonumber(redis.call('HGET', S.KP, 'd:' .. head)) or S.now

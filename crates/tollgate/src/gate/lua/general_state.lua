@@ -13,8 +13,9 @@ clock()
 if not raw then read_meta() end
 local KH, KP, KQ, KR = base .. 'h', base .. 'p', base .. 'q', base .. 'r'
 -- The meta fields read_meta() did not read: 1 x, 2 e, 3 o, 4 T, 5 A, 6 Q, 7 H,
--- 8 n, 9 a, 10 P, 11 R, 12 Y, 13 s, 14 U, 15 V, 16 D, 17 I, 18 J, 19 B.
-local m = redis.call('HMGET', KM, 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y', 's', 'U', 'V', 'D', 'I', 'J', 'B')
+-- 8 n, 9 a, 10 P, 11 R, 12 Y, 13 s, 14 U, 15 V, 16 D, 17 I, 18 J, 19 B, 20 O.
+local m = redis.call('HMGET', KM, 'x', 'e', 'o', 'T', 'A', 'Q', 'H', 'n', 'a', 'P', 'R', 'Y', 's', 'U', 'V', 'D', 'I', 'J', 'B',
+  'O')
 local S, F = {
   now = now, KM = KM, KH = KH, KP = KP, KQ = KQ, KR = KR,
   cap = tonumber(raw[1]), f = tonumber(raw[2]) or 0, H = tonumber(m[7]) or 0, W = tonumber(raw[5]) or 0,
@@ -29,6 +30,8 @@ local S, F = {
   -- The draw under way: its base (0: none; see enter.lua) and the key of
   -- the last draw's record.
   B = tonumber(m[19]) or 0, KD = base .. 'd',
+  -- Random queueing's picks (0: first come, first served; see F.promote).
+  O = tonumber(m[20]) or 0,
   -- r is absent (nil) until the line's first gap was measured.
   r = tonumber(raw[7]), l = tonumber(raw[8]) or 0,
   U = tonumber(m[14]) or 0, V = tonumber(m[15]) or 0, N = tonumber(raw[11]) or 0,
@@ -59,7 +62,7 @@ local S, F = {
 -- The meta fields as read, to write back only what changed.
 local was = {
   f = S.f, b = S.b, x = S.x, s = S.s, e = S.e, n = S.n, o = S.o, H = S.H, W = S.W, z = S.z, T = S.T,
-  U = S.U, X = S.X, V = S.V, r = S.r, l = S.l, a = S.a, A = S.A, Y = S.Y, Q = S.Q, N = S.N, B = S.B,
+  U = S.U, X = S.X, V = S.V, r = S.r, l = S.l, a = S.a, A = S.A, Y = S.Y, Q = S.Q, N = S.N, B = S.B, O = S.O,
 }
 -- A draw's key space (as DRAW_SPAN in src/gate/model.rs), and how long
 -- the last draw's record is kept (ms).

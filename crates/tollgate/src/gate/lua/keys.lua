@@ -41,7 +41,9 @@
 --                    go back within an epoch); G the expiry last set on m
 --                    (ms); C the last reset of the line (ms, admin.lua);
 --                    D, M, I and J the door (set_admission.lua); B the
---                    base of the draw under way (enter.lua; 0: none);
+--                    base of the draw under way (enter.lua; 0: none); O
+--                    random queueing's picks (general_grant.lua; absent:
+--                    first come, first served);
 --                    h the holders, inline, of a gate of capacity up to
 --                    INLINE ("<id> <expires> <fence> <permits>" joined by
 --                    ',', see inline.lua): while H is 0 they are here, and

@@ -1,7 +1,7 @@
 --- @include "general.lua"
 --- @include "line_clear.lua"
 --- @needs KM, now, S, F, was, done, promote, clear_line, F.end_draw
--- set_admission.lua: admission control, and the door. Paused, nobody new
+-- set_admission.lua: admission control, the door, and the queueing. Paused, nobody new
 -- is granted (everyone queues; holders are not touched); with an
 -- interval, at most one grant per interval. Resuming or loosening admits
 -- the line at once. A closed door (D) refuses every newcomer (enter.lua,
@@ -10,10 +10,14 @@
 -- step.
 -- ARGV: 1 paused ('1', '0', or '' to leave it), 2 least ms between
 --       admissions ('0' for none, '' to leave it), and to set the door:
---       3 closed ('1' or '0'), 4 its note ('' for none), 5 '1' to drop
---       the whole line too, 6 nobody admitted before this (ms, server
---       time; '' for no hold), 7 the door closes at this ('' for none);
---       a time already past is no hold, and closes the door at once
+--       3 closed ('1' or '0'; '' to leave the door), 4 its note ('' for
+--       none), 5 '1' to drop the whole line too, 6 nobody admitted before
+--       this (ms, server time; '' for no hold), 7 the door closes at this
+--       ('' for none); a time already past is no hold, and closes the
+--       door at once; 8 how free permits go to the line: the state of
+--       random queueing's picks (O, 1 to PICK_MOD - 1, see
+--       general_grant.lua), '0' for first come, first served ('' or
+--       absent to leave it)
 -- Reply: {1, tickets dropped}
 if ARGV[1] == '1' then
   S.P = 1
@@ -33,7 +37,7 @@ if ARGV[2] and ARGV[2] ~= '' then
   end
 end
 local dropped = 0
-if ARGV[3] then
+if ARGV[3] and ARGV[3] ~= '' then
   if ARGV[3] == '1' then
     S.D = 1
     redis.call('HSET', KM, 'D', 1)
@@ -52,6 +56,7 @@ if ARGV[3] then
   if S.J > 0 then redis.call('HSET', KM, 'J', S.J) else redis.call('HDEL', KM, 'J') end
   if ARGV[5] == '1' then dropped = clear_line() end
 end
+if ARGV[8] and ARGV[8] ~= '' then S.O = tonumber(ARGV[8]) end
 S.wrote_meta = true
 S.freed = true
 promote()

@@ -25,6 +25,7 @@ pub(crate) fn apply(store: &MemoryStore, r: &Record<'_>) -> Result<()> {
         | Code::GateSetCapacity
         | Code::GateSetAdmission
         | Code::GateSetDoor
+        | Code::GateSetQueueing
         | Code::GateEnterDrawn
         | Code::GateTouch => return gate::memory::replay(&store.gates(), r),
         Code::JobLayout

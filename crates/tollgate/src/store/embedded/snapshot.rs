@@ -21,7 +21,9 @@
 //! older build too. A gate whose door is set (`Gate::set_door`) likewise
 //! has `GATE_DOOR`: the gate as before, then its door; and one with a
 //! draw under way or a last draw's record has `GATE_DRAW`: the gate, its
-//! door, then the draw (`gate::model::DrawState`). It is written as `.tmp`, synced and
+//! door, then the draw (`gate::model::DrawState`); and one with random
+//! queueing (`Gate::set_queueing`) has `GATE_MORE`: the gate, its door,
+//! its draw if any, then its picks' state. It is written as `.tmp`, synced and
 //! renamed: a snapshot file is whole or absent.
 
 use std::fs::File;
@@ -51,6 +53,7 @@ const QUEUE: u8 = 2;
 const QUEUE_FAIR: u8 = 5;
 const GATE_DOOR: u8 = 6;
 const GATE_DRAW: u8 = 7;
+const GATE_MORE: u8 = 8;
 const LIMITS: u8 = 3;
 const INDEX: u8 = 4;
 const END: u8 = 9;
@@ -84,7 +87,10 @@ pub(super) fn write(store: &MemoryStore, dir: &Path, from: u64) -> Result<Writte
     out.raw(MAGIC);
     out.record(&(META, from, store.gates.floor(), store.queues.floor()));
     store.gates.each(|name, state: &GateState, touched| {
-        if let Some(draw) = state.draw_state() {
+        if state.pick > 0 {
+            let more = (state.draw_state(), state.pick);
+            out.record(&(GATE_MORE, name, touched, state, &state.door, more));
+        } else if let Some(draw) = state.draw_state() {
             out.record(&(GATE_DRAW, name, touched, state, &state.door, draw));
         } else if state.door.is_blank() {
             out.record(&(GATE, name, touched, state));
@@ -209,6 +215,22 @@ pub(super) fn load(store: &MemoryStore, path: &Path) -> Result<Loaded> {
                     postcard::from_bytes(rest).map_err(bad)?;
                 state.door = door;
                 state.restore_draw(draw);
+                store.gates.restore(&name, state, touched, store.idle_ms);
+                names += 1;
+            }
+            GATE_MORE => {
+                let (name, touched, mut state, door, (draw, pick)): (
+                    Name,
+                    u64,
+                    GateState,
+                    Door,
+                    (Option<DrawState>, u64),
+                ) = postcard::from_bytes(rest).map_err(bad)?;
+                state.door = door;
+                if let Some(draw) = draw {
+                    state.restore_draw(draw);
+                }
+                state.pick = pick;
                 store.gates.restore(&name, state, touched, store.idle_ms);
                 names += 1;
             }

@@ -38,6 +38,8 @@ pub(crate) enum Code {
     GateSetDoor = 12,
     /// An enter with an order key (a draw's).
     GateEnterDrawn = 13,
+    /// How free permits go to the line (`Gate::set_queueing`).
+    GateSetQueueing = 14,
     JobLayout = 20,
     JobPush = 21,
     JobRetire = 22,
@@ -88,6 +90,7 @@ impl Code {
             11 => GateTouch,
             12 => GateSetDoor,
             13 => GateEnterDrawn,
+            14 => GateSetQueueing,
             20 => JobLayout,
             21 => JobPush,
             22 => JobRetire,
