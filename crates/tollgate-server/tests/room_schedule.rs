@@ -437,6 +437,12 @@ async fn schedules_from_the_config_and_bad_ones() {
             "opens_at = \"2030-01-01T10:00:00Z\"\ncloses_at = \"2030-01-01T09:00:00Z\"",
             "closes_at must be after",
         ),
+        ("order_at_open = \"shuffled\"", "use random or fifo"),
+        ("queueing = \"lottery\"", "use fifo or random"),
+        (
+            "queueing = \"random\"\norder_at_open = \"fifo\"",
+            "order_at_open is for rooms with queueing = \"fifo\"",
+        ),
     ] {
         let path = dir.path().join(format!("bad-{}.toml", rand_suffix()));
         std::fs::write(&path, long_config(up, 1, extra)).expect("write");

@@ -3,6 +3,8 @@
 //! and says so, passthrough steps aside, open takes the line again; on
 //! the embedded store, real Redis and two servers sharing one Redis. And
 //! a state set at runtime survives a restart, while a changed config wins.
+//! Random queueing (`queueing = "random"`) admits everyone at random,
+//! never past the capacity, and shows no place.
 
 mod room_support;
 mod serve_support;
@@ -212,6 +214,96 @@ async fn every_state_does_what_it_says_redis() {
 async fn every_state_does_what_it_says_across_servers() {
     let redis = RedisServer::start();
     every_state_does_what_it_says(Some(&redis.url()), true).await;
+}
+
+/// `queueing = "random"`: never more than the capacity on the site, each
+/// freed place goes to a waiter the store picks at random (not in arrival
+/// order), everyone is admitted while the line drains, and no waiter is
+/// shown a place or an estimate (JSON and page) or offered a draw.
+async fn random_queueing_admits_everyone_at_random(redis: Option<&str>, two_servers: bool) {
+    let (seen, up, dir) = site().await;
+    let config = long_config(up, 3, "queueing = \"random\"");
+    let a = start(&dir, &config, redis);
+    let b = two_servers.then(|| start(&dir, &config, redis));
+    let pa = a.proxy.clone().expect("proxy");
+    let pb = b.as_ref().map_or(pa.clone(), |b| b.proxy.clone().expect("proxy"));
+    let c = reqwest::Client::new();
+    let mut inside = Vec::new();
+    for i in 0..3 {
+        let mut v = Visitor::new(&format!("first{i}"));
+        assert!(is_admitted(&v.get(&c, &pa, "/page", true).await, &v.name));
+        inside.push(v);
+    }
+    let mut line = Vec::new();
+    for i in 0..12 {
+        let mut v = Visitor::new(&format!("w{i:02}"));
+        let proxy = if i % 2 == 0 { &pa } else { &pb };
+        let a = v.get(&c, proxy, "/page", true).await;
+        assert_eq!(a.status, 503, "{}", a.text);
+        let j = a.json();
+        assert_eq!(j["status"], "queued", "{j}");
+        assert_eq!(j["position"], Value::Null, "no place to show: {j}");
+        assert_eq!(j["order"], "random", "{j}");
+        assert_eq!(j["waiting"], i + 1, "{j}");
+        assert_eq!(j["eta_low_ms"], Value::Null, "{j}");
+        line.push((v, i % 2 == 0));
+    }
+    let page = line[0].0.get(&c, &pa, "/page", false).await;
+    assert!(page.text.contains(r#"id="position">in the draw<"#), "{}", page.text);
+    assert!(page.text.contains("Places are given at random"), "{}", page.text);
+    let (st, stats) = send(c.get(a.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
+    assert_eq!((st, &stats["queueing"]), (200, &json!("random")), "{stats}");
+    let (st, body) = send(c.get(format!("{pa}/.tollgate/shop/draw"))).await;
+    assert_eq!((st, &body["error"]["code"]), (404, &json!("no_draw")), "{body}");
+    // The line drains: whoever is inside leaves, one at a time, and the
+    // waiters ask on; each freed place goes to one of them.
+    let arrival: Vec<String> = line.iter().map(|(v, _)| v.name.clone()).collect();
+    let mut admitted = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !line.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "not everyone admitted: {admitted:?}");
+        if let Some(mut v) = inside.pop() {
+            assert_eq!(v.get(&c, &pa, "/done", true).await.text, "bye");
+        }
+        let before = admitted.len();
+        let wait = std::time::Instant::now() + Duration::from_secs(5);
+        while admitted.len() == before {
+            assert!(std::time::Instant::now() < wait, "a place freed, nobody admitted");
+            let mut i = 0;
+            while i < line.len() {
+                let proxy = if line[i].1 { &pa } else { &pb };
+                let a = line[i].0.get(&c, proxy, "/page", true).await;
+                if is_admitted(&a, &line[i].0.name) {
+                    let (v, _) = line.remove(i);
+                    admitted.push(v.name.clone());
+                    inside.push(v);
+                } else {
+                    assert_eq!(a.status, 503, "{}", a.text);
+                    assert_eq!(a.json()["position"], Value::Null, "{}", a.text);
+                    i += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        assert_eq!(admitted.len(), before + 1, "one place freed, one admitted: {admitted:?}");
+    }
+    let s = seen.lock().expect("lock");
+    assert!(s.violations.is_empty(), "{:?}", s.violations);
+    assert!(s.most <= 3, "{} on the site at once", s.most);
+    // (The chance that twelve random picks come out in arrival order is
+    // 1 in 12!, about 2e-9.)
+    assert_ne!(admitted, arrival, "admitted in arrival order: not at random");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_queueing_admits_everyone_at_random_embedded() {
+    random_queueing_admits_everyone_at_random(None, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_queueing_admits_everyone_at_random_across_servers() {
+    let redis = RedisServer::start();
+    random_queueing_admits_everyone_at_random(Some(&redis.url()), true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,6 +61,10 @@ pub(crate) struct RoomSettings {
     /// and the draw published so anyone can check it) or `fifo` (arrival
     /// order).
     pub(crate) order_at_open: Option<String>,
+    /// How free places go to the line: `fifo` (default: its head first)
+    /// or `random` (each to a visitor picked at random from everyone
+    /// waiting then; no place is shown).
+    pub(crate) queueing: Option<String>,
     /// How long before `opens_at` visitors may join the line (the
     /// pre-queue). Default 30m.
     pub(crate) prequeue: Option<String>,
@@ -345,10 +349,24 @@ impl Room {
             }
             bits => Some(arrival_challenge(name, s, store, bits).map_err(at)?),
         };
-        let draw = match s.order_at_open.as_deref().unwrap_or("random") {
-            "random" => Some(Draws::new(s.cookie_keys.first().map_or("", String::as_str))),
-            "fifo" => None,
-            other => return Err(at(format!("order_at_open = {other:?}: use random or fifo")).into()),
+        let random = match s.queueing.as_deref().unwrap_or("fifo") {
+            "fifo" => false,
+            "random" => true,
+            other => return Err(at(format!("queueing = {other:?}: use fifo or random")).into()),
+        };
+        let draw = match s.order_at_open.as_deref() {
+            // Random queueing admits the pre-queue at random at the
+            // opening too: there is no order to draw.
+            Some(_) if random => {
+                return Err(at(
+                    "order_at_open is for rooms with queueing = \"fifo\": with queueing = \"random\" the opening's places go at random too, each to a visitor picked from everyone waiting".to_owned(),
+                )
+                .into());
+            }
+            None if random => None,
+            None | Some("random") => Some(Draws::new(s.cookie_keys.first().map_or("", String::as_str))),
+            Some("fifo") => None,
+            Some(other) => return Err(at(format!("order_at_open = {other:?}: use random or fifo")).into()),
         };
         let on_store_error = match s.on_store_error.as_deref().unwrap_or("closed") {
             "open" => OnStoreError::Open,
@@ -465,6 +483,7 @@ impl Room {
                     admission_interval,
                     state: configured.state,
                     schedule: configured.schedule,
+                    random,
                 },
                 // A token older than renew_every is checked with the store
                 // anyway: an end needs remembering only that long (and the

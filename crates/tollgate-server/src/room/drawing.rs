@@ -172,11 +172,12 @@ impl Room {
     /// drawn order (with `id`, that id's place too).
     pub(super) async fn draw_answer(&self, query: Option<&str>) -> Response<Body> {
         let Some(draws) = &self.draw else {
-            return json_error(
-                StatusCode::NOT_FOUND,
-                "no_draw",
-                "this room admits its pre-queue in arrival order (order_at_open = \"fifo\")",
-            );
+            let why = if self.view.settings().random {
+                "this room admits at random (queueing = \"random\"): each place goes to a visitor picked when it frees up, so there is no order to publish"
+            } else {
+                "this room admits its pre-queue in arrival order (order_at_open = \"fifo\")"
+            };
+            return json_error(StatusCode::NOT_FOUND, "no_draw", why);
         };
         // (Numbers and hex ids: nothing to percent-decode.)
         let (mut offset, mut limit, mut wanted) = (Some(0usize), Some(1_000usize), None);

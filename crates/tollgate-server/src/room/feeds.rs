@@ -285,6 +285,7 @@ mod tests {
             admission_interval: None,
             state: crate::room::states::RoomState::Open,
             schedule: crate::room::states::Schedule::default(),
+            random: false,
         };
         let view = Arc::new(View::new(settings, Duration::from_secs(1), 0));
         let timeout = Duration::from_millis(500);

@@ -62,6 +62,9 @@ pub(crate) struct Text {
     /// what the draw means.
     pub(crate) in_draw: &'static str,
     pub(crate) draw_note: &'static str,
+    /// In a room with random queueing (`queueing = "random"`): what that
+    /// means, shown instead of a place.
+    pub(crate) random_note: &'static str,
     /// The page of a visitor who comes before the pre-queue opens
     /// (`{line}`: when it does; `{start}`: the opening; RFC 3339 UTC).
     pub(crate) not_open_title: &'static str,
@@ -111,6 +114,9 @@ const EN: Text = Text {
     in_draw: "in the draw",
     draw_note: "Places are drawn at random when admissions start, so arriving earlier gives no \
                 advantage. After the opening, the draw is published so anyone can check it.",
+    random_note: "Places are given at random: each time one frees up, someone waiting is picked at random, \
+                  however long they have waited, so arriving earlier gives no advantage. Keep this page open \
+                  to stay in the draw.",
     not_open_title: "Not open yet",
     not_open_text: "The line opens at {line} and admissions start at {start} (times in UTC). Please come back then.",
     challenge_title: "One moment",
@@ -157,6 +163,9 @@ const ES: Text = Text {
     in_draw: "en el sorteo",
     draw_note: "Los puestos se sortean al azar cuando empiezan las entradas: llegar antes no da \
                 ventaja. Tras la apertura se publica el sorteo para que cualquiera pueda comprobarlo.",
+    random_note: "Los puestos se dan al azar: cada vez que uno queda libre, se elige al azar a alguien que \
+                  espera, sin importar cuánto lleve esperando, así que llegar antes no da ventaja. Mantenga \
+                  esta página abierta para seguir en el sorteo.",
     not_open_title: "Aún no está abierto",
     not_open_text: "La fila abre a las {line} y las entradas empiezan a las {start} (horas en UTC). Vuelva entonces.",
     challenge_title: "Un momento",
@@ -199,6 +208,7 @@ const ZH: Text = Text {
     opening: "放行即将开始…",
     in_draw: "等待抽签",
     draw_note: "放行开始时随机抽签决定顺序，早到没有优势。开放后将公布抽签结果，任何人都可以核验。",
+    random_note: "名额随机发放：每空出一个名额，就从所有等候者中随机抽取一人，与等候时间长短无关，早到没有优势。请保持此页面打开以留在抽签中。",
     not_open_title: "尚未开放",
     not_open_text: "队列将于 {line} 开放，放行将于 {start} 开始（UTC 时间）。请届时再来。",
     challenge_title: "请稍候",

@@ -227,7 +227,7 @@ impl Pages {
             _ => "",
         };
         let (position, waiting, eta, opens) = match figures {
-            Figures::Known(s) if s.in_draw => {
+            Figures::Known(s) if s.in_draw || s.random => {
                 (t.in_draw.to_owned(), s.waiting.to_string(), s.eta, s.opens_at_ms)
             }
             Figures::Known(s) => (
@@ -251,8 +251,11 @@ impl Pages {
         } else {
             String::new()
         };
-        let in_draw = matches!(figures, Figures::Known(s) if s.in_draw);
-        let draw_text = if in_draw { t.draw_note } else { "" };
+        let draw_text = match figures {
+            Figures::Known(s) if s.in_draw => t.draw_note,
+            Figures::Known(s) if s.random => t.random_note,
+            _ => "",
+        };
         let minutes = |d: Duration| (d.as_secs_f64() / 60.0).round() as u64;
         let (low, high) = eta.map_or((String::new(), String::new()), |(l, h)| {
             (minutes(l).to_string(), minutes(h).to_string())
@@ -508,6 +511,10 @@ pub(super) struct Shown {
     /// In a draw not yet run (`order_at_open = "random"`): the place is
     /// decided at the opening, so none is shown.
     pub(super) in_draw: bool,
+    /// In a room with random queueing (`queueing = "random"`): there is
+    /// no place to show, nor an estimate (every waiter's chance is the
+    /// same, whatever their position in the store's line).
+    pub(super) random: bool,
 }
 
 impl Shown {
@@ -515,18 +522,21 @@ impl Shown {
     /// last read as `settings`.
     pub(super) fn of(place: &tollgate::Place, settings: Settings) -> Shown {
         let in_draw = draw::pending_draw(&settings.schedule, now_ms()).is_some();
+        let unplaced = in_draw || settings.random;
         Shown {
             // (Not even a change of it shows, in a draw: see feeds.rs.)
-            position: if in_draw { 0 } else { place.position },
+            position: if unplaced { 0 } else { place.position },
             waiting: place.waiting,
-            // (In a draw the estimate would tell the place: none.)
+            // (In a draw the estimate would tell the place; at random the
+            // store's position, which it derives from, means nothing.)
             eta: place
                 .eta
-                .filter(|_| !in_draw)
+                .filter(|_| !unplaced)
                 .map(|e| (e.mul_f64(0.75), e.mul_f64(1.5))),
             state: settings.state,
             opens_at_ms: settings.schedule.pending(now_ms()),
             in_draw,
+            random: settings.random,
         }
     }
 
@@ -543,8 +553,9 @@ impl Shown {
             j["opens_at"] = json!(states::rfc3339(at));
             j["opens_in_ms"] = json!(at.saturating_sub(now_ms()));
         }
-        // A draw's place is drawn at the opening: no number before it.
-        if self.in_draw {
+        // A draw's place is drawn at the opening, and random queueing has
+        // none: no number.
+        if self.in_draw || self.random {
             j["position"] = Value::Null;
             j["order"] = json!("random");
         }
@@ -574,6 +585,7 @@ mod tests {
             state: RoomState::Open,
             opens_at_ms: None,
             in_draw: false,
+            random: false,
         };
         for lang in [Lang::En, Lang::Es, Lang::Zh] {
             for page in [
@@ -642,6 +654,7 @@ mod tests {
         let drawn = Shown {
             opens_at_ms: Some(1_764_583_200_000),
             in_draw: true,
+            random: false,
             ..shown
         };
         let page = pages.waiting("shop", Lang::En, Figures::Known(&drawn), 2, RoomState::Open);

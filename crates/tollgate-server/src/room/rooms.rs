@@ -14,7 +14,7 @@ use axum::http::header::{self, HeaderName, HeaderValue};
 use axum::http::{Method, Request, Response, StatusCode};
 use ipnet::IpNet;
 use serde_json::json;
-use tollgate::{Gate, RateLimiter};
+use tollgate::{Gate, Queueing, RateLimiter};
 
 use super::answers::plain;
 use super::challenge::Challenges;
@@ -140,6 +140,7 @@ impl Room {
             "expired": s.expiries,
             "paused": s.paused,
             "state": stored.state.json(),
+            "queueing": if s.random { "random" } else { "fifo" },
             "admissions_per_minute": s.admission_interval.map(|d| (60_000.0 / d.as_millis() as f64).round() as u64),
         });
         if let (Some(f), serde_json::Value::Object(schedule)) =
@@ -308,6 +309,9 @@ impl Room {
             };
             self.gate.set_door(&door).await?;
             self.gate.set_admission_interval(s.admission_interval).await?;
+            if s.random {
+                self.gate.set_queueing(Queueing::random()).await?;
+            }
             self.gate.set_capacity(s.capacity).await
         };
         match bounded(self.store_timeout, write).await {
@@ -349,6 +353,12 @@ impl Room {
         self.gate.set_capacity(s.capacity).await?;
         self.gate.set_admission_interval(s.admission_interval).await?;
         let now = self.gate.stats().await?;
+        // (Set only when it changes: a new seed for every server's start
+        // would be no fairer.)
+        if now.random != s.random {
+            let queueing = if s.random { Queueing::random() } else { Queueing::Fifo };
+            self.gate.set_queueing(queueing).await?;
+        }
         let stored = Stored::of(now.paused, &now.door);
         let c = &self.configured;
         if !stored.configured_from(c) {

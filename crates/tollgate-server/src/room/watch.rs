@@ -57,6 +57,9 @@ pub(crate) struct Settings {
     /// and closes (the gate's door and pause, see states.rs).
     pub(crate) state: RoomState,
     pub(crate) schedule: Schedule,
+    /// Free places go to visitors picked at random (`queueing =
+    /// "random"`): no place is shown.
+    pub(crate) random: bool,
 }
 
 /// What a room's view concluded from one read of the store.
@@ -276,6 +279,7 @@ impl View {
                     admission_interval: w.admission_interval,
                     state: stored.state,
                     schedule: stored.schedule,
+                    random: w.random,
                 };
                 self.configured.store(true, Ordering::Release);
             }

@@ -784,6 +784,7 @@ mod tests {
             state,
             opens_at,
             order_at_open,
+            queueing,
             prequeue,
             closes_at,
             lang,
@@ -800,6 +801,6 @@ mod tests {
         assert!(upstream_ca.is_some() && upstream_client_cert.is_some() && upstream_client_key.is_some());
         assert!(closed_page.is_some() && sold_out_page.is_some() && state.is_some());
         assert!(not_open_page.is_some() && opens_at.is_some() && prequeue.is_some() && closes_at.is_some());
-        assert!(challenge_bits.is_some() && order_at_open.is_some());
+        assert!(challenge_bits.is_some() && order_at_open.is_some() && queueing.is_some());
     }
 }
