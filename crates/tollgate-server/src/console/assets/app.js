@@ -485,7 +485,8 @@ async function room(name) {
       if (s.state !== 'passthrough') stateActions.push(action('Passthrough', toState('passthrough', () => `Room ${name} steps aside: every request goes to the site.`)));
       fill(
         control,
-        h('p', {}, 'State: ', h('strong', { id: 'room-state' }, s.state)),
+        h('p', {}, 'State: ', h('strong', { id: 'room-state' }, s.state),
+          s.queueing === 'random' ? '; places go at random (queueing = "random").' : ''),
         h('p', { id: 'room-schedule' },
           s.opens_at ? `Opens at ${s.opens_at} (pre-queue from ${fmt(s.prequeue_seconds)} s before)` : 'No opening scheduled',
           s.closes_at ? `; closes at ${s.closes_at}.` : '.'),
