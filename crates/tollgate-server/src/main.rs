@@ -9,6 +9,7 @@ mod client;
 mod commands;
 mod console;
 mod exit;
+mod proxy_workers;
 mod room;
 mod serve;
 mod state;

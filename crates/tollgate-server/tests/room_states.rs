@@ -249,7 +249,11 @@ async fn random_queueing_admits_everyone_at_random(redis: Option<&str>, two_serv
         line.push((v, i % 2 == 0));
     }
     let page = line[0].0.get(&c, &pa, "/page", false).await;
-    assert!(page.text.contains(r#"id="position">in the draw<"#), "{}", page.text);
+    assert!(
+        page.text.contains(r#"id="position">in the draw<"#),
+        "{}",
+        page.text
+    );
     assert!(page.text.contains("Places are given at random"), "{}", page.text);
     let (st, stats) = send(c.get(a.url("/v1/rooms/shop")).bearer_auth(ADMIN)).await;
     assert_eq!((st, &stats["queueing"]), (200, &json!("random")), "{stats}");
@@ -261,7 +265,10 @@ async fn random_queueing_admits_everyone_at_random(redis: Option<&str>, two_serv
     let mut admitted = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !line.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "not everyone admitted: {admitted:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not everyone admitted: {admitted:?}"
+        );
         if let Some(mut v) = inside.pop() {
             assert_eq!(v.get(&c, &pa, "/done", true).await.text, "bye");
         }
@@ -285,7 +292,11 @@ async fn random_queueing_admits_everyone_at_random(redis: Option<&str>, two_serv
             }
             tokio::time::sleep(Duration::from_millis(30)).await;
         }
-        assert_eq!(admitted.len(), before + 1, "one place freed, one admitted: {admitted:?}");
+        assert_eq!(
+            admitted.len(),
+            before + 1,
+            "one place freed, one admitted: {admitted:?}"
+        );
     }
     let s = seen.lock().expect("lock");
     assert!(s.violations.is_empty(), "{:?}", s.violations);

@@ -18,6 +18,12 @@ pub(crate) enum BenchTarget {
     /// A trivial HTTP upstream for proxy benchmarks: answers every request
     /// with 200 "ok" on --listen for --seconds, then exits.
     Upstream,
+    /// A bare reverse proxy for proxy benchmarks: hyper's HTTP/1 server
+    /// and hyper-util's pooled client, as the room's proxy has them, with
+    /// none of the room's work (no token, no headers added), forwarding
+    /// every request on --listen to --upstream for --seconds: the HTTP
+    /// stack's own cost, to tell it from the room's.
+    Proxy,
     /// A waiting line filled to each of --sizes waiters on --redis:
     /// join and status latency, and Redis memory per waiter (line_scaling).
     Line,
@@ -184,9 +190,12 @@ pub(crate) struct BenchArgs {
     /// many gates to page through; `recovery`: how many gates to fill.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) keys: usize,
-    /// `upstream` only: where to listen.
+    /// `upstream` and `proxy`: where to listen.
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<std::net::SocketAddr>,
+    /// `proxy` only: where to forward (http://host:port).
+    #[arg(long, value_name = "URL")]
+    pub(crate) upstream: Option<String>,
     /// `flood` and `http --flood`: the length of the flooded line; `draw`:
     /// the pre-queue;
     /// `console`: the room's line.

@@ -45,6 +45,7 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         BenchTarget::Http => http::run(&args).await,
         BenchTarget::Limit => limit::run(&args).await,
         BenchTarget::Upstream => room::upstream(&args).await,
+        BenchTarget::Proxy => room::bare_proxy(&args).await,
         BenchTarget::Line => room::line(&args).await,
         BenchTarget::Draw => draw::run(&args).await,
         BenchTarget::Jobs => jobs::run(&args).await,

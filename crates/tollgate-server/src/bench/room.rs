@@ -51,6 +51,75 @@ pub(super) async fn upstream(args: &BenchArgs) -> i32 {
     0
 }
 
+/// `bench proxy`: forwards every request on --listen to --upstream with
+/// the room's HTTP stack (hyper's server, hyper-util's pooled client,
+/// nodelay both ways) and nothing else, until --seconds have passed.
+pub(super) async fn bare_proxy(args: &BenchArgs) -> i32 {
+    let (Some(addr), Some(to)) = (args.listen, args.upstream.as_deref()) else {
+        eprintln!("tollgate: `bench proxy` needs --listen ADDR and --upstream http://HOST:PORT");
+        return exit::USAGE;
+    };
+    let base = to.trim_end_matches('/').to_owned();
+    if !base.starts_with("http://") || base.parse::<hyper::Uri>().is_err() {
+        eprintln!("tollgate: --upstream {to:?}: give http://host:port");
+        return exit::USAGE;
+    }
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tollgate: cannot listen on {addr}: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: hyper_util::client::legacy::Client<_, hyper::body::Incoming> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
+    println!(
+        "bench proxy: listening on http://{}, forwarding to {base}",
+        listener.local_addr().unwrap_or(addr)
+    );
+    let serve = async {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let (client, base) = (client.clone(), base.clone());
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                        let (client, base) = (client.clone(), base.clone());
+                        async move {
+                            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                            if let Ok(uri) = format!("{base}{path}").parse() {
+                                *req.uri_mut() = uri;
+                            }
+                            let answer = match client.request(req).await {
+                                Ok(r) => r.map(http_body_util::Either::Left),
+                                Err(_) => {
+                                    let mut r = hyper::Response::new(http_body_util::Either::Right(
+                                        http_body_util::Full::new(bytes::Bytes::from_static(
+                                            b"upstream unreachable",
+                                        )),
+                                    ));
+                                    *r.status_mut() = hyper::StatusCode::BAD_GATEWAY;
+                                    r
+                                }
+                            };
+                            Ok::<_, std::convert::Infallible>(answer)
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    };
+    let _ = tokio::time::timeout(args.seconds, serve).await;
+    0
+}
+
 /// Quantile `q` of latencies in microseconds, to one decimal; 0 without
 /// samples.
 fn percentile(v: &mut [Duration], q: f64) -> f64 {

@@ -21,7 +21,8 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 /// The request header a solution may come in.
-pub(crate) const CHALLENGE_HEADER: &str = "tollgate-challenge";
+pub(crate) const CHALLENGE_HEADER: hyper::header::HeaderName =
+    hyper::header::HeaderName::from_static("tollgate-challenge");
 /// How long a challenge may be solved and used.
 pub(crate) const LIFETIME: Duration = Duration::from_secs(5 * 60);
 /// The most work a room may ask (2^bits hashes on average).

@@ -27,21 +27,28 @@ use super::page::Pages;
 use super::token::TOKEN_HEADER;
 
 /// Response header an upstream sets to end the visitor's session at once.
-pub(crate) const SESSION_HEADER: &str = "tollgate-session";
+pub(crate) const SESSION_HEADER: HeaderName = HeaderName::from_static("tollgate-session");
 /// Request header the upstream gets: the admitted visitor's session id, to
 /// end it through the admin API.
-pub(crate) const VISITOR_HEADER: &str = "tollgate-visitor";
+pub(crate) const VISITOR_HEADER: HeaderName = HeaderName::from_static("tollgate-visitor");
+
+// The forwarding headers the proxy sets, as names made once (a name given
+// as text is parsed on every use).
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 /// Connection-level headers a proxy must not pass on (RFC 9110 7.6.1).
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// What an https:// upstream is trusted by and shown (the room's
@@ -90,7 +97,10 @@ pub(crate) enum UpstreamError {
 pub(crate) struct Upstream {
     /// `http://host:port` or `https://host:port`, without a trailing slash.
     base: String,
-    client: Client<HttpsConnector<HttpConnector>, UnsyncBoxBody<Bytes, hyper::Error>>,
+    /// A client (and so a pool of upstream connections) per proxy thread,
+    /// and one more for anywhere else (`proxy_workers::index`): a request
+    /// and the upstream connection it uses stay on one thread.
+    clients: Vec<Client<HttpsConnector<HttpConnector>, UnsyncBoxBody<Bytes, hyper::Error>>>,
     timeout: Duration,
     /// The room's pages, for the 502 and 504.
     pages: Arc<Pages>,
@@ -163,10 +173,18 @@ impl Upstream {
                 "{scheme}://{}",
                 uri.authority().map(|a| a.as_str()).unwrap_or_default()
             ),
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            clients: (0..=crate::proxy_workers::count())
+                .map(|_| Client::builder(TokioExecutor::new()).build(connector.clone()))
+                .collect(),
             timeout,
             pages,
         })
+    }
+
+    /// This thread's client.
+    fn client(&self) -> &Client<HttpsConnector<HttpConnector>, UnsyncBoxBody<Bytes, hyper::Error>> {
+        let i = crate::proxy_workers::index();
+        self.clients.get(i).unwrap_or(&self.clients[0])
     }
 
     /// Sends `req` upstream and returns its answer, or an error page. An
@@ -208,7 +226,7 @@ impl Upstream {
         let started = Instant::now();
         let answer = tokio::time::timeout(
             self.timeout,
-            self.client.request(Request::from_parts(parts, body)),
+            self.client().request(Request::from_parts(parts, body)),
         )
         .await;
         metrics.upstream_seconds.record(started.elapsed().as_secs_f64());
@@ -324,7 +342,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for h in named {
         headers.remove(h);
     }
-    for h in HOP_BY_HOP {
+    for h in &HOP_BY_HOP {
         headers.remove(h);
     }
 }
@@ -381,19 +399,17 @@ fn prepare_request(
     // or `<cookie>_pass`) are the waiting room's business, not the site's.
     headers.remove(TOKEN_HEADER);
     headers.remove(CHALLENGE_HEADER);
-    let pass_cookie = format!("{cookie_name}_pass");
+    let is_room_cookie = |k: &str| {
+        k.strip_prefix(cookie_name)
+            .is_some_and(|rest| rest.is_empty() || rest == "_pass")
+    };
     let cookies: Vec<String> = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
-        .filter(|pair| {
-            !pair.is_empty()
-                && pair
-                    .split_once('=')
-                    .is_none_or(|(k, _)| k != cookie_name && k != pass_cookie)
-        })
+        .filter(|pair| !pair.is_empty() && pair.split_once('=').is_none_or(|(k, _)| !is_room_cookie(k)))
         .map(str::to_owned)
         .collect();
     headers.remove(header::COOKIE);
@@ -406,7 +422,7 @@ fn prepare_request(
     // host or scheme: only a trusted proxy's are kept (and extended).
     let prior = if hop.trusted_peer {
         let joined: Vec<&str> = headers
-            .get_all("x-forwarded-for")
+            .get_all(&X_FORWARDED_FOR)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .collect();
@@ -430,19 +446,19 @@ fn prepare_request(
         None => hop.peer.to_string(),
     };
     if let Ok(v) = HeaderValue::try_from(forwarded) {
-        headers.insert("x-forwarded-for", v);
+        headers.insert(X_FORWARDED_FOR, v);
     }
     if let Ok(v) = HeaderValue::try_from(hop.client.to_string()) {
-        headers.insert("x-real-ip", v);
+        headers.insert(X_REAL_IP, v);
     }
-    if !headers.contains_key("x-forwarded-proto") {
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
         let proto = if hop.tls { "https" } else { "http" };
-        headers.insert("x-forwarded-proto", HeaderValue::from_static(proto));
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     }
     if let Some(host) = original_host
-        && !headers.contains_key("x-forwarded-host")
+        && !headers.contains_key(&X_FORWARDED_HOST)
     {
-        headers.insert("x-forwarded-host", host);
+        headers.insert(X_FORWARDED_HOST, host);
     }
 }
 

@@ -356,7 +356,11 @@ impl Room {
         // (Set only when it changes: a new seed for every server's start
         // would be no fairer.)
         if now.random != s.random {
-            let queueing = if s.random { Queueing::random() } else { Queueing::Fifo };
+            let queueing = if s.random {
+                Queueing::random()
+            } else {
+                Queueing::Fifo
+            };
             self.gate.set_queueing(queueing).await?;
         }
         let stored = Stored::of(now.paused, &now.door);

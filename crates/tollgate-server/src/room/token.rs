@@ -15,7 +15,8 @@ use sha2::Sha256;
 
 /// The request header (and response header) that carries a visitor's token
 /// for API and mobile clients.
-pub(crate) const TOKEN_HEADER: &str = "tollgate-token";
+pub(crate) const TOKEN_HEADER: hyper::header::HeaderName =
+    hyper::header::HeaderName::from_static("tollgate-token");
 
 type HmacSha256 = Hmac<Sha256>;
 

@@ -19,6 +19,7 @@ use tollgate::PeerAddr;
 
 use crate::api::conn::{JsonParseErrors, MAX_HEAD, MAX_HEADERS};
 use crate::exit;
+use crate::proxy_workers::ProxyWorkers;
 use crate::room::Rooms;
 
 use super::tls::{HANDSHAKE_TIMEOUT, Handshakes, Tls};
@@ -175,6 +176,17 @@ impl Listeners {
         let (api_handshakes, proxy_handshakes) = (Handshakes::new(), Handshakes::new());
         let graceful = GracefulShutdown::new();
         let (proxy_open, mut proxy_closed) = tokio::sync::mpsc::channel::<()>(1);
+        // The rooms' connections live on the proxy threads (see
+        // proxy_workers.rs); without them (a thread that cannot start),
+        // here.
+        let workers = match proxy.as_ref().map(|_| ProxyWorkers::start()) {
+            Some(Ok(w)) => Some(Arc::new(w)),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "cannot start the proxy threads; the rooms are served on the main runtime");
+                None
+            }
+            None => None,
+        };
         let signalled = shutdown();
         tokio::pin!(signalled);
         loop {
@@ -184,14 +196,37 @@ impl Listeners {
                         continue;
                     };
                     let (app, stopping, open) = (app.clone(), stop.subscribe(), proxy_open.clone());
-                    with_tls((stream, peer), tls.as_ref(), (&proxy_handshakes, &stop), move |io, secure| serve_proxy(io, peer, secure, app, stopping, open));
+                    let (tls, handshakes) = (tls.clone(), proxy_handshakes.clone());
+                    let serve = move |stream: TcpStream| {
+                        let tls_stop = stopping.clone();
+                        with_tls((stream, peer), tls.as_ref(), (&handshakes, tls_stop), move |io, secure| {
+                            serve_proxy(io, peer, secure, app, stopping, open)
+                        });
+                    };
+                    match (&workers, stream.into_std()) {
+                        // Registered anew with the proxy thread's runtime,
+                        // which then drives it alone.
+                        (Some(workers), Ok(std)) => {
+                            workers.next().spawn(async move {
+                                match TcpStream::from_std(std) {
+                                    Ok(stream) => serve(stream),
+                                    Err(e) => tracing::warn!(error = %e, "cannot hand a connection to a proxy thread"),
+                                }
+                            });
+                        }
+                        (None, Ok(std)) => match TcpStream::from_std(std) {
+                            Ok(stream) => serve(stream),
+                            Err(e) => tracing::warn!(error = %e, "cannot serve a connection"),
+                        },
+                        (_, Err(e)) => tracing::warn!(error = %e, "cannot take a connection off the accept loop"),
+                    }
                 }
                 accepted = api.accept() => {
                     let Some((stream, peer)) = or_back_off(accepted, "accept failed").await else {
                         continue;
                     };
                     let (app, watcher, stopping) = (app.clone(), graceful.watcher(), stop.subscribe());
-                    with_tls((stream, peer), tls.as_ref(), (&api_handshakes, &stop), move |io, secure| {
+                    with_tls((stream, peer), tls.as_ref(), (&api_handshakes, stop.subscribe()), move |io, secure| {
                         serve_api(io, peer, secure, app, watcher, stopping)
                     });
                 }
@@ -253,7 +288,7 @@ fn on_sighup(mut hangups: tokio::signal::unix::Signal, tls: Option<Arc<Tls>>) {
 fn with_tls<F>(
     (stream, peer): (TcpStream, SocketAddr),
     tls: Option<&Arc<Tls>>,
-    (handshakes, stop): (&Arc<Handshakes>, &watch::Sender<bool>),
+    (handshakes, mut stopping): (&Arc<Handshakes>, watch::Receiver<bool>),
     serve: F,
 ) where
     F: FnOnce(Conn, bool) + Send + 'static,
@@ -268,7 +303,6 @@ fn with_tls<F>(
         return;
     };
     let acceptor = tls.acceptor.clone();
-    let mut stopping = stop.subscribe();
     tokio::spawn(async move {
         let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
         let shaken = tokio::select! {
