@@ -18,36 +18,22 @@ pub(super) async fn upstream(args: &BenchArgs) -> i32 {
         eprintln!("tollgate: `bench upstream` needs --listen ADDR");
         return exit::USAGE;
     };
-    let listener = match tokio::net::TcpListener::bind(addr).await {
+    let listener = match bind(addr).await {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("tollgate: cannot listen on {addr}: {e}");
-            return exit::UNAVAILABLE;
-        }
+        Err(code) => return code,
     };
     println!(
         "bench upstream: listening on http://{}",
         listener.local_addr().unwrap_or(addr)
     );
-    let serve = async {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|_req| async {
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
-                        bytes::Bytes::from_static(b"ok"),
-                    )))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    };
-    let _ = tokio::time::timeout(args.seconds, serve).await;
+    serve_for(listener, args.seconds, || {
+        hyper::service::service_fn(|_req| async {
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                bytes::Bytes::from_static(b"ok"),
+            )))
+        })
+    })
+    .await;
     0
 }
 
@@ -64,12 +50,9 @@ pub(super) async fn bare_proxy(args: &BenchArgs) -> i32 {
         eprintln!("tollgate: --upstream {to:?}: give http://host:port");
         return exit::USAGE;
     }
-    let listener = match tokio::net::TcpListener::bind(addr).await {
+    let listener = match bind(addr).await {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("tollgate: cannot listen on {addr}: {e}");
-            return exit::UNAVAILABLE;
-        }
+        Err(code) => return code,
     };
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
     connector.set_nodelay(true);
@@ -79,45 +62,69 @@ pub(super) async fn bare_proxy(args: &BenchArgs) -> i32 {
         "bench proxy: listening on http://{}, forwarding to {base}",
         listener.local_addr().unwrap_or(addr)
     );
+    serve_for(listener, args.seconds, || {
+        let (client, base) = (client.clone(), base.clone());
+        hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            let (client, base) = (client.clone(), base.clone());
+            async move {
+                let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                if let Ok(uri) = format!("{base}{path}").parse() {
+                    *req.uri_mut() = uri;
+                }
+                let answer = match client.request(req).await {
+                    Ok(r) => r.map(http_body_util::Either::Left),
+                    Err(_) => {
+                        let mut r = hyper::Response::new(http_body_util::Either::Right(
+                            http_body_util::Full::new(bytes::Bytes::from_static(b"upstream unreachable")),
+                        ));
+                        *r.status_mut() = hyper::StatusCode::BAD_GATEWAY;
+                        r
+                    }
+                };
+                Ok::<_, std::convert::Infallible>(answer)
+            }
+        })
+    })
+    .await;
+    0
+}
+
+/// Binds a bench server's `addr`, or says why not and gives the exit code.
+async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, i32> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        eprintln!("tollgate: cannot listen on {addr}: {e}");
+        exit::UNAVAILABLE
+    })
+}
+
+/// Serves HTTP/1 on `listener` (nodelay), each connection with a service
+/// from `service`, until `seconds` have passed.
+async fn serve_for<S, B>(listener: tokio::net::TcpListener, seconds: Duration, service: impl Fn() -> S)
+where
+    S: hyper::service::Service<hyper::Request<hyper::body::Incoming>, Response = hyper::Response<B>>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let serve = async {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            let (client, base) = (client.clone(), base.clone());
+            let service = service();
             tokio::spawn(async move {
-                let service =
-                    hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                        let (client, base) = (client.clone(), base.clone());
-                        async move {
-                            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-                            if let Ok(uri) = format!("{base}{path}").parse() {
-                                *req.uri_mut() = uri;
-                            }
-                            let answer = match client.request(req).await {
-                                Ok(r) => r.map(http_body_util::Either::Left),
-                                Err(_) => {
-                                    let mut r = hyper::Response::new(http_body_util::Either::Right(
-                                        http_body_util::Full::new(bytes::Bytes::from_static(
-                                            b"upstream unreachable",
-                                        )),
-                                    ));
-                                    *r.status_mut() = hyper::StatusCode::BAD_GATEWAY;
-                                    r
-                                }
-                            };
-                            Ok::<_, std::convert::Infallible>(answer)
-                        }
-                    });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                     .await;
             });
         }
     };
-    let _ = tokio::time::timeout(args.seconds, serve).await;
-    0
+    let _ = tokio::time::timeout(seconds, serve).await;
 }
 
 /// Quantile `q` of latencies in microseconds, to one decimal; 0 without

@@ -95,8 +95,10 @@ pub(crate) enum UpstreamError {
 }
 
 pub(crate) struct Upstream {
-    /// `http://host:port` or `https://host:port`, without a trailing slash.
-    base: String,
+    /// The upstream's scheme and `host:port`: a request's path and query
+    /// go on them as they came (parsed once, here, not per request).
+    scheme: hyper::http::uri::Scheme,
+    authority: hyper::http::uri::Authority,
     /// A client (and so a pool of upstream connections) per proxy thread,
     /// and one more for anywhere else (`proxy_workers::index`): a request
     /// and the upstream connection it uses stay on one thread.
@@ -169,10 +171,11 @@ impl Upstream {
             .enable_http1()
             .wrap_connector(connector);
         Ok(Upstream {
-            base: format!(
-                "{scheme}://{}",
-                uri.authority().map(|a| a.as_str()).unwrap_or_default()
-            ),
+            scheme: uri.scheme().cloned().unwrap_or(hyper::http::uri::Scheme::HTTP),
+            authority: uri
+                .authority()
+                .cloned()
+                .ok_or_else(|| bad(format!("upstream = {url:?}: no host")))?,
             clients: (0..=crate::proxy_workers::count())
                 .map(|_| Client::builder(TokioExecutor::new()).build(connector.clone()))
                 .collect(),
@@ -200,16 +203,23 @@ impl Upstream {
     ) -> Response<Body> {
         let upgrade = hop.may_upgrade && wants_upgrade(req.headers());
         let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        let Ok(uri) = format!("{}{path}", self.base).parse::<Uri>() else {
+        let lang = self.pages.lang(req.headers());
+        let (mut parts, body) = req.into_parts();
+        // The request's own path and query (absolute or origin form), on
+        // the upstream's scheme and authority.
+        let mut uri = std::mem::take(&mut parts.uri).into_parts();
+        uri.scheme = Some(self.scheme.clone());
+        uri.authority = Some(self.authority.clone());
+        if uri.path_and_query.is_none() {
+            uri.path_and_query = Some(hyper::http::uri::PathAndQuery::from_static("/"));
+        }
+        let Ok(uri) = Uri::from_parts(uri) else {
             return error_page(
                 StatusCode::BAD_REQUEST,
                 "Bad request",
                 "The address could not be understood.",
             );
         };
-        let lang = self.pages.lang(req.headers());
-        let (mut parts, body) = req.into_parts();
         parts.uri = uri;
         let original_host = parts.headers.get(header::HOST).cloned();
         prepare_request(&mut parts.headers, upgrade, hop, original_host, cookie_name);
@@ -441,14 +451,20 @@ fn prepare_request(
         }
         None
     };
+    let peer = HeaderValue::try_from(hop.peer.to_string()).ok();
     let forwarded = match prior {
-        Some(prior) => format!("{prior}, {}", hop.peer),
-        None => hop.peer.to_string(),
+        Some(prior) => HeaderValue::try_from(format!("{prior}, {}", hop.peer)).ok(),
+        None => peer.clone(),
     };
-    if let Ok(v) = HeaderValue::try_from(forwarded) {
+    if let Some(v) = forwarded {
         headers.insert(X_FORWARDED_FOR, v);
     }
-    if let Ok(v) = HeaderValue::try_from(hop.client.to_string()) {
+    // (The client is the peer unless a trusted proxy said otherwise.)
+    let real = match peer {
+        Some(v) if hop.client == hop.peer => Some(v),
+        _ => HeaderValue::try_from(hop.client.to_string()).ok(),
+    };
+    if let Some(v) = real {
         headers.insert(X_REAL_IP, v);
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
