@@ -47,7 +47,20 @@ impl Podman {
             .output()
             .expect("run scripts/podman-store");
         succeeded("scripts/podman-store", out);
-        Podman { dir }
+        let podman = Podman { dir };
+        // Podman makes its lock segment (/dev/shm/libpod_lock) on its
+        // first run on a machine: two stores' first commands at once both
+        // find none, both make it, and one fails ("failed to create 2048
+        // locks in /libpod_lock: file exists", seen on a fresh machine).
+        // Each store's first command runs alone.
+        static FIRST_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        {
+            let _alone = FIRST_RUN
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            podman.ok(&["info", "--format", "{{.Version.Version}}"]);
+        }
+        podman
     }
 
     /// `program` with this store's configuration in its environment.
