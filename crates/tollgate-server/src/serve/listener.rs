@@ -180,7 +180,7 @@ impl Listeners {
         // proxy_workers.rs); without them (a thread that cannot start),
         // here.
         let workers = match proxy.as_ref().map(|_| ProxyWorkers::start()) {
-            Some(Ok(w)) => Some(Arc::new(w)),
+            Some(Ok(w)) => Some(w),
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "cannot start the proxy threads; the rooms are served on the main runtime");
                 None
@@ -203,10 +203,14 @@ impl Listeners {
                             serve_proxy(io, peer, secure, app, stopping, open)
                         });
                     };
-                    match (&workers, stream.into_std()) {
-                        // Registered anew with the proxy thread's runtime,
-                        // which then drives it alone.
-                        (Some(workers), Ok(std)) => {
+                    let Some(workers) = &workers else {
+                        serve(stream);
+                        continue;
+                    };
+                    // Registered anew with the proxy thread's runtime,
+                    // which then drives it alone.
+                    match stream.into_std() {
+                        Ok(std) => {
                             workers.next().spawn(async move {
                                 match TcpStream::from_std(std) {
                                     Ok(stream) => serve(stream),
@@ -214,11 +218,7 @@ impl Listeners {
                                 }
                             });
                         }
-                        (None, Ok(std)) => match TcpStream::from_std(std) {
-                            Ok(stream) => serve(stream),
-                            Err(e) => tracing::warn!(error = %e, "cannot serve a connection"),
-                        },
-                        (_, Err(e)) => tracing::warn!(error = %e, "cannot take a connection off the accept loop"),
+                        Err(e) => tracing::warn!(error = %e, "cannot take a connection off the accept loop"),
                     }
                 }
                 accepted = api.accept() => {

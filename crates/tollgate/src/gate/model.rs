@@ -650,16 +650,14 @@ mod tests {
                 s.queue(&format!("t{i}"), t, 0);
             }
             s.pick = seed.map_or(0, |seed| crate::Queueing::Random { seed }.pick_state());
-            let mut places = Vec::new();
-            for holder in ["holder", "next"] {
-                let id = handed
-                    .last()
-                    .map_or(holder.to_owned(), |(id, _): &(String, u64)| id.clone());
-                let _ = s.leave(&id, None, 0, &mut handed);
-                let (won, _) = handed.last().expect("a place handed").clone();
-                places.push(won[1..].parse::<usize>().expect("t<i>"));
-            }
-            places
+            // The holder leaves, then the first winner: two places handed.
+            let _ = s.leave("holder", None, 0, &mut handed);
+            let first = handed.first().expect("a place handed").0.clone();
+            let _ = s.leave(&first, None, 0, &mut handed);
+            handed
+                .iter()
+                .map(|(won, _)| won[1..].parse::<usize>().expect("t<i>"))
+                .collect::<Vec<_>>()
         };
         let chi = |counts: &[u64]| {
             let n: u64 = counts.iter().sum();
