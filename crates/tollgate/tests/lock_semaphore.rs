@@ -11,6 +11,13 @@ use std::time::{Duration, Instant};
 use support::TestStore;
 use tollgate::{GateOptions, Lock, Semaphore};
 
+#[path = "lock_semaphore/rw.rs"]
+mod rw;
+use rw::{
+    rw_a_writer_is_not_starved_by_readers, rw_fifo_across_mixed_waiters, rw_leases_end_and_loss_is_told,
+    rw_readers_together_writers_alone,
+};
+
 const WAIT: Duration = Duration::from_secs(60);
 
 fn short_lease(auto_renew: bool) -> GateOptions {
@@ -684,6 +691,10 @@ on_both_stores!(realtime:
     a_release_passes_nothing_past_the_line,
     a_given_up_barging_acquire_is_not_passed_to,
     a_pass_respects_a_lowered_capacity,
+    rw_readers_together_writers_alone,
+    rw_fifo_across_mixed_waiters,
+    rw_a_writer_is_not_starved_by_readers,
+    rw_leases_end_and_loss_is_told,
 );
 
 /// A gate's channel stays subscribed for a linger after its last waiter

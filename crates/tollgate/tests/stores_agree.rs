@@ -467,6 +467,67 @@ async fn memory_and_redis_answer_alike() {
     }
 }
 
+/// A read-write lock's operations (readers take one permit, writers
+/// every one of `RW_PERMITS`, both queueing), on its gate's general path
+/// on Redis: both stores must answer alike, grants, fences and places.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_answer_alike() {
+    let server = RedisServer::start();
+    let redis = Store::redis(&server.url()).await.expect("connect");
+    let memory = Store::memory();
+    let options = GateOptions {
+        ttl: LONG,
+        heartbeat: LONG,
+        auto_renew: false,
+        fair: true,
+    };
+    for seed in 0..60u64 {
+        let mut rng = StdRng::seed_from_u64(5000 + seed);
+        let name = format!("rw-agree-{seed}");
+        let side = |store: &Store| Side {
+            gate: tollgate::RwLock::with_options(store, &name, options.clone())
+                .expect("rwlock")
+                .gate()
+                .clone(),
+            tokens: vec![None; ACTORS],
+            fences: Vec::new(),
+            names: HashMap::new(),
+        };
+        let (mut m, mut r) = (side(&memory), side(&redis));
+        let mut history = Vec::new();
+        for step in 0..80 {
+            let actor = rng.random_range(0..ACTORS);
+            let op = match rng.random_range(0..20) {
+                0..=7 => Op::Enter {
+                    actor,
+                    permits: if rng.random_bool(0.8) {
+                        1
+                    } else {
+                        tollgate::RW_PERMITS
+                    },
+                    queue: rng.random_bool(0.9),
+                    labelled: false,
+                    key: None,
+                },
+                8..=11 => Op::Status { actor },
+                12..=15 => Op::Leave { actor },
+                16 => Op::Renew { actor },
+                17 => Op::Stats,
+                18 => Op::Line,
+                _ => Op::Holders,
+            };
+            let (a, b) = (m.apply(&op).await, r.apply(&op).await);
+            history.push(format!("{step}: {op:?} -> {a:?}"));
+            assert_eq!(
+                a,
+                b,
+                "seed {seed}: memory and redis disagree at step {step} ({op:?});\nhistory:\n{}",
+                history.join("\n")
+            );
+        }
+    }
+}
+
 /// The durable embedded store against the memory store, the same random
 /// operations, the durable one closed and recovered from its log (and,
 /// now and then, a snapshot) at random steps: every answer must match,

@@ -144,6 +144,7 @@ pub(crate) mod model;
 pub(crate) mod pass_groups;
 mod passing;
 pub(crate) mod redis;
+mod rwlock;
 pub(crate) mod scripts;
 mod semaphore;
 pub(crate) mod types;
@@ -152,6 +153,7 @@ pub use self::handle::{Entered, Gate, GateOptions, Granted, MAX_PASSES, REVOKE_K
 pub use self::lease::Lease;
 pub use self::lock::Lock;
 pub use self::model::DRAW_SPAN;
+pub use self::rwlock::{RW_PERMITS, RwLock, RwMode, RwState};
 pub use self::semaphore::Semaphore;
 pub use self::types::{
     Door, DoorChange, DrawRecord, GateStats, GateWatch, Holding, Left, MAX_CAPACITY, MAX_DOOR_NOTE,
