@@ -86,6 +86,7 @@ fn options(ttl_ms: u64, auto_renew: bool) -> GateOptions {
         heartbeat: Duration::from_secs(5),
         auto_renew,
         fair: true,
+        max_hold: None,
     }
 }
 

@@ -19,6 +19,7 @@ fn opts() -> GateOptions {
         heartbeat: Duration::from_secs(10),
         auto_renew: false,
         fair: true,
+        max_hold: None,
     }
 }
 
@@ -201,6 +202,7 @@ async fn what_a_gate_holds_keeps_it() {
         heartbeat: Duration::from_secs(300),
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let held = Gate::new(&store, "held", Some(1), long.clone()).unwrap();
     held.enter(1, false).await.unwrap();
@@ -303,6 +305,7 @@ async fn every_key_of_an_idle_gate_expires_on_redis() {
         heartbeat: ttl,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let g = Gate::new(&store, "idle", Some(1), o).unwrap();
     let pttl = |key: &str| match server.command(&["PTTL", key]) {

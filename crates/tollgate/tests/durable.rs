@@ -63,6 +63,7 @@ fn long() -> GateOptions {
         heartbeat: LONG,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     }
 }
 

@@ -18,6 +18,7 @@ fn gate(ts: &TestStore, capacity: u32) -> Gate {
         heartbeat: LONG,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     Gate::new(&ts.store, "g", Some(capacity), o).expect("valid gate")
 }

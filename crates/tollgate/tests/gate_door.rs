@@ -26,6 +26,7 @@ fn options(fair: bool) -> GateOptions {
         heartbeat: LONG,
         auto_renew: false,
         fair,
+        max_hold: None,
     }
 }
 

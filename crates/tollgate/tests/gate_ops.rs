@@ -18,6 +18,7 @@ fn opts(ttl: Duration, heartbeat: Duration) -> GateOptions {
         heartbeat,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     }
 }
 

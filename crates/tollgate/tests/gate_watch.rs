@@ -20,6 +20,7 @@ fn opts() -> GateOptions {
         heartbeat: LONG,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     }
 }
 

@@ -26,6 +26,7 @@ fn short_lease(auto_renew: bool) -> GateOptions {
         heartbeat: Duration::from_secs(10),
         auto_renew,
         fair: true,
+        max_hold: None,
     }
 }
 
@@ -669,6 +670,43 @@ async fn only_the_holders_token_releases_a_mutex(ts: TestStore) {
     now_held.release().await.expect("the next holder still held");
 }
 
+/// A lease renewed in the background is held no longer than its
+/// max_hold: renewals stop carrying it on, it is lost about then (and
+/// says why), a waiter gets the lock, and extending it is refused.
+async fn max_hold_ends_a_renewed_lease(ts: TestStore) {
+    let capped = GateOptions {
+        max_hold: Some(Duration::from_millis(900)),
+        ..short_lease(true)
+    };
+    let lock = Lock::with_options(&ts.store, "capped", capped).expect("lock");
+    let asked = Instant::now();
+    let lease = lock.try_acquire().await.expect("store").expect("free");
+    assert!(!lease.reached_max_hold());
+    let waiter = {
+        let lock = Lock::new(&ts.store, "capped").expect("lock");
+        tokio::spawn(async move { lock.acquire(WAIT).await.expect("store").expect("granted") })
+    };
+    tokio::time::timeout(Duration::from_secs(5), lease.lost())
+        .await
+        .expect("lost within 5 s");
+    let held = asked.elapsed();
+    // Renewed past its 300 ms lease (so the cap, not a missed renewal,
+    // ended it), and not much past the 900 ms cap.
+    assert!(
+        held >= Duration::from_millis(850) && held < Duration::from_millis(1500),
+        "held {held:?}"
+    );
+    assert!(lease.reached_max_hold());
+    let err = lease.extend(Duration::from_secs(1)).await.expect_err("extended past max_hold");
+    assert!(err.is_lease_lost(), "{err}");
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter got the lock")
+        .expect("task");
+    assert!(next.fence() > lease.fence());
+    next.release().await.expect("release");
+}
+
 on_both_stores!(realtime:
     only_the_holders_token_releases_a_mutex,
     release_after_holds_then_lets_go,
@@ -691,6 +729,7 @@ on_both_stores!(realtime:
     a_release_passes_nothing_past_the_line,
     a_given_up_barging_acquire_is_not_passed_to,
     a_pass_respects_a_lowered_capacity,
+    max_hold_ends_a_renewed_lease,
     rw_readers_together_writers_alone,
     rw_fifo_across_mixed_waiters,
     rw_a_writer_is_not_starved_by_readers,

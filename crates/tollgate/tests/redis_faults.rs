@@ -286,6 +286,7 @@ async fn redis_restart_while_holding_and_waiting() {
         heartbeat: Duration::from_secs(3),
         auto_renew: true,
         fair: true,
+        max_hold: None,
     };
     let lock = Lock::with_options(&store, "job", options).expect("lock");
     let held = lock
@@ -741,6 +742,7 @@ async fn a_cluster_master_dies_and_a_replica_takes_over() {
         heartbeat: Duration::from_secs(30),
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let lock = Lock::with_options(&store, "failover", options.clone()).expect("lock");
     let held = lock.try_acquire().await.expect("confirmed").expect("free");
@@ -937,6 +939,7 @@ async fn a_sentinel_failover_is_followed() {
         heartbeat: Duration::from_secs(30),
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let lock = Lock::with_options(&store, "sentinel", options.clone()).expect("lock");
     let held = lock.try_acquire().await.expect("confirmed").expect("free");

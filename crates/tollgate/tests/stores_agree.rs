@@ -427,6 +427,7 @@ async fn memory_and_redis_answer_alike() {
         heartbeat: LONG,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     for seed in 0..300u64 {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -480,6 +481,7 @@ async fn read_write_locks_answer_alike() {
         heartbeat: LONG,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     for seed in 0..60u64 {
         let mut rng = StdRng::seed_from_u64(5000 + seed);
@@ -549,6 +551,7 @@ async fn a_recovered_store_answers_as_one_that_never_stopped() {
         heartbeat: LONG,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let mut restarts = 0;
     for seed in 0..60u64 {

@@ -15,7 +15,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::{delete, get, post, put};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tollgate::{Entered, Gate, GateOptions, GateStats, Left, TicketStatus};
+use tollgate::{Entered, Gate, GateOptions, GateStats, Left, RW_PERMITS, RwMode, TicketStatus};
 
 use super::body::Json;
 use super::error::{ApiError, Query};
@@ -55,6 +55,7 @@ fn gate(
         heartbeat: Duration::from_millis(heartbeat_ms),
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let gate = Gate::new(&state.store, name, capacity, options)?;
     track(&state.gates, name);
@@ -94,10 +95,12 @@ impl HttpTicket {
 #[serde(deny_unknown_fields)]
 struct EnterBody {
     /// Permits to take. Default 1.
-    #[serde(default = "one")]
-    permits: u32,
+    permits: Option<u32>,
     /// The gate's capacity; stored by the first request that names one.
     capacity: Option<u32>,
+    /// A read-write lock's hold: `shared` (a reader) or `exclusive` (the
+    /// writer). Sets the capacity and the permits; neither may be given.
+    mode: Option<Mode>,
     /// Lease length. Default 30 000.
     #[serde(default = "default_ttl")]
     ttl_ms: u64,
@@ -112,8 +115,30 @@ struct EnterBody {
     label: Option<String>,
 }
 
-fn one() -> u32 {
-    1
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Mode {
+    Shared,
+    Exclusive,
+}
+
+impl EnterBody {
+    /// The capacity and permits asked for, from `mode` or as given.
+    fn permits(&self) -> Result<(Option<u32>, u32), ApiError> {
+        let Some(mode) = self.mode else {
+            return Ok((self.capacity, self.permits.unwrap_or(1)));
+        };
+        if self.capacity.is_some() || self.permits.is_some() {
+            return Err(ApiError::bad_request(
+                "mode sets the capacity and the permits of a read-write lock: give neither with it",
+            ));
+        }
+        let mode = match mode {
+            Mode::Shared => RwMode::Shared,
+            Mode::Exclusive => RwMode::Exclusive,
+        };
+        Ok((Some(RW_PERMITS), mode.permits()))
+    }
 }
 fn yes() -> bool {
     true
@@ -152,7 +177,8 @@ async fn enter(
     client: super::tickets::Client,
     Json(body): Json<EnterBody>,
 ) -> Result<axum::Json<EnterAnswer>, ApiError> {
-    let g = gate(&state, &name, body.capacity, body.ttl_ms, body.heartbeat_ms)?;
+    let (capacity, permits) = body.permits()?;
+    let g = gate(&state, &name, capacity, body.ttl_ms, body.heartbeat_ms)?;
     // A client holding its cap of waiting tickets may still be granted at
     // once, but not queue another.
     let (reservation, refused) = match body.queue {
@@ -165,10 +191,9 @@ async fn enter(
     let queue = body.queue && refused.is_none();
     // In a task of its own: a client that hangs up mid-call must not drop
     // the count of a ticket the store queues anyway.
-    let (gate_name, heartbeat, permits, label) = (
+    let (gate_name, heartbeat, label) = (
         name.clone(),
         Duration::from_millis(body.heartbeat_ms),
-        body.permits,
         body.label.clone(),
     );
     let entered = tokio::spawn(async move {

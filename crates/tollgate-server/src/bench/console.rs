@@ -238,6 +238,7 @@ async fn fill(store: &Store, room: &str, line: u64, queue: &str, jobs: u64) -> R
         heartbeat: Duration::from_secs(86_400),
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let gate = Gate::new(store, &format!("room:{room}"), None, options).map_err(|e| e.to_string())?;
     let stats = gate.stats().await.map_err(|e| e.to_string())?;

@@ -43,6 +43,7 @@ pub(super) async fn run(args: &BenchArgs) -> i32 {
         heartbeat: long,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let name = format!("bench-draw-{:x}-{}", std::process::id(), now_ms());
     let gate = match Gate::new(&store, &name, Some(CAPACITY), options) {

@@ -93,6 +93,7 @@ async fn flood(args: &BenchArgs, store: &Store) -> Result<serde_json::Value, tol
         heartbeat: long,
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let seed = u64::from(std::process::id()) << 32 | u64::from(Instant::now().elapsed().subsec_nanos());
     let run = format!("{seed:x}");

@@ -103,6 +103,7 @@ fn gate(store: &Store, i: usize) -> Gate {
         heartbeat: Duration::from_secs(24 * 3600),
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     Gate::new(store, &format!("{GATE_PREFIX}{i}"), Some(4), options).expect("a valid name")
 }

@@ -148,6 +148,7 @@ pub(super) async fn line(args: &BenchArgs) -> i32 {
         heartbeat: Duration::from_secs(86_400),
         auto_renew: false,
         fair: true,
+        max_hold: None,
     };
     let gate = match Gate::new(&store, &name, Some(1), options) {
         Ok(g) => Arc::new(g),

@@ -313,6 +313,7 @@ impl Room {
             heartbeat: grace,
             auto_renew: false,
             fair: true,
+            max_hold: None,
         };
         // The stored capacity is the room's: set from the config at start,
         // changed at runtime through the admin API.

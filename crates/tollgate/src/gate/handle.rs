@@ -42,6 +42,18 @@ pub struct GateOptions {
     /// waiting in the same process, in the same step (see
     /// [`Lease::release`](crate::Lease::release)): on Redis, one script per critical section.
     pub fair: bool,
+    /// The longest a lease of this handle may be held, from its grant:
+    /// renewals (automatic and [`Lease::extend`](crate::Lease::extend))
+    /// never carry it past grant + `max_hold`, so a holder whose work
+    /// hangs while its renewals go on still lets go, and
+    /// [`Lease::lost`](crate::Lease::lost) resolves then, with
+    /// [`Lease::reached_max_hold`](crate::Lease::reached_max_hold) true. A
+    /// lease is also granted for at most this long. Kept by the holder's
+    /// own process (by its clock, from when the granting request was sent),
+    /// not by the store: someone renewing the token by hand
+    /// ([`Gate::renew`]) is not held to it. Default `None`: no cap.
+    /// Between 10 ms and 24 h.
+    pub max_hold: Option<Duration>,
 }
 
 impl Default for GateOptions {
@@ -51,6 +63,7 @@ impl Default for GateOptions {
             heartbeat: Duration::from_secs(10),
             auto_renew: true,
             fair: true,
+            max_hold: None,
         }
     }
 }
@@ -112,6 +125,7 @@ pub struct Gate {
     pub(super) heartbeat_ms: u64,
     pub(super) auto_renew: bool,
     pub(super) fair: bool,
+    pub(super) max_hold: Option<Duration>,
 }
 
 impl Gate {
@@ -121,8 +135,12 @@ impl Gate {
     pub fn new(store: &Store, name: &str, capacity: Option<u32>, options: GateOptions) -> Result<Gate> {
         let name = Name::new(name)?;
         let capacity = capacity.map(check_capacity).transpose()?;
-        let ttl_ms = check_ttl("ttl", options.ttl)?;
+        let mut ttl_ms = check_ttl("ttl", options.ttl)?;
         let heartbeat_ms = check_ttl("heartbeat", options.heartbeat)?;
+        if let Some(max_hold) = options.max_hold {
+            // Granted for no longer than it may be held.
+            ttl_ms = ttl_ms.min(check_ttl("max_hold", max_hold)?);
+        }
         Ok(Gate {
             store: store.clone(),
             name: GateName::with_capacity(name, capacity),
@@ -131,6 +149,7 @@ impl Gate {
             heartbeat_ms,
             auto_renew: options.auto_renew,
             fair: options.fair,
+            max_hold: options.max_hold,
         })
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Name, check_ttl};
 use crate::store::timers::Timed;
 
@@ -48,6 +48,9 @@ struct Shared {
     /// How many releases in a row passed their permits on to reach this
     /// lease (0: granted by the store on its own).
     passes: u32,
+    /// No renewal carries the lease past this ([`GateOptions::max_hold`](crate::GateOptions::max_hold)
+    /// from when the granting request was sent).
+    hold_until: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +87,7 @@ impl Lease {
             timer: AtomicU64::new(1),
             lost: watch::Sender::new(false),
             passes,
+            hold_until: gate.max_hold.map(|d| sent + d),
             gate,
         });
         shared.schedule(1, shared.next_look(&clock));
@@ -137,10 +141,21 @@ impl Lease {
     /// Extends the lease to `ttl` from now (and uses `ttl` for automatic
     /// renewals from then on). Fails with [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) if it had
     /// already ended.
+    ///
+    /// With [`GateOptions::max_hold`](crate::GateOptions::max_hold), the
+    /// lease is extended no further than grant + max_hold, and once that
+    /// is less than 10 ms away the extension is refused with
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost).
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         let ttl_ms = check_ttl("ttl", ttl)?;
         let s = &self.shared;
         let sent = Instant::now();
+        let Some(ttl_ms) = s.capped(ttl_ms, sent) else {
+            return Err(Error::new(
+                ErrorKind::LeaseLost,
+                "the lease reached its max_hold: it is not extended further",
+            ));
+        };
         match s.gate.store.renew(&s.gate.name, &s.token, ttl_ms).await? {
             Some(g) => {
                 let clock = LeaseClock {
@@ -233,6 +248,18 @@ impl Lease {
     }
 }
 
+impl Lease {
+    /// The lease was held (or is within 10 ms of being held) for its
+    /// [`GateOptions::max_hold`](crate::GateOptions::max_hold): it is no
+    /// longer renewed, and its loss (if [`Lease::lost`] resolved) came
+    /// from the cap, not from the store.
+    pub fn reached_max_hold(&self) -> bool {
+        self.shared
+            .hold_until
+            .is_some_and(|until| Instant::now() + crate::MIN_TTL >= until)
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
         self.shared.stop();
@@ -283,6 +310,16 @@ impl Shared {
         // this future's drop can keep them, and this release's outcome is
         // its own).
         Ok(left)
+    }
+
+    /// `ttl_ms` from `now`, cut to end at `hold_until`; `None` if less than
+    /// the shortest lease (10 ms) is left before it.
+    fn capped(&self, ttl_ms: u64, now: Instant) -> Option<u64> {
+        let Some(until) = self.hold_until else {
+            return Some(ttl_ms);
+        };
+        let left = until.saturating_duration_since(now).as_millis() as u64;
+        (left >= crate::MIN_TTL.as_millis() as u64).then(|| ttl_ms.min(left))
     }
 
     fn clock(&self) -> LeaseClock {
@@ -358,8 +395,13 @@ impl Shared {
             self.reschedule(generation, None, c.deadline);
             return;
         }
+        let Some(ttl_ms) = self.capped(c.ttl_ms, now) else {
+            // Held for its max_hold: no more renewals; lost at its end.
+            self.reschedule(generation, None, c.deadline);
+            return;
+        };
         let left = c.deadline.saturating_duration_since(now);
-        let renewal = self.gate.store.renew(&self.gate.name, &self.token, c.ttl_ms);
+        let renewal = self.gate.store.renew(&self.gate.name, &self.token, ttl_ms);
         match tokio::time::timeout(left, renewal).await {
             Ok(Ok(Some(g))) => {
                 let clock = LeaseClock {
