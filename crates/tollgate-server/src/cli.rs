@@ -12,7 +12,7 @@ use crate::commands::gate_admin::{ADMIN_EXIT_CODES, RemoveArgs, RevokeArgs};
 use crate::commands::health::HealthArgs;
 use crate::commands::jobs::JobsCommand;
 use crate::commands::limit::LimitCheckArgs;
-use crate::commands::run::{RunArgs, SemaphoreRunArgs};
+use crate::commands::run::{LockRunArgs, SemaphoreRunArgs};
 use crate::commands::schedule::ScheduleCommand;
 use crate::commands::status::{STATUS_EXIT_CODES, StatusArgs};
 use crate::serve::settings::ServeArgs;
@@ -124,7 +124,7 @@ macro_rules! run_exit_codes {
             $usage,
             "; 69 the store or server is unreachable; 70 an internal error; \
              75 not acquired within --wait, 0 with --if-busy skip (or a server's own rate limit); \
-             76 the lease was lost while the command ran (it got SIGTERM); \
+             76 the lease was lost, or held for --max-hold, while the command ran (it got SIGTERM); \
              77 an admin removed this waiter from the line (`remove`): the command did not run; \
              78 the set-up is wrong (Redis credentials or ACL, --server-token, the URL's DB index); \
              126/127 the command could not be started / was not found."
@@ -135,9 +135,11 @@ macro_rules! run_exit_codes {
 #[derive(Debug, Subcommand)]
 pub(crate) enum LockCommand {
     /// Run a command while holding the lock, renewing the lease until it
-    /// exits.
+    /// exits. With --shared or --exclusive the lock is a read-write lock:
+    /// many --shared runs hold it together, an --exclusive one alone, in
+    /// arrival order.
     #[command(after_help = run_exit_codes!(""))]
-    Run(RunArgs),
+    Run(LockRunArgs),
     /// Print the lock's state as JSON: capacity, permits used, holders
     /// (label, time left and handle of each, soonest to end first), line
     /// length, grants, expiries and the last fencing token; with --line N

@@ -248,6 +248,10 @@ fn bad_input_gets_a_message_and_exit_64() {
         ("semaphore run s --limit 2 --permits 3 --redis $URL -- true", 64, "--permits"),
         ("semaphore run s --limit 2 --permits 0 --redis $URL -- true", 64, "--permits"),
         ("semaphore run s --limit -2 --redis $URL -- true", 64, ""),
+        ("lock run x --shared --exclusive --redis $URL -- true", 64, "--exclusive"),
+        ("lock run x --max-hold 5ms --redis $URL -- true", 64, "--max-hold"),
+        ("lock run x --max-hold 25h --redis $URL -- true", 64, "--max-hold"),
+        ("lock run x --min-hold 2s --max-hold 1s --redis $URL -- true", 64, "--min-hold"),
         ("lock run x --redis redis://127.0.0.1:1 -- true", 69, "unavailable"),
     ];
     check(&url, cases);
@@ -591,6 +595,100 @@ fn six_processes_never_exceed_a_semaphore_of_two() {
         "more than 2 holders at once: {counts:?}"
     );
     assert!(counts.contains(&2), "the limit was never reached: {counts:?}");
+}
+
+/// `lock run --shared` and `--exclusive` as separate processes on one
+/// Redis: each marks itself inside, then looks for the other kind (so of
+/// two that overlap, the later one sees the earlier). Readers overlap;
+/// no reader ever sees a writer, no writer a reader or a second writer.
+#[test]
+fn shared_and_exclusive_runs_across_processes() {
+    let (_server, url, dir) = redis_and_dir();
+    let (readers, writers) = (dir.path().join("r"), dir.path().join("w"));
+    for d in [&readers, &writers] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let (bad, seen) = (dir.path().join("bad"), dir.path().join("seen"));
+    let read = format!(
+        "touch {r}/$$; [ -z \"$(ls {w})\" ] || echo reader-with-writer >> {b}; \
+         ls {r} | wc -l >> {s}; sleep 0.05; rm {r}/$$",
+        r = readers.display(),
+        w = writers.display(),
+        b = bad.display(),
+        s = seen.display()
+    );
+    let write = format!(
+        "touch {w}/$$; [ -z \"$(ls {r})\" ] || echo writer-with-reader >> {b}; \
+         [ \"$(ls {w} | wc -l)\" -eq 1 ] || echo two-writers >> {b}; sleep 0.03; rm {w}/$$",
+        r = readers.display(),
+        w = writers.display(),
+        b = bad.display()
+    );
+    let workers: Vec<_> = (0..6)
+        .map(|i| {
+            let (url, script) = (url.clone(), if i % 3 == 0 { write.clone() } else { read.clone() });
+            let mode = if i % 3 == 0 { "--exclusive" } else { "--shared" };
+            std::thread::spawn(move || {
+                for _ in 0..4 {
+                    let o = run(&[
+                        "lock", "run", "rw", mode, "--wait", "60s", "--redis", &url, "--", "sh", "-c",
+                        &script,
+                    ]);
+                    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    assert!(
+        !bad.exists(),
+        "{}",
+        std::fs::read_to_string(&bad).unwrap_or_default()
+    );
+    let counts: Vec<usize> = std::fs::read_to_string(&seen)
+        .expect("seen")
+        .lines()
+        .map(|l| l.trim().parse().expect("a count"))
+        .collect();
+    assert_eq!(counts.len(), 16, "every reader's run ran once");
+    assert!(
+        counts.iter().any(|&c| c >= 2),
+        "readers never overlapped: {counts:?}"
+    );
+    // A plain lock of the same name is refused with words that say why.
+    let o = run(&["lock", "run", "rw", "--redis", &url, "--", "true"]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("read-write lock"), "{}", stderr(&o));
+}
+
+/// `--max-hold`: a command that outlives it is stopped and the run exits
+/// 76 saying why, though its renewals went well; the lock is free at
+/// once. The same through a server.
+#[test]
+fn max_hold_stops_the_command_and_exits_76() {
+    let (_server, url, _dir) = redis_and_dir();
+    let serve = Serve::start();
+    for store in [["--redis", url.as_str()], ["--server", serve.1.as_str()]] {
+        let started = Instant::now();
+        let mut args = vec!["lock", "run", "capped", "--ttl", "300ms", "--max-hold", "1s"];
+        args.extend(store);
+        args.extend(["--", "sleep", "30"]);
+        let o = run(&args);
+        let took = started.elapsed();
+        assert_eq!(o.status.code(), Some(76), "{}", stderr(&o));
+        assert!(stderr(&o).contains("--max-hold 1s"), "{}", stderr(&o));
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(8),
+            "ran {took:?}"
+        );
+        let mut args = vec!["lock", "run", "capped"];
+        args.extend(store);
+        args.extend(["--", "true"]);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "the lock was not free: {}", stderr(&o));
+    }
 }
 
 /// A `tollgate serve` on the embedded store, for `--server` runs.

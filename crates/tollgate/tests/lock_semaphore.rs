@@ -697,7 +697,10 @@ async fn max_hold_ends_a_renewed_lease(ts: TestStore) {
         "held {held:?}"
     );
     assert!(lease.reached_max_hold());
-    let err = lease.extend(Duration::from_secs(1)).await.expect_err("extended past max_hold");
+    let err = lease
+        .extend(Duration::from_secs(1))
+        .await
+        .expect_err("extended past max_hold");
     assert!(err.is_lease_lost(), "{err}");
     let next = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await

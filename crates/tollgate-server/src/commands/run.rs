@@ -10,7 +10,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
-use tollgate::{Gate, GateOptions, Lease};
+use tollgate::{Gate, GateOptions, Lease, RW_PERMITS, RwMode};
 
 use super::StoreArgs;
 use super::remote_lease::{Remote, RemoteLease};
@@ -46,6 +46,23 @@ pub(crate) struct SemaphoreRunArgs {
     pub(crate) run: RunArgs,
 }
 
+/// `lock run`: the run's arguments and the read-write lock's mode.
+#[derive(Debug, Args)]
+pub(crate) struct LockRunArgs {
+    /// Hold NAME as a reader of a read-write lock: alongside any other
+    /// --shared runs, never with an --exclusive one. A read-write lock is
+    /// not the plain lock of the same name (mixing them exits 64).
+    #[arg(long)]
+    pub(crate) shared: bool,
+    /// Hold NAME as the writer of a read-write lock: alone. Readers that
+    /// come after a waiting writer wait behind it, so a stream of readers
+    /// never starves it.
+    #[arg(long, conflicts_with = "shared")]
+    pub(crate) exclusive: bool,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Name of the lock or semaphore (letters, digits, _ - . : / @).
@@ -67,6 +84,13 @@ pub(crate) struct RunArgs {
     /// longer than the fleet's clock skew plus cron start jitter.
     #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D")]
     pub(crate) min_hold: Option<Duration>,
+    /// Hold the lock at most this long after the grant: then the command
+    /// is stopped (SIGTERM, SIGKILL 10 s later), the lease is let go and
+    /// the run exits 76, however its renewals go. The lease is never
+    /// renewed past it, so the lock is freed at grant + D even if this
+    /// process freezes. Unset: no cap. At least --min-hold.
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) max_hold: Option<Duration>,
     /// When the lock is taken (or was taken within --min-hold): `fail`
     /// exits 75 with a message; `skip` exits 0 and prints nothing (-v says
     /// why), so skipping machines stay silent in cron mail.
@@ -85,8 +109,20 @@ pub(crate) struct RunArgs {
 /// How long a child gets after SIGTERM (lease lost) before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(10);
 
-pub(crate) async fn lock(args: RunArgs) -> i32 {
-    run(args, Permits::LOCK, "lock").await
+pub(crate) async fn lock(args: LockRunArgs) -> i32 {
+    let (permits, what) = match (args.shared, args.exclusive) {
+        (false, false) => (Permits::LOCK, "lock"),
+        (shared, _) => {
+            let mode = if shared { RwMode::Shared } else { RwMode::Exclusive };
+            let permits = Permits {
+                limit: Some(RW_PERMITS),
+                take: mode.permits(),
+                resize: false,
+            };
+            (permits, "read-write lock")
+        }
+    };
+    run(args.run, permits, what).await
 }
 
 pub(crate) async fn semaphore(args: SemaphoreRunArgs) -> i32 {
@@ -121,6 +157,7 @@ async fn run(args: RunArgs, permits: Permits, what: &str) -> i32 {
     let options = GateOptions {
         ttl: args.ttl,
         heartbeat: args.heartbeat,
+        max_hold: args.max_hold,
         ..GateOptions::default()
     };
     // Validate before connecting, so bad input never waits on the network.
@@ -160,7 +197,7 @@ async fn run(args: RunArgs, permits: Permits, what: &str) -> i32 {
             eprintln!(
                 "tollgate: cannot acquire {what} {:?}: {}",
                 args.name,
-                cli_words(&e)
+                cli_words(&e, what)
             );
             return exit::for_error(&e);
         }
@@ -170,8 +207,11 @@ async fn run(args: RunArgs, permits: Permits, what: &str) -> i32 {
 
 /// `e` as the CLI says it: a capacity conflict or a missing capacity names
 /// the flags that mend it.
-fn cli_words(e: &tollgate::Error) -> String {
+fn cli_words(e: &tollgate::Error, what: &str) -> String {
     match e.kind() {
+        tollgate::ErrorKind::CapacityConflict if what != "semaphore" => format!(
+            "{e}: a read-write lock (--shared, --exclusive) and a plain lock (or a semaphore) cannot share a name"
+        ),
         tollgate::ErrorKind::CapacityConflict => {
             format!("{e}: give the stored number, leave --limit out, or change it with --limit N --resize")
         }
@@ -287,6 +327,15 @@ impl Held {
         }
     }
 
+    /// The lease ended because it was held for its max_hold (a local one
+    /// stops renewing there; a remote one is stopped by `supervise`).
+    fn reached_max_hold(&self) -> bool {
+        match self {
+            Held::Local(l) => l.reached_max_hold(),
+            Held::Remote(_) => false,
+        }
+    }
+
     async fn release(self) -> Released {
         self.release_after(Duration::ZERO).await
     }
@@ -343,6 +392,18 @@ fn validate(args: &RunArgs, permits: Permits) -> Result<(), String> {
     if args.min_hold.is_some_and(|d| d > tollgate::MAX_TTL) {
         return Err("--min-hold must be at most 24h".to_owned());
     }
+    if let Some(max) = args.max_hold {
+        if max < tollgate::MIN_TTL || max > tollgate::MAX_TTL {
+            return Err(format!(
+                "--max-hold must be between {} and 24h, got {}",
+                humantime::format_duration(tollgate::MIN_TTL),
+                humantime::format_duration(max)
+            ));
+        }
+        if args.min_hold.is_some_and(|min| min > max) {
+            return Err("--min-hold must not be longer than --max-hold".to_owned());
+        }
+    }
     Ok(())
 }
 
@@ -377,24 +438,38 @@ async fn supervise(lease: Held, args: &RunArgs, what: &str) -> i32 {
         let _ = lease.release().await;
         return exit::SOFTWARE;
     };
+    // --max-hold: by this process's clock from the grant (the lease's own
+    // cap, from the request's send, is a little earlier for a local one).
+    let cap = async {
+        match args.max_hold {
+            Some(d) => tokio::time::sleep_until((granted + d).into()).await,
+            None => std::future::pending().await,
+        }
+    };
     let status = {
         let lost = lease.lost();
-        tokio::pin!(lost);
+        tokio::pin!(lost, cap);
         loop {
             tokio::select! {
-                status = child.wait() => break status,
-                () = &mut lost => {
-                    eprintln!(
-                        "tollgate: lease on {what} {:?} was lost; stopping the command with SIGTERM",
-                        args.name
-                    );
-                    terminate(&mut child).await;
-                    return exit::LEASE_LOST;
-                }
+                status = child.wait() => break Ok(status),
+                () = &mut lost => break Err(lease.reached_max_hold()),
+                () = &mut cap => break Err(true),
                 _ = sigterm.recv() => forward(&child, Signal::SIGTERM),
                 _ = sigint.recv() => forward(&child, Signal::SIGINT),
                 _ = sighup.recv() => forward(&child, Signal::SIGHUP),
             }
+        }
+    };
+    let status = match status {
+        Ok(status) => status,
+        Err(true) => return held_too_long(&mut child, lease, args, what).await,
+        Err(false) => {
+            eprintln!(
+                "tollgate: lease on {what} {:?} was lost; stopping the command with SIGTERM",
+                args.name
+            );
+            terminate(&mut child).await;
+            return exit::LEASE_LOST;
         }
     };
     let hold = args
@@ -423,6 +498,18 @@ async fn supervise(lease: Held, args: &RunArgs, what: &str) -> i32 {
             exit::SOFTWARE
         }
     }
+}
+
+/// --max-hold ran out: the command is stopped and the lease let go.
+async fn held_too_long(child: &mut Child, lease: Held, args: &RunArgs, what: &str) -> i32 {
+    eprintln!(
+        "tollgate: {what} {:?} was held for --max-hold {}; stopping the command with SIGTERM",
+        args.name,
+        humantime::format_duration(args.max_hold.unwrap_or_default())
+    );
+    terminate(child).await;
+    let _ = lease.release().await;
+    exit::LEASE_LOST
 }
 
 fn code_of(status: ExitStatus) -> i32 {
