@@ -40,6 +40,7 @@
 
 mod clock;
 mod error;
+mod fence;
 mod gate;
 mod jobs;
 mod limit;
@@ -50,6 +51,12 @@ mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result, error_body};
+pub use fence::{
+    DEFAULT_MAX_KEYS, FENCE_HEADER, FENCED_SET_LUA, FenceGuard, FenceKey, FenceLayer, FenceService,
+    FenceTurn, FencedSet, HIGHEST_HEADER, StaleFence, fenced_set,
+};
+#[cfg(feature = "axum")]
+pub use fence::{FenceHeader, FenceRejection};
 pub use gate::{
     DRAW_SPAN, Door, DoorChange, DrawRecord, Entered, Gate, GateOptions, GateStats, GateWatch, Granted,
     Holding, Lease, Left, Lock, MAX_CAPACITY, MAX_DOOR_NOTE, MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, MAX_PASSES,

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use support::TestStore;
 use tollgate::{GateOptions, Lock, Semaphore};
 
+#[path = "lock_semaphore/fencing.rs"]
+mod fencing;
 #[path = "lock_semaphore/rw.rs"]
 mod rw;
 use rw::{
