@@ -52,8 +52,8 @@ mod store;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result, error_body};
 pub use fence::{
-    DEFAULT_MAX_KEYS, FENCE_HEADER, FENCED_SET_LUA, FenceGuard, FenceKey, FenceLayer, FenceService,
-    FenceTurn, FencedSet, HIGHEST_HEADER, StaleFence, fenced_set,
+    DEFAULT_MAX_KEYS, FENCE_HEADER, FENCED_SET_LUA, FenceGuard, FenceKey, FenceKeyFn, FenceLayer,
+    FenceService, FenceTurn, FencedSet, HIGHEST_HEADER, StaleFence, fenced_set,
 };
 #[cfg(feature = "axum")]
 pub use fence::{FenceHeader, FenceRejection};

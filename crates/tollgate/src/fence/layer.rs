@@ -32,6 +32,10 @@ pub const FENCE_HEADER: &str = "tollgate-fence";
 /// On a 409, the highest fence seen for the resource.
 pub const HIGHEST_HEADER: &str = "tollgate-fence-highest";
 
+/// A function naming the resource a request writes to, from its URI and
+/// headers.
+pub type FenceKeyFn = Arc<dyn Fn(&Uri, &HeaderMap) -> Option<String> + Send + Sync>;
+
 /// What resource a request writes to: the fence is compared per key.
 #[derive(Clone)]
 pub enum FenceKey {
@@ -42,7 +46,7 @@ pub enum FenceKey {
     Header(HeaderName),
     /// Any function of the request's URI and headers; `None` refuses it
     /// with 400 `fence_key_required`.
-    Custom(Arc<dyn Fn(&Uri, &HeaderMap) -> Option<String> + Send + Sync>),
+    Custom(FenceKeyFn),
 }
 
 impl fmt::Debug for FenceKey {

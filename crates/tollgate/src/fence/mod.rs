@@ -18,7 +18,7 @@ mod layer;
 mod redis;
 
 pub use self::guard::{DEFAULT_MAX_KEYS, FenceGuard, FenceTurn, StaleFence};
-pub use self::layer::{FENCE_HEADER, FenceKey, FenceLayer, FenceService, HIGHEST_HEADER};
+pub use self::layer::{FENCE_HEADER, FenceKey, FenceKeyFn, FenceLayer, FenceService, HIGHEST_HEADER};
 #[cfg(feature = "axum")]
 pub use self::layer::{FenceHeader, FenceRejection};
 pub use self::redis::{FENCED_SET_LUA, FencedSet, fenced_set};
