@@ -13,6 +13,11 @@ use nix::unistd::Pid;
 use std::os::unix::process::CommandExt;
 use support::RedisServer;
 
+#[path = "cli_run/fencing.rs"]
+mod fencing;
+#[path = "cli_run/postgres.rs"]
+mod postgres;
+
 fn tollgate() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     c.env_remove("TOLLGATE_REDIS_URL");
