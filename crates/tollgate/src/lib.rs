@@ -58,10 +58,10 @@ pub use fence::{
 #[cfg(feature = "axum")]
 pub use fence::{FenceHeader, FenceRejection};
 pub use gate::{
-    DRAW_SPAN, Door, DoorChange, DrawRecord, Entered, Gate, GateOptions, GateStats, GateWatch, Granted,
-    Holding, Lease, Left, Lock, MAX_CAPACITY, MAX_DOOR_NOTE, MAX_DOOR_TIME_MS, MAX_LINE_LIMIT, MAX_PASSES,
-    MAX_REVOKED_PER_WATCH, Occupancy, Place, Queueing, REVOKE_KEEP, RW_PERMITS, RwLock, RwMode, RwState,
-    Semaphore, TicketStatus, Waiting,
+    DRAW_SPAN, Door, DoorChange, DrawRecord, Election, Entered, Gate, GateOptions, GateStats, GateWatch,
+    Granted, Holding, Leader, Leadership, Lease, Left, Lock, MAX_CAPACITY, MAX_DOOR_NOTE, MAX_DOOR_TIME_MS,
+    MAX_LINE_LIMIT, MAX_PASSES, MAX_REVOKED_PER_WATCH, OBSERVE_EVERY, Observer, Occupancy, Place, Queueing,
+    REVOKE_KEEP, RW_PERMITS, RwLock, RwMode, RwState, Semaphore, TicketStatus, Waiting,
 };
 pub use jobs::{
     Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, EVENTS_BUFFER, EventId, GroupHold,

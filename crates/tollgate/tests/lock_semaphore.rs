@@ -11,6 +11,12 @@ use std::time::{Duration, Instant};
 use support::TestStore;
 use tollgate::{GateOptions, Lock, Semaphore};
 
+#[path = "lock_semaphore/election.rs"]
+mod election;
+use election::{
+    election_a_restarted_leader_resumes_with_its_token,
+    election_one_leader_at_a_time_and_observers_see_each_change,
+};
 #[path = "lock_semaphore/fencing.rs"]
 mod fencing;
 #[path = "lock_semaphore/rw.rs"]
@@ -735,6 +741,8 @@ on_both_stores!(realtime:
     a_given_up_barging_acquire_is_not_passed_to,
     a_pass_respects_a_lowered_capacity,
     max_hold_ends_a_renewed_lease,
+    election_one_leader_at_a_time_and_observers_see_each_change,
+    election_a_restarted_leader_resumes_with_its_token,
     rw_readers_together_writers_alone,
     rw_fifo_across_mixed_waiters,
     rw_a_writer_is_not_starved_by_readers,

@@ -134,6 +134,7 @@ mod acquire;
 pub(crate) mod backend;
 pub(crate) mod bargers;
 mod dispatch;
+mod election;
 mod handle;
 mod keys;
 mod lease;
@@ -149,6 +150,7 @@ pub(crate) mod scripts;
 mod semaphore;
 pub(crate) mod types;
 
+pub use self::election::{Election, Leader, Leadership, OBSERVE_EVERY, Observer};
 pub use self::handle::{Entered, Gate, GateOptions, Granted, MAX_PASSES, REVOKE_KEEP, TicketStatus};
 pub use self::lease::Lease;
 pub use self::lock::Lock;
