@@ -8,6 +8,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::bench::args::BenchArgs;
+use crate::commands::elect::{ELECT_EXIT_CODES, ElectArgs};
 use crate::commands::gate_admin::{ADMIN_EXIT_CODES, RemoveArgs, RevokeArgs};
 use crate::commands::health::HealthArgs;
 use crate::commands::jobs::JobsCommand;
@@ -53,6 +54,11 @@ placeholder of tollgate.example.toml)."
     /// A distributed mutual-exclusion lock.
     #[command(subcommand)]
     Lock(LockCommand),
+    /// Leader election: run a command while this candidate leads (it gets
+    /// SIGTERM and the run exits 76 when leadership is lost), or
+    /// --observe who leads.
+    #[command(after_help = ELECT_EXIT_CODES)]
+    Elect(ElectArgs),
     /// A distributed counting semaphore.
     #[command(subcommand)]
     Semaphore(SemaphoreCommand),

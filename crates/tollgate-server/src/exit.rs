@@ -13,12 +13,14 @@ pub(crate) const UNAVAILABLE: i32 = 69;
 /// Something tollgate did not expect.
 pub(crate) const SOFTWARE: i32 = 70;
 /// (`data`, `serve` on the embedded store) A file of the data directory
-/// cannot be read or written (sysexits' EX_IOERR).
+/// cannot be read or written, or (`elect`) the --token-file cannot
+/// (sysexits' EX_IOERR).
 pub(crate) const IO: i32 = 74;
 /// The lock or permits could not be had within `--wait`; a job to cancel
 /// or reschedule is being run.
 pub(crate) const BUSY: i32 = 75;
-/// The lease was lost while the command ran; the command got SIGTERM.
+/// The lease (or an election's leadership) was lost, or held for
+/// --max-hold, while the command ran; the command got SIGTERM.
 pub(crate) const LEASE_LOST: i32 = 76;
 /// (`lock run`, `semaphore run`) An admin removed this waiter from the
 /// line (`lock remove`): the command was not run (sysexits' EX_NOPERM).
@@ -43,7 +45,7 @@ pub(crate) const NOT_FOUND: i32 = 127;
 pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
     (
         None,
-        "lock run, semaphore run: the command's own (128 + N if killed by signal N); it ran under the lease",
+        "lock run, semaphore run, elect: the command's own (128 + N if killed by signal N); it ran under the lease",
     ),
     (Some(0), "done"),
     (
@@ -62,7 +64,7 @@ pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
     (Some(SOFTWARE), "an internal error"),
     (
         Some(IO),
-        "(data, serve) a file of the data directory cannot be read or written",
+        "(data, serve) a file of the data directory cannot be read or written; (elect) the --token-file cannot",
     ),
     (
         Some(BUSY),
@@ -70,7 +72,7 @@ pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
     ),
     (
         Some(LEASE_LOST),
-        "the lease was lost while the command ran: the command got SIGTERM",
+        "the lease (an election's leadership) was lost, or held for --max-hold, while the command ran: the command got SIGTERM",
     ),
     (
         Some(REMOVED),

@@ -65,6 +65,7 @@ fn main() {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
             Command::Lock(LockCommand::Run(args)) => commands::run::lock(args).await,
+            Command::Elect(args) => commands::elect::elect(args).await,
             Command::Lock(LockCommand::Status(args)) => commands::status::run(args).await,
             Command::Lock(LockCommand::Revoke(args)) => commands::gate_admin::revoke(args).await,
             Command::Lock(LockCommand::Remove(args)) => commands::gate_admin::remove(args).await,

@@ -12,6 +12,7 @@ use tollgate::Store;
 
 use crate::api::auth::{Tokens, Tries};
 use crate::api::cors::Cors;
+use crate::api::election_feeds::ElectionFeeds;
 use crate::api::jobs::queues::Queues;
 use crate::api::lateness::LatenessByQueue;
 use crate::api::limiters::Limiters;
@@ -60,6 +61,8 @@ pub(crate) struct AppState {
     pub(crate) tickets: Arc<TicketCaps>,
     /// Event streams (SSE) open now, and the most at once.
     pub(crate) subscribers: Arc<Subscribers>,
+    /// The elections followed by event streams, one observer each.
+    pub(crate) elections: Arc<ElectionFeeds>,
     /// How long /metrics may spend gathering figures from the store.
     pub(crate) metrics_timeout: Duration,
     /// How long a request body may take to arrive.

@@ -13,6 +13,8 @@ use nix::unistd::Pid;
 use std::os::unix::process::CommandExt;
 use support::RedisServer;
 
+#[path = "cli_run/election.rs"]
+mod election;
 #[path = "cli_run/fencing.rs"]
 mod fencing;
 #[path = "cli_run/postgres.rs"]

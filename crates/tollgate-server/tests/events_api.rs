@@ -600,3 +600,100 @@ async fn redis_sigterm_ends_every_open_stream() {
     let redis = RedisServer::start();
     sigterm_ends_every_open_stream(Some(&redis.url())).await;
 }
+
+/// `GET /v1/elections/{name}` and its event stream: candidates campaign
+/// through the gates routes; two streams see every change in order (a
+/// leader, the next on resign, none), with ids that grow; a stream
+/// reopened with its last id hears nothing new, one reopened with an
+/// older id is told the leader changed while it was away.
+async fn election_over_http(s: &Server) {
+    let c = reqwest::Client::new();
+    let (status, now) = send(c.get(s.url("/v1/elections/vote"))).await;
+    assert_eq!((status, &now["leader"]), (200, &Value::Null));
+    let url = s.url("/v1/elections/vote/events");
+    let mut first = Stream::open(&c, &url, None).await;
+    let mut second = Stream::open(&c, &url, None).await;
+    for st in [&mut first, &mut second] {
+        let hello = st.next().await.expect("hello");
+        assert_eq!(
+            (hello.event.as_str(), &hello.data["leader"]),
+            ("hello", &Value::Null)
+        );
+    }
+    let enter = |label: &str| {
+        c.post(s.url("/v1/gates/vote/enter"))
+            .json(&json!({"capacity": 1, "label": label, "ttl_ms": 60_000}))
+    };
+    let (_, a) = send(enter("a")).await;
+    assert_eq!(a["status"], "granted", "{a}");
+    let (_, b) = send(enter("b")).await;
+    assert_eq!(b["status"], "queued", "{b}");
+    let (status, now) = send(c.get(s.url("/v1/elections/vote"))).await;
+    assert_eq!((status, &now["leader"]["label"]), (200, &json!("a")));
+    assert_eq!(now["leader"]["fence"], a["fence"]);
+    // Leaderships shorter than the server's reads (every 50 ms) may go
+    // unseen: hold this one past a few.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A resigns: B leads; B leaves: nobody.
+    let token = a["token"].as_str().expect("token");
+    let (status, _) = send(c.delete(s.url(&format!("/v1/gates/vote/leases/{token}")))).await;
+    assert_eq!(status, 200);
+    let ticket = b["ticket"].as_str().expect("ticket");
+    let (_, granted) = send(c.get(s.url(&format!("/v1/gates/vote/tickets/{ticket}?wait_ms=5000")))).await;
+    assert_eq!(granted["status"], "granted", "{granted}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b_token = granted["token"].as_str().expect("token");
+    let (status, _) = send(c.delete(s.url(&format!("/v1/gates/vote/leases/{b_token}")))).await;
+    assert_eq!(status, 200);
+    let a_seen = first.take(3).await;
+    let b_seen = second.take(3).await;
+    let labels = |e: &[Sse]| {
+        e.iter()
+            .map(|e| e.data["leader"]["label"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(labels(&a_seen), [json!("a"), json!("b"), Value::Null]);
+    assert_eq!(labels(&b_seen), labels(&a_seen));
+    let ids: Vec<u64> = a_seen
+        .iter()
+        .map(|e| e.id.as_deref().expect("id").parse().expect("number"))
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    assert!(a_seen.iter().all(|e| e.event == "leader"));
+    assert_eq!(a_seen[1].data["leader"]["fence"], granted["fence"]);
+    // Reconnecting with the last id: nothing changed meanwhile.
+    let last = a_seen[2].id.as_deref();
+    let hello = Stream::open(&c, &url, last).await.next().await.expect("hello");
+    assert_eq!(
+        (&hello.data["changed"], &hello.data["leader"]),
+        (&json!(false), &Value::Null)
+    );
+    // With an older one: it changed.
+    let older = a_seen[0].id.as_deref();
+    let hello = Stream::open(&c, &url, older).await.next().await.expect("hello");
+    assert_eq!(hello.data["changed"], json!(true));
+    // A semaphore's name is not an election.
+    let (status, _) = send(
+        c.post(s.url("/v1/gates/pool/enter"))
+            .json(&json!({"capacity": 3})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, err) = send(c.get(s.url("/v1/elections/pool"))).await;
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (400, &json!("bad_request")),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_election_over_http() {
+    election_over_http(&Server::start(None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_election_over_http() {
+    let redis = RedisServer::start();
+    election_over_http(&Server::start(Some(&redis.url()))).await;
+}

@@ -61,7 +61,7 @@ pub use gate::{
     DRAW_SPAN, Door, DoorChange, DrawRecord, Election, Entered, Gate, GateOptions, GateStats, GateWatch,
     Granted, Holding, Leader, Leadership, Lease, Left, Lock, MAX_CAPACITY, MAX_DOOR_NOTE, MAX_DOOR_TIME_MS,
     MAX_LINE_LIMIT, MAX_PASSES, MAX_REVOKED_PER_WATCH, OBSERVE_EVERY, Observer, Occupancy, Place, Queueing,
-    REVOKE_KEEP, RW_PERMITS, RwLock, RwMode, RwState, Semaphore, TicketStatus, Waiting,
+    REVOKE_KEEP, RW_PERMITS, RwLock, RwMode, RwState, Semaphore, TicketStatus, Waiting, lease_handle,
 };
 pub use jobs::{
     Backoff, Cancelled, CompletedJob, DEFAULT_MAX_PAYLOAD, DeadJob, EVENTS_BUFFER, EventId, GroupHold,

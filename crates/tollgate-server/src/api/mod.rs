@@ -10,6 +10,8 @@ pub(crate) mod body;
 pub(crate) mod caller;
 pub(crate) mod conn;
 pub(crate) mod cors;
+pub(crate) mod election_feeds;
+pub(crate) mod elections;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod families;
@@ -48,6 +50,7 @@ pub(crate) fn router(state: AppState) -> Router {
         // Metrics name gates, so they sit behind the tokens too.
         .merge(metrics::routes())
         .merge(gates::routes())
+        .merge(elections::routes())
         .merge(gate_admin::routes())
         .merge(limits::routes())
         .merge(jobs::routes())

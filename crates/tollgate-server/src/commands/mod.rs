@@ -4,6 +4,7 @@
 
 pub(crate) mod data;
 pub(crate) mod docs;
+pub(crate) mod elect;
 mod fair;
 pub(crate) mod gate_admin;
 pub(crate) mod health;

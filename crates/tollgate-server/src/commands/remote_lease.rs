@@ -132,6 +132,44 @@ impl Remote {
         }
     }
 
+    /// Takes back the leadership of election `name` that `token` names
+    /// (`tollgate elect --token-file`): a renewal only its holder can
+    /// make, then the election's leader, which must be that lease. `None`
+    /// if it ended.
+    pub(crate) async fn resume(
+        &self,
+        name: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Option<RemoteLease>, Failure> {
+        let sent = Instant::now();
+        let path = format!("{}/leases/{}/renew", self.gate, segment(token));
+        let req = self
+            .server
+            .request(Method::POST, &path)
+            .json(&json!({"ttl_ms": ttl.as_millis() as u64}));
+        let renewed = self.server.send(req).await?;
+        match renewed.status {
+            200 => {}
+            // Ended (409 lease_lost), or not a token at all (400).
+            400 | 404 | 409 => return Ok(None),
+            _ => return Err(self.server.failure(&renewed)),
+        }
+        let req = self
+            .server
+            .request(Method::GET, &format!("/v1/elections/{}", segment(name)));
+        let now = self.server.send(req).await?;
+        if now.status != 200 {
+            return Err(self.server.failure(&now));
+        }
+        let leader = &now.body["leader"];
+        if leader["handle"].as_str() != Some(tollgate::lease_handle(token).as_str()) {
+            return Ok(None);
+        }
+        let answer = json!({"token": token, "fence": leader["fence"], "ttl_ms": renewed.body["ttl_ms"]});
+        Ok(Some(self.lease(&answer, ttl, sent)))
+    }
+
     fn lease(&self, answer: &Value, ttl: Duration, sent: Instant) -> RemoteLease {
         let token = answer["token"].as_str().unwrap_or_default().to_owned();
         let granted_ttl = answer["ttl_ms"].as_u64().map_or(ttl, Duration::from_millis);
@@ -190,6 +228,11 @@ async fn keep(
 }
 
 impl RemoteLease {
+    /// The lease's owner token.
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
     /// Resolves when the lease is lost.
     pub(crate) async fn lost(&self) {
         let mut rx = self.lost.clone();

@@ -202,7 +202,7 @@ async fn run(args: RunArgs, permits: Permits, what: &str) -> i32 {
             return exit::for_error(&e);
         }
     };
-    supervise(Held::Local(lease), &args, what).await
+    supervise(Held::Local(lease), &Job::of(&args), what).await
 }
 
 /// `e` as the CLI says it: a capacity conflict or a missing capacity names
@@ -244,7 +244,7 @@ fn busy(args: &RunArgs, what: &str) -> i32 {
 
 /// Who holds, for `lock status`: this host, process and start time (at
 /// most 64 printable characters, as labels must be).
-fn holder_label() -> String {
+pub(crate) fn holder_label() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let host: String = host
         .trim()
@@ -289,7 +289,7 @@ async fn run_remote(server: &str, args: &RunArgs, permits: Permits, what: &str) 
         Err(f) => Err(f),
     };
     match acquired {
-        Ok(Some(lease)) => supervise(Held::Remote(lease), args, what).await,
+        Ok(Some(lease)) => supervise(Held::Remote(lease), &Job::of(args), what).await,
         Ok(None) => busy(args, what),
         Err(f) => {
             eprintln!("tollgate: cannot acquire {what} {:?}: {}", args.name, f.message);
@@ -298,14 +298,37 @@ async fn run_remote(server: &str, args: &RunArgs, permits: Permits, what: &str) 
     }
 }
 
+/// What `supervise` runs and keeps to: the command, and the holds.
+pub(crate) struct Job<'a> {
+    /// The lock's (or election's) name, for messages and TOLLGATE_NAME.
+    pub(crate) name: &'a str,
+    pub(crate) command: &'a [OsString],
+    pub(crate) min_hold: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+    /// More of the command's environment.
+    pub(crate) env: Vec<(&'static str, String)>,
+}
+
+impl Job<'_> {
+    fn of(args: &RunArgs) -> Job<'_> {
+        Job {
+            name: &args.name,
+            command: &args.command,
+            min_hold: args.min_hold,
+            max_hold: args.max_hold,
+            env: Vec::new(),
+        }
+    }
+}
+
 /// A lease held directly on the store or through a tollgate server.
-enum Held {
+pub(crate) enum Held {
     Local(Lease),
     Remote(RemoteLease),
 }
 
 /// How releasing went.
-enum Released {
+pub(crate) enum Released {
     Done,
     /// The lease had ended before the release.
     AlreadyEnded,
@@ -313,10 +336,17 @@ enum Released {
 }
 
 impl Held {
-    fn fence(&self) -> u64 {
+    pub(crate) fn fence(&self) -> u64 {
         match self {
             Held::Local(l) => l.fence(),
             Held::Remote(r) => r.fence,
+        }
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        match self {
+            Held::Local(l) => l.token(),
+            Held::Remote(r) => r.token(),
         }
     }
 
@@ -336,7 +366,7 @@ impl Held {
         }
     }
 
-    async fn release(self) -> Released {
+    pub(crate) async fn release(self) -> Released {
         self.release_after(Duration::ZERO).await
     }
 
@@ -407,14 +437,15 @@ fn validate(args: &RunArgs, permits: Permits) -> Result<(), String> {
     Ok(())
 }
 
-async fn supervise(lease: Held, args: &RunArgs, what: &str) -> i32 {
+pub(crate) async fn supervise(lease: Held, args: &Job<'_>, what: &str) -> i32 {
     // A moment after the grant: holding to here + --min-hold keeps the
     // lock at least that long after it.
     let granted = std::time::Instant::now();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("TOLLGATE_FENCE", lease.fence().to_string())
-        .env("TOLLGATE_NAME", &args.name)
+        .env("TOLLGATE_NAME", args.name)
+        .envs(args.env.iter().map(|(k, v)| (k, v)))
         .kill_on_drop(false);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -501,7 +532,7 @@ async fn supervise(lease: Held, args: &RunArgs, what: &str) -> i32 {
 }
 
 /// --max-hold ran out: the command is stopped and the lease let go.
-async fn held_too_long(child: &mut Child, lease: Held, args: &RunArgs, what: &str) -> i32 {
+async fn held_too_long(child: &mut Child, lease: Held, args: &Job<'_>, what: &str) -> i32 {
     eprintln!(
         "tollgate: {what} {:?} was held for --max-hold {}; stopping the command with SIGTERM",
         args.name,

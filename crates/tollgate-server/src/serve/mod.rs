@@ -274,6 +274,7 @@ async fn open(
         tokens: Arc::new(Tokens::new(&args.tokens, &args.read_tokens, args.api_session_ttl)),
         tickets: Arc::new(TicketCaps::new(args.max_tickets_per_client, trusted)),
         subscribers,
+        elections: Default::default(),
         metrics_timeout: args.metrics_timeout,
         body_timeout: args.body_timeout,
         console: Default::default(),

@@ -229,6 +229,18 @@ impl Leadership {
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
+
+    /// The lease underneath, to hold on with (resigning is releasing it).
+    pub fn into_lease(self) -> Lease {
+        self.lease
+    }
+}
+
+/// The handle a lease of token `token` is listed by
+/// ([`Holding::handle`](crate::Holding::handle), [`Leader::handle`]): who
+/// kept a token can tell whether the listed holder is itself.
+pub fn lease_handle(token: &str) -> String {
+    handle_of(token)
 }
 
 /// Follows one election ([`Election::observe`]).

@@ -150,7 +150,7 @@ pub(crate) mod scripts;
 mod semaphore;
 pub(crate) mod types;
 
-pub use self::election::{Election, Leader, Leadership, OBSERVE_EVERY, Observer};
+pub use self::election::{Election, Leader, Leadership, OBSERVE_EVERY, Observer, lease_handle};
 pub use self::handle::{Entered, Gate, GateOptions, Granted, MAX_PASSES, REVOKE_KEEP, TicketStatus};
 pub use self::lease::Lease;
 pub use self::lock::Lock;

@@ -1,0 +1,284 @@
+//! `tollgate elect` as separate processes on one Redis: one leader at a
+//! time (checked from each leadership's start and end and its fence), an
+//! observer that prints every change, a SIGKILLed leader replaced within
+//! its lease, a SIGSTOPped one told it lost when it wakes and its fence
+//! refused by the Postgres recipe, and a restarted leader resuming with
+//! its token file.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+use super::postgres::Postgres;
+use super::{Group, redis_and_dir, spawn, stderr, tollgate, wait_exit, wait_for_file};
+
+/// The leader now, as `elect --observe --count 1` prints it.
+fn leader(url: &str, name: &str) -> Value {
+    let o = tollgate()
+        .args(["elect", name, "--observe", "--count", "1", "--redis", url])
+        .output()
+        .expect("observe");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line: Value = serde_json::from_slice(&o.stdout).expect("a JSON line");
+    line["leader"].clone()
+}
+
+#[test]
+fn three_candidates_lead_one_at_a_time_and_an_observer_sees_each() {
+    let (_server, url, dir) = redis_and_dir();
+    let log = dir.path().join("log");
+    let observer = tollgate()
+        .args(["elect", "chief", "--observe", "--count", "5", "--redis", &url])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("observer");
+    std::thread::sleep(Duration::from_millis(300));
+    // Each leads for 300 ms, logging its fence and when it began and
+    // ended by this machine's clock (one clock for all three).
+    let script = format!(
+        "echo start $TOLLGATE_FENCE $TOLLGATE_LEADER $(date +%s%N) >> {l}; sleep 0.3; \
+         echo end $TOLLGATE_FENCE $TOLLGATE_LEADER $(date +%s%N) >> {l}",
+        l = log.display()
+    );
+    let candidates: Vec<_> = (0..3)
+        .map(|i| {
+            let (url, script) = (url.clone(), script.clone());
+            std::thread::spawn(move || {
+                let o = tollgate()
+                    .args([
+                        "elect",
+                        "chief",
+                        "--label",
+                        &format!("c{i}"),
+                        "--ttl",
+                        "2s",
+                        "--redis",
+                        &url,
+                    ])
+                    .args(["--", "sh", "-c", &script])
+                    .output()
+                    .expect("elect");
+                assert!(o.status.success(), "{}", stderr(&o));
+            })
+        })
+        .collect();
+    for c in candidates {
+        c.join().expect("candidate");
+    }
+    let out = observer.wait_with_output().expect("observer");
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&log).expect("log");
+    let mut spans: Vec<(u64, String, u128, u128)> = Vec::new();
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let (fence, label, at): (u64, String, u128) = (
+            w[1].parse().expect("fence"),
+            w[2].to_owned(),
+            w[3].parse().expect("ns"),
+        );
+        match w[0] {
+            "start" => spans.push((fence, label, at, 0)),
+            _ => spans.iter_mut().find(|s| s.0 == fence).expect("started").3 = at,
+        }
+    }
+    assert_eq!(spans.len(), 3, "{text}");
+    spans.sort_by_key(|s| s.2);
+    for w in spans.windows(2) {
+        assert!(w[0].3 <= w[1].2, "two leaders at once: {w:?}");
+        assert!(w[0].0 < w[1].0, "fences went down: {w:?}");
+    }
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let seen: Vec<Value> = lines.iter().map(|l| l["leader"]["fence"].clone()).collect();
+    let want: Vec<Value> = std::iter::once(Value::Null)
+        .chain(spans.iter().map(|s| Value::from(s.0)))
+        .chain(std::iter::once(Value::Null))
+        .collect();
+    assert_eq!(seen, want, "the observer missed or reordered a change");
+    assert_eq!(lines[1]["leader"]["label"], Value::from(spans[0].1.clone()));
+}
+
+#[test]
+fn a_killed_leader_is_replaced_within_its_lease() {
+    let (_server, url, _dir) = redis_and_dir();
+    let first = Group(spawn(&[
+        "elect",
+        "k",
+        "--label",
+        "first",
+        "--ttl",
+        "1s",
+        "--heartbeat",
+        "1s",
+        "--redis",
+        &url,
+        "--",
+        "sleep",
+        "60",
+    ]));
+    let start = Instant::now();
+    while leader(&url, "k")["label"] != "first" {
+        assert!(start.elapsed() < Duration::from_secs(20), "first never led");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _second = Group(spawn(&[
+        "elect",
+        "k",
+        "--label",
+        "second",
+        "--ttl",
+        "1s",
+        "--heartbeat",
+        "1s",
+        "--redis",
+        &url,
+        "--",
+        "sleep",
+        "60",
+    ]));
+    std::thread::sleep(Duration::from_millis(500));
+    killpg(Pid::from_raw(first.0.id() as i32), Signal::SIGKILL).expect("SIGKILL");
+    let killed = Instant::now();
+    loop {
+        let now = leader(&url, "k");
+        if now["label"] == "second" {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(3),
+            "no new leader 3 s after the kill: {now}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The lease is 1 s; the waiting candidate asks every third of its
+    // 1 s heartbeat.
+    assert!(
+        killed.elapsed() < Duration::from_millis(2500),
+        "took {:?}",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn a_frozen_leader_is_told_it_lost_and_postgres_refuses_its_fence() {
+    let pg = Postgres::start();
+    pg.run_file(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/recipes/postgres-fence.sql"),
+    );
+    let (_server, url, dir) = redis_and_dir();
+    let psql = pg.psql_line();
+    let (ready, out) = (dir.path().join("ready"), dir.path().join("out"));
+    let frozen = format!(
+        "trap '' TERM; echo $TOLLGATE_FENCE > {ready}; sleep 1; \
+         {psql} -c \"UPDATE stock SET count = 9, fence = $TOLLGATE_FENCE \
+         WHERE item = 'widget' AND fence <= $TOLLGATE_FENCE RETURNING 'wrote'\" -c 'SELECT 1' > {out} 2>&1; \
+         echo done >> {out}",
+        ready = ready.display(),
+        out = out.display()
+    );
+    let mut a = Group(spawn(&[
+        "elect", "writer", "--label", "a", "--ttl", "600ms", "--redis", &url, "--", "sh", "-c", &frozen,
+    ]));
+    let a_fence: u64 = wait_for_file(&ready, Duration::from_secs(20))
+        .trim()
+        .parse()
+        .expect("fence");
+    let group = Pid::from_raw(a.0.id() as i32);
+    killpg(group, Signal::SIGSTOP).expect("SIGSTOP");
+    let b = tollgate()
+        .args([
+            "elect", "writer", "--label", "b", "--ttl", "5s", "--redis", &url, "--", "sh", "-c",
+        ])
+        .arg(format!(
+            "{psql} -c \"UPDATE stock SET count = 5, fence = $TOLLGATE_FENCE \
+             WHERE item = 'widget' AND fence <= $TOLLGATE_FENCE RETURNING fence\""
+        ))
+        .output()
+        .expect("b");
+    assert!(b.status.success(), "{}", stderr(&b));
+    let b_fence: u64 = String::from_utf8_lossy(&b.stdout)
+        .trim()
+        .parse()
+        .expect("B wrote");
+    assert!(b_fence > a_fence);
+    killpg(group, Signal::SIGCONT).expect("SIGCONT");
+    assert_eq!(
+        wait_exit(&mut a.0, Duration::from_secs(30)),
+        76,
+        "A was told it lost"
+    );
+    let said = wait_for_file(&out, Duration::from_secs(20));
+    assert_eq!(said.trim(), "1\ndone", "A's late write: {said}");
+    assert_eq!(pg.query("SELECT count, fence FROM stock"), format!("5|{b_fence}"));
+}
+
+#[test]
+fn a_restarted_leader_resumes_with_its_token_file() {
+    let (_server, url, dir) = redis_and_dir();
+    let token = dir.path().join("token");
+    let token_s = token.to_str().expect("utf-8");
+    let run = |label: &str| -> Command {
+        let mut c = tollgate();
+        c.args([
+            "elect",
+            "r",
+            "--label",
+            label,
+            "--ttl",
+            "5s",
+            "--token-file",
+            token_s,
+            "--redis",
+            &url,
+        ])
+        .args(["--", "sleep", "60"]);
+        c
+    };
+    let spawn_group = |mut c: Command| {
+        use std::os::unix::process::CommandExt;
+        Group(c.process_group(0).stderr(Stdio::piped()).spawn().expect("spawn"))
+    };
+    let first = spawn_group(run("node-1"));
+    wait_for_file(&token, Duration::from_secs(20));
+    let led = leader(&url, "r");
+    assert_eq!(led["label"], "node-1");
+    let mode = std::fs::metadata(&token).expect("token file").permissions();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+    // Another candidate waits in line.
+    let _other = Group(spawn(&[
+        "elect", "r", "--label", "node-2", "--ttl", "5s", "--redis", &url, "--", "sleep", "60",
+    ]));
+    std::thread::sleep(Duration::from_millis(300));
+    // node-1's process dies without resigning; it restarts at once.
+    killpg(Pid::from_raw(first.0.id() as i32), Signal::SIGKILL).expect("SIGKILL");
+    drop(first);
+    let mut again = spawn_group(run("node-1"));
+    // Past the old lease's 5 s: only a resumed (and renewed) leadership
+    // is still node-1's, with the same fence; node-2 never led.
+    std::thread::sleep(Duration::from_millis(6000));
+    let now = leader(&url, "r");
+    assert_eq!(
+        (&now["label"], &now["fence"]),
+        (&led["label"], &led["fence"]),
+        "{now}"
+    );
+    let _ = killpg(Pid::from_raw(again.0.id() as i32), Signal::SIGTERM);
+    let code = wait_exit(&mut again.0, Duration::from_secs(20));
+    assert_eq!(code, 128 + 15, "sleep got the forwarded SIGTERM");
+    let mut err = String::new();
+    use std::io::Read;
+    again
+        .0
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
+    assert!(err.contains("resumed leadership"), "{err}");
+    assert!(!token.exists(), "the token file outlived the leadership");
+}
