@@ -12,6 +12,10 @@ export interface EnterOptions {
   capacity?: number;
   /** Permits to take (default 1). */
   permits?: number;
+  /** A read-write lock's hold: `shared` (a reader, among others) or
+   * `exclusive` (the writer, alone). Sets capacity and permits: give
+   * neither with it. */
+  mode?: "shared" | "exclusive";
   /** The lease's length (default 30 s). */
   ttlMs?: number;
   /** How long a waiting ticket lives without being asked about (default 10 s). */
@@ -80,6 +84,7 @@ export class Gate {
         body: {
           capacity: options.capacity,
           permits: options.permits,
+          mode: options.mode,
           ttl_ms: options.ttlMs,
           heartbeat_ms: options.heartbeatMs,
           label: options.label,
@@ -348,6 +353,10 @@ export class Lease {
   #deadline: ReturnType<typeof setTimeout> | undefined;
   #keeping = false;
   #released = false;
+  /** When the request that granted it was sent (ms). */
+  readonly #grantedAt: number;
+  /** With keepAlive's `maxHoldMs`: renewals never carry it past this. */
+  #holdUntil = Infinity;
 
   /** `sentAt`: when the request that granted it was sent (ms). */
   constructor(http: Http, gate: string, body: GrantedBody, sentAt: number = Date.now()) {
@@ -357,6 +366,7 @@ export class Lease {
     this.fence = body.fence;
     this.ttlMs = body.ttl_ms;
     this.#expires = sentAt + body.ttl_ms;
+    this.#grantedAt = sentAt;
   }
 
   /** Aborted when the lease is known, or must be taken, to have ended
@@ -392,18 +402,30 @@ export class Lease {
    * lost). A renewal that fails is tried again a second later; none may
    * wait past the lease's end, and when that comes with no renewal
    * through, `lost` aborts. While it runs, its timers keep the process
-   * alive, as a held lease should. */
-  keepAlive(): this {
+   * alive, as a held lease should. With `maxHoldMs`, no renewal carries
+   * the lease past its grant + maxHoldMs: it ends then, and `lost` aborts
+   * with a `lease_lost` error that says so (a holder whose work hangs
+   * still lets go). */
+  keepAlive(options: { maxHoldMs?: number } = {}): this {
     if (this.#keeping || this.#released || this.lost.aborted) return this;
     this.#keeping = true;
+    if (options.maxHoldMs !== undefined) this.#holdUntil = this.#grantedAt + options.maxHoldMs;
     const next = (delay: number): void => {
       if (this.#released || this.lost.aborted) return;
       this.#renewal = setTimeout(() => void tick(), delay);
     };
     const tick = async (): Promise<void> => {
       if (this.#released || this.lost.aborted) return;
+      const capped = Math.min(this.ttlMs, this.#holdUntil - Date.now());
+      if (capped < 10) {
+        // Held for maxHoldMs: no more renewals; lost at its end.
+        this.#lose("it was held for its maxHoldMs", this.#expires);
+        return;
+      }
       try {
-        await this.renew(this.ttlMs, Math.max(1, this.#expires - Date.now()));
+        const ttl = this.ttlMs;
+        await this.renew(capped, Math.max(1, this.#expires - Date.now()));
+        this.ttlMs = ttl;
         next(Math.max(10, this.ttlMs / 3));
       } catch {
         next(Math.min(1000, Math.max(10, this.#expires - Date.now())));
@@ -424,7 +446,12 @@ export class Lease {
     );
   }
 
-  #lose(why: string): void {
+  #lose(why: string, at?: number): void {
+    if (at !== undefined && at > Date.now()) {
+      this.#stop();
+      this.#deadline = setTimeout(() => this.#lose(why), at - Date.now());
+      return;
+    }
     this.#stop();
     this.#lostController ??= new AbortController();
     if (!this.#lostController.signal.aborted) {

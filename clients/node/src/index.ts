@@ -2,12 +2,15 @@
 // queues, rate limits and waiting rooms over tollgate's HTTP API.
 
 import { TollgateError } from "./errors.js";
+import { Election } from "./elections.js";
 import { Gate, type AcquireOptions, type Lease } from "./gates.js";
 import { Http, type ClientOptions } from "./http.js";
 import { Queue, Worker, type Handler, type WorkerOptions } from "./jobs.js";
 import { Limit, Room, Schedules, list, type Kind } from "./misc.js";
 
 export { TollgateError } from "./errors.js";
+export { Election } from "./elections.js";
+export type { CampaignOptions, Leader } from "./elections.js";
 export { Busy, Gate, Lease, Ticket } from "./gates.js";
 export type { AcquireOptions, EnterOptions, GateStats, Holder, LineEntry } from "./gates.js";
 export type { ClientOptions } from "./http.js";
@@ -32,7 +35,11 @@ export type { Route } from "./routes.js";
  * is lost while `fn` runs (stop writing: another holder may have it). */
 export type Held<T> = (signal: AbortSignal, lease: Lease) => Promise<T> | T;
 
-export interface HoldOptions extends Omit<AcquireOptions, "capacity" | "permits"> {}
+export interface HoldOptions extends Omit<AcquireOptions, "capacity" | "permits" | "mode"> {
+  /** Let go after this long held, however the renewals go: `fn`'s signal
+   * aborts then. */
+  maxHoldMs?: number;
+}
 
 /** A client of one tollgate server. */
 export class Tollgate {
@@ -61,6 +68,17 @@ export class Tollgate {
     return new Room(this.#http, name);
   }
 
+  election(name: string): Election {
+    return new Election(this.#http, name);
+  }
+
+  /** As `withLock`, holding the read-write lock `name` as a reader
+   * (`shared`, among other readers) or the writer (`exclusive`, alone),
+   * in arrival order: a waiting writer holds back the readers after it. */
+  async withRwLock<T>(name: string, mode: "shared" | "exclusive", fn: Held<T>, options: HoldOptions = {}): Promise<T> {
+    return this.#hold(name, { mode }, fn, options);
+  }
+
   /** Runs `fn` holding the mutex `name`: waits in line for it, renews it
    * while `fn` runs, releases it when `fn` settles, and returns or
    * rethrows what `fn` did. A wait past `waitMs` throws a `TollgateError`
@@ -77,15 +95,29 @@ export class Tollgate {
     fn: Held<T>,
     options: HoldOptions = {},
   ): Promise<T> {
-    const lease = await this.gate(name).acquire({
-      ...options,
-      ...(size.limit === undefined ? {} : { capacity: size.limit }),
-      ...(size.permits === undefined ? {} : { permits: size.permits }),
-    });
+    return this.#hold(
+      name,
+      {
+        ...(size.limit === undefined ? {} : { capacity: size.limit }),
+        ...(size.permits === undefined ? {} : { permits: size.permits }),
+      },
+      fn,
+      options,
+    );
+  }
+
+  async #hold<T>(
+    name: string,
+    size: Pick<AcquireOptions, "capacity" | "permits" | "mode">,
+    fn: Held<T>,
+    options: HoldOptions,
+  ): Promise<T> {
+    const { maxHoldMs, ...acquire } = options;
+    const lease = await this.gate(name).acquire({ ...acquire, ...size });
     if (lease === null) {
       throw new TollgateError("wait_timeout", `not granted ${name} within ${options.waitMs} ms`);
     }
-    lease.keepAlive();
+    lease.keepAlive(maxHoldMs === undefined ? {} : { maxHoldMs });
     let result: T;
     try {
       result = await fn(lease.lost, lease);

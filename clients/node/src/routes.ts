@@ -17,7 +17,7 @@ export const ROUTES = {
   enter: {
     method: "POST",
     path: "/v1/gates/{name}/enter",
-    fields: ["capacity", "permits", "ttl_ms", "heartbeat_ms", "queue", "label"],
+    fields: ["capacity", "permits", "mode", "ttl_ms", "heartbeat_ms", "queue", "label"],
   },
   ticket: { method: "GET", path: "/v1/gates/{name}/tickets/{ticket}", query: ["wait_ms"] },
   cancelTicket: { method: "DELETE", path: "/v1/gates/{name}/tickets/{ticket}" },
@@ -29,6 +29,8 @@ export const ROUTES = {
   revoke: { method: "DELETE", path: "/v1/gates/{name}/holders/{handle}" },
   line: { method: "GET", path: "/v1/gates/{name}/line", query: ["limit"] },
   removeFromLine: { method: "DELETE", path: "/v1/gates/{name}/line/{number}" },
+  election: { method: "GET", path: "/v1/elections/{name}" },
+  electionEvents: { method: "GET", path: "/v1/elections/{name}/events" },
 
   push: {
     method: "POST",

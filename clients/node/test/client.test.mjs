@@ -138,6 +138,72 @@ for (const store of ["embedded", "redis"]) {
       await held.release();
     });
 
+    test("a read-write lock: readers together, a waiting writer holds back new readers", async () => {
+      const name = fresh("rw");
+      const gate = tg.gate(name);
+      const r1 = await gate.enter({ mode: "shared" });
+      const r2 = await gate.enter({ mode: "shared" });
+      assert.ok(r1 instanceof Lease && r2 instanceof Lease, "two readers at once");
+      const writer = gate.acquire({ mode: "exclusive", waitMs: 10_000 });
+      await sleep(200);
+      const late = await gate.tryEnter({ mode: "shared" });
+      assert.ok(!(late instanceof Lease), "a reader entered past the waiting writer");
+      await r1.release();
+      await r2.release();
+      const w = await writer;
+      assert.ok(w instanceof Lease && w.fence > r2.fence);
+      await assert.rejects(gate.enter({ mode: "shared", capacity: 3 }), (e) => e instanceof TollgateError && e.status === 400);
+      await w.release();
+      assert.equal(await tg.withRwLock(name, "shared", (signal, lease) => lease.fence > w.fence), true);
+    });
+
+    test("maxHoldMs lets go of a lock whose work hangs", async () => {
+      const name = fresh("capped");
+      const started = Date.now();
+      const why = await tg.withLock(
+        name,
+        (signal) => new Promise((resolve) => signal.addEventListener("abort", () => resolve(signal.reason.code))),
+        { ttlMs: 300, maxHoldMs: 900 },
+      );
+      const took = Date.now() - started;
+      assert.equal(why, "lease_lost");
+      assert.ok(took >= 800 && took < 3000, `held ${took} ms`);
+      const next = await tg.gate(name).tryEnter({ capacity: 1 });
+      assert.ok(next instanceof Lease, "the lock was free after the cap");
+      await next.release();
+    });
+
+    test("an election: campaign, observe every change, resign", async () => {
+      const name = fresh("vote");
+      const election = tg.election(name);
+      const stop = new AbortController();
+      const seen = [];
+      const watching = (async () => {
+        try {
+          for await (const leader of election.observe(stop.signal)) {
+            seen.push(leader?.label ?? null);
+            if (seen.length === 4) stop.abort();
+          }
+        } catch (e) {
+          if (!stop.signal.aborted) throw e;
+        }
+      })();
+      await sleep(300);
+      const a = await election.campaign("a");
+      assert.equal((await election.leader()).label, "a");
+      const b = election.campaign("b", { waitMs: 10_000 });
+      await sleep(300);
+      await a.release();
+      const bl = await b;
+      assert.ok(bl.fence > a.fence);
+      assert.equal((await election.leader()).fence, bl.fence);
+      await sleep(300);
+      await bl.release();
+      await watching;
+      assert.deepEqual(seen, [null, "a", "b", null]);
+      assert.equal(await election.leader(), null);
+    });
+
     test("a ticket an admin removed is told so, not queued again", async () => {
       const name = fresh("removed");
       const gate = tg.gate(name);
