@@ -195,3 +195,79 @@ def test_lost_is_set_at_the_leases_end_while_a_renewal_hangs(server: Server) -> 
         assert 0.4 <= after < 1.5, f"lost after {after:.2f} s"
     finally:
         transport.release.set()
+
+
+def test_read_write_lock_readers_together_writer_waits(server: Server) -> None:
+    name = unique("rw")
+    c = Client(server.url)
+    gate = c.gate(name)
+    r1, r2 = gate.enter(mode="shared"), gate.enter(mode="shared")
+    assert isinstance(r1, Lease) and isinstance(r2, Lease), "two readers at once"
+    writer = gate.enter(mode="exclusive")
+    assert isinstance(writer, Ticket), "the writer waits for the readers"
+    late = gate.enter(mode="shared", queue=False)
+    assert not isinstance(late, Lease), "a reader entered past the waiting writer"
+    r1.release()
+    r2.release()
+    w = writer.granted(10)
+    assert w.fence > r2.fence
+    w.release()
+    try:
+        gate.enter(mode="shared", capacity=3)
+        raise AssertionError("mode with capacity was accepted")
+    except TollgateError as e:
+        assert e.status == 400
+    with c.rw_lock(name, "shared") as lease:
+        assert lease.fence > w.fence
+
+    async def run() -> None:
+        async with AsyncClient(server.url) as ac:
+            async with ac.rw_lock(name, "exclusive") as lease:
+                assert lease.fence > w.fence
+
+    asyncio.run(run())
+
+
+def test_max_hold_lets_go_of_a_lock_whose_work_hangs(server: Server) -> None:
+    name = unique("capped")
+    c = Client(server.url)
+    started = time.monotonic()
+    with c.lock(name, ttl_ms=300, max_hold=0.9) as lease:
+        assert lease.lost.wait(5), "not lost at max_hold"
+    took = time.monotonic() - started
+    assert 0.8 <= took < 3, took
+    free = c.gate(name).enter(capacity=1, queue=False)
+    assert isinstance(free, Lease), "the lock was not free after max_hold"
+    free.release()
+
+
+def test_election_campaign_observe_resign(server: Server) -> None:
+    name = unique("vote")
+    c = Client(server.url)
+    election = c.election(name)
+    seen: List[object] = []
+    watcher = threading.Thread(
+        target=lambda: seen.extend(l and l["label"] for l in election.observe(count=4)), daemon=True)
+    watcher.start()
+    time.sleep(0.3)
+    with election.campaign("a") as a:
+        leader = election.leader()
+        assert leader is not None and leader["label"] == "a" and leader["fence"] == a.fence
+        time.sleep(0.3)
+    with election.campaign("b") as b:
+        assert b.fence > a.fence
+        time.sleep(0.3)
+    watcher.join(10)
+    assert seen == [None, "a", "b", None]
+    assert election.leader() is None
+
+    async def run() -> None:
+        async with AsyncClient(server.url) as ac:
+            e = ac.election(name)
+            async with e.campaign("c") as lease:
+                got = await e.leader()
+                assert got is not None and got["fence"] == lease.fence
+                first = [x async for x in e.observe(count=1)]
+                assert first[0] is not None and first[0]["label"] == "c"
+
+    asyncio.run(run())

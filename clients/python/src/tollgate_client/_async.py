@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Type, TypeVar, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Optional, Type, TypeVar, Union
 
 import httpx
 
@@ -57,14 +57,26 @@ class AsyncClient:
         return AsyncGate(self, name)
 
     def lock(self, name: str, ttl_ms: int = 30_000, wait: Optional[float] = None,
-             label: Optional[str] = None) -> AsyncHeld:
+             label: Optional[str] = None, max_hold: Optional[float] = None) -> AsyncHeld:
         """A gate of capacity 1 held for a ``with`` block. ``wait``: seconds to
-        wait in line (None: as long as it takes), then TimeoutError."""
-        return AsyncHeld(self.gate(name), 1, 1, ttl_ms, wait, label)
+        wait in line (None: as long as it takes), then TimeoutError.
+        ``max_hold``: seconds it may be held at most, renewals or not."""
+        return AsyncHeld(self.gate(name), 1, 1, ttl_ms, wait, label, max_hold=max_hold)
 
     def semaphore(self, name: str, limit: int, permits: int = 1, ttl_ms: int = 30_000,
-                  wait: Optional[float] = None, label: Optional[str] = None) -> AsyncHeld:
-        return AsyncHeld(self.gate(name), limit, permits, ttl_ms, wait, label)
+                  wait: Optional[float] = None, label: Optional[str] = None,
+                  max_hold: Optional[float] = None) -> AsyncHeld:
+        return AsyncHeld(self.gate(name), limit, permits, ttl_ms, wait, label, max_hold=max_hold)
+
+    def rw_lock(self, name: str, mode: str, ttl_ms: int = 30_000, wait: Optional[float] = None,
+                label: Optional[str] = None, max_hold: Optional[float] = None) -> AsyncHeld:
+        """A fair read-write lock held for a ``with`` block: ``mode`` "shared"
+        (a reader, among others) or "exclusive" (the writer, alone), in
+        arrival order: a waiting writer holds back the readers after it."""
+        return AsyncHeld(self.gate(name), None, None, ttl_ms, wait, label, mode=mode, max_hold=max_hold)
+
+    def election(self, name: str) -> AsyncElection:
+        return AsyncElection(self, name)
 
     # Job queues
 
@@ -128,9 +140,11 @@ class AsyncGate:
 
     async def enter(self, *, ttl_ms: Optional[int] = None, permits: Optional[int] = None,
               capacity: Optional[int] = None, queue: bool = True, heartbeat_ms: Optional[int] = None,
-              label: Optional[str] = None) -> Union[AsyncLease, AsyncTicket, Busy]:
+              label: Optional[str] = None, mode: Optional[str] = None) -> Union[AsyncLease, AsyncTicket, Busy]:
+        """``mode``: a read-write lock's hold, "shared" (a reader) or
+        "exclusive" (the writer); it sets capacity and permits."""
         body = {"ttl_ms": ttl_ms, "permits": permits, "capacity": capacity, "queue": queue,
-                "heartbeat_ms": heartbeat_ms, "label": label}
+                "heartbeat_ms": heartbeat_ms, "label": label, "mode": mode}
         got = await self.client._run(ops.enter(self.name, body))
         if isinstance(got, LeaseInfo):
             return AsyncLease.of(got, self.client)
@@ -252,15 +266,24 @@ class AsyncHeld:
     ttl/3 in a task, releases on exit. ``lease.lost`` is set if a renewal
     finds the lease gone or none succeeded within a TTL."""
 
-    def __init__(self, gate: AsyncGate, capacity: int, permits: int, ttl_ms: int,
-                 wait: Optional[float], label: Optional[str]) -> None:
+    def __init__(self, gate: AsyncGate, capacity: Optional[int], permits: Optional[int], ttl_ms: int,
+                 wait: Optional[float], label: Optional[str], mode: Optional[str] = None,
+                 max_hold: Optional[float] = None) -> None:
         self.gate, self.capacity, self.permits = gate, capacity, permits
         self.ttl_ms, self.wait, self.label = ttl_ms, wait, label
+        # A read-write lock's mode; max_hold: seconds it may be held,
+        # renewals or not (then lease.lost is set at its end).
+        self.mode, self.max_hold = mode, max_hold
+        if max_hold is not None:
+            # Granted for no longer than it may be held.
+            self.ttl_ms = max(10, min(ttl_ms, int(max_hold * 1000)))
+        self._hold_until: Optional[float] = None
         self.lease: Optional[AsyncLease] = None
         self._renewer: Optional[asyncio.Task[None]] = None
 
     async def acquire(self) -> AsyncLease:
-        got = await self.gate.enter(ttl_ms=self.ttl_ms, permits=self.permits, capacity=self.capacity,
+        sent = time.monotonic()
+        got = await self.gate.enter(ttl_ms=self.ttl_ms, permits=self.permits, capacity=self.capacity, mode=self.mode,
                                     label=self.label)
         if isinstance(got, AsyncTicket):
             ticket = got
@@ -277,6 +300,7 @@ class AsyncHeld:
                 raise
         assert isinstance(got, AsyncLease)
         self.lease = got
+        self._hold_until = None if self.max_hold is None else sent + self.max_hold
         self._renewer = asyncio.ensure_future(self._renew(got))
         return got
 
@@ -291,9 +315,15 @@ class AsyncHeld:
                 await asyncio.sleep(ttl / 3)
                 if lease.lost.is_set():
                     return
+                ttl_ms = ops.max_hold_cap(self.ttl_ms, self._hold_until)
+                if ttl_ms is None:
+                    # Held for max_hold: lost at its end (the deadline),
+                    # unless released (this task cancelled) first.
+                    await asyncio.Event().wait()
+                    return
                 sent = time.monotonic()
                 try:
-                    await lease.renew(self.ttl_ms)
+                    await lease.renew(ttl_ms)
                 except TollgateError as e:
                     if e.is_not_found():
                         return  # renew() has set lost
@@ -303,7 +333,7 @@ class AsyncHeld:
                     return
                 # The renewal ran the lease ttl from when it was sent.
                 deadline.cancel()
-                deadline = loop.call_later(max(0.0, sent + ttl - time.monotonic()), lease.lost.set)
+                deadline = loop.call_later(max(0.0, sent + ttl_ms / 1000 - time.monotonic()), lease.lost.set)
         finally:
             deadline.cancel()
 
@@ -548,3 +578,52 @@ class AsyncRoom:
 
     async def remove(self, number: int) -> Obj:
         return await self._do("room_line_remove", number=str(number))
+
+
+class AsyncElection:
+    """A leader election: the holder of a lock of that name leads."""
+
+    def __init__(self, client: AsyncClient, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    async def leader(self) -> Optional[Obj]:
+        """Who leads now ({label, fence, since_ms, ttl_ms, handle}), or None."""
+        return await self.client._run(ops.election_leader(self.name))
+
+    def campaign(self, label: str, ttl_ms: int = 30_000, wait: Optional[float] = None) -> AsyncHeld:
+        """``async with election.campaign("me") as lease``: waits in line to
+        lead, renews while the block runs (``lease.lost`` is set if
+        leadership is lost) and resigns on exit."""
+        return AsyncHeld(self.client.gate(self.name), 1, 1, ttl_ms, wait, label)
+
+    async def observe(self, count: Optional[int] = None) -> AsyncIterator[Optional[Obj]]:
+        """The leader now, then each change (a new leader, or None), from
+        the server's event stream, ``count`` of them (None: for ever)."""
+        seen = 0
+        last: Any = ()
+        while count is None or seen < count:
+            events = ops.LeaderEvents()
+            try:
+                async with self.client._http.stream(
+                        "GET", ops.election_events_path(self.name),
+                        headers={"accept": "text/event-stream"},
+                        timeout=httpx.Timeout(self.client.timeout, read=ops.EVENTS_READ_TIMEOUT)) as r:
+                    if r.status_code != 200:
+                        await r.aread()
+                        raise ops.events_refused(r.status_code, r.headers, r.content)
+                    async for line in r.aiter_lines():
+                        got = events.feed(line)
+                        if got is None:
+                            continue
+                        leader = got[0]
+                        fence = None if leader is None else leader.get("fence")
+                        if fence == last:
+                            continue
+                        last = fence
+                        yield leader
+                        seen += 1
+                        if count is not None and seen >= count:
+                            return
+            except ops.HTTPX_ERRORS:
+                await asyncio.sleep(0.25)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import json
 import math
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Generic, Iterable, List, Mapping, Optional, TypeVar, Union
+from typing import (Any, Callable, Dict, FrozenSet, Generic, Iterable, List, Mapping, Optional, Tuple, TypeVar,
+                    Union)
 
 import httpx
 
@@ -211,6 +213,64 @@ class TicketEvents:
                 raise TollgateError(code, "an admin removed the ticket from the line", 410)
             raise TollgateError(code, f"the server could not look at the ticket ({code})")
         return None
+
+
+# Elections
+
+def election_leader(name: str) -> Call[Optional[Obj]]:
+    def parse(d: Any) -> Optional[Obj]:
+        leader = _obj(d).get("leader")
+        return _obj(leader) if leader is not None else None
+
+    return build("election", parse, {"name": name})
+
+
+def election_events_path(name: str) -> str:
+    return ROUTES["election_events"].url({"name": name})
+
+
+class LeaderEvents:
+    """Reads an election's event stream a line at a time: ``feed`` answers
+    ``(leader,)`` (a dict, or None for nobody) when a ``hello`` or
+    ``leader`` event ends, and None otherwise."""
+
+    def __init__(self) -> None:
+        self._event = "message"
+        self._data: List[str] = []
+        self._size = 0
+
+    def feed(self, line: str) -> Optional[Tuple[Optional[Obj]]]:
+        if line == "":
+            event, data = self._event, "\n".join(self._data)
+            self._event, self._data, self._size = "message", [], 0
+            if not data or event not in ("hello", "leader"):
+                return None
+            try:
+                leader = _obj(json.loads(data)).get("leader")
+            except ValueError:
+                raise TollgateError("bad_answer", f"a {event} event that is not JSON") from None
+            return (_obj(leader) if leader is not None else None,)
+        if line.startswith(":"):
+            return None
+        self._size += len(line)
+        if self._size > MAX_EVENT_BYTES:
+            raise TollgateError("bad_answer", "an event of over 64 KiB on the election's stream")
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+
+def max_hold_cap(ttl_ms: int, hold_until: Optional[float]) -> Optional[int]:
+    """The TTL to renew with under a max_hold ending at ``hold_until``
+    (time.monotonic()), or None once less than 10 ms of it is left."""
+    if hold_until is None:
+        return ttl_ms
+    left = int((hold_until - time.monotonic()) * 1000)
+    return min(ttl_ms, left) if left >= 10 else None
 
 
 def ticket_cancel(gate: str, ticket: str) -> Call[Obj]:

@@ -39,7 +39,7 @@ ROUTES: Dict[str, Route] = {
     "readyz": _r("GET", "/readyz"),
     # Gates
     "gate_enter": _r("POST", _G + "/enter",
-                     ("capacity", "permits", "ttl_ms", "heartbeat_ms", "queue", "label")),
+                     ("capacity", "permits", "mode", "ttl_ms", "heartbeat_ms", "queue", "label")),
     "ticket_status": _r("GET", _G + "/tickets/{ticket}", query=("wait_ms",)),
     "ticket_cancel": _r("DELETE", _G + "/tickets/{ticket}"),
     "ticket_events": _r("GET", _G + "/tickets/{ticket}/events"),
@@ -51,6 +51,9 @@ ROUTES: Dict[str, Route] = {
     "gate_line": _r("GET", _G + "/line", query=("limit",)),
     "gate_line_remove": _r("DELETE", _G + "/line/{number}"),
     "gate_capacity": _r("PUT", _G + "/capacity", ("capacity",)),
+    # Elections (candidates campaign through the gates routes)
+    "election": _r("GET", "/v1/elections/{name}"),
+    "election_events": _r("GET", "/v1/elections/{name}/events"),
     # Job queues
     "queue_push": _r("POST", _Q + "/jobs", _PUSH),
     "queue_batch": _r("POST", _Q + "/batch", ("jobs",)),

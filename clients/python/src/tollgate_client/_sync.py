@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterable, List, Optional, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Type, TypeVar, Union
 
 import httpx
 
@@ -59,14 +59,26 @@ class Client:
         return Gate(self, name)
 
     def lock(self, name: str, ttl_ms: int = 30_000, wait: Optional[float] = None,
-             label: Optional[str] = None) -> Held:
+             label: Optional[str] = None, max_hold: Optional[float] = None) -> Held:
         """A gate of capacity 1 held for a ``with`` block. ``wait``: seconds to
-        wait in line (None: as long as it takes), then TimeoutError."""
-        return Held(self.gate(name), 1, 1, ttl_ms, wait, label)
+        wait in line (None: as long as it takes), then TimeoutError.
+        ``max_hold``: seconds it may be held at most, renewals or not."""
+        return Held(self.gate(name), 1, 1, ttl_ms, wait, label, max_hold=max_hold)
 
     def semaphore(self, name: str, limit: int, permits: int = 1, ttl_ms: int = 30_000,
-                  wait: Optional[float] = None, label: Optional[str] = None) -> Held:
-        return Held(self.gate(name), limit, permits, ttl_ms, wait, label)
+                  wait: Optional[float] = None, label: Optional[str] = None,
+                  max_hold: Optional[float] = None) -> Held:
+        return Held(self.gate(name), limit, permits, ttl_ms, wait, label, max_hold=max_hold)
+
+    def rw_lock(self, name: str, mode: str, ttl_ms: int = 30_000, wait: Optional[float] = None,
+                label: Optional[str] = None, max_hold: Optional[float] = None) -> Held:
+        """A fair read-write lock held for a ``with`` block: ``mode`` "shared"
+        (a reader, among others) or "exclusive" (the writer, alone), in
+        arrival order: a waiting writer holds back the readers after it."""
+        return Held(self.gate(name), None, None, ttl_ms, wait, label, mode=mode, max_hold=max_hold)
+
+    def election(self, name: str) -> Election:
+        return Election(self, name)
 
     # Job queues
 
@@ -130,9 +142,11 @@ class Gate:
 
     def enter(self, *, ttl_ms: Optional[int] = None, permits: Optional[int] = None,
               capacity: Optional[int] = None, queue: bool = True, heartbeat_ms: Optional[int] = None,
-              label: Optional[str] = None) -> Union[Lease, Ticket, Busy]:
+              label: Optional[str] = None, mode: Optional[str] = None) -> Union[Lease, Ticket, Busy]:
+        """``mode``: a read-write lock's hold, "shared" (a reader) or
+        "exclusive" (the writer); it sets capacity and permits."""
         body = {"ttl_ms": ttl_ms, "permits": permits, "capacity": capacity, "queue": queue,
-                "heartbeat_ms": heartbeat_ms, "label": label}
+                "heartbeat_ms": heartbeat_ms, "label": label, "mode": mode}
         got = self.client._run(ops.enter(self.name, body))
         if isinstance(got, LeaseInfo):
             return Lease.of(got, self.client)
@@ -321,16 +335,25 @@ class Held:
     a thread, releases on exit. ``lease.lost`` is set if a renewal finds the
     lease gone or none succeeded within a TTL."""
 
-    def __init__(self, gate: Gate, capacity: int, permits: int, ttl_ms: int,
-                 wait: Optional[float], label: Optional[str]) -> None:
+    def __init__(self, gate: Gate, capacity: Optional[int], permits: Optional[int], ttl_ms: int,
+                 wait: Optional[float], label: Optional[str], mode: Optional[str] = None,
+                 max_hold: Optional[float] = None) -> None:
         self.gate, self.capacity, self.permits = gate, capacity, permits
         self.ttl_ms, self.wait, self.label = ttl_ms, wait, label
+        # A read-write lock's mode; max_hold: seconds it may be held,
+        # renewals or not (then lease.lost is set at its end).
+        self.mode, self.max_hold = mode, max_hold
+        if max_hold is not None:
+            # Granted for no longer than it may be held.
+            self.ttl_ms = max(10, min(ttl_ms, int(max_hold * 1000)))
+        self._hold_until: Optional[float] = None
         self.lease: Optional[Lease] = None
         self._stop = threading.Event()
         self._renewer: Optional[threading.Thread] = None
 
     def acquire(self) -> Lease:
-        got = self.gate.enter(ttl_ms=self.ttl_ms, permits=self.permits, capacity=self.capacity,
+        sent = time.monotonic()
+        got = self.gate.enter(ttl_ms=self.ttl_ms, permits=self.permits, capacity=self.capacity, mode=self.mode,
                               label=self.label)
         if isinstance(got, Ticket):
             ticket = got
@@ -346,6 +369,7 @@ class Held:
                 raise
         assert isinstance(got, Lease)
         self.lease = got
+        self._hold_until = None if self.max_hold is None else sent + self.max_hold
         self._stop.clear()
         self._renewer = threading.Thread(target=self._renew, args=(got,), daemon=True,
                                          name=f"tollgate-renew-{self.gate.name}")
@@ -368,9 +392,15 @@ class Held:
             while not self._stop.wait(ttl / 3):
                 if lease.lost.is_set():
                     return
+                ttl_ms = ops.max_hold_cap(self.ttl_ms, self._hold_until)
+                if ttl_ms is None:
+                    # Held for max_hold: no more renewals; lost at its end
+                    # (the deadline), unless released first.
+                    self._stop.wait()
+                    return
                 sent = time.monotonic()
                 try:
-                    lease.renew(self.ttl_ms)
+                    lease.renew(ttl_ms)
                 except TollgateError as e:
                     if e.is_not_found():
                         return  # renew() has set lost
@@ -380,7 +410,7 @@ class Held:
                     return
                 # The renewal ran the lease ttl from when it was sent.
                 deadline.cancel()
-                deadline = deadline_at(sent + ttl - time.monotonic())
+                deadline = deadline_at(sent + ttl_ms / 1000 - time.monotonic())
         finally:
             deadline.cancel()
 
@@ -634,3 +664,53 @@ class Room:
 
     def remove(self, number: int) -> Obj:
         return self._do("room_line_remove", number=str(number))
+
+
+class Election:
+    """A leader election: the holder of a lock of that name leads."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def leader(self) -> Optional[Obj]:
+        """Who leads now ({label, fence, since_ms, ttl_ms, handle}), or None."""
+        return self.client._run(ops.election_leader(self.name))
+
+    def campaign(self, label: str, ttl_ms: int = 30_000, wait: Optional[float] = None) -> Held:
+        """``with election.campaign("me") as lease``: waits in line to lead,
+        renews while the block runs (``lease.lost`` is set if leadership is
+        lost) and resigns on exit, when the next candidate leads at once."""
+        return Held(self.client.gate(self.name), 1, 1, ttl_ms, wait, label)
+
+    def observe(self, count: Optional[int] = None) -> Iterator[Optional[Obj]]:
+        """The leader now, then each change (a new leader, or None), from
+        the server's event stream, ``count`` of them (None: for ever). A
+        stream that breaks is opened again."""
+        seen = 0
+        last: Any = ()
+        while count is None or seen < count:
+            events = ops.LeaderEvents()
+            try:
+                with self.client._http.stream(
+                        "GET", ops.election_events_path(self.name),
+                        headers={"accept": "text/event-stream"},
+                        timeout=httpx.Timeout(self.client.timeout, read=ops.EVENTS_READ_TIMEOUT)) as r:
+                    if r.status_code != 200:
+                        r.read()
+                        raise ops.events_refused(r.status_code, r.headers, r.content)
+                    for line in r.iter_lines():
+                        got = events.feed(line)
+                        if got is None:
+                            continue
+                        leader = got[0]
+                        fence = None if leader is None else leader.get("fence")
+                        if fence == last:
+                            continue
+                        last = fence
+                        yield leader
+                        seen += 1
+                        if count is not None and seen >= count:
+                            return
+            except ops.HTTPX_ERRORS:
+                time.sleep(0.25)
