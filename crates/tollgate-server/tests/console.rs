@@ -268,6 +268,18 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
             "return document.body.textContent.includes('build-7') && document.body.textContent.includes('build-8');",
         ),
         (
+            "elections",
+            "/elections",
+            "elections",
+            "return document.body.textContent.includes('door') && document.body.textContent.includes('build-7');",
+        ),
+        (
+            "election",
+            "/elections/door",
+            "elections/door",
+            "return document.body.textContent.includes('build-7');",
+        ),
+        (
             "queues",
             "/queues",
             "queues",
@@ -361,6 +373,20 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
         }
         b.width(1200, 1000).await;
     }
+
+    // The election's page follows its leader: build-7's lease revoked,
+    // build-8 (next in line) leads, and the page says so from the stream.
+    b.open("/elections/door", "elections/door").await;
+    b.until("return document.body.textContent.includes('build-7');", "build-7 leads").await;
+    let (_, now) = send(c.get(s.url("/v1/elections/door"))).await;
+    let handle = now["leader"]["handle"].as_str().expect("handle").to_owned();
+    let (st, _) = send(c.delete(s.url(&format!("/v1/gates/door/holders/{handle}")))).await;
+    assert_eq!(st, 200);
+    b.until(
+        "return document.querySelector('#main dl') && document.querySelector('#main dl').textContent.includes('build-8') && document.body.textContent.includes('Changes seen');",
+        "the page shows the new leader",
+    )
+    .await;
 
     // Keyboard alone: on a fresh load the first Tab reaches the skip link,
     // with a visible focus ring; Enter takes focus to the content (not to

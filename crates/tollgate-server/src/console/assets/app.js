@@ -1,5 +1,6 @@
 // The console's pages, one per hash route: #/ (overview), #/gates,
-// #/gates/NAME, and the same for queues, schedules, rooms and limits.
+// #/gates/NAME, and the same for elections, queues, schedules, rooms and
+// limits.
 // Each page draws once from the API, then keeps its figures and charts
 // current from its live series (lib.js).
 
@@ -223,6 +224,97 @@ async function gate(name) {
   );
   await reload();
   return 'Gate ' + name;
+}
+
+// ---- elections ------------------------------------------------------------
+
+/** Who leads, as a row of facts. */
+function leaderFacts(l) {
+  if (!l) return h('p', { 'data-leader': 'none' }, 'Nobody leads.');
+  return facts([
+    ['Leader', l.label ?? '–'],
+    ['Fence', fmt(l.fence)],
+    ['Leading since', time(l.since_ms)],
+    ['Lease left when read', duration(l.ttl_ms)],
+  ]);
+}
+
+/** Elections are gates of capacity 1 whose holder leads: the list shows
+ * each with its leader now. */
+async function elections(params) {
+  const prefix = params.get('prefix') || '';
+  const search = form([{ name: 'prefix', label: 'Names starting with', value: prefix }], 'Search', (v) => {
+    location.hash = '#/elections' + (v.prefix ? '?prefix=' + encodeURIComponent(v.prefix) : '');
+  }, { changes: false });
+  const body = h('div');
+  fill(
+    main,
+    heading('Elections', 'Every gate of capacity 1 is an election: its holder leads (tollgate elect, or a lock held with a label).'),
+    h('search', {}, search),
+    body,
+  );
+  try {
+    const q = new URLSearchParams({ limit: '100' });
+    if (prefix) q.set('prefix', prefix);
+    const page = await api('GET', '/v1/gates?' + q);
+    const ones = page.gates.filter((g) => g.capacity === 1);
+    const rows = await Promise.all(ones.map(async (g) => {
+      const e = await api('GET', '/v1/elections/' + seg(g.gate)).catch(() => ({ leader: null }));
+      const l = e.leader;
+      return [h('a', { href: '#/elections/' + seg(g.gate) }, g.gate), l ? (l.label ?? '–') : 'nobody', l ? fmt(l.fence) : '–', l ? time(l.since_ms) : '–', fmt(g.waiting)];
+    }));
+    fill(body, table('Elections' + (prefix ? ` starting with “${prefix}”` : ''), ['Election', 'Leader', 'Fence', 'Since', 'Candidates waiting'], rows, 'No elections to show.'));
+  } catch (e) {
+    fill(body, h('p', { class: 'error' }, e.message));
+  }
+  return 'Elections';
+}
+
+/** One election: its leader, kept current from the election's event
+ * stream, and the changes seen while the page is open. */
+async function election(name) {
+  const now = h('div');
+  const log = [];
+  const changes = h('div');
+  const drawLog = () => fill(changes, table('Changes seen on this page, newest first', ['At', 'Leader', 'Fence'], log.map((c) => [time(c.at_ms), c.leader ? (c.leader.label ?? '–') : 'nobody', c.leader ? fmt(c.leader.fence) : '–']), 'No change yet.'));
+  const first = await api('GET', '/v1/elections/' + seg(name));
+  fill(now, leaderFacts(first.leader));
+  drawLog();
+  fill(
+    main,
+    heading('Election ' + name, 'Follows the leader as the server sees it (read every 50 ms). A leadership shorter than that may go unseen.'),
+    h('section', { 'aria-labelledby': 'lead-h' }, h('h2', { id: 'lead-h' }, 'Leader'), now),
+    h('section', { 'aria-labelledby': 'changes-h' }, h('h2', { id: 'changes-h' }, 'Changes'), changes),
+    h('p', {}, h('a', { href: '#/gates/' + seg(name) }, 'Its gate: holders, candidates in line, revoke')),
+  );
+  const stream = {
+    source: null,
+    closed: false,
+    retry: null,
+    open() {
+      if (this.closed) return;
+      this.source = new EventSource('/v1/elections/' + seg(name) + '/events', { withCredentials: true });
+      this.source.addEventListener('leader', (ev) => {
+        const d = JSON.parse(ev.data);
+        fill(now, leaderFacts(d.leader));
+        log.unshift(d);
+        if (log.length > 50) log.pop();
+        drawLog();
+      });
+      this.source.onerror = () => {
+        this.source.close();
+        if (!this.closed) this.retry = setTimeout(() => this.open(), 3000);
+      };
+    },
+    close() {
+      this.closed = true;
+      clearTimeout(this.retry);
+      this.source?.close();
+    },
+  };
+  stream.open();
+  open.push(stream);
+  return 'Election ' + name;
 }
 
 // ---- queue ----------------------------------------------------------------
@@ -617,7 +709,7 @@ function drawSession() {
   note.hidden = canChange();
 }
 
-const PAGES = { gates: gate, queues: queue, schedules: schedule, rooms: room, limits: limit };
+const PAGES = { gates: gate, elections: election, queues: queue, schedules: schedule, rooms: room, limits: limit };
 
 let first = true;
 
@@ -638,6 +730,7 @@ async function route() {
   let title;
   try {
     if (parts.length === 0) title = await overview();
+    else if (parts.length === 1 && parts[0] === 'elections') title = await elections(params);
     else if (parts.length === 1 && COLUMNS[parts[0]]) title = await list(parts[0], params);
     else if (parts.length === 2 && PAGES[parts[0]]) title = await PAGES[parts[0]](parts[1], params);
     else {
