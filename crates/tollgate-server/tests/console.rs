@@ -377,7 +377,11 @@ async fn exercise(driver: &Driver, c: &reqwest::Client, session: &str, axe: &str
     // The election's page follows its leader: build-7's lease revoked,
     // build-8 (next in line) leads, and the page says so from the stream.
     b.open("/elections/door", "elections/door").await;
-    b.until("return document.body.textContent.includes('build-7');", "build-7 leads").await;
+    b.until(
+        "return document.body.textContent.includes('build-7');",
+        "build-7 leads",
+    )
+    .await;
     let (_, now) = send(c.get(s.url("/v1/elections/door"))).await;
     let handle = now["leader"]["handle"].as_str().expect("handle").to_owned();
     let (st, _) = send(c.delete(s.url(&format!("/v1/gates/door/holders/{handle}")))).await;

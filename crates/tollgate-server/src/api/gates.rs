@@ -62,7 +62,6 @@ fn gate(
     Ok(gate)
 }
 
-/// Names (of gates, queues) this server has served, bounded so a client
 /// A ticket as handed to HTTP clients: the store's id plus the lease and
 /// heartbeat lengths it was issued with.
 struct HttpTicket {

@@ -70,6 +70,16 @@ pub(crate) enum BenchTarget {
     /// (console_page_data). With --redis, first fills the room's line to
     /// --line waiters and the queue to --jobs jobs (--workers 0: only that).
     Console,
+    /// A read-heavy mix on one read-write lock: --workers tasks, each
+    /// operation a read (--readers-percent) or a write, held --hold; then
+    /// the same on one exclusive lock, the baseline: throughput and each
+    /// side's wait (rw_lock, exclusive_lock).
+    Rwlock,
+    /// --workers observers follow one election through --rounds changes
+    /// of leader, a resign and a lease of --hold that ends unrenewed: how
+    /// long after each change every observer saw it (election_resign,
+    /// election_expiry).
+    Election,
 }
 
 /// The runtime a benchmark runs its workers on.
@@ -147,6 +157,16 @@ pub(crate) struct BenchArgs {
     /// Concurrent workers.
     #[arg(long, default_value_t = 50)]
     pub(crate) workers: usize,
+    /// `rwlock`: how long each operation holds the lock; `election`: the
+    /// lease of the leader whose lease is left to end.
+    #[arg(long, default_value = "2ms", value_parser = duration, allow_hyphen_values = true, value_name = "D")]
+    pub(crate) hold: Duration,
+    /// `rwlock`: the share of operations that read, in percent.
+    #[arg(long, default_value_t = 90, value_name = "P")]
+    pub(crate) readers_percent: u32,
+    /// `election`: changes of leader measured, of each kind.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub(crate) rounds: usize,
     /// How long to measure.
     #[arg(long, default_value = "5s", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) seconds: Duration,

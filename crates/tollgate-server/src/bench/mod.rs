@@ -6,6 +6,7 @@
 
 pub(crate) mod args;
 mod console;
+mod coord;
 mod draw;
 mod fair;
 mod flood;
@@ -54,6 +55,8 @@ pub(crate) async fn run(args: BenchArgs) -> i32 {
         BenchTarget::Listing => listing::run(&args).await,
         BenchTarget::Console => console::run(&args).await,
         BenchTarget::Recovery => recovery::run(&args).await,
+        BenchTarget::Rwlock => coord::rwlock(&args).await,
+        BenchTarget::Election => coord::election(&args).await,
         BenchTarget::Snapshot => recovery::stall(&args).await,
     }
 }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tollgate::{Election, GateOptions, Leader};
 
 use super::StoreArgs;
-use super::remote_lease::Remote;
+use super::remote_lease::{Ask, Remote};
 use super::run::{Held, Job, holder_label, supervise};
 use crate::args::duration;
 use crate::client::{Server, Timeout, segment};
@@ -89,7 +89,7 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
         Ok(kept) => kept.flatten(),
         Err(e) => {
             eprintln!("tollgate: {e}");
-            return exit::USAGE;
+            return exit::IO;
         }
     };
     let held = match &args.store.server {
@@ -188,10 +188,16 @@ async fn lead_remote(server: &str, args: &ElectArgs, label: &str, kept: Option<&
         }
     }
     loop {
-        match remote
-            .acquire(Some(1), 1, args.ttl, args.heartbeat, tollgate::MAX_TTL, label)
-            .await
-        {
+        let ask = Ask {
+            capacity: Some(1),
+            permits: 1,
+            ttl: args.ttl,
+            heartbeat: args.heartbeat,
+            wait: tollgate::MAX_TTL,
+            label,
+            max_hold: None,
+        };
+        match remote.acquire(&ask).await {
             Ok(Some(l)) => return Ok(Held::Remote(l)),
             Ok(None) => continue,
             Err(f) => {

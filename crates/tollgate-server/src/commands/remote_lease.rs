@@ -26,8 +26,25 @@ pub(crate) struct RemoteLease {
     remote: Remote,
     token: String,
     pub(crate) fence: u64,
+    /// Not renewed past this (`--max-hold`).
+    hold_until: Option<Instant>,
     lost: watch::Receiver<bool>,
     keeper: JoinHandle<()>,
+}
+
+/// What an acquire asks of the gate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    /// The gate's capacity (`None`: the stored one).
+    pub(crate) capacity: Option<u32>,
+    pub(crate) permits: u32,
+    pub(crate) ttl: Duration,
+    pub(crate) heartbeat: Duration,
+    /// How long to wait in line (0: try once).
+    pub(crate) wait: Duration,
+    pub(crate) label: &'a str,
+    /// Never renewed past this from the grant (`lock run --max-hold`).
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// Long-polls are asked in slices no longer than this.
@@ -70,16 +87,19 @@ impl Remote {
     }
 
     /// Takes the permits of a gate of `capacity` (`None`: the stored one).
-    pub(crate) async fn acquire(
-        &self,
-        capacity: Option<u32>,
-        permits: u32,
-        ttl: Duration,
-        heartbeat: Duration,
-        wait: Duration,
-        label: &str,
-    ) -> Result<Option<RemoteLease>, Failure> {
+    pub(crate) async fn acquire(&self, ask: &Ask<'_>) -> Result<Option<RemoteLease>, Failure> {
+        let Ask {
+            capacity,
+            permits,
+            ttl,
+            heartbeat,
+            wait,
+            label,
+            max_hold,
+        } = *ask;
         let deadline = Instant::now() + wait;
+        // Granted for no longer than it may be held (`lock run --max-hold`).
+        let ttl = max_hold.map_or(ttl, |m| ttl.min(m).max(tollgate::MIN_TTL));
         let mut body = json!({
             "permits": permits,
             "ttl_ms": ttl.as_millis() as u64,
@@ -94,7 +114,7 @@ impl Remote {
             let sent = Instant::now();
             let answer = self.call(Method::POST, "/enter", Some(&body)).await?.body;
             let ticket = match answer["status"].as_str() {
-                Some("granted") => return Ok(Some(self.lease(&answer, ttl, sent))),
+                Some("granted") => return Ok(Some(self.lease(&answer, ttl, sent, max_hold))),
                 Some("busy") => return Ok(None),
                 Some("queued") => answer["ticket"].as_str().unwrap_or_default().to_owned(),
                 _ => {
@@ -121,7 +141,7 @@ impl Remote {
                     continue 'enter;
                 }
                 if answer["status"].as_str() == Some("granted") {
-                    return Ok(Some(self.lease(&answer, ttl, sent)));
+                    return Ok(Some(self.lease(&answer, ttl, sent, max_hold)));
                 }
                 if Instant::now() >= deadline {
                     // Leave the line; a grant racing with this is given back.
@@ -151,7 +171,8 @@ impl Remote {
         let renewed = self.server.send(req).await?;
         match renewed.status {
             200 => {}
-            // Ended (409 lease_lost), or not a token at all (400).
+            // Ended (404 lease_not_found; 409 as well, to be safe), or not
+            // a token at all (400).
             400 | 404 | 409 => return Ok(None),
             _ => return Err(self.server.failure(&renewed)),
         }
@@ -167,18 +188,27 @@ impl Remote {
             return Ok(None);
         }
         let answer = json!({"token": token, "fence": leader["fence"], "ttl_ms": renewed.body["ttl_ms"]});
-        Ok(Some(self.lease(&answer, ttl, sent)))
+        Ok(Some(self.lease(&answer, ttl, sent, None)))
     }
 
-    fn lease(&self, answer: &Value, ttl: Duration, sent: Instant) -> RemoteLease {
+    fn lease(&self, answer: &Value, ttl: Duration, sent: Instant, max_hold: Option<Duration>) -> RemoteLease {
         let token = answer["token"].as_str().unwrap_or_default().to_owned();
         let granted_ttl = answer["ttl_ms"].as_u64().map_or(ttl, Duration::from_millis);
         let (tx, lost) = watch::channel(false);
-        let keeper = tokio::spawn(keep(self.clone(), token.clone(), ttl, sent + granted_ttl, tx));
+        let hold_until = max_hold.map(|m| sent + m);
+        let keeper = tokio::spawn(keep(
+            self.clone(),
+            token.clone(),
+            ttl,
+            sent + granted_ttl,
+            hold_until,
+            tx,
+        ));
         RemoteLease {
             remote: self.clone(),
             token,
             fence: answer["fence"].as_u64().unwrap_or(0),
+            hold_until,
             lost,
             keeper,
         }
@@ -192,11 +222,11 @@ async fn keep(
     token: String,
     ttl: Duration,
     first_deadline: Instant,
+    hold_until: Option<Instant>,
     lost: watch::Sender<bool>,
 ) {
     let mut end = first_deadline;
     let renew_path = format!("/leases/{token}/renew");
-    let body = json!({"ttl_ms": ttl.as_millis() as u64});
     let mut next = Instant::now() + ttl / 3;
     loop {
         tokio::time::sleep_until(next.min(end)).await;
@@ -205,11 +235,18 @@ async fn keep(
             let _ = lost.send(true);
             return;
         }
+        // Never renewed past --max-hold: the lease then runs out by itself.
+        let span = hold_until.map_or(ttl, |until| ttl.min(until.saturating_duration_since(now)));
+        if span < tollgate::MIN_TTL {
+            next = end;
+            continue;
+        }
+        let body = json!({"ttl_ms": span.as_millis() as u64});
         let attempt = remote.call(Method::POST, &renew_path, Some(&body));
         match tokio::time::timeout(end - now, attempt).await {
             Ok(Ok(Answer { status: 200, .. })) => {
-                end = now + ttl;
-                next = now + ttl / 3;
+                end = now + span;
+                next = now + span / 3;
             }
             Ok(Ok(_)) => {
                 let _ = lost.send(true);
@@ -231,6 +268,12 @@ impl RemoteLease {
     /// The lease's owner token.
     pub(crate) fn token(&self) -> &str {
         &self.token
+    }
+
+    /// It was held (to within 10 ms) for its `--max-hold`.
+    pub(crate) fn reached_max_hold(&self) -> bool {
+        self.hold_until
+            .is_some_and(|until| Instant::now() + tollgate::MIN_TTL >= until)
     }
 
     /// Resolves when the lease is lost.

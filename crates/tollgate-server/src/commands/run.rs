@@ -13,7 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tollgate::{Gate, GateOptions, Lease, RW_PERMITS, RwMode};
 
 use super::StoreArgs;
-use super::remote_lease::{Remote, RemoteLease};
+use super::remote_lease::{Ask, Remote, RemoteLease};
 use crate::args::duration;
 use crate::exit;
 
@@ -275,16 +275,17 @@ async fn run_remote(server: &str, args: &RunArgs, permits: Permits, what: &str) 
     };
     let acquired = match resized {
         Ok(()) => {
-            remote
-                .acquire(
-                    permits.limit,
-                    permits.take,
-                    args.ttl,
-                    args.heartbeat,
-                    args.wait,
-                    &holder_label(),
-                )
-                .await
+            let label = holder_label();
+            let ask = Ask {
+                capacity: permits.limit,
+                permits: permits.take,
+                ttl: args.ttl,
+                heartbeat: args.heartbeat,
+                wait: args.wait,
+                label: &label,
+                max_hold: args.max_hold,
+            };
+            remote.acquire(&ask).await
         }
         Err(f) => Err(f),
     };
@@ -357,12 +358,12 @@ impl Held {
         }
     }
 
-    /// The lease ended because it was held for its max_hold (a local one
-    /// stops renewing there; a remote one is stopped by `supervise`).
+    /// The lease ended because it was held for its max_hold (neither is
+    /// renewed past it).
     fn reached_max_hold(&self) -> bool {
         match self {
             Held::Local(l) => l.reached_max_hold(),
-            Held::Remote(_) => false,
+            Held::Remote(r) => r.reached_max_hold(),
         }
     }
 
