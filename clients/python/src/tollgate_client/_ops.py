@@ -163,6 +163,36 @@ def events_refused(status: int, headers: httpx.Headers, content: bytes) -> Tollg
     return error_from_answer(status, headers, data, content)
 
 
+class SseLines:
+    """Server-Sent Events read a line at a time: ``line`` answers
+    ``(event, data)`` when an event ends, None otherwise (comments, the
+    keep-alives, are skipped). ``what`` names the stream in errors."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._event = "message"
+        self._data: List[str] = []
+        self._size = 0
+
+    def line(self, line: str) -> Optional[Tuple[str, str]]:
+        if line == "":
+            event, data = self._event, "\n".join(self._data)
+            self._event, self._data, self._size = "message", [], 0
+            return (event, data) if data else None
+        if line.startswith(":"):  # a comment: the keep-alive
+            return None
+        self._size += len(line)
+        if self._size > MAX_EVENT_BYTES:
+            raise TollgateError("bad_answer", f"an event of over 64 KiB on {self.what}")
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+
 class TicketEvents:
     """Reads a ticket's event stream (Server-Sent Events), a line at a time:
     ``feed`` answers the LeaseInfo of a ``granted`` event, the TicketInfo of
@@ -171,27 +201,11 @@ class TicketEvents:
 
     def __init__(self, gate: str, ticket: str) -> None:
         self.gate, self.ticket = gate, ticket
-        self._event = "message"
-        self._data: List[str] = []
-        self._size = 0
+        self._lines = SseLines("the ticket's stream")
 
     def feed(self, line: str) -> Optional[Polled]:
-        if line == "":
-            event, data = self._event, "\n".join(self._data)
-            self._event, self._data, self._size = "message", [], 0
-            return self._outcome(event, data) if data else None
-        if line.startswith(":"):  # a comment: the keep-alive
-            return None
-        self._size += len(line)
-        if self._size > MAX_EVENT_BYTES:
-            raise TollgateError("bad_answer", "an event of over 64 KiB on the ticket's stream")
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "event":
-            self._event = value
-        elif name == "data":
-            self._data.append(value)
-        return None
+        done = self._lines.line(line)
+        return self._outcome(*done) if done else None
 
     def _outcome(self, event: str, data: str) -> Optional[Polled]:
         try:
@@ -235,33 +249,18 @@ class LeaderEvents:
     ``leader`` event ends, and None otherwise."""
 
     def __init__(self) -> None:
-        self._event = "message"
-        self._data: List[str] = []
-        self._size = 0
+        self._lines = SseLines("the election's stream")
 
     def feed(self, line: str) -> Optional[Tuple[Optional[Obj]]]:
-        if line == "":
-            event, data = self._event, "\n".join(self._data)
-            self._event, self._data, self._size = "message", [], 0
-            if not data or event not in ("hello", "leader"):
-                return None
-            try:
-                leader = _obj(json.loads(data)).get("leader")
-            except ValueError:
-                raise TollgateError("bad_answer", f"a {event} event that is not JSON") from None
-            return (_obj(leader) if leader is not None else None,)
-        if line.startswith(":"):
+        done = self._lines.line(line)
+        if done is None or done[0] not in ("hello", "leader"):
             return None
-        self._size += len(line)
-        if self._size > MAX_EVENT_BYTES:
-            raise TollgateError("bad_answer", "an event of over 64 KiB on the election's stream")
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "event":
-            self._event = value
-        elif name == "data":
-            self._data.append(value)
-        return None
+        event, data = done
+        try:
+            leader = _obj(json.loads(data)).get("leader")
+        except ValueError:
+            raise TollgateError("bad_answer", f"a {event} event that is not JSON") from None
+        return (_obj(leader) if leader is not None else None,)
 
 
 def max_hold_cap(ttl_ms: int, hold_until: Optional[float]) -> Optional[int]:
