@@ -432,7 +432,9 @@ export class Lease {
       }
     };
     this.#armDeadline();
-    next(Math.max(10, this.ttlMs / 3));
+    // A lease that would outlive its cap (one from the line runs to the
+    // heartbeat first) is cut to it by a renewal at once.
+    next(this.#expires > this.#holdUntil + 10 ? 0 : Math.max(10, this.ttlMs / 3));
     return this;
   }
 

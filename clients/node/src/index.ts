@@ -113,7 +113,9 @@ export class Tollgate {
     options: HoldOptions,
   ): Promise<T> {
     const { maxHoldMs, ...acquire } = options;
-    const lease = await this.gate(name).acquire({ ...acquire, ...size });
+    // Granted for no longer than it may be held.
+    const ttlMs = maxHoldMs === undefined ? acquire.ttlMs : Math.min(acquire.ttlMs ?? 30_000, Math.max(10, maxHoldMs));
+    const lease = await this.gate(name).acquire({ ...acquire, ...size, ...(ttlMs === undefined ? {} : { ttlMs }) });
     if (lease === null) {
       throw new TollgateError("wait_timeout", `not granted ${name} within ${options.waitMs} ms`);
     }

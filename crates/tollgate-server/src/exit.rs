@@ -76,7 +76,7 @@ pub(crate) const MEANINGS: &[(Option<i32>, &str)] = &[
     ),
     (
         Some(REMOVED),
-        "(lock run, semaphore run) an admin removed this waiter from the line: the command never ran",
+        "(lock run, semaphore run, elect) an admin removed this waiter from the line: the command never ran",
     ),
     (
         Some(CONFIG),

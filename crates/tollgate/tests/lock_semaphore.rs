@@ -690,9 +690,19 @@ async fn max_hold_ends_a_renewed_lease(ts: TestStore) {
     let asked = Instant::now();
     let lease = lock.try_acquire().await.expect("store").expect("free");
     assert!(!lease.reached_max_hold());
+    // A capped waiter too: its lease comes handed over from the line,
+    // running to its heartbeat deadline (10 s), and must still end at its
+    // own cap.
     let waiter = {
-        let lock = Lock::new(&ts.store, "capped").expect("lock");
-        tokio::spawn(async move { lock.acquire(WAIT).await.expect("store").expect("granted") })
+        let options = GateOptions {
+            max_hold: Some(Duration::from_millis(900)),
+            ..GateOptions::default()
+        };
+        let lock = Lock::with_options(&ts.store, "capped", options).expect("lock");
+        tokio::spawn(async move {
+            let lease = lock.acquire(WAIT).await.expect("store").expect("granted");
+            (lease, Instant::now())
+        })
     };
     tokio::time::timeout(Duration::from_secs(5), lease.lost())
         .await
@@ -710,12 +720,26 @@ async fn max_hold_ends_a_renewed_lease(ts: TestStore) {
         .await
         .expect_err("extended past max_hold");
     assert!(err.is_lease_lost(), "{err}");
-    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+    let (next, granted) = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("the waiter got the lock")
         .expect("task");
     assert!(next.fence() > lease.fence());
-    next.release().await.expect("release");
+    tokio::time::timeout(Duration::from_secs(5), next.lost())
+        .await
+        .expect("the handed-over lease lost within 5 s");
+    let held = granted.elapsed();
+    assert!(
+        held < Duration::from_millis(1500),
+        "the handed-over lease held {held:?}"
+    );
+    // The store let it go too: the lock is free.
+    let free = Lock::new(&ts.store, "capped")
+        .expect("lock")
+        .try_acquire()
+        .await
+        .expect("store");
+    assert!(free.is_some(), "the store still held the capped lease");
 }
 
 on_both_stores!(realtime:

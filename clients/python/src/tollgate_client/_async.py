@@ -285,6 +285,7 @@ class AsyncHeld:
         sent = time.monotonic()
         got = await self.gate.enter(ttl_ms=self.ttl_ms, permits=self.permits, capacity=self.capacity, mode=self.mode,
                                     label=self.label)
+        waited = isinstance(got, AsyncTicket)
         if isinstance(got, AsyncTicket):
             ticket = got
             try:
@@ -300,7 +301,9 @@ class AsyncHeld:
                 raise
         assert isinstance(got, AsyncLease)
         self.lease = got
-        self._hold_until = None if self.max_hold is None else sent + self.max_hold
+        # From the grant: a wait in line does not count.
+        granted_at = sent if not waited else time.monotonic()
+        self._hold_until = None if self.max_hold is None else granted_at + self.max_hold
         self._renewer = asyncio.ensure_future(self._renew(got))
         return got
 

@@ -355,6 +355,7 @@ class Held:
         sent = time.monotonic()
         got = self.gate.enter(ttl_ms=self.ttl_ms, permits=self.permits, capacity=self.capacity, mode=self.mode,
                               label=self.label)
+        waited = isinstance(got, Ticket)
         if isinstance(got, Ticket):
             ticket = got
             try:
@@ -369,7 +370,9 @@ class Held:
                 raise
         assert isinstance(got, Lease)
         self.lease = got
-        self._hold_until = None if self.max_hold is None else sent + self.max_hold
+        # From the grant: a wait in line does not count.
+        granted_at = sent if not waited else time.monotonic()
+        self._hold_until = None if self.max_hold is None else granted_at + self.max_hold
         self._stop.clear()
         self._renewer = threading.Thread(target=self._renew, args=(got,), daemon=True,
                                          name=f"tollgate-renew-{self.gate.name}")

@@ -77,11 +77,12 @@ impl ElectionFeeds {
         rx
     }
 
-    /// Ends `name`'s feed if nobody listens any more; true if it did.
-    fn end_if_unheard(&self, name: &str) -> bool {
+    /// Ends `name`'s feed (`tx`) if nobody listens any more; true if it
+    /// did.
+    fn end_if_unheard(&self, name: &str, tx: &broadcast::Sender<Change>) -> bool {
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
-        let unheard = feeds.get(name).is_none_or(|tx| tx.receiver_count() == 0);
-        if unheard {
+        let unheard = tx.receiver_count() == 0;
+        if unheard && feeds.get(name).is_some_and(|t| t.same_channel(tx)) {
             feeds.remove(name);
         }
         unheard
@@ -90,16 +91,27 @@ impl ElectionFeeds {
 
 /// Follows one election while anyone listens: each change broadcast.
 async fn observe(feeds: Arc<ElectionFeeds>, name: String, election: Election, tx: broadcast::Sender<Change>) {
+    // However the task ends (a panic too), its entry goes with it: a
+    // later stream then starts a new observer rather than wait on a
+    // sender nobody feeds.
+    struct Entry(Arc<ElectionFeeds>, String, broadcast::Sender<Change>);
+    impl Drop for Entry {
+        fn drop(&mut self) {
+            let mut feeds = self.0.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+            // Only this task's own: a new one may have taken the name.
+            if feeds.get(&self.1).is_some_and(|tx| tx.same_channel(&self.2)) {
+                feeds.remove(&self.1);
+            }
+        }
+    }
+    let _entry = Entry(feeds.clone(), name.clone(), tx.clone());
     let mut observer = election.observe();
     loop {
         match tokio::time::timeout(LOOK, observer.next()).await {
             Ok(Ok(leader)) => {
-                // A vacancy's id follows the gate's last fence.
-                let fence = match &leader {
-                    Some(l) => l.fence,
-                    None => election.gate().stats().await.map_or(0, |s| s.fence),
-                };
-                let id = id_of(leader.as_ref(), fence);
+                // A vacancy's id follows the gate's last fence, from the
+                // same consistent read.
+                let id = id_of(leader.as_ref(), observer.last_fence());
                 let data = json!({"leader": leader_json(leader.as_ref()), "id": id, "at_ms": now_ms()});
                 let _ = tx.send(Change {
                     id,
@@ -112,7 +124,7 @@ async fn observe(feeds: Arc<ElectionFeeds>, name: String, election: Election, tx
             }
             Err(_) => {}
         }
-        if tx.receiver_count() == 0 && feeds.end_if_unheard(&name) {
+        if tx.receiver_count() == 0 && feeds.end_if_unheard(&name, &tx) {
             return;
         }
     }

@@ -57,11 +57,7 @@ async fn events(
     let slot = state.subscribers.take()?;
     // Subscribed before the first read: no change falls between them.
     let rx = state.elections.subscribe(&e);
-    let now = e.leader().await?;
-    let fence = match &now {
-        Some(l) => l.fence,
-        None => e.gate().stats().await?.fence,
-    };
+    let (now, fence) = e.state().await?;
     let id = id_of(now.as_ref(), fence);
     let last: Option<u64> = headers
         .get("last-event-id")
@@ -74,19 +70,24 @@ async fn events(
         "resumed_from": last,
         "changed": last.map(|l| l != id),
     });
-    let feed = futures_util::stream::unfold(rx, move |mut rx| async move {
+    // Each stream sends only ids above the last it sent (the hello's
+    // first): a change the observer read before the hello's read says
+    // nothing new.
+    let feed = futures_util::stream::unfold((rx, id), |(mut rx, mut sent)| async move {
         loop {
             let event = match rx.recv().await {
-                // Changes up to the hello's read say nothing new.
-                Ok(c) if c.id <= id => continue,
-                Ok(c) => Ok(Event::default()
-                    .event("leader")
-                    .id(c.id.to_string())
-                    .data(c.data.to_string())),
+                Ok(c) if c.id <= sent => continue,
+                Ok(c) => {
+                    sent = c.id;
+                    Ok(Event::default()
+                        .event("leader")
+                        .id(c.id.to_string())
+                        .data(c.data.to_string()))
+                }
                 Err(RecvError::Lagged(missed)) => Err(Lagged { missed }),
                 Err(RecvError::Closed) => return None,
             };
-            return Some((event, rx));
+            return Some((event, (rx, sent)));
         }
     });
     Ok(stream(hello, feed, slot, Stopping(state.stopping.clone())))

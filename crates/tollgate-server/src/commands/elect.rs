@@ -22,9 +22,11 @@ use crate::exit;
 /// `elect --help`'s last words.
 pub(crate) const ELECT_EXIT_CODES: &str = "Exit codes: the command's own once it ran as leader (after it \
      exits, leadership is resigned: the next candidate leads at once); 64 bad arguments; \
-     69 the store or server is unreachable; 74 the --token-file cannot be read or written; \
-     76 leadership was lost while the command ran (it got SIGTERM); 78 the set-up is wrong; \
-     126/127 the command could not be started / was not found. --observe: 0 after --count lines.";
+     69 the store or server is unreachable; 70 an internal error; 74 the --token-file cannot be \
+     read or written; 75 the server's rate limit refused this client; 76 leadership was lost while \
+     the command ran (it got SIGTERM); 77 an admin removed this candidate from the line (`lock \
+     remove`); 78 the set-up is wrong; 126/127 the command could not be started / was not found. \
+     --observe: 0 after --count lines.";
 
 #[derive(Debug, Args)]
 pub(crate) struct ElectArgs {
@@ -223,15 +225,24 @@ fn read_token(file: &Path) -> Result<Option<String>, String> {
 
 fn write_token(file: &Path, token: &str) -> Result<(), String> {
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = file.with_extension("tmp");
+    // A temp file of this run's own beside it (created, never reused, so
+    // no other run's file and no planted link is written through), then
+    // renamed over it.
+    let base = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = file.with_file_name(format!(".{base}.{}.tmp", std::process::id()));
     let written = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)
         .and_then(|mut f| f.write_all(token.as_bytes()).and_then(|()| f.sync_all()))
         .and_then(|()| std::fs::rename(&tmp, file));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
     written.map_err(|e| format!("cannot write --token-file {}: {e}", file.display()))
 }
 

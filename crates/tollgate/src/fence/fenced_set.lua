@@ -19,13 +19,22 @@
 -- before it; the mark only goes up. Fences are compared as decimal
 -- strings (length, then digits), exact for any 64-bit fence, where Lua's
 -- numbers are exact only to 2^53.
+-- Every argument is checked before anything is written (Redis does not
+-- undo a script's writes when a later command fails).
+if #KEYS ~= 2 or KEYS[1] == KEYS[2] then
+  return redis.error_reply('ERR fenced_set: two different keys, the value\'s and its fence\'s')
+end
 local fence = ARGV[1]
-if type(fence) ~= 'string' or not string.match(fence, '^[1-9]%d*$') or #fence > 20 then
-  return redis.error_reply('ERR fenced_set: the fence must be a whole number from 1 up')
+if type(fence) ~= 'string' or not string.match(fence, '^[1-9]%d*$') or #fence > 20
+    or (#fence == 20 and fence > '18446744073709551615') then
+  return redis.error_reply('ERR fenced_set: the fence must be a whole number from 1 up, at most 2^64 - 1')
+end
+if ARGV[2] == nil then
+  return redis.error_reply('ERR fenced_set: no value')
 end
 local ttl = ARGV[3]
-if ttl and ttl ~= '' and not string.match(ttl, '^[1-9]%d*$') then
-  return redis.error_reply('ERR fenced_set: the TTL must be a whole number of ms from 1 up')
+if ttl and ttl ~= '' and (not string.match(ttl, '^[1-9]%d*$') or #ttl > 15) then
+  return redis.error_reply('ERR fenced_set: the TTL must be a whole number of ms from 1 to 15 digits')
 end
 local seen = redis.call('GET', KEYS[2])
 if seen and (#seen > #fence or (#seen == #fence and seen > fence)) then

@@ -39,7 +39,9 @@ pub type FenceKeyFn = Arc<dyn Fn(&Uri, &HeaderMap) -> Option<String> + Send + Sy
 /// What resource a request writes to: the fence is compared per key.
 #[derive(Clone)]
 pub enum FenceKey {
-    /// The request's path.
+    /// The request's path, as sent (not percent-decoded: `/a%62` and
+    /// `/ab` are two keys; key by a decoded route parameter with
+    /// [`FenceKey::Custom`] where clients may encode alike paths apart).
     Path,
     /// The value of a request header (a request without it is refused
     /// with 400 `fence_key_required`).

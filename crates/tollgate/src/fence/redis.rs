@@ -41,8 +41,13 @@ pub async fn fenced_set<C: ConnectionLike>(
     if fence == 0 {
         return Err(Error::invalid("a fence is a whole number from 1 up"));
     }
+    if key == fence_key {
+        return Err(Error::invalid("the value's key and its fence's key must differ"));
+    }
     let ttl_ms = match ttl {
-        Some(d) if d.as_millis() == 0 => return Err(Error::invalid("the TTL must be at least 1 ms")),
+        Some(d) if d.as_millis() == 0 || d.as_millis() >= 1_000_000_000_000_000 => {
+            return Err(Error::invalid("the TTL must be from 1 ms to 15 digits of ms"));
+        }
         Some(d) => d.as_millis().to_string(),
         None => String::new(),
     };

@@ -139,6 +139,13 @@ impl Election {
 
     /// Who leads now, if anyone.
     pub async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(self.state().await?.0)
+    }
+
+    /// Who leads now, with the gate's last fence read in the same
+    /// consistent view (the leader's own, or the last leader's when
+    /// nobody leads; 0 if the store holds no state for the gate).
+    pub async fn state(&self) -> Result<(Option<Leader>, u64)> {
         // Three reads (fence, holder, fence): consistent when no grant
         // came between the first and the last.
         for _ in 0..5 {
@@ -149,7 +156,7 @@ impl Election {
             if before.grants != after.grants || before.fence != after.fence {
                 continue;
             }
-            return Ok(holders.into_iter().next().map(|h| {
+            let leader = holders.into_iter().next().map(|h| {
                 let fence = h.fence.unwrap_or(after.fence);
                 Leader {
                     label: h.label,
@@ -158,7 +165,8 @@ impl Election {
                     ttl: h.ttl,
                     handle: h.handle,
                 }
-            }));
+            });
+            return Ok((leader, after.fence));
         }
         Err(Error::unavailable(
             "the election's leader changed during every read",
@@ -177,6 +185,7 @@ impl Election {
             election: self.clone(),
             every: every.max(Duration::from_millis(10)),
             last: None,
+            fence: 0,
         }
     }
 
@@ -250,6 +259,8 @@ pub struct Observer {
     every: Duration,
     /// What was last answered: `None` before the first answer.
     last: Option<Option<Leader>>,
+    /// The gate's last fence at that answer.
+    fence: u64,
 }
 
 impl Observer {
@@ -259,13 +270,14 @@ impl Observer {
     /// observer may be asked again.
     pub async fn next(&mut self) -> Result<Option<Leader>> {
         loop {
-            let now = self.election.leader().await?;
+            let (now, fence) = self.election.state().await?;
             let changed = match &self.last {
                 None => true,
                 Some(last) => last.as_ref().map(|l| l.fence) != now.as_ref().map(|l| l.fence),
             };
             if changed {
                 self.last = Some(now.clone());
+                self.fence = fence;
                 return Ok(now);
             }
             tokio::time::sleep(self.every).await;
@@ -275,5 +287,11 @@ impl Observer {
     /// What was last answered, if anything.
     pub fn last(&self) -> Option<&Option<Leader>> {
         self.last.as_ref()
+    }
+
+    /// The gate's last fence as read with the last answer (with no
+    /// leader: the last leader's fence).
+    pub fn last_fence(&self) -> u64 {
+        self.fence
     }
 }

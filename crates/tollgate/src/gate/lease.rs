@@ -338,10 +338,20 @@ impl Shared {
     /// When to look at the lease next: a third of its current span in (if
     /// it is renewed), else at its end.
     fn next_look(&self, c: &LeaseClock) -> Instant {
-        if self.gate.auto_renew {
+        let at = if self.gate.auto_renew {
             c.sent + (c.deadline - c.sent) / 3
         } else {
             c.deadline
+        };
+        match self.hold_until {
+            // A lease that would outlive its max_hold (one handed over
+            // from the line runs to the waiter's heartbeat deadline) is
+            // cut short by a renewal to the cap, which a look makes as
+            // soon as it can.
+            Some(until) if self.gate.auto_renew && c.deadline > until + crate::MIN_TTL => {
+                at.min(until.checked_sub(crate::MIN_TTL * 2).unwrap_or(until))
+            }
+            _ => at,
         }
     }
 

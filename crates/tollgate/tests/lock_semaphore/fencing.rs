@@ -100,6 +100,35 @@ async fn the_redis_guarded_write_refuses_a_frozen_holder() {
         .invoke_async(&mut conn)
         .await;
     assert!(bad.is_err(), "{bad:?}");
+    // Nothing is written before every argument is checked: a fence past
+    // 2^64 - 1, a TTL too long, or one key for both, leave the mark.
+    for (k, m, fence, ttl) in [
+        (key, mark, "99999999999999999999", ""),
+        (key, mark, "999999999999999999999", ""),
+        (key, mark, "9999999999999999", "9999999999999999"),
+        (key, key, "9999999999999999", ""),
+    ] {
+        let bad: redis::RedisResult<redis::Value> = redis::Script::new(tollgate::FENCED_SET_LUA)
+            .key(k)
+            .key(m)
+            .arg(fence)
+            .arg("z")
+            .arg(ttl)
+            .invoke_async(&mut conn)
+            .await;
+        assert!(bad.is_err(), "{fence} {ttl}: {bad:?}");
+    }
+    let still: String = redis::cmd("GET")
+        .arg(mark)
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    assert_eq!(still, b.fence().to_string(), "a refused call moved the mark");
+    assert!(
+        fenced_set(&mut conn, key, key, b.fence(), b"z", None)
+            .await
+            .is_err()
+    );
     b.release().await.expect("release");
 }
 

@@ -294,6 +294,11 @@ async function election(name) {
     open() {
       if (this.closed) return;
       this.source = new EventSource('/v1/elections/' + seg(name) + '/events', { withCredentials: true });
+      // A (re)connected stream's first word is the leader now: a change
+      // made while it was away shows then.
+      this.source.addEventListener('hello', (ev) => {
+        fill(now, leaderFacts(JSON.parse(ev.data).leader));
+      });
       this.source.addEventListener('leader', (ev) => {
         const d = JSON.parse(ev.data);
         fill(now, leaderFacts(d.leader));
