@@ -279,3 +279,18 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub fn error_body(code: &str, message: &str) -> String {
     serde_json::json!({"error": {"code": code, "message": message}}).to_string()
 }
+
+/// [`error_body`] as an HTTP answer with `status` (the layers' refusals).
+pub(crate) fn error_response<B: From<String>>(
+    status: http::StatusCode,
+    code: &str,
+    message: &str,
+) -> http::Response<B> {
+    let mut response = http::Response::new(B::from(error_body(code, message)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}

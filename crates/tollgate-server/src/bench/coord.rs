@@ -187,10 +187,11 @@ pub(super) async fn election(args: &BenchArgs) -> i32 {
         Err(code) => return code,
     };
     let rounds = args.rounds.max(1);
+    let ttl = args.hold.max(tollgate::MIN_TTL);
     for case in ["election_resign", "election_expiry"] {
         let name = format!("bench:{case}:{:x}", std::process::id());
         let options = GateOptions {
-            ttl: args.hold.max(tollgate::MIN_TTL),
+            ttl,
             auto_renew: case == "election_resign",
             ..GateOptions::default()
         };
@@ -254,7 +255,7 @@ pub(super) async fn election(args: &BenchArgs) -> i32 {
                 // Frozen: no renewal, no release; its lease ends at most
                 // TTL after the request that granted it was sent.
                 std::mem::forget(leader);
-                sent + options_ttl(args)
+                sent + ttl
             };
             for t in tasks {
                 match t.await.ok().flatten() {
@@ -276,8 +277,4 @@ pub(super) async fn election(args: &BenchArgs) -> i32 {
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
     }
     0
-}
-
-fn options_ttl(args: &BenchArgs) -> Duration {
-    args.hold.max(tollgate::MIN_TTL)
 }

@@ -24,7 +24,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::guard::{FenceGuard, StaleFence};
-use crate::error::error_body;
+use crate::error::error_response;
 
 /// The request header carrying the holder's fencing token.
 pub const FENCE_HEADER: &str = "tollgate-fence";
@@ -105,12 +105,7 @@ fn answer<B: From<String>>(
     (status, code, message): (StatusCode, &str, String),
     highest: Option<u64>,
 ) -> Response<B> {
-    let mut response = Response::new(B::from(error_body(code, &message)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let mut response = error_response(status, code, &message);
     if let Some(h) = highest {
         response
             .headers_mut()

@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::error::{ErrorKind, error_body};
+use crate::error::{ErrorKind, error_response};
 use crate::limit::{Decision, RateLimiter};
 
 /// The client's address as the connection saw it. Insert it into each
@@ -340,17 +340,6 @@ where
             }
         })
     }
-}
-
-/// tollgate's one error shape: `{"error": {"code", "message"}}`.
-fn error_response<B: From<String>>(status: StatusCode, code: &str, message: &str) -> Response<B> {
-    let mut response = Response::new(B::from(error_body(code, message)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 #[cfg(test)]
