@@ -287,12 +287,16 @@ async fn the_image_runs_unprivileged_configured_by_env_and_file_with_a_working_h
         "0.0.0.0:7701",
     ]);
     // Beyond loopback with no tokens: it says so (the one with tokens did
-    // not).
-    let logs = podman.run(&["logs", "elsewhere"]);
-    assert!(
-        String::from_utf8_lossy(&logs.stderr).contains("no tokens set"),
-        "{logs:?}"
-    );
+    // not). `run -d` returns before the server has logged: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let logs = podman.run(&["logs", "elsewhere"]);
+        if String::from_utf8_lossy(&logs.stderr).contains("no tokens set") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{logs:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let logs = podman.run(&["logs", "tg"]);
     assert!(
         !String::from_utf8_lossy(&logs.stderr).contains("no tokens set"),
