@@ -702,10 +702,16 @@ fn max_hold_stops_the_command_and_exits_76() {
 struct Serve(Child, String);
 
 impl Serve {
+    /// A server on the memory store, on a free port.
     fn start() -> Serve {
+        Serve::start_at("127.0.0.1:0", "none")
+    }
+
+    /// A server listening on `listen`, keeping its data in `data_dir`.
+    fn start_at(listen: &str, data_dir: &str) -> Serve {
         use std::io::{BufRead, BufReader};
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", "none"])
+            .args(["serve", "--listen", listen, "--data-dir", data_dir])
             .env("TOLLGATE_LOG", "warn")
             .env_remove("TOLLGATE_REDIS_URL")
             .stdout(Stdio::piped())

@@ -1,14 +1,16 @@
-//! The durable embedded store: what a restart keeps, what recovery does
-//! with a torn or damaged log, a second server on one directory, snapshots
-//! and compaction, time and fences across a restart, and a power loss
-//! simulated by cutting the log back to what had been synced.
+//! The durable embedded store: what a restart keeps (read-write locks and
+//! elections too), what recovery does with a torn or damaged log, a
+//! second server on one directory, snapshots and compaction, time and
+//! fences across a restart, and a power loss simulated by cutting the log
+//! back to what had been synced.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{
-    DurableOptions, ErrorKind, Fsync, Gate, GateOptions, JobQueue, Limit, Lock, ManualClock, MemoryOptions,
-    PushOptions, Rate, RateLimiter, Retry, ScheduleSpec, Schedules, Semaphore, Store, TicketStatus, When,
+    DurableOptions, Election, ErrorKind, Fsync, Gate, GateOptions, JobQueue, Limit, Lock, ManualClock,
+    MemoryOptions, PushOptions, RW_PERMITS, Rate, RateLimiter, Retry, RwLock, RwState, ScheduleSpec,
+    Schedules, Semaphore, Store, TicketStatus, When,
 };
 
 /// Every snapshot rebuilt from the log (the way of heavy states; the
@@ -168,6 +170,75 @@ async fn a_restart_keeps_every_primitive() {
         !limiter.check("alice", 1).await.expect("check").allowed,
         "the budget stays spent"
     );
+}
+
+/// A read-write lock and an election across a restart: the readers still
+/// hold it and the writer still waits first in line; the leader still
+/// leads with its fence and `since`, resumes with its token, and the next
+/// leader's fence is higher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_read_write_locks_and_elections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(options(dir.path(), Fsync::EverySec)).expect("open");
+    let rw = RwLock::with_options(&store, "table", long()).expect("rwlock");
+    for _ in 0..2 {
+        std::mem::forget(rw.try_read().await.expect("store").expect("shared"));
+    }
+    let tollgate::Entered::Queued { ticket: writer, .. } =
+        rw.gate().enter(RW_PERMITS, true).await.expect("enter")
+    else {
+        panic!("the writer waits for the readers")
+    };
+    let election = Election::with_options(&store, "chief", long()).expect("election");
+    let leadership = election
+        .campaign("node-1", Duration::ZERO)
+        .await
+        .expect("store")
+        .expect("nobody led");
+    let (token, fence) = (leadership.token().to_owned(), leadership.fence());
+    let before = election.leader().await.expect("leader").expect("a leader");
+    std::mem::forget(leadership);
+    store.close();
+    drop((rw, election, store));
+
+    let (store, _) =
+        Store::open_with(MemoryOptions::default(), options(dir.path(), Fsync::EverySec)).expect("reopen");
+    let rw = RwLock::with_options(&store, "table", long()).expect("rwlock");
+    assert_eq!(rw.state().await.expect("state"), RwState::Read(2));
+    assert!(
+        rw.try_read().await.expect("store").is_none(),
+        "a new reader went ahead of the waiting writer"
+    );
+    let status = rw.gate().status(&writer).await.expect("status");
+    assert!(matches!(status, TicketStatus::Queued(_)), "{status:?}");
+
+    let election = Election::with_options(&store, "chief", long()).expect("election");
+    let after = election.leader().await.expect("leader").expect("still led");
+    assert_eq!(
+        (&after.label, after.fence, after.since_ms, &after.handle),
+        (&before.label, before.fence, before.since_ms, &before.handle)
+    );
+    assert!(
+        election
+            .campaign("node-2", Duration::ZERO)
+            .await
+            .expect("store")
+            .is_none(),
+        "a second leader"
+    );
+    let resumed = election
+        .resume(&token)
+        .await
+        .expect("store")
+        .expect("the kept token resumes");
+    assert_eq!(resumed.fence(), fence);
+    resumed.resign().await.expect("resign");
+    let next = election
+        .campaign("node-2", Duration::ZERO)
+        .await
+        .expect("store")
+        .expect("free after the resignation");
+    assert!(next.fence() > fence, "{} after {fence}", next.fence());
 }
 
 /// A record cut short at the end of the log (a crash mid-write) is cut

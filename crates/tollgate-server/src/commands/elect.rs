@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use reqwest::Method;
@@ -286,8 +286,15 @@ async fn observe_local(args: &ElectArgs) -> i32 {
     let mut observer = election.observe();
     let mut printed = 0;
     loop {
-        match observer.next().await {
-            Ok(leader) => {
+        let read = match observer.next().await {
+            // Once it has answered, a store that stops answering (Redis
+            // restarting or failing over) is waited for; one down from
+            // the start is an error at once.
+            Err(e) if e.is_unavailable() && printed > 0 => answers_again(&election).await.map(|()| None),
+            read => read.map(Some),
+        };
+        match read {
+            Ok(Some(leader)) => {
                 if !print(&leader_line(leader.as_ref())) {
                     return 0;
                 }
@@ -296,10 +303,25 @@ async fn observe_local(args: &ElectArgs) -> i32 {
                     return 0;
                 }
             }
+            Ok(None) => {}
             Err(e) => {
                 eprintln!("tollgate: cannot read election {:?}: {e}", args.name);
                 return exit::for_error(&e);
             }
+        }
+    }
+}
+
+/// Reads `election` again until the store answers, for up to
+/// RECONNECT_FOR.
+async fn answers_again(election: &Election) -> tollgate::Result<()> {
+    let since = Instant::now();
+    loop {
+        tokio::time::sleep(RECONNECT_PAUSE).await;
+        match election.state().await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_unavailable() && since.elapsed() < RECONNECT_FOR => {}
+            Err(e) => return Err(e),
         }
     }
 }
@@ -318,13 +340,24 @@ async fn observe_remote(server: &str, args: &ElectArgs) -> i32 {
     let path = format!("/v1/elections/{}/events", segment(&args.name));
     let mut last_id: Option<String> = None;
     let mut printed = 0;
+    // When the stream last broke (None before it first answered): a
+    // server that does not answer again (a restart) is retried until
+    // RECONNECT_FOR has passed.
+    let mut broken: Option<Instant> = None;
     loop {
         let mut req = server.request(Method::GET, &path);
         if let Some(id) = &last_id {
             req = req.header("last-event-id", id);
         }
+        let retrying = broken.is_some_and(|since| since.elapsed() < RECONNECT_FOR);
         let mut resp = match req.send().await {
             Ok(r) if r.status().is_success() => r,
+            // A server starting again may answer 503 until it reaches
+            // its store.
+            Ok(r) if retrying && r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+                continue;
+            }
             Ok(r) => {
                 let status = r.status().as_u16();
                 let body = r.json::<Value>().await.unwrap_or(Value::Null);
@@ -332,6 +365,10 @@ async fn observe_remote(server: &str, args: &ElectArgs) -> i32 {
                 let f = server.failure(&answer);
                 eprintln!("tollgate: {}", f.message);
                 return f.code;
+            }
+            Err(_) if retrying => {
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+                continue;
             }
             Err(e) => {
                 eprintln!(
@@ -376,9 +413,17 @@ async fn observe_remote(server: &str, args: &ElectArgs) -> i32 {
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        broken = Some(Instant::now());
+        tokio::time::sleep(RECONNECT_PAUSE).await;
     }
 }
+
+/// How long `--observe` tries again while the store, or a server whose
+/// stream broke, does not answer (a restart, a failover) before it exits 69.
+const RECONNECT_FOR: Duration = Duration::from_secs(30);
+
+/// The pause between two reconnects.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 
 /// Server-Sent Events split from a byte stream: (event, id, data) of
 /// each complete event.

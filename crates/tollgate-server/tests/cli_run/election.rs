@@ -2,8 +2,9 @@
 //! time (checked from each leadership's start and end and its fence), an
 //! observer that prints every change, a SIGKILLed leader replaced within
 //! its lease, a SIGSTOPped one told it lost when it wakes and its fence
-//! refused by the Postgres recipe, and a restarted leader resuming with
-//! its token file.
+//! refused by the Postgres recipe, a restarted leader resuming with its
+//! token file, and an observer and a leader through a server that is
+//! killed and started again.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,12 +14,19 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use super::postgres::Postgres;
-use super::{Group, redis_and_dir, spawn, stderr, tollgate, wait_exit, wait_for_file};
+use super::support::free_port;
+use super::{Group, Serve, redis_and_dir, spawn, stderr, tollgate, wait_exit, wait_for_file};
 
 /// The leader now, as `elect --observe --count 1` prints it.
 fn leader(url: &str, name: &str) -> Value {
+    leader_on(&["--redis", url], name)
+}
+
+/// The leader now through `store` (`--redis URL` or `--server URL`).
+fn leader_on(store: &[&str], name: &str) -> Value {
     let o = tollgate()
-        .args(["elect", name, "--observe", "--count", "1", "--redis", url])
+        .args(["elect", name, "--observe", "--count", "1"])
+        .args(store)
         .output()
         .expect("observe");
     assert!(o.status.success(), "{}", stderr(&o));
@@ -281,4 +289,72 @@ fn a_restarted_leader_resumes_with_its_token_file() {
         .expect("read");
     assert!(err.contains("resumed leadership"), "{err}");
     assert!(!token.exists(), "the token file outlived the leadership");
+}
+
+/// Through a durable server that is SIGKILLed and started again on its
+/// port and data: the leader renews through the new one and keeps its
+/// leadership and fence, and an observer reconnects and prints each
+/// change once, in order.
+#[test]
+fn through_a_server_killed_and_restarted_the_leader_leads_on_and_the_observer_follows() {
+    let dir = tempfile::tempdir().expect("dir");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("utf-8");
+    let serve = Serve::start_at(&listen, data);
+    let url = serve.1.clone();
+    let server = ["--server", url.as_str()];
+    let a = Group(spawn(&[
+        "elect", "e", "--label", "a", "--ttl", "3s", "--server", &url, "--", "sleep", "60",
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let led = loop {
+        let now = leader_on(&server, "e");
+        if now["label"] == "a" {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "a never led: {now}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let observer = tollgate()
+        .args(["elect", "e", "--observe", "--count", "3", "--server", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("observer");
+    std::thread::sleep(Duration::from_millis(300));
+
+    drop(serve);
+    std::thread::sleep(Duration::from_millis(500));
+    let serve = Serve::start_at(&listen, data);
+    assert_eq!(serve.1, url);
+    // Past the lease's 3 s: only renewals through the new server kept it.
+    std::thread::sleep(Duration::from_millis(3500));
+    let now = leader_on(&server, "e");
+    assert_eq!(
+        (&now["label"], &now["fence"]),
+        (&led["label"], &led["fence"]),
+        "{now}"
+    );
+
+    // a resigns (SIGTERM), then b leads for a while and resigns.
+    killpg(Pid::from_raw(a.0.id() as i32), Signal::SIGTERM).expect("SIGTERM");
+    let b = tollgate()
+        .args([
+            "elect", "e", "--label", "b", "--server", &url, "--", "sleep", "0.5",
+        ])
+        .output()
+        .expect("b");
+    assert!(b.status.success(), "{}", stderr(&b));
+    let out = observer.wait_with_output().expect("observer");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line")["leader"].clone())
+        .collect();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen[0]["fence"], led["fence"], "{seen:?}");
+    assert_eq!(seen[1], Value::Null, "a's resignation: {seen:?}");
+    assert_eq!(seen[2]["label"], "b", "{seen:?}");
+    assert!(seen[2]["fence"].as_u64() > led["fence"].as_u64(), "{seen:?}");
 }
