@@ -4,14 +4,15 @@
 //! and the embedded store started afresh. Every grant and every job
 //! delivery after the loss carries a fence above every fence handed out
 //! before it, on every path that hands one out (a Lock's lone lease, a
-//! semaphore's inline grant, a hand-off to the line, a job's claim).
+//! semaphore's inline grant, a hand-off to the line, a read-write lock's
+//! reader and writer, an election's leader, a job's claim).
 
 mod support;
 
 use std::time::Duration;
 
 use support::RedisServer;
-use tollgate::{JobQueue, Lock, PushOptions, Semaphore, Store};
+use tollgate::{Election, JobQueue, Lock, PushOptions, RwLock, Semaphore, Store};
 
 /// Fences by what handed them out (fences are per gate and per queue).
 type Fences = Vec<(&'static str, u64)>;
@@ -50,6 +51,25 @@ async fn fences(store: &Store, round: &str) -> Fences {
     let second = waiter.await.expect("task").expect("store").expect("handed");
     out.push(("fl", second.fence()));
     second.release().await.expect("release");
+    // A read-write lock's reader (one of its permits, inline) and writer
+    // (every permit), and an election's leaders, one after another.
+    let rw = RwLock::new(store, "frw").expect("rwlock");
+    let reader = rw.try_read().await.expect("store").expect("free");
+    out.push(("frw", reader.fence()));
+    reader.release().await.expect("release");
+    let writer = rw.try_write().await.expect("store").expect("free");
+    out.push(("frw", writer.fence()));
+    writer.release().await.expect("release");
+    let election = Election::new(store, "fe").expect("election");
+    for label in ["one", "two"] {
+        let leader = election
+            .campaign(label, Duration::ZERO)
+            .await
+            .expect("store")
+            .expect("nobody leads");
+        out.push(("fe", leader.fence()));
+        leader.resign().await.expect("resign");
+    }
     // A job's delivery.
     let queue = JobQueue::new(store, "fq").expect("queue");
     let options = PushOptions {

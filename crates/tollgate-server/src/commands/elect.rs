@@ -4,7 +4,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
@@ -12,9 +12,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tollgate::{Election, GateOptions, Leader};
 
-use super::StoreArgs;
 use super::remote_lease::{Ask, Remote};
 use super::run::{Held, Job, holder_label, supervise};
+use super::{StoreArgs, elect_token};
 use crate::args::duration;
 use crate::client::{Server, Timeout, segment};
 use crate::exit;
@@ -55,7 +55,8 @@ pub(crate) struct ElectArgs {
     /// Keep the leadership's token in this file (mode 0600) while leading,
     /// and at start resume the leadership it names, if it is still held,
     /// instead of waiting out its lease: a restarted leader leads on at
-    /// once. Only whoever can read the file can resume.
+    /// once. Only whoever can read the file can resume, and not while the
+    /// run that kept it, or its command, still runs on this machine.
     #[arg(long, value_name = "FILE")]
     pub(crate) token_file: Option<PathBuf>,
     #[command(flatten)]
@@ -87,13 +88,27 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
             None => observe_local(&args).await,
         };
     }
-    let kept = match args.token_file.as_deref().map(read_token).transpose() {
+    let kept = match args.token_file.as_deref().map(elect_token::read).transpose() {
         Ok(kept) => kept.flatten(),
         Err(e) => {
             eprintln!("tollgate: {e}");
             return exit::IO;
         }
     };
+    // Resumed while the old run still runs, the leadership would have two
+    // holders with one fence: campaign as a new candidate instead.
+    let kept = kept.and_then(
+        |k| match k.owner.as_ref().and_then(elect_token::Owner::still_running) {
+            Some(what) => {
+                eprintln!(
+                    "tollgate: not resuming the leadership in the --token-file: {what} still runs; \
+                 campaigning as a new candidate"
+                );
+                None
+            }
+            None => Some(k.token),
+        },
+    );
     let held = match &args.store.server {
         Some(server) => lead_remote(server, &args, &label, kept.as_deref()).await,
         None => lead_local(&args, &label, kept.as_deref()).await,
@@ -104,7 +119,7 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
     };
     let fence = held.fence();
     if let Some(file) = &args.token_file
-        && let Err(e) = write_token(file, held.token())
+        && let Err(e) = elect_token::write(file, held.token())
     {
         eprintln!("tollgate: {e}");
         let _ = held.release().await;
@@ -211,39 +226,6 @@ async fn lead_remote(server: &str, args: &ElectArgs, label: &str, kept: Option<&
             }
         }
     }
-}
-
-/// The token in `file`, if there is one (a missing file is none).
-fn read_token(file: &Path) -> Result<Option<String>, String> {
-    match std::fs::read_to_string(file) {
-        Ok(s) if s.trim().is_empty() => Ok(None),
-        Ok(s) => Ok(Some(s.trim().to_owned())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read --token-file {}: {e}", file.display())),
-    }
-}
-
-fn write_token(file: &Path, token: &str) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    // A temp file of this run's own beside it (created, never reused, so
-    // no other run's file and no planted link is written through), then
-    // renamed over it.
-    let base = file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = file.with_file_name(format!(".{base}.{}.tmp", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(token.as_bytes()).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, file));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written.map_err(|e| format!("cannot write --token-file {}: {e}", file.display()))
 }
 
 fn now_ms() -> u64 {

@@ -5,6 +5,7 @@
 pub(crate) mod data;
 pub(crate) mod docs;
 pub(crate) mod elect;
+mod elect_token;
 mod fair;
 pub(crate) mod gate_admin;
 pub(crate) mod health;

@@ -358,3 +358,86 @@ fn through_a_server_killed_and_restarted_the_leader_leads_on_and_the_observer_fo
     assert_eq!(seen[2]["label"], "b", "{seen:?}");
     assert!(seen[2]["fence"].as_u64() > led["fence"].as_u64(), "{seen:?}");
 }
+
+/// A restart that finds the old run still running does not resume: not
+/// while the old `tollgate elect` runs (a second copy given the same
+/// token file), nor while its command does (tollgate alone was killed
+/// with SIGKILL, its command left behind). It campaigns instead, and
+/// leads with a higher fence once the old lease has run out.
+#[test]
+fn a_restart_does_not_resume_while_the_old_run_or_its_command_still_runs() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let (_server, url, dir) = redis_and_dir();
+    let token = dir.path().join("token");
+    let token_s = token.to_str().expect("utf-8");
+    let run = |label: &str| -> Group {
+        let child = tollgate()
+            .args(["elect", "r", "--label", label, "--ttl", "2s", "--heartbeat", "1s"])
+            .args(["--token-file", token_s, "--redis", &url, "--", "sleep", "60"])
+            .process_group(0)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        Group(child)
+    };
+    // Stopped with SIGTERM (to its group): what it said.
+    let said = |mut g: Group| -> String {
+        let _ = killpg(Pid::from_raw(g.0.id() as i32), Signal::SIGTERM);
+        wait_exit(&mut g.0, Duration::from_secs(20));
+        let mut err = String::new();
+        g.0.stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err)
+            .expect("read");
+        err
+    };
+    let first = run("node-1");
+    wait_for_file(&token, Duration::from_secs(20));
+    let led = leader(&url, "r");
+    assert_eq!(led["label"], "node-1");
+
+    // A second copy on the same file while the first runs: it waits in
+    // line, and the first leads on.
+    let second = run("node-2");
+    std::thread::sleep(Duration::from_millis(1000));
+    let now = leader(&url, "r");
+    assert_eq!(
+        (&now["label"], &now["fence"]),
+        (&led["label"], &led["fence"]),
+        "{now}"
+    );
+    let err = said(second);
+    assert!(
+        err.contains("not resuming") && err.contains(&format!("pid {}", first.0.id())),
+        "{err}"
+    );
+
+    // Its place in line lapses (1 s without a heartbeat) before the
+    // first's lease can: the next leader is the third run's.
+    std::thread::sleep(Duration::from_millis(1200));
+
+    // tollgate alone killed: its command (sleep) runs on in its group.
+    nix::sys::signal::kill(Pid::from_raw(first.0.id() as i32), Signal::SIGKILL).expect("SIGKILL");
+    std::thread::sleep(Duration::from_millis(200));
+    let third = run("node-1");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let next = loop {
+        let now = leader(&url, "r");
+        if now["fence"].as_u64() > led["fence"].as_u64() {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "nobody led after the old lease: {now}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(next["label"], "node-1", "{next}");
+    let err = said(third);
+    assert!(
+        err.contains("not resuming") && err.contains("its command"),
+        "{err}"
+    );
+    assert!(!err.contains("resumed leadership"), "{err}");
+    // The left-behind command goes with the first run's group.
+    drop(first);
+}
