@@ -4,7 +4,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
@@ -56,7 +56,8 @@ pub(crate) struct ElectArgs {
     /// and at start resume the leadership it names, if it is still held,
     /// instead of waiting out its lease: a restarted leader leads on at
     /// once. Only whoever can read the file can resume, and not while the
-    /// run that kept it, or its command, still runs on this machine.
+    /// run that kept it, or its command, still runs on this machine (each
+    /// run locks FILE.lock, and its command inherits the lock).
     #[arg(long, value_name = "FILE")]
     pub(crate) token_file: Option<PathBuf>,
     #[command(flatten)]
@@ -88,27 +89,10 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
             None => observe_local(&args).await,
         };
     }
-    let kept = match args.token_file.as_deref().map(elect_token::read).transpose() {
-        Ok(kept) => kept.flatten(),
-        Err(e) => {
-            eprintln!("tollgate: {e}");
-            return exit::IO;
-        }
+    let (file, kept) = match token_file(&args) {
+        Ok(f) => f,
+        Err(code) => return code,
     };
-    // Resumed while the old run still runs, the leadership would have two
-    // holders with one fence: campaign as a new candidate instead.
-    let kept = kept.and_then(
-        |k| match k.owner.as_ref().and_then(elect_token::Owner::still_running) {
-            Some(what) => {
-                eprintln!(
-                    "tollgate: not resuming the leadership in the --token-file: {what} still runs; \
-                 campaigning as a new candidate"
-                );
-                None
-            }
-            None => Some(k.token),
-        },
-    );
     let held = match &args.store.server {
         Some(server) => lead_remote(server, &args, &label, kept.as_deref()).await,
         None => lead_local(&args, &label, kept.as_deref()).await,
@@ -118,8 +102,8 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
         Err(code) => return code,
     };
     let fence = held.fence();
-    if let Some(file) = &args.token_file
-        && let Err(e) = elect_token::write(file, held.token())
+    if let Some((file, claim)) = &file
+        && let Err(e) = elect_token::write(file, held.token(), claim)
     {
         eprintln!("tollgate: {e}");
         let _ = held.release().await;
@@ -133,11 +117,48 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
         env: vec![("TOLLGATE_LEADER", label.clone())],
     };
     let code = supervise(held, &job, "leadership of election").await;
-    if let Some(file) = &args.token_file {
+    // Under the claim: no other run's file is removed.
+    if let Some((file, _claim)) = &file {
         let _ = std::fs::remove_file(file);
     }
     tracing::debug!(fence, code, "leadership ended");
     code
+}
+
+/// The --token-file, claimed for this run, and the token to resume, if
+/// any. A file another run still holds is left alone (no resume, no
+/// writes), and a token whose run still goes on is not resumed: resumed
+/// beside it, the leadership would have two holders with one fence.
+#[allow(clippy::type_complexity)]
+fn token_file(args: &ElectArgs) -> Result<(Option<(&Path, elect_token::Claim)>, Option<String>), i32> {
+    let Some(file) = args.token_file.as_deref() else {
+        return Ok((None, None));
+    };
+    let io = |e: String| {
+        eprintln!("tollgate: {e}");
+        exit::IO
+    };
+    let Some(claim) = elect_token::claim(file).map_err(io)? else {
+        eprintln!(
+            "tollgate: the --token-file {} is another run's, which still goes on (its tollgate or \
+             its command holds {}.lock): not resuming, campaigning as a new candidate without the file",
+            file.display(),
+            file.display()
+        );
+        return Ok((None, None));
+    };
+    let kept = elect_token::read(file).map_err(io)?;
+    let token = kept.and_then(|k| match k.in_use() {
+        Some(why) => {
+            eprintln!(
+                "tollgate: not resuming the leadership in the --token-file: {why}; campaigning as a \
+                 new candidate"
+            );
+            None
+        }
+        None => Some(k.token),
+    });
+    Ok((Some((file, claim)), token))
 }
 
 fn options(args: &ElectArgs) -> GateOptions {

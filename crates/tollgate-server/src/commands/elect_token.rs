@@ -1,23 +1,52 @@
-//! `tollgate elect --token-file`: the leadership's token kept for a
-//! restart, with who kept it, so that a restart resumes only when the old
-//! run is gone: neither the old `tollgate elect` nor, when it led its
-//! process group, the command it ran (left behind by a `kill -9` of
-//! tollgate alone) still runs on this machine.
+//! `tollgate elect --token-file F`: the leadership's token kept for a
+//! restart, and two guards so that a restart resumes only when the old
+//! run is gone (resumed beside it, the leadership would have two holders
+//! with one fence):
 //!
-//! The file: the token on the first line, then
-//! `pid=P pgid=G start=T boot=B` (this process, its process group, its
-//! start in clock ticks since boot, `/proc/sys/kernel/random/boot_id`).
-//! A file of the token alone (an older run's) is resumed as before.
+//! - **The claim.** A run locks `F.lock` (flock, exclusive) for as long
+//!   as it uses F, and its command inherits the lock's descriptor: the
+//!   lock lasts while the run's tollgate, its command or anything the
+//!   command started (and did not close it in) still lives, in any
+//!   process group or PID namespace on the host. A run that cannot take
+//!   it neither resumes nor touches F.
+//! - **The owner.** F names the process that kept it (pid, process group,
+//!   start time in clock ticks since boot, PID namespace, boot id); a
+//!   restart does not resume while that process, or a process of the
+//!   group it led, still runs: for a command that closed the inherited
+//!   descriptor.
+//!
+//! The file: the token on the first line, then `pid=P pgid=G start=T
+//! ns=N boot=B`. A file of the token alone (an older run's) is resumed
+//! as before; a second line that does not parse is not.
 
-use std::io::Write;
-use std::path::Path;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+
+/// The most a token file may hold: a token and an owner line.
+const MAX_FILE: u64 = 4096;
 
 /// What a token file holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Kept {
     pub(crate) token: String,
-    /// The run that wrote it, when it said.
-    pub(crate) owner: Option<Owner>,
+    /// The run that wrote it: `None` for a file of the token alone,
+    /// `Some(None)` for an owner line that does not parse.
+    pub(crate) owner: Option<Option<Owner>>,
+}
+
+impl Kept {
+    /// Why this token must not be resumed now, if it must not.
+    pub(crate) fn in_use(&self) -> Option<String> {
+        match &self.owner {
+            None => None,
+            Some(None) => Some("the file's second line does not name the run that kept it".into()),
+            Some(Some(owner)) => owner.still_running(),
+        }
+    }
 }
 
 /// A process that kept a token, as the file names it.
@@ -26,6 +55,9 @@ pub(crate) struct Owner {
     pid: u32,
     pgid: u32,
     start: u64,
+    /// The PID namespace (`/proc/self/ns/pid`'s link), in which pid and
+    /// pgid mean something.
+    ns: String,
     boot: String,
 }
 
@@ -56,6 +88,14 @@ fn boot_id() -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
+fn pid_namespace() -> Option<String> {
+    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    // "pid:[4026531836]": its number.
+    let text = link.to_string_lossy();
+    let inner = text.strip_prefix("pid:[")?.strip_suffix(']')?;
+    inner.parse::<u64>().ok().map(|n| n.to_string())
+}
+
 impl Owner {
     /// This process.
     pub(crate) fn current() -> Option<Owner> {
@@ -64,14 +104,15 @@ impl Owner {
             pid: std::process::id(),
             pgid: me.pgrp,
             start: me.start,
+            ns: pid_namespace()?,
             boot: boot_id()?,
         })
     }
 
     fn line(&self) -> String {
         format!(
-            "pid={} pgid={} start={} boot={}",
-            self.pid, self.pgid, self.start, self.boot
+            "pid={} pgid={} start={} ns={} boot={}",
+            self.pid, self.pgid, self.start, self.ns, self.boot
         )
     }
 
@@ -80,6 +121,7 @@ impl Owner {
             pid: 0,
             pgid: 0,
             start: 0,
+            ns: String::new(),
             boot: String::new(),
         };
         for word in line.split_whitespace() {
@@ -87,26 +129,33 @@ impl Owner {
                 ("pid", v) => owner.pid = v.parse().ok()?,
                 ("pgid", v) => owner.pgid = v.parse().ok()?,
                 ("start", v) => owner.start = v.parse().ok()?,
+                ("ns", v) => owner.ns = v.to_owned(),
                 ("boot", v) => owner.boot = v.to_owned(),
                 _ => {}
             }
         }
-        (owner.pid > 0 && owner.pgid > 0 && !owner.boot.is_empty()).then_some(owner)
+        let complete = owner.pid > 0 && owner.pgid > 0 && !owner.ns.is_empty() && !owner.boot.is_empty();
+        complete.then_some(owner)
     }
 
-    /// What of that run still runs on this machine, in words, if
-    /// anything: the process itself (same pid and start time, not a
-    /// zombie), or, when it led its process group, a live process of that
-    /// group (its command). A machine booted since (another boot id) runs
-    /// none of it.
+    /// What of that run still runs, in words, if anything: the process
+    /// itself (same pid and start time, not a zombie), or, when it led
+    /// its process group, a live process of that group (its command).
+    /// Pids are compared in this PID namespace only; another namespace's
+    /// or another boot's run is the claim's to tell.
     pub(crate) fn still_running(&self) -> Option<String> {
-        if boot_id().as_deref() != Some(self.boot.as_str()) {
+        if boot_id().as_deref() != Some(self.boot.as_str())
+            || pid_namespace().as_deref() != Some(self.ns.as_str())
+        {
             return None;
         }
         let alive = |s: &Stat| s.state != 'Z' && s.state != 'X';
         match stat(&self.pid.to_string()) {
             Some(s) if s.start == self.start && alive(&s) => {
-                return Some(format!("the tollgate elect that kept it (pid {})", self.pid));
+                return Some(format!(
+                    "the tollgate elect that kept it (pid {}) still runs",
+                    self.pid
+                ));
             }
             // The pid is another process's now: Linux gives out no pid
             // still naming a process group, so the old group is empty.
@@ -124,49 +173,102 @@ impl Owner {
             (s.pgrp == self.pgid && alive(&s)).then_some(pid)
         })?;
         Some(format!(
-            "its command (pid {member}, in the process group {} of the tollgate elect that kept it)",
+            "its command (pid {member}, in the process group {} of the tollgate elect that kept it) still runs",
             self.pgid
         ))
     }
 }
 
-/// The token in `file`, if there is one (a missing file is none).
+/// The token in `file`, if there is one (a missing file is none). Not
+/// through a symbolic link, a regular file of at most 4 KiB.
 pub(crate) fn read(file: &Path) -> Result<Option<Kept>, String> {
-    match std::fs::read_to_string(file) {
-        Ok(s) => {
-            let mut lines = s.lines();
-            let token = lines.next().unwrap_or("").trim();
-            if token.is_empty() {
-                return Ok(None);
-            }
-            let owner = lines.next().and_then(Owner::parse);
-            Ok(Some(Kept {
-                token: token.to_owned(),
-                owner,
-            }))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read --token-file {}: {e}", file.display())),
+    let failed = |e: &dyn std::fmt::Display| format!("cannot read --token-file {}: {e}", file.display());
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(file);
+    let f = match opened {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(failed(&e)),
+    };
+    let meta = f.metadata().map_err(|e| failed(&e))?;
+    if !meta.is_file() || meta.len() > MAX_FILE {
+        return Err(failed(&"not a regular file of at most 4 KiB"));
     }
+    let mut text = String::new();
+    f.take(MAX_FILE)
+        .read_to_string(&mut text)
+        .map_err(|e| failed(&e))?;
+    let mut lines = text.lines();
+    let token = lines.next().unwrap_or("").trim();
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let owner = lines.find(|l| !l.trim().is_empty()).map(Owner::parse);
+    Ok(Some(Kept {
+        token: token.to_owned(),
+        owner,
+    }))
 }
 
-/// Writes `token` and this process to `file` (mode 0600).
-pub(crate) fn write(file: &Path, token: &str) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// A run's hold on its token file: an exclusive lock on `F.lock`, whose
+/// descriptor the command inherits. Dropped, this process lets go of it
+/// (the command keeps it while it lives).
+#[derive(Debug)]
+pub(crate) struct Claim {
+    _lock: File,
+}
+
+/// `F.lock` beside `F`.
+fn lock_path(file: &Path) -> PathBuf {
+    let mut name = file.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    file.with_file_name(name)
+}
+
+/// Takes `F.lock` for this run and what it starts, or `None` while
+/// another run (its tollgate, or its command) still holds it.
+pub(crate) fn claim(file: &Path) -> Result<Option<Claim>, String> {
+    let path = lock_path(file);
+    let failed = |e: &dyn std::fmt::Display| format!("cannot lock {}: {e}", path.display());
+    let lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| failed(&e))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return Ok(None),
+        Err(TryLockError::Error(e)) => return Err(failed(&e)),
+    }
+    // Kept open across exec: the command holds the lock too, so it lasts
+    // while any of the run lives, a `kill -9` of tollgate alone included.
+    fcntl(&lock, FcntlArg::F_SETFD(FdFlag::empty())).map_err(|e| failed(&e))?;
+    Ok(Some(Claim { _lock: lock }))
+}
+
+/// Writes `token` and this process to `file` (mode 0600); under the
+/// claim (`_claim`), so no other run writes it meanwhile.
+pub(crate) fn write(file: &Path, token: &str, _claim: &Claim) -> Result<(), String> {
     let mut text = format!("{token}\n");
     if let Some(owner) = Owner::current() {
         text.push_str(&owner.line());
         text.push('\n');
     }
-    // A temp file of this run's own beside it (created, never reused, so
-    // no other run's file and no planted link is written through), then
-    // renamed over it.
+    // A temp file of this run's own beside it (created, so no planted
+    // link is written through; one a crashed run with this pid left is
+    // removed first), then renamed over it.
     let base = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = file.with_file_name(format!(".{base}.{}.tmp", std::process::id()));
-    let written = std::fs::OpenOptions::new()
+    let _ = std::fs::remove_file(&tmp);
+    let written = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
@@ -187,37 +289,89 @@ mod tests {
     fn a_file_says_who_kept_it_and_reads_back() {
         let dir = tempfile::tempdir().expect("dir");
         let file = dir.path().join("token");
-        write(&file, "tok-1").expect("write");
+        let claim = claim(&file).expect("claim").expect("free");
+        write(&file, "tok-1", &claim).expect("write");
         let kept = read(&file).expect("read").expect("a token");
         assert_eq!(kept.token, "tok-1");
-        let owner = kept.owner.expect("the owner line");
-        assert_eq!(Some(owner.clone()), Owner::current());
+        let owner = kept.owner.clone().expect("an owner line").expect("that parses");
+        assert_eq!(Some(owner), Owner::current());
         // This process runs: the file's run is not gone.
-        let running = owner.still_running().expect("this process runs");
-        assert!(running.contains(&std::process::id().to_string()), "{running}");
+        let why = kept.in_use().expect("this process runs");
+        assert!(why.contains(&std::process::id().to_string()), "{why}");
     }
 
     #[test]
-    fn an_older_file_of_the_token_alone_still_reads() {
+    fn an_older_file_of_the_token_alone_resumes_and_a_bad_owner_line_does_not() {
         let dir = tempfile::tempdir().expect("dir");
         let file = dir.path().join("token");
         std::fs::write(&file, "tok-2\n").expect("write");
         let kept = read(&file).expect("read").expect("a token");
-        assert_eq!((kept.token.as_str(), kept.owner), ("tok-2", None));
+        assert_eq!((kept.token.as_str(), &kept.owner), ("tok-2", &None));
+        assert_eq!(kept.in_use(), None);
         std::fs::write(&file, "tok-3\nnot an owner line\n").expect("write");
-        assert_eq!(read(&file).expect("read").expect("a token").owner, None);
+        let kept = read(&file).expect("read").expect("a token");
+        assert_eq!(kept.owner, Some(None));
+        assert!(
+            kept.in_use().is_some(),
+            "a line that names nobody counts as in use"
+        );
         assert_eq!(read(&dir.path().join("none")).expect("read"), None);
     }
 
     #[test]
-    fn a_run_gone_or_on_another_boot_is_not_running() {
+    fn only_a_small_regular_file_is_read_never_through_a_link() {
+        let dir = tempfile::tempdir().expect("dir");
+        let big = dir.path().join("big");
+        std::fs::write(&big, "x".repeat(5000)).expect("write");
+        assert!(read(&big).is_err());
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/dev/zero", &link).expect("symlink");
+        assert!(read(&link).is_err());
+        assert!(read(dir.path()).is_err(), "a directory");
+    }
+
+    #[test]
+    fn the_claim_is_one_runs_and_its_command_keeps_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join("token");
+        let first = claim(&file).expect("claim").expect("free");
+        assert!(claim(&file).expect("claim").is_none(), "claimed twice");
+        // A command started under the claim holds it after this process
+        // lets go, until it ends.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        drop(first);
+        assert!(
+            claim(&file).expect("claim").is_none(),
+            "the command's hold was lost"
+        );
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+        assert!(
+            claim(&file).expect("claim").is_some(),
+            "free once all of the run is gone"
+        );
+    }
+
+    #[test]
+    fn a_run_gone_or_elsewhere_is_not_running() {
         let me = Owner::current().expect("this process");
-        // Another boot: nothing of it runs here, whatever its pid.
-        let other_boot = Owner {
-            boot: "another-boot".into(),
-            ..me.clone()
-        };
-        assert_eq!(other_boot.still_running(), None);
+        // Another boot, or another PID namespace: its pids say nothing
+        // here (the claim tells).
+        for other in [
+            Owner {
+                boot: "another-boot".into(),
+                ..me.clone()
+            },
+            Owner {
+                ns: "1".into(),
+                ..me.clone()
+            },
+        ] {
+            assert_eq!(other.still_running(), None);
+        }
         // This pid with another start time: the pid was given out again.
         let reused = Owner {
             start: me.start + 1,
