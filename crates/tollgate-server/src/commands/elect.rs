@@ -102,19 +102,37 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
         Err(code) => return code,
     };
     let fence = held.fence();
-    if let Some((file, claim)) = &file
-        && let Err(e) = elect_token::write(file, held.token(), claim)
-    {
-        eprintln!("tollgate: {e}");
-        let _ = held.release().await;
-        return exit::IO;
+    let mut env = vec![("TOLLGATE_LEADER", label.clone())];
+    if let Some((file, claim)) = &file {
+        // The token, then the lock passed on to the command (its number
+        // in TOLLGATE_LOCK_FD: a command may close it in long-lived
+        // helpers it starts, which would otherwise hold it after the run).
+        let kept = elect_token::write(file, held.token(), None, claim).and_then(|()| claim.inherit());
+        match kept {
+            Ok(fd) => env.push(("TOLLGATE_LOCK_FD", fd.to_string())),
+            Err(e) => {
+                eprintln!("tollgate: {e}");
+                let _ = held.release().await;
+                return exit::IO;
+            }
+        }
     }
+    let token = held.token().to_owned();
+    // Once the command runs, the file names it too.
+    let note_command = |pid: u32| {
+        if let Some((file, claim)) = &file
+            && let Err(e) = elect_token::write(file, &token, Some(pid), claim)
+        {
+            tracing::warn!(error = %e, "cannot name the command in the --token-file");
+        }
+    };
     let job = Job {
         name: &args.name,
         command: &args.command,
         min_hold: None,
         max_hold: None,
-        env: vec![("TOLLGATE_LEADER", label.clone())],
+        env,
+        on_spawn: Some(&note_command),
     };
     let code = supervise(held, &job, "leadership of election").await;
     // Under the claim: no other run's file is removed.

@@ -59,6 +59,8 @@ pub(crate) struct Owner {
     /// pgid mean something.
     ns: String,
     boot: String,
+    /// The command it ran: pid and start time, once started.
+    cmd: Option<(u32, u64)>,
 }
 
 /// A process's figures from `/proc/<pid>/stat`.
@@ -106,14 +108,25 @@ impl Owner {
             start: me.start,
             ns: pid_namespace()?,
             boot: boot_id()?,
+            cmd: None,
         })
     }
 
+    /// The same, having started its command as `pid`.
+    fn with_command(mut self, pid: u32) -> Owner {
+        self.cmd = stat(&pid.to_string()).map(|s| (pid, s.start));
+        self
+    }
+
     fn line(&self) -> String {
-        format!(
+        let mut line = format!(
             "pid={} pgid={} start={} ns={} boot={}",
             self.pid, self.pgid, self.start, self.ns, self.boot
-        )
+        );
+        if let Some((pid, start)) = self.cmd {
+            line.push_str(&format!(" cmd={pid}:{start}"));
+        }
+        line
     }
 
     fn parse(line: &str) -> Option<Owner> {
@@ -123,6 +136,7 @@ impl Owner {
             start: 0,
             ns: String::new(),
             boot: String::new(),
+            cmd: None,
         };
         for word in line.split_whitespace() {
             match word.split_once('=')? {
@@ -131,6 +145,10 @@ impl Owner {
                 ("start", v) => owner.start = v.parse().ok()?,
                 ("ns", v) => owner.ns = v.to_owned(),
                 ("boot", v) => owner.boot = v.to_owned(),
+                ("cmd", v) => {
+                    let (pid, start) = v.split_once(':')?;
+                    owner.cmd = Some((pid.parse().ok()?, start.parse().ok()?));
+                }
                 _ => {}
             }
         }
@@ -139,33 +157,43 @@ impl Owner {
     }
 
     /// What of that run still runs, in words, if anything: the process
-    /// itself (same pid and start time, not a zombie), or, when it led
-    /// its process group, a live process of that group (its command).
+    /// itself or its command (same pid and start time, not a zombie),
+    /// or, when it led its process group, a live process of that group.
     /// Pids are compared in this PID namespace only; another namespace's
-    /// or another boot's run is the claim's to tell.
+    /// or another boot's run is the claim's to tell. What cannot be read
+    /// counts as running.
     pub(crate) fn still_running(&self) -> Option<String> {
-        if boot_id().as_deref() != Some(self.boot.as_str())
-            || pid_namespace().as_deref() != Some(self.ns.as_str())
-        {
+        let cannot_tell =
+            || Some("cannot tell whether the run that kept it still runs (/proc unreadable)".to_owned());
+        let (Some(boot), Some(ns)) = (boot_id(), pid_namespace()) else {
+            return cannot_tell();
+        };
+        if boot != self.boot || ns != self.ns {
             return None;
         }
         let alive = |s: &Stat| s.state != 'Z' && s.state != 'X';
-        match stat(&self.pid.to_string()) {
-            Some(s) if s.start == self.start && alive(&s) => {
-                return Some(format!(
-                    "the tollgate elect that kept it (pid {}) still runs",
-                    self.pid
-                ));
-            }
-            // The pid is another process's now: Linux gives out no pid
-            // still naming a process group, so the old group is empty.
-            Some(s) if s.start != self.start => return None,
-            _ => {}
+        let runs =
+            |pid: u32, start: u64| stat(&pid.to_string()).is_some_and(|s| s.start == start && alive(&s));
+        if runs(self.pid, self.start) {
+            return Some(format!(
+                "the tollgate elect that kept it (pid {}) still runs",
+                self.pid
+            ));
         }
-        if self.pgid != self.pid {
+        if let Some((pid, start)) = self.cmd
+            && runs(pid, start)
+        {
+            return Some(format!("its command (pid {pid}) still runs"));
+        }
+        // Its group, if it led one and the number is not another
+        // process's now (Linux gives out no pid still naming a process
+        // group: a reused number means the old group is empty).
+        if self.pgid != self.pid || stat(&self.pid.to_string()).is_some_and(|s| s.start != self.start) {
             return None;
         }
-        let entries = std::fs::read_dir("/proc").ok()?;
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return cannot_tell();
+        };
         let member = entries.flatten().find_map(|e| {
             let name = e.file_name().into_string().ok()?;
             let pid: u32 = name.parse().ok()?;
@@ -173,7 +201,7 @@ impl Owner {
             (s.pgrp == self.pgid && alive(&s)).then_some(pid)
         })?;
         Some(format!(
-            "its command (pid {member}, in the process group {} of the tollgate elect that kept it) still runs",
+            "a process of its group (pid {member}, in the process group {} of the tollgate elect that kept it) still runs",
             self.pgid
         ))
     }
@@ -212,12 +240,24 @@ pub(crate) fn read(file: &Path) -> Result<Option<Kept>, String> {
     }))
 }
 
-/// A run's hold on its token file: an exclusive lock on `F.lock`, whose
-/// descriptor the command inherits. Dropped, this process lets go of it
-/// (the command keeps it while it lives).
+/// A run's hold on its token file: an exclusive lock on `F.lock`,
+/// passed on to the command ([`Claim::inherit`]). Dropped, this process
+/// lets go of it (the command keeps it while it lives).
 #[derive(Debug)]
 pub(crate) struct Claim {
-    _lock: File,
+    lock: File,
+}
+
+impl Claim {
+    /// Lets the next command started inherit the lock (its descriptor is
+    /// kept open across exec), so it lasts while any of the run lives, a
+    /// `kill -9` of tollgate alone included: the descriptor's number.
+    pub(crate) fn inherit(&self) -> Result<i32, String> {
+        use std::os::fd::AsRawFd;
+        fcntl(&self.lock, FcntlArg::F_SETFD(FdFlag::empty()))
+            .map_err(|e| format!("cannot pass the --token-file's lock on to the command: {e}"))?;
+        Ok(self.lock.as_raw_fd())
+    }
 }
 
 /// `F.lock` beside `F`.
@@ -228,37 +268,54 @@ fn lock_path(file: &Path) -> PathBuf {
 }
 
 /// Takes `F.lock` for this run and what it starts, or `None` while
-/// another run (its tollgate, or its command) still holds it.
+/// another run (its tollgate, or its command) still holds it. The file
+/// (made if missing, and left in place) must be a regular file of this
+/// user's that no one else may write.
 pub(crate) fn claim(file: &Path) -> Result<Option<Claim>, String> {
+    use std::os::unix::fs::MetadataExt;
     let path = lock_path(file);
     let failed = |e: &dyn std::fmt::Display| format!("cannot lock {}: {e}", path.display());
-    let lock = OpenOptions::new()
-        .read(true)
+    let made = OpenOptions::new()
         .write(true)
-        .create(true)
+        .create_new(true)
         .mode(0o600)
         .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path);
+    match made {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(failed(&e)),
+    }
+    // Read-only: a lock needs no more.
+    let lock = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(&path)
         .map_err(|e| failed(&e))?;
-    match lock.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => return Ok(None),
-        Err(TryLockError::Error(e)) => return Err(failed(&e)),
+    let meta = lock.metadata().map_err(|e| failed(&e))?;
+    if !meta.is_file() || meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return Err(failed(
+            &"not a regular file of this user's that only this user may write",
+        ));
     }
-    // Kept open across exec: the command holds the lock too, so it lasts
-    // while any of the run lives, a `kill -9` of tollgate alone included.
-    fcntl(&lock, FcntlArg::F_SETFD(FdFlag::empty())).map_err(|e| failed(&e))?;
-    Ok(Some(Claim { _lock: lock }))
+    match lock.try_lock() {
+        Ok(()) => Ok(Some(Claim { lock })),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(failed(&e)),
+    }
 }
 
-/// Writes `token` and this process to `file` (mode 0600); under the
-/// claim (`_claim`), so no other run writes it meanwhile.
-pub(crate) fn write(file: &Path, token: &str, _claim: &Claim) -> Result<(), String> {
-    let mut text = format!("{token}\n");
-    if let Some(owner) = Owner::current() {
-        text.push_str(&owner.line());
-        text.push('\n');
-    }
+/// Writes `token` and this process (with its command's pid, once
+/// started) to `file` (mode 0600); under the claim (`_claim`), so no
+/// other run writes it meanwhile. Without /proc the owner line names
+/// nobody, and the token is not resumed.
+pub(crate) fn write(file: &Path, token: &str, command: Option<u32>, _claim: &Claim) -> Result<(), String> {
+    let owner = Owner::current().map(|o| match command {
+        Some(pid) => o.with_command(pid),
+        None => o,
+    });
+    let line = owner.map_or_else(|| "owner=unknown".to_owned(), |o| o.line());
+    let text = format!("{token}\n{line}\n");
     // A temp file of this run's own beside it (created, so no planted
     // link is written through; one a crashed run with this pid left is
     // removed first), then renamed over it.
@@ -290,7 +347,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let file = dir.path().join("token");
         let claim = claim(&file).expect("claim").expect("free");
-        write(&file, "tok-1", &claim).expect("write");
+        write(&file, "tok-1", None, &claim).expect("write");
         let kept = read(&file).expect("read").expect("a token");
         assert_eq!(kept.token, "tok-1");
         let owner = kept.owner.clone().expect("an owner line").expect("that parses");
@@ -308,7 +365,7 @@ mod tests {
         let kept = read(&file).expect("read").expect("a token");
         assert_eq!((kept.token.as_str(), &kept.owner), ("tok-2", &None));
         assert_eq!(kept.in_use(), None);
-        std::fs::write(&file, "tok-3\nnot an owner line\n").expect("write");
+        std::fs::write(&file, "tok-3\nowner=unknown\n").expect("write");
         let kept = read(&file).expect("read").expect("a token");
         assert_eq!(kept.owner, Some(None));
         assert!(
@@ -337,22 +394,48 @@ mod tests {
         let first = claim(&file).expect("claim").expect("free");
         assert!(claim(&file).expect("claim").is_none(), "claimed twice");
         // A command started under the claim holds it after this process
-        // lets go, until it ends.
+        // lets go, until it ends; the file names it meanwhile.
+        first.inherit().expect("inherit");
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .expect("sleep");
+        write(&file, "tok-4", Some(child.id()), &first).expect("write");
         drop(first);
         assert!(
             claim(&file).expect("claim").is_none(),
             "the command's hold was lost"
         );
+        let kept = read(&file).expect("read").expect("a token");
+        let owner = kept.owner.clone().expect("a line").expect("that parses");
+        assert_eq!(owner.cmd.map(|c| c.0), Some(child.id()));
+        // As if this process were gone (another pid, leading no group),
+        // the command still answers for the run.
+        let without_me = Owner {
+            pid: 4_194_305,
+            pgid: 4_194_306,
+            ..owner
+        };
+        let why = without_me.still_running().expect("the command runs");
+        assert!(why.contains("its command"), "{why}");
         child.kill().expect("kill");
         child.wait().expect("wait");
+        assert_eq!(without_me.still_running(), None, "the command ended");
         assert!(
             claim(&file).expect("claim").is_some(),
             "free once all of the run is gone"
         );
+    }
+
+    #[test]
+    fn a_lock_file_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join("token");
+        drop(claim(&file).expect("claim").expect("free"));
+        let lock = lock_path(&file);
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        assert!(claim(&file).is_err(), "a lock file anyone may replace was used");
     }
 
     #[test]

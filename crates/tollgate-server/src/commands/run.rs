@@ -308,6 +308,8 @@ pub(crate) struct Job<'a> {
     pub(crate) max_hold: Option<Duration>,
     /// More of the command's environment.
     pub(crate) env: Vec<(&'static str, String)>,
+    /// Told the command's pid once it started.
+    pub(crate) on_spawn: Option<&'a (dyn Fn(u32) + Sync)>,
 }
 
 impl Job<'_> {
@@ -318,6 +320,7 @@ impl Job<'_> {
             min_hold: args.min_hold,
             max_hold: args.max_hold,
             env: Vec::new(),
+            on_spawn: None,
         }
     }
 }
@@ -449,7 +452,12 @@ pub(crate) async fn supervise(lease: Held, args: &Job<'_>, what: &str) -> i32 {
         .envs(args.env.iter().map(|(k, v)| (k, v)))
         .kill_on_drop(false);
     let mut child = match cmd.spawn() {
-        Ok(c) => c,
+        Ok(c) => {
+            if let (Some(told), Some(pid)) = (args.on_spawn, c.id()) {
+                told(pid);
+            }
+            c
+        }
         Err(e) => {
             eprintln!("tollgate: cannot run {:?}: {e}", args.command[0]);
             let _ = lease.release().await;

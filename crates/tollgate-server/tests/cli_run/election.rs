@@ -372,16 +372,18 @@ fn a_restart_does_not_resume_while_the_old_run_or_its_command_still_runs() {
     let (_server, url, dir) = redis_and_dir();
     let token = dir.path().join("token");
     let token_s = token.to_str().expect("utf-8");
-    let run = |label: &str| -> Group {
+    let run_cmd = |label: &str, cmd: &[&str]| -> Group {
         let child = tollgate()
             .args(["elect", "r", "--label", label, "--ttl", "2s", "--heartbeat", "1s"])
-            .args(["--token-file", token_s, "--redis", &url, "--", "sleep", "60"])
+            .args(["--token-file", token_s, "--redis", &url, "--"])
+            .args(cmd)
             .process_group(0)
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn");
         Group(child)
     };
+    let run = |label: &str| run_cmd(label, &["sleep", "60"]);
     // Stopped with SIGTERM (to its group): what it said.
     let said = |mut g: Group| -> String {
         let _ = killpg(Pid::from_raw(g.0.id() as i32), Signal::SIGTERM);
@@ -443,4 +445,38 @@ fn a_restart_does_not_resume_while_the_old_run_or_its_command_still_runs() {
     assert!(!err.contains("resumed leadership"), "{err}");
     // The left-behind command goes with the first run's group.
     drop(first);
+
+    // A command that closes the lock it inherited (TOLLGATE_LOCK_FD),
+    // left behind by a kill -9 of tollgate alone: the file names it, and
+    // the next run does not resume while it runs.
+    let closing = [
+        "bash",
+        "-c",
+        "eval \"exec ${TOLLGATE_LOCK_FD}<&-\"; exec sleep 60",
+    ];
+    // (The first run's file, naming its command, goes first: the wait
+    // below is for node-3's.)
+    std::fs::remove_file(&token).expect("the first run's file");
+    let mut fourth = run_cmd("node-3", &closing);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&token).is_ok_and(|t| t.contains("cmd=")) {
+        assert!(Instant::now() < deadline, "node-3 never led");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let led = leader(&url, "r");
+    assert_eq!(led["label"], "node-3");
+    nix::sys::signal::kill(Pid::from_raw(fourth.0.id() as i32), Signal::SIGKILL).expect("SIGKILL");
+    fourth.0.wait().expect("reap");
+    let fifth = run("node-3");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while leader(&url, "r")["fence"].as_u64() <= led["fence"].as_u64() {
+        assert!(Instant::now() < deadline, "nobody led after node-3's lease");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let err = said(fifth);
+    assert!(
+        err.contains("not resuming") && err.contains("its command"),
+        "{err}"
+    );
+    drop(fourth);
 }
