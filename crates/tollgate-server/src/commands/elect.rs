@@ -143,12 +143,14 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
     code
 }
 
+/// The --token-file as this run holds it: the file and its claim.
+type ClaimedFile<'a> = Option<(&'a Path, elect_token::Claim)>;
+
 /// The --token-file, claimed for this run, and the token to resume, if
 /// any. A file another run still holds is left alone (no resume, no
 /// writes), and a token whose run still goes on is not resumed: resumed
 /// beside it, the leadership would have two holders with one fence.
-#[allow(clippy::type_complexity)]
-fn token_file(args: &ElectArgs) -> Result<(Option<(&Path, elect_token::Claim)>, Option<String>), i32> {
+fn token_file(args: &ElectArgs) -> Result<(ClaimedFile<'_>, Option<String>), i32> {
     let Some(file) = args.token_file.as_deref() else {
         return Ok((None, None));
     };
