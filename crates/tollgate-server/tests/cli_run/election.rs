@@ -337,8 +337,12 @@ fn through_a_server_killed_and_restarted_the_leader_leads_on_and_the_observer_fo
         "{now}"
     );
 
-    // a resigns (SIGTERM), then b leads for a while and resigns.
+    // a resigns (SIGTERM) and is gone, then b leads for a while and
+    // resigns. (b in line before a resigned would be handed the lease
+    // with no vacancy between.)
+    let mut a = a;
     killpg(Pid::from_raw(a.0.id() as i32), Signal::SIGTERM).expect("SIGTERM");
+    wait_exit(&mut a.0, Duration::from_secs(20));
     let b = tollgate()
         .args([
             "elect", "e", "--label", "b", "--server", &url, "--", "sleep", "0.5",
