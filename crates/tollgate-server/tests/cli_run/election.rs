@@ -316,13 +316,16 @@ fn through_a_server_killed_and_restarted_the_leader_leads_on_and_the_observer_fo
         assert!(Instant::now() < deadline, "a never led: {now}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let observer = tollgate()
+    let mut observer = tollgate()
         .args(["elect", "e", "--observe", "--count", "3", "--server", &url])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("observer");
-    std::thread::sleep(Duration::from_millis(300));
+    // Its first line (a) printed: it has followed the stream.
+    let mut lines = std::io::BufReader::new(observer.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut lines, &mut first).expect("the observer's first line");
 
     drop(serve);
     std::thread::sleep(Duration::from_millis(500));
@@ -350,9 +353,11 @@ fn through_a_server_killed_and_restarted_the_leader_leads_on_and_the_observer_fo
         .output()
         .expect("b");
     assert!(b.status.success(), "{}", stderr(&b));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut lines, &mut rest).expect("the observer's lines");
     let out = observer.wait_with_output().expect("observer");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let seen: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+    let seen: Vec<Value> = (first + &rest)
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line")["leader"].clone())
         .collect();
